@@ -1,0 +1,318 @@
+//! The CUDA backend: module loaded once, kernels looked up once, launches on one stream.
+
+use std::sync::Arc;
+
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig,
+    PushKernelArg,
+};
+use cudarc::nvrtc::Ptx;
+use flashsampling_kernels::config::{
+    GUMBEL_ENTRY, MAX_DIM, N_TILE_VARIANTS, PHILOX_ENTRY, REDUCE_ENTRY, REDUCE_ROWS_PER_BLOCK,
+    REDUCE_THREADS_PER_BLOCK, THREADS_PER_BLOCK, block_b, fused_entry, fused_smem_bytes, n_tiles_for_batch,
+};
+use flashsampling_kernels::params::{FusedParams, NoiseTestParams, ReduceParams};
+use flashsampling_kernels::{Candidate, Transform};
+use half::bf16;
+
+use crate::error::{Error, Result};
+use crate::params::{Matrix, SamplingParams, Shape, validate};
+use crate::{PTX, Samples, check_tokens};
+
+/// A kernel parameter struct passed by value (`#[repr(C)]`, identical layout on host and device).
+#[repr(transparent)]
+struct ByValue<T>(T);
+// SAFETY: the wrapped structs are `#[repr(C)]`, `Copy`, and hold only plain integers, floats and device
+// addresses, which is what the kernels read from their `.param` space.
+unsafe impl DeviceRepr for ByValue<FusedParams> {}
+// SAFETY: as above.
+unsafe impl DeviceRepr for ByValue<ReduceParams> {}
+// SAFETY: as above.
+unsafe impl DeviceRepr for ByValue<NoiseTestParams> {}
+
+/// A row-major bf16 matrix in device memory.
+#[derive(Debug)]
+pub struct DeviceMatrix<'a> {
+    /// The values, `rows · cols` of them, 16-byte aligned.
+    pub data: CudaView<'a, bf16>,
+    /// Rows.
+    pub rows: usize,
+    /// Columns (D).
+    pub cols: usize,
+}
+
+/// Device buffers of one batch: candidates, per-row streams, and the outputs (tokens, scores).
+/// Reused across calls (a decode loop allocates it once); grows when a larger batch comes.
+#[derive(Debug)]
+pub struct DeviceSamples {
+    candidates: CudaSlice<u64>,
+    streams: CudaSlice<u64>,
+    tokens: CudaSlice<u32>,
+    scores: CudaSlice<f32>,
+    b: usize,
+}
+
+impl DeviceSamples {
+    /// Sampled tokens of the last call, on the device (`[B]`; [`flashsampling_kernels::INVALID_INDEX`]
+    /// for a row whose winning score is NaN).
+    pub fn tokens(&self) -> CudaView<'_, u32> {
+        self.tokens.slice(..self.b)
+    }
+
+    /// Winning perturbed scores of the last call, on the device (`[B]`).
+    pub fn scores(&self) -> CudaView<'_, f32> {
+        self.scores.slice(..self.b)
+    }
+
+    /// Batch rows of the last call.
+    pub fn batch(&self) -> usize {
+        self.b
+    }
+}
+
+/// The CUDA backend.
+pub struct GpuBackend {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    fused: Vec<(u32, CudaFunction)>,
+    reduce: CudaFunction,
+    philox: CudaFunction,
+    gumbel: CudaFunction,
+}
+
+impl std::fmt::Debug for GpuBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuBackend").field("device", &self.device_name()).finish()
+    }
+}
+
+/// Whether a CUDA driver library and at least one device are present.
+pub fn gpu_available() -> bool {
+    // SAFETY: only probes whether the driver library can be opened.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return false;
+    }
+    CudaContext::device_count().map(|n| n > 0).unwrap_or(false)
+}
+
+fn device_address<T>(view: &CudaView<'_, T>, stream: &CudaStream) -> u64 {
+    let (ptr, _sync) = view.device_ptr(stream);
+    ptr
+}
+
+impl GpuBackend {
+    /// Opens device `ordinal`, loads the embedded PTX and looks up every kernel.
+    pub fn new(ordinal: usize) -> Result<Self> {
+        if !gpu_available() {
+            return Err(Error::NoGpu("no CUDA driver library or no device".into()));
+        }
+        let ctx = CudaContext::new(ordinal).map_err(|e| Error::NoGpu(e.to_string()))?;
+        let stream = ctx.new_stream()?;
+        let module = ctx.load_module(Ptx::from_src(PTX))?;
+        let fused = N_TILE_VARIANTS
+            .iter()
+            .map(|&nb| Ok((nb, module.load_function(fused_entry(nb))?)))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self {
+            reduce: module.load_function(REDUCE_ENTRY)?,
+            philox: module.load_function(PHILOX_ENTRY)?,
+            gumbel: module.load_function(GUMBEL_ENTRY)?,
+            fused,
+            stream,
+            ctx,
+        })
+    }
+
+    /// The device's name.
+    pub fn device_name(&self) -> String {
+        self.ctx.name().unwrap_or_else(|_| "unknown CUDA device".into())
+    }
+
+    /// The context.
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    /// The stream every launch goes to.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// Allocates the per-batch buffers for up to `b` rows and vocab size `v`.
+    pub fn alloc_samples(&self, b: usize, v: usize) -> Result<DeviceSamples> {
+        let n = Shape { b, d: 8, v }.n_vtiles();
+        // SAFETY: every element is written by the kernels before it is read.
+        unsafe {
+            Ok(DeviceSamples {
+                candidates: self.stream.alloc::<u64>((b * n).max(1))?,
+                streams: self.stream.alloc::<u64>(b.max(1))?,
+                tokens: self.stream.alloc::<u32>(b.max(1))?,
+                scores: self.stream.alloc::<f32>(b.max(1))?,
+                b,
+            })
+        }
+    }
+
+    /// One token per row; host buffers in, host tokens out (uploads, samples, downloads).
+    pub fn sample(&self, hidden: Matrix<'_>, weight: Matrix<'_>, params: &SamplingParams) -> Result<Vec<u32>> {
+        Ok(self.sample_scored(hidden, weight, params)?.tokens)
+    }
+
+    /// Tokens and winning perturbed scores; host buffers in and out.
+    pub fn sample_scored(&self, hidden: Matrix<'_>, weight: Matrix<'_>, params: &SamplingParams) -> Result<Samples> {
+        validate(
+            (hidden.rows, hidden.cols, hidden.data.len()),
+            (weight.rows, weight.cols, weight.data.len()),
+            params,
+        )?;
+        let h = self.stream.clone_htod(hidden.data)?;
+        let w = self.stream.clone_htod(weight.data)?;
+        let mut out = self.alloc_samples(hidden.rows, weight.rows)?;
+        self.sample_device(
+            &DeviceMatrix { data: h.as_view(), rows: hidden.rows, cols: hidden.cols },
+            &DeviceMatrix { data: w.as_view(), rows: weight.rows, cols: weight.cols },
+            params,
+            &mut out,
+        )?;
+        let samples = Samples { tokens: self.stream.clone_dtoh(&out.tokens())?, scores: self.stream.clone_dtoh(&out.scores())? };
+        check_tokens(&samples.tokens)?;
+        Ok(samples)
+    }
+
+    /// Samples on device buffers: the fused kernel then the candidate reduction, both on
+    /// [`Self::stream`], asynchronously. Tokens stay on the device in `out` ([`DeviceSamples::tokens`]);
+    /// nothing is copied to the host, so a decode loop needs no host round trip per token.
+    pub fn sample_device(
+        &self,
+        hidden: &DeviceMatrix<'_>,
+        weight: &DeviceMatrix<'_>,
+        params: &SamplingParams,
+        out: &mut DeviceSamples,
+    ) -> Result<()> {
+        let (shape, transform) = validate(
+            (hidden.rows, hidden.cols, hidden.data.len()),
+            (weight.rows, weight.cols, weight.data.len()),
+            params,
+        )?;
+        let hidden_ptr = device_address(&hidden.data, &self.stream);
+        let weight_ptr = device_address(&weight.data, &self.stream);
+        for (buffer, address) in [("hidden states", hidden_ptr), ("LM-head weight", weight_ptr)] {
+            if address % 16 != 0 {
+                return Err(Error::Misaligned { buffer, address });
+            }
+        }
+        let n_tiles = n_tiles_for_batch(shape.b as u32);
+        let n_btiles = shape.b.div_ceil(block_b(n_tiles) as usize);
+        let n_vtiles = shape.n_vtiles();
+        let blocks = n_btiles * n_vtiles;
+        if blocks > i32::MAX as usize {
+            return Err(Error::TooLarge { what: "grid blocks (B tiles × V tiles)", value: blocks, max: i32::MAX as usize });
+        }
+        debug_assert!(shape.b <= MAX_DIM as usize);
+        if out.candidates.len() < shape.b * n_vtiles || out.tokens.len() < shape.b {
+            *out = self.alloc_samples(shape.b, shape.v)?;
+        }
+        out.b = shape.b;
+        let streams = params.streams_for(shape.b);
+        self.stream.memcpy_htod(&streams, &mut out.streams.slice_mut(..shape.b))?;
+        self.launch_fused(shape, transform, params, hidden_ptr, weight_ptr, out, n_tiles, blocks)?;
+        self.launch_reduce(shape, out)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn launch_fused(
+        &self,
+        shape: Shape,
+        transform: Transform,
+        params: &SamplingParams,
+        hidden: u64,
+        weight: u64,
+        out: &mut DeviceSamples,
+        n_tiles: u32,
+        blocks: usize,
+    ) -> Result<()> {
+        let func = &self.fused.iter().find(|(nb, _)| *nb == n_tiles).expect("every variant is loaded").1;
+        let (streams, _s) = out.streams.device_ptr(&self.stream);
+        let (cands, _c) = out.candidates.device_ptr_mut(&self.stream);
+        let p = ByValue(FusedParams {
+            hidden: hidden as *const bf16,
+            weight: weight as *const bf16,
+            streams: streams as *const u64,
+            candidates: cands as *mut Candidate,
+            seed: params.seed,
+            b: shape.b as u32,
+            d: shape.d as u32,
+            v: shape.v as u32,
+            n_vtiles: shape.n_vtiles() as u32,
+            sample: params.sample,
+            transform,
+            _pad: 0,
+        });
+        let cfg = LaunchConfig {
+            grid_dim: (blocks as u32, 1, 1),
+            block_dim: (THREADS_PER_BLOCK, 1, 1),
+            shared_mem_bytes: fused_smem_bytes(n_tiles),
+        };
+        // SAFETY: shapes validated above; hidden/weight hold B·D and V·D bf16 and are 16-byte aligned;
+        // streams holds B entries and candidates B·n_vtiles; the grid matches `FusedParams`.
+        unsafe { self.stream.launch_builder(func).arg(&p).launch(cfg) }?;
+        Ok(())
+    }
+
+    fn launch_reduce(&self, shape: Shape, out: &mut DeviceSamples) -> Result<()> {
+        let (cands, _c) = out.candidates.device_ptr(&self.stream);
+        let (tokens, _t) = out.tokens.device_ptr_mut(&self.stream);
+        let (scores, _s) = out.scores.device_ptr_mut(&self.stream);
+        let p = ByValue(ReduceParams {
+            candidates: cands as *const Candidate,
+            tokens: tokens as *mut u32,
+            scores: scores as *mut f32,
+            b: shape.b as u32,
+            n_vtiles: shape.n_vtiles() as u32,
+        });
+        let cfg = LaunchConfig {
+            grid_dim: ((shape.b as u32).div_ceil(REDUCE_ROWS_PER_BLOCK), 1, 1),
+            block_dim: (REDUCE_THREADS_PER_BLOCK, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: candidates holds B·n_vtiles entries written by the fused kernel on this stream;
+        // tokens and scores hold at least B.
+        unsafe { self.stream.launch_builder(&self.reduce).arg(&p).launch(cfg) }?;
+        Ok(())
+    }
+
+    /// Runs Philox4x32-10 on the device for each counter (tests: bit-identical to the host).
+    pub fn philox_on_device(&self, counters: &[[u32; 4]], key: [u32; 2]) -> Result<Vec<[u32; 4]>> {
+        self.noise_test(&self.philox, counters, key)
+    }
+
+    /// Gumbel noise (f32 bits) of each counter's four Philox words, on the device.
+    pub fn gumbel_on_device(&self, counters: &[[u32; 4]], key: [u32; 2]) -> Result<Vec<[u32; 4]>> {
+        self.noise_test(&self.gumbel, counters, key)
+    }
+
+    fn noise_test(&self, func: &CudaFunction, counters: &[[u32; 4]], key: [u32; 2]) -> Result<Vec<[u32; 4]>> {
+        let n = counters.len();
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let flat: Vec<u32> = counters.iter().flatten().copied().collect();
+        let ctr = self.stream.clone_htod(&flat)?;
+        let mut out = self.stream.alloc_zeros::<u32>(4 * n)?;
+        {
+            let (c, _c) = ctr.device_ptr(&self.stream);
+            let (o, _o) = out.device_ptr_mut(&self.stream);
+            let p = ByValue(NoiseTestParams {
+                counters: c as *const [u32; 4],
+                out: o as *mut [u32; 4],
+                key,
+                n: n as u32,
+                _pad: 0,
+            });
+            // SAFETY: counters and out hold n entries of 16 bytes.
+            unsafe { self.stream.launch_builder(func).arg(&p).launch(LaunchConfig::for_num_elems(n as u32)) }?;
+        }
+        let host = self.stream.clone_dtoh(&out)?;
+        Ok(host.chunks(4).map(|c| [c[0], c[1], c[2], c[3]]).collect())
+    }
+}

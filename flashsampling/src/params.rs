@@ -1,0 +1,152 @@
+//! Sampling parameters, shapes and their validation.
+
+use flashsampling_kernels::config::{D_ALIGN, MAX_DIM, n_vtiles};
+use flashsampling_kernels::{RowNoise, Transform};
+use half::bf16;
+
+use crate::error::{Error, Result};
+
+/// How to sample.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SamplingParams {
+    /// Softmax temperature `T`: tokens are drawn from `softmax(logits / T)`; `0` is greedy (argmax).
+    /// Must be finite and ≥ 0.
+    pub temperature: f32,
+    /// Philox key. The same seed, stream and sample index always give the same token.
+    pub seed: u64,
+    /// Per-row stream ids (one per batch row); `None` means row `i` uses stream `i`. Give a request
+    /// the same stream id wherever it sits in a batch (see [`flashsampling_kernels::stream_id`]) and
+    /// its token does not depend on the batch.
+    pub streams: Option<Vec<u64>>,
+    /// Sample index (0 for the first sample of a row).
+    pub sample: u32,
+}
+
+impl SamplingParams {
+    /// Temperature `temperature`, seed `seed`, streams = row indices, sample 0.
+    pub fn new(temperature: f32, seed: u64) -> Self {
+        Self { temperature, seed, streams: None, sample: 0 }
+    }
+
+    /// Greedy decoding (temperature 0).
+    pub fn greedy() -> Self {
+        Self::new(0.0, 0)
+    }
+
+    /// Sets per-row stream ids.
+    pub fn with_streams(mut self, streams: Vec<u64>) -> Self {
+        self.streams = Some(streams);
+        self
+    }
+
+    /// Sets the sample index.
+    pub fn with_sample(mut self, sample: u32) -> Self {
+        self.sample = sample;
+        self
+    }
+
+    /// The stream id of row `row`.
+    pub fn stream(&self, row: usize) -> u64 {
+        match &self.streams {
+            Some(s) => s[row],
+            None => row as u64,
+        }
+    }
+
+    /// The per-row streams as a vector of `b` entries.
+    pub fn streams_for(&self, b: usize) -> Vec<u64> {
+        (0..b).map(|r| self.stream(r)).collect()
+    }
+
+    /// The noise of row `row`.
+    pub fn row_noise(&self, row: usize) -> RowNoise {
+        RowNoise { seed: self.seed, stream: self.stream(row), sample: self.sample }
+    }
+
+    /// The kernel transform for this temperature (validated first).
+    pub fn transform(&self) -> Result<Transform> {
+        let t = self.temperature;
+        if !t.is_finite() || t < 0.0 {
+            return Err(Error::InvalidTemperature(t));
+        }
+        Ok(Transform::from_temperature(t))
+    }
+}
+
+/// A row-major matrix on the host: `rows × cols` bf16 values.
+#[derive(Clone, Copy, Debug)]
+pub struct Matrix<'a> {
+    /// The values, `rows · cols` of them.
+    pub data: &'a [bf16],
+    /// Rows (B for hidden states, V for the LM-head weight).
+    pub rows: usize,
+    /// Columns (D).
+    pub cols: usize,
+}
+
+impl<'a> Matrix<'a> {
+    /// A `rows × cols` view of `data`.
+    pub fn new(data: &'a [bf16], rows: usize, cols: usize) -> Self {
+        Self { data, rows, cols }
+    }
+}
+
+/// A validated problem shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shape {
+    /// Batch rows.
+    pub b: usize,
+    /// Hidden size.
+    pub d: usize,
+    /// Vocab size.
+    pub v: usize,
+}
+
+impl Shape {
+    /// Candidates per row of the fused kernel.
+    pub fn n_vtiles(&self) -> usize {
+        n_vtiles(self.v as u32) as usize
+    }
+}
+
+/// Validates shapes, lengths and parameters; `hidden_len`/`weight_len` are the buffers' lengths.
+pub(crate) fn validate(
+    (b, hd, hidden_len): (usize, usize, usize),
+    (v, wd, weight_len): (usize, usize, usize),
+    params: &SamplingParams,
+) -> Result<(Shape, Transform)> {
+    if b == 0 {
+        return Err(Error::EmptyBatch);
+    }
+    if v == 0 {
+        return Err(Error::EmptyVocab);
+    }
+    if hd != wd {
+        return Err(Error::HiddenSizeMismatch { hidden: hd, weight: wd });
+    }
+    let d = hd;
+    if d == 0 {
+        return Err(Error::EmptyHidden);
+    }
+    let max = MAX_DIM as usize;
+    for (what, value) in [("batch size B", b), ("vocab size V", v), ("hidden size D", d)] {
+        if value > max {
+            return Err(Error::TooLarge { what, value, max });
+        }
+    }
+    if d % D_ALIGN as usize != 0 {
+        return Err(Error::HiddenNotAligned { d, multiple: D_ALIGN as usize });
+    }
+    for (buffer, expected, actual) in [("hidden states", b * d, hidden_len), ("LM-head weight", v * d, weight_len)] {
+        if expected != actual {
+            return Err(Error::LengthMismatch { buffer, expected, actual });
+        }
+    }
+    if let Some(s) = &params.streams {
+        if s.len() != b {
+            return Err(Error::LengthMismatch { buffer: "streams", expected: b, actual: s.len() });
+        }
+    }
+    let transform = params.transform()?;
+    Ok((Shape { b, d, v }, transform))
+}

@@ -1,0 +1,57 @@
+//! Deterministic synthetic data for examples, tests and benchmarks (not the sampling noise).
+
+use half::bf16;
+
+/// SplitMix64: a tiny, fast, seedable generator for test and benchmark data.
+#[derive(Clone, Debug)]
+pub struct SplitMix64(u64);
+
+impl SplitMix64 {
+    /// A generator seeded with `seed`.
+    pub fn new(seed: u64) -> Self {
+        Self(seed)
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in (0, 1).
+    pub fn uniform(&mut self) -> f64 {
+        ((self.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    }
+
+    /// Standard normal (Box–Muller).
+    pub fn normal(&mut self) -> f64 {
+        let (u1, u2) = (self.uniform(), self.uniform());
+        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+    }
+
+    /// `n` bf16 values, approximately normal with standard deviation `std`: an Irwin–Hall sum of four
+    /// 16-bit uniforms from one 64-bit draw, centred and scaled to unit variance (fast enough for
+    /// billion-element LM heads; never all zeros; bounded by ±2√3·std).
+    pub fn normal_bf16(&mut self, n: usize, std: f64) -> Vec<bf16> {
+        let scale = (3.0f32).sqrt() * std as f32 / 65536.0;
+        (0..n)
+            .map(|_| {
+                let x = self.next_u64();
+                let sum = (x & 0xffff) + ((x >> 16) & 0xffff) + ((x >> 32) & 0xffff) + (x >> 48) + 2;
+                bf16::from_f32((sum as f32 - 2.0 * 65536.0) * scale)
+            })
+            .collect()
+    }
+}
+
+/// A synthetic LM head: weight `[V, D]` ~ N(0, (2/√D)²) (logits of standard deviation ≈ 2 for unit
+/// hidden states) and hidden states `[B, D]` ~ N(0, 1), both from `seed`.
+pub fn lm_head(b: usize, d: usize, v: usize, seed: u64) -> (Vec<bf16>, Vec<bf16>) {
+    let mut rng = SplitMix64::new(seed);
+    let weight = rng.normal_bf16(v * d, 2.0 / (d as f64).sqrt());
+    let hidden = rng.normal_bf16(b * d, 1.0);
+    (hidden, weight)
+}

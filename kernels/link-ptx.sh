@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The PTX "linker" for rustc's nvptx64-nvidia-cuda target (invoked by rustc as `-C linker=`).
+#
+# rustc hands the linker LLVM bitcode: the crate's own objects and rlibs (core, ...) whose members are
+# bitcode too. This step: extract rlib members, llvm-link the crate's objects plus only what they need
+# from the rlibs, internalize everything but the kernel entry points (rustc's --export-symbol list),
+# opt -O3, and llc to PTX for $FS_SM (default sm_90). FMA contraction is off (`--fp-contract=off`), so
+# f32 multiplies and adds round exactly as on the host; explicit FMAs (mma, mul_add) are unaffected.
+# Tools come from $FS_LLVM_BIN (the toolchain's llvm-tools component).
+set -euo pipefail
+: "${FS_LLVM_BIN:?set FS_LLVM_BIN to the llvm-tools bin directory}"
+sm="${FS_SM:-sm_90}"
+[ -n "${FS_LINK_LOG:-}" ] && printf "%s\n" "$@" > "$FS_LINK_LOG"
+out=""
+objs=()
+libs=()
+exports=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -o) out="$2"; shift 2 ;;
+    *.rlib) libs+=("$1"); shift ;;
+    *.o|*.bc) objs+=("$1"); shift ;;
+    --export-symbol) exports+=("$2"); shift 2 ;;
+    *) shift ;;  # --target, --target-cpu, -O, -L, --debug: decided here instead
+  esac
+done
+[ -n "$out" ] || { echo "link-ptx.sh: no -o given" >&2; exit 2; }
+# Keep the entry points rustc exports (the `#[no_mangle]` kernels), or $FS_ENTRY_POINTS if set.
+if [ -z "${FS_ENTRY_POINTS:-}" ]; then
+  FS_ENTRY_POINTS="$(IFS=,; echo "${exports[*]}")"
+fi
+[ -n "$FS_ENTRY_POINTS" ] || { echo "link-ptx.sh: no entry points to export" >&2; exit 2; }
+[ ${#objs[@]} -gt 0 ] || { echo "link-ptx.sh: no bitcode objects given" >&2; exit 2; }
+work="$(mktemp -d "${out}.link.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+extra=()
+i=0
+for lib in "${libs[@]}"; do
+  d="$work/lib$i"; i=$((i + 1)); mkdir -p "$d"
+  (cd "$d" && "$FS_LLVM_BIN/llvm-ar" x "$lib")
+  for m in "$d"/*; do
+    case "$m" in *.rmeta|*/lib.rmeta) continue ;; esac
+    # keep bitcode members only (magic 'BC' 0xC0DE)
+    if [ "$(head -c 2 "$m")" = "BC" ]; then extra+=("$m"); fi
+  done
+done
+if [ ${#extra[@]} -gt 0 ]; then
+  # Merge the libraries first: --only-needed then pulls what the crate needs transitively, whatever
+  # the member order.
+  "$FS_LLVM_BIN/llvm-link" "${extra[@]}" -o "$work/libs.bc"
+  "$FS_LLVM_BIN/llvm-link" "${objs[@]}" --only-needed "$work/libs.bc" -o "$work/linked.bc"
+else
+  "$FS_LLVM_BIN/llvm-link" "${objs[@]}" -o "$work/linked.bc"
+fi
+"$FS_LLVM_BIN/opt" "$work/linked.bc" -o "$work/opt.bc" \
+  -passes='internalize,globaldce,default<O3>' -internalize-public-api-list="$FS_ENTRY_POINTS"
+"$FS_LLVM_BIN/llc" "$work/opt.bc" -o "$out" -O3 -mtriple=nvptx64-nvidia-cuda -mcpu="$sm" --fp-contract=off

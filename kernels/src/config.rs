@@ -1,0 +1,113 @@
+//! Tile configuration and thread mapping, defined once and shared by the kernels and the host code
+//! that launches them.
+//!
+//! # Tiles
+//! The fused kernel computes logits with `mma.sync.m16n8k16` (bf16 × bf16 → f32). The weight is the
+//! MMA's A operand (16 vocab rows per M tile) and the hidden states its B operand (8 batch rows per N
+//! tile), so a decode batch of 1–8 rows wastes only the unused N columns of a cheap MMA while every
+//! weight byte is read once.
+//!
+//! | constant | value | meaning |
+//! |---|---|---|
+//! | [`WARPS_PER_BLOCK`] | 4 | warps per block |
+//! | [`M_TILES_PER_WARP`] | 2 | 16-row M tiles per warp |
+//! | [`BLOCK_V`] | 128 | vocab rows per block (one candidate per row per block) |
+//! | `BLOCK_B` | 8 · NB | batch rows per block, NB ∈ [`N_TILE_VARIANTS`] |
+//! | [`CHUNK_D`] | 32 | D consumed per mainloop step (two k16 MMAs) |
+//! | [`D_ALIGN`] | 8 | D must be a multiple of this (16-byte loads) |
+//!
+//! # Thread mapping (fused kernel)
+//! `lane = tid % 32`, `warp = tid / 32`, `group = lane / 4`, `quad = lane % 4`. Block `blk` covers vocab
+//! tile `blk / n_btiles` and batch tile `blk % n_btiles` (batch tiles of one vocab tile are adjacent, so
+//! they share its weight rows through L2). Lane `(group, quad)` of warp `w` owns the
+//! `2·M_TILES_PER_WARP` consecutive vocab rows starting at
+//! `vtile·BLOCK_V + w·16·M_TILES_PER_WARP + group·2·M_TILES_PER_WARP` — M-tile `mt`, half `h` (MMA row
+//! `group + 8h`) is vocab row `… + 2mt + h` — so a lane's rows form whole Philox groups of four. Along
+//! D, lane `quad` loads 16 bytes at `kc + 8·quad` of each of its rows and of hidden row
+//! `btile·BLOCK_B + 8nt + group`; the eight bf16 are the k-slots of two consecutive k16 MMAs
+//! (any k-permutation shared by A and B leaves the dot product unchanged).
+
+/// Warps per block of the fused kernel.
+pub const WARPS_PER_BLOCK: u32 = 4;
+/// Threads per block of the fused kernel.
+pub const THREADS_PER_BLOCK: u32 = WARPS_PER_BLOCK * 32;
+/// 16-row MMA M tiles per warp (even, so each lane owns whole Philox groups).
+pub const M_TILES_PER_WARP: usize = 2;
+/// Vocab rows per lane.
+pub const ROWS_PER_LANE: usize = 2 * M_TILES_PER_WARP;
+/// Vocab rows per block: one candidate per batch row per `BLOCK_V` vocab entries.
+pub const BLOCK_V: u32 = WARPS_PER_BLOCK * 16 * M_TILES_PER_WARP as u32;
+/// D consumed by one mainloop step (two k16 MMAs fed by one 16-byte load per row and lane).
+pub const CHUNK_D: u32 = 32;
+/// D must be a multiple of this: every 16-byte load is then either fully inside a row or fully out.
+pub const D_ALIGN: u32 = 8;
+/// Largest supported D, V and B: all offsets are computed in u32 element counts per row, and
+/// `V · D` / `B · D` element offsets in u64.
+pub const MAX_DIM: u32 = 1 << 30;
+/// Batch-tile variants: `NB` N tiles of 8 rows, `BLOCK_B = 8 · NB`.
+pub const N_TILE_VARIANTS: [u32; 4] = [1, 2, 4, 8];
+
+/// Threads per block of the candidate-reduction kernel (one warp per batch row).
+pub const REDUCE_THREADS_PER_BLOCK: u32 = 128;
+/// Batch rows per block of the candidate-reduction kernel.
+pub const REDUCE_ROWS_PER_BLOCK: u32 = REDUCE_THREADS_PER_BLOCK / 32;
+
+/// Number of vocab tiles (= candidates per batch row).
+#[inline]
+pub const fn n_vtiles(v: u32) -> u32 {
+    v.div_ceil(BLOCK_V)
+}
+
+/// The batch tile (number of 8-row N tiles) the host picks for batch size `b`.
+#[inline]
+pub const fn n_tiles_for_batch(b: u32) -> u32 {
+    if b <= 8 {
+        1
+    } else if b <= 16 {
+        2
+    } else if b <= 32 {
+        4
+    } else {
+        8
+    }
+}
+
+/// Batch rows per block for a given N-tile count.
+#[inline]
+pub const fn block_b(n_tiles: u32) -> u32 {
+    8 * n_tiles
+}
+
+/// Shared memory of the fused kernel: one candidate per warp and batch row of the tile.
+#[inline]
+pub const fn fused_smem_bytes(n_tiles: u32) -> u32 {
+    WARPS_PER_BLOCK * block_b(n_tiles) * 8
+}
+
+/// PTX entry-point name of the fused kernel for `n_tiles`.
+pub const fn fused_entry(n_tiles: u32) -> &'static str {
+    match n_tiles {
+        1 => "fused_sample_nb1",
+        2 => "fused_sample_nb2",
+        4 => "fused_sample_nb4",
+        _ => "fused_sample_nb8",
+    }
+}
+
+/// PTX entry point of the candidate-reduction kernel.
+pub const REDUCE_ENTRY: &str = "reduce_candidates";
+/// PTX entry point of the Philox test kernel.
+pub const PHILOX_ENTRY: &str = "philox_test";
+/// PTX entry point of the Gumbel-noise test kernel.
+pub const GUMBEL_ENTRY: &str = "gumbel_test";
+
+/// Every kernel entry point in the PTX module (the link step keeps exactly these).
+pub const ENTRY_POINTS: [&str; 7] = [
+    "fused_sample_nb1",
+    "fused_sample_nb2",
+    "fused_sample_nb4",
+    "fused_sample_nb8",
+    REDUCE_ENTRY,
+    PHILOX_ENTRY,
+    GUMBEL_ENTRY,
+];

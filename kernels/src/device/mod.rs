@@ -1,0 +1,105 @@
+//! Device code (nvptx64 only): thin kernel entry points over the mainloop, epilogue and reduction.
+
+mod fused;
+mod ptx;
+mod reduce;
+mod warp;
+
+use core::arch::nvptx::{_block_dim_x, _block_idx_x, _thread_idx_x};
+
+use crate::noise::gumbel;
+use crate::params::{FusedParams, NoiseTestParams, ReduceParams};
+use crate::philox::philox4x32_10;
+
+/// Fused matmul + sampling, batch tile of 8 rows.
+///
+/// # Safety
+/// See [`fused::fused_sample`].
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn fused_sample_nb1(p: FusedParams) {
+    // SAFETY: forwarded launch contract.
+    unsafe { fused::fused_sample::<1>(p) }
+}
+
+/// Fused matmul + sampling, batch tile of 16 rows.
+///
+/// # Safety
+/// See [`fused::fused_sample`].
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn fused_sample_nb2(p: FusedParams) {
+    // SAFETY: forwarded launch contract.
+    unsafe { fused::fused_sample::<2>(p) }
+}
+
+/// Fused matmul + sampling, batch tile of 32 rows.
+///
+/// # Safety
+/// See [`fused::fused_sample`].
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn fused_sample_nb4(p: FusedParams) {
+    // SAFETY: forwarded launch contract.
+    unsafe { fused::fused_sample::<4>(p) }
+}
+
+/// Fused matmul + sampling, batch tile of 64 rows.
+///
+/// # Safety
+/// See [`fused::fused_sample`].
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn fused_sample_nb8(p: FusedParams) {
+    // SAFETY: forwarded launch contract.
+    unsafe { fused::fused_sample::<8>(p) }
+}
+
+/// Candidate reduction.
+///
+/// # Safety
+/// See [`reduce::reduce_candidates`].
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn reduce_candidates(p: ReduceParams) {
+    // SAFETY: forwarded launch contract.
+    unsafe { reduce::reduce_candidates(p) }
+}
+
+/// Global thread index, for the test kernels.
+#[inline(always)]
+fn global_thread() -> u32 {
+    // SAFETY: special-register reads.
+    unsafe { _block_idx_x() * _block_dim_x() + _thread_idx_x() }
+}
+
+/// Test kernel: `out[i] = philox4x32_10(counters[i], key)`.
+///
+/// # Safety
+/// `counters` and `out` hold `n` entries.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn philox_test(p: NoiseTestParams) {
+    let i = global_thread();
+    if i < p.n {
+        // SAFETY: i < n.
+        unsafe { *p.out.add(i as usize) = philox4x32_10(*p.counters.add(i as usize), p.key) };
+    }
+}
+
+/// Test kernel: `out[i] = gumbel(philox4x32_10(counters[i], key))` as f32 bits (the noise path of the
+/// fused kernel, to compare bit-for-bit with the host).
+///
+/// # Safety
+/// `counters` and `out` hold `n` entries.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn gumbel_test(p: NoiseTestParams) {
+    let i = global_thread();
+    if i < p.n {
+        // SAFETY: i < n.
+        unsafe {
+            let w = philox4x32_10(*p.counters.add(i as usize), p.key);
+            *p.out.add(i as usize) = w.map(|x| gumbel(x).to_bits());
+        }
+    }
+}
+
+#[panic_handler]
+fn panic(_: &core::panic::PanicInfo) -> ! {
+    // SAFETY: `trap` aborts the kernel; nothing after it runs.
+    unsafe { core::arch::nvptx::trap() }
+}

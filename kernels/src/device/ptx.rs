@@ -1,0 +1,119 @@
+//! Inline PTX: one instruction per function, named after it. The only `asm!` in the crate.
+
+use core::arch::asm;
+
+// The dynamic shared-memory window of every kernel in the module (size set at launch).
+core::arch::global_asm!(".extern .shared .align 16 .b8 fs_dynamic_smem[];");
+
+/// `mov.u32 d, fs_dynamic_smem;` — the shared-window address of the dynamic shared memory.
+#[inline(always)]
+pub fn mov_u32_dynamic_smem() -> u32 {
+    let addr: u32;
+    // SAFETY: reads the address of a module-level shared symbol; no memory is accessed.
+    unsafe { asm!("mov.u32 {0}, fs_dynamic_smem;", out(reg32) addr, options(pure, nomem, nostack)) };
+    addr
+}
+
+/// `mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32`: `d += a · b` on one warp's fragments.
+///
+/// # Safety
+/// All 32 lanes of the warp must execute it together (converged), with fragments laid out as in the
+/// PTX ISA for m16n8k16 (see `config` for the k-slot permutation the fused kernel uses).
+#[inline(always)]
+pub unsafe fn mma_sync_aligned_m16n8k16_row_col_f32_bf16_bf16_f32(
+    d: &mut [f32; 4],
+    a: [u32; 4],
+    b: [u32; 2],
+) {
+    // SAFETY: register-only instruction; the caller guarantees warp convergence.
+    unsafe {
+        asm!(
+            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {{{0}, {1}, {2}, {3}}}, {{{4}, {5}, {6}, {7}}}, {{{8}, {9}}}, {{{0}, {1}, {2}, {3}}};",
+            inout(reg32) d[0], inout(reg32) d[1], inout(reg32) d[2], inout(reg32) d[3],
+            in(reg32) a[0], in(reg32) a[1], in(reg32) a[2], in(reg32) a[3],
+            in(reg32) b[0], in(reg32) b[1],
+            options(pure, nomem, nostack),
+        );
+    }
+}
+
+/// `ld.global.nc.L1::no_allocate.v4.u32`: a 16-byte read-only load that bypasses L1 allocation
+/// (weights: streamed once).
+///
+/// # Safety
+/// `ptr` must be a 16-byte aligned global address of 16 readable bytes not written during the kernel.
+#[inline(always)]
+pub unsafe fn ld_global_nc_l1_no_allocate_v4_u32(ptr: *const u32) -> [u32; 4] {
+    let (x, y, z, w): (u32, u32, u32, u32);
+    // SAFETY: the caller guarantees a valid, aligned, read-only global address.
+    unsafe {
+        asm!(
+            "ld.global.nc.L1::no_allocate.v4.u32 {{{0}, {1}, {2}, {3}}}, [{4}];",
+            out(reg32) x, out(reg32) y, out(reg32) z, out(reg32) w, in(reg64) ptr,
+            options(pure, readonly, nostack),
+        );
+    }
+    [x, y, z, w]
+}
+
+/// `ld.global.nc.v4.u32`: a 16-byte read-only load through L1 (hidden states: reused by every warp).
+///
+/// # Safety
+/// As [`ld_global_nc_l1_no_allocate_v4_u32`].
+#[inline(always)]
+pub unsafe fn ld_global_nc_v4_u32(ptr: *const u32) -> [u32; 4] {
+    let (x, y, z, w): (u32, u32, u32, u32);
+    // SAFETY: the caller guarantees a valid, aligned, read-only global address.
+    unsafe {
+        asm!(
+            "ld.global.nc.v4.u32 {{{0}, {1}, {2}, {3}}}, [{4}];",
+            out(reg32) x, out(reg32) y, out(reg32) z, out(reg32) w, in(reg64) ptr,
+            options(pure, readonly, nostack),
+        );
+    }
+    [x, y, z, w]
+}
+
+/// `shfl.sync.bfly.b32`: the value of lane `lane ^ lane_mask`, over the full warp.
+///
+/// # Safety
+/// All 32 lanes must execute it together.
+#[inline(always)]
+pub unsafe fn shfl_sync_bfly_b32(x: u32, lane_mask: u32) -> u32 {
+    let r: u32;
+    // SAFETY: register-only; the caller guarantees all lanes participate (member mask 0xffffffff).
+    unsafe {
+        asm!(
+            "shfl.sync.bfly.b32 {0}, {1}, {2}, 0x1f, 0xffffffff;",
+            out(reg32) r, in(reg32) x, in(reg32) lane_mask,
+            options(nomem, nostack),
+        );
+    }
+    r
+}
+
+/// `st.shared.v2.u32`: store 8 bytes to shared memory.
+///
+/// # Safety
+/// `addr` must be an 8-byte aligned shared-window address inside the launch's dynamic shared memory.
+#[inline(always)]
+pub unsafe fn st_shared_v2_u32(addr: u32, v: [u32; 2]) {
+    // SAFETY: the caller guarantees the address is inside this block's shared memory.
+    unsafe {
+        asm!("st.shared.v2.u32 [{0}], {{{1}, {2}}};", in(reg32) addr, in(reg32) v[0], in(reg32) v[1], options(nostack));
+    }
+}
+
+/// `ld.shared.v2.u32`: load 8 bytes from shared memory.
+///
+/// # Safety
+/// As [`st_shared_v2_u32`].
+#[inline(always)]
+pub unsafe fn ld_shared_v2_u32(addr: u32) -> [u32; 2] {
+    let (x, y): (u32, u32);
+    // SAFETY: the caller guarantees the address is inside this block's shared memory.
+    unsafe {
+        asm!("ld.shared.v2.u32 {{{0}, {1}}}, [{2}];", out(reg32) x, out(reg32) y, in(reg32) addr, options(readonly, nostack));
+    }
+    [x, y]
+}

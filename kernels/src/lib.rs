@@ -1,0 +1,33 @@
+//! # flashsampling-kernels
+//!
+//! The `no_std` half of FlashSampling: everything that must be the same on the GPU and on the CPU.
+//! Compiled to PTX (sm_90) by the host crate's build script, and linked into the host crate as an
+//! ordinary rlib, where the CPU backend and the tests call the very same functions.
+//!
+//! | module | what |
+//! |---|---|
+//! | [`philox`] | Philox4x32-10 counter-based generator |
+//! | [`noise`] | uniform, logarithm, Gumbel noise and the noise key |
+//! | [`epilogue`] | logit transform (temperature) and the tile epilogue |
+//! | [`candidate`] | the per-tile state: `update` and associative `merge` |
+//! | [`config`] | tile sizes, thread mapping and entry-point names, shared with the host |
+//! | [`params`] | kernel parameter structs, passed by value |
+//! | `device` | (nvptx64 only) the kernels: fused matmul + sampling, candidate reduction, test kernels |
+#![no_std]
+#![cfg_attr(target_arch = "nvptx64", feature(abi_ptx, stdarch_nvptx, asm_experimental_arch))]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
+pub mod candidate;
+pub mod config;
+pub mod epilogue;
+pub mod noise;
+pub mod params;
+pub mod philox;
+
+#[cfg(target_arch = "nvptx64")]
+mod device;
+
+pub use candidate::{Candidate, INVALID_INDEX};
+pub use epilogue::Transform;
+pub use noise::{RowNoise, stream_id};

@@ -1,0 +1,68 @@
+//! Kernel parameter structs, passed by value (FlashAttention-2 style): one `#[repr(C)]` struct per
+//! kernel, laid out identically on host and device (pointers are 64-bit device addresses).
+
+use crate::candidate::Candidate;
+use crate::epilogue::Transform;
+use half::bf16;
+
+/// Parameters of the fused matmul + sampling kernel.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct FusedParams {
+    /// Hidden states `[B, D]`, bf16, row-major, 16-byte aligned.
+    pub hidden: *const bf16,
+    /// LM-head weight `[V, D]`, bf16, row-major (the checkpoint layout), 16-byte aligned.
+    pub weight: *const bf16,
+    /// Per-row stream ids `[B]`.
+    pub streams: *const u64,
+    /// Output: candidates `[B, n_vtiles]`, row-major.
+    pub candidates: *mut Candidate,
+    /// Philox key.
+    pub seed: u64,
+    /// Batch rows.
+    pub b: u32,
+    /// Hidden size (multiple of [`crate::config::D_ALIGN`]).
+    pub d: u32,
+    /// Vocab size.
+    pub v: u32,
+    /// `ceil(V / BLOCK_V)`: candidates per row.
+    pub n_vtiles: u32,
+    /// Sample index of the draw (0 for the first sample of a row).
+    pub sample: u32,
+    /// Temperature transform.
+    pub transform: Transform,
+    /// Explicit padding to a multiple of 8 bytes (keeps host and device layouts equal).
+    pub _pad: u32,
+}
+
+/// Parameters of the candidate-reduction kernel.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ReduceParams {
+    /// Candidates `[B, n_vtiles]` written by the fused kernel.
+    pub candidates: *const Candidate,
+    /// Output: sampled token per row `[B]` ([`crate::INVALID_INDEX`] where the winning score is NaN).
+    pub tokens: *mut u32,
+    /// Output: winning perturbed score per row `[B]`.
+    pub scores: *mut f32,
+    /// Batch rows.
+    pub b: u32,
+    /// Candidates per row.
+    pub n_vtiles: u32,
+}
+
+/// Parameters of the Philox / Gumbel test kernels: one Philox call per thread.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct NoiseTestParams {
+    /// Counters `[n][4]`.
+    pub counters: *const [u32; 4],
+    /// Output `[n][4]`: Philox words (`philox_test`) or f32 Gumbel bits (`gumbel_test`).
+    pub out: *mut [u32; 4],
+    /// Key.
+    pub key: [u32; 2],
+    /// Number of counters.
+    pub n: u32,
+    /// Padding.
+    pub _pad: u32,
+}

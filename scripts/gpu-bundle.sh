@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Builds everything a GPU machine without Rust needs into gpu-bundle/:
+#   bin/        release test executables (cpu, gpu, ptxas, unit tests), the bench and the example
+#   flashsampling.ptx  the PTX the binaries embed (for ptxas / cuobjdump / inspection)
+#   run.sh      runs the tests (FLASHSAMPLING_REQUIRE_GPU=1), compute-sanitizer memcheck + racecheck,
+#               the example and the bench; prints a short table last
+# Copy the folder to the GPU machine and run `gpu-bundle/run.sh` there (from the repository root).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=gpu-bundle
+rm -rf "$out"; mkdir -p "$out/bin"
+# Test executables (one per integration test file, plus the crates' unit tests).
+cargo test --release --no-run --message-format=json 2>/dev/null \
+  | python3 -c '
+import json, sys, os, shutil
+for line in sys.stdin:
+    try: m = json.loads(line)
+    except ValueError: continue
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        name = m["target"]["name"].replace("-", "_")
+        kind = m["target"]["kind"][0]
+        dst = os.path.join(sys.argv[1], "test-" + name + ("" if kind == "test" else "-" + kind))
+        shutil.copy(m["executable"], dst); print("bundled", dst)
+' "$out/bin"
+cargo bench --no-run --message-format=json 2>/dev/null \
+  | python3 -c '
+import json, sys, shutil
+for line in sys.stdin:
+    try: m = json.loads(line)
+    except ValueError: continue
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and "bench" in m["target"]["kind"]:
+        shutil.copy(m["executable"], sys.argv[1] + "/bench-" + m["target"]["name"]); print("bundled bench", m["target"]["name"])
+' "$out/bin"
+cargo build --release --example sample
+cp target/release/examples/sample "$out/bin/sample"
+cp "$(ls -t target/release/build/flashsampling-*/out/flashsampling.ptx | head -1)" "$out/flashsampling.ptx"
+cp scripts/gpu-run.sh "$out/run.sh"
+du -sh "$out"

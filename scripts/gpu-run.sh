@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Runs on a GPU machine with no Rust, from the repository root, after scripts/gpu-bundle.sh:
+#   gpu-bundle/run.sh            tests, sanitizers, example, bench
+#   gpu-bundle/run.sh tests      tests and sanitizers only
+# Logs go to $OUT (or /tmp/flashsampling-gpu); a short summary table is printed last.
+set -uo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+bin="$here/bin"
+out="${OUT:-/tmp/flashsampling-gpu}"; mkdir -p "$out"
+what="${1:-all}"
+export FLASHSAMPLING_REQUIRE_GPU=1
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+command -v ptxas >/dev/null || export PATH="/usr/local/cuda/bin:$PATH"
+command -v ptxas >/dev/null && export FLASHSAMPLING_PTXAS="$(command -v ptxas)"
+summary=()
+note() { summary+=("$1"); }
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$out/gpu.txt"
+for t in "$bin"/test-*; do
+  name="$(basename "$t")"
+  start=$(date +%s)
+  "$t" --test-threads=1 > "$out/$name.log" 2>&1; rc=$?
+  res="$(grep -E '^test result:' "$out/$name.log" | tail -1)"
+  note "$(printf '%-34s rc=%d %3ss  %s' "$name" "$rc" "$(( $(date +%s) - start ))" "$res")"
+  grep -E "FAILED|panicked" "$out/$name.log" | head -5
+done
+grep -hE "^(fused vs CPU|GPU chi-squared|ptxas fused|ptxas reduce)" "$out"/test-*.log | tee "$out/highlights.txt"
+
+if command -v compute-sanitizer >/dev/null; then
+  for tool in memcheck racecheck; do
+    FLASHSAMPLING_GPU_TEST_QUICK=1 compute-sanitizer --tool "$tool" "$bin/test-gpu" --test-threads=1 \
+      > "$out/sanitizer-$tool.log" 2>&1; rc=$?
+    note "$(printf 'compute-sanitizer %-9s rc=%d  %s | %s' "$tool" "$rc" \
+      "$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer-$tool.log" | tail -1)" \
+      "$(grep -E '^test result:' "$out/sanitizer-$tool.log" | tail -1)")"
+  done
+else
+  note "compute-sanitizer: not found"
+fi
+
+if [ "$what" = all ]; then
+  for b in 1 64; do
+    "$bin/sample" --batch "$b" > "$out/sample-b$b.log" 2>&1
+    note "sample B=$b: $(grep -E 'fused sample on device' "$out/sample-b$b.log" | sed 's/.*: //')"
+    note "sample B=$b: $(grep -E 'self-check' "$out/sample-b$b.log" | sed 's/.*: //')"
+  done
+  for bench in "$bin"/bench-*; do
+    [ -x "$bench" ] || continue
+    "$bench" --bench > "$out/$(basename "$bench").log" 2>&1; rc=$?
+    note "$(basename "$bench") rc=$rc"
+    cp -r target/flashsampling-bench "$out/" 2>/dev/null
+  done
+fi
+echo
+echo "==== summary ($(date -u +%FT%TZ)) ===="
+printf '%s\n' "${summary[@]}"

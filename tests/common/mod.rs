@@ -1,0 +1,230 @@
+//! Shared helpers of the integration tests: deterministic synthetic data, f64 references, the
+//! chi-squared goodness-of-fit test, and the GPU SKIP/REQUIRE gate.
+#![allow(dead_code)]
+
+use std::io::Write;
+
+use flashsampling::kernels::RowNoise;
+use flashsampling::{GpuBackend, SamplingParams};
+use half::bf16;
+
+/// Test data generator (the library's SplitMix64).
+pub type TestRng = flashsampling::synthetic::SplitMix64;
+
+/// f64 logits `hidden[row] · weight[v]` for every v (exact products of bf16, f64 sums).
+pub fn logits_f64(hidden: &[bf16], weight: &[bf16], d: usize, row: usize) -> Vec<f64> {
+    let h = &hidden[row * d..(row + 1) * d];
+    weight
+        .chunks(d)
+        .map(|w| h.iter().zip(w).map(|(a, b)| a.to_f64() * b.to_f64()).sum())
+        .collect()
+}
+
+/// `Σ_d |h_d · w_d|` for one (row, v): scales the f32 summation error bound.
+pub fn abs_dot(hidden: &[bf16], weight: &[bf16], d: usize, row: usize, v: usize) -> f64 {
+    let h = &hidden[row * d..(row + 1) * d];
+    let w = &weight[v * d..(v + 1) * d];
+    h.iter().zip(w).map(|(a, b)| (a.to_f64() * b.to_f64()).abs()).sum()
+}
+
+/// A bound on |f32 dot − exact dot| for D terms summed in f32 in any order (both sides),
+/// `2 · D · 2^-24 · Σ|h·w|`, plus a small absolute floor.
+pub fn f32_dot_tolerance(d: usize, abs_dot: f64) -> f64 {
+    2.0 * d as f64 * f64::powi(2.0, -24) * abs_dot + 1e-6
+}
+
+/// The perturbed score of (row, v) in f64: `y / T + g` with the exact Gumbel noise the kernels use.
+pub fn perturbed_f64(logit: f64, v: u32, noise: &RowNoise, temperature: f32) -> f64 {
+    if temperature == 0.0 {
+        logit
+    } else {
+        logit * (1.0 / temperature) as f64 + noise.gumbel_at(v) as f64
+    }
+}
+
+/// Softmax of `logits / t` in f64.
+pub fn softmax(logits: &[f64], t: f64) -> Vec<f64> {
+    let m = logits.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    let e: Vec<f64> = logits.iter().map(|&y| ((y - m) / t).exp()).collect();
+    let s: f64 = e.iter().sum();
+    e.into_iter().map(|x| x / s).collect()
+}
+
+/// Regularized upper incomplete gamma Q(a, x) (series for x < a + 1, continued fraction otherwise).
+pub fn gamma_q(a: f64, x: f64) -> f64 {
+    if x <= 0.0 {
+        return 1.0;
+    }
+    let ln_gamma_a = ln_gamma(a);
+    if x < a + 1.0 {
+        let (mut sum, mut term, mut ap) = (1.0 / a, 1.0 / a, a);
+        for _ in 0..10_000 {
+            ap += 1.0;
+            term *= x / ap;
+            sum += term;
+            if term.abs() < sum.abs() * 1e-15 {
+                break;
+            }
+        }
+        1.0 - sum * (-x + a * x.ln() - ln_gamma_a).exp()
+    } else {
+        // Lentz's continued fraction.
+        let tiny = 1e-300;
+        let mut b = x + 1.0 - a;
+        let mut c = 1.0 / tiny;
+        let mut d = 1.0 / b;
+        let mut h = d;
+        for i in 1..10_000 {
+            let an = -(i as f64) * (i as f64 - a);
+            b += 2.0;
+            d = an * d + b;
+            if d.abs() < tiny {
+                d = tiny;
+            }
+            c = b + an / c;
+            if c.abs() < tiny {
+                c = tiny;
+            }
+            d = 1.0 / d;
+            let delta = d * c;
+            h *= delta;
+            if (delta - 1.0).abs() < 1e-15 {
+                break;
+            }
+        }
+        (-x + a * x.ln() - ln_gamma_a).exp() * h
+    }
+}
+
+/// ln Γ(x), Lanczos (g = 7, n = 9).
+pub fn ln_gamma(x: f64) -> f64 {
+    const C: [f64; 9] = [
+        0.999_999_999_999_809_9,
+        676.520_368_121_885_1,
+        -1_259.139_216_722_402_8,
+        771.323_428_777_653_1,
+        -176.615_029_162_140_6,
+        12.507_343_278_686_905,
+        -0.138_571_095_265_720_12,
+        9.984_369_578_019_572e-6,
+        1.505_632_735_149_311_6e-7,
+    ];
+    if x < 0.5 {
+        std::f64::consts::PI.ln() - (std::f64::consts::PI * x).sin().ln() - ln_gamma(1.0 - x)
+    } else {
+        let x = x - 1.0;
+        let mut a = C[0];
+        let t = x + 7.5;
+        for (i, c) in C.iter().enumerate().skip(1) {
+            a += c / (x + i as f64);
+        }
+        0.5 * (2.0 * std::f64::consts::PI).ln() + (x + 0.5) * t.ln() - t + a.ln()
+    }
+}
+
+/// Pearson chi-squared goodness of fit of `counts` against `probs`; bins with expected count < 5 are
+/// pooled into one bin (kept only if its pooled expectation reaches 5). Returns (statistic, df, p).
+pub fn chi_squared(counts: &[u64], probs: &[f64]) -> (f64, usize, f64) {
+    let n: u64 = counts.iter().sum();
+    let (mut stat, mut bins) = (0.0, 0usize);
+    let (mut pool_obs, mut pool_exp) = (0.0, 0.0);
+    for (&c, &p) in counts.iter().zip(probs) {
+        let e = p * n as f64;
+        if e < 5.0 {
+            pool_obs += c as f64;
+            pool_exp += e;
+        } else {
+            stat += (c as f64 - e).powi(2) / e;
+            bins += 1;
+        }
+    }
+    if pool_exp >= 5.0 {
+        stat += (pool_obs - pool_exp).powi(2) / pool_exp;
+        bins += 1;
+    } else if bins > 0 {
+        // Too little pooled mass for its own bin: it may not hide observations either.
+        assert!(pool_obs <= 5.0 + 5.0 * pool_exp, "{pool_obs} samples fell in bins expecting {pool_exp}");
+    }
+    let df = bins.saturating_sub(1).max(1);
+    (stat, df, gamma_q(df as f64 / 2.0, stat / 2.0))
+}
+
+/// A chi-squared setup: `b` identical hidden rows (so each row is one independent draw of the same
+/// distribution, through its own stream), a weight of `v` rows, and the exact probabilities.
+pub struct ChiSetup {
+    pub hidden: Vec<bf16>,
+    pub weight: Vec<bf16>,
+    pub d: usize,
+    pub v: usize,
+    pub b: usize,
+    pub probs: Vec<f64>,
+}
+
+/// Kinds of logit distributions for the chi-squared tests.
+#[derive(Clone, Copy, Debug)]
+pub enum Logits {
+    /// Logits of standard deviation about 1.5.
+    Spread,
+    /// The same, all shifted below −20.
+    AllNegative,
+    /// A peaked distribution: one token takes a large share of the mass.
+    Peaked,
+}
+
+pub fn chi_setup(kind: Logits, v: usize, b: usize, temperature: f32, seed: u64) -> ChiSetup {
+    let d = 64;
+    let mut rng = TestRng::new(seed);
+    let mut h_row = rng.normal_bf16(d, 1.0);
+    let scale = match kind {
+        Logits::Peaked => 0.6,
+        _ => 0.19,
+    };
+    let mut weight = rng.normal_bf16(v * d, scale);
+    if let Logits::AllNegative = kind {
+        // Last hidden coordinate 1, last weight column −24: every logit shifts by −24 exactly.
+        h_row[d - 1] = bf16::from_f32(1.0);
+        for r in 0..v {
+            weight[r * d + d - 1] = bf16::from_f32(-24.0);
+        }
+    }
+    let hidden: Vec<bf16> = (0..b).flat_map(|_| h_row.iter().copied()).collect();
+    let logits = logits_f64(&hidden[..d], &weight, d, 0);
+    if let Logits::AllNegative = kind {
+        assert!(logits.iter().all(|&y| y < 0.0), "setup must give all-negative logits");
+    }
+    let probs = softmax(&logits, temperature as f64);
+    ChiSetup { hidden, weight, d, v, b, probs }
+}
+
+/// Histogram of tokens over `v` bins.
+pub fn histogram(tokens: &[u32], v: usize) -> Vec<u64> {
+    let mut counts = vec![0u64; v];
+    for &t in tokens {
+        counts[t as usize] += 1;
+    }
+    counts
+}
+
+/// Streams 0..b offset by `base` (fresh draws per round).
+pub fn params_round(temperature: f32, seed: u64, b: usize, base: u64) -> SamplingParams {
+    SamplingParams::new(temperature, seed).with_streams((0..b as u64).map(|i| base + i).collect())
+}
+
+/// Writes straight to the process's stderr (not captured by the test harness).
+pub fn visible(msg: &str) {
+    let _ = writeln!(std::io::stderr(), "{msg}");
+}
+
+/// The GPU backend, or `None` after a visible SKIP line when no GPU is present; with
+/// `FLASHSAMPLING_REQUIRE_GPU=1` a missing GPU fails the test instead.
+pub fn gpu_or_skip(test: &str) -> Option<GpuBackend> {
+    let require = std::env::var("FLASHSAMPLING_REQUIRE_GPU").is_ok_and(|v| v == "1");
+    match GpuBackend::new(0) {
+        Ok(g) => Some(g),
+        Err(e) if require => panic!("FLASHSAMPLING_REQUIRE_GPU=1 but no GPU: {e}"),
+        Err(e) => {
+            visible(&format!("SKIP {test}: no GPU ({e}); set FLASHSAMPLING_REQUIRE_GPU=1 to fail instead"));
+            None
+        }
+    }
+}

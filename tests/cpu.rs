@@ -1,0 +1,224 @@
+//! CPU-backend tests: exactness (chi-squared), greedy, invariance, NaN handling and input validation.
+//! All seeds are fixed and named.
+
+mod common;
+
+use common::*;
+use flashsampling::kernels::config::{BLOCK_V, D_ALIGN, MAX_DIM};
+use flashsampling::{CpuBackend, Error, Matrix, SamplingParams};
+use half::bf16;
+
+const CHI_SEED: u64 = 0xC41_5EED;
+const DATA_SEED: u64 = 0xDA7A_0001;
+
+/// Draws `rounds · b` samples of one distribution with the CPU backend and returns the p-value.
+fn cpu_chi_p(kind: Logits, v: usize, temperature: f32, sampled_temperature: f32) -> (f64, usize) {
+    let (b, rounds) = (5000, 4);
+    let s = chi_setup(kind, v, b, temperature, DATA_SEED ^ v as u64);
+    let cpu = CpuBackend::new();
+    let mut tokens = Vec::new();
+    for r in 0..rounds {
+        let p = params_round(sampled_temperature, CHI_SEED, b, (r * b) as u64);
+        tokens.extend(cpu.sample(Matrix::new(&s.hidden, b, s.d), Matrix::new(&s.weight, v, s.d), &p).unwrap());
+    }
+    let (stat, df, p) = chi_squared(&histogram(&tokens, v), &s.probs);
+    eprintln!("{kind:?} V={v} T={temperature}: chi2={stat:.1} df={df} p={p:.4}");
+    (p, df)
+}
+
+#[test]
+fn chi_squared_matches_softmax_for_vocab_sizes_off_the_tile() {
+    for v in [100, 256, 512, 1000] {
+        assert!(v % BLOCK_V as usize != 0 || v == 256 || v == 512);
+        let (p, df) = cpu_chi_p(Logits::Spread, v, 1.0, 1.0);
+        assert!(df > 20, "V={v}: only {df} degrees of freedom");
+        assert!(p > 1e-3, "V={v}: p = {p}");
+    }
+}
+
+#[test]
+fn chi_squared_all_negative_logits() {
+    let (p, _) = cpu_chi_p(Logits::AllNegative, 1000, 1.0, 1.0);
+    assert!(p > 1e-3, "p = {p}");
+}
+
+#[test]
+fn chi_squared_peaked_distribution_with_low_temperature() {
+    let s = chi_setup(Logits::Peaked, 512, 1, 0.5, DATA_SEED ^ 512);
+    let top = s.probs.iter().cloned().fold(0.0, f64::max);
+    assert!(top > 0.2, "the peaked setup should put > 20% on one token, got {top}");
+    let (p, _) = cpu_chi_p(Logits::Peaked, 512, 0.5, 0.5);
+    assert!(p > 1e-3, "p = {p}");
+}
+
+#[test]
+fn chi_squared_test_rejects_a_wrong_temperature() {
+    // Power check: sampling at T = 1.3 while expecting T = 1 must be rejected.
+    let (p, _) = cpu_chi_p(Logits::Spread, 256, 1.0, 1.3);
+    assert!(p < 1e-3, "the test failed to notice a wrong temperature: p = {p}");
+}
+
+#[test]
+fn greedy_equals_argmax_of_the_logits() {
+    let (b, d, v) = (16, 256, 3000);
+    let mut rng = TestRng::new(DATA_SEED + 1);
+    let hidden = rng.normal_bf16(b * d, 1.0);
+    let weight = rng.normal_bf16(v * d, 0.05);
+    let tokens =
+        CpuBackend::new().sample(Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d), &SamplingParams::greedy()).unwrap();
+    for (row, &t) in tokens.iter().enumerate() {
+        let y = logits_f64(&hidden, &weight, d, row);
+        let best = (0..v).fold(0, |m, i| if y[i] > y[m] { i } else { m });
+        if t as usize != best {
+            let gap = (y[best] - y[t as usize]).abs();
+            let tol = f32_dot_tolerance(d, abs_dot(&hidden, &weight, d, row, best).max(abs_dot(&hidden, &weight, d, row, t as usize)));
+            assert!(gap < tol, "row {row}: greedy {t}, argmax {best}, gap {gap} >= {tol}");
+        }
+    }
+}
+
+#[test]
+fn greedy_ties_resolve_to_the_lower_index() {
+    let d = 8;
+    let hidden = vec![bf16::ONE; d];
+    // Rows 2 and 5 tie for the maximum.
+    let mut weight = vec![bf16::ZERO; 7 * d];
+    for &r in &[2usize, 5] {
+        weight[r * d] = bf16::from_f32(3.0);
+    }
+    for bv in [4, 128] {
+        let cpu = CpuBackend::new().with_block_v(bv).unwrap();
+        let t = cpu.sample(Matrix::new(&hidden, 1, d), Matrix::new(&weight, 7, d), &SamplingParams::greedy()).unwrap();
+        assert_eq!(t, vec![2], "block_v {bv}");
+    }
+}
+
+#[test]
+fn a_row_samples_the_same_alone_in_a_batch_and_with_other_tiles() {
+    let (d, v) = (128, 1000);
+    let mut rng = TestRng::new(DATA_SEED + 2);
+    let weight = rng.normal_bf16(v * d, 0.1);
+    let cpu = CpuBackend::new();
+    for trial in 0..40u64 {
+        let row = rng.normal_bf16(d, 1.0);
+        let stream = 1_000 + trial * 7;
+        let params = SamplingParams::new(1.0, 0xF00D + trial);
+        let alone = cpu
+            .sample(Matrix::new(&row, 1, d), Matrix::new(&weight, v, d), &params.clone().with_streams(vec![stream]))
+            .unwrap()[0];
+        // In a batch of 7 at position 3, with other rows and streams around it.
+        let mut batch = rng.normal_bf16(7 * d, 1.0);
+        batch[3 * d..4 * d].copy_from_slice(&row);
+        let streams = vec![11, 12, 13, stream, 15, 16, 17];
+        let in_batch = cpu
+            .sample(Matrix::new(&batch, 7, d), Matrix::new(&weight, v, d), &params.clone().with_streams(streams))
+            .unwrap()[3];
+        assert_eq!(alone, in_batch, "trial {trial}: batch position changed the sample");
+        for bv in [4usize, 64, 100, 1000] {
+            let other = CpuBackend::new()
+                .with_block_v(bv)
+                .unwrap()
+                .sample(Matrix::new(&row, 1, d), Matrix::new(&weight, v, d), &params.clone().with_streams(vec![stream]))
+                .unwrap()[0];
+            assert_eq!(alone, other, "trial {trial}: vocab tile {bv} changed the sample");
+        }
+    }
+}
+
+#[test]
+fn streams_default_to_row_indices_and_seeds_matter() {
+    let (b, d, v) = (8, 64, 500);
+    let mut rng = TestRng::new(DATA_SEED + 3);
+    let row = rng.normal_bf16(d, 1.0);
+    let hidden: Vec<bf16> = (0..b).flat_map(|_| row.iter().copied()).collect();
+    let weight = rng.normal_bf16(v * d, 0.05);
+    let cpu = CpuBackend::new();
+    let run = |p: &SamplingParams| cpu.sample(Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d), p).unwrap();
+    let default = run(&SamplingParams::new(1.0, 5));
+    assert_eq!(default, run(&SamplingParams::new(1.0, 5).with_streams((0..b as u64).collect())));
+    assert_ne!(default, run(&SamplingParams::new(1.0, 6)), "another seed should change some of 8 draws");
+    assert_ne!(default, run(&SamplingParams::new(1.0, 5).with_sample(1)), "another sample index should too");
+    // Identical rows with different streams are independent draws: not all equal.
+    assert!(default.iter().any(|&t| t != default[0]));
+}
+
+#[test]
+fn a_nan_logit_is_an_error_never_a_silent_winner() {
+    let (b, d, v) = (3, 16, 300);
+    let mut rng = TestRng::new(DATA_SEED + 4);
+    let hidden = rng.normal_bf16(b * d, 1.0);
+    let mut weight = rng.normal_bf16(v * d, 0.1);
+    weight[200 * d + 5] = bf16::NAN;
+    for p in [SamplingParams::new(1.0, 1), SamplingParams::greedy()] {
+        let err = CpuBackend::new().sample(Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d), &p).unwrap_err();
+        assert_eq!(err, Error::NanLogit { row: 0 });
+    }
+}
+
+#[test]
+fn bad_input_is_a_typed_error() {
+    let cpu = CpuBackend::new();
+    let h = vec![bf16::ONE; 2 * 16];
+    let w = vec![bf16::ONE; 10 * 16];
+    let ok = SamplingParams::new(1.0, 0);
+    let run = |h: Matrix<'_>, w: Matrix<'_>, p: &SamplingParams| cpu.sample(h, w, p).unwrap_err();
+    assert_eq!(run(Matrix::new(&[], 0, 16), Matrix::new(&w, 10, 16), &ok), Error::EmptyBatch);
+    assert_eq!(run(Matrix::new(&h, 2, 16), Matrix::new(&[], 0, 16), &ok), Error::EmptyVocab);
+    assert_eq!(run(Matrix::new(&[], 2, 0), Matrix::new(&[], 10, 0), &ok), Error::EmptyHidden);
+    assert_eq!(
+        run(Matrix::new(&h, 4, 8), Matrix::new(&w, 10, 16), &ok),
+        Error::HiddenSizeMismatch { hidden: 8, weight: 16 }
+    );
+    let h12 = vec![bf16::ONE; 2 * 12];
+    let w12 = vec![bf16::ONE; 10 * 12];
+    assert_eq!(
+        run(Matrix::new(&h12, 2, 12), Matrix::new(&w12, 10, 12), &ok),
+        Error::HiddenNotAligned { d: 12, multiple: D_ALIGN as usize }
+    );
+    assert_eq!(
+        run(Matrix::new(&h[..31], 2, 16), Matrix::new(&w, 10, 16), &ok),
+        Error::LengthMismatch { buffer: "hidden states", expected: 32, actual: 31 }
+    );
+    assert_eq!(
+        run(Matrix::new(&h, 2, 16), Matrix::new(&w, 11, 16), &ok),
+        Error::LengthMismatch { buffer: "LM-head weight", expected: 176, actual: 160 }
+    );
+    assert_eq!(
+        run(Matrix::new(&h, 2, 16), Matrix::new(&w, 10, 16), &ok.clone().with_streams(vec![1, 2, 3])),
+        Error::LengthMismatch { buffer: "streams", expected: 2, actual: 3 }
+    );
+    let big = MAX_DIM as usize + 1;
+    assert_eq!(
+        run(Matrix::new(&h, big, 16), Matrix::new(&w, 10, 16), &ok),
+        Error::TooLarge { what: "batch size B", value: big, max: MAX_DIM as usize }
+    );
+    assert_eq!(
+        run(Matrix::new(&h, 2, 16), Matrix::new(&w, big, 16), &ok),
+        Error::TooLarge { what: "vocab size V", value: big, max: MAX_DIM as usize }
+    );
+    for t in [f32::NAN, -0.5, f32::INFINITY, f32::NEG_INFINITY] {
+        match run(Matrix::new(&h, 2, 16), Matrix::new(&w, 10, 16), &SamplingParams::new(t, 0)) {
+            Error::InvalidTemperature(x) => assert!(x.is_nan() == t.is_nan() && (t.is_nan() || x == t)),
+            e => panic!("temperature {t}: {e:?}"),
+        }
+    }
+    for bv in [0usize, 3, 130] {
+        assert_eq!(CpuBackend::new().with_block_v(bv).unwrap_err(), Error::InvalidTileSize(bv));
+    }
+    // Every error has a readable message.
+    assert!(Error::HiddenNotAligned { d: 12, multiple: 8 }.to_string().contains("multiple of 8"));
+}
+
+#[test]
+fn tokens_are_in_range_and_reproducible() {
+    let (b, d, v) = (9, 32, 777);
+    let mut rng = TestRng::new(DATA_SEED + 5);
+    let hidden = rng.normal_bf16(b * d, 1.0);
+    let weight = rng.normal_bf16(v * d, 0.3);
+    let p = SamplingParams::new(0.7, 99);
+    let cpu = CpuBackend::new();
+    let a = cpu.sample(Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d), &p).unwrap();
+    let b2 = CpuBackend::new().with_threads(1).sample(Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d), &p).unwrap();
+    assert_eq!(a, b2, "thread count must not change samples");
+    assert!(a.iter().all(|&t| (t as usize) < v));
+}

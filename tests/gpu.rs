@@ -1,0 +1,265 @@
+//! GPU tests: device noise bit-identical to the host, the fused kernel against the CPU backend for the
+//! same noise, chi-squared on the GPU, greedy against a cuBLAS-free f32 reference, the device-resident
+//! API, NaN handling and device-buffer validation.
+//!
+//! Without a GPU each test prints a visible `SKIP` line and passes; with `FLASHSAMPLING_REQUIRE_GPU=1`
+//! it fails instead. `FLASHSAMPLING_GPU_TEST_QUICK=1` (used under compute-sanitizer) keeps only the
+//! smaller shapes.
+
+mod common;
+
+use common::*;
+use flashsampling::kernels::noise::gumbel;
+use flashsampling::kernels::philox::philox4x32_10;
+use flashsampling::kernels::INVALID_INDEX;
+use flashsampling::{CpuBackend, DeviceMatrix, Error, Matrix, SamplingParams};
+use half::bf16;
+
+const SEED: u64 = 0x6E0_5EED;
+const DATA_SEED: u64 = 0xDA7A_6E00;
+
+fn quick() -> bool {
+    std::env::var("FLASHSAMPLING_GPU_TEST_QUICK").is_ok_and(|v| v == "1")
+}
+
+fn counters(n: usize) -> Vec<[u32; 4]> {
+    let mut rng = TestRng::new(DATA_SEED);
+    let mut c: Vec<[u32; 4]> = (0..n)
+        .map(|_| {
+            let (a, b) = (rng.next_u64(), rng.next_u64());
+            [a as u32, (a >> 32) as u32, b as u32, (b >> 32) as u32]
+        })
+        .collect();
+    c[0] = [0; 4];
+    c[1] = [u32::MAX; 4];
+    c[2] = [0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344];
+    c
+}
+
+#[test]
+fn philox_on_the_device_is_bit_identical_to_the_host() {
+    let Some(gpu) = gpu_or_skip("philox_on_the_device_is_bit_identical_to_the_host") else { return };
+    // Random123 known answers first.
+    let kat = gpu.philox_on_device(&[[0; 4]], [0, 0]).unwrap();
+    assert_eq!(kat[0], [0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8]);
+    let kat = gpu.philox_on_device(&[[u32::MAX; 4]], [u32::MAX; 2]).unwrap();
+    assert_eq!(kat[0], [0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd]);
+    let kat = gpu
+        .philox_on_device(&[[0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344]], [0xa4093822, 0x299f31d0])
+        .unwrap();
+    assert_eq!(kat[0], [0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1]);
+    let c = counters(1 << 16);
+    let key = [0xdead_beef, 0x0123_4567];
+    let dev = gpu.philox_on_device(&c, key).unwrap();
+    for (i, (ctr, got)) in c.iter().zip(&dev).enumerate() {
+        assert_eq!(*got, philox4x32_10(*ctr, key), "counter {i}");
+    }
+}
+
+#[test]
+fn gumbel_noise_on_the_device_is_bit_identical_to_the_host() {
+    let Some(gpu) = gpu_or_skip("gumbel_noise_on_the_device_is_bit_identical_to_the_host") else { return };
+    let c = counters(1 << 16);
+    let key = [7, 9];
+    let dev = gpu.gumbel_on_device(&c, key).unwrap();
+    for (i, (ctr, got)) in c.iter().zip(&dev).enumerate() {
+        let want = philox4x32_10(*ctr, key).map(|x| gumbel(x).to_bits());
+        assert_eq!(*got, want, "counter {i}");
+    }
+}
+
+/// Compares GPU and CPU tokens for the same noise. Returns the number of mismatching rows; each
+/// mismatch must be explained by a top-2 perturbed-score gap below the f32 accumulation tolerance.
+fn compare_with_cpu(gpu: &flashsampling::GpuBackend, b: usize, d: usize, v: usize, t: f32) -> usize {
+    let mut rng = TestRng::new(DATA_SEED ^ (b * 1_000_003 + d * 7919 + v) as u64);
+    let hidden = rng.normal_bf16(b * d, 1.0);
+    // Logit standard deviation ≈ 2 whatever D is.
+    let weight = rng.normal_bf16(v * d, 2.0 / (d as f64).sqrt());
+    let params = SamplingParams::new(t, SEED ^ v as u64).with_streams((0..b as u64).map(|i| 31 * i + 5).collect());
+    let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
+    let g = gpu.sample_scored(h, w, &params).unwrap();
+    let c = CpuBackend::new().sample_scored(h, w, &params).unwrap();
+    let mut mismatches = 0;
+    for row in 0..b {
+        let (tg, tc) = (g.tokens[row], c.tokens[row]);
+        assert!((tg as usize) < v, "B={b} D={d} V={v} row {row}: GPU token {tg} out of range");
+        if tg == tc {
+            continue;
+        }
+        mismatches += 1;
+        let y = |tok: u32| -> f64 {
+            let (hr, wr) = (&hidden[row * d..(row + 1) * d], &weight[tok as usize * d..(tok as usize + 1) * d]);
+            hr.iter().zip(wr).map(|(a, b)| a.to_f64() * b.to_f64()).sum()
+        };
+        let noise = params.row_noise(row);
+        let (sg, sc) = (perturbed_f64(y(tg), tg, &noise, t), perturbed_f64(y(tc), tc, &noise, t));
+        let gap = (sg - sc).abs();
+        let tol = f32_dot_tolerance(d, abs_dot(&hidden, &weight, d, row, tg as usize).max(abs_dot(&hidden, &weight, d, row, tc as usize)))
+            / if t == 0.0 { 1.0 } else { t as f64 };
+        assert!(
+            gap < tol,
+            "B={b} D={d} V={v} row {row}: GPU {tg} (score {sg}), CPU {tc} (score {sc}); gap {gap:e} >= tolerance {tol:e}"
+        );
+    }
+    mismatches
+}
+
+#[test]
+fn fused_kernel_matches_the_cpu_backend() {
+    let Some(gpu) = gpu_or_skip("fused_kernel_matches_the_cpu_backend") else { return };
+    let (mut rows, mut mismatches) = (0usize, 0usize);
+    for &v in &[1000usize, 151_936] {
+        for &d in &[64usize, 4096] {
+            for &b in &[1usize, 3, 64, 257] {
+                if quick() && (v * d > 1000 * 4096) && b > 3 {
+                    continue;
+                }
+                let m = compare_with_cpu(&gpu, b, d, v, 1.0);
+                visible(&format!("fused vs CPU: B={b:>3} D={d:>4} V={v:>6}: {m} mismatching rows of {b}"));
+                rows += b;
+                mismatches += m;
+            }
+        }
+    }
+    assert!(mismatches * 1000 <= rows, "{mismatches} of {rows} rows differ (> 0.1%)");
+}
+
+#[test]
+fn greedy_matches_a_cublas_free_f32_reference() {
+    let Some(gpu) = gpu_or_skip("greedy_matches_a_cublas_free_f32_reference") else { return };
+    for &(b, d, v) in &[(5usize, 4096usize, 151_936usize), (70, 64, 1000)] {
+        let mut rng = TestRng::new(DATA_SEED + 77 + b as u64);
+        let hidden = rng.normal_bf16(b * d, 1.0);
+        let weight = rng.normal_bf16(v * d, 2.0 / (d as f64).sqrt());
+        let tokens =
+            gpu.sample(Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d), &SamplingParams::greedy()).unwrap();
+        for row in 0..b {
+            // Plain f32 reference: logits summed on the CPU, argmax with ties to the lower index.
+            let h: Vec<f32> = hidden[row * d..(row + 1) * d].iter().map(|x| x.to_f32()).collect();
+            let logit = |i: usize| -> f32 {
+                let w: Vec<f32> = weight[i * d..(i + 1) * d].iter().map(|x| x.to_f32()).collect();
+                flashsampling::cpu::dot(&h, &w)
+            };
+            let y: Vec<f32> = (0..v).map(logit).collect();
+            let best = (0..v).fold(0, |m, i| if y[i] > y[m] { i } else { m });
+            let t = tokens[row] as usize;
+            if t != best {
+                let gap = (y[best] - y[t]).abs() as f64;
+                let tol = f32_dot_tolerance(d, abs_dot(&hidden, &weight, d, row, best).max(abs_dot(&hidden, &weight, d, row, t)));
+                assert!(gap < tol, "B={b} row {row}: GPU greedy {t}, reference argmax {best}, gap {gap:e} >= {tol:e}");
+            }
+        }
+    }
+}
+
+#[test]
+fn chi_squared_on_the_gpu() {
+    let Some(gpu) = gpu_or_skip("chi_squared_on_the_gpu") else { return };
+    for (kind, v, t) in [(Logits::Spread, 512usize, 1.0f32), (Logits::Spread, 1000, 1.0), (Logits::Peaked, 1000, 0.5)] {
+        let (b, rounds) = (5000usize, 8usize);
+        let s = chi_setup(kind, v, b, t, DATA_SEED ^ v as u64);
+        let mut tokens = Vec::new();
+        for r in 0..rounds {
+            let p = params_round(t, SEED, b, (r * b) as u64);
+            tokens.extend(gpu.sample(Matrix::new(&s.hidden, b, s.d), Matrix::new(&s.weight, v, s.d), &p).unwrap());
+        }
+        let (stat, df, p) = chi_squared(&histogram(&tokens, v), &s.probs);
+        visible(&format!("GPU chi-squared {kind:?} V={v} T={t}: chi2={stat:.1} df={df} p={p:.4} ({} samples)", tokens.len()));
+        assert!(p > 1e-3, "{kind:?} V={v}: p = {p}");
+    }
+}
+
+#[test]
+fn device_api_keeps_tokens_on_the_device_and_reuses_buffers() {
+    let Some(gpu) = gpu_or_skip("device_api_keeps_tokens_on_the_device_and_reuses_buffers") else { return };
+    let (d, v) = (256, 5000);
+    let mut rng = TestRng::new(DATA_SEED + 9);
+    let weight = rng.normal_bf16(v * d, 0.1);
+    let w_dev = gpu.stream().clone_htod(&weight).unwrap();
+    let mut out = gpu.alloc_samples(4, v).unwrap();
+    for (step, b) in [(0u32, 4usize), (1, 40), (2, 2)] {
+        let hidden = rng.normal_bf16(b * d, 1.0);
+        let h_dev = gpu.stream().clone_htod(&hidden).unwrap();
+        let params = SamplingParams::new(0.9, 3).with_streams((0..b as u32).map(|r| flashsampling::stream_id(r, step)).collect());
+        gpu.sample_device(
+            &DeviceMatrix { data: h_dev.as_view(), rows: b, cols: d },
+            &DeviceMatrix { data: w_dev.as_view(), rows: v, cols: d },
+            &params,
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(out.batch(), b);
+        let on_device = gpu.stream().clone_dtoh(&out.tokens()).unwrap();
+        let host_path = gpu.sample(Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d), &params).unwrap();
+        assert_eq!(on_device, host_path, "step {step}");
+    }
+    // Misaligned device views are rejected before any launch.
+    let h = gpu.stream().clone_htod(&vec![bf16::ONE; 2 * d + 1]).unwrap();
+    let err = gpu
+        .sample_device(
+            &DeviceMatrix { data: h.slice(1..), rows: 2, cols: d },
+            &DeviceMatrix { data: w_dev.as_view(), rows: v, cols: d },
+            &SamplingParams::new(1.0, 0),
+            &mut out,
+        )
+        .unwrap_err();
+    assert!(matches!(err, Error::Misaligned { buffer: "hidden states", .. }), "{err:?}");
+}
+
+#[test]
+fn nan_logits_are_reported_on_the_gpu() {
+    let Some(gpu) = gpu_or_skip("nan_logits_are_reported_on_the_gpu") else { return };
+    let (b, d, v) = (4, 64, 3000);
+    let mut rng = TestRng::new(DATA_SEED + 10);
+    let hidden = rng.normal_bf16(b * d, 1.0);
+    let mut weight = rng.normal_bf16(v * d, 0.1);
+    weight[2500 * d + 3] = bf16::NAN;
+    for p in [SamplingParams::new(1.0, 1), SamplingParams::greedy()] {
+        let err = gpu.sample(Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d), &p).unwrap_err();
+        assert_eq!(err, Error::NanLogit { row: 0 });
+    }
+    // The device API marks the row with INVALID_INDEX instead of a token.
+    let h_dev = gpu.stream().clone_htod(&hidden).unwrap();
+    let w_dev = gpu.stream().clone_htod(&weight).unwrap();
+    let mut out = gpu.alloc_samples(b, v).unwrap();
+    gpu.sample_device(
+        &DeviceMatrix { data: h_dev.as_view(), rows: b, cols: d },
+        &DeviceMatrix { data: w_dev.as_view(), rows: v, cols: d },
+        &SamplingParams::new(1.0, 1),
+        &mut out,
+    )
+    .unwrap();
+    assert_eq!(gpu.stream().clone_dtoh(&out.tokens()).unwrap(), vec![INVALID_INDEX; b]);
+}
+
+#[test]
+fn invariance_holds_on_the_gpu() {
+    let Some(gpu) = gpu_or_skip("invariance_holds_on_the_gpu") else { return };
+    // A row drawn alone (batch tile of 8) and at position 3 of a batch of 40 (batch tile of 64)
+    // gets the same token, and the CPU with another vocab tile agrees.
+    let (d, v) = (512, 20_000);
+    let mut rng = TestRng::new(DATA_SEED + 11);
+    let weight = rng.normal_bf16(v * d, 0.08);
+    for trial in 0..20u64 {
+        let row = rng.normal_bf16(d, 1.0);
+        let stream = 500 + trial;
+        let params = SamplingParams::new(1.0, 0xABC + trial);
+        let alone = gpu
+            .sample(Matrix::new(&row, 1, d), Matrix::new(&weight, v, d), &params.clone().with_streams(vec![stream]))
+            .unwrap()[0];
+        let mut batch = rng.normal_bf16(40 * d, 1.0);
+        batch[3 * d..4 * d].copy_from_slice(&row);
+        let mut streams: Vec<u64> = (0..40).map(|i| 10_000 + i).collect();
+        streams[3] = stream;
+        let in_batch = gpu
+            .sample(Matrix::new(&batch, 40, d), Matrix::new(&weight, v, d), &params.clone().with_streams(streams))
+            .unwrap()[3];
+        let cpu = CpuBackend::new()
+            .with_block_v(1000)
+            .unwrap()
+            .sample(Matrix::new(&row, 1, d), Matrix::new(&weight, v, d), &params.clone().with_streams(vec![stream]))
+            .unwrap()[0];
+        assert_eq!(alone, in_batch, "trial {trial}");
+        assert_eq!(alone, cpu, "trial {trial}");
+    }
+}

@@ -1,0 +1,66 @@
+//! Build check: the generated PTX assembles with `ptxas -arch=sm_90 -v` (from the PyPI wheel
+//! `nvidia-cuda-nvcc-cu12`, installed by `./x.sh test` into `.tools/`), and the kernels neither spill
+//! nor use a stack frame in the hot kernels. Prints the register / shared memory / spill lines.
+//!
+//! ptxas is looked up in `$FLASHSAMPLING_PTXAS`, `.tools/nvcc/nvidia/cuda_nvcc/bin/ptxas`, then `PATH`.
+//! Without it the test prints a SKIP line, or fails when `FLASHSAMPLING_REQUIRE_PTXAS=1`.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn find_ptxas() -> Option<PathBuf> {
+    if let Ok(p) = std::env::var("FLASHSAMPLING_PTXAS") {
+        return Some(PathBuf::from(p));
+    }
+    let local = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".tools/nvcc/nvidia/cuda_nvcc/bin/ptxas");
+    if local.is_file() {
+        return Some(local);
+    }
+    Command::new("ptxas").arg("--version").output().ok().filter(|o| o.status.success()).map(|_| PathBuf::from("ptxas"))
+}
+
+#[test]
+fn ptx_assembles_for_sm_90_without_spills() {
+    let Some(ptxas) = find_ptxas() else {
+        if std::env::var("FLASHSAMPLING_REQUIRE_PTXAS").is_ok_and(|v| v == "1") {
+            panic!("FLASHSAMPLING_REQUIRE_PTXAS=1 but no ptxas found (run ./x.sh test, which installs it)");
+        }
+        common::visible("SKIP ptx_assembles_for_sm_90_without_spills: no ptxas (./x.sh test installs it)");
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("flashsampling-ptxas-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ptx = dir.join("flashsampling.ptx");
+    std::fs::write(&ptx, flashsampling::PTX).unwrap();
+    let out = Command::new(&ptxas)
+        .args(["-arch", flashsampling::PTX_SM, "-v"])
+        .arg(&ptx)
+        .arg("-o")
+        .arg(dir.join("flashsampling.cubin"))
+        .output()
+        .expect("run ptxas");
+    let log = String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(out.status.success(), "ptxas failed:\n{log}");
+    // Summarize per entry: registers, shared memory, stack, spills.
+    let mut entry = String::new();
+    let mut summary = Vec::new();
+    for line in log.lines() {
+        if let Some(rest) = line.split("Compiling entry function '").nth(1) {
+            entry = rest.split('\'').next().unwrap_or("").to_string();
+        } else if (line.contains("spill stores") || line.contains("Used ")) && !entry.is_empty() {
+            summary.push(format!("ptxas {entry}: {}", line.trim().trim_start_matches("ptxas info    : ")));
+        }
+    }
+    for s in &summary {
+        common::visible(s);
+    }
+    for s in summary.iter().filter(|s| s.contains("fused_sample") || s.contains("reduce_candidates")) {
+        if s.contains("spill") {
+            assert!(s.contains("0 bytes spill stores, 0 bytes spill loads"), "register spills: {s}");
+        }
+    }
+    assert!(summary.iter().any(|s| s.contains("fused_sample_nb1")), "no fused kernel in the ptxas report:\n{log}");
+}

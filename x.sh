@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# FlashSampling's entry point: installs what the build needs, then runs the job.
+#
+#   ./x.sh sample [ARGS]   the main job: sample a batch from a synthetic LM head (GPU if present, else CPU)
+#   ./x.sh test            every test (GPU tests print SKIP without a GPU)
+#   ./x.sh bench [ARGS]    cargo bench (needs a GPU)
+#   ./x.sh gpu-bundle      build test + bench executables and the PTX into gpu-bundle/ for a GPU machine
+#                          without Rust (see README)
+#
+# Installs: the pinned nightly with rust-src + llvm-tools (rust-toolchain.toml; RUSTUP_AUTO_INSTALL may
+# be off), and ptxas from the PyPI wheel nvidia-cuda-nvcc-cu12 into .tools/ (for the PTX build check).
+set -euo pipefail
+cd "$(dirname "$0")"
+
+ensure_toolchain() {
+  command -v rustup >/dev/null || { echo "x.sh: rustup is required (https://rustup.rs)" >&2; exit 1; }
+  rustup toolchain install >/dev/null   # reads rust-toolchain.toml, components included
+}
+
+PTXAS=.tools/nvcc/nvidia/cuda_nvcc/bin/ptxas
+ensure_ptxas() {
+  [ -x "$PTXAS" ] && return
+  python3 -m pip install --quiet --disable-pip-version-check --no-deps --target .tools/nvcc \
+    "nvidia-cuda-nvcc-cu12==12.9.86"
+}
+
+cmd="${1:-}"; shift || true
+case "$cmd" in
+  sample)
+    ensure_toolchain
+    exec cargo run --release --example sample -- "$@" ;;
+  test)
+    ensure_toolchain
+    ensure_ptxas
+    FLASHSAMPLING_REQUIRE_PTXAS=1 exec cargo test --release ;;
+  bench)
+    ensure_toolchain
+    exec cargo bench -- "$@" ;;
+  gpu-bundle)
+    ensure_toolchain
+    exec scripts/gpu-bundle.sh ;;
+  *)
+    sed -n '2,12p' "$0"; exit 2 ;;
+esac
