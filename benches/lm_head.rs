@@ -1,0 +1,178 @@
+//! `cargo bench`: FlashSampling against unfused baselines on the GPU, in one run.
+//!
+//! For D = 4096, V = 151936 (Qwen3-8B) and D = 8192, V = 128256 (Llama-3-70B) and B ∈ {1, 2, …, 256},
+//! with random bf16 data (never zeros) and weights far larger than L2, it times on one stream with
+//! CUDA events (warm-up, then the median of ≥ 50 runs; min and max kept):
+//! 1. ours: the fused kernel + candidate reduction, T = 1 (and T = 0, the no-noise variant);
+//! 2. cuBLAS bf16 GEMM alone, f32 logits;
+//! 3. cuBLAS GEMM + this crate's softmax + inverse-CDF multinomial kernels;
+//! 4. cuBLAS GEMM + this crate's Gumbel-max kernel over the logits (+ candidate reduction);
+//! 5. a 2 GiB device-to-device copy (HBM bandwidth → HBM floor = weight bytes / bandwidth) and an
+//!    8192³ bf16 cuBLAS GEMM (tensor-core rate → compute floor).
+//!
+//! Prints a table last, writes `target/flashsampling-bench/{results.csv, results.json, plot-*.svg}`.
+//! Flags: `--quick` (B ∈ {1, 64, 256}), `--runs N` (default 50), `--out DIR`,
+//! `--replot CSV` (rebuild table and plots from a results.csv, no GPU needed).
+//! Without a GPU it prints SKIP (fails with `FLASHSAMPLING_REQUIRE_GPU=1`).
+
+mod report;
+
+use std::path::PathBuf;
+
+use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
+use flashsampling::baselines::{Baselines, gemm_bf16_f32};
+use flashsampling::synthetic::SplitMix64;
+use flashsampling::timing::{EventTimer, Stats};
+use flashsampling::{DeviceMatrix, GpuBackend, SamplingParams};
+use report::Row;
+
+const DATA_SEED: u64 = 0xBE7C_0001;
+const CONFIGS: [(&str, usize, usize); 2] = [("qwen3-8b", 4096, 151_936), ("llama3-70b", 8192, 128_256)];
+const BATCHES: [usize; 9] = [1, 2, 4, 8, 16, 32, 64, 128, 256];
+
+struct Args {
+    quick: bool,
+    runs: usize,
+    out: PathBuf,
+    replot: Option<PathBuf>,
+}
+
+fn args() -> Args {
+    let mut a = Args { quick: false, runs: 50, out: PathBuf::from("target/flashsampling-bench"), replot: None };
+    let mut it = std::env::args().skip(1);
+    while let Some(x) = it.next() {
+        match x.as_str() {
+            "--quick" => a.quick = true,
+            "--runs" => a.runs = it.next().and_then(|s| s.parse::<usize>().ok()).expect("--runs N").max(50),
+            "--out" => a.out = PathBuf::from(it.next().expect("--out DIR")),
+            "--replot" => a.replot = Some(PathBuf::from(it.next().expect("--replot CSV"))),
+            _ => {} // `--bench` and filters from cargo
+        }
+    }
+    a
+}
+
+type R<T> = Result<T, Box<dyn std::error::Error>>;
+
+fn main() -> R<()> {
+    let a = args();
+    if let Some(csv) = &a.replot {
+        let rows: Vec<Row> = std::fs::read_to_string(csv)?.lines().skip(1).filter_map(Row::from_csv).collect();
+        for p in report::write_files(&a.out, &rows, "{\"replot\": true}")? {
+            println!("wrote {}", p.display());
+        }
+        print!("{}", report::table(&rows));
+        return Ok(());
+    }
+    let gpu = match GpuBackend::new(0) {
+        Ok(g) => g,
+        Err(e) if std::env::var("FLASHSAMPLING_REQUIRE_GPU").is_ok_and(|v| v == "1") => {
+            return Err(format!("FLASHSAMPLING_REQUIRE_GPU=1 but no GPU: {e}").into());
+        }
+        Err(e) => {
+            println!("SKIP lm_head bench: no GPU ({e})");
+            return Ok(());
+        }
+    };
+    let stream = gpu.stream().clone();
+    let base = Baselines::new(&gpu)?;
+    let timer = EventTimer::new(gpu.context())?;
+    let runs = a.runs;
+
+    // HBM bandwidth: 2 GiB device-to-device copy, bytes read + written.
+    let copy_bytes = 2usize << 30;
+    let src: CudaSlice<u8> = stream.alloc_zeros(copy_bytes)?;
+    let mut dst: CudaSlice<u8> = stream.alloc_zeros(copy_bytes)?;
+    let copy = timer.time(&stream, 3, 20, || Ok(stream.memcpy_dtod(&src, &mut dst)?))?;
+    let bandwidth = 2.0 * copy_bytes as f64 / (copy.median * 1e-3); // bytes/s
+    drop((src, dst));
+    // Tensor-core rate: 8192³ bf16 GEMM on random data, f32 output.
+    let n = 8192;
+    let mut rng = SplitMix64::new(DATA_SEED);
+    let ga = stream.clone_htod(&rng.normal_bf16(n * n, 1.0))?;
+    let gb = stream.clone_htod(&rng.normal_bf16(n * n, 1.0))?;
+    let mut gc: CudaSlice<f32> = stream.alloc_zeros(n * n)?;
+    let big = {
+        let (pa, _a) = ga.device_ptr(&stream);
+        let (pb, _b) = gb.device_ptr(&stream);
+        let (pc, _c) = gc.device_ptr_mut(&stream);
+        timer.time(&stream, 3, 20, || Ok(gemm_bf16_f32(base.blas(), (n, n, n), pa, pb, pc)?))?
+    };
+    let tc_rate = 2.0 * (n as f64).powi(3) / (big.median * 1e-3); // FLOP/s
+    drop((ga, gb, gc));
+    eprintln!(
+        "device {}: copy {:.3} TB/s (2 GiB, median {:.3} ms); bf16 GEMM 8192^3 {:.0} TFLOP/s (median {:.3} ms)",
+        gpu.device_name(),
+        bandwidth / 1e12,
+        copy.median,
+        tc_rate / 1e12,
+        big.median
+    );
+
+    let batches: Vec<usize> = if a.quick { vec![1, 64, 256] } else { BATCHES.to_vec() };
+    let bmax = *batches.iter().max().unwrap();
+    let mut rows = Vec::new();
+    for (config, d, v) in CONFIGS {
+        let (hidden, weight) = flashsampling::synthetic::lm_head(bmax, d, v, DATA_SEED ^ d as u64);
+        let h_dev = stream.clone_htod(&hidden)?;
+        let w_dev = stream.clone_htod(&weight)?;
+        drop((hidden, weight));
+        let weight_bytes = (v * d * 2) as f64;
+        for &b in &batches {
+            let hm = DeviceMatrix { data: h_dev.slice(..b * d), rows: b, cols: d };
+            let wm = DeviceMatrix { data: w_dev.as_view(), rows: v, cols: d };
+            let sample = SamplingParams::new(1.0, 7);
+            let greedy = SamplingParams::greedy();
+            let mut out = gpu.alloc_samples(b, v)?;
+            let ours = timer.time(&stream, 10, runs, || Ok(gpu.sample_device(&hm, &wm, &sample, &mut out)?))?;
+            let ours_tokens = stream.clone_dtoh(&out.tokens())?;
+            let mut out_g = gpu.alloc_samples(b, v)?;
+            let ours_greedy = timer.time(&stream, 10, runs, || Ok(gpu.sample_device(&hm, &wm, &greedy, &mut out_g)?))?;
+            let mut buf = base.alloc(b, v, &sample)?;
+            let gemm = timer.time(&stream, 10, runs, || Ok(base.gemm(&hm.data, &wm.data, d, &mut buf)?))?;
+            let mult = timer.time(&stream, 10, runs, || {
+                base.gemm(&hm.data, &wm.data, d, &mut buf)?;
+                Ok(base.softmax_multinomial(&mut buf, &sample)?)
+            })?;
+            let gum = timer.time(&stream, 10, runs, || {
+                base.gemm(&hm.data, &wm.data, d, &mut buf)?;
+                Ok(base.gumbel_over_logits(&mut buf, &sample)?)
+            })?;
+            let gum_tokens = stream.clone_dtoh(&buf.tokens)?;
+            let agree = ours_tokens.iter().zip(&gum_tokens).filter(|(x, y)| x == y).count();
+            let t3 = |s: Stats| (s.median, s.min, s.max);
+            let row = Row {
+                config: config.to_string(),
+                d,
+                v,
+                b,
+                ours: t3(ours),
+                ours_greedy: ours_greedy.median,
+                gemm: t3(gemm),
+                gemm_multinomial: t3(mult),
+                gemm_gumbel: t3(gum),
+                hbm_floor: weight_bytes / bandwidth * 1e3,
+                compute_floor: 2.0 * (b * d * v) as f64 / tc_rate * 1e3,
+                agree,
+            };
+            eprintln!("{}", report::table(std::slice::from_ref(&row)).lines().nth(1).unwrap_or(""));
+            rows.push(row);
+        }
+    }
+    let meta = format!(
+        "{{\"device\": \"{}\", \"copy_tb_s\": {:.4}, \"bf16_gemm_tflops\": {:.1}, \"runs\": {runs}, \"warmup\": 10, \"data_seed\": {DATA_SEED}}}",
+        gpu.device_name(),
+        bandwidth / 1e12,
+        tc_rate / 1e12
+    );
+    for p in report::write_files(&a.out, &rows, &meta)? {
+        println!("wrote {}", p.display());
+    }
+    println!(
+        "\nH200 copy bandwidth {:.3} TB/s, bf16 GEMM {:.0} TFLOP/s; floor = max(HBM, compute); medians of {runs} runs (ms)",
+        bandwidth / 1e12,
+        tc_rate / 1e12
+    );
+    print!("{}", report::table(&rows));
+    Ok(())
+}

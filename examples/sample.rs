@@ -12,6 +12,7 @@
 
 use std::time::Instant;
 
+use flashsampling::timing::EventTimer;
 use flashsampling::{BackendChoice, CpuBackend, DeviceMatrix, Matrix, Sampler, SamplingParams};
 
 const DATA_SEED: u64 = 0x5EED_0F_F1A5;
@@ -89,27 +90,13 @@ fn run(a: Args) -> Result<(), Box<dyn std::error::Error>> {
         let hm = DeviceMatrix { data: h_dev.as_view(), rows: a.b, cols: a.d };
         let wm = DeviceMatrix { data: w_dev.as_view(), rows: a.v, cols: a.d };
         let mut out = gpu.alloc_samples(a.b, a.v)?;
-        let ctx = gpu.context();
-        let (start, stop) = (ctx.new_event(None)?, ctx.new_event(None)?);
-        let mut times = Vec::new();
-        for i in 0..60 {
-            start.record(stream)?;
-            gpu.sample_device(&hm, &wm, &params, &mut out)?;
-            stop.record(stream)?;
-            stop.synchronize()?;
-            if i >= 10 {
-                times.push(start.elapsed_ms(&stop)?);
-            }
-        }
-        times.sort_by(f32::total_cmp);
+        let timer = EventTimer::new(gpu.context())?;
+        let t = timer.time(stream, 10, 50, || gpu.sample_device(&hm, &wm, &params, &mut out))?;
         let device_tokens = stream.clone_dtoh(&out.tokens())?;
         assert_eq!(device_tokens, tokens, "device-resident path and host path disagree");
         println!(
             "fused sample on device (kernel + reduction, CUDA events): median {:.4} ms, min {:.4}, max {:.4} over {} runs",
-            times[times.len() / 2],
-            times[0],
-            times[times.len() - 1],
-            times.len()
+            t.median, t.min, t.max, t.runs
         );
         let cpu = CpuBackend::new().sample(h, w, &params)?;
         let same = cpu.iter().zip(&tokens).filter(|(a, b)| a == b).count();

@@ -49,8 +49,19 @@ if [ "$what" = all ]; then
     "$bench" --bench > "$out/$(basename "$bench").log" 2>&1; rc=$?
     note "$(basename "$bench") rc=$rc"
     cp -r target/flashsampling-bench "$out/" 2>/dev/null
+    tail -25 "$out/$(basename "$bench").log"
   done
 fi
+if [ -n "${FS_NCU:-}" ] && command -v ncu >/dev/null; then
+  # Hardware counters of the fused kernel (clocks left alone), one launch per batch size.
+  for b in ${FS_NCU}; do
+    ncu --clock-control none --kernel-name regex:fused_sample --launch-skip 20 --launch-count 1 \
+      --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
+      --section LaunchStats "$bin/sample" --batch "$b" > "$out/ncu-b$b.txt" 2>&1
+    note "ncu B=$b: $(grep -E 'DRAM Throughput|Memory Throughput' "$out/ncu-b$b.txt" | head -2 | tr -s ' ' | tr '\n' ';')"
+  done
+fi
+
 echo
 echo "==== summary ($(date -u +%FT%TZ)) ===="
 printf '%s\n' "${summary[@]}"

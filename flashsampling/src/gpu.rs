@@ -50,6 +50,8 @@ pub struct DeviceSamples {
     tokens: CudaSlice<u32>,
     scores: CudaSlice<f32>,
     b: usize,
+    /// Host copy of the stream ids in `streams` (skips the upload when a call reuses them).
+    uploaded_streams: Vec<u64>,
 }
 
 impl DeviceSamples {
@@ -149,6 +151,7 @@ impl GpuBackend {
                 tokens: self.stream.alloc::<u32>(b.max(1))?,
                 scores: self.stream.alloc::<f32>(b.max(1))?,
                 b,
+                uploaded_streams: Vec::new(),
             })
         }
     }
@@ -214,7 +217,10 @@ impl GpuBackend {
         }
         out.b = shape.b;
         let streams = params.streams_for(shape.b);
-        self.stream.memcpy_htod(&streams, &mut out.streams.slice_mut(..shape.b))?;
+        if streams != out.uploaded_streams {
+            self.stream.memcpy_htod(&streams, &mut out.streams.slice_mut(..shape.b))?;
+            out.uploaded_streams = streams;
+        }
         self.launch_fused(shape, transform, params, hidden_ptr, weight_ptr, out, n_tiles, blocks)?;
         self.launch_reduce(shape, out)
     }

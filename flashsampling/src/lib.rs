@@ -30,6 +30,8 @@ pub mod error;
 pub mod gpu;
 pub mod params;
 pub mod synthetic;
+pub mod timing;
+pub mod baselines;
 
 pub use cpu::CpuBackend;
 pub use error::{Error, Result};

@@ -101,8 +101,24 @@ pub const PHILOX_ENTRY: &str = "philox_test";
 /// PTX entry point of the Gumbel-noise test kernel.
 pub const GUMBEL_ENTRY: &str = "gumbel_test";
 
+/// Benchmark baselines over materialized logits (`device::baselines`).
+pub const GUMBEL_LOGITS_ENTRY: &str = "gumbel_logits";
+/// Softmax baseline.
+pub const SOFTMAX_ENTRY: &str = "softmax_rows";
+/// Inverse-CDF multinomial baseline.
+pub const MULTINOMIAL_ENTRY: &str = "multinomial_rows";
+/// Threads per block of the baseline kernels.
+pub const BASELINE_THREADS: u32 = 512;
+/// Logits per block of the Gumbel-over-logits baseline (one candidate per row per chunk).
+pub const LOGITS_CHUNK: u32 = 4 * BASELINE_THREADS * 4;
+/// Shared memory of the baseline kernels (one 8-byte slot per warp).
+pub const BASELINE_SMEM_BYTES: u32 = 8 * (BASELINE_THREADS / 32);
+
 /// Every kernel entry point in the PTX module (the link step keeps exactly these).
-pub const ENTRY_POINTS: [&str; 7] = [
+pub const ENTRY_POINTS: [&str; 10] = [
+    GUMBEL_LOGITS_ENTRY,
+    SOFTMAX_ENTRY,
+    MULTINOMIAL_ENTRY,
     "fused_sample_nb1",
     "fused_sample_nb2",
     "fused_sample_nb4",

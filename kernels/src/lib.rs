@@ -10,6 +10,7 @@
 //! | [`noise`] | uniform, logarithm, Gumbel noise and the noise key |
 //! | [`epilogue`] | logit transform (temperature) and the tile epilogue |
 //! | [`candidate`] | the per-tile state: `update` and associative `merge` |
+//! | [`logmass`] | online log-sum-exp state (softmax baseline today; fused log-probs next) |
 //! | [`config`] | tile sizes, thread mapping and entry-point names, shared with the host |
 //! | [`params`] | kernel parameter structs, passed by value |
 //! | `device` | (nvptx64 only) the kernels: fused matmul + sampling, candidate reduction, test kernels |
@@ -21,6 +22,7 @@
 pub mod candidate;
 pub mod config;
 pub mod epilogue;
+pub mod logmass;
 pub mod noise;
 pub mod params;
 pub mod philox;

@@ -66,3 +66,31 @@ pub struct NoiseTestParams {
     /// Padding.
     pub _pad: u32,
 }
+
+/// Parameters of the benchmark baselines over materialized `[B, V]` f32 logits.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct LogitsParams {
+    /// Logits `[B, V]`, f32, row-major, `V % 4 == 0`.
+    pub logits: *const f32,
+    /// Softmax output / multinomial input `[B, V]`.
+    pub probs: *mut f32,
+    /// Gumbel baseline output: candidates `[B, n_chunks]`.
+    pub candidates: *mut Candidate,
+    /// Multinomial output: tokens `[B]`.
+    pub tokens: *mut u32,
+    /// Per-row stream ids `[B]`.
+    pub streams: *const u64,
+    /// Philox key.
+    pub seed: u64,
+    /// Batch rows.
+    pub b: u32,
+    /// Vocab size.
+    pub v: u32,
+    /// Chunks per row of the Gumbel baseline.
+    pub n_chunks: u32,
+    /// Sample index.
+    pub sample: u32,
+    /// Temperature transform.
+    pub transform: Transform,
+}

@@ -1,5 +1,7 @@
 //! Device code (nvptx64 only): thin kernel entry points over the mainloop, epilogue and reduction.
 
+mod baselines;
+mod block;
 mod fused;
 mod ptx;
 mod reduce;
@@ -8,7 +10,7 @@ mod warp;
 use core::arch::nvptx::{_block_dim_x, _block_idx_x, _thread_idx_x};
 
 use crate::noise::gumbel;
-use crate::params::{FusedParams, NoiseTestParams, ReduceParams};
+use crate::params::{FusedParams, LogitsParams, NoiseTestParams, ReduceParams};
 use crate::philox::philox4x32_10;
 
 /// Fused matmul + sampling, batch tile of 8 rows.
@@ -59,6 +61,42 @@ pub unsafe extern "ptx-kernel" fn fused_sample_nb8(p: FusedParams) {
 pub unsafe extern "ptx-kernel" fn reduce_candidates(p: ReduceParams) {
     // SAFETY: forwarded launch contract.
     unsafe { reduce::reduce_candidates(p) }
+}
+
+/// 2^x on the device (`ex2.approx.ftz.f32`).
+#[inline(always)]
+pub(crate) fn exp2(x: f32) -> f32 {
+    ptx::ex2_approx_ftz_f32(x)
+}
+
+/// Benchmark baseline: Gumbel-max over materialized logits.
+///
+/// # Safety
+/// See [`baselines::gumbel_logits`].
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn gumbel_logits(p: LogitsParams) {
+    // SAFETY: forwarded launch contract.
+    unsafe { baselines::gumbel_logits(p) }
+}
+
+/// Benchmark baseline: row softmax writing probabilities.
+///
+/// # Safety
+/// See [`baselines::softmax_rows`].
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn softmax_rows(p: LogitsParams) {
+    // SAFETY: forwarded launch contract.
+    unsafe { baselines::softmax_rows(p) }
+}
+
+/// Benchmark baseline: inverse-CDF multinomial sampling from probabilities.
+///
+/// # Safety
+/// See [`baselines::multinomial_rows`].
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn multinomial_rows(p: LogitsParams) {
+    // SAFETY: forwarded launch contract.
+    unsafe { baselines::multinomial_rows(p) }
 }
 
 /// Global thread index, for the test kernels.

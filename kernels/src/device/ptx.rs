@@ -117,3 +117,48 @@ pub unsafe fn ld_shared_v2_u32(addr: u32) -> [u32; 2] {
     }
     [x, y]
 }
+
+/// `shfl.sync.up.b32`: the value of lane `lane - delta` (own value for lanes below `delta`).
+///
+/// # Safety
+/// All 32 lanes must execute it together.
+#[inline(always)]
+pub unsafe fn shfl_sync_up_b32(x: u32, delta: u32) -> u32 {
+    let r: u32;
+    // SAFETY: register-only; the caller guarantees all lanes participate.
+    unsafe {
+        asm!(
+            "shfl.sync.up.b32 {0}, {1}, {2}, 0x0, 0xffffffff;",
+            out(reg32) r, in(reg32) x, in(reg32) delta,
+            options(nomem, nostack),
+        );
+    }
+    r
+}
+
+/// `ex2.approx.ftz.f32`: 2^x (about 2 ulp; used by the benchmark baselines only, never by sampling).
+#[inline(always)]
+pub fn ex2_approx_ftz_f32(x: f32) -> f32 {
+    let r: f32;
+    // SAFETY: register-only instruction.
+    unsafe { asm!("ex2.approx.ftz.f32 {0}, {1};", out(reg32) r, in(reg32) x, options(pure, nomem, nostack)) };
+    r
+}
+
+/// `ld.global.nc.v4.f32`: a 16-byte read-only load of four floats.
+///
+/// # Safety
+/// As [`ld_global_nc_l1_no_allocate_v4_u32`].
+#[inline(always)]
+pub unsafe fn ld_global_nc_v4_f32(ptr: *const f32) -> [f32; 4] {
+    let (x, y, z, w): (f32, f32, f32, f32);
+    // SAFETY: the caller guarantees a valid, aligned, read-only global address.
+    unsafe {
+        asm!(
+            "ld.global.nc.v4.f32 {{{0}, {1}, {2}, {3}}}, [{4}];",
+            out(reg32) x, out(reg32) y, out(reg32) z, out(reg32) w, in(reg64) ptr,
+            options(pure, readonly, nostack),
+        );
+    }
+    [x, y, z, w]
+}

@@ -1,0 +1,205 @@
+//! Unfused baselines for the benchmark, on the same stream as the fused kernel:
+//! cuBLAS bf16 GEMM to f32 logits, then either this crate's softmax + inverse-CDF multinomial kernel
+//! pair or its Gumbel-max kernel over the materialized logits (what FlashInfer's
+//! `sampling_from_logits` does). Not part of the sampling API.
+
+use std::sync::Arc;
+
+use cudarc::cublas::{CudaBlas, result::gemm_ex, sys as blas};
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig, PushKernelArg};
+use cudarc::nvrtc::Ptx;
+use flashsampling_kernels::Candidate;
+use flashsampling_kernels::config::{
+    BASELINE_SMEM_BYTES, BASELINE_THREADS, GUMBEL_LOGITS_ENTRY, LOGITS_CHUNK, MULTINOMIAL_ENTRY, REDUCE_ENTRY,
+    REDUCE_ROWS_PER_BLOCK, REDUCE_THREADS_PER_BLOCK, SOFTMAX_ENTRY,
+};
+use flashsampling_kernels::params::{LogitsParams, ReduceParams};
+use half::bf16;
+
+use crate::error::{Error, Result};
+use crate::{GpuBackend, PTX, SamplingParams};
+
+#[repr(transparent)]
+struct ByValue<T>(T);
+// SAFETY: `#[repr(C)]`, `Copy`, plain integers, floats and device addresses (see gpu.rs).
+unsafe impl DeviceRepr for ByValue<LogitsParams> {}
+// SAFETY: as above.
+unsafe impl DeviceRepr for ByValue<ReduceParams> {}
+
+/// Device buffers of the unfused pipelines for one (B, V).
+pub struct UnfusedBuffers {
+    /// `[B, V]` f32 logits written by the GEMM.
+    pub logits: CudaSlice<f32>,
+    /// `[B, V]` f32 probabilities (softmax output).
+    pub probs: CudaSlice<f32>,
+    /// `[B, n_chunks]` candidates of the Gumbel baseline.
+    pub candidates: CudaSlice<u64>,
+    /// `[B]` tokens.
+    pub tokens: CudaSlice<u32>,
+    /// `[B]` scores.
+    pub scores: CudaSlice<f32>,
+    /// `[B]` stream ids.
+    pub streams: CudaSlice<u64>,
+    b: usize,
+    v: usize,
+}
+
+/// The baselines: a cuBLAS handle and the baseline kernels, on the fused backend's stream.
+pub struct Baselines {
+    blas: CudaBlas,
+    stream: Arc<CudaStream>,
+    gumbel: CudaFunction,
+    softmax: CudaFunction,
+    multinomial: CudaFunction,
+    reduce: CudaFunction,
+}
+
+impl Baselines {
+    /// Creates the cuBLAS handle (needs libcublas at run time) and loads the baseline kernels.
+    pub fn new(gpu: &GpuBackend) -> Result<Self> {
+        let stream = gpu.stream().clone();
+        let blas = CudaBlas::new(stream.clone()).map_err(|e| Error::Driver(format!("cuBLAS: {e:?}")))?;
+        let module = gpu.context().load_module(Ptx::from_src(PTX))?;
+        Ok(Self {
+            blas,
+            gumbel: module.load_function(GUMBEL_LOGITS_ENTRY)?,
+            softmax: module.load_function(SOFTMAX_ENTRY)?,
+            multinomial: module.load_function(MULTINOMIAL_ENTRY)?,
+            reduce: module.load_function(REDUCE_ENTRY)?,
+            stream,
+        })
+    }
+
+    /// Buffers for batch `b`, vocab `v` (`v % 4 == 0`) with the row streams of `params`.
+    pub fn alloc(&self, b: usize, v: usize, params: &SamplingParams) -> Result<UnfusedBuffers> {
+        if v % 4 != 0 {
+            return Err(Error::HiddenNotAligned { d: v, multiple: 4 });
+        }
+        let n_chunks = v.div_ceil(LOGITS_CHUNK as usize);
+        Ok(UnfusedBuffers {
+            logits: self.stream.alloc_zeros(b * v)?,
+            probs: self.stream.alloc_zeros(b * v)?,
+            candidates: self.stream.alloc_zeros(b * n_chunks)?,
+            tokens: self.stream.alloc_zeros(b)?,
+            scores: self.stream.alloc_zeros(b)?,
+            streams: self.stream.clone_htod(&params.streams_for(b))?,
+            b,
+            v,
+        })
+    }
+
+    /// `logits[B, V] = hidden[B, D] · weight[V, D]ᵀ` with cuBLAS (bf16 in, f32 out, f32 compute).
+    pub fn gemm(&self, hidden: &CudaView<'_, bf16>, weight: &CudaView<'_, bf16>, d: usize, buf: &mut UnfusedBuffers) -> Result<()> {
+        let (b, v) = (buf.b, buf.v);
+        let (h, _h) = hidden.device_ptr(&self.stream);
+        let (w, _w) = weight.device_ptr(&self.stream);
+        let (c, _c) = buf.logits.device_ptr_mut(&self.stream);
+        gemm_bf16_f32(&self.blas, (v, b, d), w, h, c)
+    }
+
+    fn params(&self, buf: &mut UnfusedBuffers, params: &SamplingParams) -> Result<LogitsParams> {
+        let transform = params.transform()?;
+        let (logits, _a) = buf.logits.device_ptr(&self.stream);
+        let (probs, _b) = buf.probs.device_ptr_mut(&self.stream);
+        let (cands, _c) = buf.candidates.device_ptr_mut(&self.stream);
+        let (tokens, _d) = buf.tokens.device_ptr_mut(&self.stream);
+        let (streams, _e) = buf.streams.device_ptr(&self.stream);
+        Ok(LogitsParams {
+            logits: logits as *const f32,
+            probs: probs as *mut f32,
+            candidates: cands as *mut Candidate,
+            tokens: tokens as *mut u32,
+            streams: streams as *const u64,
+            seed: params.seed,
+            b: buf.b as u32,
+            v: buf.v as u32,
+            n_chunks: buf.v.div_ceil(LOGITS_CHUNK as usize) as u32,
+            sample: params.sample,
+            transform,
+        })
+    }
+
+    /// Softmax kernel (writes `probs`) then inverse-CDF multinomial kernel (writes `tokens`).
+    pub fn softmax_multinomial(&self, buf: &mut UnfusedBuffers, params: &SamplingParams) -> Result<()> {
+        let p = ByValue(self.params(buf, params)?);
+        let cfg = LaunchConfig {
+            grid_dim: (buf.b as u32, 1, 1),
+            block_dim: (BASELINE_THREADS, 1, 1),
+            shared_mem_bytes: BASELINE_SMEM_BYTES,
+        };
+        // SAFETY: buffers sized [B, V] / [B] by `alloc`, V % 4 == 0; grid as the kernels document.
+        unsafe {
+            self.stream.launch_builder(&self.softmax).arg(&p).launch(cfg)?;
+            self.stream.launch_builder(&self.multinomial).arg(&p).launch(cfg)?;
+        }
+        Ok(())
+    }
+
+    /// Gumbel-max kernel over the logits (candidates per chunk), then the candidate reduction.
+    pub fn gumbel_over_logits(&self, buf: &mut UnfusedBuffers, params: &SamplingParams) -> Result<()> {
+        let p = self.params(buf, params)?;
+        let cfg = LaunchConfig {
+            grid_dim: (buf.b as u32 * p.n_chunks, 1, 1),
+            block_dim: (BASELINE_THREADS, 1, 1),
+            shared_mem_bytes: BASELINE_SMEM_BYTES,
+        };
+        let (tokens, _t) = buf.tokens.device_ptr_mut(&self.stream);
+        let (scores, _s) = buf.scores.device_ptr_mut(&self.stream);
+        let r = ByValue(ReduceParams {
+            candidates: p.candidates,
+            tokens: tokens as *mut u32,
+            scores: scores as *mut f32,
+            b: buf.b as u32,
+            n_vtiles: p.n_chunks,
+        });
+        let rcfg = LaunchConfig {
+            grid_dim: ((buf.b as u32).div_ceil(REDUCE_ROWS_PER_BLOCK), 1, 1),
+            block_dim: (REDUCE_THREADS_PER_BLOCK, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let p = ByValue(p);
+        // SAFETY: as in `softmax_multinomial`; candidates hold B · n_chunks.
+        unsafe {
+            self.stream.launch_builder(&self.gumbel).arg(&p).launch(cfg)?;
+            self.stream.launch_builder(&self.reduce).arg(&r).launch(rcfg)?;
+        }
+        Ok(())
+    }
+
+    /// The cuBLAS handle (for the compute-floor GEMM of the benchmark).
+    pub fn blas(&self) -> &CudaBlas {
+        &self.blas
+    }
+}
+
+/// Column-major cuBLAS call for row-major operands: `C[n, m] = B[n, k] · A[m, k]ᵀ` where `a` is
+/// `[m, k]` bf16 (row-major), `b` is `[n, k]` bf16 and `c` is `[n, m]` f32 (row-major). With
+/// `(m, n, k) = (V, B, D)`, `a` = weight, `b` = hidden: logits.
+pub fn gemm_bf16_f32(blas: &CudaBlas, (m, n, k): (usize, usize, usize), a: u64, b: u64, c: u64) -> Result<()> {
+    let (alpha, beta) = (1.0f32, 0.0f32);
+    // SAFETY: the caller passes device buffers of m·k, n·k bf16 and n·m f32 on the handle's stream.
+    unsafe {
+        gemm_ex(
+            *blas.handle(),
+            blas::cublasOperation_t::CUBLAS_OP_T,
+            blas::cublasOperation_t::CUBLAS_OP_N,
+            m as i32,
+            n as i32,
+            k as i32,
+            &alpha as *const f32 as *const _,
+            a as *const _,
+            blas::cudaDataType::CUDA_R_16BF,
+            k as i32,
+            b as *const _,
+            blas::cudaDataType::CUDA_R_16BF,
+            k as i32,
+            &beta as *const f32 as *const _,
+            c as *mut _,
+            blas::cudaDataType::CUDA_R_32F,
+            m as i32,
+            blas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            blas::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+        )
+    }
+    .map_err(|e| Error::Driver(format!("cublasGemmEx: {e:?}")))
+}

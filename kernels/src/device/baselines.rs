@@ -1,0 +1,145 @@
+//! Baseline sampling kernels over materialized logits, for the benchmark only: what an unfused
+//! serving stack runs after its cuBLAS GEMM has written `[B, V]` f32 logits to memory.
+//!
+//! # Parameters
+//! [`LogitsParams`] by value; `V % 4 == 0` (16-byte row loads), checked by the host.
+//!
+//! | kernel | grid | block | what |
+//! |---|---|---|---|
+//! | `gumbel_logits` | `B · n_chunks` | [`BASELINE_THREADS`] | Gumbel-max per chunk of [`LOGITS_CHUNK`] → candidates (then `reduce_candidates`) |
+//! | `softmax_rows` | `B` | [`BASELINE_THREADS`] | online max/sum pass, then `probs = softmax(logits / T)` written |
+//! | `multinomial_rows` | `B` | [`BASELINE_THREADS`] | inverse-CDF draw over `probs`, block-wide scans, early exit |
+
+use core::arch::nvptx::{_block_idx_x, _thread_idx_x};
+
+use super::block::{exclusive_scan, merge_candidates, merge_log_mass};
+use super::ptx::{ld_global_nc_v4_f32, mov_u32_dynamic_smem};
+use crate::candidate::Candidate;
+use crate::config::{BASELINE_THREADS, LOGITS_CHUNK};
+use crate::epilogue::update_group4;
+use crate::logmass::{LogMass, exp};
+use crate::noise::{RowNoise, uniform_open};
+use crate::params::LogitsParams;
+use crate::philox::philox4x32_10;
+
+const WARPS: u32 = BASELINE_THREADS / 32;
+
+/// Gumbel-max over materialized logits, one candidate per (row, chunk): the same noise and transform
+/// as the fused kernel, so its tokens equal ours up to f32 summation differences of the logits.
+///
+/// # Safety
+/// Launched as in the module table with buffers of the sizes `p` states.
+#[inline(always)]
+pub unsafe fn gumbel_logits(p: LogitsParams) {
+    // SAFETY: special-register reads.
+    let (tid, blk) = unsafe { (_thread_idx_x(), _block_idx_x()) };
+    let (row, chunk) = (blk / p.n_chunks, blk % p.n_chunks);
+    // SAFETY: row < B: the row start is inside [B, V].
+    let logits = unsafe { p.logits.add(row as usize * p.v as usize) };
+    // SAFETY: row < B.
+    let noise = RowNoise { seed: p.seed, stream: unsafe { *p.streams.add(row as usize) }, sample: p.sample };
+    let mut cand = Candidate::EMPTY;
+    let mut k = 0;
+    while k < LOGITS_CHUNK / (4 * BASELINE_THREADS) {
+        let v0 = chunk * LOGITS_CHUNK + 4 * (k * BASELINE_THREADS + tid);
+        if v0 < p.v {
+            // SAFETY: v0 + 4 <= V (V % 4 == 0), 16-byte aligned.
+            let x = unsafe { ld_global_nc_v4_f32(logits.add(v0 as usize)) };
+            update_group4(&mut cand, x, v0, p.v, &noise, &p.transform);
+        }
+        k += 1;
+    }
+    // SAFETY: block-uniform; 8·WARPS bytes of dynamic shared memory.
+    let cand = unsafe { merge_candidates(cand, mov_u32_dynamic_smem(), tid, WARPS) };
+    if tid == 0 {
+        // SAFETY: inside [B, n_chunks].
+        unsafe { *p.candidates.add((row * p.n_chunks + chunk) as usize) = cand };
+    }
+}
+
+/// `probs[row] = softmax(logits[row] · (1/T))`: an online (max, sum) pass, then a write pass.
+///
+/// # Safety
+/// As [`gumbel_logits`].
+#[inline(always)]
+pub unsafe fn softmax_rows(p: LogitsParams) {
+    // SAFETY: special-register reads.
+    let (tid, row) = unsafe { (_thread_idx_x(), _block_idx_x()) };
+    let off = row as usize * p.v as usize;
+    let inv_t = p.transform.inv_temperature;
+    let mut m = LogMass::EMPTY;
+    let mut v0 = 4 * tid;
+    while v0 < p.v {
+        // SAFETY: v0 + 4 <= V, aligned.
+        let x = unsafe { ld_global_nc_v4_f32(p.logits.add(off + v0 as usize)) };
+        for y in x {
+            m.update(y * inv_t, exp);
+        }
+        v0 += 4 * BASELINE_THREADS;
+    }
+    // SAFETY: block-uniform; 8·WARPS bytes of dynamic shared memory.
+    let m = unsafe { merge_log_mass(m, mov_u32_dynamic_smem(), tid, WARPS) };
+    let inv_sum = 1.0 / m.sum;
+    let mut v0 = 4 * tid;
+    while v0 < p.v {
+        // SAFETY: as above; probs has the same shape.
+        unsafe {
+            let x = ld_global_nc_v4_f32(p.logits.add(off + v0 as usize));
+            let out = p.probs.add(off + v0 as usize) as *mut [f32; 4];
+            *out = x.map(|y| exp(y * inv_t - m.max) * inv_sum);
+        }
+        v0 += 4 * BASELINE_THREADS;
+    }
+}
+
+/// Inverse-CDF multinomial draw from `probs[row]`: `u ~ U(0,1)` from Philox (row stream), then the
+/// first index whose running sum exceeds `u`, found by block-wide scans over tiles of
+/// `4 · BASELINE_THREADS` entries with an early exit.
+///
+/// # Safety
+/// As [`gumbel_logits`].
+#[inline(always)]
+pub unsafe fn multinomial_rows(p: LogitsParams) {
+    // SAFETY: special-register reads.
+    let (tid, row) = unsafe { (_thread_idx_x(), _block_idx_x()) };
+    let off = row as usize * p.v as usize;
+    // SAFETY: row < B.
+    let stream = unsafe { *p.streams.add(row as usize) };
+    let bits = philox4x32_10([0, p.sample, stream as u32, (stream >> 32) as u32], [p.seed as u32, (p.seed >> 32) as u32]);
+    let u = uniform_open(bits[0]);
+    let smem = mov_u32_dynamic_smem();
+    let mut running = 0.0f32;
+    let mut base = 0u32;
+    while base < p.v {
+        let v0 = base + 4 * tid;
+        let x = if v0 < p.v {
+            // SAFETY: v0 + 4 <= V, aligned.
+            unsafe { ld_global_nc_v4_f32(p.probs.add(off + v0 as usize)) }
+        } else {
+            [0.0; 4]
+        };
+        let local = (x[0] + x[1]) + (x[2] + x[3]);
+        // SAFETY: block-uniform (every thread runs the same number of tiles).
+        let (before, total) = unsafe { exclusive_scan(local, smem, tid, WARPS) };
+        let last_tile = base + 4 * BASELINE_THREADS >= p.v;
+        if u < running + total || last_tile {
+            let mut acc = running + before;
+            let in_mine = u >= acc && (u < acc + local || (last_tile && tid == BASELINE_THREADS - 1));
+            if in_mine && v0 < p.v {
+                let mut pick = v0 + 3;
+                for (j, &q) in x.iter().enumerate() {
+                    acc += q;
+                    if u < acc {
+                        pick = v0 + j as u32;
+                        break;
+                    }
+                }
+                // SAFETY: row < B.
+                unsafe { *p.tokens.add(row as usize) = pick.min(p.v - 1) };
+            }
+            return; // uniform: every thread saw the same `running + total`
+        }
+        running += total;
+        base += 4 * BASELINE_THREADS;
+    }
+}

@@ -1,0 +1,100 @@
+//! Online log-sum-exp state ("log-mass"): `max` and `sum = Σ exp(x - max)` of the values seen.
+//!
+//! The same `update` / associative `merge` shape as [`crate::Candidate`], so a tile can carry both and
+//! the fused log-probability of the sampled token (`x_token - max - ln sum`) can be merged across tiles
+//! and GPUs. Used today by the softmax baseline of the benchmark.
+
+/// Online log-sum-exp state.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LogMass {
+    /// Largest value seen (−∞ when empty).
+    pub max: f32,
+    /// `Σ exp(x − max)` over the values seen.
+    pub sum: f32,
+}
+
+impl LogMass {
+    /// Nothing seen; the identity of [`LogMass::merge`].
+    pub const EMPTY: Self = Self { max: f32::NEG_INFINITY, sum: 0.0 };
+
+    /// Takes one more value, with `exp` the exponential to use.
+    #[inline(always)]
+    pub fn update(&mut self, x: f32, exp: impl Fn(f32) -> f32) {
+        if x > self.max {
+            self.sum = self.sum * exp(self.max - x) + 1.0;
+            self.max = x;
+        } else {
+            self.sum += exp(x - self.max);
+        }
+    }
+
+    /// Combines two states with `exp`.
+    #[inline(always)]
+    pub fn merge_with(self, other: Self, exp: impl Fn(f32) -> f32) -> Self {
+        if other.max == f32::NEG_INFINITY {
+            return self;
+        }
+        if self.max == f32::NEG_INFINITY {
+            return other;
+        }
+        let max = if self.max > other.max { self.max } else { other.max };
+        Self { max, sum: self.sum * exp(self.max - max) + other.sum * exp(other.max - max) }
+    }
+
+    /// Combines two states with the target's exponential ([`exp`]).
+    #[inline(always)]
+    pub fn merge(self, other: Self) -> Self {
+        self.merge_with(other, exp)
+    }
+}
+
+/// e^x: `ex2.approx` on the GPU; on the host (`core` has no `exp`) a range-reduced degree-6 polynomial
+/// (relative error below 1e-6 on the range the tests use).
+#[inline(always)]
+pub fn exp(x: f32) -> f32 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        crate::device::exp2(x * core::f32::consts::LOG2_E)
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        exp_host(x)
+    }
+}
+
+#[cfg(not(target_arch = "nvptx64"))]
+fn exp_host(x: f32) -> f32 {
+    // Range reduction x = k ln2 + r, |r| <= ln2/2, then a degree-6 Taylor polynomial.
+    if x == f32::NEG_INFINITY {
+        return 0.0;
+    }
+    let k = (x * core::f32::consts::LOG2_E + if x >= 0.0 { 0.5 } else { -0.5 }) as i32;
+    let r = x - k as f32 * core::f32::consts::LN_2;
+    let p = 1.0 + r * (1.0 + r * (0.5 + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r / 720.0)))));
+    p * f32::from_bits(((k + 127).clamp(0, 255) as u32) << 23)
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+
+    #[test]
+    fn merge_equals_sequential_update() {
+        let xs = [0.5f32, -3.0, 2.0, 7.5, -1.0, 7.5, 0.0];
+        let mut all = LogMass::EMPTY;
+        for &x in &xs {
+            all.update(x, exp);
+        }
+        let (mut a, mut b) = (LogMass::EMPTY, LogMass::EMPTY);
+        xs[..3].iter().for_each(|&x| a.update(x, exp));
+        xs[3..].iter().for_each(|&x| b.update(x, exp));
+        let m = a.merge(b);
+        let want: f64 = xs.iter().map(|&x| ((x - 7.5) as f64).exp()).sum();
+        assert_eq!(m.max, 7.5);
+        assert!(((m.sum as f64) - want).abs() < 1e-5 * want, "{} vs {want}", m.sum);
+        assert!(((all.sum as f64) - want).abs() < 1e-5 * want);
+        assert_eq!(LogMass::EMPTY.merge(m), m);
+    }
+}
