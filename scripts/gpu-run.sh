@@ -46,6 +46,10 @@ if [ "$what" = all ]; then
   done
   for bench in "$bin"/bench-*; do
     [ -x "$bench" ] || continue
+    for bps in ${FS_BPS_SWEEP:-}; do  # tuning sweep: persistent blocks per SM
+      FLASHSAMPLING_BLOCKS_PER_SM=$bps "$bench" --bench --quick --out "$out/bps$bps" > "$out/bench-bps$bps.log" 2>&1
+      note "sweep blocks/SM=$bps:"; while read -r l; do note "  $l"; done < <(grep -E "^(qwen|llama)" "$out/bench-bps$bps.log")
+    done
     "$bench" --bench > "$out/$(basename "$bench").log" 2>&1; rc=$?
     note "$(basename "$bench") rc=$rc"
     cp -r target/flashsampling-bench "$out/" 2>/dev/null

@@ -150,7 +150,7 @@ impl Baselines {
             tokens: tokens as *mut u32,
             scores: scores as *mut f32,
             b: buf.b as u32,
-            n_vtiles: p.n_chunks,
+            n_candidates: p.n_chunks,
         });
         let rcfg = LaunchConfig {
             grid_dim: ((buf.b as u32).div_ceil(REDUCE_ROWS_PER_BLOCK), 1, 1),

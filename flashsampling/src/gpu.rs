@@ -10,6 +10,7 @@ use cudarc::nvrtc::Ptx;
 use flashsampling_kernels::config::{
     GUMBEL_ENTRY, MAX_DIM, N_TILE_VARIANTS, PHILOX_ENTRY, REDUCE_ENTRY, REDUCE_ROWS_PER_BLOCK,
     REDUCE_THREADS_PER_BLOCK, THREADS_PER_BLOCK, block_b, fused_entry, fused_smem_bytes, n_tiles_for_batch,
+    blocks_per_sm, n_vranges,
 };
 use flashsampling_kernels::params::{FusedParams, NoiseTestParams, ReduceParams};
 use flashsampling_kernels::{Candidate, Transform};
@@ -29,6 +30,17 @@ unsafe impl DeviceRepr for ByValue<FusedParams> {}
 unsafe impl DeviceRepr for ByValue<ReduceParams> {}
 // SAFETY: as above.
 unsafe impl DeviceRepr for ByValue<NoiseTestParams> {}
+
+/// How the fused kernel is launched for one (B, V).
+#[derive(Clone, Copy, Debug)]
+struct LaunchShape {
+    /// N tiles per batch tile (the kernel variant).
+    n_tiles: u32,
+    /// Batch tiles.
+    n_btiles: u32,
+    /// Vocab ranges = candidates per row.
+    n_vranges: u32,
+}
 
 /// A row-major bf16 matrix in device memory.
 #[derive(Debug)]
@@ -75,6 +87,10 @@ impl DeviceSamples {
 /// The CUDA backend.
 pub struct GpuBackend {
     ctx: Arc<CudaContext>,
+    sm_count: u32,
+    /// Tuning override of the persistent grid's blocks per multiprocessor
+    /// (`FLASHSAMPLING_BLOCKS_PER_SM`); samples do not depend on it.
+    blocks_per_sm_override: Option<u32>,
     stream: Arc<CudaStream>,
     fused: Vec<(u32, CudaFunction)>,
     reduce: CudaFunction,
@@ -109,6 +125,8 @@ impl GpuBackend {
             return Err(Error::NoGpu("no CUDA driver library or no device".into()));
         }
         let ctx = CudaContext::new(ordinal).map_err(|e| Error::NoGpu(e.to_string()))?;
+        let sm_count =
+            ctx.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
         let stream = ctx.new_stream()?;
         let module = ctx.load_module(Ptx::from_src(PTX))?;
         let fused = N_TILE_VARIANTS
@@ -122,6 +140,11 @@ impl GpuBackend {
             fused,
             stream,
             ctx,
+            sm_count,
+            blocks_per_sm_override: std::env::var("FLASHSAMPLING_BLOCKS_PER_SM")
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .filter(|&n: &u32| (1..=32).contains(&n)),
         })
     }
 
@@ -140,9 +163,19 @@ impl GpuBackend {
         &self.stream
     }
 
-    /// Allocates the per-batch buffers for up to `b` rows and vocab size `v`.
+    /// The launch of the fused kernel for `b` rows and vocab `v`.
+    fn launch_shape(&self, b: usize, v: usize) -> LaunchShape {
+        let n_tiles = n_tiles_for_batch(b as u32);
+        let n_btiles = (b as u32).div_ceil(block_b(n_tiles));
+        let per_sm = self.blocks_per_sm_override.unwrap_or(blocks_per_sm(n_tiles));
+        let n_vranges = n_vranges(self.sm_count, per_sm, n_btiles, v as u32);
+        LaunchShape { n_tiles, n_btiles, n_vranges }
+    }
+
+    /// Allocates the per-batch buffers for up to `b` rows and vocab size `v`: `B × n_vranges`
+    /// candidates (n_vranges ≤ 2 × multiprocessors) and `B` stream ids, tokens and scores.
     pub fn alloc_samples(&self, b: usize, v: usize) -> Result<DeviceSamples> {
-        let n = Shape { b, d: 8, v }.n_vtiles();
+        let n = self.launch_shape(b, v).n_vranges as usize;
         // SAFETY: every element is written by the kernels before it is read.
         unsafe {
             Ok(DeviceSamples {
@@ -204,15 +237,13 @@ impl GpuBackend {
                 return Err(Error::Misaligned { buffer, address });
             }
         }
-        let n_tiles = n_tiles_for_batch(shape.b as u32);
-        let n_btiles = shape.b.div_ceil(block_b(n_tiles) as usize);
-        let n_vtiles = shape.n_vtiles();
-        let blocks = n_btiles * n_vtiles;
+        let launch = self.launch_shape(shape.b, shape.v);
+        let blocks = launch.n_btiles as usize * launch.n_vranges as usize;
         if blocks > i32::MAX as usize {
-            return Err(Error::TooLarge { what: "grid blocks (B tiles × V tiles)", value: blocks, max: i32::MAX as usize });
+            return Err(Error::TooLarge { what: "grid blocks (B tiles × V ranges)", value: blocks, max: i32::MAX as usize });
         }
         debug_assert!(shape.b <= MAX_DIM as usize);
-        if out.candidates.len() < shape.b * n_vtiles || out.tokens.len() < shape.b {
+        if out.candidates.len() < shape.b * launch.n_vranges as usize || out.tokens.len() < shape.b {
             *out = self.alloc_samples(shape.b, shape.v)?;
         }
         out.b = shape.b;
@@ -221,8 +252,8 @@ impl GpuBackend {
             self.stream.memcpy_htod(&streams, &mut out.streams.slice_mut(..shape.b))?;
             out.uploaded_streams = streams;
         }
-        self.launch_fused(shape, transform, params, hidden_ptr, weight_ptr, out, n_tiles, blocks)?;
-        self.launch_reduce(shape, out)
+        self.launch_fused(shape, transform, params, hidden_ptr, weight_ptr, out, launch)?;
+        self.launch_reduce(shape.b, launch.n_vranges, out)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -234,10 +265,9 @@ impl GpuBackend {
         hidden: u64,
         weight: u64,
         out: &mut DeviceSamples,
-        n_tiles: u32,
-        blocks: usize,
+        launch: LaunchShape,
     ) -> Result<()> {
-        let func = &self.fused.iter().find(|(nb, _)| *nb == n_tiles).expect("every variant is loaded").1;
+        let func = &self.fused.iter().find(|(nb, _)| *nb == launch.n_tiles).expect("every variant is loaded").1;
         let (streams, _s) = out.streams.device_ptr(&self.stream);
         let (cands, _c) = out.candidates.device_ptr_mut(&self.stream);
         let p = ByValue(FusedParams {
@@ -249,23 +279,23 @@ impl GpuBackend {
             b: shape.b as u32,
             d: shape.d as u32,
             v: shape.v as u32,
-            n_vtiles: shape.n_vtiles() as u32,
+            n_vranges: launch.n_vranges,
             sample: params.sample,
             transform,
             _pad: 0,
         });
         let cfg = LaunchConfig {
-            grid_dim: (blocks as u32, 1, 1),
+            grid_dim: (launch.n_btiles * launch.n_vranges, 1, 1),
             block_dim: (THREADS_PER_BLOCK, 1, 1),
-            shared_mem_bytes: fused_smem_bytes(n_tiles),
+            shared_mem_bytes: fused_smem_bytes(launch.n_tiles),
         };
         // SAFETY: shapes validated above; hidden/weight hold B·D and V·D bf16 and are 16-byte aligned;
-        // streams holds B entries and candidates B·n_vtiles; the grid matches `FusedParams`.
+        // streams holds B entries and candidates B·n_vranges; the grid matches `FusedParams`.
         unsafe { self.stream.launch_builder(func).arg(&p).launch(cfg) }?;
         Ok(())
     }
 
-    fn launch_reduce(&self, shape: Shape, out: &mut DeviceSamples) -> Result<()> {
+    fn launch_reduce(&self, b: usize, n_candidates: u32, out: &mut DeviceSamples) -> Result<()> {
         let (cands, _c) = out.candidates.device_ptr(&self.stream);
         let (tokens, _t) = out.tokens.device_ptr_mut(&self.stream);
         let (scores, _s) = out.scores.device_ptr_mut(&self.stream);
@@ -273,15 +303,15 @@ impl GpuBackend {
             candidates: cands as *const Candidate,
             tokens: tokens as *mut u32,
             scores: scores as *mut f32,
-            b: shape.b as u32,
-            n_vtiles: shape.n_vtiles() as u32,
+            b: b as u32,
+            n_candidates,
         });
         let cfg = LaunchConfig {
-            grid_dim: ((shape.b as u32).div_ceil(REDUCE_ROWS_PER_BLOCK), 1, 1),
+            grid_dim: ((b as u32).div_ceil(REDUCE_ROWS_PER_BLOCK), 1, 1),
             block_dim: (REDUCE_THREADS_PER_BLOCK, 1, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: candidates holds B·n_vtiles entries written by the fused kernel on this stream;
+        // SAFETY: candidates holds B·n_candidates entries written by the fused kernel on this stream;
         // tokens and scores hold at least B.
         unsafe { self.stream.launch_builder(&self.reduce).arg(&p).launch(cfg) }?;
         Ok(())

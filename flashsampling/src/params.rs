@@ -1,6 +1,6 @@
 //! Sampling parameters, shapes and their validation.
 
-use flashsampling_kernels::config::{D_ALIGN, MAX_DIM, n_vtiles};
+use flashsampling_kernels::config::{D_ALIGN, MAX_DIM};
 use flashsampling_kernels::{RowNoise, Transform};
 use half::bf16;
 
@@ -102,12 +102,6 @@ pub struct Shape {
     pub v: usize,
 }
 
-impl Shape {
-    /// Candidates per row of the fused kernel.
-    pub fn n_vtiles(&self) -> usize {
-        n_vtiles(self.v as u32) as usize
-    }
-}
 
 /// Validates shapes, lengths and parameters; `hidden_len`/`weight_len` are the buffers' lengths.
 pub(crate) fn validate(

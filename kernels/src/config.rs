@@ -11,18 +11,21 @@
 //! |---|---|---|
 //! | [`WARPS_PER_BLOCK`] | 4 | warps per block |
 //! | [`M_TILES_PER_WARP`] | 2 | 16-row M tiles per warp |
-//! | [`BLOCK_V`] | 128 | vocab rows per block (one candidate per row per block) |
+//! | [`WARP_TILE_V`] | 32 | vocab rows per warp tile (the unit of work) |
+//! | [`BLOCK_V`] | 128 | vocab tile of the CPU backend (any multiple of 4 gives the same samples) |
 //! | `BLOCK_B` | 8 · NB | batch rows per block, NB ∈ [`N_TILE_VARIANTS`] |
 //! | [`CHUNK_D`] | 32 | D consumed per mainloop step (two k16 MMAs) |
 //! | [`D_ALIGN`] | 8 | D must be a multiple of this (16-byte loads) |
 //!
 //! # Thread mapping (fused kernel)
-//! `lane = tid % 32`, `warp = tid / 32`, `group = lane / 4`, `quad = lane % 4`. Block `blk` covers vocab
-//! tile `blk / n_btiles` and batch tile `blk % n_btiles` (batch tiles of one vocab tile are adjacent, so
-//! they share its weight rows through L2). Lane `(group, quad)` of warp `w` owns the
-//! `2·M_TILES_PER_WARP` consecutive vocab rows starting at
-//! `vtile·BLOCK_V + w·16·M_TILES_PER_WARP + group·2·M_TILES_PER_WARP` — M-tile `mt`, half `h` (MMA row
-//! `group + 8h`) is vocab row `… + 2mt + h` — so a lane's rows form whole Philox groups of four. Along
+//! `lane = tid % 32`, `warp = tid / 32`, `group = lane / 4`, `quad = lane % 4`. The grid is persistent:
+//! [`blocks_per_sm`] blocks per multiprocessor. Block `blk` covers batch tile `blk % n_btiles` and vocab
+//! range `blk / n_btiles` (batch tiles of one range are adjacent, so they share its weight rows through
+//! L2); a range is an even share of the `ceil(V / WARP_TILE_V)` warp tiles, and warp `w` takes tiles
+//! `first + w, first + w + WARPS_PER_BLOCK, …` of it. In warp tile `t`, lane `(group, quad)` owns the
+//! `ROWS_PER_LANE` consecutive vocab rows starting at `t·WARP_TILE_V + group·ROWS_PER_LANE` — M-tile
+//! `mt`, half `h` (MMA row `group + 8h`) is vocab row `… + 2mt + h` — so a lane's rows form whole
+//! Philox groups of four. Along
 //! D, lane `quad` loads 16 bytes at `kc + 8·quad` of each of its rows and of hidden row
 //! `btile·BLOCK_B + 8nt + group`; the eight bf16 are the k-slots of two consecutive k16 MMAs
 //! (any k-permutation shared by A and B leaves the dot product unchanged).
@@ -35,8 +38,10 @@ pub const THREADS_PER_BLOCK: u32 = WARPS_PER_BLOCK * 32;
 pub const M_TILES_PER_WARP: usize = 2;
 /// Vocab rows per lane.
 pub const ROWS_PER_LANE: usize = 2 * M_TILES_PER_WARP;
-/// Vocab rows per block: one candidate per batch row per `BLOCK_V` vocab entries.
-pub const BLOCK_V: u32 = WARPS_PER_BLOCK * 16 * M_TILES_PER_WARP as u32;
+/// Vocab rows per warp tile: the unit of work of one warp.
+pub const WARP_TILE_V: u32 = 16 * M_TILES_PER_WARP as u32;
+/// The CPU backend's default vocab tile (samples do not depend on tile sizes).
+pub const BLOCK_V: u32 = WARPS_PER_BLOCK * WARP_TILE_V;
 /// D consumed by one mainloop step (two k16 MMAs fed by one 16-byte load per row and lane).
 pub const CHUNK_D: u32 = 32;
 /// D must be a multiple of this: every 16-byte load is then either fully inside a row or fully out.
@@ -52,12 +57,46 @@ pub const REDUCE_THREADS_PER_BLOCK: u32 = 128;
 /// Batch rows per block of the candidate-reduction kernel.
 pub const REDUCE_ROWS_PER_BLOCK: u32 = REDUCE_THREADS_PER_BLOCK / 32;
 
-/// Number of vocab tiles (= candidates per batch row).
+/// Number of CPU vocab tiles of the default size.
 #[inline]
 pub const fn n_vtiles(v: u32) -> u32 {
     v.div_ceil(BLOCK_V)
 }
 
+/// Warp tiles of a vocab of size `v`.
+#[inline]
+pub const fn n_warp_tiles(v: u32) -> u32 {
+    v.div_ceil(WARP_TILE_V)
+}
+
+/// D chunks whose loads a warp issues before their MMAs (bytes in flight per warp), by N-tile count.
+#[inline]
+pub const fn unroll(n_tiles: u32) -> u32 {
+    if n_tiles <= 2 {
+        4
+    } else if n_tiles <= 4 {
+        2
+    } else {
+        1
+    }
+}
+
+/// Resident blocks per multiprocessor the host launches (the persistent grid), by N-tile count.
+#[inline]
+pub const fn blocks_per_sm(_n_tiles: u32) -> u32 {
+    2
+}
+
+/// Vocab ranges (= candidates per batch row) for `sm_count` multiprocessors running `per_sm` blocks
+/// each ([`blocks_per_sm`] by default), `n_btiles` batch tiles and vocab size `v`: enough blocks to
+/// fill the persistent grid, at least one warp tile each.
+#[inline]
+pub const fn n_vranges(sm_count: u32, per_sm: u32, n_btiles: u32, v: u32) -> u32 {
+    let want = sm_count * per_sm / n_btiles;
+    let want = if want == 0 { 1 } else { want };
+    let tiles = n_warp_tiles(v);
+    if want < tiles { want } else { tiles }
+}
 /// The batch tile (number of 8-row N tiles) the host picks for batch size `b`.
 #[inline]
 pub const fn n_tiles_for_batch(b: u32) -> u32 {

@@ -15,7 +15,7 @@ pub struct FusedParams {
     pub weight: *const bf16,
     /// Per-row stream ids `[B]`.
     pub streams: *const u64,
-    /// Output: candidates `[B, n_vtiles]`, row-major.
+    /// Output: candidates `[B, n_vranges]`, row-major.
     pub candidates: *mut Candidate,
     /// Philox key.
     pub seed: u64,
@@ -25,8 +25,8 @@ pub struct FusedParams {
     pub d: u32,
     /// Vocab size.
     pub v: u32,
-    /// `ceil(V / BLOCK_V)`: candidates per row.
-    pub n_vtiles: u32,
+    /// Vocab ranges of the persistent grid: candidates per row.
+    pub n_vranges: u32,
     /// Sample index of the draw (0 for the first sample of a row).
     pub sample: u32,
     /// Temperature transform.
@@ -39,7 +39,7 @@ pub struct FusedParams {
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct ReduceParams {
-    /// Candidates `[B, n_vtiles]` written by the fused kernel.
+    /// Candidates `[B, n_candidates]` written by the fused kernel (or a baseline).
     pub candidates: *const Candidate,
     /// Output: sampled token per row `[B]` ([`crate::INVALID_INDEX`] where the winning score is NaN).
     pub tokens: *mut u32,
@@ -48,7 +48,7 @@ pub struct ReduceParams {
     /// Batch rows.
     pub b: u32,
     /// Candidates per row.
-    pub n_vtiles: u32,
+    pub n_candidates: u32,
 }
 
 /// Parameters of the Philox / Gumbel test kernels: one Philox call per thread.

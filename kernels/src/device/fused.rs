@@ -2,12 +2,16 @@
 //! and epilogue (transform, noise, per-tile candidate), as separate pieces.
 //!
 //! # Parameters
-//! [`FusedParams`] by value; launch with `grid = n_vtiles · n_btiles` blocks of
-//! [`THREADS_PER_BLOCK`] threads and [`fused_smem_bytes`]`(NB)` bytes of dynamic shared memory.
+//! [`FusedParams`] by value; launch with `grid = n_vranges · n_btiles` blocks of
+//! [`THREADS_PER_BLOCK`](crate::config::THREADS_PER_BLOCK) threads and
+//! [`fused_smem_bytes`](crate::config::fused_smem_bytes)`(NB)` bytes of dynamic shared memory.
 //!
 //! # Thread mapping
-//! See [`crate::config`]. Every weight byte is loaded by exactly one lane of one block per batch tile
-//! and never written back; the `[B, V]` logits never leave registers.
+//! See [`crate::config`]. Persistent blocks: block `blk` takes batch tile `blk % n_btiles` and vocab
+//! range `blk / n_btiles` (an even share of the `ceil(V / 32)` warp tiles); its warps take the range's
+//! warp tiles round-robin, carrying one candidate per batch column across tiles, and merge once at the
+//! end. Every weight byte is loaded by exactly one lane per batch tile and never written back; the
+//! `[B, V]` logits never leave registers.
 
 use core::arch::nvptx::{_block_idx_x, _syncthreads, _thread_idx_x};
 
@@ -18,7 +22,7 @@ use super::ptx::{
 };
 use super::warp::merge_butterfly;
 use crate::candidate::Candidate;
-use crate::config::{BLOCK_V, CHUNK_D, M_TILES_PER_WARP, ROWS_PER_LANE, WARPS_PER_BLOCK};
+use crate::config::{CHUNK_D, M_TILES_PER_WARP, ROWS_PER_LANE, WARP_TILE_V, WARPS_PER_BLOCK, unroll};
 use crate::epilogue::update_aligned;
 use crate::noise::RowNoise;
 use crate::params::FusedParams;
@@ -31,9 +35,8 @@ struct LanePosition {
     group: u32,
     /// `lane % 4`: selects the lane's 16-byte slice of each 32-wide D chunk and its batch columns.
     quad: u32,
-    vtile: u32,
-    /// First of the lane's `ROWS_PER_LANE` consecutive vocab rows.
-    v0: u32,
+    /// The block's vocab range (= its candidate column).
+    vrange: u32,
     /// First batch row of the block's batch tile.
     b0: u32,
 }
@@ -51,79 +54,145 @@ pub unsafe fn fused_sample<const NB: usize>(p: FusedParams) {
     // SAFETY: special-register reads.
     let (tid, blk) = unsafe { (_thread_idx_x(), _block_idx_x()) };
     let lane = tid % 32;
-    let warp = tid / 32;
     let n_btiles = p.b.div_ceil(8 * NB as u32).max(1);
-    let vtile = blk / n_btiles;
     let pos = LanePosition {
-        warp,
+        warp: tid / 32,
         group: lane / 4,
         quad: lane % 4,
-        vtile,
-        v0: vtile * BLOCK_V + warp * 16 * M_TILES_PER_WARP as u32 + (lane / 4) * ROWS_PER_LANE as u32,
+        vrange: blk / n_btiles,
         b0: (blk % n_btiles) * 8 * NB as u32,
     };
-    // SAFETY: forwarded launch contract.
-    unsafe {
-        let acc = mainloop::<NB>(&p, pos);
-        epilogue::<NB>(&p, pos, &acc);
+    let (first, end) = warp_tile_range(p.v, p.n_vranges, pos.vrange);
+    let hidden = hidden_rows::<NB>(&p, pos);
+    // One candidate per batch column the lane owns, carried across the block's warp tiles.
+    let mut cands = [Candidate::EMPTY; 16];
+    let mut tile = first + pos.warp;
+    while tile < end {
+        let v0 = tile * WARP_TILE_V + pos.group * ROWS_PER_LANE as u32;
+        // SAFETY: forwarded launch contract; the tile loop is warp-uniform.
+        let acc = unsafe { mainloop::<NB>(&p, weight_rows(&p, v0), &hidden, pos.quad) };
+        epilogue_tile::<NB>(&p, pos, v0, &acc, &mut cands);
+        tile += WARPS_PER_BLOCK;
     }
+    // SAFETY: every thread of the block reaches the block merge.
+    unsafe { write_candidates::<NB>(&p, pos, &cands) };
 }
 
-/// Logits of the lane's vocab rows × the block's batch tile, accumulated in f32 over all of D.
-///
-/// Rows beyond V and batch rows beyond B load zeros (no memory access); so does the part of the last
-/// chunk beyond D. The loop trip count is the same for every lane, so the MMAs run converged.
+/// The warp tiles `[first, end)` of vocab range `r` of `n`: `ceil(V / WARP_TILE_V)` tiles split as
+/// evenly as integers allow.
 #[inline(always)]
-unsafe fn mainloop<const NB: usize>(p: &FusedParams, pos: LanePosition) -> Accumulators<NB> {
-    let d = p.d as usize;
-    let weight = p.weight as *const u16;
-    let hidden = p.hidden as *const u16;
-    let mut w_rows = [core::ptr::null::<u16>(); ROWS_PER_LANE];
-    for (j, row) in w_rows.iter_mut().enumerate() {
-        let v = pos.v0 + j as u32;
+fn warp_tile_range(v: u32, n: u32, r: u32) -> (u32, u32) {
+    let tiles = v.div_ceil(WARP_TILE_V) as u64;
+    let n = n.max(1) as u64;
+    ((tiles * r as u64 / n) as u32, (tiles * (r as u64 + 1) / n) as u32)
+}
+
+/// Start of each of the lane's `ROWS_PER_LANE` weight rows from vocab row `v0`; null beyond V.
+#[inline(always)]
+fn weight_rows(p: &FusedParams, v0: u32) -> [*const u16; ROWS_PER_LANE] {
+    let mut rows = [core::ptr::null::<u16>(); ROWS_PER_LANE];
+    for (j, row) in rows.iter_mut().enumerate() {
+        let v = v0 + j as u32;
         if v < p.v {
             // SAFETY: v < V, so the row start is inside the [V, D] weight.
-            *row = unsafe { weight.add(v as usize * d) };
+            *row = unsafe { (p.weight as *const u16).add(v as usize * p.d as usize) };
         }
     }
-    let mut h_rows = [core::ptr::null::<u16>(); NB];
-    for (nt, row) in h_rows.iter_mut().enumerate() {
+    rows
+}
+
+/// Start of the lane's hidden row in each N tile (`b0 + 8nt + group`); null beyond B.
+#[inline(always)]
+fn hidden_rows<const NB: usize>(p: &FusedParams, pos: LanePosition) -> [*const u16; NB] {
+    let mut rows = [core::ptr::null::<u16>(); NB];
+    for (nt, row) in rows.iter_mut().enumerate() {
         let b = pos.b0 + 8 * nt as u32 + pos.group;
         if b < p.b {
             // SAFETY: b < B, so the row start is inside the [B, D] hidden states.
-            *row = unsafe { hidden.add(b as usize * d) };
+            *row = unsafe { (p.hidden as *const u16).add(b as usize * p.d as usize) };
         }
     }
+    rows
+}
 
-    let mut acc: Accumulators<NB> = [[[0.0; 4]; NB]; M_TILES_PER_WARP];
-    let mut kc = 0u32;
-    while kc < p.d {
-        let k = kc + 8 * pos.quad;
-        let in_d = k < p.d;
-        let mut a = [[0u32; 4]; ROWS_PER_LANE];
-        for j in 0..ROWS_PER_LANE {
-            if in_d && !w_rows[j].is_null() {
-                // SAFETY: k + 8 <= D (D % 8 == 0), 16-byte aligned (base and D·2 are), read-only.
-                a[j] = unsafe { ld_global_nc_l1_no_allocate_v4_u32(w_rows[j].add(k as usize) as *const u32) };
-            }
+/// Loads one 32-wide D chunk at `k` (this lane's 16 bytes) of the given rows; zeros for null rows.
+#[inline(always)]
+unsafe fn load_chunk<const N: usize>(rows: &[*const u16; N], k: u32, streamed: bool) -> [[u32; 4]; N] {
+    let mut out = [[0u32; 4]; N];
+    for (o, row) in out.iter_mut().zip(rows) {
+        if !row.is_null() {
+            // SAFETY: caller: k + 8 <= D (D % 8 == 0), so 16 aligned bytes inside the row, read-only.
+            let ptr = unsafe { row.add(k as usize) } as *const u32;
+            *o = unsafe {
+                if streamed { ld_global_nc_l1_no_allocate_v4_u32(ptr) } else { ld_global_nc_v4_u32(ptr) }
+            };
         }
-        let mut h = [[0u32; 4]; NB];
+    }
+    out
+}
+
+/// Two k16 MMAs per M tile and N tile on one chunk of fragments.
+#[inline(always)]
+unsafe fn mma_chunk<const NB: usize>(acc: &mut Accumulators<NB>, a: &[[u32; 4]; ROWS_PER_LANE], h: &[[u32; 4]; NB]) {
+    for mt in 0..M_TILES_PER_WARP {
+        let (lo, hi) = (a[2 * mt], a[2 * mt + 1]); // MMA rows `group` and `group + 8`
         for nt in 0..NB {
-            if in_d && !h_rows[nt].is_null() {
-                // SAFETY: as above, for the hidden row.
-                h[nt] = unsafe { ld_global_nc_v4_u32(h_rows[nt].add(k as usize) as *const u32) };
+            // SAFETY: the caller runs this warp-uniformly (converged).
+            unsafe {
+                mma(&mut acc[mt][nt], [lo[0], hi[0], lo[1], hi[1]], [h[nt][0], h[nt][1]]);
+                mma(&mut acc[mt][nt], [lo[2], hi[2], lo[3], hi[3]], [h[nt][2], h[nt][3]]);
             }
         }
-        for mt in 0..M_TILES_PER_WARP {
-            let (lo, hi) = (a[2 * mt], a[2 * mt + 1]); // MMA rows `group` and `group + 8`
-            for nt in 0..NB {
-                // SAFETY: every lane runs the same trip count, so the warp is converged here.
+    }
+}
+
+/// Logits of one warp tile (the lane's vocab rows × the block's batch tile), accumulated in f32 over
+/// all of D. The main loop issues the loads of `unroll(NB)` chunks before their MMAs, so each warp has
+/// that many chunks of weight in flight; a one-chunk loop handles the rest of D, where lanes whose
+/// slice lies beyond D load zeros. Trip counts are warp-uniform, so the MMAs run converged.
+#[inline(always)]
+unsafe fn mainloop<const NB: usize>(
+    p: &FusedParams,
+    w_rows: [*const u16; ROWS_PER_LANE],
+    h_rows: &[*const u16; NB],
+    quad: u32,
+) -> Accumulators<NB> {
+    const U: usize = 4;
+    let mut acc: Accumulators<NB> = [[[0.0; 4]; NB]; M_TILES_PER_WARP];
+    let u = unroll(NB as u32) as usize;
+    let step = CHUNK_D * u as u32;
+    let full = p.d / step * step;
+    let mut kc = 0u32;
+    // SAFETY (whole loop): k + 8 <= D for every chunk below `full`.
+    while kc < full {
+        let mut a = [[[0u32; 4]; ROWS_PER_LANE]; U];
+        let mut h = [[[0u32; 4]; NB]; U];
+        for c in 0..U {
+            if c < u {
+                let k = kc + CHUNK_D * c as u32 + 8 * quad;
                 unsafe {
-                    mma(&mut acc[mt][nt], [lo[0], hi[0], lo[1], hi[1]], [h[nt][0], h[nt][1]]);
-                    mma(&mut acc[mt][nt], [lo[2], hi[2], lo[3], hi[3]], [h[nt][2], h[nt][3]]);
+                    a[c] = load_chunk(&w_rows, k, true);
+                    h[c] = load_chunk(h_rows, k, false);
                 }
             }
         }
+        for c in 0..U {
+            if c < u {
+                unsafe { mma_chunk::<NB>(&mut acc, &a[c], &h[c]) };
+            }
+        }
+        kc += step;
+    }
+    while kc < p.d {
+        let k = kc + 8 * quad;
+        let (a, h) = if k < p.d {
+            // SAFETY: k + 8 <= D.
+            unsafe { (load_chunk(&w_rows, k, true), load_chunk(h_rows, k, false)) }
+        } else {
+            ([[0u32; 4]; ROWS_PER_LANE], [[0u32; 4]; NB])
+        };
+        // SAFETY: warp-uniform trip count.
+        unsafe { mma_chunk::<NB>(&mut acc, &a, &h) };
         kc += CHUNK_D;
     }
     acc
@@ -145,29 +214,41 @@ fn column_logits<const NB: usize>(acc: &Accumulators<NB>, i: u32) -> [f32; ROWS_
     out
 }
 
-/// Transform + noise + argmax of the tile: one candidate per batch row of the tile, merged over the
-/// eight lane groups (shuffles) and the block's warps (shared memory), written to
-/// `candidates[b, vtile]`.
+/// Transform + noise + argmax of one warp tile into the lane's per-column candidates.
+///
+/// One heavy iteration (Philox + logs) per batch column the lane owns: a real loop, so the lane's
+/// logits for column `i` are picked with constant indices by `column_logits`, keeping `acc` in
+/// registers (a run-time index would move it to local memory).
 #[inline(always)]
-unsafe fn epilogue<const NB: usize>(p: &FusedParams, pos: LanePosition, acc: &Accumulators<NB>) {
-    let block_b = 8 * NB as u32;
-    let smem = mov_u32_dynamic_smem();
-    // One heavy iteration (Philox + logs) per batch column the lane owns: a real loop, so the lane's
-    // logits for column `i` are picked with constant indices by `column_logits`, keeping `acc` in
-    // registers (a run-time index would move it to local memory).
+fn epilogue_tile<const NB: usize>(
+    p: &FusedParams,
+    pos: LanePosition,
+    v0: u32,
+    acc: &Accumulators<NB>,
+    cands: &mut [Candidate; 16],
+) {
     for i in 0..2 * NB as u32 {
         // Accumulator element `e` (+2 for MMA row group+8) is batch column 2·quad + e of N tile nt.
-        let col = 8 * (i / 2) + 2 * pos.quad + i % 2;
-        let b = pos.b0 + col;
-        let mut cand = Candidate::EMPTY;
+        let b = pos.b0 + 8 * (i / 2) + 2 * pos.quad + i % 2;
         if b < p.b {
             // SAFETY: b < B and `streams` holds B entries.
             let stream = unsafe { *p.streams.add(b as usize) };
             let noise = RowNoise { seed: p.seed, stream, sample: p.sample };
-            update_aligned(&mut cand, &column_logits::<NB>(acc, i), pos.v0, p.v, &noise, &p.transform);
+            update_aligned(&mut cands[i as usize], &column_logits::<NB>(acc, i), v0, p.v, &noise, &p.transform);
         }
+    }
+}
+
+/// Merges the lanes' candidates over the eight lane groups (shuffles) and the block's warps (shared
+/// memory), and writes `candidates[b, vrange]` for the block's batch rows.
+#[inline(always)]
+unsafe fn write_candidates<const NB: usize>(p: &FusedParams, pos: LanePosition, cands: &[Candidate; 16]) {
+    let block_b = 8 * NB as u32;
+    let smem = mov_u32_dynamic_smem();
+    for i in 0..2 * NB as u32 {
+        let col = 8 * (i / 2) + 2 * pos.quad + i % 2;
         // SAFETY: all lanes reach this point (no early exit above).
-        let cand = unsafe { merge_butterfly(cand, [4, 8, 16]) };
+        let cand = unsafe { merge_butterfly(cands[i as usize], [4, 8, 16]) };
         if pos.group == 0 {
             let slot = smem + 8 * (pos.warp * block_b + col);
             // SAFETY: slot < WARPS_PER_BLOCK · BLOCK_B · 8 = the launch's dynamic shared memory.
@@ -185,7 +266,7 @@ unsafe fn epilogue<const NB: usize>(p: &FusedParams, pos: LanePosition, acc: &Ac
             cand = cand.merge(Candidate { score: f32::from_bits(s), index: i });
         }
         let b = (pos.b0 + t) as usize;
-        // SAFETY: b < B, vtile < n_vtiles: inside the [B, n_vtiles] candidate buffer.
-        unsafe { *p.candidates.add(b * p.n_vtiles as usize + pos.vtile as usize) = cand };
+        // SAFETY: b < B, vrange < n_vranges: inside the [B, n_vranges] candidate buffer.
+        unsafe { *p.candidates.add(b * p.n_vranges as usize + pos.vrange as usize) = cand };
     }
 }

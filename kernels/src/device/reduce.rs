@@ -1,4 +1,4 @@
-//! The candidate-reduction kernel: `[B, n_vtiles]` candidates → one token (and score) per row, on the
+//! The candidate-reduction kernel: `[B, n_candidates]` candidates → one token (and score) per row, on the
 //! device, so a decode loop needs no copy to the host per token.
 //!
 //! # Parameters
@@ -26,12 +26,12 @@ pub unsafe fn reduce_candidates(p: ReduceParams) {
     if row >= p.b {
         return; // the whole warp leaves together
     }
-    // SAFETY: row < B: the row's n_vtiles candidates are inside the buffer.
-    let cands = unsafe { p.candidates.add(row as usize * p.n_vtiles as usize) };
+    // SAFETY: row < B: the row's n_candidates candidates are inside the buffer.
+    let cands = unsafe { p.candidates.add(row as usize * p.n_candidates as usize) };
     let mut c = Candidate::EMPTY;
     let mut i = lane;
-    while i < p.n_vtiles {
-        // SAFETY: i < n_vtiles.
+    while i < p.n_candidates {
+        // SAFETY: i < n_candidates.
         c = c.merge(unsafe { *cands.add(i as usize) });
         i += 32;
     }
