@@ -26,7 +26,9 @@ for t in "$bin"/test-*; do
 done
 grep -hE "^(fused vs CPU|GPU chi-squared|ptxas fused|ptxas reduce)" "$out"/test-*.log | tee "$out/highlights.txt"
 
-if command -v compute-sanitizer >/dev/null; then
+if [ -n "${FS_NO_SANITIZER:-}" ]; then
+  note "compute-sanitizer: skipped (FS_NO_SANITIZER)"
+elif command -v compute-sanitizer >/dev/null; then
   for tool in memcheck racecheck; do
     FLASHSAMPLING_GPU_TEST_QUICK=1 compute-sanitizer --tool "$tool" "$bin/test-gpu" --test-threads=1 \
       > "$out/sanitizer-$tool.log" 2>&1; rc=$?
