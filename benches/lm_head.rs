@@ -100,6 +100,7 @@ fn main() -> R<()> {
     };
     let tc_rate = 2.0 * (n as f64).powi(3) / (big.median * 1e-3); // FLOP/s
     drop((ga, gb, gc));
+    eprintln!("fused kernel occupancy (N tiles, blocks/SM): {:?}", gpu.fused_occupancy());
     eprintln!(
         "device {}: copy {:.3} TB/s (2 GiB, median {:.3} ms); bf16 GEMM 8192^3 {:.0} TFLOP/s (median {:.3} ms)",
         gpu.device_name(),

@@ -110,7 +110,7 @@ fn fused_kernel_matches_the_cpu_backend() {
     let (mut rows, mut mismatches) = (0usize, 0usize);
     for &v in &[1000usize, 151_936] {
         for &d in &[64usize, 4096] {
-            for &b in &[1usize, 3, 64, 257] {
+            for &b in &[1usize, 3, 64, 100, 257] {
                 if quick() && (v * d > 1000 * 4096) && b > 3 {
                     continue;
                 }

@@ -10,7 +10,7 @@ use cudarc::nvrtc::Ptx;
 use flashsampling_kernels::config::{
     GUMBEL_ENTRY, MAX_DIM, N_TILE_VARIANTS, PHILOX_ENTRY, REDUCE_ENTRY, REDUCE_ROWS_PER_BLOCK,
     REDUCE_THREADS_PER_BLOCK, THREADS_PER_BLOCK, block_b, fused_entry, fused_smem_bytes, n_tiles_for_batch,
-    blocks_per_sm, n_vranges,
+    n_vranges, warps_b_for_batch,
 };
 use flashsampling_kernels::params::{FusedParams, NoiseTestParams, ReduceParams};
 use flashsampling_kernels::{Candidate, Transform};
@@ -40,6 +40,8 @@ struct LaunchShape {
     n_btiles: u32,
     /// Vocab ranges = candidates per row.
     n_vranges: u32,
+    /// Warps per block splitting the batch.
+    warps_b: u32,
 }
 
 /// A row-major bf16 matrix in device memory.
@@ -92,7 +94,8 @@ pub struct GpuBackend {
     /// (`FLASHSAMPLING_BLOCKS_PER_SM`); samples do not depend on it.
     blocks_per_sm_override: Option<u32>,
     stream: Arc<CudaStream>,
-    fused: Vec<(u32, CudaFunction)>,
+    /// Fused-kernel variants: (N tiles, function, resident blocks per multiprocessor).
+    fused: Vec<(u32, CudaFunction, u32)>,
     reduce: CudaFunction,
     philox: CudaFunction,
     gumbel: CudaFunction,
@@ -129,9 +132,16 @@ impl GpuBackend {
             ctx.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
         let stream = ctx.new_stream()?;
         let module = ctx.load_module(Ptx::from_src(PTX))?;
+        // The persistent grid fills every multiprocessor to the occupancy its registers allow.
         let fused = N_TILE_VARIANTS
             .iter()
-            .map(|&nb| Ok((nb, module.load_function(fused_entry(nb))?)))
+            .map(|&nb| {
+                let f = module.load_function(fused_entry(nb))?;
+                let per_sm = f
+                    .occupancy_max_active_blocks_per_multiprocessor(THREADS_PER_BLOCK, fused_smem_bytes(nb) as usize, None)?
+                    .max(1);
+                Ok((nb, f, per_sm))
+            })
             .collect::<Result<Vec<_>>>()?;
         Ok(Self {
             reduce: module.load_function(REDUCE_ENTRY)?,
@@ -146,6 +156,12 @@ impl GpuBackend {
                 .and_then(|s| s.parse().ok())
                 .filter(|&n: &u32| (1..=32).contains(&n)),
         })
+    }
+
+    /// Resident blocks per multiprocessor of each fused-kernel variant (N tiles, blocks): the
+    /// persistent grid's size is this times the multiprocessor count.
+    pub fn fused_occupancy(&self) -> Vec<(u32, u32)> {
+        self.fused.iter().map(|f| (f.0, f.2)).collect()
     }
 
     /// The device's name.
@@ -166,10 +182,12 @@ impl GpuBackend {
     /// The launch of the fused kernel for `b` rows and vocab `v`.
     fn launch_shape(&self, b: usize, v: usize) -> LaunchShape {
         let n_tiles = n_tiles_for_batch(b as u32);
-        let n_btiles = (b as u32).div_ceil(block_b(n_tiles));
-        let per_sm = self.blocks_per_sm_override.unwrap_or(blocks_per_sm(n_tiles));
+        let warps_b = warps_b_for_batch(b as u32);
+        let n_btiles = (b as u32).div_ceil(block_b(n_tiles, warps_b));
+        let resident = self.fused.iter().find(|f| f.0 == n_tiles).map_or(1, |f| f.2);
+        let per_sm = self.blocks_per_sm_override.unwrap_or(resident);
         let n_vranges = n_vranges(self.sm_count, per_sm, n_btiles, v as u32);
-        LaunchShape { n_tiles, n_btiles, n_vranges }
+        LaunchShape { n_tiles, n_btiles, n_vranges, warps_b }
     }
 
     /// Allocates the per-batch buffers for up to `b` rows and vocab size `v`: `B × n_vranges`
@@ -267,7 +285,7 @@ impl GpuBackend {
         out: &mut DeviceSamples,
         launch: LaunchShape,
     ) -> Result<()> {
-        let func = &self.fused.iter().find(|(nb, _)| *nb == launch.n_tiles).expect("every variant is loaded").1;
+        let func = &self.fused.iter().find(|f| f.0 == launch.n_tiles).expect("every variant is loaded").1;
         let (streams, _s) = out.streams.device_ptr(&self.stream);
         let (cands, _c) = out.candidates.device_ptr_mut(&self.stream);
         let p = ByValue(FusedParams {
@@ -282,7 +300,7 @@ impl GpuBackend {
             n_vranges: launch.n_vranges,
             sample: params.sample,
             transform,
-            _pad: 0,
+            warps_b: launch.warps_b,
         });
         let cfg = LaunchConfig {
             grid_dim: (launch.n_btiles * launch.n_vranges, 1, 1),

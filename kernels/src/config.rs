@@ -13,13 +13,13 @@
 //! | [`M_TILES_PER_WARP`] | 2 | 16-row M tiles per warp |
 //! | [`WARP_TILE_V`] | 32 | vocab rows per warp tile (the unit of work) |
 //! | [`BLOCK_V`] | 128 | vocab tile of the CPU backend (any multiple of 4 gives the same samples) |
-//! | `BLOCK_B` | 8 · NB | batch rows per block, NB ∈ [`N_TILE_VARIANTS`] |
+//! | `BLOCK_B` | 8 · NB · warps_b | batch rows per block, NB ∈ [`N_TILE_VARIANTS`], warps_b ∈ {1, 2, 4} |
 //! | [`CHUNK_D`] | 32 | D consumed per mainloop step (two k16 MMAs) |
 //! | [`D_ALIGN`] | 8 | D must be a multiple of this (16-byte loads) |
 //!
 //! # Thread mapping (fused kernel)
 //! `lane = tid % 32`, `warp = tid / 32`, `group = lane / 4`, `quad = lane % 4`. The grid is persistent:
-//! [`blocks_per_sm`] blocks per multiprocessor. Block `blk` covers batch tile `blk % n_btiles` and vocab
+//! as many blocks per multiprocessor as the kernel's occupancy allows (the host asks the driver). Block `blk` covers batch tile `blk % n_btiles` and vocab
 //! range `blk / n_btiles` (batch tiles of one range are adjacent, so they share its weight rows through
 //! L2); a range is an even share of the `ceil(V / WARP_TILE_V)` warp tiles, and warp `w` takes tiles
 //! `first + w, first + w + WARPS_PER_BLOCK, …` of it. In warp tile `t`, lane `(group, quad)` owns the
@@ -81,14 +81,8 @@ pub const fn unroll(n_tiles: u32) -> u32 {
     }
 }
 
-/// Resident blocks per multiprocessor the host launches (the persistent grid), by N-tile count.
-#[inline]
-pub const fn blocks_per_sm(_n_tiles: u32) -> u32 {
-    2
-}
-
 /// Vocab ranges (= candidates per batch row) for `sm_count` multiprocessors running `per_sm` blocks
-/// each ([`blocks_per_sm`] by default), `n_btiles` batch tiles and vocab size `v`: enough blocks to
+/// each (the host uses the kernel's occupancy), `n_btiles` batch tiles and vocab size `v`: enough blocks to
 /// fill the persistent grid, at least one warp tile each.
 #[inline]
 pub const fn n_vranges(sm_count: u32, per_sm: u32, n_btiles: u32, v: u32) -> u32 {
@@ -111,16 +105,30 @@ pub const fn n_tiles_for_batch(b: u32) -> u32 {
     }
 }
 
-/// Batch rows per block for a given N-tile count.
+/// Warps of a block that split the batch (each `8·NB` rows), the rest splitting the vocab: 1 up to
+/// 64 rows, then 2 up to 128 and 4 beyond, so one block covers up to 256 batch rows and reads each
+/// weight tile from HBM once for all of them.
 #[inline]
-pub const fn block_b(n_tiles: u32) -> u32 {
-    8 * n_tiles
+pub const fn warps_b_for_batch(b: u32) -> u32 {
+    if b <= 64 {
+        1
+    } else if b <= 128 {
+        2
+    } else {
+        WARPS_PER_BLOCK
+    }
 }
 
-/// Shared memory of the fused kernel: one candidate per warp and batch row of the tile.
+/// Batch rows per block for a given N-tile count and `warps_b`.
+#[inline]
+pub const fn block_b(n_tiles: u32, warps_b: u32) -> u32 {
+    8 * n_tiles * warps_b
+}
+
+/// Shared memory of the fused kernel: one candidate per warp and batch row of the warp.
 #[inline]
 pub const fn fused_smem_bytes(n_tiles: u32) -> u32 {
-    WARPS_PER_BLOCK * block_b(n_tiles) * 8
+    WARPS_PER_BLOCK * 8 * n_tiles * 8
 }
 
 /// PTX entry-point name of the fused kernel for `n_tiles`.

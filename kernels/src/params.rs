@@ -31,8 +31,8 @@ pub struct FusedParams {
     pub sample: u32,
     /// Temperature transform.
     pub transform: Transform,
-    /// Explicit padding to a multiple of 8 bytes (keeps host and device layouts equal).
-    pub _pad: u32,
+    /// Warps of a block that split the batch (1, 2 or 4; see [`crate::config::warps_b_for_batch`]).
+    pub warps_b: u32,
 }
 
 /// Parameters of the candidate-reduction kernel.

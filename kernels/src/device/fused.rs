@@ -8,9 +8,11 @@
 //!
 //! # Thread mapping
 //! See [`crate::config`]. Persistent blocks: block `blk` takes batch tile `blk % n_btiles` and vocab
-//! range `blk / n_btiles` (an even share of the `ceil(V / 32)` warp tiles); its warps take the range's
-//! warp tiles round-robin, carrying one candidate per batch column across tiles, and merge once at the
-//! end. Every weight byte is loaded by exactly one lane per batch tile and never written back; the
+//! range `blk / n_btiles` (an even share of the `ceil(V / 32)` warp tiles). Its warps form a
+//! `warps_v × warps_b` grid: `warps_b` warps of `8·NB` batch rows each share a vocab tile (large
+//! batches: the tile's weight comes from HBM once and the sibling warps hit L1), and `warps_v` groups
+//! take the range's warp tiles round-robin. Lanes carry one candidate per batch column across tiles
+//! and merge once at the end. Every weight byte is loaded by exactly one lane per batch tile and never written back; the
 //! `[B, V]` logits never leave registers.
 
 use core::arch::nvptx::{_block_idx_x, _syncthreads, _thread_idx_x};
@@ -30,6 +32,7 @@ use crate::params::FusedParams;
 /// Where one lane sits in the launch.
 #[derive(Clone, Copy)]
 struct LanePosition {
+    /// Warp index in the block.
     warp: u32,
     /// `lane / 4`: selects the lane's vocab rows and its hidden row within an N tile.
     group: u32,
@@ -37,45 +40,62 @@ struct LanePosition {
     quad: u32,
     /// The block's vocab range (= its candidate column).
     vrange: u32,
-    /// First batch row of the block's batch tile.
+    /// First batch row of this warp's `8·NB` rows.
     b0: u32,
+    /// This warp's slot among the block's vocab-splitting warps (`warp / warps_b`).
+    warp_v: u32,
 }
 
 /// One warp's accumulators: `[M tile][N tile][fragment]`.
 type Accumulators<const NB: usize> = [[[f32; 4]; NB]; M_TILES_PER_WARP];
 
-/// The fused kernel body for a batch tile of `8·NB` rows.
+/// The fused kernel body for warps of `8·NB` batch rows.
 ///
 /// # Safety
 /// Launched as documented in the module, with `p` validated by the host (shapes, 16-byte aligned
-/// buffers of the stated sizes, `d % D_ALIGN == 0`).
+/// buffers of the stated sizes, `d % D_ALIGN == 0`, `warps_b` dividing `WARPS_PER_BLOCK`).
 #[inline(always)]
 pub unsafe fn fused_sample<const NB: usize>(p: FusedParams) {
     // SAFETY: special-register reads.
     let (tid, blk) = unsafe { (_thread_idx_x(), _block_idx_x()) };
-    let lane = tid % 32;
-    let n_btiles = p.b.div_ceil(8 * NB as u32).max(1);
+    let (lane, warp) = (tid % 32, tid / 32);
+    let warps_b = p.warps_b.max(1);
+    let warps_v = WARPS_PER_BLOCK / warps_b;
+    let block_rows = 8 * NB as u32 * warps_b;
+    let n_btiles = p.b.div_ceil(block_rows).max(1);
     let pos = LanePosition {
-        warp: tid / 32,
+        warp,
         group: lane / 4,
         quad: lane % 4,
         vrange: blk / n_btiles,
-        b0: (blk % n_btiles) * 8 * NB as u32,
+        b0: (blk % n_btiles) * block_rows + (warp % warps_b) * 8 * NB as u32,
+        warp_v: warp / warps_b,
     };
     let (first, end) = warp_tile_range(p.v, p.n_vranges, pos.vrange);
     let hidden = hidden_rows::<NB>(&p, pos);
     // One candidate per batch column the lane owns, carried across the block's warp tiles.
     let mut cands = [Candidate::EMPTY; 16];
-    let mut tile = first + pos.warp;
-    while tile < end {
-        let v0 = tile * WARP_TILE_V + pos.group * ROWS_PER_LANE as u32;
-        // SAFETY: forwarded launch contract; the tile loop is warp-uniform.
-        let acc = unsafe { mainloop::<NB>(&p, weight_rows(&p, v0), &hidden, pos.quad) };
-        epilogue_tile::<NB>(&p, pos, v0, &acc, &mut cands);
-        tile += WARPS_PER_BLOCK;
+    if pos.b0 < p.b {
+        let mut tile = first + pos.warp_v;
+        while tile < end {
+            let v0 = tile * WARP_TILE_V + pos.group * ROWS_PER_LANE as u32;
+            let rows = weight_rows(&p, v0);
+            // SAFETY: forwarded launch contract; the tile loop is warp-uniform. With one warp per
+            // vocab tile the weight is streamed past L1; warps sharing a tile read it through L1.
+            let acc = unsafe {
+                // (Only the 64-row variant is launched with warps_b > 1: other variants compile one path.)
+                if NB < 8 || warps_b == 1 {
+                    mainloop::<NB, true>(&p, rows, &hidden, pos.quad)
+                } else {
+                    mainloop::<NB, false>(&p, rows, &hidden, pos.quad)
+                }
+            };
+            epilogue_tile::<NB>(&p, pos, v0, &acc, &mut cands);
+            tile += warps_v;
+        }
     }
     // SAFETY: every thread of the block reaches the block merge.
-    unsafe { write_candidates::<NB>(&p, pos, &cands) };
+    unsafe { write_candidates::<NB>(&p, pos, warps_b, &cands) };
 }
 
 /// The warp tiles `[first, end)` of vocab range `r` of `n`: `ceil(V / WARP_TILE_V)` tiles split as
@@ -87,46 +107,41 @@ fn warp_tile_range(v: u32, n: u32, r: u32) -> (u32, u32) {
     ((tiles * r as u64 / n) as u32, (tiles * (r as u64 + 1) / n) as u32)
 }
 
-/// Start of each of the lane's `ROWS_PER_LANE` weight rows from vocab row `v0`; null beyond V.
+/// Start of each of the lane's `ROWS_PER_LANE` weight rows from vocab row `v0`. Rows beyond V are
+/// clamped to row V − 1: they only feed accumulator rows that the epilogue never scores, and the
+/// loads stay branch-free so a warp can issue all of them back to back.
 #[inline(always)]
 fn weight_rows(p: &FusedParams, v0: u32) -> [*const u16; ROWS_PER_LANE] {
     let mut rows = [core::ptr::null::<u16>(); ROWS_PER_LANE];
     for (j, row) in rows.iter_mut().enumerate() {
-        let v = v0 + j as u32;
-        if v < p.v {
-            // SAFETY: v < V, so the row start is inside the [V, D] weight.
-            *row = unsafe { (p.weight as *const u16).add(v as usize * p.d as usize) };
-        }
+        let v = (v0 + j as u32).min(p.v - 1);
+        // SAFETY: v < V, so the row start is inside the [V, D] weight.
+        *row = unsafe { (p.weight as *const u16).add(v as usize * p.d as usize) };
     }
     rows
 }
 
-/// Start of the lane's hidden row in each N tile (`b0 + 8nt + group`); null beyond B.
+/// Start of the lane's hidden row in each N tile (`b0 + 8nt + group`). Rows beyond B are clamped to
+/// row B − 1: they only feed accumulator columns the epilogue skips.
 #[inline(always)]
 fn hidden_rows<const NB: usize>(p: &FusedParams, pos: LanePosition) -> [*const u16; NB] {
     let mut rows = [core::ptr::null::<u16>(); NB];
     for (nt, row) in rows.iter_mut().enumerate() {
-        let b = pos.b0 + 8 * nt as u32 + pos.group;
-        if b < p.b {
-            // SAFETY: b < B, so the row start is inside the [B, D] hidden states.
-            *row = unsafe { (p.hidden as *const u16).add(b as usize * p.d as usize) };
-        }
+        let b = (pos.b0 + 8 * nt as u32 + pos.group).min(p.b - 1);
+        // SAFETY: b < B, so the row start is inside the [B, D] hidden states.
+        *row = unsafe { (p.hidden as *const u16).add(b as usize * p.d as usize) };
     }
     rows
 }
 
-/// Loads one 32-wide D chunk at `k` (this lane's 16 bytes) of the given rows; zeros for null rows.
+/// Loads one 32-wide D chunk at `k` (this lane's 16 bytes) of every row, unconditionally.
 #[inline(always)]
 unsafe fn load_chunk<const N: usize>(rows: &[*const u16; N], k: u32, streamed: bool) -> [[u32; 4]; N] {
     let mut out = [[0u32; 4]; N];
     for (o, row) in out.iter_mut().zip(rows) {
-        if !row.is_null() {
-            // SAFETY: caller: k + 8 <= D (D % 8 == 0), so 16 aligned bytes inside the row, read-only.
-            let ptr = unsafe { row.add(k as usize) } as *const u32;
-            *o = unsafe {
-                if streamed { ld_global_nc_l1_no_allocate_v4_u32(ptr) } else { ld_global_nc_v4_u32(ptr) }
-            };
-        }
+        // SAFETY: caller: k + 8 <= D (D % 8 == 0), so 16 aligned bytes inside the row, read-only.
+        let ptr = unsafe { row.add(k as usize) } as *const u32;
+        *o = unsafe { if streamed { ld_global_nc_l1_no_allocate_v4_u32(ptr) } else { ld_global_nc_v4_u32(ptr) } };
     }
     out
 }
@@ -151,7 +166,7 @@ unsafe fn mma_chunk<const NB: usize>(acc: &mut Accumulators<NB>, a: &[[u32; 4]; 
 /// that many chunks of weight in flight; a one-chunk loop handles the rest of D, where lanes whose
 /// slice lies beyond D load zeros. Trip counts are warp-uniform, so the MMAs run converged.
 #[inline(always)]
-unsafe fn mainloop<const NB: usize>(
+unsafe fn mainloop<const NB: usize, const STREAM: bool>(
     p: &FusedParams,
     w_rows: [*const u16; ROWS_PER_LANE],
     h_rows: &[*const u16; NB],
@@ -171,7 +186,7 @@ unsafe fn mainloop<const NB: usize>(
             if c < u {
                 let k = kc + CHUNK_D * c as u32 + 8 * quad;
                 unsafe {
-                    a[c] = load_chunk(&w_rows, k, true);
+                    a[c] = load_chunk(&w_rows, k, STREAM);
                     h[c] = load_chunk(h_rows, k, false);
                 }
             }
@@ -187,7 +202,7 @@ unsafe fn mainloop<const NB: usize>(
         let k = kc + 8 * quad;
         let (a, h) = if k < p.d {
             // SAFETY: k + 8 <= D.
-            unsafe { (load_chunk(&w_rows, k, true), load_chunk(h_rows, k, false)) }
+            unsafe { (load_chunk(&w_rows, k, STREAM), load_chunk(h_rows, k, false)) }
         } else {
             ([[0u32; 4]; ROWS_PER_LANE], [[0u32; 4]; NB])
         };
@@ -239,34 +254,37 @@ fn epilogue_tile<const NB: usize>(
     }
 }
 
-/// Merges the lanes' candidates over the eight lane groups (shuffles) and the block's warps (shared
-/// memory), and writes `candidates[b, vrange]` for the block's batch rows.
+/// Merges the lanes' candidates over the eight lane groups (shuffles) and over the block's warps that
+/// hold the same batch rows (shared memory), and writes `candidates[b, vrange]`.
 #[inline(always)]
-unsafe fn write_candidates<const NB: usize>(p: &FusedParams, pos: LanePosition, cands: &[Candidate; 16]) {
-    let block_b = 8 * NB as u32;
+unsafe fn write_candidates<const NB: usize>(p: &FusedParams, pos: LanePosition, warps_b: u32, cands: &[Candidate; 16]) {
+    let warp_rows = 8 * NB as u32;
     let smem = mov_u32_dynamic_smem();
     for i in 0..2 * NB as u32 {
         let col = 8 * (i / 2) + 2 * pos.quad + i % 2;
         // SAFETY: all lanes reach this point (no early exit above).
         let cand = unsafe { merge_butterfly(cands[i as usize], [4, 8, 16]) };
         if pos.group == 0 {
-            let slot = smem + 8 * (pos.warp * block_b + col);
-            // SAFETY: slot < WARPS_PER_BLOCK · BLOCK_B · 8 = the launch's dynamic shared memory.
+            let slot = smem + 8 * (pos.warp * warp_rows + col);
+            // SAFETY: slot < WARPS_PER_BLOCK · 8·NB · 8 = the launch's dynamic shared memory.
             unsafe { st_shared_v2_u32(slot, [cand.score.to_bits(), cand.index]) };
         }
     }
     // SAFETY: every thread of the block reaches the barrier.
     unsafe { _syncthreads() };
+    // Thread t < warps_b · 8NB takes batch row t of the block: warp slot t / 8NB, column t % 8NB.
     let t = pos.warp * 32 + 4 * pos.group + pos.quad;
-    if t < block_b && pos.b0 + t < p.b {
+    let (wb, col) = (t / warp_rows, t % warp_rows);
+    let b = pos.b0 - (pos.warp % warps_b) * warp_rows + t;
+    if wb < warps_b && b < p.b {
         let mut cand = Candidate::EMPTY;
-        for w in 0..WARPS_PER_BLOCK {
+        for wv in 0..WARPS_PER_BLOCK / warps_b {
+            let w = wv * warps_b + wb;
             // SAFETY: inside the shared memory written above, after the barrier.
-            let [s, i] = unsafe { ld_shared_v2_u32(smem + 8 * (w * block_b + t)) };
+            let [s, i] = unsafe { ld_shared_v2_u32(smem + 8 * (w * warp_rows + col)) };
             cand = cand.merge(Candidate { score: f32::from_bits(s), index: i });
         }
-        let b = (pos.b0 + t) as usize;
         // SAFETY: b < B, vrange < n_vranges: inside the [B, n_vranges] candidate buffer.
-        unsafe { *p.candidates.add(b * p.n_vranges as usize + pos.vrange as usize) = cand };
+        unsafe { *p.candidates.add(b as usize * p.n_vranges as usize + pos.vrange as usize) = cand };
     }
 }
