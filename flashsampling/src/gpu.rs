@@ -137,6 +137,11 @@ impl GpuBackend {
             .iter()
             .map(|&nb| {
                 let f = module.load_function(fused_entry(nb))?;
+                // The staging rings need more than the default 48 KiB of dynamic shared memory.
+                f.set_attribute(
+                    cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    fused_smem_bytes(nb) as i32,
+                )?;
                 let per_sm = f
                     .occupancy_max_active_blocks_per_multiprocessor(THREADS_PER_BLOCK, fused_smem_bytes(nb) as usize, None)?
                     .max(1);

@@ -15,6 +15,7 @@
 //! | [`BLOCK_V`] | 128 | vocab tile of the CPU backend (any multiple of 4 gives the same samples) |
 //! | `BLOCK_B` | 8 · NB · warps_b | batch rows per block, NB ∈ [`N_TILE_VARIANTS`], warps_b ∈ {1, 2, 4} |
 //! | [`CHUNK_D`] | 32 | D consumed per mainloop step (two k16 MMAs) |
+//! | [`STAGES`] | 4 | `cp.async` pipeline depth per warp (chunks) |
 //! | [`D_ALIGN`] | 8 | D must be a multiple of this (16-byte loads) |
 //!
 //! # Thread mapping (fused kernel)
@@ -27,8 +28,9 @@
 //! `mt`, half `h` (MMA row `group + 8h`) is vocab row `… + 2mt + h` — so a lane's rows form whole
 //! Philox groups of four. Along
 //! D, lane `quad` loads 16 bytes at `kc + 8·quad` of each of its rows and of hidden row
-//! `btile·BLOCK_B + 8nt + group`; the eight bf16 are the k-slots of two consecutive k16 MMAs
-//! (any k-permutation shared by A and B leaves the dot product unchanged).
+//! `b0 + 8nt + group`; the eight bf16 are the k-slots of two consecutive k16 MMAs (any
+//! k-permutation shared by A and B leaves the dot product unchanged). Those 16-byte slices travel
+//! through the warp's shared-memory staging ring with `cp.async` (see `fused_smem_bytes`).
 
 /// Warps per block of the fused kernel.
 pub const WARPS_PER_BLOCK: u32 = 4;
@@ -69,17 +71,12 @@ pub const fn n_warp_tiles(v: u32) -> u32 {
     v.div_ceil(WARP_TILE_V)
 }
 
-/// D chunks whose loads a warp issues before their MMAs (bytes in flight per warp), by N-tile count.
-#[inline]
-pub const fn unroll(n_tiles: u32) -> u32 {
-    if n_tiles <= 2 {
-        4
-    } else if n_tiles <= 4 {
-        2
-    } else {
-        1
-    }
-}
+/// Depth of each warp's `cp.async` pipeline: `STAGES - 1` chunks of 32 along D in flight while one is
+/// multiplied.
+pub const STAGES: u32 = 4;
+/// Shared memory reserved at the start of the dynamic window for the block's candidate merge:
+/// one 8-byte candidate per warp and batch row of the widest (64-row) warp.
+pub const CANDIDATE_SMEM_BYTES: u32 = WARPS_PER_BLOCK * 64 * 8;
 
 /// Vocab ranges (= candidates per batch row) for `sm_count` multiprocessors running `per_sm` blocks
 /// each (the host uses the kernel's occupancy), `n_btiles` batch tiles and vocab size `v`: enough blocks to
@@ -125,10 +122,11 @@ pub const fn block_b(n_tiles: u32, warps_b: u32) -> u32 {
     8 * n_tiles * warps_b
 }
 
-/// Shared memory of the fused kernel: one candidate per warp and batch row of the warp.
+/// Dynamic shared memory of the fused kernel: the candidate merge area, then each warp's staging ring
+/// of `STAGES` slots × (`ROWS_PER_LANE` weight rows + `NB` hidden rows) × 32 lanes × 16 bytes.
 #[inline]
 pub const fn fused_smem_bytes(n_tiles: u32) -> u32 {
-    WARPS_PER_BLOCK * 8 * n_tiles * 8
+    CANDIDATE_SMEM_BYTES + WARPS_PER_BLOCK * STAGES * (ROWS_PER_LANE as u32 + n_tiles) * 512
 }
 
 /// PTX entry-point name of the fused kernel for `n_tiles`.

@@ -18,13 +18,16 @@
 use core::arch::nvptx::{_block_idx_x, _syncthreads, _thread_idx_x};
 
 use super::ptx::{
-    ld_global_nc_l1_no_allocate_v4_u32, ld_global_nc_v4_u32, ld_shared_v2_u32,
-    mma_sync_aligned_m16n8k16_row_col_f32_bf16_bf16_f32 as mma, mov_u32_dynamic_smem,
-    st_shared_v2_u32,
+    cp_async_ca_shared_global_16, cp_async_cg_shared_global_16, cp_async_commit_group, cp_async_wait_group,
+    ld_shared_v2_u32, ld_shared_v4_u32, mma_sync_aligned_m16n8k16_row_col_f32_bf16_bf16_f32 as mma,
+    mov_u32_dynamic_smem, st_shared_v2_u32,
 };
 use super::warp::merge_butterfly;
 use crate::candidate::Candidate;
-use crate::config::{CHUNK_D, M_TILES_PER_WARP, ROWS_PER_LANE, WARP_TILE_V, WARPS_PER_BLOCK, unroll};
+use crate::config::{
+    CANDIDATE_SMEM_BYTES, CHUNK_D, M_TILES_PER_WARP, ROWS_PER_LANE, STAGES, THREADS_PER_BLOCK, WARP_TILE_V,
+    WARPS_PER_BLOCK,
+};
 use crate::epilogue::update_aligned;
 use crate::noise::RowNoise;
 use crate::params::FusedParams;
@@ -73,6 +76,7 @@ pub unsafe fn fused_sample<const NB: usize>(p: FusedParams) {
     };
     let (first, end) = warp_tile_range(p.v, p.n_vranges, pos.vrange);
     let hidden = hidden_rows::<NB>(&p, pos);
+    let st = Staging::new::<NB>(mov_u32_dynamic_smem(), warp, lane);
     // One candidate per batch column the lane owns, carried across the block's warp tiles.
     let mut cands = [Candidate::EMPTY; 16];
     if pos.b0 < p.b {
@@ -85,9 +89,9 @@ pub unsafe fn fused_sample<const NB: usize>(p: FusedParams) {
             let acc = unsafe {
                 // (Only the 64-row variant is launched with warps_b > 1: other variants compile one path.)
                 if NB < 8 || warps_b == 1 {
-                    mainloop::<NB, true>(&p, rows, &hidden, pos.quad)
+                    mainloop::<NB, true>(&p, st, rows, &hidden, pos.quad)
                 } else {
-                    mainloop::<NB, false>(&p, rows, &hidden, pos.quad)
+                    mainloop::<NB, false>(&p, st, rows, &hidden, pos.quad)
                 }
             };
             epilogue_tile::<NB>(&p, pos, v0, &acc, &mut cands);
@@ -134,16 +138,76 @@ fn hidden_rows<const NB: usize>(p: &FusedParams, pos: LanePosition) -> [*const u
     rows
 }
 
-/// Loads one 32-wide D chunk at `k` (this lane's 16 bytes) of every row, unconditionally.
-#[inline(always)]
-unsafe fn load_chunk<const N: usize>(rows: &[*const u16; N], k: u32, streamed: bool) -> [[u32; 4]; N] {
-    let mut out = [[0u32; 4]; N];
-    for (o, row) in out.iter_mut().zip(rows) {
-        // SAFETY: caller: k + 8 <= D (D % 8 == 0), so 16 aligned bytes inside the row, read-only.
-        let ptr = unsafe { row.add(k as usize) } as *const u32;
-        *o = unsafe { if streamed { ld_global_nc_l1_no_allocate_v4_u32(ptr) } else { ld_global_nc_v4_u32(ptr) } };
+/// One warp's shared-memory staging ring: [`STAGES`] slots of `ROWS_PER_LANE + NB` rows of 512 bytes;
+/// lane `l` owns bytes `16l .. 16l + 16` of every row, so it only ever reads back what it copied itself
+/// (no barrier needed, only `cp.async.wait_group`). Stores and loads of 32 lanes × 16 contiguous bytes
+/// are bank-conflict free.
+#[derive(Clone, Copy)]
+struct Staging {
+    /// Shared address of this lane's bytes in slot 0, row 0.
+    lane_base: u32,
+}
+
+impl Staging {
+    #[inline(always)]
+    fn new<const NB: usize>(smem: u32, warp: u32, lane: u32) -> Self {
+        let warp_bytes = STAGES * (ROWS_PER_LANE as u32 + NB as u32) * 512;
+        Self { lane_base: smem + CANDIDATE_SMEM_BYTES + warp * warp_bytes + 16 * lane }
     }
-    out
+
+    #[inline(always)]
+    fn row<const NB: usize>(self, stage: u32, r: u32) -> u32 {
+        self.lane_base + (stage * (ROWS_PER_LANE as u32 + NB as u32) + r) * 512
+    }
+}
+
+/// Issues the asynchronous copies of one 32-wide D chunk (this lane's 16 bytes at `k` of each weight
+/// and hidden row) into `stage`, as one commit group. Past D the copy zero-fills (source size 0).
+#[inline(always)]
+unsafe fn issue_chunk<const NB: usize, const STREAM: bool>(
+    st: Staging,
+    stage: u32,
+    w_rows: &[*const u16; ROWS_PER_LANE],
+    h_rows: &[*const u16; NB],
+    k: u32,
+    d: u32,
+) {
+    let (k, size) = if k < d { (k as usize, 16) } else { (0, 0) };
+    for (j, row) in w_rows.iter().enumerate() {
+        // SAFETY: k + 8 <= D (or size 0 at the row start): 16 aligned readable bytes; the slot is this
+        // lane's and was consumed (read into registers) before this copy was issued.
+        unsafe {
+            let src = row.add(k) as *const u32;
+            if STREAM {
+                cp_async_cg_shared_global_16(st.row::<NB>(stage, j as u32), src, size);
+            } else {
+                cp_async_ca_shared_global_16(st.row::<NB>(stage, j as u32), src, size);
+            }
+        }
+    }
+    for (nt, row) in h_rows.iter().enumerate() {
+        // SAFETY: as above, for the hidden row.
+        unsafe {
+            cp_async_ca_shared_global_16(st.row::<NB>(stage, (ROWS_PER_LANE + nt) as u32), row.add(k) as *const u32, size)
+        };
+    }
+    cp_async_commit_group();
+}
+
+/// Reads one staged chunk back into MMA fragments.
+#[inline(always)]
+unsafe fn read_chunk<const NB: usize>(st: Staging, stage: u32) -> ([[u32; 4]; ROWS_PER_LANE], [[u32; 4]; NB]) {
+    let mut a = [[0u32; 4]; ROWS_PER_LANE];
+    let mut h = [[0u32; 4]; NB];
+    for (j, x) in a.iter_mut().enumerate() {
+        // SAFETY: this lane's bytes of a slot whose copy group has completed.
+        *x = unsafe { ld_shared_v4_u32(st.row::<NB>(stage, j as u32)) };
+    }
+    for (nt, x) in h.iter_mut().enumerate() {
+        // SAFETY: as above.
+        *x = unsafe { ld_shared_v4_u32(st.row::<NB>(stage, (ROWS_PER_LANE + nt) as u32)) };
+    }
+    (a, h)
 }
 
 /// Two k16 MMAs per M tile and N tile on one chunk of fragments.
@@ -161,54 +225,42 @@ unsafe fn mma_chunk<const NB: usize>(acc: &mut Accumulators<NB>, a: &[[u32; 4]; 
     }
 }
 
-/// Logits of one warp tile (the lane's vocab rows × the block's batch tile), accumulated in f32 over
-/// all of D. The main loop issues the loads of `unroll(NB)` chunks before their MMAs, so each warp has
-/// that many chunks of weight in flight; a one-chunk loop handles the rest of D, where lanes whose
-/// slice lies beyond D load zeros. Trip counts are warp-uniform, so the MMAs run converged.
+/// Logits of one warp tile (the lane's vocab rows × the warp's batch rows), accumulated in f32 over
+/// all of D through a [`STAGES`]-deep `cp.async` pipeline: while chunk `c` is multiplied, chunks
+/// `c + 1 .. c + STAGES - 1` are in flight, whatever the compiler's instruction schedule (the copies
+/// hold no registers). Trip counts are warp-uniform, so the MMAs run converged.
 #[inline(always)]
 unsafe fn mainloop<const NB: usize, const STREAM: bool>(
     p: &FusedParams,
+    st: Staging,
     w_rows: [*const u16; ROWS_PER_LANE],
     h_rows: &[*const u16; NB],
     quad: u32,
 ) -> Accumulators<NB> {
-    const U: usize = 4;
     let mut acc: Accumulators<NB> = [[[0.0; 4]; NB]; M_TILES_PER_WARP];
-    let u = unroll(NB as u32) as usize;
-    let step = CHUNK_D * u as u32;
-    let full = p.d / step * step;
-    let mut kc = 0u32;
-    // SAFETY (whole loop): k + 8 <= D for every chunk below `full`.
-    while kc < full {
-        let mut a = [[[0u32; 4]; ROWS_PER_LANE]; U];
-        let mut h = [[[0u32; 4]; NB]; U];
-        for c in 0..U {
-            if c < u {
-                let k = kc + CHUNK_D * c as u32 + 8 * quad;
-                unsafe {
-                    a[c] = load_chunk(&w_rows, k, STREAM);
-                    h[c] = load_chunk(h_rows, k, false);
-                }
-            }
-        }
-        for c in 0..U {
-            if c < u {
-                unsafe { mma_chunk::<NB>(&mut acc, &a[c], &h[c]) };
-            }
-        }
-        kc += step;
-    }
-    while kc < p.d {
-        let k = kc + 8 * quad;
-        let (a, h) = if k < p.d {
-            // SAFETY: k + 8 <= D.
-            unsafe { (load_chunk(&w_rows, k, STREAM), load_chunk(h_rows, k, false)) }
+    let n_chunks = p.d.div_ceil(CHUNK_D);
+    let k_of = |c: u32| c * CHUNK_D + 8 * quad;
+    for s in 0..STAGES - 1 {
+        if s < n_chunks {
+            // SAFETY: stage s is free (a previous tile's reads of it completed).
+            unsafe { issue_chunk::<NB, STREAM>(st, s, &w_rows, h_rows, k_of(s), p.d) };
         } else {
-            ([[0u32; 4]; ROWS_PER_LANE], [[0u32; 4]; NB])
-        };
+            cp_async_commit_group();
+        }
+    }
+    for c in 0..n_chunks {
+        cp_async_wait_group::<{ STAGES - 2 }>();
+        // SAFETY: chunk c's group has completed (at most STAGES - 2 newer groups pending).
+        let (a, h) = unsafe { read_chunk::<NB>(st, c % STAGES) };
+        let next = c + STAGES - 1;
+        if next < n_chunks {
+            // SAFETY: slot `next % STAGES` held chunk c - 1, read into registers last iteration.
+            unsafe { issue_chunk::<NB, STREAM>(st, next % STAGES, &w_rows, h_rows, k_of(next), p.d) };
+        } else {
+            cp_async_commit_group();
+        }
         // SAFETY: warp-uniform trip count.
         unsafe { mma_chunk::<NB>(&mut acc, &a, &h) };
-        kc += CHUNK_D;
     }
     acc
 }
@@ -272,19 +324,24 @@ unsafe fn write_candidates<const NB: usize>(p: &FusedParams, pos: LanePosition, 
     }
     // SAFETY: every thread of the block reaches the barrier.
     unsafe { _syncthreads() };
-    // Thread t < warps_b · 8NB takes batch row t of the block: warp slot t / 8NB, column t % 8NB.
-    let t = pos.warp * 32 + 4 * pos.group + pos.quad;
-    let (wb, col) = (t / warp_rows, t % warp_rows);
-    let b = pos.b0 - (pos.warp % warps_b) * warp_rows + t;
-    if wb < warps_b && b < p.b {
-        let mut cand = Candidate::EMPTY;
-        for wv in 0..WARPS_PER_BLOCK / warps_b {
-            let w = wv * warps_b + wb;
-            // SAFETY: inside the shared memory written above, after the barrier.
-            let [s, i] = unsafe { ld_shared_v2_u32(smem + 8 * (w * warp_rows + col)) };
-            cand = cand.merge(Candidate { score: f32::from_bits(s), index: i });
+    // Thread t takes batch rows t, t + 128, … of the block's warps_b · 8NB rows: warp slot
+    // row / 8NB, column row % 8NB, merged over the warps_v warps that hold that slot.
+    let block_first = pos.b0 - (pos.warp % warps_b) * warp_rows;
+    let mut row = pos.warp * 32 + 4 * pos.group + pos.quad;
+    while row < warps_b * warp_rows {
+        let (wb, col) = (row / warp_rows, row % warp_rows);
+        let b = block_first + row;
+        if b < p.b {
+            let mut cand = Candidate::EMPTY;
+            for wv in 0..WARPS_PER_BLOCK / warps_b {
+                let w = wv * warps_b + wb;
+                // SAFETY: inside the shared memory written above, after the barrier.
+                let [s, i] = unsafe { ld_shared_v2_u32(smem + 8 * (w * warp_rows + col)) };
+                cand = cand.merge(Candidate { score: f32::from_bits(s), index: i });
+            }
+            // SAFETY: b < B, vrange < n_vranges: inside the [B, n_vranges] candidate buffer.
+            unsafe { *p.candidates.add(b as usize * p.n_vranges as usize + pos.vrange as usize) = cand };
         }
-        // SAFETY: b < B, vrange < n_vranges: inside the [B, n_vranges] candidate buffer.
-        unsafe { *p.candidates.add(b as usize * p.n_vranges as usize + pos.vrange as usize) = cand };
+        row += THREADS_PER_BLOCK;
     }
 }

@@ -37,43 +37,6 @@ pub unsafe fn mma_sync_aligned_m16n8k16_row_col_f32_bf16_bf16_f32(
     }
 }
 
-/// `ld.global.nc.L1::no_allocate.v4.u32`: a 16-byte read-only load that bypasses L1 allocation
-/// (weights: streamed once).
-///
-/// # Safety
-/// `ptr` must be a 16-byte aligned global address of 16 readable bytes not written during the kernel.
-#[inline(always)]
-pub unsafe fn ld_global_nc_l1_no_allocate_v4_u32(ptr: *const u32) -> [u32; 4] {
-    let (x, y, z, w): (u32, u32, u32, u32);
-    // SAFETY: the caller guarantees a valid, aligned, read-only global address.
-    unsafe {
-        asm!(
-            "ld.global.nc.L1::no_allocate.v4.u32 {{{0}, {1}, {2}, {3}}}, [{4}];",
-            out(reg32) x, out(reg32) y, out(reg32) z, out(reg32) w, in(reg64) ptr,
-            options(pure, readonly, nostack),
-        );
-    }
-    [x, y, z, w]
-}
-
-/// `ld.global.nc.v4.u32`: a 16-byte read-only load through L1 (hidden states: reused by every warp).
-///
-/// # Safety
-/// As [`ld_global_nc_l1_no_allocate_v4_u32`].
-#[inline(always)]
-pub unsafe fn ld_global_nc_v4_u32(ptr: *const u32) -> [u32; 4] {
-    let (x, y, z, w): (u32, u32, u32, u32);
-    // SAFETY: the caller guarantees a valid, aligned, read-only global address.
-    unsafe {
-        asm!(
-            "ld.global.nc.v4.u32 {{{0}, {1}, {2}, {3}}}, [{4}];",
-            out(reg32) x, out(reg32) y, out(reg32) z, out(reg32) w, in(reg64) ptr,
-            options(pure, readonly, nostack),
-        );
-    }
-    [x, y, z, w]
-}
-
 /// `shfl.sync.bfly.b32`: the value of lane `lane ^ lane_mask`, over the full warp.
 ///
 /// # Safety
@@ -148,7 +111,7 @@ pub fn ex2_approx_ftz_f32(x: f32) -> f32 {
 /// `ld.global.nc.v4.f32`: a 16-byte read-only load of four floats.
 ///
 /// # Safety
-/// As [`ld_global_nc_l1_no_allocate_v4_u32`].
+/// `ptr` must be a 16-byte aligned global address of 16 readable bytes not written during the kernel.
 #[inline(always)]
 pub unsafe fn ld_global_nc_v4_f32(ptr: *const f32) -> [f32; 4] {
     let (x, y, z, w): (f32, f32, f32, f32);
@@ -158,6 +121,65 @@ pub unsafe fn ld_global_nc_v4_f32(ptr: *const f32) -> [f32; 4] {
             "ld.global.nc.v4.f32 {{{0}, {1}, {2}, {3}}}, [{4}];",
             out(reg32) x, out(reg32) y, out(reg32) z, out(reg32) w, in(reg64) ptr,
             options(pure, readonly, nostack),
+        );
+    }
+    [x, y, z, w]
+}
+
+/// `cp.async.cg.shared.global [dst], [src], 16, src_size;`: asynchronous 16-byte global → shared copy
+/// that bypasses L1; bytes past `src_size` (0 or 16) are zero-filled.
+///
+/// # Safety
+/// `dst` is a 16-byte aligned shared address of this block; `src` a 16-byte aligned global address
+/// readable for `src_size` bytes. The copy lands only after `cp.async.wait_group`.
+#[inline(always)]
+pub unsafe fn cp_async_cg_shared_global_16(dst: u32, src: *const u32, src_size: u32) {
+    // SAFETY: the caller guarantees both addresses.
+    unsafe {
+        asm!("cp.async.cg.shared.global [{0}], [{1}], 16, {2};", in(reg32) dst, in(reg64) src, in(reg32) src_size, options(nostack));
+    }
+}
+
+/// `cp.async.ca.shared.global [dst], [src], 16, src_size;`: as the `.cg` form, but cached in L1 (hidden
+/// states and weight tiles shared by sibling warps).
+///
+/// # Safety
+/// As [`cp_async_cg_shared_global_16`].
+#[inline(always)]
+pub unsafe fn cp_async_ca_shared_global_16(dst: u32, src: *const u32, src_size: u32) {
+    // SAFETY: the caller guarantees both addresses.
+    unsafe {
+        asm!("cp.async.ca.shared.global [{0}], [{1}], 16, {2};", in(reg32) dst, in(reg64) src, in(reg32) src_size, options(nostack));
+    }
+}
+
+/// `cp.async.commit_group;`: closes the group of this thread's outstanding `cp.async` copies.
+#[inline(always)]
+pub fn cp_async_commit_group() {
+    // SAFETY: only orders this thread's asynchronous copies.
+    unsafe { asm!("cp.async.commit_group;", options(nostack)) };
+}
+
+/// `cp.async.wait_group N;`: waits until at most `N` of this thread's committed groups are pending.
+#[inline(always)]
+pub fn cp_async_wait_group<const N: u32>() {
+    // SAFETY: only waits for this thread's asynchronous copies.
+    unsafe { asm!("cp.async.wait_group {n};", n = const N, options(nostack)) };
+}
+
+/// `ld.shared.v4.u32`: load 16 bytes from shared memory.
+///
+/// # Safety
+/// `addr` must be a 16-byte aligned shared-window address inside the launch's shared memory.
+#[inline(always)]
+pub unsafe fn ld_shared_v4_u32(addr: u32) -> [u32; 4] {
+    let (x, y, z, w): (u32, u32, u32, u32);
+    // SAFETY: the caller guarantees the address is inside this block's shared memory.
+    unsafe {
+        asm!(
+            "ld.shared.v4.u32 {{{0}, {1}, {2}, {3}}}, [{4}];",
+            out(reg32) x, out(reg32) y, out(reg32) z, out(reg32) w, in(reg32) addr,
+            options(readonly, nostack),
         );
     }
     [x, y, z, w]
