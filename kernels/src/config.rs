@@ -15,7 +15,8 @@
 //! | [`BLOCK_V`] | 128 | vocab tile of the CPU backend (any multiple of 4 gives the same samples) |
 //! | `BLOCK_B` | 8 · NB · warps_b | batch rows per block, NB ∈ [`N_TILE_VARIANTS`], warps_b ∈ {1, 2, 4} |
 //! | [`CHUNK_D`] | 32 | D consumed per mainloop step (two k16 MMAs) |
-//! | [`STAGES`] | 4 | `cp.async` pipeline depth per warp (chunks) |
+//! | [`STAGE_K`] | 64 | D columns per pipeline stage (one cache line per weight row) |
+//! | [`STAGES`] | 4 | `cp.async` pipeline depth per warp |
 //! | [`D_ALIGN`] | 8 | D must be a multiple of this (16-byte loads) |
 //!
 //! # Thread mapping (fused kernel)
@@ -27,10 +28,12 @@
 //! `ROWS_PER_LANE` consecutive vocab rows starting at `t·WARP_TILE_V + group·ROWS_PER_LANE` — M-tile
 //! `mt`, half `h` (MMA row `group + 8h`) is vocab row `… + 2mt + h` — so a lane's rows form whole
 //! Philox groups of four. Along
-//! D, lane `quad` loads 16 bytes at `kc + 8·quad` of each of its rows and of hidden row
+//! D, lane `quad` takes the 16 bytes at `kc + 8·quad` of each of its rows and of hidden row
 //! `b0 + 8nt + group`; the eight bf16 are the k-slots of two consecutive k16 MMAs (any
-//! k-permutation shared by A and B leaves the dot product unchanged). Those 16-byte slices travel
-//! through the warp's shared-memory staging ring with `cp.async` (see `fused_smem_bytes`).
+//! k-permutation shared by A and B leaves the dot product unchanged). Weights reach those fragments
+//! through the warp's shared-memory ring: `cp.async` copies whole 128-byte lines (4 rows per
+//! instruction), a `bar.warp.sync`, then swizzled, conflict-free 16-byte reads (see
+//! `fused_smem_bytes`).
 
 /// Warps per block of the fused kernel.
 pub const WARPS_PER_BLOCK: u32 = 4;
@@ -71,9 +74,10 @@ pub const fn n_warp_tiles(v: u32) -> u32 {
     v.div_ceil(WARP_TILE_V)
 }
 
-/// Depth of each warp's `cp.async` pipeline: `STAGES - 1` chunks of 32 along D in flight while one is
-/// multiplied.
+/// Depth of each warp's `cp.async` pipeline: `STAGES - 1` slabs in flight while one is multiplied.
 pub const STAGES: u32 = 4;
+/// D columns per pipeline stage: 64 bf16 = one 128-byte cache line of each of the warp tile's rows.
+pub const STAGE_K: u32 = 64;
 /// Shared memory reserved at the start of the dynamic window for the block's candidate merge:
 /// one 8-byte candidate per warp and batch row of the widest (64-row) warp.
 pub const CANDIDATE_SMEM_BYTES: u32 = WARPS_PER_BLOCK * 64 * 8;
@@ -123,10 +127,11 @@ pub const fn block_b(n_tiles: u32, warps_b: u32) -> u32 {
 }
 
 /// Dynamic shared memory of the fused kernel: the candidate merge area, then each warp's staging ring
-/// of `STAGES` slots × (`ROWS_PER_LANE` weight rows + `NB` hidden rows) × 32 lanes × 16 bytes.
+/// of `STAGES` slots × (a `WARP_TILE_V × STAGE_K` bf16 weight slab + `STAGE_K / CHUNK_D · NB` hidden
+/// pieces of 32 lanes × 16 bytes).
 #[inline]
 pub const fn fused_smem_bytes(n_tiles: u32) -> u32 {
-    CANDIDATE_SMEM_BYTES + WARPS_PER_BLOCK * STAGES * (ROWS_PER_LANE as u32 + n_tiles) * 512
+    CANDIDATE_SMEM_BYTES + WARPS_PER_BLOCK * STAGES * (WARP_TILE_V * STAGE_K * 2 + STAGE_K / CHUNK_D * n_tiles * 512)
 }
 
 /// PTX entry-point name of the fused kernel for `n_tiles`.

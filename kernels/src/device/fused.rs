@@ -18,14 +18,14 @@
 use core::arch::nvptx::{_block_idx_x, _syncthreads, _thread_idx_x};
 
 use super::ptx::{
-    cp_async_ca_shared_global_16, cp_async_cg_shared_global_16, cp_async_commit_group, cp_async_wait_group,
+    bar_warp_sync, cp_async_ca_shared_global_16, cp_async_cg_shared_global_16, cp_async_commit_group, cp_async_wait_group,
     ld_shared_v2_u32, ld_shared_v4_u32, mma_sync_aligned_m16n8k16_row_col_f32_bf16_bf16_f32 as mma,
     mov_u32_dynamic_smem, st_shared_v2_u32,
 };
 use super::warp::merge_butterfly;
 use crate::candidate::Candidate;
 use crate::config::{
-    CANDIDATE_SMEM_BYTES, CHUNK_D, M_TILES_PER_WARP, ROWS_PER_LANE, STAGES, THREADS_PER_BLOCK, WARP_TILE_V,
+    CANDIDATE_SMEM_BYTES, CHUNK_D, M_TILES_PER_WARP, ROWS_PER_LANE, STAGE_K, STAGES, THREADS_PER_BLOCK, WARP_TILE_V,
     WARPS_PER_BLOCK,
 };
 use crate::epilogue::update_aligned;
@@ -83,15 +83,14 @@ pub unsafe fn fused_sample<const NB: usize>(p: FusedParams) {
         let mut tile = first + pos.warp_v;
         while tile < end {
             let v0 = tile * WARP_TILE_V + pos.group * ROWS_PER_LANE as u32;
-            let rows = weight_rows(&p, v0);
             // SAFETY: forwarded launch contract; the tile loop is warp-uniform. With one warp per
             // vocab tile the weight is streamed past L1; warps sharing a tile read it through L1.
             let acc = unsafe {
                 // (Only the 64-row variant is launched with warps_b > 1: other variants compile one path.)
                 if NB < 8 || warps_b == 1 {
-                    mainloop::<NB, true>(&p, st, rows, &hidden, pos.quad)
+                    mainloop::<NB, true>(&p, st, tile, &hidden, pos.group, pos.quad)
                 } else {
-                    mainloop::<NB, false>(&p, st, rows, &hidden, pos.quad)
+                    mainloop::<NB, false>(&p, st, tile, &hidden, pos.group, pos.quad)
                 }
             };
             epilogue_tile::<NB>(&p, pos, v0, &acc, &mut cands);
@@ -111,20 +110,6 @@ fn warp_tile_range(v: u32, n: u32, r: u32) -> (u32, u32) {
     ((tiles * r as u64 / n) as u32, (tiles * (r as u64 + 1) / n) as u32)
 }
 
-/// Start of each of the lane's `ROWS_PER_LANE` weight rows from vocab row `v0`. Rows beyond V are
-/// clamped to row V − 1: they only feed accumulator rows that the epilogue never scores, and the
-/// loads stay branch-free so a warp can issue all of them back to back.
-#[inline(always)]
-fn weight_rows(p: &FusedParams, v0: u32) -> [*const u16; ROWS_PER_LANE] {
-    let mut rows = [core::ptr::null::<u16>(); ROWS_PER_LANE];
-    for (j, row) in rows.iter_mut().enumerate() {
-        let v = (v0 + j as u32).min(p.v - 1);
-        // SAFETY: v < V, so the row start is inside the [V, D] weight.
-        *row = unsafe { (p.weight as *const u16).add(v as usize * p.d as usize) };
-    }
-    rows
-}
-
 /// Start of the lane's hidden row in each N tile (`b0 + 8nt + group`). Rows beyond B are clamped to
 /// row B − 1: they only feed accumulator columns the epilogue skips.
 #[inline(always)]
@@ -138,74 +123,111 @@ fn hidden_rows<const NB: usize>(p: &FusedParams, pos: LanePosition) -> [*const u
     rows
 }
 
-/// One warp's shared-memory staging ring: [`STAGES`] slots of `ROWS_PER_LANE + NB` rows of 512 bytes;
-/// lane `l` owns bytes `16l .. 16l + 16` of every row, so it only ever reads back what it copied itself
-/// (no barrier needed, only `cp.async.wait_group`). Stores and loads of 32 lanes × 16 contiguous bytes
-/// are bank-conflict free.
+/// One warp's shared-memory staging ring of [`STAGES`] slots, each holding a `WARP_TILE_V × STAGE_K`
+/// slab of weight (row `r` at `128·r` bytes; its 16-byte piece `c` stored at piece `c ^ (r % 8)`, so
+/// the fragment reads below are bank-conflict free) followed by this lane's own hidden pieces.
+///
+/// Weights are copied coalesced — each copy instruction moves 4 rows × 128 contiguous bytes (whole
+/// cache lines) — and read back by other lanes, so a `bar.warp.sync` separates copies and reads.
 #[derive(Clone, Copy)]
 struct Staging {
-    /// Shared address of this lane's bytes in slot 0, row 0.
-    lane_base: u32,
+    /// Shared address of this warp's ring.
+    warp_base: u32,
+    lane: u32,
 }
+
+/// Weight slab bytes of one stage: 32 rows × 128 bytes.
+const SLAB_BYTES: u32 = WARP_TILE_V * STAGE_K * 2;
 
 impl Staging {
     #[inline(always)]
     fn new<const NB: usize>(smem: u32, warp: u32, lane: u32) -> Self {
-        let warp_bytes = STAGES * (ROWS_PER_LANE as u32 + NB as u32) * 512;
-        Self { lane_base: smem + CANDIDATE_SMEM_BYTES + warp * warp_bytes + 16 * lane }
+        Self { warp_base: smem + CANDIDATE_SMEM_BYTES + warp * Self::stage_bytes::<NB>() * STAGES, lane }
     }
 
+    /// Bytes of one stage: the weight slab, then `2·NB` hidden rows of 32 lanes × 16 bytes.
     #[inline(always)]
-    fn row<const NB: usize>(self, stage: u32, r: u32) -> u32 {
-        self.lane_base + (stage * (ROWS_PER_LANE as u32 + NB as u32) + r) * 512
+    const fn stage_bytes<const NB: usize>() -> u32 {
+        SLAB_BYTES + 2 * NB as u32 * 512
+    }
+
+    /// Shared address of 16-byte piece `c` (0..8) of slab row `r` in `stage`.
+    #[inline(always)]
+    fn weight<const NB: usize>(self, stage: u32, r: u32, c: u32) -> u32 {
+        self.warp_base + stage * Self::stage_bytes::<NB>() + 128 * r + 16 * (c ^ (r % 8))
+    }
+
+    /// Shared address of this lane's hidden piece for N tile `nt`, MMA chunk `m` of `stage`.
+    #[inline(always)]
+    fn hidden<const NB: usize>(self, stage: u32, m: u32, nt: u32) -> u32 {
+        self.warp_base + stage * Self::stage_bytes::<NB>() + SLAB_BYTES + ((m * NB as u32 + nt) * 32 + self.lane) * 16
     }
 }
 
-/// Issues the asynchronous copies of one 32-wide D chunk (this lane's 16 bytes at `k` of each weight
-/// and hidden row) into `stage`, as one commit group. Past D the copy zero-fills (source size 0).
+/// Issues the asynchronous copies of one stage (D columns `k0 .. k0 + STAGE_K`) as one commit group:
+/// the warp tile's weight slab, coalesced (lane `l` copies piece `l % 8` of rows `4i + l / 8`), and
+/// this lane's hidden pieces for both MMA chunks. Past D the copies zero-fill (source size 0).
 #[inline(always)]
-unsafe fn issue_chunk<const NB: usize, const STREAM: bool>(
+unsafe fn issue_stage<const NB: usize, const STREAM: bool>(
+    p: &FusedParams,
     st: Staging,
     stage: u32,
-    w_rows: &[*const u16; ROWS_PER_LANE],
+    tile: u32,
     h_rows: &[*const u16; NB],
-    k: u32,
-    d: u32,
+    k0: u32,
+    quad: u32,
 ) {
+    let d = p.d;
+    let piece = st.lane % 8;
+    let k = k0 + 8 * piece;
     let (k, size) = if k < d { (k as usize, 16) } else { (0, 0) };
-    for (j, row) in w_rows.iter().enumerate() {
-        // SAFETY: k + 8 <= D (or size 0 at the row start): 16 aligned readable bytes; the slot is this
-        // lane's and was consumed (read into registers) before this copy was issued.
+    for i in 0..8 {
+        let r = 4 * i + st.lane / 8;
+        // Rows beyond V are clamped to row V − 1: they only feed accumulator rows the epilogue never
+        // scores. Addresses are recomputed here rather than kept in registers.
+        let v = (tile * WARP_TILE_V + r).min(p.v - 1);
+        // SAFETY: v < V and k + 8 <= D (or size 0 at the row start): 16 aligned readable bytes. The
+        // slot's previous contents were read by every lane before the preceding `bar.warp.sync`.
         unsafe {
-            let src = row.add(k) as *const u32;
+            let src = (p.weight as *const u16).add(v as usize * d as usize + k) as *const u32;
             if STREAM {
-                cp_async_cg_shared_global_16(st.row::<NB>(stage, j as u32), src, size);
+                cp_async_cg_shared_global_16(st.weight::<NB>(stage, r, piece), src, size);
             } else {
-                cp_async_ca_shared_global_16(st.row::<NB>(stage, j as u32), src, size);
+                cp_async_ca_shared_global_16(st.weight::<NB>(stage, r, piece), src, size);
             }
         }
     }
-    for (nt, row) in h_rows.iter().enumerate() {
-        // SAFETY: as above, for the hidden row.
-        unsafe {
-            cp_async_ca_shared_global_16(st.row::<NB>(stage, (ROWS_PER_LANE + nt) as u32), row.add(k) as *const u32, size)
-        };
+    for m in 0..STAGE_K / CHUNK_D {
+        let k = k0 + m * CHUNK_D + 8 * quad;
+        let (k, size) = if k < d { (k as usize, 16) } else { (0, 0) };
+        for (nt, row) in h_rows.iter().enumerate() {
+            // SAFETY: as above, for the lane's own hidden piece.
+            unsafe { cp_async_ca_shared_global_16(st.hidden::<NB>(stage, m, nt as u32), row.add(k) as *const u32, size) };
+        }
     }
     cp_async_commit_group();
 }
 
-/// Reads one staged chunk back into MMA fragments.
+/// Reads MMA chunk `m` of a staged slab back as fragments: lane `(group, quad)` takes its rows
+/// `ROWS_PER_LANE·group + j`, piece `4m + quad` (D columns `32m + 8quad ..`), and its hidden pieces.
 #[inline(always)]
-unsafe fn read_chunk<const NB: usize>(st: Staging, stage: u32) -> ([[u32; 4]; ROWS_PER_LANE], [[u32; 4]; NB]) {
+unsafe fn read_chunk<const NB: usize>(
+    st: Staging,
+    stage: u32,
+    m: u32,
+    group: u32,
+    quad: u32,
+) -> ([[u32; 4]; ROWS_PER_LANE], [[u32; 4]; NB]) {
     let mut a = [[0u32; 4]; ROWS_PER_LANE];
     let mut h = [[0u32; 4]; NB];
     for (j, x) in a.iter_mut().enumerate() {
-        // SAFETY: this lane's bytes of a slot whose copy group has completed.
-        *x = unsafe { ld_shared_v4_u32(st.row::<NB>(stage, j as u32)) };
+        let r = ROWS_PER_LANE as u32 * group + j as u32;
+        // SAFETY: a slot whose copies completed and were made visible by `bar.warp.sync`.
+        *x = unsafe { ld_shared_v4_u32(st.weight::<NB>(stage, r, 4 * m + quad)) };
     }
     for (nt, x) in h.iter_mut().enumerate() {
-        // SAFETY: as above.
-        *x = unsafe { ld_shared_v4_u32(st.row::<NB>(stage, (ROWS_PER_LANE + nt) as u32)) };
+        // SAFETY: as above (this lane's own copies).
+        *x = unsafe { ld_shared_v4_u32(st.hidden::<NB>(stage, m, nt as u32)) };
     }
     (a, h)
 }
@@ -226,42 +248,48 @@ unsafe fn mma_chunk<const NB: usize>(acc: &mut Accumulators<NB>, a: &[[u32; 4]; 
 }
 
 /// Logits of one warp tile (the lane's vocab rows × the warp's batch rows), accumulated in f32 over
-/// all of D through a [`STAGES`]-deep `cp.async` pipeline: while chunk `c` is multiplied, chunks
-/// `c + 1 .. c + STAGES - 1` are in flight, whatever the compiler's instruction schedule (the copies
+/// all of D through a [`STAGES`]-deep `cp.async` pipeline of `STAGE_K`-column slabs: while one slab is
+/// multiplied, `STAGES - 1` are in flight, whatever the compiler's instruction schedule (the copies
 /// hold no registers). Trip counts are warp-uniform, so the MMAs run converged.
 #[inline(always)]
 unsafe fn mainloop<const NB: usize, const STREAM: bool>(
     p: &FusedParams,
     st: Staging,
-    w_rows: [*const u16; ROWS_PER_LANE],
+    tile: u32,
     h_rows: &[*const u16; NB],
+    group: u32,
     quad: u32,
 ) -> Accumulators<NB> {
     let mut acc: Accumulators<NB> = [[[0.0; 4]; NB]; M_TILES_PER_WARP];
-    let n_chunks = p.d.div_ceil(CHUNK_D);
-    let k_of = |c: u32| c * CHUNK_D + 8 * quad;
+    let n_stages = p.d.div_ceil(STAGE_K);
     for s in 0..STAGES - 1 {
-        if s < n_chunks {
-            // SAFETY: stage s is free (a previous tile's reads of it completed).
-            unsafe { issue_chunk::<NB, STREAM>(st, s, &w_rows, h_rows, k_of(s), p.d) };
+        if s < n_stages {
+            // SAFETY: every lane finished reading the ring (previous tile) before the barrier below.
+            unsafe { issue_stage::<NB, STREAM>(p, st, s, tile, h_rows, s * STAGE_K, quad) };
         } else {
             cp_async_commit_group();
         }
     }
-    for c in 0..n_chunks {
+    for c in 0..n_stages {
         cp_async_wait_group::<{ STAGES - 2 }>();
-        // SAFETY: chunk c's group has completed (at most STAGES - 2 newer groups pending).
-        let (a, h) = unsafe { read_chunk::<NB>(st, c % STAGES) };
+        bar_warp_sync(); // every lane's copies of stage c are visible; every lane is done with c - 1
         let next = c + STAGES - 1;
-        if next < n_chunks {
-            // SAFETY: slot `next % STAGES` held chunk c - 1, read into registers last iteration.
-            unsafe { issue_chunk::<NB, STREAM>(st, next % STAGES, &w_rows, h_rows, k_of(next), p.d) };
+        if next < n_stages {
+            // SAFETY: slot `next % STAGES` held stage c - 1, which every lane read before the barrier.
+            unsafe { issue_stage::<NB, STREAM>(p, st, next % STAGES, tile, h_rows, next * STAGE_K, quad) };
         } else {
             cp_async_commit_group();
         }
-        // SAFETY: warp-uniform trip count.
-        unsafe { mma_chunk::<NB>(&mut acc, &a, &h) };
+        for m in 0..STAGE_K / CHUNK_D {
+            // SAFETY: stage c has landed; warp-uniform trip counts.
+            unsafe {
+                let (a, h) = read_chunk::<NB>(st, c % STAGES, m, group, quad);
+                mma_chunk::<NB>(&mut acc, &a, &h);
+            }
+        }
     }
+    // All lanes are done with the ring before the next tile's prologue overwrites it.
+    bar_warp_sync();
     acc
 }
 

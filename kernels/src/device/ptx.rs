@@ -184,3 +184,11 @@ pub unsafe fn ld_shared_v4_u32(addr: u32) -> [u32; 4] {
     }
     [x, y, z, w]
 }
+
+/// `bar.warp.sync 0xffffffff;`: all lanes of the warp reach this point, and their shared-memory
+/// accesses before it are visible to each other after it.
+#[inline(always)]
+pub fn bar_warp_sync() {
+    // SAFETY: a warp-level barrier; every lane of a converged warp calls it.
+    unsafe { asm!("bar.warp.sync 0xffffffff;", options(nostack)) };
+}
