@@ -8,8 +8,7 @@ use cudarc::driver::{
 };
 use cudarc::nvrtc::Ptx;
 use flashsampling_kernels::config::{
-    GUMBEL_ENTRY, MAX_DIM, N_TILE_VARIANTS, PHILOX_ENTRY, REDUCE_ENTRY, REDUCE_ROWS_PER_BLOCK,
-    REDUCE_THREADS_PER_BLOCK, THREADS_PER_BLOCK, block_b, fused_entry, fused_smem_bytes, n_tiles_for_batch,
+    GUMBEL_ENTRY, MAX_DIM, N_TILE_VARIANTS, PHILOX_ENTRY, THREADS_PER_BLOCK, block_b, fused_entry, fused_smem_bytes, n_tiles_for_batch,
     n_vranges, warps_b_for_batch,
 };
 use flashsampling_kernels::params::{FusedParams, NoiseTestParams, ReduceParams};
@@ -60,6 +59,8 @@ pub struct DeviceMatrix<'a> {
 #[derive(Debug)]
 pub struct DeviceSamples {
     candidates: CudaSlice<u64>,
+    /// Per-batch-tile arrival counters of the fused kernel (zero between launches).
+    counters: CudaSlice<u32>,
     streams: CudaSlice<u64>,
     tokens: CudaSlice<u32>,
     scores: CudaSlice<f32>,
@@ -96,7 +97,6 @@ pub struct GpuBackend {
     stream: Arc<CudaStream>,
     /// Fused-kernel variants: (N tiles, function, resident blocks per multiprocessor).
     fused: Vec<(u32, CudaFunction, u32)>,
-    reduce: CudaFunction,
     philox: CudaFunction,
     gumbel: CudaFunction,
 }
@@ -149,7 +149,6 @@ impl GpuBackend {
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Self {
-            reduce: module.load_function(REDUCE_ENTRY)?,
             philox: module.load_function(PHILOX_ENTRY)?,
             gumbel: module.load_function(GUMBEL_ENTRY)?,
             fused,
@@ -203,6 +202,7 @@ impl GpuBackend {
         unsafe {
             Ok(DeviceSamples {
                 candidates: self.stream.alloc::<u64>((b * n).max(1))?,
+                counters: self.stream.alloc_zeros::<u32>(b.max(1))?,
                 streams: self.stream.alloc::<u64>(b.max(1))?,
                 tokens: self.stream.alloc::<u32>(b.max(1))?,
                 scores: self.stream.alloc::<f32>(b.max(1))?,
@@ -238,8 +238,8 @@ impl GpuBackend {
         Ok(samples)
     }
 
-    /// Samples on device buffers: the fused kernel then the candidate reduction, both on
-    /// [`Self::stream`], asynchronously. Tokens stay on the device in `out` ([`DeviceSamples::tokens`]);
+    /// Samples on device buffers: one launch of the fused kernel on [`Self::stream`], asynchronous
+    /// (its last block per batch tile reduces the candidates). Tokens stay on the device in `out` ([`DeviceSamples::tokens`]);
     /// nothing is copied to the host, so a decode loop needs no host round trip per token.
     pub fn sample_device(
         &self,
@@ -275,8 +275,7 @@ impl GpuBackend {
             self.stream.memcpy_htod(&streams, &mut out.streams.slice_mut(..shape.b))?;
             out.uploaded_streams = streams;
         }
-        self.launch_fused(shape, transform, params, hidden_ptr, weight_ptr, out, launch)?;
-        self.launch_reduce(shape.b, launch.n_vranges, out)
+        self.launch_fused(shape, transform, params, hidden_ptr, weight_ptr, out, launch)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -293,11 +292,17 @@ impl GpuBackend {
         let func = &self.fused.iter().find(|f| f.0 == launch.n_tiles).expect("every variant is loaded").1;
         let (streams, _s) = out.streams.device_ptr(&self.stream);
         let (cands, _c) = out.candidates.device_ptr_mut(&self.stream);
+        let (counters, _n) = out.counters.device_ptr_mut(&self.stream);
+        let (tokens, _t) = out.tokens.device_ptr_mut(&self.stream);
+        let (scores, _r) = out.scores.device_ptr_mut(&self.stream);
         let p = ByValue(FusedParams {
             hidden: hidden as *const bf16,
             weight: weight as *const bf16,
             streams: streams as *const u64,
             candidates: cands as *mut Candidate,
+            counters: counters as *mut u32,
+            tokens: tokens as *mut u32,
+            scores: scores as *mut f32,
             seed: params.seed,
             b: shape.b as u32,
             d: shape.d as u32,
@@ -313,30 +318,9 @@ impl GpuBackend {
             shared_mem_bytes: fused_smem_bytes(launch.n_tiles),
         };
         // SAFETY: shapes validated above; hidden/weight hold B·D and V·D bf16 and are 16-byte aligned;
-        // streams holds B entries and candidates B·n_vranges; the grid matches `FusedParams`.
+        // streams, tokens and scores hold B entries, candidates B·n_vranges, counters ≥ n_btiles zeros
+        // (each launch leaves them zero); the grid matches `FusedParams`.
         unsafe { self.stream.launch_builder(func).arg(&p).launch(cfg) }?;
-        Ok(())
-    }
-
-    fn launch_reduce(&self, b: usize, n_candidates: u32, out: &mut DeviceSamples) -> Result<()> {
-        let (cands, _c) = out.candidates.device_ptr(&self.stream);
-        let (tokens, _t) = out.tokens.device_ptr_mut(&self.stream);
-        let (scores, _s) = out.scores.device_ptr_mut(&self.stream);
-        let p = ByValue(ReduceParams {
-            candidates: cands as *const Candidate,
-            tokens: tokens as *mut u32,
-            scores: scores as *mut f32,
-            b: b as u32,
-            n_candidates,
-        });
-        let cfg = LaunchConfig {
-            grid_dim: ((b as u32).div_ceil(REDUCE_ROWS_PER_BLOCK), 1, 1),
-            block_dim: (REDUCE_THREADS_PER_BLOCK, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: candidates holds B·n_candidates entries written by the fused kernel on this stream;
-        // tokens and scores hold at least B.
-        unsafe { self.stream.launch_builder(&self.reduce).arg(&p).launch(cfg) }?;
         Ok(())
     }
 

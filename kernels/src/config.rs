@@ -13,7 +13,7 @@
 //! | [`M_TILES_PER_WARP`] | 2 | 16-row M tiles per warp |
 //! | [`WARP_TILE_V`] | 32 | vocab rows per warp tile (the unit of work) |
 //! | [`BLOCK_V`] | 128 | vocab tile of the CPU backend (any multiple of 4 gives the same samples) |
-//! | `BLOCK_B` | 8 · NB · warps_b | batch rows per block, NB ∈ [`N_TILE_VARIANTS`], warps_b ∈ {1, 2, 4} |
+//! | `BLOCK_B` | 8 · NB · warps_b | batch rows per block, NB ∈ [`N_TILE_VARIANTS`], warps_b ∈ {1, 2, 4} (≤ 128) |
 //! | [`CHUNK_D`] | 32 | D consumed per mainloop step (two k16 MMAs) |
 //! | [`STAGE_K`] | 64 | D columns per pipeline stage (one cache line per weight row) |
 //! | [`STAGES`] | 4 | `cp.async` pipeline depth per warp |
@@ -54,8 +54,9 @@ pub const D_ALIGN: u32 = 8;
 /// Largest supported D, V and B: all offsets are computed in u32 element counts per row, and
 /// `V · D` / `B · D` element offsets in u64.
 pub const MAX_DIM: u32 = 1 << 30;
-/// Batch-tile variants: `NB` N tiles of 8 rows, `BLOCK_B = 8 · NB`.
-pub const N_TILE_VARIANTS: [u32; 4] = [1, 2, 4, 8];
+/// Per-warp batch variants: `NB` N tiles of 8 rows (a 64-row variant needs more than 255 registers
+/// with this mainloop and is not built).
+pub const N_TILE_VARIANTS: [u32; 3] = [1, 2, 4];
 
 /// Threads per block of the candidate-reduction kernel (one warp per batch row).
 pub const REDUCE_THREADS_PER_BLOCK: u32 = 128;
@@ -79,8 +80,8 @@ pub const STAGES: u32 = 4;
 /// D columns per pipeline stage: 64 bf16 = one 128-byte cache line of each of the warp tile's rows.
 pub const STAGE_K: u32 = 64;
 /// Shared memory reserved at the start of the dynamic window for the block's candidate merge:
-/// one 8-byte candidate per warp and batch row of the widest (64-row) warp.
-pub const CANDIDATE_SMEM_BYTES: u32 = WARPS_PER_BLOCK * 64 * 8;
+/// one 8-byte candidate per warp and batch row of the widest (32-row) warp.
+pub const CANDIDATE_SMEM_BYTES: u32 = WARPS_PER_BLOCK * 32 * 8;
 
 /// Vocab ranges (= candidates per batch row) for `sm_count` multiprocessors running `per_sm` blocks
 /// each (the host uses the kernel's occupancy), `n_btiles` batch tiles and vocab size `v`: enough blocks to
@@ -99,21 +100,19 @@ pub const fn n_tiles_for_batch(b: u32) -> u32 {
         1
     } else if b <= 16 {
         2
-    } else if b <= 32 {
-        4
     } else {
-        8
+        4
     }
 }
 
 /// Warps of a block that split the batch (each `8·NB` rows), the rest splitting the vocab: 1 up to
-/// 64 rows, then 2 up to 128 and 4 beyond, so one block covers up to 256 batch rows and reads each
-/// weight tile from HBM once for all of them.
+/// 32 rows, then 2 up to 64 and 4 beyond, so one block covers up to 128 batch rows and reads each
+/// weight tile from HBM once for all of them (sibling warps hit L1).
 #[inline]
 pub const fn warps_b_for_batch(b: u32) -> u32 {
-    if b <= 64 {
+    if b <= 32 {
         1
-    } else if b <= 128 {
+    } else if b <= 64 {
         2
     } else {
         WARPS_PER_BLOCK
@@ -139,8 +138,7 @@ pub const fn fused_entry(n_tiles: u32) -> &'static str {
     match n_tiles {
         1 => "fused_sample_nb1",
         2 => "fused_sample_nb2",
-        4 => "fused_sample_nb4",
-        _ => "fused_sample_nb8",
+        _ => "fused_sample_nb4",
     }
 }
 
@@ -165,14 +163,13 @@ pub const LOGITS_CHUNK: u32 = 4 * BASELINE_THREADS * 4;
 pub const BASELINE_SMEM_BYTES: u32 = 8 * (BASELINE_THREADS / 32);
 
 /// Every kernel entry point in the PTX module (the link step keeps exactly these).
-pub const ENTRY_POINTS: [&str; 10] = [
+pub const ENTRY_POINTS: [&str; 9] = [
     GUMBEL_LOGITS_ENTRY,
     SOFTMAX_ENTRY,
     MULTINOMIAL_ENTRY,
     "fused_sample_nb1",
     "fused_sample_nb2",
     "fused_sample_nb4",
-    "fused_sample_nb8",
     REDUCE_ENTRY,
     PHILOX_ENTRY,
     GUMBEL_ENTRY,

@@ -17,6 +17,13 @@ pub struct FusedParams {
     pub streams: *const u64,
     /// Output: candidates `[B, n_vranges]`, row-major.
     pub candidates: *mut Candidate,
+    /// Per-batch-tile arrival counters `[n_btiles]`, zero before the launch; the last block of each
+    /// batch tile resets its counter, so they are zero again afterwards.
+    pub counters: *mut u32,
+    /// Output: sampled token per row `[B]` ([`crate::INVALID_INDEX`] where the winning score is NaN).
+    pub tokens: *mut u32,
+    /// Output: winning perturbed score per row `[B]`.
+    pub scores: *mut f32,
     /// Philox key.
     pub seed: u64,
     /// Batch rows.

@@ -12,14 +12,15 @@
 //! `warps_v × warps_b` grid: `warps_b` warps of `8·NB` batch rows each share a vocab tile (large
 //! batches: the tile's weight comes from HBM once and the sibling warps hit L1), and `warps_v` groups
 //! take the range's warp tiles round-robin. Lanes carry one candidate per batch column across tiles
-//! and merge once at the end. Every weight byte is loaded by exactly one lane per batch tile and never written back; the
+//! and merge once at the end; the last block of each batch tile to finish reduces that tile's
+//! candidates to tokens (`reduce_if_last`), so one launch samples. Every weight byte is loaded by exactly one lane per batch tile and never written back; the
 //! `[B, V]` logits never leave registers.
 
 use core::arch::nvptx::{_block_idx_x, _syncthreads, _thread_idx_x};
 
 use super::ptx::{
-    bar_warp_sync, cp_async_ca_shared_global_16, cp_async_cg_shared_global_16, cp_async_commit_group, cp_async_wait_group,
-    ld_shared_v2_u32, ld_shared_v4_u32, mma_sync_aligned_m16n8k16_row_col_f32_bf16_bf16_f32 as mma,
+    atom_global_add_u32, bar_warp_sync, cp_async_ca_shared_global_16, cp_async_cg_shared_global_16,
+    cp_async_commit_group, cp_async_wait_group, fence_acq_rel_gpu, ld_global_cg_v2_u32, ld_shared_v2_u32, ld_shared_v4_u32, mma_sync_aligned_m16n8k16_row_col_f32_bf16_bf16_f32 as mma,
     mov_u32_dynamic_smem, st_shared_v2_u32,
 };
 use super::warp::merge_butterfly;
@@ -86,8 +87,8 @@ pub unsafe fn fused_sample<const NB: usize>(p: FusedParams) {
             // SAFETY: forwarded launch contract; the tile loop is warp-uniform. With one warp per
             // vocab tile the weight is streamed past L1; warps sharing a tile read it through L1.
             let acc = unsafe {
-                // (Only the 64-row variant is launched with warps_b > 1: other variants compile one path.)
-                if NB < 8 || warps_b == 1 {
+                // (Only the 32-row variant is launched with warps_b > 1: the others compile one path.)
+                if NB < 4 || warps_b == 1 {
                     mainloop::<NB, true>(&p, st, tile, &hidden, pos.group, pos.quad)
                 } else {
                     mainloop::<NB, false>(&p, st, tile, &hidden, pos.group, pos.quad)
@@ -97,8 +98,64 @@ pub unsafe fn fused_sample<const NB: usize>(p: FusedParams) {
             tile += warps_v;
         }
     }
-    // SAFETY: every thread of the block reaches the block merge.
-    unsafe { write_candidates::<NB>(&p, pos, warps_b, &cands) };
+    // SAFETY: every thread of the block reaches the block merge and the final reduction.
+    unsafe {
+        write_candidates::<NB>(&p, pos, warps_b, &cands);
+        reduce_if_last(&p, tid, blk % n_btiles, pos.b0 - (pos.warp % warps_b) * 8 * NB as u32, block_rows);
+    }
+}
+
+/// The candidate reduction, folded in: the last block of a batch tile to finish (counted with an
+/// atomic after a device-wide fence) merges that tile's `[rows, n_vranges]` candidates into tokens.
+/// Deterministic: the merge is order-independent. The counter is reset for the next launch.
+#[inline(always)]
+unsafe fn reduce_if_last(p: &FusedParams, tid: u32, btile: u32, first_row: u32, block_rows: u32) {
+    let flag = mov_u32_dynamic_smem(); // the candidate area is free again after write_candidates
+    fence_acq_rel_gpu(); // this thread's candidate stores are visible device-wide before the count
+    // SAFETY: block-uniform barriers; `counters` holds n_btiles entries; `flag` is in shared memory.
+    unsafe {
+        _syncthreads();
+        if tid == 0 {
+            let arrived = atom_global_add_u32(p.counters.add(btile as usize), 1);
+            st_shared_v2_u32(flag, [(arrived + 1 == p.n_vranges) as u32, 0]);
+        }
+        _syncthreads();
+        if ld_shared_v2_u32(flag)[0] == 0 {
+            return;
+        }
+    }
+    fence_acq_rel_gpu(); // acquire: every block's candidates are visible to this one
+    let (lane, warp) = (tid % 32, tid / 32);
+    let mut r = warp;
+    while r < block_rows {
+        let b = first_row + r;
+        if b >= p.b {
+            break; // warp-uniform
+        }
+        let row = b as usize * p.n_vranges as usize;
+        let mut c = Candidate::EMPTY;
+        let mut i = lane;
+        while i < p.n_vranges {
+            // SAFETY: i < n_vranges, b < B: inside the candidate buffer; L2-coherent load.
+            let [s, idx] = unsafe { ld_global_cg_v2_u32(p.candidates.add(row + i as usize) as *const u32) };
+            c = c.merge(Candidate { score: f32::from_bits(s), index: idx });
+            i += 32;
+        }
+        // SAFETY: all 32 lanes of this warp are here.
+        let c = unsafe { merge_butterfly(c, [1, 2, 4, 8, 16]) };
+        if lane == 0 {
+            // SAFETY: b < B.
+            unsafe {
+                *p.tokens.add(b as usize) = c.token();
+                *p.scores.add(b as usize) = c.score;
+            }
+        }
+        r += WARPS_PER_BLOCK;
+    }
+    if tid == 0 {
+        // SAFETY: btile < n_btiles. The next launch on the stream starts after this one completes.
+        unsafe { *p.counters.add(btile as usize) = 0 };
+    }
 }
 
 /// The warp tiles `[first, end)` of vocab range `r` of `n`: `ceil(V / WARP_TILE_V)` tiles split as

@@ -13,7 +13,7 @@ use crate::noise::gumbel;
 use crate::params::{FusedParams, LogitsParams, NoiseTestParams, ReduceParams};
 use crate::philox::philox4x32_10;
 
-/// Fused matmul + sampling, batch tile of 8 rows.
+/// Fused matmul + sampling, 8 batch rows per warp.
 ///
 /// # Safety
 /// See [`fused::fused_sample`].
@@ -23,7 +23,7 @@ pub unsafe extern "ptx-kernel" fn fused_sample_nb1(p: FusedParams) {
     unsafe { fused::fused_sample::<1>(p) }
 }
 
-/// Fused matmul + sampling, batch tile of 16 rows.
+/// Fused matmul + sampling, 16 batch rows per warp.
 ///
 /// # Safety
 /// See [`fused::fused_sample`].
@@ -33,7 +33,7 @@ pub unsafe extern "ptx-kernel" fn fused_sample_nb2(p: FusedParams) {
     unsafe { fused::fused_sample::<2>(p) }
 }
 
-/// Fused matmul + sampling, batch tile of 32 rows.
+/// Fused matmul + sampling, 32 batch rows per warp.
 ///
 /// # Safety
 /// See [`fused::fused_sample`].
@@ -41,16 +41,6 @@ pub unsafe extern "ptx-kernel" fn fused_sample_nb2(p: FusedParams) {
 pub unsafe extern "ptx-kernel" fn fused_sample_nb4(p: FusedParams) {
     // SAFETY: forwarded launch contract.
     unsafe { fused::fused_sample::<4>(p) }
-}
-
-/// Fused matmul + sampling, batch tile of 64 rows.
-///
-/// # Safety
-/// See [`fused::fused_sample`].
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn fused_sample_nb8(p: FusedParams) {
-    // SAFETY: forwarded launch contract.
-    unsafe { fused::fused_sample::<8>(p) }
 }
 
 /// Candidate reduction.

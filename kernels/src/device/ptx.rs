@@ -192,3 +192,36 @@ pub fn bar_warp_sync() {
     // SAFETY: a warp-level barrier; every lane of a converged warp calls it.
     unsafe { asm!("bar.warp.sync 0xffffffff;", options(nostack)) };
 }
+
+/// `fence.acq_rel.gpu;`: orders this thread's memory accesses before and after it, device-wide.
+#[inline(always)]
+pub fn fence_acq_rel_gpu() {
+    // SAFETY: a memory fence; no operands.
+    unsafe { asm!("fence.acq_rel.gpu;", options(nostack)) };
+}
+
+/// `atom.global.add.u32`: atomically adds `v` to `*ptr` and returns the old value.
+///
+/// # Safety
+/// `ptr` must be a 4-byte aligned global address.
+#[inline(always)]
+pub unsafe fn atom_global_add_u32(ptr: *mut u32, v: u32) -> u32 {
+    let old: u32;
+    // SAFETY: the caller guarantees the address.
+    unsafe { asm!("atom.global.add.u32 {0}, [{1}], {2};", out(reg32) old, in(reg64) ptr, in(reg32) v, options(nostack)) };
+    old
+}
+
+/// `ld.global.cg.v2.u32`: an 8-byte load cached in L2 only (data other blocks wrote in this launch).
+///
+/// # Safety
+/// `ptr` must be an 8-byte aligned global address of 8 readable bytes.
+#[inline(always)]
+pub unsafe fn ld_global_cg_v2_u32(ptr: *const u32) -> [u32; 2] {
+    let (x, y): (u32, u32);
+    // SAFETY: the caller guarantees the address.
+    unsafe {
+        asm!("ld.global.cg.v2.u32 {{{0}, {1}}}, [{2}];", out(reg32) x, out(reg32) y, in(reg64) ptr, options(readonly, nostack));
+    }
+    [x, y]
+}
