@@ -16,7 +16,7 @@
 //! | `BLOCK_B` | 8 · NB · warps_b | batch rows per block, NB ∈ [`N_TILE_VARIANTS`], warps_b ∈ {1, 2, 4} (≤ 128) |
 //! | [`CHUNK_D`] | 32 | D consumed per mainloop step (two k16 MMAs) |
 //! | [`STAGE_K`] | 64 | D columns per pipeline stage (one cache line per weight row) |
-//! | [`STAGES`] | 4 | `cp.async` pipeline depth per warp |
+//! | [`stages`]`(NB)` | 4 or 3 | `cp.async` pipeline depth per warp |
 //! | [`D_ALIGN`] | 8 | D must be a multiple of this (16-byte loads) |
 //!
 //! # Thread mapping (fused kernel)
@@ -75,8 +75,12 @@ pub const fn n_warp_tiles(v: u32) -> u32 {
     v.div_ceil(WARP_TILE_V)
 }
 
-/// Depth of each warp's `cp.async` pipeline: `STAGES - 1` slabs in flight while one is multiplied.
-pub const STAGES: u32 = 4;
+/// Depth of each warp's `cp.async` pipeline (`stages - 1` slabs in flight while one is multiplied), by
+/// N-tile count: 4 for 8-row warps, 3 for wider ones so two blocks fit in shared memory per SM.
+#[inline]
+pub const fn stages(n_tiles: u32) -> u32 {
+    if n_tiles == 1 { 4 } else { 3 }
+}
 /// D columns per pipeline stage: 64 bf16 = one 128-byte cache line of each of the warp tile's rows.
 pub const STAGE_K: u32 = 64;
 /// Shared memory reserved at the start of the dynamic window for the block's candidate merge:
@@ -126,11 +130,11 @@ pub const fn block_b(n_tiles: u32, warps_b: u32) -> u32 {
 }
 
 /// Dynamic shared memory of the fused kernel: the candidate merge area, then each warp's staging ring
-/// of `STAGES` slots × (a `WARP_TILE_V × STAGE_K` bf16 weight slab + `STAGE_K / CHUNK_D · NB` hidden
+/// of `stages(NB)` slots × (a `WARP_TILE_V × STAGE_K` bf16 weight slab + `STAGE_K / CHUNK_D · NB` hidden
 /// pieces of 32 lanes × 16 bytes).
 #[inline]
 pub const fn fused_smem_bytes(n_tiles: u32) -> u32 {
-    CANDIDATE_SMEM_BYTES + WARPS_PER_BLOCK * STAGES * (WARP_TILE_V * STAGE_K * 2 + STAGE_K / CHUNK_D * n_tiles * 512)
+    CANDIDATE_SMEM_BYTES + WARPS_PER_BLOCK * stages(n_tiles) * (WARP_TILE_V * STAGE_K * 2 + STAGE_K / CHUNK_D * n_tiles * 512)
 }
 
 /// PTX entry-point name of the fused kernel for `n_tiles`.

@@ -26,8 +26,8 @@ use super::ptx::{
 use super::warp::merge_butterfly;
 use crate::candidate::Candidate;
 use crate::config::{
-    CANDIDATE_SMEM_BYTES, CHUNK_D, M_TILES_PER_WARP, ROWS_PER_LANE, STAGE_K, STAGES, THREADS_PER_BLOCK, WARP_TILE_V,
-    WARPS_PER_BLOCK,
+    CANDIDATE_SMEM_BYTES, CHUNK_D, M_TILES_PER_WARP, ROWS_PER_LANE, STAGE_K, THREADS_PER_BLOCK, WARP_TILE_V,
+    WARPS_PER_BLOCK, stages,
 };
 use crate::epilogue::update_aligned;
 use crate::noise::RowNoise;
@@ -180,7 +180,7 @@ fn hidden_rows<const NB: usize>(p: &FusedParams, pos: LanePosition) -> [*const u
     rows
 }
 
-/// One warp's shared-memory staging ring of [`STAGES`] slots, each holding a `WARP_TILE_V × STAGE_K`
+/// One warp's shared-memory staging ring of [`stages`]`(NB)` slots, each holding a `WARP_TILE_V × STAGE_K`
 /// slab of weight (row `r` at `128·r` bytes; its 16-byte piece `c` stored at piece `c ^ (r % 8)`, so
 /// the fragment reads below are bank-conflict free) followed by this lane's own hidden pieces.
 ///
@@ -199,7 +199,7 @@ const SLAB_BYTES: u32 = WARP_TILE_V * STAGE_K * 2;
 impl Staging {
     #[inline(always)]
     fn new<const NB: usize>(smem: u32, warp: u32, lane: u32) -> Self {
-        Self { warp_base: smem + CANDIDATE_SMEM_BYTES + warp * Self::stage_bytes::<NB>() * STAGES, lane }
+        Self { warp_base: smem + CANDIDATE_SMEM_BYTES + warp * Self::stage_bytes::<NB>() * stages(NB as u32), lane }
     }
 
     /// Bytes of one stage: the weight slab, then `2·NB` hidden rows of 32 lanes × 16 bytes.
@@ -305,8 +305,8 @@ unsafe fn mma_chunk<const NB: usize>(acc: &mut Accumulators<NB>, a: &[[u32; 4]; 
 }
 
 /// Logits of one warp tile (the lane's vocab rows × the warp's batch rows), accumulated in f32 over
-/// all of D through a [`STAGES`]-deep `cp.async` pipeline of `STAGE_K`-column slabs: while one slab is
-/// multiplied, `STAGES - 1` are in flight, whatever the compiler's instruction schedule (the copies
+/// all of D through a [`stages`]`(NB)`-deep `cp.async` pipeline of `STAGE_K`-column slabs: while one slab is
+/// multiplied, the next ones are in flight, whatever the compiler's instruction schedule (the copies
 /// hold no registers). Trip counts are warp-uniform, so the MMAs run converged.
 #[inline(always)]
 unsafe fn mainloop<const NB: usize, const STREAM: bool>(
@@ -318,8 +318,10 @@ unsafe fn mainloop<const NB: usize, const STREAM: bool>(
     quad: u32,
 ) -> Accumulators<NB> {
     let mut acc: Accumulators<NB> = [[[0.0; 4]; NB]; M_TILES_PER_WARP];
+    const { assert!(stages(NB as u32) == 3 || stages(NB as u32) == 4, "the wait below covers 3 or 4 stages") };
+    let s_depth = stages(NB as u32);
     let n_stages = p.d.div_ceil(STAGE_K);
-    for s in 0..STAGES - 1 {
+    for s in 0..s_depth - 1 {
         if s < n_stages {
             // SAFETY: every lane finished reading the ring (previous tile) before the barrier below.
             unsafe { issue_stage::<NB, STREAM>(p, st, s, tile, h_rows, s * STAGE_K, quad) };
@@ -328,19 +330,24 @@ unsafe fn mainloop<const NB: usize, const STREAM: bool>(
         }
     }
     for c in 0..n_stages {
-        cp_async_wait_group::<{ STAGES - 2 }>();
+        // Wait for stage c: at most `s_depth - 2` newer groups may stay pending.
+        if s_depth == 4 {
+            cp_async_wait_group::<2>();
+        } else {
+            cp_async_wait_group::<1>();
+        }
         bar_warp_sync(); // every lane's copies of stage c are visible; every lane is done with c - 1
-        let next = c + STAGES - 1;
+        let next = c + s_depth - 1;
         if next < n_stages {
-            // SAFETY: slot `next % STAGES` held stage c - 1, which every lane read before the barrier.
-            unsafe { issue_stage::<NB, STREAM>(p, st, next % STAGES, tile, h_rows, next * STAGE_K, quad) };
+            // SAFETY: slot `next % s_depth` held stage c - 1, which every lane read before the barrier.
+            unsafe { issue_stage::<NB, STREAM>(p, st, next % s_depth, tile, h_rows, next * STAGE_K, quad) };
         } else {
             cp_async_commit_group();
         }
         for m in 0..STAGE_K / CHUNK_D {
             // SAFETY: stage c has landed; warp-uniform trip counts.
             unsafe {
-                let (a, h) = read_chunk::<NB>(st, c % STAGES, m, group, quad);
+                let (a, h) = read_chunk::<NB>(st, c % s_depth, m, group, quad);
                 mma_chunk::<NB>(&mut acc, &a, &h);
             }
         }
