@@ -45,12 +45,16 @@ fn ptx_assembles_for_sm_90_without_spills() {
     let _ = std::fs::remove_dir_all(&dir);
     assert!(out.status.success(), "ptxas failed:\n{log}");
     // Summarize per entry: registers, shared memory, stack, spills.
+    // "Function properties for F" precedes F's stack/spill line; callees of an entry get their own.
     let mut entry = String::new();
+    let mut props_of_entry = false;
     let mut summary = Vec::new();
     for line in log.lines() {
         if let Some(rest) = line.split("Compiling entry function '").nth(1) {
             entry = rest.split('\'').next().unwrap_or("").to_string();
-        } else if (line.contains("spill stores") || line.contains("Used ")) && !entry.is_empty() {
+        } else if let Some(name) = line.split("Function properties for ").nth(1) {
+            props_of_entry = name.trim() == entry;
+        } else if (line.contains("spill stores") && props_of_entry) || (line.contains("Used ") && !entry.is_empty()) {
             summary.push(format!("ptxas {entry}: {}", line.trim().trim_start_matches("ptxas info    : ")));
         }
     }

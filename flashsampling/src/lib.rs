@@ -5,8 +5,8 @@
 //! the `[B, V]` logits ever reaching memory.
 //!
 //! The kernel computes one (batch tile × vocab tile) of logits on chip, adds Gumbel noise
-//! `g = -ln(-ln u)` and keeps the tile's best (score, index); a second small kernel reduces the
-//! candidates to one token per row. By the Gumbel-max trick, `argmax_i (y_i / T + g_i)` is an exact
+//! `g = -ln(-ln u)` and keeps the tile's best (score, index); the last block of each batch tile to
+//! finish reduces the candidates to one token per row, in the same launch. By the Gumbel-max trick, `argmax_i (y_i / T + g_i)` is an exact
 //! sample of `softmax(y / T)`, and since an argmax decomposes over any partition of the vocabulary, the
 //! tiled result is that same sample.
 //!

@@ -64,7 +64,7 @@ impl Candidate {
     }
 }
 
-/// Merges a row's candidates (for example its `[n_vtiles]` slice of the candidate buffer).
+/// Merges a row's candidates (for example its `[n_vranges]` slice of the candidate buffer).
 #[inline]
 pub fn reduce(candidates: &[Candidate]) -> Candidate {
     candidates.iter().fold(Candidate::EMPTY, |acc, &c| acc.merge(c))

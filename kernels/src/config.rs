@@ -20,20 +20,24 @@
 //! | [`D_ALIGN`] | 8 | D must be a multiple of this (16-byte loads) |
 //!
 //! # Thread mapping (fused kernel)
-//! `lane = tid % 32`, `warp = tid / 32`, `group = lane / 4`, `quad = lane % 4`. The grid is persistent:
-//! as many blocks per multiprocessor as the kernel's occupancy allows (the host asks the driver). Block `blk` covers batch tile `blk % n_btiles` and vocab
-//! range `blk / n_btiles` (batch tiles of one range are adjacent, so they share its weight rows through
-//! L2); a range is an even share of the `ceil(V / WARP_TILE_V)` warp tiles, and warp `w` takes tiles
-//! `first + w, first + w + WARPS_PER_BLOCK, …` of it. In warp tile `t`, lane `(group, quad)` owns the
-//! `ROWS_PER_LANE` consecutive vocab rows starting at `t·WARP_TILE_V + group·ROWS_PER_LANE` — M-tile
-//! `mt`, half `h` (MMA row `group + 8h`) is vocab row `… + 2mt + h` — so a lane's rows form whole
-//! Philox groups of four. Along
-//! D, lane `quad` takes the 16 bytes at `kc + 8·quad` of each of its rows and of hidden row
-//! `b0 + 8nt + group`; the eight bf16 are the k-slots of two consecutive k16 MMAs (any
-//! k-permutation shared by A and B leaves the dot product unchanged). Weights reach those fragments
-//! through the warp's shared-memory ring: `cp.async` copies whole 128-byte lines (4 rows per
-//! instruction), a `bar.warp.sync`, then swizzled, conflict-free 16-byte reads (see
-//! `fused_smem_bytes`).
+//! `lane = tid % 32`, `warp = tid / 32`, `group = lane / 4`, `quad = lane % 4`.
+//!
+//! - **Grid**: persistent, as many blocks per multiprocessor as the kernel's occupancy allows (the
+//!   host asks the driver). Block `blk` covers batch tile `blk % n_btiles` and vocab range
+//!   `blk / n_btiles`. A range is an even share of the `ceil(V / WARP_TILE_V)` warp tiles; the batch
+//!   tiles of one range are adjacent, so they share its weight rows through L2.
+//! - **Warps**: a `warps_v × warps_b` grid ([`warps_b_for_batch`]). Warp `w` serves batch rows
+//!   `b0 = btile·BLOCK_B + (w % warps_b)·8·NB …` and takes warp tiles
+//!   `first + w / warps_b, first + w / warps_b + warps_v, …` of the range.
+//! - **Rows per lane**: in warp tile `t`, lane `(group, quad)` owns the `ROWS_PER_LANE` consecutive
+//!   vocab rows starting at `t·WARP_TILE_V + group·ROWS_PER_LANE`. M tile `mt`, half `h` (MMA row
+//!   `group + 8h`) is vocab row `… + 2mt + h`, so a lane's rows form whole Philox groups of four.
+//! - **Along D**: lane `quad` takes the 16 bytes at `kc + 8·quad` of each of its rows and of hidden
+//!   row `b0 + 8nt + group`. The eight bf16 are the k-slots of two consecutive k16 MMAs (any
+//!   k-permutation shared by A and B leaves the dot product unchanged).
+//! - **Staging**: weights reach those fragments through the warp's shared-memory ring. `cp.async`
+//!   copies whole 128-byte lines (4 rows per instruction), then a `bar.warp.sync`, then swizzled,
+//!   conflict-free 16-byte reads (see [`fused_smem_bytes`]). Each lane stages its own hidden pieces.
 
 /// Warps per block of the fused kernel.
 pub const WARPS_PER_BLOCK: u32 = 4;
@@ -62,12 +66,6 @@ pub const N_TILE_VARIANTS: [u32; 3] = [1, 2, 4];
 pub const REDUCE_THREADS_PER_BLOCK: u32 = 128;
 /// Batch rows per block of the candidate-reduction kernel.
 pub const REDUCE_ROWS_PER_BLOCK: u32 = REDUCE_THREADS_PER_BLOCK / 32;
-
-/// Number of CPU vocab tiles of the default size.
-#[inline]
-pub const fn n_vtiles(v: u32) -> u32 {
-    v.div_ceil(BLOCK_V)
-}
 
 /// Warp tiles of a vocab of size `v`.
 #[inline]
