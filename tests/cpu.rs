@@ -222,3 +222,28 @@ fn tokens_are_in_range_and_reproducible() {
     assert_eq!(a, b2, "thread count must not change samples");
     assert!(a.iter().all(|&t| (t as usize) < v));
 }
+
+#[test]
+fn chi_squared_helpers_match_closed_forms() {
+    use approx::assert_relative_eq;
+    // Q(1, x) = e^-x; Q(1/2, x) = erfc(sqrt(x)); chi-squared with 2 df has p = e^(-stat/2).
+    for x in [0.1f64, 1.0, 3.0, 10.0, 40.0] {
+        assert_relative_eq!(gamma_q(1.0, x), (-x).exp(), max_relative = 1e-10);
+    }
+    // erfc(1) = 0.157299207050285..., erfc(2) = 0.004677734981047...
+    assert_relative_eq!(gamma_q(0.5, 1.0), 0.157_299_207_050_285_13, max_relative = 1e-9);
+    assert_relative_eq!(gamma_q(0.5, 4.0), 0.004_677_734_981_047_266, max_relative = 1e-9);
+    // Γ(5) = 24, Γ(0.5) = sqrt(pi).
+    assert_relative_eq!(ln_gamma(5.0), 24f64.ln(), max_relative = 1e-12);
+    assert_relative_eq!(ln_gamma(0.5), std::f64::consts::PI.sqrt().ln(), max_relative = 1e-12);
+    // Counts equal to expectations: statistic 0, p = 1. Counts 130/100/70 against 100 each:
+    // (900 + 0 + 900) / 100 = 18 with 2 df, p = e^-9.
+    let (stat, df, p) = chi_squared(&[100, 200, 700], &[0.1, 0.2, 0.7]);
+    assert_eq!((stat, df), (0.0, 2));
+    assert_relative_eq!(p, 1.0);
+    let probs = [1.0 / 3.0; 3];
+    let (s, df, p) = chi_squared(&[130, 100, 70], &probs);
+    assert_eq!(df, 2);
+    assert_relative_eq!(s, 18.0, max_relative = 1e-12);
+    assert_relative_eq!(p, (-9.0f64).exp(), max_relative = 1e-9);
+}
