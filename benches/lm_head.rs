@@ -128,7 +128,8 @@ fn main() -> R<()> {
             let ours = timer.time(&stream, 10, runs, || Ok(gpu.sample_device(&hm, &wm, &sample, &mut out)?))?;
             let ours_tokens = stream.clone_dtoh(&out.tokens())?;
             let mut out_g = gpu.alloc_samples(b, v)?;
-            let ours_greedy = timer.time(&stream, 10, runs, || Ok(gpu.sample_device(&hm, &wm, &greedy, &mut out_g)?))?;
+            let ours_greedy =
+                timer.time(&stream, 10, runs, || Ok(gpu.sample_device(&hm, &wm, &greedy, &mut out_g)?))?;
             let mut buf = base.alloc(b, v, &sample)?;
             let gemm = timer.time(&stream, 10, runs, || Ok(base.gemm(&hm.data, &wm.data, d, &mut buf)?))?;
             let mult = timer.time(&stream, 10, runs, || {

@@ -37,8 +37,18 @@ impl Row {
         let t = |x: (f64, f64, f64)| format!("{:.5},{:.5},{:.5}", x.0, x.1, x.2);
         format!(
             "{},{},{},{},{},{:.5},{},{},{},{:.5},{:.5},{}",
-            self.config, self.d, self.v, self.b, t(self.ours), self.ours_greedy, t(self.gemm),
-            t(self.gemm_multinomial), t(self.gemm_gumbel), self.hbm_floor, self.compute_floor, self.agree
+            self.config,
+            self.d,
+            self.v,
+            self.b,
+            t(self.ours),
+            self.ours_greedy,
+            t(self.gemm),
+            t(self.gemm_multinomial),
+            t(self.gemm_gumbel),
+            self.hbm_floor,
+            self.compute_floor,
+            self.agree
         )
     }
 
@@ -69,8 +79,18 @@ impl Row {
         let t = |x: (f64, f64, f64)| format!("{{\"median\": {:.5}, \"min\": {:.5}, \"max\": {:.5}}}", x.0, x.1, x.2);
         format!(
             "{{\"config\": \"{}\", \"D\": {}, \"V\": {}, \"B\": {}, \"ours\": {}, \"ours_greedy_median\": {:.5}, \"gemm\": {}, \"gemm_multinomial\": {}, \"gemm_gumbel\": {}, \"hbm_floor\": {:.5}, \"compute_floor\": {:.5}, \"agree_rows\": {}}}",
-            self.config, self.d, self.v, self.b, t(self.ours), self.ours_greedy, t(self.gemm), t(self.gemm_multinomial),
-            t(self.gemm_gumbel), self.hbm_floor, self.compute_floor, self.agree
+            self.config,
+            self.d,
+            self.v,
+            self.b,
+            t(self.ours),
+            self.ours_greedy,
+            t(self.gemm),
+            t(self.gemm_multinomial),
+            t(self.gemm_gumbel),
+            self.hbm_floor,
+            self.compute_floor,
+            self.agree
         )
     }
 }
@@ -81,7 +101,19 @@ pub fn table(rows: &[Row]) -> String {
     let _ = writeln!(
         s,
         "{:<12} {:>4} | {:>8} {:>8} {:>8} | {:>7} {:>8} | {:>7} {:>9} {:>8} | {:>6} {:>6} | {:>6}",
-        "config", "B", "ours ms", "min", "max", "/floor", "/GEMM", "GEMM ms", "GEMM+mult", "GEMM+gum", "mult/o", "gum/o", "noise%"
+        "config",
+        "B",
+        "ours ms",
+        "min",
+        "max",
+        "/floor",
+        "/GEMM",
+        "GEMM ms",
+        "GEMM+mult",
+        "GEMM+gum",
+        "mult/o",
+        "gum/o",
+        "noise%"
     );
     for r in rows {
         let floor = r.hbm_floor.max(r.compute_floor);
@@ -162,7 +194,12 @@ fn plot(path: &Path, config: &str, rows: &[Row]) -> Result<(), Box<dyn std::erro
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
         chart.draw_series(pts.into_iter().map(|p| Circle::new(p, 3, color.filled())))?;
     }
-    chart.configure_series_labels().position(SeriesLabelPosition::UpperLeft).border_style(BLACK).background_style(WHITE.mix(0.9)).draw()?;
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.9))
+        .draw()?;
     root.present()?;
     Ok(())
 }

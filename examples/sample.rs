@@ -46,7 +46,9 @@ fn parse() -> Result<Args, String> {
                 }
             }
             "-h" | "--help" => {
-                println!("usage: sample [--batch B] [--hidden D] [--vocab V] [--temperature T] [--seed S] [--backend auto|gpu|cpu]");
+                println!(
+                    "usage: sample [--batch B] [--hidden D] [--vocab V] [--temperature T] [--seed S] [--backend auto|gpu|cpu]"
+                );
                 std::process::exit(0);
             }
             o => return Err(format!("unknown argument {o}")),

@@ -45,7 +45,9 @@ fn main() {
         ));
     }
     if !sysroot.join("lib/rustlib/src/rust/library/core").is_dir() {
-        fail("the toolchain component `rust-src` is missing (needed by -Zbuild-std=core). Run `rustup toolchain install` in the repository root, or `rustup component add rust-src`.");
+        fail(
+            "the toolchain component `rust-src` is missing (needed by -Zbuild-std=core). Run `rustup toolchain install` in the repository root, or `rustup component add rust-src`.",
+        );
     }
     let host = env::var("HOST").unwrap();
     let llvm_bin = sysroot.join("lib/rustlib").join(&host).join("bin");
@@ -64,7 +66,23 @@ fn main() {
     for (key, _) in env::vars_os() {
         let key = key.to_string_lossy().into_owned();
         let keep = key == "CARGO_HOME" || key == "CARGO_NET_OFFLINE" || key == "CARGO_REGISTRIES_CRATES_IO_PROTOCOL";
-        if !keep && (key.starts_with("CARGO") || key.starts_with("RUSTC") || key.starts_with("RUSTDOC") || key == "RUSTFLAGS" || key.starts_with("DEP_") || key == "TARGET" || key == "HOST" || key == "OUT_DIR" || key == "OPT_LEVEL" || key == "PROFILE" || key == "DEBUG" || key == "NUM_JOBS" || key == "MAKEFLAGS" || key == "MFLAGS" || key == "CARGO_MAKEFLAGS") {
+        if !keep
+            && (key.starts_with("CARGO")
+                || key.starts_with("RUSTC")
+                || key.starts_with("RUSTDOC")
+                || key == "RUSTFLAGS"
+                || key.starts_with("DEP_")
+                || key == "TARGET"
+                || key == "HOST"
+                || key == "OUT_DIR"
+                || key == "OPT_LEVEL"
+                || key == "PROFILE"
+                || key == "DEBUG"
+                || key == "NUM_JOBS"
+                || key == "MAKEFLAGS"
+                || key == "MFLAGS"
+                || key == "CARGO_MAKEFLAGS")
+        {
             cmd.env_remove(&key);
         }
     }

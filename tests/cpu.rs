@@ -64,14 +64,18 @@ fn greedy_equals_argmax_of_the_logits() {
     let mut rng = TestRng::new(DATA_SEED + 1);
     let hidden = rng.normal_bf16(b * d, 1.0);
     let weight = rng.normal_bf16(v * d, 0.05);
-    let tokens =
-        CpuBackend::new().sample(Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d), &SamplingParams::greedy()).unwrap();
+    let tokens = CpuBackend::new()
+        .sample(Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d), &SamplingParams::greedy())
+        .unwrap();
     for (row, &t) in tokens.iter().enumerate() {
         let y = logits_f64(&hidden, &weight, d, row);
         let best = (0..v).fold(0, |m, i| if y[i] > y[m] { i } else { m });
         if t as usize != best {
             let gap = (y[best] - y[t as usize]).abs();
-            let tol = f32_dot_tolerance(d, abs_dot(&hidden, &weight, d, row, best).max(abs_dot(&hidden, &weight, d, row, t as usize)));
+            let tol = f32_dot_tolerance(
+                d,
+                abs_dot(&hidden, &weight, d, row, best).max(abs_dot(&hidden, &weight, d, row, t as usize)),
+            );
             assert!(gap < tol, "row {row}: greedy {t}, argmax {best}, gap {gap} >= {tol}");
         }
     }
@@ -218,7 +222,8 @@ fn tokens_are_in_range_and_reproducible() {
     let p = SamplingParams::new(0.7, 99);
     let cpu = CpuBackend::new();
     let a = cpu.sample(Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d), &p).unwrap();
-    let b2 = CpuBackend::new().with_threads(1).sample(Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d), &p).unwrap();
+    let b2 =
+        CpuBackend::new().with_threads(1).sample(Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d), &p).unwrap();
     assert_eq!(a, b2, "thread count must not change samples");
     assert!(a.iter().all(|&t| (t as usize) < v));
 }

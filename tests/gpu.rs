@@ -9,9 +9,9 @@
 mod common;
 
 use common::*;
+use flashsampling::kernels::INVALID_INDEX;
 use flashsampling::kernels::noise::gumbel;
 use flashsampling::kernels::philox::philox4x32_10;
-use flashsampling::kernels::INVALID_INDEX;
 use flashsampling::{CpuBackend, DeviceMatrix, Error, Matrix, SamplingParams};
 use half::bf16;
 
@@ -44,9 +44,8 @@ fn philox_on_the_device_is_bit_identical_to_the_host() {
     assert_eq!(kat[0], [0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8]);
     let kat = gpu.philox_on_device(&[[u32::MAX; 4]], [u32::MAX; 2]).unwrap();
     assert_eq!(kat[0], [0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd]);
-    let kat = gpu
-        .philox_on_device(&[[0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344]], [0xa4093822, 0x299f31d0])
-        .unwrap();
+    let kat =
+        gpu.philox_on_device(&[[0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344]], [0xa4093822, 0x299f31d0]).unwrap();
     assert_eq!(kat[0], [0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1]);
     let c = counters(1 << 16);
     let key = [0xdead_beef, 0x0123_4567];
@@ -94,8 +93,10 @@ fn compare_with_cpu(gpu: &flashsampling::GpuBackend, b: usize, d: usize, v: usiz
         let noise = params.row_noise(row);
         let (sg, sc) = (perturbed_f64(y(tg), tg, &noise, t), perturbed_f64(y(tc), tc, &noise, t));
         let gap = (sg - sc).abs();
-        let tol = f32_dot_tolerance(d, abs_dot(&hidden, &weight, d, row, tg as usize).max(abs_dot(&hidden, &weight, d, row, tc as usize)))
-            / if t == 0.0 { 1.0 } else { t as f64 };
+        let tol = f32_dot_tolerance(
+            d,
+            abs_dot(&hidden, &weight, d, row, tg as usize).max(abs_dot(&hidden, &weight, d, row, tc as usize)),
+        ) / if t == 0.0 { 1.0 } else { t as f64 };
         assert!(
             gap < tol,
             "B={b} D={d} V={v} row {row}: GPU {tg} (score {sg}), CPU {tc} (score {sc}); gap {gap:e} >= tolerance {tol:e}"
@@ -145,7 +146,10 @@ fn greedy_matches_a_cublas_free_f32_reference() {
             let t = tokens[row] as usize;
             if t != best {
                 let gap = (y[best] - y[t]).abs() as f64;
-                let tol = f32_dot_tolerance(d, abs_dot(&hidden, &weight, d, row, best).max(abs_dot(&hidden, &weight, d, row, t)));
+                let tol = f32_dot_tolerance(
+                    d,
+                    abs_dot(&hidden, &weight, d, row, best).max(abs_dot(&hidden, &weight, d, row, t)),
+                );
                 assert!(gap < tol, "B={b} row {row}: GPU greedy {t}, reference argmax {best}, gap {gap:e} >= {tol:e}");
             }
         }
@@ -164,7 +168,10 @@ fn chi_squared_on_the_gpu() {
             tokens.extend(gpu.sample(Matrix::new(&s.hidden, b, s.d), Matrix::new(&s.weight, v, s.d), &p).unwrap());
         }
         let (stat, df, p) = chi_squared(&histogram(&tokens, v), &s.probs);
-        visible(&format!("GPU chi-squared {kind:?} V={v} T={t}: chi2={stat:.1} df={df} p={p:.4} ({} samples)", tokens.len()));
+        visible(&format!(
+            "GPU chi-squared {kind:?} V={v} T={t}: chi2={stat:.1} df={df} p={p:.4} ({} samples)",
+            tokens.len()
+        ));
         assert!(p > 1e-3, "{kind:?} V={v}: p = {p}");
     }
 }
@@ -180,7 +187,8 @@ fn device_api_keeps_tokens_on_the_device_and_reuses_buffers() {
     for (step, b) in [(0u32, 4usize), (1, 40), (2, 2)] {
         let hidden = rng.normal_bf16(b * d, 1.0);
         let h_dev = gpu.stream().clone_htod(&hidden).unwrap();
-        let params = SamplingParams::new(0.9, 3).with_streams((0..b as u32).map(|r| flashsampling::stream_id(r, step)).collect());
+        let params = SamplingParams::new(0.9, 3)
+            .with_streams((0..b as u32).map(|r| flashsampling::stream_id(r, step)).collect());
         gpu.sample_device(
             &DeviceMatrix { data: h_dev.as_view(), rows: b, cols: d },
             &DeviceMatrix { data: w_dev.as_view(), rows: v, cols: d },

@@ -6,7 +6,9 @@
 use std::sync::Arc;
 
 use cudarc::cublas::{CudaBlas, result::gemm_ex, sys as blas};
-use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
+use cudarc::driver::{
+    CudaFunction, CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg,
+};
 use cudarc::nvrtc::Ptx;
 use flashsampling_kernels::Candidate;
 use flashsampling_kernels::config::{
@@ -83,7 +85,13 @@ impl Baselines {
     }
 
     /// `logits[B, V] = hidden[B, D] · weight[V, D]ᵀ` with cuBLAS (bf16 in, f32 out, f32 compute).
-    pub fn gemm(&self, hidden: &CudaView<'_, bf16>, weight: &CudaView<'_, bf16>, d: usize, buf: &mut UnfusedBuffers) -> Result<()> {
+    pub fn gemm(
+        &self,
+        hidden: &CudaView<'_, bf16>,
+        weight: &CudaView<'_, bf16>,
+        d: usize,
+        buf: &mut UnfusedBuffers,
+    ) -> Result<()> {
         let (b, v) = (buf.b, buf.v);
         let (h, _h) = hidden.device_ptr(&self.stream);
         let (w, _w) = weight.device_ptr(&self.stream);

@@ -8,8 +8,8 @@ use cudarc::driver::{
 };
 use cudarc::nvrtc::Ptx;
 use flashsampling_kernels::config::{
-    GUMBEL_ENTRY, MAX_DIM, N_TILE_VARIANTS, PHILOX_ENTRY, THREADS_PER_BLOCK, block_b, fused_entry, fused_smem_bytes, n_tiles_for_batch,
-    n_vranges, warps_b_for_batch,
+    GUMBEL_ENTRY, MAX_DIM, N_TILE_VARIANTS, PHILOX_ENTRY, THREADS_PER_BLOCK, block_b, fused_entry, fused_smem_bytes,
+    n_tiles_for_batch, n_vranges, warps_b_for_batch,
 };
 use flashsampling_kernels::params::{FusedParams, LogitsParams, NoiseTestParams, ReduceParams};
 use flashsampling_kernels::{Candidate, Transform};
@@ -145,7 +145,11 @@ impl GpuBackend {
                     fused_smem_bytes(nb) as i32,
                 )?;
                 let per_sm = f
-                    .occupancy_max_active_blocks_per_multiprocessor(THREADS_PER_BLOCK, fused_smem_bytes(nb) as usize, None)?
+                    .occupancy_max_active_blocks_per_multiprocessor(
+                        THREADS_PER_BLOCK,
+                        fused_smem_bytes(nb) as usize,
+                        None,
+                    )?
                     .max(1);
                 Ok((nb, f, per_sm))
             })
@@ -221,11 +225,7 @@ impl GpuBackend {
 
     /// Tokens and winning perturbed scores; host buffers in and out.
     pub fn sample_scored(&self, hidden: Matrix<'_>, weight: Matrix<'_>, params: &SamplingParams) -> Result<Samples> {
-        validate(
-            (hidden.rows, hidden.cols, hidden.data.len()),
-            (weight.rows, weight.cols, weight.data.len()),
-            params,
-        )?;
+        validate((hidden.rows, hidden.cols, hidden.data.len()), (weight.rows, weight.cols, weight.data.len()), params)?;
         let h = self.stream.clone_htod(hidden.data)?;
         let w = self.stream.clone_htod(weight.data)?;
         let mut out = self.alloc_samples(hidden.rows, weight.rows)?;
@@ -235,7 +235,8 @@ impl GpuBackend {
             params,
             &mut out,
         )?;
-        let samples = Samples { tokens: self.stream.clone_dtoh(&out.tokens())?, scores: self.stream.clone_dtoh(&out.scores())? };
+        let samples =
+            Samples { tokens: self.stream.clone_dtoh(&out.tokens())?, scores: self.stream.clone_dtoh(&out.scores())? };
         check_tokens(&samples.tokens)?;
         Ok(samples)
     }
@@ -265,7 +266,11 @@ impl GpuBackend {
         let launch = self.launch_shape(shape.b, shape.v);
         let blocks = launch.n_btiles as usize * launch.n_vranges as usize;
         if blocks > i32::MAX as usize {
-            return Err(Error::TooLarge { what: "grid blocks (B tiles × V ranges)", value: blocks, max: i32::MAX as usize });
+            return Err(Error::TooLarge {
+                what: "grid blocks (B tiles × V ranges)",
+                value: blocks,
+                max: i32::MAX as usize,
+            });
         }
         debug_assert!(shape.b <= MAX_DIM as usize);
         if out.candidates.len() < shape.b * launch.n_vranges as usize || out.tokens.len() < shape.b {

@@ -25,13 +25,13 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod baselines;
 pub mod cpu;
 pub mod error;
 pub mod gpu;
 pub mod params;
 pub mod synthetic;
 pub mod timing;
-pub mod baselines;
 
 pub use cpu::CpuBackend;
 pub use error::{Error, Result};
@@ -107,10 +107,9 @@ impl Sampler {
     pub fn describe(&self) -> String {
         match self {
             Sampler::Gpu(g) => format!("GPU ({})", g.device_name()),
-            Sampler::Cpu(_) => format!(
-                "CPU ({} threads)",
-                std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
-            ),
+            Sampler::Cpu(_) => {
+                format!("CPU ({} threads)", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1))
+            }
         }
     }
 

@@ -102,7 +102,6 @@ pub struct Shape {
     pub v: usize,
 }
 
-
 /// Validates shapes, lengths and parameters; `hidden_len`/`weight_len` are the buffers' lengths.
 pub(crate) fn validate(
     (b, hd, hidden_len): (usize, usize, usize),

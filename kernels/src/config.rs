@@ -132,7 +132,8 @@ pub const fn block_b(n_tiles: u32, warps_b: u32) -> u32 {
 /// pieces of 32 lanes × 16 bytes).
 #[inline]
 pub const fn fused_smem_bytes(n_tiles: u32) -> u32 {
-    CANDIDATE_SMEM_BYTES + WARPS_PER_BLOCK * stages(n_tiles) * (WARP_TILE_V * STAGE_K * 2 + STAGE_K / CHUNK_D * n_tiles * 512)
+    CANDIDATE_SMEM_BYTES
+        + WARPS_PER_BLOCK * stages(n_tiles) * (WARP_TILE_V * STAGE_K * 2 + STAGE_K / CHUNK_D * n_tiles * 512)
 }
 
 /// PTX entry-point name of the fused kernel for `n_tiles`.

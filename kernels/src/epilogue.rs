@@ -87,14 +87,7 @@ pub fn update_aligned<const N: usize>(
 
 /// Epilogue for a tile of consecutive logits starting at `v0` (any `v0`, any length), as the CPU backend
 /// holds them. Entries at or beyond `vocab` are skipped.
-pub fn update_tile(
-    cand: &mut Candidate,
-    logits: &[f32],
-    v0: u32,
-    vocab: u32,
-    noise: &RowNoise,
-    transform: &Transform,
-) {
+pub fn update_tile(cand: &mut Candidate, logits: &[f32], v0: u32, vocab: u32, noise: &RowNoise, transform: &Transform) {
     let mut i = 0usize;
     // Unaligned head, one entry at a time (same bits as the grouped path).
     while i < logits.len() && (v0 + i as u32) % 4 != 0 {

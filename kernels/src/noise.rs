@@ -203,11 +203,9 @@ mod tests {
         for j in 0..4 {
             assert_eq!(a.gumbel_at(40 + j).to_bits(), g4[j as usize].to_bits());
         }
-        for other in [
-            RowNoise { seed: 1 << 40, ..a },
-            RowNoise { stream: 2 | 1 << 33, ..a },
-            RowNoise { sample: 4, ..a },
-        ] {
+        for other in
+            [RowNoise { seed: 1 << 40, ..a }, RowNoise { stream: 2 | 1 << 33, ..a }, RowNoise { sample: 4, ..a }]
+        {
             assert_ne!(other.gumbel4(10), g4, "{other:?}");
         }
     }

@@ -14,10 +14,7 @@ pub type TestRng = flashsampling::synthetic::SplitMix64;
 /// f64 logits `hidden[row] · weight[v]` for every v (exact products of bf16, f64 sums).
 pub fn logits_f64(hidden: &[bf16], weight: &[bf16], d: usize, row: usize) -> Vec<f64> {
     let h = &hidden[row * d..(row + 1) * d];
-    weight
-        .chunks(d)
-        .map(|w| h.iter().zip(w).map(|(a, b)| a.to_f64() * b.to_f64()).sum())
-        .collect()
+    weight.chunks(d).map(|w| h.iter().zip(w).map(|(a, b)| a.to_f64() * b.to_f64()).sum()).collect()
 }
 
 /// `Σ_d |h_d · w_d|` for one (row, v): scales the f32 summation error bound.
@@ -35,11 +32,7 @@ pub fn f32_dot_tolerance(d: usize, abs_dot: f64) -> f64 {
 
 /// The perturbed score of (row, v) in f64: `y / T + g` with the exact Gumbel noise the kernels use.
 pub fn perturbed_f64(logit: f64, v: u32, noise: &RowNoise, temperature: f32) -> f64 {
-    if temperature == 0.0 {
-        logit
-    } else {
-        logit * (1.0 / temperature) as f64 + noise.gumbel_at(v) as f64
-    }
+    if temperature == 0.0 { logit } else { logit * (1.0 / temperature) as f64 + noise.gumbel_at(v) as f64 }
 }
 
 /// Softmax of `logits / t` in f64.

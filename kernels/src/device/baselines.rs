@@ -105,7 +105,8 @@ pub unsafe fn multinomial_rows(p: LogitsParams) {
     let off = row as usize * p.v as usize;
     // SAFETY: row < B.
     let stream = unsafe { *p.streams.add(row as usize) };
-    let bits = philox4x32_10([0, p.sample, stream as u32, (stream >> 32) as u32], [p.seed as u32, (p.seed >> 32) as u32]);
+    let bits =
+        philox4x32_10([0, p.sample, stream as u32, (stream >> 32) as u32], [p.seed as u32, (p.seed >> 32) as u32]);
     let u = uniform_open(bits[0]);
     let smem = mov_u32_dynamic_smem();
     let mut running = 0.0f32;

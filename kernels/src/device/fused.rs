@@ -13,15 +13,17 @@
 //! batches: the tile's weight comes from HBM once and the sibling warps hit L1), and `warps_v` groups
 //! take the range's warp tiles round-robin. Lanes carry one candidate per batch column across tiles
 //! and merge once at the end; the last block of each batch tile to finish reduces that tile's
-//! candidates to tokens (`reduce_if_last`), so one launch samples. Every weight byte is loaded by exactly one lane per batch tile and never written back; the
-//! `[B, V]` logits never leave registers.
+//! candidates to tokens (`reduce_if_last`), so one launch samples. A weight byte is copied from global
+//! memory by one lane of each warp that needs it (1 warp, or the `warps_b` siblings through L1), and
+//! never written back; the `[B, V]` logits never leave registers.
 
 use core::arch::nvptx::{_block_idx_x, _syncthreads, _thread_idx_x};
 
 use super::ptx::{
     atom_global_add_u32, bar_warp_sync, cp_async_ca_shared_global_16, cp_async_cg_shared_global_16,
-    cp_async_commit_group, cp_async_wait_group, fence_acq_rel_gpu, ld_global_cg_v2_u32, ld_shared_v2_u32, ld_shared_v4_u32, mma_sync_aligned_m16n8k16_row_col_f32_bf16_bf16_f32 as mma,
-    mov_u32_dynamic_smem, st_shared_v2_u32,
+    cp_async_commit_group, cp_async_wait_group, fence_acq_rel_gpu, ld_global_cg_v2_u32, ld_shared_v2_u32,
+    ld_shared_v4_u32, mma_sync_aligned_m16n8k16_row_col_f32_bf16_bf16_f32 as mma, mov_u32_dynamic_smem,
+    st_shared_v2_u32,
 };
 use super::warp::merge_butterfly;
 use crate::candidate::Candidate;
@@ -259,7 +261,9 @@ unsafe fn issue_stage<const NB: usize, const STREAM: bool>(
         let (k, size) = if k < d { (k as usize, 16) } else { (0, 0) };
         for (nt, row) in h_rows.iter().enumerate() {
             // SAFETY: as above, for the lane's own hidden piece.
-            unsafe { cp_async_ca_shared_global_16(st.hidden::<NB>(stage, m, nt as u32), row.add(k) as *const u32, size) };
+            unsafe {
+                cp_async_ca_shared_global_16(st.hidden::<NB>(stage, m, nt as u32), row.add(k) as *const u32, size)
+            };
         }
     }
     cp_async_commit_group();

@@ -20,11 +20,7 @@ pub fn mov_u32_dynamic_smem() -> u32 {
 /// All 32 lanes of the warp must execute it together (converged), with fragments laid out as in the
 /// PTX ISA for m16n8k16 (see `config` for the k-slot permutation the fused kernel uses).
 #[inline(always)]
-pub unsafe fn mma_sync_aligned_m16n8k16_row_col_f32_bf16_bf16_f32(
-    d: &mut [f32; 4],
-    a: [u32; 4],
-    b: [u32; 2],
-) {
+pub unsafe fn mma_sync_aligned_m16n8k16_row_col_f32_bf16_bf16_f32(d: &mut [f32; 4], a: [u32; 4], b: [u32; 2]) {
     // SAFETY: register-only instruction; the caller guarantees warp convergence.
     unsafe {
         asm!(
@@ -208,7 +204,9 @@ pub fn fence_acq_rel_gpu() {
 pub unsafe fn atom_global_add_u32(ptr: *mut u32, v: u32) -> u32 {
     let old: u32;
     // SAFETY: the caller guarantees the address.
-    unsafe { asm!("atom.global.add.u32 {0}, [{1}], {2};", out(reg32) old, in(reg64) ptr, in(reg32) v, options(nostack)) };
+    unsafe {
+        asm!("atom.global.add.u32 {0}, [{1}], {2};", out(reg32) old, in(reg64) ptr, in(reg32) v, options(nostack))
+    };
     old
 }
 

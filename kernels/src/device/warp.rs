@@ -11,9 +11,7 @@ use crate::candidate::Candidate;
 pub unsafe fn merge_butterfly<const K: usize>(mut c: Candidate, masks: [u32; K]) -> Candidate {
     for m in masks {
         // SAFETY: every lane executes the same shuffles (the caller's contract).
-        let (score, index) = unsafe {
-            (shfl_sync_bfly_b32(c.score.to_bits(), m), shfl_sync_bfly_b32(c.index, m))
-        };
+        let (score, index) = unsafe { (shfl_sync_bfly_b32(c.score.to_bits(), m), shfl_sync_bfly_b32(c.index, m)) };
         c = c.merge(Candidate { score: f32::from_bits(score), index });
     }
     c
