@@ -201,7 +201,8 @@ impl GpuBackend {
     }
 
     /// Allocates the per-batch buffers for up to `b` rows and vocab size `v`: `B × n_vranges`
-    /// candidates (n_vranges ≤ 2 × multiprocessors) and `B` stream ids, tokens and scores.
+    /// candidates (n_vranges ≤ resident blocks per SM × multiprocessors, from the kernel's
+    /// occupancy) and `B` arrival counters, stream ids, tokens and scores.
     pub fn alloc_samples(&self, b: usize, v: usize) -> Result<DeviceSamples> {
         let n = self.launch_shape(b, v).n_vranges as usize;
         // SAFETY: every element is written by the kernels before it is read.
