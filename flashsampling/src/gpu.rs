@@ -11,7 +11,7 @@ use flashsampling_kernels::config::{
     GUMBEL_ENTRY, MAX_DIM, N_TILE_VARIANTS, PHILOX_ENTRY, THREADS_PER_BLOCK, block_b, fused_entry, fused_smem_bytes,
     n_tiles_for_batch, n_vranges, warps_b_for_batch,
 };
-use flashsampling_kernels::params::{FusedParams, LogitsParams, NoiseTestParams, ReduceParams};
+use flashsampling_kernels::params::{FusedParams, NoiseTestParams, ReduceParams};
 use flashsampling_kernels::{Candidate, Transform};
 use half::bf16;
 
@@ -21,7 +21,7 @@ use crate::{PTX, Samples, check_tokens};
 
 /// A kernel parameter struct passed by value (`#[repr(C)]`, identical layout on host and device).
 #[repr(transparent)]
-pub(crate) struct ByValue<T>(pub(crate) T);
+struct ByValue<T>(T);
 // SAFETY: the wrapped structs are `#[repr(C)]`, `Copy`, and hold only plain integers, floats and device
 // addresses, which is what the kernels read from their `.param` space.
 unsafe impl DeviceRepr for ByValue<FusedParams> {}
@@ -29,8 +29,6 @@ unsafe impl DeviceRepr for ByValue<FusedParams> {}
 unsafe impl DeviceRepr for ByValue<ReduceParams> {}
 // SAFETY: as above.
 unsafe impl DeviceRepr for ByValue<NoiseTestParams> {}
-// SAFETY: as above.
-unsafe impl DeviceRepr for ByValue<LogitsParams> {}
 
 /// How the fused kernel is launched for one (B, V).
 #[derive(Clone, Copy, Debug)]
