@@ -12,7 +12,9 @@
 //!
 //! Prints a table last, writes `target/flashsampling-bench/{results.csv, results.json, plot-*.svg}`.
 //! Flags: `--quick` (B ∈ {1, 64, 256}), `--runs N` (default 50), `--out DIR`,
-//! `--replot CSV` (rebuild table and plots from a results.csv, no GPU needed).
+//! `--replot CSV` (rebuild table and plots from a results.csv, no GPU needed), `--variants` (instead
+//! of the baselines: time every fused-kernel variant at every B, print a table, write `variants.csv`;
+//! how the per-batch choice in `config::variant_for_batch` is made).
 //! Without a GPU it prints SKIP (fails with `FLASHSAMPLING_REQUIRE_GPU=1`).
 
 mod report;
@@ -35,14 +37,22 @@ struct Args {
     runs: usize,
     out: PathBuf,
     replot: Option<PathBuf>,
+    variants: bool,
 }
 
 fn args() -> Args {
-    let mut a = Args { quick: false, runs: 50, out: PathBuf::from("target/flashsampling-bench"), replot: None };
+    let mut a = Args {
+        quick: false,
+        runs: 50,
+        out: PathBuf::from("target/flashsampling-bench"),
+        replot: None,
+        variants: false,
+    };
     let mut it = std::env::args().skip(1);
     while let Some(x) = it.next() {
         match x.as_str() {
             "--quick" => a.quick = true,
+            "--variants" => a.variants = true,
             "--runs" => a.runs = it.next().and_then(|s| s.parse::<usize>().ok()).expect("--runs N").max(50),
             "--out" => a.out = PathBuf::from(it.next().expect("--out DIR")),
             "--replot" => a.replot = Some(PathBuf::from(it.next().expect("--replot CSV"))),
@@ -64,7 +74,7 @@ fn main() -> R<()> {
         print!("{}", report::table(&rows));
         return Ok(());
     }
-    let gpu = match GpuBackend::new(0) {
+    let mut gpu = match GpuBackend::new(0) {
         Ok(g) => g,
         Err(e) if std::env::var("FLASHSAMPLING_REQUIRE_GPU").is_ok_and(|v| v == "1") => {
             return Err(format!("FLASHSAMPLING_REQUIRE_GPU=1 but no GPU: {e}").into());
@@ -75,7 +85,6 @@ fn main() -> R<()> {
         }
     };
     let stream = gpu.stream().clone();
-    let base = Baselines::new(&gpu)?;
     let timer = EventTimer::new(gpu.context())?;
     let runs = a.runs;
 
@@ -86,6 +95,10 @@ fn main() -> R<()> {
     let copy = timer.time(&stream, 3, 20, || Ok(stream.memcpy_dtod(&src, &mut dst)?))?;
     let bandwidth = 2.0 * copy_bytes as f64 / (copy.median * 1e-3); // bytes/s
     drop((src, dst));
+    if a.variants {
+        return variant_sweep(&mut gpu, &timer, &a, bandwidth);
+    }
+    let base = Baselines::new(&gpu)?;
     // Tensor-core rate: 8192³ bf16 GEMM on random data, f32 output.
     let n = 8192;
     let mut rng = SplitMix64::new(DATA_SEED);
@@ -100,7 +113,7 @@ fn main() -> R<()> {
     };
     let tc_rate = 2.0 * (n as f64).powi(3) / (big.median * 1e-3); // FLOP/s
     drop((ga, gb, gc));
-    eprintln!("fused kernel occupancy (N tiles, blocks/SM): {:?}", gpu.fused_occupancy());
+    eprintln!("fused kernel occupancy (variant, blocks/SM): {:?}", gpu.fused_occupancy());
     eprintln!(
         "device {}: copy {:.3} TB/s (2 GiB, median {:.3} ms); bf16 GEMM 8192^3 {:.0} TFLOP/s (median {:.3} ms)",
         gpu.device_name(),
@@ -176,5 +189,67 @@ fn main() -> R<()> {
         tc_rate / 1e12
     );
     print!("{}", report::table(&rows));
+    Ok(())
+}
+
+/// `--variants`: every fused-kernel variant at every (config, B), T = 1, same method as the main
+/// table; prints ms and ms / HBM floor per variant and marks the one the library picks.
+fn variant_sweep(gpu: &mut GpuBackend, timer: &EventTimer, a: &Args, bandwidth: f64) -> R<()> {
+    let stream = gpu.stream().clone();
+    let entries: Vec<&str> = flashsampling::kernels::config::FUSED_VARIANTS.iter().map(|f| f.entry).collect();
+    eprintln!("fused kernel occupancy (variant, blocks/SM): {:?}", gpu.fused_occupancy());
+    let mut csv = String::from("config,d,v,b,variant,default,median_ms,min_ms,max_ms,hbm_floor_ms\n");
+    let mut table = format!("| config | B | {} |\n|---|---|{}\n", entries.join(" | "), "---|".repeat(entries.len()));
+    for (config, d, v) in CONFIGS {
+        let bmax = if a.quick { 64 } else { *BATCHES.iter().max().unwrap() };
+        let (hidden, weight) = flashsampling::synthetic::lm_head(bmax, d, v, DATA_SEED ^ d as u64);
+        let h_dev = stream.clone_htod(&hidden)?;
+        let w_dev = stream.clone_htod(&weight)?;
+        drop((hidden, weight));
+        let floor = (v * d * 2) as f64 / bandwidth * 1e3;
+        for &b in BATCHES.iter().filter(|&&b| b <= bmax) {
+            let hm = DeviceMatrix { data: h_dev.slice(..b * d), rows: b, cols: d };
+            let wm = DeviceMatrix { data: w_dev.as_view(), rows: v, cols: d };
+            let sample = SamplingParams::new(1.0, 7);
+            gpu.set_fused_variant(None)?;
+            let default = gpu.fused_variant_for(b);
+            let mut cells = Vec::new();
+            let mut tokens: Option<Vec<u32>> = None;
+            for entry in &entries {
+                gpu.set_fused_variant(Some(entry))?;
+                let mut out = gpu.alloc_samples(b, v)?;
+                let t = timer.time(&stream, 10, a.runs, || Ok(gpu.sample_device(&hm, &wm, &sample, &mut out)?))?;
+                let got = stream.clone_dtoh(&out.tokens())?;
+                if let Some(first) = &tokens {
+                    if *first != got {
+                        return Err(format!("{config} B={b}: {entry} draws other tokens than {}", entries[0]).into());
+                    }
+                } else {
+                    tokens = Some(got);
+                }
+                let mark = if *entry == default { "*" } else { "" };
+                cells.push(format!("{:.4}{mark} ({:.2})", t.median, t.median / floor));
+                csv += &format!(
+                    "{config},{d},{v},{b},{entry},{},{:.5},{:.5},{:.5},{floor:.5}\n",
+                    *entry == default,
+                    t.median,
+                    t.min,
+                    t.max
+                );
+            }
+            eprintln!("{config} B={b}: {}", cells.join("  "));
+            table += &format!("| {config} | {b} | {} |\n", cells.join(" | "));
+        }
+    }
+    gpu.set_fused_variant(None)?;
+    std::fs::create_dir_all(&a.out)?;
+    std::fs::write(a.out.join("variants.csv"), csv)?;
+    println!("wrote {}", a.out.join("variants.csv").display());
+    println!(
+        "\nfused-kernel variants, T = 1: median ms of {} runs (ms / HBM floor at {:.3} TB/s); * = the library's choice; all variants drew identical tokens",
+        a.runs,
+        bandwidth / 1e12
+    );
+    print!("{table}");
     Ok(())
 }

@@ -24,14 +24,14 @@ for t in "$bin"/test-*; do
   note "$(printf '%-34s rc=%d %3ss  %s' "$name" "$rc" "$(( $(date +%s) - start ))" "$res")"
   grep -E "FAILED|panicked" "$out/$name.log" | head -5
 done
-grep -hE "^(fused vs CPU|GPU chi-squared|ptxas fused|ptxas reduce)" "$out"/test-*.log | tee "$out/highlights.txt"
+grep -hE "^(fused vs CPU|variant |GPU chi-squared|ptxas fused|ptxas reduce)" "$out"/test-*.log | tee "$out/highlights.txt"
 
 if [ -n "${FS_NO_SANITIZER:-}" ]; then
   note "compute-sanitizer: skipped (FS_NO_SANITIZER)"
 elif command -v compute-sanitizer >/dev/null; then
   for tool in memcheck racecheck; do
     # racecheck (shared-memory hazards) is slow: it skips the chi-squared test's 120k draws.
-    filters=""; [ "$tool" = racecheck ] && filters="fused_kernel invariance device_api nan_logits greedy"
+    filters=""; [ "$tool" = racecheck ] && filters="fused_kernel every_fused_variant invariance device_api nan_logits greedy"
     # shellcheck disable=SC2086
     FLASHSAMPLING_GPU_TEST_QUICK=1 compute-sanitizer --tool "$tool" "$bin/test-gpu" --test-threads=1 $filters \
       > "$out/sanitizer-$tool.log" 2>&1; rc=$?
@@ -51,6 +51,11 @@ if [ "$what" = all ]; then
   done
   for bench in "$bin"/bench-*; do
     [ -x "$bench" ] || continue
+    if [ -n "${FS_VARIANTS:-}" ]; then  # every fused-kernel variant at every B
+      "$bench" --bench --variants --out "$out/variants" > "$out/bench-variants.log" 2>&1; rc=$?
+      note "variant sweep rc=$rc:"; while read -r l; do note "$l"; done < <(grep -E "^\|" "$out/bench-variants.log")
+    fi
+    [ "${FS_VARIANTS:-}" = only ] && continue
     for bps in ${FS_BPS_SWEEP:-}; do  # tuning sweep: persistent blocks per SM
       FLASHSAMPLING_BLOCKS_PER_SM=$bps "$bench" --bench --quick --out "$out/bps$bps" > "$out/bench-bps$bps.log" 2>&1
       note "sweep blocks/SM=$bps:"; while read -r l; do note "  $l"; done < <(grep -E "^(qwen|llama)" "$out/bench-bps$bps.log")
@@ -66,7 +71,9 @@ if [ -n "${FS_NCU:-}" ] && command -v ncu >/dev/null; then
   for b in ${FS_NCU}; do
     ncu --clock-control none --kernel-name regex:fused_sample --launch-skip 20 --launch-count 1 \
       --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
-      --section LaunchStats "$bin/sample" --batch "$b" > "$out/ncu-b$b.txt" 2>&1
+      --section LaunchStats --section SchedulerStats \
+      --metrics "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio" \
+      "$bin/sample" --batch "$b" > "$out/ncu-b$b.txt" 2>&1
     note "ncu B=$b: $(grep -E 'DRAM Throughput|Memory Throughput' "$out/ncu-b$b.txt" | head -2 | tr -s ' ' | tr '\n' ';')"
   done
 fi

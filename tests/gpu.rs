@@ -111,18 +111,60 @@ fn fused_kernel_matches_the_cpu_backend() {
     let (mut rows, mut mismatches) = (0usize, 0usize);
     for &v in &[1000usize, 151_936] {
         for &d in &[64usize, 4096] {
-            for &b in &[1usize, 3, 64, 100, 257] {
+            // One batch size or more per default variant (see `fused_variant_for`).
+            for &b in &[1usize, 3, 16, 29, 64, 100, 257] {
                 if quick() && (v * d > 1000 * 4096) && b > 3 {
                     continue;
                 }
                 let m = compare_with_cpu(&gpu, b, d, v, 1.0);
-                visible(&format!("fused vs CPU: B={b:>3} D={d:>4} V={v:>6}: {m} mismatching rows of {b}"));
+                let kernel = gpu.fused_variant_for(b);
+                visible(&format!("fused vs CPU: B={b:>3} D={d:>4} V={v:>6} {kernel}: {m} mismatching rows of {b}"));
                 rows += b;
                 mismatches += m;
             }
         }
     }
     assert!(mismatches * 1000 <= rows, "{mismatches} of {rows} rows differ (> 0.1%)");
+}
+
+#[test]
+fn every_fused_variant_draws_the_same_samples() {
+    let Some(mut gpu) = gpu_or_skip("every_fused_variant_draws_the_same_samples") else { return };
+    // Batch sizes around every batch tile (8, 16, 32, 64, 128 rows), D not a multiple of the 64-column
+    // stage, V not a multiple of any vocab tile. Every variant computes each logit with the same MMAs
+    // in the same order, so tokens and scores must be bit-identical; each also matches the CPU.
+    let shapes: &[(usize, usize, usize)] = if quick() {
+        &[(3, 136, 1000), (40, 72, 777)]
+    } else {
+        &[(1, 136, 1000), (9, 4096, 20_001), (33, 200, 3001), (70, 64, 777), (130, 1024, 5000), (257, 72, 999)]
+    };
+    let entries: Vec<&str> = flashsampling::kernels::config::FUSED_VARIANTS.iter().map(|f| f.entry).collect();
+    for &(b, d, v) in shapes {
+        let mut rng = TestRng::new(DATA_SEED ^ 0x7A_u64 ^ (b * 7919 + d + v * 31) as u64);
+        let hidden = rng.normal_bf16(b * d, 1.0);
+        let weight = rng.normal_bf16(v * d, 2.0 / (d as f64).sqrt());
+        let params = SamplingParams::new(0.8, SEED + b as u64).with_streams((0..b as u64).map(|i| 7 * i + 1).collect());
+        let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
+        let mut first: Option<flashsampling::Samples> = None;
+        for entry in &entries {
+            gpu.set_fused_variant(Some(entry)).unwrap();
+            let got = gpu.sample_scored(h, w, &params).unwrap();
+            let m = compare_with_cpu(&gpu, b, d, v, 1.0);
+            visible(&format!("variant {entry:<26} B={b:>3} D={d:>4} V={v:>5}: vs CPU {m} mismatching rows of {b}"));
+            assert!(m * 50 <= b, "{entry}: {m} of {b} rows differ from the CPU");
+            match &first {
+                None => first = Some(got),
+                Some(f) => {
+                    assert_eq!(got.tokens, f.tokens, "{entry} vs {}: B={b} D={d} V={v}", entries[0]);
+                    let bits = |x: &[f32]| x.iter().map(|s| s.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&got.scores), bits(&f.scores), "{entry} vs {}: scores", entries[0]);
+                }
+            }
+        }
+    }
+    gpu.set_fused_variant(None).unwrap();
+    let err = gpu.set_fused_variant(Some("no_such_kernel")).unwrap_err();
+    assert!(matches!(err, Error::UnknownVariant(..)), "{err:?}");
 }
 
 #[test]

@@ -68,6 +68,9 @@ pub enum Error {
     /// A CPU tile size that is not a positive multiple of 4.
     #[error("vocab tile size {0} must be a positive multiple of 4")]
     InvalidTileSize(usize),
+    /// A fused-kernel variant name that is not in the PTX module (name, the known names).
+    #[error("unknown fused-kernel variant {0:?} (known: {1})")]
+    UnknownVariant(String, String),
     /// No usable CUDA GPU (no driver library, no device, or context creation failed).
     #[error("no CUDA GPU available: {0}")]
     NoGpu(String),

@@ -8,8 +8,7 @@ use cudarc::driver::{
 };
 use cudarc::nvrtc::Ptx;
 use flashsampling_kernels::config::{
-    GUMBEL_ENTRY, MAX_DIM, N_TILE_VARIANTS, PHILOX_ENTRY, THREADS_PER_BLOCK, block_b, fused_entry, fused_smem_bytes,
-    n_tiles_for_batch, n_vranges, warps_b_for_batch,
+    FUSED_VARIANTS, FusedVariant, GUMBEL_ENTRY, MAX_DIM, PHILOX_ENTRY, variant_for_batch,
 };
 use flashsampling_kernels::params::{FusedParams, NoiseTestParams, ReduceParams};
 use flashsampling_kernels::{Candidate, Transform};
@@ -33,14 +32,21 @@ unsafe impl DeviceRepr for ByValue<NoiseTestParams> {}
 /// How the fused kernel is launched for one (B, V).
 #[derive(Clone, Copy, Debug)]
 struct LaunchShape {
-    /// N tiles per batch tile (the kernel variant).
-    n_tiles: u32,
+    /// Index of the kernel variant in [`FUSED_VARIANTS`] (and in `GpuBackend::fused`).
+    variant: usize,
     /// Batch tiles.
     n_btiles: u32,
     /// Vocab ranges = candidates per row.
     n_vranges: u32,
-    /// Warps per block splitting the batch.
-    warps_b: u32,
+}
+
+/// One loaded fused-kernel variant.
+struct LoadedVariant {
+    variant: &'static FusedVariant,
+    func: CudaFunction,
+    /// Resident blocks per multiprocessor (the driver's occupancy for the variant's block and
+    /// shared memory): the persistent grid is this times the multiprocessor count.
+    per_sm: u32,
 }
 
 /// A row-major bf16 matrix in device memory.
@@ -95,8 +101,11 @@ pub struct GpuBackend {
     /// (`FLASHSAMPLING_BLOCKS_PER_SM`); samples do not depend on it.
     blocks_per_sm_override: Option<u32>,
     stream: Arc<CudaStream>,
-    /// Fused-kernel variants: (N tiles, function, resident blocks per multiprocessor).
-    fused: Vec<(u32, CudaFunction, u32)>,
+    /// Every fused-kernel variant, in [`FUSED_VARIANTS`] order.
+    fused: Vec<LoadedVariant>,
+    /// Variant forced for every batch size (`FLASHSAMPLING_FUSED_VARIANT` or
+    /// [`GpuBackend::set_fused_variant`]); samples do not depend on it.
+    variant_override: Option<usize>,
     philox: CudaFunction,
     gumbel: CudaFunction,
 }
@@ -105,6 +114,13 @@ impl std::fmt::Debug for GpuBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GpuBackend").field("device", &self.device_name()).finish()
     }
+}
+
+/// Index in [`FUSED_VARIANTS`] of the variant with entry point `name`.
+fn variant_index(name: &str) -> Result<usize> {
+    FUSED_VARIANTS.iter().position(|f| f.entry == name).ok_or_else(|| {
+        Error::UnknownVariant(name.into(), FUSED_VARIANTS.iter().map(|f| f.entry).collect::<Vec<_>>().join(", "))
+    })
 }
 
 /// Whether a CUDA driver library and at least one device are present.
@@ -133,26 +149,31 @@ impl GpuBackend {
         let stream = ctx.new_stream()?;
         let module = ctx.load_module(Ptx::from_src(PTX))?;
         // The persistent grid fills every multiprocessor to the occupancy its registers allow.
-        let fused = N_TILE_VARIANTS
+        let fused = FUSED_VARIANTS
             .iter()
-            .map(|&nb| {
-                let f = module.load_function(fused_entry(nb))?;
+            .map(|variant| {
+                let func = module.load_function(variant.entry)?;
                 // The staging rings need more than the default 48 KiB of dynamic shared memory.
-                f.set_attribute(
+                func.set_attribute(
                     cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    fused_smem_bytes(nb) as i32,
+                    variant.smem_bytes() as i32,
                 )?;
-                let per_sm = f
+                let per_sm = func
                     .occupancy_max_active_blocks_per_multiprocessor(
-                        THREADS_PER_BLOCK,
-                        fused_smem_bytes(nb) as usize,
+                        variant.threads(),
+                        variant.smem_bytes() as usize,
                         None,
                     )?
                     .max(1);
-                Ok((nb, f, per_sm))
+                Ok(LoadedVariant { variant, func, per_sm })
             })
             .collect::<Result<Vec<_>>>()?;
+        let variant_override = match std::env::var("FLASHSAMPLING_FUSED_VARIANT") {
+            Ok(name) if !name.is_empty() => Some(variant_index(&name)?),
+            _ => None,
+        };
         Ok(Self {
+            variant_override,
             philox: module.load_function(PHILOX_ENTRY)?,
             gumbel: module.load_function(GUMBEL_ENTRY)?,
             fused,
@@ -166,10 +187,24 @@ impl GpuBackend {
         })
     }
 
-    /// Resident blocks per multiprocessor of each fused-kernel variant (N tiles, blocks): the
-    /// persistent grid's size is this times the multiprocessor count.
-    pub fn fused_occupancy(&self) -> Vec<(u32, u32)> {
-        self.fused.iter().map(|f| (f.0, f.2)).collect()
+    /// Every fused-kernel variant with its resident blocks per multiprocessor (the persistent grid's
+    /// size is that times the multiprocessor count).
+    pub fn fused_occupancy(&self) -> Vec<(&'static str, u32)> {
+        self.fused.iter().map(|f| (f.variant.entry, f.per_sm)).collect()
+    }
+
+    /// Forces the fused-kernel variant named `entry` (an entry of [`FUSED_VARIANTS`]) for every batch
+    /// size, or restores the choice by batch size (`None`). For tuning and tests: every variant
+    /// draws the same samples. The environment variable `FLASHSAMPLING_FUSED_VARIANT` sets it at
+    /// construction.
+    pub fn set_fused_variant(&mut self, entry: Option<&str>) -> Result<()> {
+        self.variant_override = entry.map(variant_index).transpose()?;
+        Ok(())
+    }
+
+    /// The entry point of the fused-kernel variant a call with `b` rows launches.
+    pub fn fused_variant_for(&self, b: usize) -> &'static str {
+        FUSED_VARIANTS[self.variant_override.unwrap_or(variant_for_batch(b as u32))].entry
     }
 
     /// The device's name.
@@ -189,13 +224,12 @@ impl GpuBackend {
 
     /// The launch of the fused kernel for `b` rows and vocab `v`.
     fn launch_shape(&self, b: usize, v: usize) -> LaunchShape {
-        let n_tiles = n_tiles_for_batch(b as u32);
-        let warps_b = warps_b_for_batch(b as u32);
-        let n_btiles = (b as u32).div_ceil(block_b(n_tiles, warps_b));
-        let resident = self.fused.iter().find(|f| f.0 == n_tiles).map_or(1, |f| f.2);
-        let per_sm = self.blocks_per_sm_override.unwrap_or(resident);
-        let n_vranges = n_vranges(self.sm_count, per_sm, n_btiles, v as u32);
-        LaunchShape { n_tiles, n_btiles, n_vranges, warps_b }
+        let index = self.variant_override.unwrap_or(variant_for_batch(b as u32));
+        let loaded = &self.fused[index];
+        let n_btiles = (b as u32).div_ceil(loaded.variant.block_b()).max(1);
+        let per_sm = self.blocks_per_sm_override.unwrap_or(loaded.per_sm);
+        let n_vranges = loaded.variant.n_vranges(self.sm_count, per_sm, n_btiles, v as u32);
+        LaunchShape { variant: index, n_btiles, n_vranges }
     }
 
     /// Allocates the per-batch buffers for up to `b` rows and vocab size `v`: `B × n_vranges`
@@ -295,7 +329,7 @@ impl GpuBackend {
         out: &mut DeviceSamples,
         launch: LaunchShape,
     ) -> Result<()> {
-        let func = &self.fused.iter().find(|f| f.0 == launch.n_tiles).expect("every variant is loaded").1;
+        let loaded = &self.fused[launch.variant];
         let (streams, _s) = out.streams.device_ptr(&self.stream);
         let (cands, _c) = out.candidates.device_ptr_mut(&self.stream);
         let (counters, _n) = out.counters.device_ptr_mut(&self.stream);
@@ -316,17 +350,16 @@ impl GpuBackend {
             n_vranges: launch.n_vranges,
             sample: params.sample,
             transform,
-            warps_b: launch.warps_b,
         });
         let cfg = LaunchConfig {
             grid_dim: (launch.n_btiles * launch.n_vranges, 1, 1),
-            block_dim: (THREADS_PER_BLOCK, 1, 1),
-            shared_mem_bytes: fused_smem_bytes(launch.n_tiles),
+            block_dim: (loaded.variant.threads(), 1, 1),
+            shared_mem_bytes: loaded.variant.smem_bytes(),
         };
         // SAFETY: shapes validated above; hidden/weight hold B·D and V·D bf16 and are 16-byte aligned;
         // streams, tokens and scores hold B entries, candidates B·n_vranges, counters ≥ n_btiles zeros
         // (each launch leaves them zero); the grid matches `FusedParams`.
-        unsafe { self.stream.launch_builder(func).arg(&p).launch(cfg) }?;
+        unsafe { self.stream.launch_builder(&loaded.func).arg(&p).launch(cfg) }?;
         Ok(())
     }
 

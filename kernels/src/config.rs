@@ -39,10 +39,9 @@
 //!   copies whole 128-byte lines (4 rows per instruction), then a `bar.warp.sync`, then swizzled,
 //!   conflict-free 16-byte reads (see [`fused_smem_bytes`]). Each lane stages its own hidden pieces.
 
-/// Warps per block of the fused kernel.
+/// Warps per block of the per-warp-staging kernel; also the warps splitting the vocab in a
+/// block-staging kernel (whose block tile is therefore `4 × 32 = 128` vocab rows).
 pub const WARPS_PER_BLOCK: u32 = 4;
-/// Threads per block of the fused kernel.
-pub const THREADS_PER_BLOCK: u32 = WARPS_PER_BLOCK * 32;
 /// 16-row MMA M tiles per warp (even, so each lane owns whole Philox groups).
 pub const M_TILES_PER_WARP: usize = 2;
 /// Vocab rows per lane.
@@ -58,90 +57,135 @@ pub const D_ALIGN: u32 = 8;
 /// Largest supported D, V and B: all offsets are computed in u32 element counts per row, and
 /// `V · D` / `B · D` element offsets in u64.
 pub const MAX_DIM: u32 = 1 << 30;
-/// Per-warp batch variants: `NB` N tiles of 8 rows (a 64-row variant needs more than 255 registers
-/// with this mainloop and is not built).
-pub const N_TILE_VARIANTS: [u32; 3] = [1, 2, 4];
+/// D columns per pipeline stage: 64 bf16 = one 128-byte cache line of each staged row.
+pub const STAGE_K: u32 = 64;
+/// Bytes of one staged row (weight or hidden) in a pipeline stage.
+pub const STAGE_ROW_BYTES: u32 = STAGE_K * 2;
+/// Shared memory reserved at the start of the dynamic window of a block of `warps` warps for its
+/// candidate merge: one 8-byte candidate per warp and batch row of the widest warp (32 rows).
+#[inline]
+pub const fn candidate_smem_bytes(warps: u32) -> u32 {
+    warps * 32 * 8
+}
 
 /// Threads per block of the candidate-reduction kernel (one warp per batch row).
 pub const REDUCE_THREADS_PER_BLOCK: u32 = 128;
 /// Batch rows per block of the candidate-reduction kernel.
 pub const REDUCE_ROWS_PER_BLOCK: u32 = REDUCE_THREADS_PER_BLOCK / 32;
 
-/// Warp tiles of a vocab of size `v`.
-#[inline]
-pub const fn n_warp_tiles(v: u32) -> u32 {
-    v.div_ceil(WARP_TILE_V)
+/// Where a fused kernel stages its operands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Staging {
+    /// Each warp owns a ring of 32-row weight slabs and stages its own hidden pieces; warps run
+    /// independently (no block barriers). Best when the batch is tiny: the hidden pieces cost little.
+    PerWarp,
+    /// One ring per block holds a `128 × STAGE_K` weight slab and the block's `BLOCK_B × STAGE_K`
+    /// hidden slab per stage, filled by all threads and read by all warps after a block barrier: a
+    /// hidden byte is staged once per 128 vocab rows, and the pipeline runs on across vocab tiles.
+    Block,
 }
 
-/// Depth of each warp's `cp.async` pipeline (`stages - 1` slabs in flight while one is multiplied), by
-/// N-tile count: 4 for 8-row warps, 3 for wider ones so two blocks fit in shared memory per SM.
-#[inline]
-pub const fn stages(n_tiles: u32) -> u32 {
-    if n_tiles == 1 { 4 } else { 3 }
+/// One compiled variant of the fused kernel: its entry point and tile shape, defined once here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FusedVariant {
+    /// PTX entry point.
+    pub entry: &'static str,
+    /// `NB`: 8-row MMA N tiles per warp (a warp covers `8·NB` batch rows).
+    pub n_tiles: u32,
+    /// Warps splitting the batch (each `8·NB` rows); the others split the vocab.
+    pub warps_b: u32,
+    /// Operand staging.
+    pub staging: Staging,
+    /// `cp.async` pipeline depth (`stages − 1` stages in flight while one is multiplied).
+    pub stages: u32,
 }
-/// D columns per pipeline stage: 64 bf16 = one 128-byte cache line of each of the warp tile's rows.
-pub const STAGE_K: u32 = 64;
-/// Shared memory reserved at the start of the dynamic window for the block's candidate merge:
-/// one 8-byte candidate per warp and batch row of the widest (32-row) warp.
-pub const CANDIDATE_SMEM_BYTES: u32 = WARPS_PER_BLOCK * 32 * 8;
 
-/// Vocab ranges (= candidates per batch row) for `sm_count` multiprocessors running `per_sm` blocks
-/// each (the host uses the kernel's occupancy), `n_btiles` batch tiles and vocab size `v`: enough blocks to
-/// fill the persistent grid, at least one warp tile each.
-#[inline]
-pub const fn n_vranges(sm_count: u32, per_sm: u32, n_btiles: u32, v: u32) -> u32 {
-    let want = sm_count * per_sm / n_btiles;
-    let want = if want == 0 { 1 } else { want };
-    let tiles = n_warp_tiles(v);
-    if want < tiles { want } else { tiles }
-}
-/// The batch tile (number of 8-row N tiles) the host picks for batch size `b`.
-#[inline]
-pub const fn n_tiles_for_batch(b: u32) -> u32 {
-    if b <= 8 {
-        1
-    } else if b <= 16 {
-        2
-    } else {
-        4
+/// Every fused-kernel variant in the PTX module. `NB = 8` per warp would need more than 255
+/// registers with this mainloop, so wide batches use more warps instead.
+pub const FUSED_VARIANTS: [FusedVariant; 8] = [
+    FusedVariant { entry: "fused_sample_warp_nb1", n_tiles: 1, warps_b: 1, staging: Staging::PerWarp, stages: 4 },
+    FusedVariant { entry: "fused_sample_block_nb1", n_tiles: 1, warps_b: 1, staging: Staging::Block, stages: 4 },
+    FusedVariant { entry: "fused_sample_block_nb2", n_tiles: 2, warps_b: 1, staging: Staging::Block, stages: 4 },
+    FusedVariant { entry: "fused_sample_block_nb2_s3", n_tiles: 2, warps_b: 1, staging: Staging::Block, stages: 3 },
+    FusedVariant { entry: "fused_sample_block_nb4", n_tiles: 4, warps_b: 1, staging: Staging::Block, stages: 5 },
+    FusedVariant { entry: "fused_sample_block_nb4_s3", n_tiles: 4, warps_b: 1, staging: Staging::Block, stages: 3 },
+    FusedVariant { entry: "fused_sample_block_nb4x2", n_tiles: 4, warps_b: 2, staging: Staging::Block, stages: 4 },
+    FusedVariant { entry: "fused_sample_block_nb4x4", n_tiles: 4, warps_b: 4, staging: Staging::Block, stages: 6 },
+];
+
+impl FusedVariant {
+    /// Warps per block.
+    #[inline]
+    pub const fn warps(&self) -> u32 {
+        match self.staging {
+            Staging::PerWarp => WARPS_PER_BLOCK,
+            Staging::Block => WARPS_PER_BLOCK * self.warps_b,
+        }
+    }
+    /// Threads per block.
+    #[inline]
+    pub const fn threads(&self) -> u32 {
+        32 * self.warps()
+    }
+    /// Batch rows per block (`BLOCK_B`).
+    #[inline]
+    pub const fn block_b(&self) -> u32 {
+        8 * self.n_tiles * self.warps_b
+    }
+    /// Vocab rows of the unit a vocab range is made of: a warp tile (per-warp staging) or a block
+    /// tile of `WARPS_PER_BLOCK` warp tiles (block staging).
+    #[inline]
+    pub const fn tile_v(&self) -> u32 {
+        match self.staging {
+            Staging::PerWarp => WARP_TILE_V,
+            Staging::Block => WARPS_PER_BLOCK * WARP_TILE_V,
+        }
+    }
+    /// Bytes of one pipeline stage (the whole ring's share for block staging, one warp's for
+    /// per-warp staging): weight rows and hidden rows, [`STAGE_ROW_BYTES`] each.
+    #[inline]
+    pub const fn stage_bytes(&self) -> u32 {
+        match self.staging {
+            // 32 weight rows, then 2·NB hidden pieces of 32 lanes × 16 bytes (= NB·8 rows).
+            Staging::PerWarp => (WARP_TILE_V + 8 * self.n_tiles) * STAGE_ROW_BYTES,
+            Staging::Block => (self.tile_v() + self.block_b()) * STAGE_ROW_BYTES,
+        }
+    }
+    /// Dynamic shared memory: the candidate merge area, then the staging ring(s).
+    #[inline]
+    pub const fn smem_bytes(&self) -> u32 {
+        let rings = match self.staging {
+            Staging::PerWarp => WARPS_PER_BLOCK,
+            Staging::Block => 1,
+        };
+        candidate_smem_bytes(self.warps()) + rings * self.stages * self.stage_bytes()
+    }
+    /// Vocab ranges (= candidates per batch row) for `sm_count` multiprocessors running `per_sm`
+    /// blocks each (the host uses the kernel's occupancy), `n_btiles` batch tiles and vocab size
+    /// `v`: enough blocks to fill the persistent grid, at least one tile each.
+    #[inline]
+    pub const fn n_vranges(&self, sm_count: u32, per_sm: u32, n_btiles: u32, v: u32) -> u32 {
+        let want = sm_count * per_sm / n_btiles;
+        let want = if want == 0 { 1 } else { want };
+        let tiles = v.div_ceil(self.tile_v());
+        if want < tiles { want } else { tiles }
     }
 }
 
-/// Warps of a block that split the batch (each `8·NB` rows), the rest splitting the vocab: 1 up to
-/// 32 rows, then 2 up to 64 and 4 beyond, so one block covers up to 128 batch rows and reads each
-/// weight tile from HBM once for all of them (sibling warps hit L1).
+/// The variant the host launches for batch size `b` (an index into [`FUSED_VARIANTS`]), chosen from
+/// the `cargo bench -- --variants` sweep on the H200 (BENCHMARKS.md): per-warp staging up to 16 rows,
+/// then block staging with 32-row warps: 4 warps (3 blocks per SM) up to 32 rows, 8 warps up to 64,
+/// 16 warps beyond.
 #[inline]
-pub const fn warps_b_for_batch(b: u32) -> u32 {
-    if b <= 32 {
-        1
+pub const fn variant_for_batch(b: u32) -> usize {
+    if b <= 16 {
+        0
+    } else if b <= 32 {
+        5
     } else if b <= 64 {
-        2
+        6
     } else {
-        WARPS_PER_BLOCK
-    }
-}
-
-/// Batch rows per block for a given N-tile count and `warps_b`.
-#[inline]
-pub const fn block_b(n_tiles: u32, warps_b: u32) -> u32 {
-    8 * n_tiles * warps_b
-}
-
-/// Dynamic shared memory of the fused kernel: the candidate merge area, then each warp's staging ring
-/// of `stages(NB)` slots × (a `WARP_TILE_V × STAGE_K` bf16 weight slab + `STAGE_K / CHUNK_D · NB` hidden
-/// pieces of 32 lanes × 16 bytes).
-#[inline]
-pub const fn fused_smem_bytes(n_tiles: u32) -> u32 {
-    CANDIDATE_SMEM_BYTES
-        + WARPS_PER_BLOCK * stages(n_tiles) * (WARP_TILE_V * STAGE_K * 2 + STAGE_K / CHUNK_D * n_tiles * 512)
-}
-
-/// PTX entry-point name of the fused kernel for `n_tiles`.
-pub const fn fused_entry(n_tiles: u32) -> &'static str {
-    match n_tiles {
-        1 => "fused_sample_nb1",
-        2 => "fused_sample_nb2",
-        _ => "fused_sample_nb4",
+        7
     }
 }
 
@@ -166,13 +210,18 @@ pub const LOGITS_CHUNK: u32 = 4 * BASELINE_THREADS * 4;
 pub const BASELINE_SMEM_BYTES: u32 = 8 * (BASELINE_THREADS / 32);
 
 /// Every kernel entry point in the PTX module (the link step keeps exactly these).
-pub const ENTRY_POINTS: [&str; 9] = [
+pub const ENTRY_POINTS: [&str; 14] = [
     GUMBEL_LOGITS_ENTRY,
     SOFTMAX_ENTRY,
     MULTINOMIAL_ENTRY,
-    "fused_sample_nb1",
-    "fused_sample_nb2",
-    "fused_sample_nb4",
+    FUSED_VARIANTS[0].entry,
+    FUSED_VARIANTS[1].entry,
+    FUSED_VARIANTS[2].entry,
+    FUSED_VARIANTS[3].entry,
+    FUSED_VARIANTS[4].entry,
+    FUSED_VARIANTS[5].entry,
+    FUSED_VARIANTS[6].entry,
+    FUSED_VARIANTS[7].entry,
     REDUCE_ENTRY,
     PHILOX_ENTRY,
     GUMBEL_ENTRY,

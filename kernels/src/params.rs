@@ -38,8 +38,6 @@ pub struct FusedParams {
     pub sample: u32,
     /// Temperature transform.
     pub transform: Transform,
-    /// Warps of a block that split the batch (1, 2 or 4; see [`crate::config::warps_b_for_batch`]).
-    pub warps_b: u32,
 }
 
 /// Parameters of the candidate-reduction kernel.

@@ -1,21 +1,20 @@
-//! The fused LM-head matmul + Gumbel-max sampling kernel: mainloop (logits of one tile in registers)
-//! and epilogue (transform, noise, per-tile candidate), as separate pieces.
+//! The fused LM-head matmul + Gumbel-max sampling kernel with **per-warp staging**, and the pieces
+//! every fused variant shares: the MMA step, the epilogue (transform, noise, per-tile candidate) and
+//! the candidate merges. The block-staging mainloop is in [`super::fused_block`].
 //!
 //! # Parameters
 //! [`FusedParams`] by value; launch with `grid = n_vranges · n_btiles` blocks of
-//! [`THREADS_PER_BLOCK`](crate::config::THREADS_PER_BLOCK) threads and
-//! [`fused_smem_bytes`](crate::config::fused_smem_bytes)`(NB)` bytes of dynamic shared memory.
+//! [`FusedVariant::threads`](crate::config::FusedVariant::threads) (128) threads and
+//! [`FusedVariant::smem_bytes`](crate::config::FusedVariant::smem_bytes) bytes of dynamic shared memory.
 //!
 //! # Thread mapping
-//! See [`crate::config`]. Persistent blocks: block `blk` takes batch tile `blk % n_btiles` and vocab
-//! range `blk / n_btiles` (an even share of the `ceil(V / 32)` warp tiles). Its warps form a
-//! `warps_v × warps_b` grid: `warps_b` warps of `8·NB` batch rows each share a vocab tile (large
-//! batches: the tile's weight comes from HBM once and the sibling warps hit L1), and `warps_v` groups
-//! take the range's warp tiles round-robin. Lanes carry one candidate per batch column across tiles
-//! and merge once at the end; the last block of each batch tile to finish reduces that tile's
-//! candidates to tokens (`reduce_if_last`), so one launch samples. A weight byte is copied from global
-//! memory by one lane of each warp that needs it (1 warp, or the `warps_b` siblings through L1), and
-//! never written back; the `[B, V]` logits never leave registers.
+//! See [`crate::config`]. Persistent blocks: block `blk` takes batch tile `blk % n_btiles` (8·NB rows)
+//! and vocab range `blk / n_btiles` (an even share of the `ceil(V / 32)` warp tiles). Its 4 warps
+//! take the range's warp tiles round-robin, each through its own staging ring. Lanes carry one
+//! candidate per batch column across tiles and merge once at the end; the last block of each batch
+//! tile to finish reduces that tile's candidates to tokens (`reduce_if_last`), so one launch samples.
+//! A weight byte is copied from global memory once, by one lane, and never written back; the `[B, V]`
+//! logits never leave registers.
 
 use core::arch::nvptx::{_block_idx_x, _syncthreads, _thread_idx_x};
 
@@ -28,8 +27,8 @@ use super::ptx::{
 use super::warp::merge_butterfly;
 use crate::candidate::Candidate;
 use crate::config::{
-    CANDIDATE_SMEM_BYTES, CHUNK_D, M_TILES_PER_WARP, ROWS_PER_LANE, STAGE_K, THREADS_PER_BLOCK, WARP_TILE_V,
-    WARPS_PER_BLOCK, stages,
+    CHUNK_D, M_TILES_PER_WARP, ROWS_PER_LANE, STAGE_K, STAGE_ROW_BYTES, WARP_TILE_V, WARPS_PER_BLOCK,
+    candidate_smem_bytes,
 };
 use crate::epilogue::update_aligned;
 use crate::noise::RowNoise;
@@ -37,81 +36,78 @@ use crate::params::FusedParams;
 
 /// Where one lane sits in the launch.
 #[derive(Clone, Copy)]
-struct LanePosition {
+pub(super) struct LanePosition {
     /// Warp index in the block.
-    warp: u32,
+    pub warp: u32,
     /// `lane / 4`: selects the lane's vocab rows and its hidden row within an N tile.
-    group: u32,
+    pub group: u32,
     /// `lane % 4`: selects the lane's 16-byte slice of each 32-wide D chunk and its batch columns.
-    quad: u32,
+    pub quad: u32,
     /// The block's vocab range (= its candidate column).
-    vrange: u32,
+    pub vrange: u32,
     /// First batch row of this warp's `8·NB` rows.
-    b0: u32,
-    /// This warp's slot among the block's vocab-splitting warps (`warp / warps_b`).
-    warp_v: u32,
+    pub b0: u32,
 }
 
 /// One warp's accumulators: `[M tile][N tile][fragment]`.
-type Accumulators<const NB: usize> = [[[f32; 4]; NB]; M_TILES_PER_WARP];
+pub(super) type Accumulators<const NB: usize> = [[[f32; 4]; NB]; M_TILES_PER_WARP];
 
-/// The fused kernel body for warps of `8·NB` batch rows.
+/// The per-warp-staging kernel body for warps of `8·NB` batch rows (4 warps, one batch tile of
+/// `8·NB` rows per block).
 ///
 /// # Safety
 /// Launched as documented in the module, with `p` validated by the host (shapes, 16-byte aligned
-/// buffers of the stated sizes, `d % D_ALIGN == 0`, `warps_b` dividing `WARPS_PER_BLOCK`).
+/// buffers of the stated sizes, `d % D_ALIGN == 0`).
 #[inline(always)]
-pub unsafe fn fused_sample<const NB: usize>(p: FusedParams) {
+pub unsafe fn fused_sample_warp<const NB: usize, const S: u32>(p: FusedParams) {
     // SAFETY: special-register reads.
     let (tid, blk) = unsafe { (_thread_idx_x(), _block_idx_x()) };
     let (lane, warp) = (tid % 32, tid / 32);
-    let warps_b = p.warps_b.max(1);
-    let warps_v = WARPS_PER_BLOCK / warps_b;
-    let block_rows = 8 * NB as u32 * warps_b;
+    let block_rows = 8 * NB as u32;
     let n_btiles = p.b.div_ceil(block_rows).max(1);
     let pos = LanePosition {
         warp,
         group: lane / 4,
         quad: lane % 4,
         vrange: blk / n_btiles,
-        b0: (blk % n_btiles) * block_rows + (warp % warps_b) * 8 * NB as u32,
-        warp_v: warp / warps_b,
+        b0: (blk % n_btiles) * block_rows,
     };
-    let (first, end) = warp_tile_range(p.v, p.n_vranges, pos.vrange);
+    let (first, end) = tile_range(p.v.div_ceil(WARP_TILE_V), p.n_vranges, pos.vrange);
     let hidden = hidden_rows::<NB>(&p, pos);
-    let st = Staging::new::<NB>(mov_u32_dynamic_smem(), warp, lane);
+    let st = Staging::new::<NB, S>(mov_u32_dynamic_smem(), warp, lane);
     // One candidate per batch column the lane owns, carried across the block's warp tiles.
     let mut cands = [Candidate::EMPTY; 16];
-    if pos.b0 < p.b {
-        let mut tile = first + pos.warp_v;
-        while tile < end {
-            let v0 = tile * WARP_TILE_V + pos.group * ROWS_PER_LANE as u32;
-            // SAFETY: forwarded launch contract; the tile loop is warp-uniform. With one warp per
-            // vocab tile the weight is streamed past L1; warps sharing a tile read it through L1.
-            let acc = unsafe {
-                // (Only the 32-row variant is launched with warps_b > 1: the others compile one path.)
-                if NB < 4 || warps_b == 1 {
-                    mainloop::<NB, true>(&p, st, tile, &hidden, pos.group, pos.quad)
-                } else {
-                    mainloop::<NB, false>(&p, st, tile, &hidden, pos.group, pos.quad)
-                }
-            };
-            epilogue_tile::<NB>(&p, pos, v0, &acc, &mut cands);
-            tile += warps_v;
-        }
+    let mut tile = first + warp;
+    while tile < end {
+        let v0 = tile * WARP_TILE_V + pos.group * ROWS_PER_LANE as u32;
+        // SAFETY: forwarded launch contract; the tile loop is warp-uniform. One warp per vocab tile:
+        // the weight is streamed past L1.
+        let acc = unsafe { mainloop::<NB, S>(&p, st, tile, &hidden, pos.group, pos.quad) };
+        epilogue_tile::<NB>(&p, pos, v0, &acc, &mut cands);
+        tile += WARPS_PER_BLOCK;
     }
     // SAFETY: every thread of the block reaches the block merge and the final reduction.
     unsafe {
-        write_candidates::<NB>(&p, pos, warps_b, &cands);
-        reduce_if_last(&p, tid, blk % n_btiles, pos.b0 - (pos.warp % warps_b) * 8 * NB as u32, block_rows);
+        write_candidates::<NB>(&p, pos, WARPS_PER_BLOCK, 1, &cands);
+        reduce_if_last(&p, tid, WARPS_PER_BLOCK, blk % n_btiles, pos.b0, block_rows);
     }
 }
 
 /// The candidate reduction, folded in: the last block of a batch tile to finish (counted with an
 /// atomic after a device-wide fence) merges that tile's `[rows, n_vranges]` candidates into tokens.
 /// Deterministic: the merge is order-independent. The counter is reset for the next launch.
+///
+/// # Safety
+/// Every thread of the block calls it (`warps` warps), after [`write_candidates`].
 #[inline(always)]
-unsafe fn reduce_if_last(p: &FusedParams, tid: u32, btile: u32, first_row: u32, block_rows: u32) {
+pub(super) unsafe fn reduce_if_last(
+    p: &FusedParams,
+    tid: u32,
+    warps: u32,
+    btile: u32,
+    first_row: u32,
+    block_rows: u32,
+) {
     let flag = mov_u32_dynamic_smem(); // the candidate area is free again after write_candidates
     fence_acq_rel_gpu(); // this thread's candidate stores are visible device-wide before the count
     // SAFETY: block-uniform barriers; `counters` holds n_btiles entries; `flag` is in shared memory.
@@ -152,7 +148,7 @@ unsafe fn reduce_if_last(p: &FusedParams, tid: u32, btile: u32, first_row: u32, 
                 *p.scores.add(b as usize) = c.score;
             }
         }
-        r += WARPS_PER_BLOCK;
+        r += warps;
     }
     if tid == 0 {
         // SAFETY: btile < n_btiles. The next launch on the stream starts after this one completes.
@@ -160,11 +156,10 @@ unsafe fn reduce_if_last(p: &FusedParams, tid: u32, btile: u32, first_row: u32, 
     }
 }
 
-/// The warp tiles `[first, end)` of vocab range `r` of `n`: `ceil(V / WARP_TILE_V)` tiles split as
-/// evenly as integers allow.
+/// The tiles `[first, end)` of vocab range `r` of `n`: `tiles` tiles split as evenly as integers allow.
 #[inline(always)]
-fn warp_tile_range(v: u32, n: u32, r: u32) -> (u32, u32) {
-    let tiles = v.div_ceil(WARP_TILE_V) as u64;
+pub(super) fn tile_range(tiles: u32, n: u32, r: u32) -> (u32, u32) {
+    let tiles = tiles as u64;
     let n = n.max(1) as u64;
     ((tiles * r as u64 / n) as u32, (tiles * (r as u64 + 1) / n) as u32)
 }
@@ -182,7 +177,7 @@ fn hidden_rows<const NB: usize>(p: &FusedParams, pos: LanePosition) -> [*const u
     rows
 }
 
-/// One warp's shared-memory staging ring of [`stages`]`(NB)` slots, each holding a `WARP_TILE_V × STAGE_K`
+/// One warp's shared-memory staging ring of `S` slots, each holding a `WARP_TILE_V × STAGE_K`
 /// slab of weight (row `r` at `128·r` bytes; its 16-byte piece `c` stored at piece `c ^ (r % 8)`, so
 /// the fragment reads below are bank-conflict free) followed by this lane's own hidden pieces.
 ///
@@ -196,12 +191,12 @@ struct Staging {
 }
 
 /// Weight slab bytes of one stage: 32 rows × 128 bytes.
-const SLAB_BYTES: u32 = WARP_TILE_V * STAGE_K * 2;
+const SLAB_BYTES: u32 = WARP_TILE_V * STAGE_ROW_BYTES;
 
 impl Staging {
     #[inline(always)]
-    fn new<const NB: usize>(smem: u32, warp: u32, lane: u32) -> Self {
-        Self { warp_base: smem + CANDIDATE_SMEM_BYTES + warp * Self::stage_bytes::<NB>() * stages(NB as u32), lane }
+    fn new<const NB: usize, const S: u32>(smem: u32, warp: u32, lane: u32) -> Self {
+        Self { warp_base: smem + candidate_smem_bytes(WARPS_PER_BLOCK) + warp * Self::stage_bytes::<NB>() * S, lane }
     }
 
     /// Bytes of one stage: the weight slab, then `2·NB` hidden rows of 32 lanes × 16 bytes.
@@ -227,7 +222,7 @@ impl Staging {
 /// the warp tile's weight slab, coalesced (lane `l` copies piece `l % 8` of rows `4i + l / 8`), and
 /// this lane's hidden pieces for both MMA chunks. Past D the copies zero-fill (source size 0).
 #[inline(always)]
-unsafe fn issue_stage<const NB: usize, const STREAM: bool>(
+unsafe fn issue_stage<const NB: usize>(
     p: &FusedParams,
     st: Staging,
     stage: u32,
@@ -249,11 +244,7 @@ unsafe fn issue_stage<const NB: usize, const STREAM: bool>(
         // slot's previous contents were read by every lane before the preceding `bar.warp.sync`.
         unsafe {
             let src = (p.weight as *const u16).add(v as usize * d as usize + k) as *const u32;
-            if STREAM {
-                cp_async_cg_shared_global_16(st.weight::<NB>(stage, r, piece), src, size);
-            } else {
-                cp_async_ca_shared_global_16(st.weight::<NB>(stage, r, piece), src, size);
-            }
+            cp_async_cg_shared_global_16(st.weight::<NB>(stage, r, piece), src, size);
         }
     }
     for m in 0..STAGE_K / CHUNK_D {
@@ -295,7 +286,11 @@ unsafe fn read_chunk<const NB: usize>(
 
 /// Two k16 MMAs per M tile and N tile on one chunk of fragments.
 #[inline(always)]
-unsafe fn mma_chunk<const NB: usize>(acc: &mut Accumulators<NB>, a: &[[u32; 4]; ROWS_PER_LANE], h: &[[u32; 4]; NB]) {
+pub(super) unsafe fn mma_chunk<const NB: usize>(
+    acc: &mut Accumulators<NB>,
+    a: &[[u32; 4]; ROWS_PER_LANE],
+    h: &[[u32; 4]; NB],
+) {
     for mt in 0..M_TILES_PER_WARP {
         let (lo, hi) = (a[2 * mt], a[2 * mt + 1]); // MMA rows `group` and `group + 8`
         for nt in 0..NB {
@@ -309,11 +304,11 @@ unsafe fn mma_chunk<const NB: usize>(acc: &mut Accumulators<NB>, a: &[[u32; 4]; 
 }
 
 /// Logits of one warp tile (the lane's vocab rows × the warp's batch rows), accumulated in f32 over
-/// all of D through a [`stages`]`(NB)`-deep `cp.async` pipeline of `STAGE_K`-column slabs: while one slab is
+/// all of D through an `S`-deep `cp.async` pipeline of `STAGE_K`-column slabs: while one slab is
 /// multiplied, the next ones are in flight, whatever the compiler's instruction schedule (the copies
 /// hold no registers). Trip counts are warp-uniform, so the MMAs run converged.
 #[inline(always)]
-unsafe fn mainloop<const NB: usize, const STREAM: bool>(
+unsafe fn mainloop<const NB: usize, const S: u32>(
     p: &FusedParams,
     st: Staging,
     tile: u32,
@@ -322,13 +317,13 @@ unsafe fn mainloop<const NB: usize, const STREAM: bool>(
     quad: u32,
 ) -> Accumulators<NB> {
     let mut acc: Accumulators<NB> = [[[0.0; 4]; NB]; M_TILES_PER_WARP];
-    const { assert!(stages(NB as u32) == 3 || stages(NB as u32) == 4, "the wait below covers 3 or 4 stages") };
-    let s_depth = stages(NB as u32);
+    const { assert!(S == 3 || S == 4, "the wait below covers 3 or 4 stages") };
+    let s_depth = S;
     let n_stages = p.d.div_ceil(STAGE_K);
     for s in 0..s_depth - 1 {
         if s < n_stages {
             // SAFETY: every lane finished reading the ring (previous tile) before the barrier below.
-            unsafe { issue_stage::<NB, STREAM>(p, st, s, tile, h_rows, s * STAGE_K, quad) };
+            unsafe { issue_stage::<NB>(p, st, s, tile, h_rows, s * STAGE_K, quad) };
         } else {
             cp_async_commit_group();
         }
@@ -344,7 +339,7 @@ unsafe fn mainloop<const NB: usize, const STREAM: bool>(
         let next = c + s_depth - 1;
         if next < n_stages {
             // SAFETY: slot `next % s_depth` held stage c - 1, which every lane read before the barrier.
-            unsafe { issue_stage::<NB, STREAM>(p, st, next % s_depth, tile, h_rows, next * STAGE_K, quad) };
+            unsafe { issue_stage::<NB>(p, st, next % s_depth, tile, h_rows, next * STAGE_K, quad) };
         } else {
             cp_async_commit_group();
         }
@@ -383,7 +378,7 @@ fn column_logits<const NB: usize>(acc: &Accumulators<NB>, i: u32) -> [f32; ROWS_
 /// logits for column `i` are picked with constant indices by `column_logits`, keeping `acc` in
 /// registers (a run-time index would move it to local memory).
 #[inline(always)]
-fn epilogue_tile<const NB: usize>(
+pub(super) fn epilogue_tile<const NB: usize>(
     p: &FusedParams,
     pos: LanePosition,
     v0: u32,
@@ -403,9 +398,19 @@ fn epilogue_tile<const NB: usize>(
 }
 
 /// Merges the lanes' candidates over the eight lane groups (shuffles) and over the block's warps that
-/// hold the same batch rows (shared memory), and writes `candidates[b, vrange]`.
+/// hold the same batch rows (shared memory), and writes `candidates[b, vrange]`. The block has `warps`
+/// warps; warp `w` holds batch slot `w % warps_b` (rows `8·NB·(w % warps_b) ..` of the batch tile).
+///
+/// # Safety
+/// Every thread of the block calls it; `8·NB ≤ 32`, so the slots fit in `candidate_smem_bytes(warps)`.
 #[inline(always)]
-unsafe fn write_candidates<const NB: usize>(p: &FusedParams, pos: LanePosition, warps_b: u32, cands: &[Candidate; 16]) {
+pub(super) unsafe fn write_candidates<const NB: usize>(
+    p: &FusedParams,
+    pos: LanePosition,
+    warps: u32,
+    warps_b: u32,
+    cands: &[Candidate; 16],
+) {
     let warp_rows = 8 * NB as u32;
     let smem = mov_u32_dynamic_smem();
     for i in 0..2 * NB as u32 {
@@ -414,14 +419,14 @@ unsafe fn write_candidates<const NB: usize>(p: &FusedParams, pos: LanePosition, 
         let cand = unsafe { merge_butterfly(cands[i as usize], [4, 8, 16]) };
         if pos.group == 0 {
             let slot = smem + 8 * (pos.warp * warp_rows + col);
-            // SAFETY: slot < WARPS_PER_BLOCK · 8·NB · 8 = the launch's dynamic shared memory.
+            // SAFETY: slot < warps · 8·NB · 8 ≤ candidate_smem_bytes(warps), at the window's start.
             unsafe { st_shared_v2_u32(slot, [cand.score.to_bits(), cand.index]) };
         }
     }
     // SAFETY: every thread of the block reaches the barrier.
     unsafe { _syncthreads() };
-    // Thread t takes batch rows t, t + 128, … of the block's warps_b · 8NB rows: warp slot
-    // row / 8NB, column row % 8NB, merged over the warps_v warps that hold that slot.
+    // Thread t takes batch rows t, t + 32·warps, … of the block's warps_b · 8NB rows: warp slot
+    // row / 8NB, column row % 8NB, merged over the warps / warps_b warps that hold that slot.
     let block_first = pos.b0 - (pos.warp % warps_b) * warp_rows;
     let mut row = pos.warp * 32 + 4 * pos.group + pos.quad;
     while row < warps_b * warp_rows {
@@ -429,7 +434,7 @@ unsafe fn write_candidates<const NB: usize>(p: &FusedParams, pos: LanePosition, 
         let b = block_first + row;
         if b < p.b {
             let mut cand = Candidate::EMPTY;
-            for wv in 0..WARPS_PER_BLOCK / warps_b {
+            for wv in 0..warps / warps_b {
                 let w = wv * warps_b + wb;
                 // SAFETY: inside the shared memory written above, after the barrier.
                 let [s, i] = unsafe { ld_shared_v2_u32(smem + 8 * (w * warp_rows + col)) };
@@ -438,6 +443,6 @@ unsafe fn write_candidates<const NB: usize>(p: &FusedParams, pos: LanePosition, 
             // SAFETY: b < B, vrange < n_vranges: inside the [B, n_vranges] candidate buffer.
             unsafe { *p.candidates.add(b as usize * p.n_vranges as usize + pos.vrange as usize) = cand };
         }
-        row += THREADS_PER_BLOCK;
+        row += 32 * warps;
     }
 }

@@ -3,45 +3,62 @@
 mod baselines;
 mod block;
 mod fused;
+mod fused_block;
 mod ptx;
 mod reduce;
 mod warp;
 
 use core::arch::nvptx::{_block_dim_x, _block_idx_x, _thread_idx_x};
 
+use crate::config::{FUSED_VARIANTS, FusedVariant, Staging};
 use crate::noise::gumbel;
 use crate::params::{FusedParams, LogitsParams, NoiseTestParams, ReduceParams};
 use crate::philox::philox4x32_10;
 
-/// Fused matmul + sampling, 8 batch rows per warp.
+/// Fused matmul + sampling, per-warp staging, 8 batch rows per block (`FUSED_VARIANTS[0]`).
 ///
 /// # Safety
-/// See [`fused::fused_sample`].
+/// See [`fused::fused_sample_warp`].
 #[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn fused_sample_nb1(p: FusedParams) {
+pub unsafe extern "ptx-kernel" fn fused_sample_warp_nb1(p: FusedParams) {
+    const V: FusedVariant = FUSED_VARIANTS[0];
+    const { assert!(V.n_tiles == 1 && V.warps_b == 1 && matches!(V.staging, Staging::PerWarp)) };
     // SAFETY: forwarded launch contract.
-    unsafe { fused::fused_sample::<1>(p) }
+    unsafe { fused::fused_sample_warp::<1, { V.stages }>(p) }
 }
 
-/// Fused matmul + sampling, 16 batch rows per warp.
-///
-/// # Safety
-/// See [`fused::fused_sample`].
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn fused_sample_nb2(p: FusedParams) {
-    // SAFETY: forwarded launch contract.
-    unsafe { fused::fused_sample::<2>(p) }
+/// Fused matmul + sampling, block staging: the kernel of [`FUSED_VARIANTS`]`[$i]`.
+macro_rules! fused_block_entry {
+    ($name:ident, $i:literal) => {
+        #[doc = concat!("Fused matmul + sampling, block staging (`FUSED_VARIANTS[", stringify!($i), "]`).")]
+        ///
+        /// # Safety
+        /// See [`fused_block::fused_sample_block`].
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $name(p: FusedParams) {
+            const V: FusedVariant = FUSED_VARIANTS[$i];
+            const { assert!(matches!(V.staging, Staging::Block)) };
+            // SAFETY: forwarded launch contract.
+            unsafe {
+                fused_block::fused_sample_block::<
+                    { V.n_tiles as usize },
+                    { V.warps_b },
+                    { V.stages },
+                    { V.threads() },
+                    { V.block_b() },
+                    { V.block_b().div_ceil(V.threads() / 8) as usize },
+                >(p)
+            }
+        }
+    };
 }
-
-/// Fused matmul + sampling, 32 batch rows per warp.
-///
-/// # Safety
-/// See [`fused::fused_sample`].
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn fused_sample_nb4(p: FusedParams) {
-    // SAFETY: forwarded launch contract.
-    unsafe { fused::fused_sample::<4>(p) }
-}
+fused_block_entry!(fused_sample_block_nb1, 1);
+fused_block_entry!(fused_sample_block_nb2, 2);
+fused_block_entry!(fused_sample_block_nb2_s3, 3);
+fused_block_entry!(fused_sample_block_nb4, 4);
+fused_block_entry!(fused_sample_block_nb4_s3, 5);
+fused_block_entry!(fused_sample_block_nb4x2, 6);
+fused_block_entry!(fused_sample_block_nb4x4, 7);
 
 /// Candidate reduction.
 ///
