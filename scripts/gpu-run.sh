@@ -2,6 +2,7 @@
 # Runs on a GPU machine with no Rust, from the repository root, after scripts/gpu-bundle.sh:
 #   gpu-bundle/run.sh            tests, sanitizers, example, bench
 #   gpu-bundle/run.sh tests      tests and sanitizers only
+#   gpu-bundle/run.sh bench      example and bench only (FS_VARIANTS=1: also the variant sweep)
 # Logs go to $OUT (or /tmp/flashsampling-gpu); a short summary table is printed last.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -17,6 +18,7 @@ note() { summary+=("$1"); }
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$out/gpu.txt"
 for t in "$bin"/test-*; do
+  [ "$what" = bench ] && break
   name="$(basename "$t")"
   start=$(date +%s)
   "$t" --test-threads=1 > "$out/$name.log" 2>&1; rc=$?
@@ -24,9 +26,11 @@ for t in "$bin"/test-*; do
   note "$(printf '%-34s rc=%d %3ss  %s' "$name" "$rc" "$(( $(date +%s) - start ))" "$res")"
   grep -E "FAILED|panicked" "$out/$name.log" | head -5
 done
-grep -hE "^(fused vs CPU|variant |GPU chi-squared|ptxas fused|ptxas reduce)" "$out"/test-*.log | tee "$out/highlights.txt"
+[ "$what" = bench ] || grep -hE "^(fused vs CPU|variant |GPU chi-squared|ptxas fused|ptxas reduce)" "$out"/test-*.log | tee "$out/highlights.txt"
 
-if [ -n "${FS_NO_SANITIZER:-}" ]; then
+if [ "$what" = bench ]; then
+  :
+elif [ -n "${FS_NO_SANITIZER:-}" ]; then
   note "compute-sanitizer: skipped (FS_NO_SANITIZER)"
 elif command -v compute-sanitizer >/dev/null; then
   for tool in memcheck racecheck; do
@@ -43,7 +47,7 @@ else
   note "compute-sanitizer: not found"
 fi
 
-if [ "$what" = all ]; then
+if [ "$what" = all ] || [ "$what" = bench ]; then
   for b in 1 64; do
     "$bin/sample" --batch "$b" > "$out/sample-b$b.log" 2>&1
     note "sample B=$b: $(grep -E 'fused sample on device' "$out/sample-b$b.log" | sed 's/.*: //')"
