@@ -9,35 +9,42 @@
 //!
 //! | constant | value | meaning |
 //! |---|---|---|
-//! | [`WARPS_PER_BLOCK`] | 4 | warps per block |
+//! | [`WARPS_PER_BLOCK`] | 4 | warps per block (per-warp staging); vocab-splitting warps (block staging) |
 //! | [`M_TILES_PER_WARP`] | 2 | 16-row M tiles per warp |
-//! | [`WARP_TILE_V`] | 32 | vocab rows per warp tile (the unit of work) |
-//! | [`BLOCK_V`] | 128 | vocab tile of the CPU backend (any multiple of 4 gives the same samples) |
-//! | `BLOCK_B` | 8 · NB · warps_b | batch rows per block, NB ∈ [`N_TILE_VARIANTS`], warps_b ∈ {1, 2, 4} (≤ 128) |
+//! | [`WARP_TILE_V`] | 32 | vocab rows per warp tile |
+//! | [`BLOCK_V`] | 128 | vocab rows of a block tile (block staging); the CPU backend's default tile |
+//! | `BLOCK_B` | 8 · NB · warps_b | batch rows per block ([`FusedVariant::block_b`]) |
 //! | [`CHUNK_D`] | 32 | D consumed per mainloop step (two k16 MMAs) |
-//! | [`STAGE_K`] | 64 | D columns per pipeline stage (one cache line per weight row) |
-//! | [`stages`]`(NB)` | 4 or 3 | `cp.async` pipeline depth per warp |
+//! | [`STAGE_K`] | 64 | D columns per pipeline stage (one cache line per staged row) |
+//! | [`FusedVariant::stages`] | 3–6 | `cp.async` pipeline depth |
 //! | [`D_ALIGN`] | 8 | D must be a multiple of this (16-byte loads) |
 //!
-//! # Thread mapping (fused kernel)
+//! Every compiled kernel variant (staging, NB, warps_b, stages) is one entry of [`FUSED_VARIANTS`];
+//! [`variant_for_batch`] picks one per batch size. All variants compute each logit with the same MMAs
+//! in the same order, so they draw bit-identical samples.
+//!
+//! # Thread mapping (fused kernels)
 //! `lane = tid % 32`, `warp = tid / 32`, `group = lane / 4`, `quad = lane % 4`.
 //!
 //! - **Grid**: persistent, as many blocks per multiprocessor as the kernel's occupancy allows (the
 //!   host asks the driver). Block `blk` covers batch tile `blk % n_btiles` and vocab range
-//!   `blk / n_btiles`. A range is an even share of the `ceil(V / WARP_TILE_V)` warp tiles; the batch
-//!   tiles of one range are adjacent, so they share its weight rows through L2.
-//! - **Warps**: a `warps_v × warps_b` grid ([`warps_b_for_batch`]). Warp `w` serves batch rows
-//!   `b0 = btile·BLOCK_B + (w % warps_b)·8·NB …` and takes warp tiles
-//!   `first + w / warps_b, first + w / warps_b + warps_v, …` of the range.
+//!   `blk / n_btiles`. A range is an even share of the `ceil(V / tile_v)` tiles
+//!   ([`FusedVariant::tile_v`]: 32-row warp tiles or 128-row block tiles); the batch tiles of one range
+//!   are adjacent, so they share its weight rows through L2.
+//! - **Warps**: per-warp staging: 4 warps of one 8·NB-row batch tile take the range's warp tiles
+//!   round-robin. Block staging: `4 × warps_b` warps; warp `w` computes the 32 vocab rows
+//!   `32·(w / warps_b) ..` of each block tile for batch rows `8·NB·(w % warps_b) ..` of the batch tile.
 //! - **Rows per lane**: in warp tile `t`, lane `(group, quad)` owns the `ROWS_PER_LANE` consecutive
 //!   vocab rows starting at `t·WARP_TILE_V + group·ROWS_PER_LANE`. M tile `mt`, half `h` (MMA row
 //!   `group + 8h`) is vocab row `… + 2mt + h`, so a lane's rows form whole Philox groups of four.
 //! - **Along D**: lane `quad` takes the 16 bytes at `kc + 8·quad` of each of its rows and of hidden
 //!   row `b0 + 8nt + group`. The eight bf16 are the k-slots of two consecutive k16 MMAs (any
 //!   k-permutation shared by A and B leaves the dot product unchanged).
-//! - **Staging**: weights reach those fragments through the warp's shared-memory ring. `cp.async`
-//!   copies whole 128-byte lines (4 rows per instruction), then a `bar.warp.sync`, then swizzled,
-//!   conflict-free 16-byte reads (see [`fused_smem_bytes`]). Each lane stages its own hidden pieces.
+//! - **Staging**: fragments are read from shared memory that `cp.async` fills in whole 128-byte lines,
+//!   XOR-swizzled so the 16-byte fragment reads are conflict-free. Per-warp staging: each warp's own
+//!   ring of weight slabs (then `bar.warp.sync`), and each lane stages its own hidden pieces. Block
+//!   staging: one ring of weight + hidden slabs per block (then a block barrier); see
+//!   `device::fused_block`.
 
 /// Warps per block of the per-warp-staging kernel; also the warps splitting the vocab in a
 /// block-staging kernel (whose block tile is therefore `4 × 32 = 128` vocab rows).
@@ -48,7 +55,8 @@ pub const M_TILES_PER_WARP: usize = 2;
 pub const ROWS_PER_LANE: usize = 2 * M_TILES_PER_WARP;
 /// Vocab rows per warp tile: the unit of work of one warp.
 pub const WARP_TILE_V: u32 = 16 * M_TILES_PER_WARP as u32;
-/// The CPU backend's default vocab tile (samples do not depend on tile sizes).
+/// Vocab rows of a block-staging kernel's block tile; also the CPU backend's default vocab tile
+/// (samples do not depend on tile sizes).
 pub const BLOCK_V: u32 = WARPS_PER_BLOCK * WARP_TILE_V;
 /// D consumed by one mainloop step (two k16 MMAs fed by one 16-byte load per row and lane).
 pub const CHUNK_D: u32 = 32;

@@ -41,13 +41,10 @@ use super::ptx::{
 };
 use crate::candidate::Candidate;
 use crate::config::{
-    CHUNK_D, M_TILES_PER_WARP, ROWS_PER_LANE, STAGE_K, STAGE_ROW_BYTES, WARP_TILE_V, WARPS_PER_BLOCK,
+    BLOCK_V, CHUNK_D, M_TILES_PER_WARP, ROWS_PER_LANE, STAGE_K, STAGE_ROW_BYTES, WARP_TILE_V, WARPS_PER_BLOCK,
     candidate_smem_bytes,
 };
 use crate::params::FusedParams;
-
-/// Vocab rows of a block tile.
-const BLOCK_V: u32 = WARPS_PER_BLOCK * WARP_TILE_V;
 
 /// The block's shared-memory ring of `S` stages. Stage `s` starts at `base + s · stage_bytes`; weight
 /// row `r` (0..128) at `128·r`, hidden row `r` (0..BLOCK_B) at `128·(128 + r)`. 16-byte piece `c` of a
