@@ -102,15 +102,24 @@ fn main() {
     if !status.success() {
         fail("the nested PTX build of flashsampling-kernels failed (see its output above)");
     }
-    let built = target_dir.join("nvptx64-nvidia-cuda/release/flashsampling_kernels.ptx");
-    let ptx = std::fs::read_to_string(&built).unwrap_or_else(|e| fail(&format!("no PTX at {}: {e}", built.display())));
+    // The link step writes both modules next to rustc's output in deps/ (cargo copies up only the first).
+    let read = |name: &str| {
+        let built = target_dir.join("nvptx64-nvidia-cuda/release/deps").join(name);
+        std::fs::read_to_string(&built).unwrap_or_else(|e| fail(&format!("no PTX at {}: {e}", built.display())))
+    };
+    let ptx = read("flashsampling_kernels.ptx");
+    let ptx_sm90a = read("flashsampling_kernels_sm90a.ptx");
     for entry in flashsampling_kernels::config::ENTRY_POINTS {
-        if !ptx.contains(&format!(".entry {entry}(")) {
+        let module = if entry.contains("wgmma") { &ptx_sm90a } else { &ptx };
+        if !module.contains(&format!(".entry {entry}(")) {
             fail(&format!("the PTX lacks the entry point `{entry}`"));
         }
     }
     let dest = out_dir.join("flashsampling.ptx");
     std::fs::write(&dest, &ptx).unwrap();
     println!("cargo:rustc-env=FLASHSAMPLING_PTX_PATH={}", dest.display());
+    let dest = out_dir.join("flashsampling_sm90a.ptx");
+    std::fs::write(&dest, &ptx_sm90a).unwrap();
+    println!("cargo:rustc-env=FLASHSAMPLING_PTX_SM90A_PATH={}", dest.display());
     println!("cargo:rustc-env=FLASHSAMPLING_PTX_SM={sm}");
 }

@@ -52,6 +52,16 @@ if [ ${#extra[@]} -gt 0 ]; then
 else
   "$FS_LLVM_BIN/llvm-link" "${objs[@]}" -o "$work/linked.bc"
 fi
-"$FS_LLVM_BIN/opt" "$work/linked.bc" -o "$work/opt.bc" \
-  -passes='internalize,globaldce,default<O3>' -internalize-public-api-list="$FS_ENTRY_POINTS"
-"$FS_LLVM_BIN/llc" "$work/opt.bc" -o "$out" -O3 -mtriple=nvptx64-nvidia-cuda -mcpu="$sm" --fp-contract=off
+# Two modules: the `wgmma` kernels need the arch-specific sm_90a target (a Hopper-only module), every
+# other kernel goes into the $FS_SM module, which newer GPUs can load too.
+main_entries="$(tr ',' '\n' <<< "$FS_ENTRY_POINTS" | grep -v wgmma | paste -sd, -)"
+sm90a_entries="$(tr ',' '\n' <<< "$FS_ENTRY_POINTS" | grep wgmma | paste -sd, - || true)"
+module() {  # entries, cpu, output
+  "$FS_LLVM_BIN/opt" "$work/linked.bc" -o "$work/opt-$2.bc" \
+    -passes='internalize,globaldce,default<O3>' -internalize-public-api-list="$1"
+  "$FS_LLVM_BIN/llc" "$work/opt-$2.bc" -o "$3" -O3 -mtriple=nvptx64-nvidia-cuda -mcpu="$2" --fp-contract=off
+}
+module "$main_entries" "$sm" "$out"
+if [ -n "$sm90a_entries" ]; then
+  module "$sm90a_entries" sm_90a "${out%.ptx}_sm90a.ptx"
+fi

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds everything a GPU machine without Rust needs into gpu-bundle/:
 #   bin/        release test executables (cpu, gpu, ptxas, unit tests), the bench and the example
-#   flashsampling.ptx  the PTX the binaries embed (for ptxas / cuobjdump / inspection)
+#   flashsampling.ptx, flashsampling_sm90a.ptx  the PTX modules the binaries embed (for inspection)
 #   run.sh      runs the tests (FLASHSAMPLING_REQUIRE_GPU=1), compute-sanitizer memcheck + racecheck,
 #               the example and the bench; prints a short table last
 # Copy the folder to the GPU machine and run `gpu-bundle/run.sh` there (from the repository root).
@@ -34,5 +34,6 @@ for line in sys.stdin:
 cargo build --release --example sample
 cp target/release/examples/sample "$out/bin/sample"
 cp "$(ls -t target/release/build/flashsampling-*/out/flashsampling.ptx | head -1)" "$out/flashsampling.ptx"
+cp "$(ls -t target/release/build/flashsampling-*/out/flashsampling_sm90a.ptx | head -1)" "$out/flashsampling_sm90a.ptx"
 cp scripts/gpu-run.sh "$out/run.sh"
 du -sh "$out"

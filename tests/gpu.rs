@@ -131,14 +131,18 @@ fn fused_kernel_matches_the_cpu_backend() {
 fn every_fused_variant_draws_the_same_samples() {
     let Some(mut gpu) = gpu_or_skip("every_fused_variant_draws_the_same_samples") else { return };
     // Batch sizes around every batch tile (8, 16, 32, 64, 128 rows), D not a multiple of the 64-column
-    // stage, V not a multiple of any vocab tile. Every variant computes each logit with the same MMAs
-    // in the same order, so tokens and scores must be bit-identical; each also matches the CPU.
+    // stage, V not a multiple of any vocab tile. Every mma.sync variant computes each logit with the
+    // same MMAs in the same order, so their tokens and scores must be bit-identical. The wgmma variants
+    // (on compute capability 9.0) sum each k16 step in the tensor core's own order: they must match
+    // the CPU backend within the f32 tolerance, like every variant.
     let shapes: &[(usize, usize, usize)] = if quick() {
         &[(3, 136, 1000), (40, 72, 777)]
     } else {
         &[(1, 136, 1000), (9, 4096, 20_001), (33, 200, 3001), (70, 64, 777), (130, 1024, 5000), (257, 72, 999)]
     };
-    let entries: Vec<&str> = flashsampling::kernels::config::FUSED_VARIANTS.iter().map(|f| f.entry).collect();
+    let entries = gpu.fused_variants();
+    let wgmma = |e: &str| e.contains("wgmma");
+    visible(&format!("fused-kernel variants on this GPU: {}", entries.join(", ")));
     for &(b, d, v) in shapes {
         let mut rng = TestRng::new(DATA_SEED ^ 0x7A_u64 ^ (b * 7919 + d + v * 31) as u64);
         let hidden = rng.normal_bf16(b * d, 1.0);
@@ -154,6 +158,7 @@ fn every_fused_variant_draws_the_same_samples() {
             assert!(m * 50 <= b, "{entry}: {m} of {b} rows differ from the CPU");
             match &first {
                 None => first = Some(got),
+                Some(_) if wgmma(entry) => {}
                 Some(f) => {
                     assert_eq!(got.tokens, f.tokens, "{entry} vs {}: B={b} D={d} V={v}", entries[0]);
                     let bits = |x: &[f32]| x.iter().map(|s| s.to_bits()).collect::<Vec<_>>();

@@ -1,4 +1,4 @@
-//! Build check: the generated PTX assembles with `ptxas -arch=sm_90 -v` (from the PyPI wheel
+//! Build check: the generated PTX modules assemble with `ptxas -arch=sm_90 -v` and `-arch=sm_90a` (from the PyPI wheel
 //! `nvidia-cuda-nvcc-cu12`, installed by `./x.sh test` into `.tools/`), and the kernels neither spill
 //! nor use a stack frame in the hot kernels. Prints the register / shared memory / spill lines.
 //!
@@ -30,12 +30,30 @@ fn ptx_assembles_for_sm_90_without_spills() {
         common::visible("SKIP ptx_assembles_for_sm_90_without_spills: no ptxas (./x.sh test installs it)");
         return;
     };
-    let dir = std::env::temp_dir().join(format!("flashsampling-ptxas-{}", std::process::id()));
+    let mut summary = assemble(&ptxas, flashsampling::PTX, flashsampling::PTX_SM);
+    summary.extend(assemble(&ptxas, flashsampling::PTX_SM90A, "sm_90a"));
+    for s in &summary {
+        common::visible(s);
+    }
+    for s in summary.iter().filter(|s| s.contains("fused_sample") || s.contains("reduce_candidates")) {
+        if s.contains("spill") {
+            assert!(s.contains("0 bytes spill stores, 0 bytes spill loads"), "register spills: {s}");
+        }
+    }
+    for variant in flashsampling::kernels::config::FUSED_VARIANTS {
+        assert!(summary.iter().any(|s| s.contains(variant.entry)), "no {} in the ptxas report", variant.entry);
+    }
+}
+
+/// Assembles one PTX module for `arch`; returns its per-entry summary lines (registers, shared
+/// memory, stack, spills). Panics if ptxas fails.
+fn assemble(ptxas: &PathBuf, ptx_text: &str, arch: &str) -> Vec<String> {
+    let dir = std::env::temp_dir().join(format!("flashsampling-ptxas-{}-{arch}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let ptx = dir.join("flashsampling.ptx");
-    std::fs::write(&ptx, flashsampling::PTX).unwrap();
-    let out = Command::new(&ptxas)
-        .args(["-arch", flashsampling::PTX_SM, "-v"])
+    std::fs::write(&ptx, ptx_text).unwrap();
+    let out = Command::new(ptxas)
+        .args(["-arch", arch, "-v"])
         .arg(&ptx)
         .arg("-o")
         .arg(dir.join("flashsampling.cubin"))
@@ -43,8 +61,8 @@ fn ptx_assembles_for_sm_90_without_spills() {
         .expect("run ptxas");
     let log = String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
     let _ = std::fs::remove_dir_all(&dir);
-    assert!(out.status.success(), "ptxas failed:\n{log}");
-    // Summarize per entry: registers, shared memory, stack, spills.
+    assert!(out.status.success(), "ptxas ({arch}) failed:\n{log}");
+    assert!(!log.contains("warning"), "ptxas ({arch}) warned (for wgmma: serialized MMAs):\n{log}");
     // "Function properties for F" precedes F's stack/spill line; callees of an entry get their own.
     let mut entry = String::new();
     let mut props_of_entry = false;
@@ -55,18 +73,8 @@ fn ptx_assembles_for_sm_90_without_spills() {
         } else if let Some(name) = line.split("Function properties for ").nth(1) {
             props_of_entry = name.trim() == entry;
         } else if (line.contains("spill stores") && props_of_entry) || (line.contains("Used ") && !entry.is_empty()) {
-            summary.push(format!("ptxas {entry}: {}", line.trim().trim_start_matches("ptxas info    : ")));
+            summary.push(format!("ptxas {entry} ({arch}): {}", line.trim().trim_start_matches("ptxas info    : ")));
         }
     }
-    for s in &summary {
-        common::visible(s);
-    }
-    for s in summary.iter().filter(|s| s.contains("fused_sample") || s.contains("reduce_candidates")) {
-        if s.contains("spill") {
-            assert!(s.contains("0 bytes spill stores, 0 bytes spill loads"), "register spills: {s}");
-        }
-    }
-    for variant in flashsampling::kernels::config::FUSED_VARIANTS {
-        assert!(summary.iter().any(|s| s.contains(variant.entry)), "no {} in the ptxas report:\n{log}", variant.entry);
-    }
+    summary
 }

@@ -68,7 +68,7 @@ pub enum Error {
     /// A CPU tile size that is not a positive multiple of 4.
     #[error("vocab tile size {0} must be a positive multiple of 4")]
     InvalidTileSize(usize),
-    /// A fused-kernel variant name that is not in the PTX module (name, the known names).
+    /// A fused-kernel variant name that this GPU does not run (name, the variants it runs).
     #[error("unknown fused-kernel variant {0:?} (known: {1})")]
     UnknownVariant(String, String),
     /// No usable CUDA GPU (no driver library, no device, or context creation failed).

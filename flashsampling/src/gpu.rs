@@ -16,7 +16,7 @@ use half::bf16;
 
 use crate::error::{Error, Result};
 use crate::params::{Matrix, SamplingParams, Shape, validate};
-use crate::{PTX, Samples, check_tokens};
+use crate::{PTX, PTX_SM90A, Samples, check_tokens};
 
 /// A kernel parameter struct passed by value (`#[repr(C)]`, identical layout on host and device).
 #[repr(transparent)]
@@ -101,8 +101,11 @@ pub struct GpuBackend {
     /// (`FLASHSAMPLING_BLOCKS_PER_SM`); samples do not depend on it.
     blocks_per_sm_override: Option<u32>,
     stream: Arc<CudaStream>,
-    /// Every fused-kernel variant, in [`FUSED_VARIANTS`] order.
-    fused: Vec<LoadedVariant>,
+    /// Every fused-kernel variant, in [`FUSED_VARIANTS`] order; `None` where this GPU cannot run it
+    /// (the `wgmma` variants outside compute capability 9.0).
+    fused: Vec<Option<LoadedVariant>>,
+    /// Whether the sm_90a module (the `wgmma` variants) is loaded.
+    sm90a: bool,
     /// Variant forced for every batch size (`FLASHSAMPLING_FUSED_VARIANT` or
     /// [`GpuBackend::set_fused_variant`]); samples do not depend on it.
     variant_override: Option<usize>,
@@ -114,13 +117,6 @@ impl std::fmt::Debug for GpuBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GpuBackend").field("device", &self.device_name()).finish()
     }
-}
-
-/// Index in [`FUSED_VARIANTS`] of the variant with entry point `name`.
-fn variant_index(name: &str) -> Result<usize> {
-    FUSED_VARIANTS.iter().position(|f| f.entry == name).ok_or_else(|| {
-        Error::UnknownVariant(name.into(), FUSED_VARIANTS.iter().map(|f| f.entry).collect::<Vec<_>>().join(", "))
-    })
 }
 
 /// Whether a CUDA driver library and at least one device are present.
@@ -148,10 +144,21 @@ impl GpuBackend {
             ctx.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
         let stream = ctx.new_stream()?;
         let module = ctx.load_module(Ptx::from_src(PTX))?;
+        // The arch-specific sm_90a module (`wgmma`) loads on compute capability 9.0 only.
+        let cc = (
+            ctx.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+            ctx.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+        );
+        let module_sm90a = if cc == (9, 0) { Some(ctx.load_module(Ptx::from_src(PTX_SM90A))?) } else { None };
         // The persistent grid fills every multiprocessor to the occupancy its registers allow.
         let fused = FUSED_VARIANTS
             .iter()
             .map(|variant| {
+                let module = match (variant.needs_sm90a(), &module_sm90a) {
+                    (false, _) => &module,
+                    (true, Some(m)) => m,
+                    (true, None) => return Ok(None),
+                };
                 let func = module.load_function(variant.entry)?;
                 // The staging rings need more than the default 48 KiB of dynamic shared memory.
                 func.set_attribute(
@@ -165,15 +172,12 @@ impl GpuBackend {
                         None,
                     )?
                     .max(1);
-                Ok(LoadedVariant { variant, func, per_sm })
+                Ok(Some(LoadedVariant { variant, func, per_sm }))
             })
             .collect::<Result<Vec<_>>>()?;
-        let variant_override = match std::env::var("FLASHSAMPLING_FUSED_VARIANT") {
-            Ok(name) if !name.is_empty() => Some(variant_index(&name)?),
-            _ => None,
-        };
-        Ok(Self {
-            variant_override,
+        let mut gpu = Self {
+            variant_override: None,
+            sm90a: module_sm90a.is_some(),
             philox: module.load_function(PHILOX_ENTRY)?,
             gumbel: module.load_function(GUMBEL_ENTRY)?,
             fused,
@@ -184,27 +188,49 @@ impl GpuBackend {
                 .ok()
                 .and_then(|s| s.parse().ok())
                 .filter(|&n: &u32| (1..=32).contains(&n)),
-        })
+        };
+        if let Ok(name) = std::env::var("FLASHSAMPLING_FUSED_VARIANT") {
+            if !name.is_empty() {
+                gpu.set_fused_variant(Some(&name))?;
+            }
+        }
+        Ok(gpu)
     }
 
     /// Every fused-kernel variant with its resident blocks per multiprocessor (the persistent grid's
     /// size is that times the multiprocessor count).
     pub fn fused_occupancy(&self) -> Vec<(&'static str, u32)> {
-        self.fused.iter().map(|f| (f.variant.entry, f.per_sm)).collect()
+        self.fused.iter().flatten().map(|f| (f.variant.entry, f.per_sm)).collect()
+    }
+
+    /// Entry points of the fused-kernel variants this GPU runs, in [`FUSED_VARIANTS`] order.
+    pub fn fused_variants(&self) -> Vec<&'static str> {
+        self.fused.iter().flatten().map(|f| f.variant.entry).collect()
     }
 
     /// Forces the fused-kernel variant named `entry` (an entry of [`FUSED_VARIANTS`]) for every batch
     /// size, or restores the choice by batch size (`None`). For tuning and tests: every variant
-    /// draws the same samples. The environment variable `FLASHSAMPLING_FUSED_VARIANT` sets it at
-    /// construction.
+    /// samples the same distribution from the same noise (the `mma.sync` ones bit-identically). The
+    /// environment variable `FLASHSAMPLING_FUSED_VARIANT` sets it at construction.
     pub fn set_fused_variant(&mut self, entry: Option<&str>) -> Result<()> {
-        self.variant_override = entry.map(variant_index).transpose()?;
+        self.variant_override = match entry {
+            None => None,
+            Some(name) => match FUSED_VARIANTS.iter().position(|f| f.entry == name) {
+                Some(i) if self.fused[i].is_some() => Some(i),
+                _ => return Err(Error::UnknownVariant(name.into(), self.fused_variants().join(", "))),
+            },
+        };
         Ok(())
+    }
+
+    /// The variant (index into [`FUSED_VARIANTS`]) a call with `b` rows launches.
+    fn variant_index_for(&self, b: usize) -> usize {
+        self.variant_override.unwrap_or(variant_for_batch(b as u32, self.sm90a))
     }
 
     /// The entry point of the fused-kernel variant a call with `b` rows launches.
     pub fn fused_variant_for(&self, b: usize) -> &'static str {
-        FUSED_VARIANTS[self.variant_override.unwrap_or(variant_for_batch(b as u32))].entry
+        FUSED_VARIANTS[self.variant_index_for(b)].entry
     }
 
     /// The device's name.
@@ -224,8 +250,8 @@ impl GpuBackend {
 
     /// The launch of the fused kernel for `b` rows and vocab `v`.
     fn launch_shape(&self, b: usize, v: usize) -> LaunchShape {
-        let index = self.variant_override.unwrap_or(variant_for_batch(b as u32));
-        let loaded = &self.fused[index];
+        let index = self.variant_index_for(b);
+        let loaded = self.fused[index].as_ref().expect("only loaded variants are chosen");
         let n_btiles = (b as u32).div_ceil(loaded.variant.block_b()).max(1);
         let per_sm = self.blocks_per_sm_override.unwrap_or(loaded.per_sm);
         let n_vranges = loaded.variant.n_vranges(self.sm_count, per_sm, n_btiles, v as u32);
@@ -329,7 +355,7 @@ impl GpuBackend {
         out: &mut DeviceSamples,
         launch: LaunchShape,
     ) -> Result<()> {
-        let loaded = &self.fused[launch.variant];
+        let loaded = self.fused[launch.variant].as_ref().expect("only loaded variants are chosen");
         let (streams, _s) = out.streams.device_ptr(&self.stream);
         let (cands, _c) = out.candidates.device_ptr_mut(&self.stream);
         let (counters, _n) = out.counters.device_ptr_mut(&self.stream);

@@ -46,6 +46,9 @@ pub const PTX: &str = include_str!(env!("FLASHSAMPLING_PTX_PATH"));
 pub const PTX_PATH: &str = env!("FLASHSAMPLING_PTX_PATH");
 /// The architecture the PTX was built for.
 pub const PTX_SM: &str = env!("FLASHSAMPLING_PTX_SM");
+/// The `wgmma` kernels, compiled for the arch-specific sm_90a target (loaded on compute capability 9.0
+/// GPUs only).
+pub const PTX_SM90A: &str = include_str!(env!("FLASHSAMPLING_PTX_SM90A_PATH"));
 
 /// Tokens and their winning perturbed scores.
 #[derive(Clone, Debug, PartialEq)]

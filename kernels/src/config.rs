@@ -75,6 +75,11 @@ pub const STAGE_ROW_BYTES: u32 = STAGE_K * 2;
 pub const fn candidate_smem_bytes(warps: u32) -> u32 {
     warps * 32 * 8
 }
+/// The candidate-merge area of a `wgmma` block (4 warps × `n` batch columns × 8 bytes).
+#[inline]
+pub const fn wgmma_candidate_smem_bytes(n: u32) -> u32 {
+    4 * n * 8
+}
 
 /// Threads per block of the candidate-reduction kernel (one warp per batch row).
 pub const REDUCE_THREADS_PER_BLOCK: u32 = 128;
@@ -91,6 +96,9 @@ pub enum Staging {
     /// hidden slab per stage, filled by all threads and read by all warps after a block barrier: a
     /// hidden byte is staged once per 128 vocab rows, and the pipeline runs on across vocab tiles.
     Block,
+    /// As `Block`, with one warpgroup per block whose `wgmma` (sm_90a) reads both operands straight
+    /// from the ring; `NB = N / 8` only sets the batch width `N`. In the sm_90a module only.
+    Wgmma,
 }
 
 /// One compiled variant of the fused kernel: its entry point and tile shape, defined once here.
@@ -110,7 +118,7 @@ pub struct FusedVariant {
 
 /// Every fused-kernel variant in the PTX module. `NB = 8` per warp would need more than 255
 /// registers with this mainloop, so wide batches use more warps instead.
-pub const FUSED_VARIANTS: [FusedVariant; 8] = [
+pub const FUSED_VARIANTS: [FusedVariant; 11] = [
     FusedVariant { entry: "fused_sample_warp_nb1", n_tiles: 1, warps_b: 1, staging: Staging::PerWarp, stages: 4 },
     FusedVariant { entry: "fused_sample_block_nb1", n_tiles: 1, warps_b: 1, staging: Staging::Block, stages: 4 },
     FusedVariant { entry: "fused_sample_block_nb2", n_tiles: 2, warps_b: 1, staging: Staging::Block, stages: 4 },
@@ -119,6 +127,9 @@ pub const FUSED_VARIANTS: [FusedVariant; 8] = [
     FusedVariant { entry: "fused_sample_block_nb4_s3", n_tiles: 4, warps_b: 1, staging: Staging::Block, stages: 3 },
     FusedVariant { entry: "fused_sample_block_nb4x2", n_tiles: 4, warps_b: 2, staging: Staging::Block, stages: 4 },
     FusedVariant { entry: "fused_sample_block_nb4x4", n_tiles: 4, warps_b: 4, staging: Staging::Block, stages: 6 },
+    FusedVariant { entry: "fused_sample_wgmma_n32", n_tiles: 4, warps_b: 1, staging: Staging::Wgmma, stages: 4 },
+    FusedVariant { entry: "fused_sample_wgmma_n64", n_tiles: 8, warps_b: 1, staging: Staging::Wgmma, stages: 4 },
+    FusedVariant { entry: "fused_sample_wgmma_n128", n_tiles: 16, warps_b: 1, staging: Staging::Wgmma, stages: 3 },
 ];
 
 impl FusedVariant {
@@ -126,9 +137,14 @@ impl FusedVariant {
     #[inline]
     pub const fn warps(&self) -> u32 {
         match self.staging {
-            Staging::PerWarp => WARPS_PER_BLOCK,
+            Staging::PerWarp | Staging::Wgmma => WARPS_PER_BLOCK,
             Staging::Block => WARPS_PER_BLOCK * self.warps_b,
         }
+    }
+    /// Whether the variant is in the sm_90a module (needs a compute capability 9.0 GPU).
+    #[inline]
+    pub const fn needs_sm90a(&self) -> bool {
+        matches!(self.staging, Staging::Wgmma)
     }
     /// Threads per block.
     #[inline]
@@ -146,7 +162,7 @@ impl FusedVariant {
     pub const fn tile_v(&self) -> u32 {
         match self.staging {
             Staging::PerWarp => WARP_TILE_V,
-            Staging::Block => WARPS_PER_BLOCK * WARP_TILE_V,
+            Staging::Block | Staging::Wgmma => BLOCK_V,
         }
     }
     /// Bytes of one pipeline stage (the whole ring's share for block staging, one warp's for
@@ -156,17 +172,18 @@ impl FusedVariant {
         match self.staging {
             // 32 weight rows, then 2·NB hidden pieces of 32 lanes × 16 bytes (= NB·8 rows).
             Staging::PerWarp => (WARP_TILE_V + 8 * self.n_tiles) * STAGE_ROW_BYTES,
-            Staging::Block => (self.tile_v() + self.block_b()) * STAGE_ROW_BYTES,
+            Staging::Block | Staging::Wgmma => (self.tile_v() + self.block_b()) * STAGE_ROW_BYTES,
         }
     }
     /// Dynamic shared memory: the candidate merge area, then the staging ring(s).
     #[inline]
     pub const fn smem_bytes(&self) -> u32 {
-        let rings = match self.staging {
-            Staging::PerWarp => WARPS_PER_BLOCK,
-            Staging::Block => 1,
-        };
-        candidate_smem_bytes(self.warps()) + rings * self.stages * self.stage_bytes()
+        match self.staging {
+            Staging::PerWarp => candidate_smem_bytes(self.warps()) + WARPS_PER_BLOCK * self.stages * self.stage_bytes(),
+            Staging::Block => candidate_smem_bytes(self.warps()) + self.stages * self.stage_bytes(),
+            // 1024 bytes of slack: the ring starts at the next 1024-byte boundary (swizzle atoms).
+            Staging::Wgmma => 1024 + wgmma_candidate_smem_bytes(self.block_b()) + self.stages * self.stage_bytes(),
+        }
     }
     /// Vocab ranges (= candidates per batch row) for `sm_count` multiprocessors running `per_sm`
     /// blocks each (the host uses the kernel's occupancy), `n_btiles` batch tiles and vocab size
@@ -180,14 +197,23 @@ impl FusedVariant {
     }
 }
 
-/// The variant the host launches for batch size `b` (an index into [`FUSED_VARIANTS`]), chosen from
-/// the `cargo bench -- --variants` sweep on the H200 (BENCHMARKS.md): per-warp staging up to 16 rows,
-/// then block staging with 32-row warps: 4 warps (3 blocks per SM) up to 32 rows, 8 warps up to 64,
-/// 16 warps beyond.
+/// The variant the host launches for batch size `b` (an index into [`FUSED_VARIANTS`]), with
+/// `sm90a` telling whether the `wgmma` variants are loaded (compute capability 9.0), chosen from the
+/// `cargo bench -- --variants` sweep on the H200 (BENCHMARKS.md): per-warp staging up to 16 rows;
+/// then `wgmma` with N = 32, 64, 128; without sm_90a, block staging with 32-row warps (4 warps up to
+/// 32 rows, 8 up to 64, 16 beyond).
 #[inline]
-pub const fn variant_for_batch(b: u32) -> usize {
+pub const fn variant_for_batch(b: u32, sm90a: bool) -> usize {
     if b <= 16 {
         0
+    } else if sm90a {
+        if b <= 32 {
+            8
+        } else if b <= 64 {
+            9
+        } else {
+            10
+        }
     } else if b <= 32 {
         5
     } else if b <= 64 {
@@ -218,7 +244,7 @@ pub const LOGITS_CHUNK: u32 = 4 * BASELINE_THREADS * 4;
 pub const BASELINE_SMEM_BYTES: u32 = 8 * (BASELINE_THREADS / 32);
 
 /// Every kernel entry point in the PTX module (the link step keeps exactly these).
-pub const ENTRY_POINTS: [&str; 14] = [
+pub const ENTRY_POINTS: [&str; 17] = [
     GUMBEL_LOGITS_ENTRY,
     SOFTMAX_ENTRY,
     MULTINOMIAL_ENTRY,
@@ -230,6 +256,9 @@ pub const ENTRY_POINTS: [&str; 14] = [
     FUSED_VARIANTS[5].entry,
     FUSED_VARIANTS[6].entry,
     FUSED_VARIANTS[7].entry,
+    FUSED_VARIANTS[8].entry,
+    FUSED_VARIANTS[9].entry,
+    FUSED_VARIANTS[10].entry,
     REDUCE_ENTRY,
     PHILOX_ENTRY,
     GUMBEL_ENTRY,

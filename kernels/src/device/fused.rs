@@ -88,7 +88,7 @@ pub unsafe fn fused_sample_warp<const NB: usize, const S: u32>(p: FusedParams) {
     }
     // SAFETY: every thread of the block reaches the block merge and the final reduction.
     unsafe {
-        write_candidates::<NB>(&p, pos, WARPS_PER_BLOCK, 1, &cands);
+        write_candidates::<NB, 16>(&p, pos, WARPS_PER_BLOCK, 1, &cands);
         reduce_if_last(&p, tid, WARPS_PER_BLOCK, blk % n_btiles, pos.b0, block_rows);
     }
 }
@@ -404,12 +404,12 @@ pub(super) fn epilogue_tile<const NB: usize>(
 /// # Safety
 /// Every thread of the block calls it; `8·NB ≤ 32`, so the slots fit in `candidate_smem_bytes(warps)`.
 #[inline(always)]
-pub(super) unsafe fn write_candidates<const NB: usize>(
+pub(super) unsafe fn write_candidates<const NB: usize, const C: usize>(
     p: &FusedParams,
     pos: LanePosition,
     warps: u32,
     warps_b: u32,
-    cands: &[Candidate; 16],
+    cands: &[Candidate; C],
 ) {
     let warp_rows = 8 * NB as u32;
     let smem = mov_u32_dynamic_smem();

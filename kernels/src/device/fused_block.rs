@@ -293,7 +293,7 @@ pub unsafe fn fused_sample_block<
     }
     // SAFETY: every thread of the block reaches the block merge and the final reduction.
     unsafe {
-        write_candidates::<NB>(&p, pos, WARPS_PER_BLOCK * WB, WB, &cands);
+        write_candidates::<NB, 16>(&p, pos, WARPS_PER_BLOCK * WB, WB, &cands);
         reduce_if_last(&p, tid, WARPS_PER_BLOCK * WB, blk % n_btiles, b_first, BLOCK_B);
     }
 }

@@ -4,6 +4,7 @@ mod baselines;
 mod block;
 mod fused;
 mod fused_block;
+mod fused_wgmma;
 mod ptx;
 mod reduce;
 mod warp;
@@ -59,6 +60,29 @@ fused_block_entry!(fused_sample_block_nb4, 4);
 fused_block_entry!(fused_sample_block_nb4_s3, 5);
 fused_block_entry!(fused_sample_block_nb4x2, 6);
 fused_block_entry!(fused_sample_block_nb4x4, 7);
+
+/// Fused matmul + sampling on `wgmma` (sm_90a module only): the kernel of [`FUSED_VARIANTS`]`[$i]`.
+macro_rules! fused_wgmma_entry {
+    ($name:ident, $i:literal, $shape:ty) => {
+        #[doc = concat!("Fused matmul + sampling on `wgmma` (`FUSED_VARIANTS[", stringify!($i), "]`, sm_90a).")]
+        ///
+        /// # Safety
+        /// See [`fused_wgmma::fused_sample_wgmma`].
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $name(p: FusedParams) {
+            const V: FusedVariant = FUSED_VARIANTS[$i];
+            const {
+                assert!(matches!(V.staging, Staging::Wgmma));
+                assert!(V.block_b() == <$shape as fused_wgmma::WgmmaShape>::N);
+            };
+            // SAFETY: forwarded launch contract.
+            unsafe { fused_wgmma::fused_sample_wgmma::<$shape, { V.stages }>(p) }
+        }
+    };
+}
+fused_wgmma_entry!(fused_sample_wgmma_n32, 8, fused_wgmma::N32);
+fused_wgmma_entry!(fused_sample_wgmma_n64, 9, fused_wgmma::N64);
+fused_wgmma_entry!(fused_sample_wgmma_n128, 10, fused_wgmma::N128);
 
 /// Candidate reduction.
 ///

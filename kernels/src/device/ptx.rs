@@ -223,3 +223,120 @@ pub unsafe fn ld_global_cg_v2_u32(ptr: *const u32) -> [u32; 2] {
     }
     [x, y]
 }
+
+/// `wgmma.fence.sync.aligned;`: orders this warpgroup's register accesses to accumulators before the
+/// `wgmma.mma_async` instructions that follow.
+///
+/// # Safety
+/// All threads of the warpgroup execute it together.
+#[inline(always)]
+pub unsafe fn wgmma_fence_sync_aligned() {
+    // SAFETY: the caller guarantees warpgroup-wide execution.
+    unsafe { asm!("wgmma.fence.sync.aligned;", options(nostack)) };
+}
+
+/// `wgmma.commit_group.sync.aligned;`: closes the group of this warpgroup's pending `wgmma.mma_async`.
+///
+/// # Safety
+/// All threads of the warpgroup execute it together.
+#[inline(always)]
+pub unsafe fn wgmma_commit_group_sync_aligned() {
+    // SAFETY: the caller guarantees warpgroup-wide execution.
+    unsafe { asm!("wgmma.commit_group.sync.aligned;", options(nostack)) };
+}
+
+/// `wgmma.wait_group.sync.aligned N;`: waits until at most `N` of this warpgroup's committed
+/// `wgmma` groups are pending (their accumulators and shared-memory reads are then complete).
+///
+/// # Safety
+/// All threads of the warpgroup execute it together.
+#[inline(always)]
+pub unsafe fn wgmma_wait_group_sync_aligned<const N: u32>() {
+    // SAFETY: the caller guarantees warpgroup-wide execution.
+    unsafe { asm!("wgmma.wait_group.sync.aligned {n};", n = const N, options(nostack)) };
+}
+
+/// `fence.proxy.async.shared::cta;`: makes this thread's generic-proxy writes to shared memory (here:
+/// landed `cp.async` copies) visible to the async proxy, which `wgmma` reads its operands through.
+#[inline(always)]
+pub fn fence_proxy_async_shared_cta() {
+    // SAFETY: a memory fence; no operands.
+    unsafe { asm!("fence.proxy.async.shared::cta;", options(nostack)) };
+}
+
+/// `wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16`: the warpgroup's `d += a · b` for a 64 × 16
+/// A tile and a 16 × 32 B tile, both read from shared memory through matrix descriptors (K-major,
+/// no transpose), f32 accumulators in registers (16 per thread); scale-d 1 (accumulate).
+///
+/// # Safety
+/// All 128 threads of a warpgroup (4 consecutive warps, the first one's index divisible by 4) execute
+/// it together; the descriptors address shared memory holding the operands in the layout they
+/// describe, made visible to the async proxy (`fence.proxy.async.shared::cta` + barrier). The
+/// accumulators may be read only after `wgmma.commit_group` and `wgmma.wait_group`.
+#[inline(always)]
+pub unsafe fn wgmma_mma_async_sync_aligned_m64n32k16_f32_bf16_bf16(d: &mut [f32; 16], desc_a: u64, desc_b: u64) {
+    // SAFETY: the caller guarantees the warpgroup-wide execution and the operands.
+    unsafe {
+        asm!(
+            "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}}}, {16}, {17}, 1, 1, 1, 0, 0;",
+            inout(reg32) d[0], inout(reg32) d[1], inout(reg32) d[2], inout(reg32) d[3], inout(reg32) d[4], inout(reg32) d[5], inout(reg32) d[6], inout(reg32) d[7],
+            inout(reg32) d[8], inout(reg32) d[9], inout(reg32) d[10], inout(reg32) d[11], inout(reg32) d[12], inout(reg32) d[13], inout(reg32) d[14], inout(reg32) d[15],
+            in(reg64) desc_a, in(reg64) desc_b,
+            options(nostack),
+        );
+    }
+}
+
+/// `wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16`: the warpgroup's `d += a · b` for a 64 × 16
+/// A tile and a 16 × 64 B tile, both read from shared memory through matrix descriptors (K-major,
+/// no transpose), f32 accumulators in registers (32 per thread); scale-d 1 (accumulate).
+///
+/// # Safety
+/// All 128 threads of a warpgroup (4 consecutive warps, the first one's index divisible by 4) execute
+/// it together; the descriptors address shared memory holding the operands in the layout they
+/// describe, made visible to the async proxy (`fence.proxy.async.shared::cta` + barrier). The
+/// accumulators may be read only after `wgmma.commit_group` and `wgmma.wait_group`.
+#[inline(always)]
+pub unsafe fn wgmma_mma_async_sync_aligned_m64n64k16_f32_bf16_bf16(d: &mut [f32; 32], desc_a: u64, desc_b: u64) {
+    // SAFETY: the caller guarantees the warpgroup-wide execution and the operands.
+    unsafe {
+        asm!(
+            "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}, {16}, {17}, {18}, {19}, {20}, {21}, {22}, {23}, {24}, {25}, {26}, {27}, {28}, {29}, {30}, {31}}}, {32}, {33}, 1, 1, 1, 0, 0;",
+            inout(reg32) d[0], inout(reg32) d[1], inout(reg32) d[2], inout(reg32) d[3], inout(reg32) d[4], inout(reg32) d[5], inout(reg32) d[6], inout(reg32) d[7],
+            inout(reg32) d[8], inout(reg32) d[9], inout(reg32) d[10], inout(reg32) d[11], inout(reg32) d[12], inout(reg32) d[13], inout(reg32) d[14], inout(reg32) d[15],
+            inout(reg32) d[16], inout(reg32) d[17], inout(reg32) d[18], inout(reg32) d[19], inout(reg32) d[20], inout(reg32) d[21], inout(reg32) d[22], inout(reg32) d[23],
+            inout(reg32) d[24], inout(reg32) d[25], inout(reg32) d[26], inout(reg32) d[27], inout(reg32) d[28], inout(reg32) d[29], inout(reg32) d[30], inout(reg32) d[31],
+            in(reg64) desc_a, in(reg64) desc_b,
+            options(nostack),
+        );
+    }
+}
+
+/// `wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16`: the warpgroup's `d += a · b` for a 64 × 16
+/// A tile and a 16 × 128 B tile, both read from shared memory through matrix descriptors (K-major,
+/// no transpose), f32 accumulators in registers (64 per thread); scale-d 1 (accumulate).
+///
+/// # Safety
+/// All 128 threads of a warpgroup (4 consecutive warps, the first one's index divisible by 4) execute
+/// it together; the descriptors address shared memory holding the operands in the layout they
+/// describe, made visible to the async proxy (`fence.proxy.async.shared::cta` + barrier). The
+/// accumulators may be read only after `wgmma.commit_group` and `wgmma.wait_group`.
+#[inline(always)]
+pub unsafe fn wgmma_mma_async_sync_aligned_m64n128k16_f32_bf16_bf16(d: &mut [f32; 64], desc_a: u64, desc_b: u64) {
+    // SAFETY: the caller guarantees the warpgroup-wide execution and the operands.
+    unsafe {
+        asm!(
+            "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}, {16}, {17}, {18}, {19}, {20}, {21}, {22}, {23}, {24}, {25}, {26}, {27}, {28}, {29}, {30}, {31}, {32}, {33}, {34}, {35}, {36}, {37}, {38}, {39}, {40}, {41}, {42}, {43}, {44}, {45}, {46}, {47}, {48}, {49}, {50}, {51}, {52}, {53}, {54}, {55}, {56}, {57}, {58}, {59}, {60}, {61}, {62}, {63}}}, {64}, {65}, 1, 1, 1, 0, 0;",
+            inout(reg32) d[0], inout(reg32) d[1], inout(reg32) d[2], inout(reg32) d[3], inout(reg32) d[4], inout(reg32) d[5], inout(reg32) d[6], inout(reg32) d[7],
+            inout(reg32) d[8], inout(reg32) d[9], inout(reg32) d[10], inout(reg32) d[11], inout(reg32) d[12], inout(reg32) d[13], inout(reg32) d[14], inout(reg32) d[15],
+            inout(reg32) d[16], inout(reg32) d[17], inout(reg32) d[18], inout(reg32) d[19], inout(reg32) d[20], inout(reg32) d[21], inout(reg32) d[22], inout(reg32) d[23],
+            inout(reg32) d[24], inout(reg32) d[25], inout(reg32) d[26], inout(reg32) d[27], inout(reg32) d[28], inout(reg32) d[29], inout(reg32) d[30], inout(reg32) d[31],
+            inout(reg32) d[32], inout(reg32) d[33], inout(reg32) d[34], inout(reg32) d[35], inout(reg32) d[36], inout(reg32) d[37], inout(reg32) d[38], inout(reg32) d[39],
+            inout(reg32) d[40], inout(reg32) d[41], inout(reg32) d[42], inout(reg32) d[43], inout(reg32) d[44], inout(reg32) d[45], inout(reg32) d[46], inout(reg32) d[47],
+            inout(reg32) d[48], inout(reg32) d[49], inout(reg32) d[50], inout(reg32) d[51], inout(reg32) d[52], inout(reg32) d[53], inout(reg32) d[54], inout(reg32) d[55],
+            inout(reg32) d[56], inout(reg32) d[57], inout(reg32) d[58], inout(reg32) d[59], inout(reg32) d[60], inout(reg32) d[61], inout(reg32) d[62], inout(reg32) d[63],
+            in(reg64) desc_a, in(reg64) desc_b,
+            options(nostack),
+        );
+    }
+}
