@@ -24,8 +24,10 @@
 //!   `16w + g + 8e`, batch column `8j + 2q + c`. A lane scores its `N / 4` batch columns.
 //! - **Synchronization per stage**: `cp.async.wait_group S − 2`, `fence.proxy.async.shared::cta`
 //!   (landed copies become visible to the tensor cores), block barrier, 8 `wgmma` (4 k16 steps × 2
-//!   halves) as one group, `wgmma.wait_group 0`, then the copies of stage `g + S − 1` into the slot of
-//!   stage `g − 1`, which every thread's MMAs finished reading before the barrier.
+//!   halves) as one group, `wgmma.wait_group 1` (the group of stage `g − 1` is complete: it read its
+//!   slot for the last time, while stage `g`'s group may still run), then the copies of stage
+//!   `g + S − 1` into that slot. The block is one warpgroup, so its `wgmma` completion is the whole
+//!   block's. At the end of a tile, `wgmma.wait_group 0` before the epilogue reads the accumulators.
 //!
 //! Every logit is the same f32 sum of bf16 products as in the `mma.sync` variants, but the tensor
 //! cores may add the products of a k16 step in another order, so samples can differ from the other
@@ -220,14 +222,17 @@ pub unsafe fn fused_sample_wgmma<T: WgmmaShape, const S: u32>(p: FusedParams) {
                     }
                 }
                 wgmma_commit_group_sync_aligned();
-                wgmma_wait_group_sync_aligned::<0>();
+                // The previous stage's group is done; this one may still run.
+                wgmma_wait_group_sync_aligned::<1>();
             }
-            // SAFETY: every thread passed the barrier above after its MMAs on the previous stage
-            // completed (wait_group 0), so that stage's slot (`islot`) is free.
+            // SAFETY: the previous stage's MMAs (the block's only warpgroup) completed, so its slot
+            // (`islot`) is free; this stage's MMAs read another slot.
             unsafe { issue_stage(&p, ring, islot, it, ik * STAGE_K, end, tid, b_first) };
             advance(&mut it, &mut ik, &mut islot, n_k, S);
             slot = if slot + 1 == S { 0 } else { slot + 1 };
         }
+        // SAFETY: the whole warpgroup; the accumulators are final after this.
+        unsafe { wgmma_wait_group_sync_aligned::<0>() };
         epilogue::<T>(&p, pos, tile * BLOCK_V + v_lane, &acc, &mut cands);
         tile += 1;
     }
