@@ -1,10 +1,12 @@
-//! Builds the kernel crate to PTX for sm_90 and embeds it.
+//! Builds the kernel crate to two PTX modules and embeds them.
 //!
 //! Steps: a nested `cargo rustc` of `flashsampling-kernels` for `nvptx64-nvidia-cuda` with
 //! `-Zbuild-std=core` (clean environment, its own target directory), linked by `kernels/link-ptx.sh`
-//! with the toolchain's llvm-tools (`llvm-link`, `opt`, `llc`). The PTX lands in
-//! `$OUT_DIR/flashsampling.ptx`; the crate embeds it and exposes the path as `FLASHSAMPLING_PTX_PATH`.
-//! Set `FLASHSAMPLING_SM` to target another architecture (default `sm_90`).
+//! with the toolchain's llvm-tools (`llvm-link`, `opt`, `llc`). The main module (every kernel but the
+//! `wgmma` ones) lands in `$OUT_DIR/flashsampling.ptx` (`FLASHSAMPLING_PTX_PATH`), the `wgmma` kernels,
+//! built for the arch-specific sm_90a target, in `$OUT_DIR/flashsampling_sm90a.ptx`
+//! (`FLASHSAMPLING_PTX_SM90A_PATH`). Set `FLASHSAMPLING_SM` to build the main module for another
+//! architecture (default `sm_90`).
 
 use std::env;
 use std::path::PathBuf;

@@ -2,10 +2,12 @@
 //! that launches them.
 //!
 //! # Tiles
-//! The fused kernel computes logits with `mma.sync.m16n8k16` (bf16 × bf16 → f32). The weight is the
-//! MMA's A operand (16 vocab rows per M tile) and the hidden states its B operand (8 batch rows per N
-//! tile), so a decode batch of 1–8 rows wastes only the unused N columns of a cheap MMA while every
-//! weight byte is read once.
+//! The `mma.sync` kernels compute logits with `mma.sync.m16n8k16` (bf16 × bf16 → f32). The weight is
+//! the MMA's A operand (16 vocab rows per M tile) and the hidden states its B operand (8 batch rows
+//! per N tile), so a decode batch of 1–8 rows wastes only the unused N columns of a cheap MMA while
+//! every weight byte is read once. The `wgmma` kernels ([`Staging::Wgmma`], sm_90a) use
+//! `wgmma.mma_async.m64nNk16` with the same operand roles: two 64-row A tiles (128 vocab rows) per
+//! block and N = `BLOCK_B` batch rows; their thread mapping is in `device::fused_wgmma`.
 //!
 //! | constant | value | meaning |
 //! |---|---|---|
@@ -20,8 +22,11 @@
 //! | [`D_ALIGN`] | 8 | D must be a multiple of this (16-byte loads) |
 //!
 //! Every compiled kernel variant (staging, NB, warps_b, stages) is one entry of [`FUSED_VARIANTS`];
-//! [`variant_for_batch`] picks one per batch size. All variants compute each logit with the same MMAs
-//! in the same order, so they draw bit-identical samples.
+//! [`variant_for_batch`] picks one per batch size. All `mma.sync` variants compute each logit with the
+//! same MMAs in the same order, so they draw bit-identical samples; `wgmma` sums each k16 step in its
+//! own order (same samples up to f32 near-ties).
+//!
+//! The thread mapping below is that of the `mma.sync` kernels.
 //!
 //! # Thread mapping (fused kernels)
 //! `lane = tid % 32`, `warp = tid / 32`, `group = lane / 4`, `quad = lane % 4`.
