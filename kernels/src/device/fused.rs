@@ -156,6 +156,21 @@ pub(super) unsafe fn reduce_if_last(
     }
 }
 
+/// `cp.async.wait_group S − 2`: this thread's copies of the oldest of the `S − 1` stages in flight
+/// have landed (an `S`-deep ring, one commit group per stage).
+#[inline(always)]
+pub(super) fn wait_oldest_stage<const S: u32>() {
+    const { assert!(S >= 3 && S <= 8, "pipeline depth 3..=8") };
+    match S {
+        3 => cp_async_wait_group::<1>(),
+        4 => cp_async_wait_group::<2>(),
+        5 => cp_async_wait_group::<3>(),
+        6 => cp_async_wait_group::<4>(),
+        7 => cp_async_wait_group::<5>(),
+        _ => cp_async_wait_group::<6>(),
+    }
+}
+
 /// The tiles `[first, end)` of vocab range `r` of `n`: `tiles` tiles split as evenly as integers allow.
 #[inline(always)]
 pub(super) fn tile_range(tiles: u32, n: u32, r: u32) -> (u32, u32) {
@@ -317,7 +332,6 @@ unsafe fn mainloop<const NB: usize, const S: u32>(
     quad: u32,
 ) -> Accumulators<NB> {
     let mut acc: Accumulators<NB> = [[[0.0; 4]; NB]; M_TILES_PER_WARP];
-    const { assert!(S == 3 || S == 4, "the wait below covers 3 or 4 stages") };
     let s_depth = S;
     let n_stages = p.d.div_ceil(STAGE_K);
     for s in 0..s_depth - 1 {
@@ -329,12 +343,7 @@ unsafe fn mainloop<const NB: usize, const S: u32>(
         }
     }
     for c in 0..n_stages {
-        // Wait for stage c: at most `s_depth - 2` newer groups may stay pending.
-        if s_depth == 4 {
-            cp_async_wait_group::<2>();
-        } else {
-            cp_async_wait_group::<1>();
-        }
+        wait_oldest_stage::<S>(); // stage c: at most S - 2 newer groups stay pending
         bar_warp_sync(); // every lane's copies of stage c are visible; every lane is done with c - 1
         let next = c + s_depth - 1;
         if next < n_stages {

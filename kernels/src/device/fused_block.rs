@@ -34,11 +34,10 @@
 use core::arch::nvptx::{_block_idx_x, _syncthreads, _thread_idx_x};
 
 use super::fused::{
-    Accumulators, LanePosition, epilogue_tile, mma_chunk, reduce_if_last, tile_range, write_candidates,
+    Accumulators, LanePosition, epilogue_tile, mma_chunk, reduce_if_last, tile_range, wait_oldest_stage,
+    write_candidates,
 };
-use super::ptx::{
-    cp_async_cg_shared_global_16, cp_async_commit_group, cp_async_wait_group, ld_shared_v4_u32, mov_u32_dynamic_smem,
-};
+use super::ptx::{cp_async_cg_shared_global_16, cp_async_commit_group, ld_shared_v4_u32, mov_u32_dynamic_smem};
 use crate::candidate::Candidate;
 use crate::config::{
     BLOCK_V, CHUNK_D, M_TILES_PER_WARP, ROWS_PER_LANE, STAGE_K, STAGE_ROW_BYTES, WARP_TILE_V, WARPS_PER_BLOCK,
@@ -175,20 +174,6 @@ unsafe fn issue_stage<const THREADS: u32, const BLOCK_B: u32, const S: u32, cons
         it.tile += 1;
     }
     it.slot = if it.slot + 1 == S { 0 } else { it.slot + 1 };
-}
-
-/// `cp.async.wait_group S − 2`: this thread's copies of the oldest pending stage have landed.
-#[inline(always)]
-fn wait_oldest_stage<const S: u32>() {
-    const { assert!(S >= 3 && S <= 8, "pipeline depth 3..=8") };
-    match S {
-        3 => cp_async_wait_group::<1>(),
-        4 => cp_async_wait_group::<2>(),
-        5 => cp_async_wait_group::<3>(),
-        6 => cp_async_wait_group::<4>(),
-        7 => cp_async_wait_group::<5>(),
-        _ => cp_async_wait_group::<6>(),
-    }
 }
 
 /// Multiplies one landed stage: two k16 chunks, fragments read as documented in the module.

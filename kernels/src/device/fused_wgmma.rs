@@ -36,12 +36,12 @@
 
 use core::arch::nvptx::{_block_idx_x, _syncthreads, _thread_idx_x};
 
-use super::fused::{LanePosition, reduce_if_last, tile_range, write_candidates};
+use super::fused::{LanePosition, reduce_if_last, tile_range, wait_oldest_stage, write_candidates};
 use super::ptx::{
-    cp_async_cg_shared_global_16, cp_async_commit_group, cp_async_wait_group, fence_proxy_async_shared_cta,
-    mov_u32_dynamic_smem, wgmma_commit_group_sync_aligned, wgmma_fence_sync_aligned,
-    wgmma_mma_async_sync_aligned_m64n32k16_f32_bf16_bf16, wgmma_mma_async_sync_aligned_m64n64k16_f32_bf16_bf16,
-    wgmma_mma_async_sync_aligned_m64n128k16_f32_bf16_bf16, wgmma_wait_group_sync_aligned,
+    cp_async_cg_shared_global_16, cp_async_commit_group, fence_proxy_async_shared_cta, mov_u32_dynamic_smem,
+    wgmma_commit_group_sync_aligned, wgmma_fence_sync_aligned, wgmma_mma_async_sync_aligned_m64n32k16_f32_bf16_bf16,
+    wgmma_mma_async_sync_aligned_m64n64k16_f32_bf16_bf16, wgmma_mma_async_sync_aligned_m64n128k16_f32_bf16_bf16,
+    wgmma_wait_group_sync_aligned,
 };
 use crate::candidate::Candidate;
 use crate::config::{BLOCK_V, STAGE_K, STAGE_ROW_BYTES, wgmma_candidate_smem_bytes};
@@ -156,17 +156,6 @@ unsafe fn issue_stage(p: &FusedParams, ring: Ring, slot: u32, tile: u32, k0: u32
         }
     }
     cp_async_commit_group();
-}
-
-/// `cp.async.wait_group S − 2`.
-#[inline(always)]
-fn wait_oldest_stage<const S: u32>() {
-    const { assert!(S >= 3 && S <= 5, "pipeline depth 3..=5") };
-    match S {
-        3 => cp_async_wait_group::<1>(),
-        4 => cp_async_wait_group::<2>(),
-        _ => cp_async_wait_group::<3>(),
-    }
 }
 
 /// The fused kernel body on `wgmma`, `N = T::N` batch rows per block, an `S`-stage ring.
