@@ -62,6 +62,11 @@ fn main() {
         }
     }
 
+    // The link step is outside cargo's fingerprint of the nested build: hand its hash over as an
+    // (ignored) linker argument, so editing the script relinks the PTX.
+    let script = std::fs::read(kernels.join("link-ptx.sh")).unwrap_or_else(|e| fail(&format!("link-ptx.sh: {e}")));
+    let script_hash = script.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+
     let target_dir = out_dir.join("ptx-target");
     let mut cmd = Command::new(&cargo);
     // A clean environment: nothing of the outer build (profile, target, flags, jobserver) leaks in.
@@ -99,7 +104,8 @@ fn main() {
         .args(["--config", "profile.release.codegen-units=1", "--", "-C"])
         .arg(format!("target-cpu={sm}"))
         .arg("-C")
-        .arg(format!("linker={}", kernels.join("link-ptx.sh").display()));
+        .arg(format!("linker={}", kernels.join("link-ptx.sh").display()))
+        .arg(format!("-Clink-arg=--fs-link-script={script_hash:016x}"));
     let status = cmd.status().unwrap_or_else(|e| fail(&format!("cannot run `{cargo}`: {e}")));
     if !status.success() {
         fail("the nested PTX build of flashsampling-kernels failed (see its output above)");
@@ -115,6 +121,17 @@ fn main() {
         let module = if entry.contains("wgmma") { &ptx_sm90a } else { &ptx };
         if !module.contains(&format!(".entry {entry}(")) {
             fail(&format!("the PTX lacks the entry point `{entry}`"));
+        }
+    }
+    // The warp-specialized kernels need their thread bound in the PTX (written by the link step).
+    for variant in flashsampling_kernels::config::FUSED_VARIANTS {
+        if variant.staging == flashsampling_kernels::config::Staging::WgmmaWs {
+            let at = ptx_sm90a.find(&format!(".entry {}(", variant.entry)).unwrap_or(0);
+            let head = &ptx_sm90a[at..(at + 400).min(ptx_sm90a.len())];
+            let bound = format!(".maxntid {}, 1, 1", variant.threads());
+            if !head.split('{').next().unwrap_or("").contains(&bound) {
+                fail(&format!("the PTX entry `{}` lacks `{bound}` (kernels/link-ptx.sh)", variant.entry));
+            }
         }
     }
     let dest = out_dir.join("flashsampling.ptx");

@@ -63,5 +63,10 @@ module() {  # entries, cpu, output
 }
 module "$main_entries" "$sm" "$out"
 if [ -n "$sm90a_entries" ]; then
-  module "$sm90a_entries" sm_90a "${out%.ptx}_sm90a.ptx"
+  sm90a="${out%.ptx}_sm90a.ptx"
+  module "$sm90a_entries" sm_90a "$sm90a"
+  # The warp-specialized kernels (`*_ws_*`) run 3 warpgroups = 384 threads (config::WS_WARPS). rustc
+  # has no launch-bounds attribute, so the bound is written here: ptxas then keeps them within the
+  # 168 registers per thread that one such block per SM can have.
+  sed -i -E '/^\.visible \.entry [A-Za-z0-9_]*_ws_[A-Za-z0-9_]*\($/,/^\)/ s/^\)(.*)$/)\1\n.maxntid 384, 1, 1/' "$sm90a"
 fi

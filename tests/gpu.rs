@@ -150,18 +150,27 @@ fn every_fused_variant_draws_the_same_samples() {
         let params = SamplingParams::new(0.8, SEED + b as u64).with_streams((0..b as u64).map(|i| 7 * i + 1).collect());
         let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
         let mut first: Option<flashsampling::Samples> = None;
+        let mut by_entry = std::collections::HashMap::new();
+        let bits = |x: &[f32]| x.iter().map(|s| s.to_bits()).collect::<Vec<_>>();
         for entry in &entries {
             gpu.set_fused_variant(Some(entry)).unwrap();
             let got = gpu.sample_scored(h, w, &params).unwrap();
             let m = compare_with_cpu(&gpu, b, d, v, 1.0);
             visible(&format!("variant {entry:<26} B={b:>3} D={d:>4} V={v:>5}: vs CPU {m} mismatching rows of {b}"));
             assert!(m * 50 <= b, "{entry}: {m} of {b} rows differ from the CPU");
+            // A warp-specialized kernel issues the same wgmma in the same order as the one-warpgroup
+            // kernel of its N: bit-identical tokens and scores.
+            if let Some(twin) = by_entry.get(&entry.replace("_ws_", "_")) {
+                let twin: &flashsampling::Samples = twin;
+                assert_eq!(got.tokens, twin.tokens, "{entry} vs its one-warpgroup twin: B={b} D={d} V={v}");
+                assert_eq!(bits(&got.scores), bits(&twin.scores), "{entry} vs its one-warpgroup twin: scores");
+            }
+            by_entry.insert(entry.to_string(), got.clone());
             match &first {
                 None => first = Some(got),
                 Some(_) if wgmma(entry) => {}
                 Some(f) => {
                     assert_eq!(got.tokens, f.tokens, "{entry} vs {}: B={b} D={d} V={v}", entries[0]);
-                    let bits = |x: &[f32]| x.iter().map(|s| s.to_bits()).collect::<Vec<_>>();
                     assert_eq!(bits(&got.scores), bits(&f.scores), "{entry} vs {}: scores", entries[0]);
                 }
             }

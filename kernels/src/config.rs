@@ -80,10 +80,10 @@ pub const STAGE_ROW_BYTES: u32 = STAGE_K * 2;
 pub const fn candidate_smem_bytes(warps: u32) -> u32 {
     warps * 32 * 8
 }
-/// The candidate-merge area of a `wgmma` block (4 warps × `n` batch columns × 8 bytes).
+/// The candidate-merge area of a `wgmma` block (`warps` warps × `n` batch columns × 8 bytes).
 #[inline]
-pub const fn wgmma_candidate_smem_bytes(n: u32) -> u32 {
-    4 * n * 8
+pub const fn wgmma_candidate_smem_bytes(warps: u32, n: u32) -> u32 {
+    warps * n * 8
 }
 
 /// Threads per block of the candidate-reduction kernel (one warp per batch row).
@@ -104,7 +104,14 @@ pub enum Staging {
     /// As `Block`, with one warpgroup per block whose `wgmma` (sm_90a) reads both operands straight
     /// from the ring; `NB = N / 8` only sets the batch width `N`. In the sm_90a module only.
     Wgmma,
+    /// As `Wgmma`, warp-specialized: a producer warpgroup fills the ring, two consumer warpgroups
+    /// take turns on the tiles, and `mbarrier`s hand each stage over ([`WS_WARPS`] warps; see
+    /// `device::fused_ws`). In the sm_90a module only.
+    WgmmaWs,
 }
+
+/// Warps per block of a warp-specialized kernel ([`Staging::WgmmaWs`]): three warpgroups.
+pub const WS_WARPS: u32 = 12;
 
 /// One compiled variant of the fused kernel: its entry point and tile shape, defined once here.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -123,7 +130,7 @@ pub struct FusedVariant {
 
 /// Every fused-kernel variant in the PTX module. `NB = 8` per warp would need more than 255
 /// registers with this mainloop, so wide batches use more warps instead.
-pub const FUSED_VARIANTS: [FusedVariant; 11] = [
+pub const FUSED_VARIANTS: [FusedVariant; 14] = [
     FusedVariant { entry: "fused_sample_warp_nb1", n_tiles: 1, warps_b: 1, staging: Staging::PerWarp, stages: 4 },
     FusedVariant { entry: "fused_sample_block_nb1", n_tiles: 1, warps_b: 1, staging: Staging::Block, stages: 4 },
     FusedVariant { entry: "fused_sample_block_nb2", n_tiles: 2, warps_b: 1, staging: Staging::Block, stages: 4 },
@@ -135,6 +142,9 @@ pub const FUSED_VARIANTS: [FusedVariant; 11] = [
     FusedVariant { entry: "fused_sample_wgmma_n32", n_tiles: 4, warps_b: 1, staging: Staging::Wgmma, stages: 4 },
     FusedVariant { entry: "fused_sample_wgmma_n64", n_tiles: 8, warps_b: 1, staging: Staging::Wgmma, stages: 4 },
     FusedVariant { entry: "fused_sample_wgmma_n128", n_tiles: 16, warps_b: 1, staging: Staging::Wgmma, stages: 3 },
+    FusedVariant { entry: "fused_sample_wgmma_ws_n16", n_tiles: 2, warps_b: 1, staging: Staging::WgmmaWs, stages: 10 },
+    FusedVariant { entry: "fused_sample_wgmma_ws_n32", n_tiles: 4, warps_b: 1, staging: Staging::WgmmaWs, stages: 10 },
+    FusedVariant { entry: "fused_sample_wgmma_ws_n64", n_tiles: 8, warps_b: 1, staging: Staging::WgmmaWs, stages: 8 },
 ];
 
 impl FusedVariant {
@@ -144,12 +154,13 @@ impl FusedVariant {
         match self.staging {
             Staging::PerWarp | Staging::Wgmma => WARPS_PER_BLOCK,
             Staging::Block => WARPS_PER_BLOCK * self.warps_b,
+            Staging::WgmmaWs => WS_WARPS,
         }
     }
     /// Whether the variant is in the sm_90a module (needs a compute capability 9.0 GPU).
     #[inline]
     pub const fn needs_sm90a(&self) -> bool {
-        matches!(self.staging, Staging::Wgmma)
+        matches!(self.staging, Staging::Wgmma | Staging::WgmmaWs)
     }
     /// Threads per block.
     #[inline]
@@ -167,7 +178,7 @@ impl FusedVariant {
     pub const fn tile_v(&self) -> u32 {
         match self.staging {
             Staging::PerWarp => WARP_TILE_V,
-            Staging::Block | Staging::Wgmma => BLOCK_V,
+            Staging::Block | Staging::Wgmma | Staging::WgmmaWs => BLOCK_V,
         }
     }
     /// Bytes of one pipeline stage (the whole ring's share for block staging, one warp's for
@@ -177,7 +188,7 @@ impl FusedVariant {
         match self.staging {
             // 32 weight rows, then 2·NB hidden pieces of 32 lanes × 16 bytes (= NB·8 rows).
             Staging::PerWarp => (WARP_TILE_V + 8 * self.n_tiles) * STAGE_ROW_BYTES,
-            Staging::Block | Staging::Wgmma => (self.tile_v() + self.block_b()) * STAGE_ROW_BYTES,
+            Staging::Block | Staging::Wgmma | Staging::WgmmaWs => (self.tile_v() + self.block_b()) * STAGE_ROW_BYTES,
         }
     }
     /// Dynamic shared memory: the candidate merge area, then the staging ring(s).
@@ -187,7 +198,14 @@ impl FusedVariant {
             Staging::PerWarp => candidate_smem_bytes(self.warps()) + WARPS_PER_BLOCK * self.stages * self.stage_bytes(),
             Staging::Block => candidate_smem_bytes(self.warps()) + self.stages * self.stage_bytes(),
             // 1024 bytes of slack: the ring starts at the next 1024-byte boundary (swizzle atoms).
-            Staging::Wgmma => 1024 + wgmma_candidate_smem_bytes(self.block_b()) + self.stages * self.stage_bytes(),
+            Staging::Wgmma => 1024 + wgmma_candidate_smem_bytes(WARPS_PER_BLOCK, self.block_b()) + self.stages * self.stage_bytes(),
+            // 8-byte barriers between the merge area and the ring: full and empty per ring slot, and
+            // one turn per consumer warpgroup.
+            Staging::WgmmaWs => {
+                1024 + wgmma_candidate_smem_bytes(WS_WARPS, self.block_b())
+                    + 8 * (2 * self.stages + 2)
+                    + self.stages * self.stage_bytes()
+            }
         }
     }
     /// Vocab ranges (= candidates per batch row) for `sm_count` multiprocessors running `per_sm`
@@ -243,7 +261,7 @@ pub const LOGITS_CHUNK: u32 = 4 * BASELINE_THREADS * 4;
 pub const BASELINE_SMEM_BYTES: u32 = 8 * (BASELINE_THREADS / 32);
 
 /// Every kernel entry point in the PTX module (the link step keeps exactly these).
-pub const ENTRY_POINTS: [&str; 17] = [
+pub const ENTRY_POINTS: [&str; 20] = [
     GUMBEL_LOGITS_ENTRY,
     SOFTMAX_ENTRY,
     MULTINOMIAL_ENTRY,
@@ -258,7 +276,48 @@ pub const ENTRY_POINTS: [&str; 17] = [
     FUSED_VARIANTS[8].entry,
     FUSED_VARIANTS[9].entry,
     FUSED_VARIANTS[10].entry,
+    FUSED_VARIANTS[11].entry,
+    FUSED_VARIANTS[12].entry,
+    FUSED_VARIANTS[13].entry,
     REDUCE_ENTRY,
     PHILOX_ENTRY,
     GUMBEL_ENTRY,
 ];
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+    use std::format;
+
+    /// Shared memory one block may have on compute capability 9.0 (227 KiB).
+    const SM90_MAX_SMEM: u32 = 227 * 1024;
+
+    #[test]
+    fn every_variant_fits_and_is_named_once() {
+        for (i, v) in FUSED_VARIANTS.iter().enumerate() {
+            assert!(v.smem_bytes() <= SM90_MAX_SMEM, "{}: {} bytes of shared memory", v.entry, v.smem_bytes());
+            assert!(FUSED_VARIANTS[..i].iter().all(|w| w.entry != v.entry), "{} listed twice", v.entry);
+            assert!(ENTRY_POINTS.contains(&v.entry), "{} not in ENTRY_POINTS", v.entry);
+            // The module split (link step, host loader) goes by the name.
+            assert_eq!(v.needs_sm90a(), v.entry.contains("wgmma"), "{}", v.entry);
+            assert_eq!(v.staging == Staging::WgmmaWs, v.entry.contains("_ws_"), "{}", v.entry);
+            if v.needs_sm90a() {
+                // wgmma slabs are whole 1024-byte swizzle atoms; N is a wgmma width with a shape.
+                assert_eq!(v.stage_bytes() % 1024, 0, "{}", v.entry);
+                assert!(matches!(v.block_b(), 16 | 32 | 64 | 128), "{}", v.entry);
+                assert!(v.entry.ends_with(&format!("_n{}", v.block_b())), "{}", v.entry);
+            }
+        }
+        assert_eq!(FUSED_VARIANTS.iter().filter(|v| v.staging == Staging::WgmmaWs).count(), 3);
+        assert!(FUSED_VARIANTS.iter().filter(|v| v.staging == Staging::WgmmaWs).all(|v| v.threads() == 384));
+    }
+
+    #[test]
+    fn the_batch_size_choice_respects_the_modules() {
+        for b in [1, 2, 8, 9, 16, 17, 32, 33, 64, 65, 128, 256, 1000] {
+            assert!(!FUSED_VARIANTS[variant_for_batch(b, false)].needs_sm90a(), "B = {b} without sm_90a");
+            let _ = FUSED_VARIANTS[variant_for_batch(b, true)];
+        }
+    }
+}

@@ -160,14 +160,16 @@ pub(super) unsafe fn reduce_if_last(
 /// have landed (an `S`-deep ring, one commit group per stage).
 #[inline(always)]
 pub(super) fn wait_oldest_stage<const S: u32>() {
-    const { assert!(S >= 3 && S <= 8, "pipeline depth 3..=8") };
+    const { assert!(S >= 3 && S <= 10, "pipeline depth 3..=10") };
     match S {
         3 => cp_async_wait_group::<1>(),
         4 => cp_async_wait_group::<2>(),
         5 => cp_async_wait_group::<3>(),
         6 => cp_async_wait_group::<4>(),
         7 => cp_async_wait_group::<5>(),
-        _ => cp_async_wait_group::<6>(),
+        8 => cp_async_wait_group::<6>(),
+        9 => cp_async_wait_group::<7>(),
+        _ => cp_async_wait_group::<8>(),
     }
 }
 
@@ -422,16 +424,19 @@ pub(super) unsafe fn write_candidates<const NB: usize, const C: usize>(
 ) {
     let warp_rows = 8 * NB as u32;
     let smem = mov_u32_dynamic_smem();
-    for i in 0..2 * NB as u32 {
-        let col = 8 * (i / 2) + 2 * pos.quad + i % 2;
-        // SAFETY: all lanes reach this point (no early exit above).
-        let cand = unsafe { merge_butterfly(cands[i as usize], [4, 8, 16]) };
-        if pos.group == 0 {
-            let slot = smem + 8 * (pos.warp * warp_rows + col);
-            // SAFETY: slot < warps · 8·NB · 8 ≤ candidate_smem_bytes(warps), at the window's start.
-            unsafe { st_shared_v2_u32(slot, [cand.score.to_bits(), cand.index]) };
+    // Constant indices: `cands` stays in registers in the kernels whose epilogue indexes it so too.
+    unrolled!(I in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31] {
+        if I < 2 * NB {
+            let col = 8 * (I as u32 / 2) + 2 * pos.quad + I as u32 % 2;
+            // SAFETY: all lanes reach this point (no early exit above).
+            let cand = unsafe { merge_butterfly(cands[I], [4, 8, 16]) };
+            if pos.group == 0 {
+                let slot = smem + 8 * (pos.warp * warp_rows + col);
+                // SAFETY: slot < warps · 8·NB · 8, inside the candidate area at the window's start.
+                unsafe { st_shared_v2_u32(slot, [cand.score.to_bits(), cand.index]) };
+            }
         }
-    }
+    });
     // SAFETY: every thread of the block reaches the barrier.
     unsafe { _syncthreads() };
     // Thread t takes batch rows t, t + 32·warps, … of the block's warps_b · 8NB rows: warp slot

@@ -39,12 +39,13 @@ use core::arch::nvptx::{_block_idx_x, _syncthreads, _thread_idx_x};
 use super::fused::{LanePosition, reduce_if_last, tile_range, wait_oldest_stage, write_candidates};
 use super::ptx::{
     cp_async_cg_shared_global_16, cp_async_commit_group, fence_proxy_async_shared_cta, mov_u32_dynamic_smem,
-    wgmma_commit_group_sync_aligned, wgmma_fence_sync_aligned, wgmma_mma_async_sync_aligned_m64n32k16_f32_bf16_bf16,
+    wgmma_commit_group_sync_aligned, wgmma_fence_sync_aligned, wgmma_mma_async_sync_aligned_m64n16k16_f32_bf16_bf16,
+    wgmma_mma_async_sync_aligned_m64n32k16_f32_bf16_bf16,
     wgmma_mma_async_sync_aligned_m64n64k16_f32_bf16_bf16, wgmma_mma_async_sync_aligned_m64n128k16_f32_bf16_bf16,
     wgmma_wait_group_sync_aligned,
 };
 use crate::candidate::Candidate;
-use crate::config::{BLOCK_V, STAGE_K, STAGE_ROW_BYTES, wgmma_candidate_smem_bytes};
+use crate::config::{BLOCK_V, STAGE_K, STAGE_ROW_BYTES, WARPS_PER_BLOCK, wgmma_candidate_smem_bytes};
 use crate::epilogue::update_aligned;
 use crate::noise::RowNoise;
 use crate::params::FusedParams;
@@ -86,6 +87,7 @@ macro_rules! wgmma_shape {
         }
     };
 }
+wgmma_shape!(N16, 16, wgmma_mma_async_sync_aligned_m64n16k16_f32_bf16_bf16);
 wgmma_shape!(N32, 32, wgmma_mma_async_sync_aligned_m64n32k16_f32_bf16_bf16);
 wgmma_shape!(N64, 64, wgmma_mma_async_sync_aligned_m64n64k16_f32_bf16_bf16);
 wgmma_shape!(N128, 128, wgmma_mma_async_sync_aligned_m64n128k16_f32_bf16_bf16);
@@ -101,7 +103,7 @@ fn smem_descriptor(addr: u32) -> u64 {
 
 /// The ring: `S` slabs of `(128 + N) × 128` bytes from a 1024-byte aligned `base`.
 #[derive(Clone, Copy)]
-struct Ring {
+pub(super) struct Ring {
     base: u32,
     slab_bytes: u32,
     /// Hidden rows per slab (`N`).
@@ -109,6 +111,17 @@ struct Ring {
 }
 
 impl Ring {
+    /// The ring of `N = n` hidden rows per slab at the first 1024-byte boundary from `start`.
+    #[inline(always)]
+    pub(super) fn new(start: u32, n: u32) -> Self {
+        Ring { base: start.next_multiple_of(1024), slab_bytes: (BLOCK_V + n) * STAGE_ROW_BYTES, n }
+    }
+    /// Shared address of slab `slot`.
+    #[inline(always)]
+    pub(super) fn slab(self, slot: u32) -> u32 {
+        self.base + slot * self.slab_bytes
+    }
+
     /// Shared address of piece `c` of slab row `r` (weight rows 0..128, then hidden rows).
     #[inline(always)]
     fn piece(self, slot: u32, r: u32, c: u32) -> u32 {
@@ -129,7 +142,7 @@ const fn vocab_of_slab_row(s: u32) -> u32 {
 /// # Safety
 /// Launch contract; every MMA reading `slot` has completed (behind a block barrier).
 #[inline(always)]
-unsafe fn issue_stage(p: &FusedParams, ring: Ring, slot: u32, tile: u32, k0: u32, end: u32, tid: u32, b_first: u32) {
+pub(super) unsafe fn issue_stage(p: &FusedParams, ring: Ring, slot: u32, tile: u32, k0: u32, end: u32, tid: u32, b_first: u32) {
     if tile < end {
         let piece = tid % 8;
         let k = k0 + 8 * piece;
@@ -174,11 +187,7 @@ pub unsafe fn fused_sample_wgmma<T: WgmmaShape, const S: u32>(p: FusedParams) {
     let pos = LanePosition { warp, group: lane / 4, quad: lane % 4, vrange: blk / n_btiles, b0: b_first };
     let (first, end) = tile_range(p.v.div_ceil(BLOCK_V), p.n_vranges, pos.vrange);
     let smem = mov_u32_dynamic_smem();
-    let ring = Ring {
-        base: (smem + wgmma_candidate_smem_bytes(n)).next_multiple_of(1024),
-        slab_bytes: (BLOCK_V + n) * STAGE_ROW_BYTES,
-        n,
-    };
+    let ring = Ring::new(smem + wgmma_candidate_smem_bytes(WARPS_PER_BLOCK, n), n);
     let n_k = p.d.div_ceil(STAGE_K);
     // Issue position (tile, k step, slot), running ahead of the consumer by S − 1 stages.
     let (mut it, mut ik, mut islot) = (first, 0u32, 0u32);
@@ -198,18 +207,11 @@ pub unsafe fn fused_sample_wgmma<T: WgmmaShape, const S: u32>(p: FusedParams) {
             fence_proxy_async_shared_cta();
             // SAFETY: block-uniform loop bounds.
             unsafe { _syncthreads() };
-            let slab = ring.base + slot * ring.slab_bytes;
             // SAFETY: the whole block (one warpgroup) runs this converged; the slab holds the landed,
             // fenced stage in the layout the descriptors describe.
             unsafe {
                 wgmma_fence_sync_aligned();
-                for kk in 0..STAGE_K / 16 {
-                    let b_desc = smem_descriptor(slab + STAGE_ROW_BYTES * BLOCK_V + 32 * kk);
-                    for (h, a) in acc.iter_mut().enumerate() {
-                        let a_desc = smem_descriptor(slab + STAGE_ROW_BYTES * 64 * h as u32 + 32 * kk);
-                        T::mma(a, a_desc, b_desc);
-                    }
-                }
+                mma_stage::<T>(ring.slab(slot), &mut acc);
                 wgmma_commit_group_sync_aligned();
                 // The previous stage's group is done; this one may still run.
                 wgmma_wait_group_sync_aligned::<1>();
@@ -227,12 +229,48 @@ pub unsafe fn fused_sample_wgmma<T: WgmmaShape, const S: u32>(p: FusedParams) {
     }
     // SAFETY: every thread of the block reaches the block merge and the final reduction.
     unsafe {
-        match n {
-            32 => write_candidates::<4, 32>(&p, pos, 4, 1, &cands),
-            64 => write_candidates::<8, 32>(&p, pos, 4, 1, &cands),
-            _ => write_candidates::<16, 32>(&p, pos, 4, 1, &cands),
+        write_wgmma_candidates::<T>(&p, pos, WARPS_PER_BLOCK, &cands);
+        reduce_if_last(&p, tid, WARPS_PER_BLOCK, blk % n_btiles, b_first, n);
+    }
+}
+
+/// The 8 `wgmma` of one stage (4 k16 steps × the two 64-row halves of the weight slab) on the slab
+/// at `slab`, into `acc`; the caller fences before and commits after.
+///
+/// # Safety
+/// The whole warpgroup runs this converged, after `wgmma.fence`; the slab holds a landed stage, made
+/// visible to the async proxy, in the layout the descriptors describe.
+#[inline(always)]
+pub(super) unsafe fn mma_stage<T: WgmmaShape>(slab: u32, acc: &mut [T::Acc; 2]) {
+    for kk in 0..STAGE_K / 16 {
+        let b_desc = smem_descriptor(slab + STAGE_ROW_BYTES * BLOCK_V + 32 * kk);
+        for (h, a) in acc.iter_mut().enumerate() {
+            let a_desc = smem_descriptor(slab + STAGE_ROW_BYTES * 64 * h as u32 + 32 * kk);
+            // SAFETY: forwarded contract.
+            unsafe { T::mma(a, a_desc, b_desc) };
         }
-        reduce_if_last(&p, tid, 4, blk % n_btiles, b_first, n);
+    }
+}
+
+/// [`write_candidates`] for a `wgmma` block of `warps` warps, each lane holding `N / 4` columns.
+///
+/// # Safety
+/// As [`write_candidates`]; the candidate area holds `wgmma_candidate_smem_bytes(warps, N)` bytes.
+#[inline(always)]
+pub(super) unsafe fn write_wgmma_candidates<T: WgmmaShape>(
+    p: &FusedParams,
+    pos: LanePosition,
+    warps: u32,
+    cands: &[Candidate; 32],
+) {
+    // SAFETY: forwarded contract.
+    unsafe {
+        match T::N {
+            16 => write_candidates::<2, 32>(p, pos, warps, 1, cands),
+            32 => write_candidates::<4, 32>(p, pos, warps, 1, cands),
+            64 => write_candidates::<8, 32>(p, pos, warps, 1, cands),
+            _ => write_candidates::<16, 32>(p, pos, warps, 1, cands),
+        }
     }
 }
 
@@ -247,18 +285,11 @@ fn advance(tile: &mut u32, k: &mut u32, slot: &mut u32, n_k: u32, s: u32) {
     *slot = if *slot + 1 == s { 0 } else { *slot + 1 };
 }
 
-/// Expands `$body` once per listed index, with `$i` a constant: the accumulators are then read with
-/// compile-time indices only and stay in registers.
-macro_rules! unrolled {
-    ($i:ident in [$($n:literal),*] $body:block) => {
-        $( { const $i: usize = $n; $body } )*
-    };
-}
 
 /// Transform + noise + argmax of one tile: the lane's four vocab rows from `v0`, for each of its
 /// `N / 4` batch columns (column `8j + 2q + c` for index `i = 2j + c`).
 #[inline(always)]
-fn epilogue<T: WgmmaShape>(
+pub(super) fn epilogue<T: WgmmaShape>(
     p: &FusedParams,
     pos: LanePosition,
     v0: u32,

@@ -1,10 +1,19 @@
 //! Device code (nvptx64 only): thin kernel entry points over the mainloop, epilogue and reduction.
 
+/// Expands `$body` once per listed index, with `$i` a constant: arrays indexed by it (accumulators,
+/// candidates) are then read with compile-time indices only and stay in registers.
+macro_rules! unrolled {
+    ($i:ident in [$($n:literal),*] $body:block) => {
+        $( { const $i: usize = $n; $body } )*
+    };
+}
+
 mod baselines;
 mod block;
 mod fused;
 mod fused_block;
 mod fused_wgmma;
+mod fused_ws;
 mod ptx;
 mod reduce;
 mod warp;
@@ -83,6 +92,31 @@ macro_rules! fused_wgmma_entry {
 fused_wgmma_entry!(fused_sample_wgmma_n32, 8, fused_wgmma::N32);
 fused_wgmma_entry!(fused_sample_wgmma_n64, 9, fused_wgmma::N64);
 fused_wgmma_entry!(fused_sample_wgmma_n128, 10, fused_wgmma::N128);
+
+/// Fused matmul + sampling on `wgmma`, warp-specialized (sm_90a module only): the kernel of
+/// [`FUSED_VARIANTS`]`[$i]`.
+macro_rules! fused_ws_entry {
+    ($name:ident, $i:literal, $shape:ty) => {
+        #[doc = concat!("Fused matmul + sampling on `wgmma`, warp-specialized (`FUSED_VARIANTS[", stringify!($i), "]`, sm_90a).")]
+        ///
+        /// # Safety
+        /// See [`fused_ws::fused_sample_ws`].
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $name(p: FusedParams) {
+            const V: FusedVariant = FUSED_VARIANTS[$i];
+            const {
+                assert!(matches!(V.staging, Staging::WgmmaWs));
+                assert!(V.threads() == fused_ws::THREADS);
+                assert!(V.block_b() == <$shape as fused_wgmma::WgmmaShape>::N);
+            };
+            // SAFETY: forwarded launch contract.
+            unsafe { fused_ws::fused_sample_ws::<$shape, { V.stages }>(p) }
+        }
+    };
+}
+fused_ws_entry!(fused_sample_wgmma_ws_n16, 11, fused_wgmma::N16);
+fused_ws_entry!(fused_sample_wgmma_ws_n32, 12, fused_wgmma::N32);
+fused_ws_entry!(fused_sample_wgmma_ws_n64, 13, fused_wgmma::N64);
 
 /// Candidate reduction.
 ///

@@ -264,6 +264,29 @@ pub fn fence_proxy_async_shared_cta() {
     unsafe { asm!("fence.proxy.async.shared::cta;", options(nostack)) };
 }
 
+/// `wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16`: the warpgroup's `d += a · b` for a 64 × 16
+/// A tile and a 16 × 16 B tile, both read from shared memory through matrix descriptors (K-major,
+/// no transpose), f32 accumulators in registers (8 per thread); scale-d 1 (accumulate).
+///
+/// # Safety
+/// All 128 threads of a warpgroup (4 consecutive warps, the first one's index divisible by 4) execute
+/// it together; the descriptors address shared memory holding the operands in the layout they
+/// describe, made visible to the async proxy (`fence.proxy.async.shared::cta` before the barrier the
+/// readers wait on). The accumulators may be read only after `wgmma.commit_group` and
+/// `wgmma.wait_group`.
+#[inline(always)]
+pub unsafe fn wgmma_mma_async_sync_aligned_m64n16k16_f32_bf16_bf16(d: &mut [f32; 8], desc_a: u64, desc_b: u64) {
+    // SAFETY: the caller guarantees the warpgroup-wide execution and the operands.
+    unsafe {
+        asm!(
+            "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}}}, {8}, {9}, 1, 1, 1, 0, 0;",
+            inout(reg32) d[0], inout(reg32) d[1], inout(reg32) d[2], inout(reg32) d[3], inout(reg32) d[4], inout(reg32) d[5], inout(reg32) d[6], inout(reg32) d[7],
+            in(reg64) desc_a, in(reg64) desc_b,
+            options(nostack),
+        );
+    }
+}
+
 /// `wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16`: the warpgroup's `d += a · b` for a 64 × 16
 /// A tile and a 16 × 32 B tile, both read from shared memory through matrix descriptors (K-major,
 /// no transpose), f32 accumulators in registers (16 per thread); scale-d 1 (accumulate).
@@ -339,4 +362,63 @@ pub unsafe fn wgmma_mma_async_sync_aligned_m64n128k16_f32_bf16_bf16(d: &mut [f32
             options(nostack),
         );
     }
+}
+
+/// `mbarrier.init.shared::cta.b64 [addr], count;`: a fresh barrier in phase 0 that completes a phase
+/// after `count` arrivals.
+///
+/// # Safety
+/// `addr` is an 8-byte aligned shared-memory address no thread uses as a barrier yet; the other
+/// threads use the barrier only after a block barrier (`fence.mbarrier_init` before it).
+#[inline(always)]
+pub unsafe fn mbarrier_init_shared_cta_b64(addr: u32, count: u32) {
+    // SAFETY: the caller guarantees the address.
+    unsafe { asm!("mbarrier.init.shared::cta.b64 [{0}], {1};", in(reg32) addr, in(reg32) count, options(nostack)) };
+}
+
+/// `fence.mbarrier_init.release.cluster;`: this thread's `mbarrier.init`s are visible before its
+/// later memory operations (the block barrier that publishes them).
+#[inline(always)]
+pub fn fence_mbarrier_init_release_cluster() {
+    // SAFETY: a memory fence; no operands.
+    unsafe { asm!("fence.mbarrier_init.release.cluster;", options(nostack)) };
+}
+
+/// `mbarrier.arrive.shared::cta.b64 state, [addr];`: one arrival (release semantics, CTA scope): this
+/// thread's earlier memory accesses happen before the phase completes for the waiting threads. The
+/// returned phase state is not needed (waits use the phase parity).
+///
+/// # Safety
+/// `addr` is an initialized barrier in shared memory, and the phase being arrived on expects this
+/// arrival (no phase gets more arrivals than its count).
+#[inline(always)]
+pub unsafe fn mbarrier_arrive_shared_cta_b64(addr: u32) {
+    // SAFETY: the caller guarantees the barrier.
+    unsafe {
+        asm!(
+            "mbarrier.arrive.shared::cta.b64 {0}, [{1}];",
+            out(reg64) _, in(reg32) addr,
+            options(nostack),
+        );
+    }
+}
+
+/// `mbarrier.try_wait.parity.shared::cta.b64 p, [addr], parity;` (acquire, CTA scope): whether the
+/// barrier's phase of parity `parity` has completed (it may suspend the thread for a while first).
+/// The predicate is read out with `selp`, the one extra instruction the result needs.
+///
+/// # Safety
+/// `addr` is an initialized barrier in shared memory.
+#[inline(always)]
+pub unsafe fn mbarrier_try_wait_parity_shared_cta_b64(addr: u32, parity: u32) -> bool {
+    let done: u32;
+    // SAFETY: the caller guarantees the barrier.
+    unsafe {
+        asm!(
+            "{{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [{1}], {2}; selp.u32 {0}, 1, 0, p; }}",
+            out(reg32) done, in(reg32) addr, in(reg32) parity,
+            options(nostack),
+        );
+    }
+    done != 0
 }

@@ -1,0 +1,244 @@
+//! The fused kernel on `wgmma` with **warp specialization** (sm_90a): a producer warpgroup fills the
+//! staging ring, two consumer warpgroups take turns on the block's vocab tiles, and shared-memory
+//! barriers (`mbarrier`) instead of block barriers hand each stage from one side to the other. While
+//! one consumer runs its epilogue (transform, Philox noise, argmax), the other one's MMAs keep the
+//! tensor cores busy, and no warp ever waits for the whole block inside the mainloop.
+//!
+//! # Parameters
+//! [`FusedParams`] by value; launch with `grid = n_vranges · n_btiles` blocks of [`THREADS`] (384)
+//! threads and [`FusedVariant::smem_bytes`](crate::config::FusedVariant::smem_bytes) bytes of dynamic
+//! shared memory. Only in the sm_90a module; the link step gives these entries `.maxntid 384, 1, 1`,
+//! so ptxas keeps them within the 168 registers per thread one 384-thread block per SM allows.
+//!
+//! # Thread mapping
+//! `tid = threadIdx.x`, warpgroup `wg = tid / 128`, `warp = tid / 32`, `lane = tid % 32`.
+//!
+//! - **Grid**: as in `device::fused_wgmma`: block `blk` covers batch tile `blk % n_btiles` (`N` rows)
+//!   and vocab range `blk / n_btiles` (an even share of the `ceil(V / 128)` block tiles).
+//! - **Producer** (`wg = 0`): its 128 threads copy stage after stage (tile by tile, 64 D columns
+//!   each) into an `S`-slot ring with `cp.async`, exactly as the one-warpgroup `wgmma` kernel does
+//!   (same slab layout and vocab-row permutation). Before refilling a slot it waits on the slot's
+//!   `empty` barrier. Each thread then waits until its copies of the stage `S − 2` back have landed,
+//!   fences them into the async proxy and arrives on that stage's `full` barrier (128 arrivals).
+//! - **Consumers** (`wg = 1, 2`): consumer `c = wg − 1` takes the tiles `first + c, first + c + 2, …`
+//!   of the block's range. Per stage it waits on `full`, issues the stage's 8 `wgmma` as one group,
+//!   waits until the previous stage's group is complete and releases that slot (lane 0 of each of its
+//!   4 warps arrives on `empty`, 4 arrivals). After a tile's last stage it drains its MMAs, releases
+//!   the slot, and runs the epilogue of `device::fused_wgmma` on its accumulators (warp `warp % 4`
+//!   of the warpgroup owns the same vocab rows as warp `w` there).
+//! - **Stage order**: stage `i` of the block (tile `first + i / n_k`, D step `i % n_k`) lives in slot
+//!   `i % S`, in its `(i / S)`-th fill, so the barriers' phase parity is `(i / S) % 2`. Because the
+//!   ring is filled in tile order, the consumers' mainloops alternate: one multiplies while the other
+//!   finishes its epilogue.
+//! - **Turns**: a phase-parity wait cannot tell the awaited phase from the one two phases earlier, so
+//!   a consumer waits for its next tile's stages only after the other consumer has waited for the
+//!   last stage of its own tile (`turn` barriers, one arrival each): every fill before the awaited
+//!   one is then complete.
+//! - **End**: all 12 warps merge candidates through shared memory (the producer's are empty) and the
+//!   last block of the batch tile reduces them to tokens, as in every fused variant.
+//!
+//! Each logit is computed by the same `wgmma` instructions in the same order as in the one-warpgroup
+//! kernel of the same `N`, so both draw bit-identical samples.
+
+use core::arch::nvptx::{_block_idx_x, _syncthreads, _thread_idx_x};
+
+use super::fused::{LanePosition, reduce_if_last, tile_range, wait_oldest_stage};
+use super::fused_wgmma::{Ring, WgmmaShape, epilogue, issue_stage, mma_stage, write_wgmma_candidates};
+use super::ptx::{
+    bar_warp_sync, cp_async_wait_group, fence_mbarrier_init_release_cluster, fence_proxy_async_shared_cta,
+    mbarrier_arrive_shared_cta_b64, mbarrier_init_shared_cta_b64, mbarrier_try_wait_parity_shared_cta_b64,
+    mov_u32_dynamic_smem, wgmma_commit_group_sync_aligned, wgmma_fence_sync_aligned, wgmma_wait_group_sync_aligned,
+};
+use crate::candidate::Candidate;
+use crate::config::{BLOCK_V, STAGE_K, WS_WARPS, wgmma_candidate_smem_bytes};
+use crate::params::FusedParams;
+
+/// Threads per block: one producer and two consumer warpgroups.
+pub const THREADS: u32 = 32 * WS_WARPS;
+/// Threads of the producer warpgroup (arrivals per `full` phase).
+const PRODUCER_THREADS: u32 = 128;
+/// Arrivals per `empty` phase: lane 0 of each warp of the consuming warpgroup.
+const CONSUMER_ARRIVALS: u32 = 4;
+
+/// The block's barriers, 8 bytes each from `base`: `full[slot]`, `empty[slot]`, then `turn[c]`.
+#[derive(Clone, Copy)]
+struct Barriers {
+    base: u32,
+    slots: u32,
+}
+
+impl Barriers {
+    /// Completes a phase when the other consumer has waited for the last stage of its tile: consumer
+    /// `c` may then wait for its next tile's stages (one arrival).
+    #[inline(always)]
+    fn turn(self, c: u32) -> u32 {
+        self.base + 8 * (2 * self.slots + c)
+    }
+    /// Completes a phase when a stage has landed in `slot` (the producer's 128 arrivals).
+    #[inline(always)]
+    fn full(self, slot: u32) -> u32 {
+        self.base + 8 * slot
+    }
+    /// Completes a phase when the MMAs reading `slot` are done (the consumer's 4 arrivals).
+    #[inline(always)]
+    fn empty(self, slot: u32) -> u32 {
+        self.base + 8 * (self.slots + slot)
+    }
+}
+
+/// Spins until the phase of parity `parity` of barrier `bar` has completed, then reconverges the warp.
+///
+/// # Safety
+/// `bar` is an initialized barrier; every lane of the warp calls this with the same arguments.
+#[inline(always)]
+unsafe fn wait(bar: u32, parity: u32) {
+    // SAFETY: forwarded contract.
+    while !unsafe { mbarrier_try_wait_parity_shared_cta_b64(bar, parity) } {}
+    bar_warp_sync();
+}
+
+/// The warp-specialized fused kernel body, `N = T::N` batch rows per block, an `S`-slot ring.
+///
+/// # Safety
+/// Launched as documented in the module ([`THREADS`] threads, the variant's shared memory, sm_90a),
+/// with `p` validated by the host.
+#[inline(always)]
+pub unsafe fn fused_sample_ws<T: WgmmaShape, const S: u32>(p: FusedParams) {
+    // SAFETY: special-register reads.
+    let (tid, blk) = unsafe { (_thread_idx_x(), _block_idx_x()) };
+    let (lane, warp) = (tid % 32, tid / 32);
+    let n = T::N;
+    let n_btiles = p.b.div_ceil(n).max(1);
+    let b_first = (blk % n_btiles) * n;
+    let pos = LanePosition { warp, group: lane / 4, quad: lane % 4, vrange: blk / n_btiles, b0: b_first };
+    let (first, end) = tile_range(p.v.div_ceil(BLOCK_V), p.n_vranges, pos.vrange);
+    let bars = Barriers { base: mov_u32_dynamic_smem() + wgmma_candidate_smem_bytes(WS_WARPS, n), slots: S };
+    let ring = Ring::new(bars.base + 8 * (2 * S + 2), n);
+    let n_k = p.d.div_ceil(STAGE_K);
+    if tid == 0 {
+        for slot in 0..S {
+            // SAFETY: 8-byte aligned slots of the barrier area, before any thread uses them.
+            unsafe {
+                mbarrier_init_shared_cta_b64(bars.full(slot), PRODUCER_THREADS);
+                mbarrier_init_shared_cta_b64(bars.empty(slot), CONSUMER_ARRIVALS);
+            }
+        }
+        for c in 0..2 {
+            // SAFETY: as above.
+            unsafe { mbarrier_init_shared_cta_b64(bars.turn(c), 1) };
+        }
+        fence_mbarrier_init_release_cluster();
+    }
+    // SAFETY: every thread of the block reaches it.
+    unsafe { _syncthreads() };
+    let mut cands = [Candidate::EMPTY; 32];
+    let wg = tid / 128;
+    if wg == 0 {
+        // SAFETY: the producer warpgroup; forwarded launch contract.
+        unsafe { produce::<S>(&p, ring, bars, first, end, n_k, tid, b_first) };
+    } else {
+        let c = wg - 1;
+        let v_lane = 4 * (8 * (warp % 4) + pos.group);
+        let mut tile = first + c;
+        let mut j = 0; // this consumer's tile count
+        while tile < end {
+            // A phase-parity wait is only sound while the barrier is at most one phase short of the
+            // awaited one: wait until the other consumer has seen its tile's stages land (so the
+            // fills before ours are complete). Consumer 0's first tile needs no turn.
+            if c == 1 || j > 0 {
+                // SAFETY: warpgroup-uniform; an initialized barrier.
+                unsafe { wait(bars.turn(c), (j + c + 1) % 2) };
+            }
+            let mut acc = [T::ZERO; 2];
+            let mut stage = (tile - first) * n_k;
+            let mut held = 0; // slot of the previous stage, still read by its MMAs
+            for k in 0..n_k {
+                let slot = stage % S;
+                // SAFETY: warpgroup-uniform control flow: the whole consumer runs this loop converged.
+                // The barrier orders the landed, fenced stage before the MMAs that read it.
+                unsafe {
+                    wait(bars.full(slot), (stage / S) % 2);
+                    if k + 1 == n_k && tid % 128 == 0 {
+                        mbarrier_arrive_shared_cta_b64(bars.turn(1 - c));
+                    }
+                    wgmma_fence_sync_aligned();
+                    mma_stage::<T>(ring.slab(slot), &mut acc);
+                    wgmma_commit_group_sync_aligned();
+                    // The previous stage's group is done; this one may still run.
+                    wgmma_wait_group_sync_aligned::<1>();
+                    if k > 0 && lane == 0 {
+                        mbarrier_arrive_shared_cta_b64(bars.empty(held));
+                    }
+                }
+                held = slot;
+                stage += 1;
+            }
+            // SAFETY: the whole warpgroup; the accumulators are final after this and the last slot
+            // is no longer read.
+            unsafe {
+                wgmma_wait_group_sync_aligned::<0>();
+                if lane == 0 {
+                    mbarrier_arrive_shared_cta_b64(bars.empty(held));
+                }
+            }
+            epilogue::<T>(&p, pos, tile * BLOCK_V + v_lane, &acc, &mut cands);
+            tile += 2;
+            j += 1;
+        }
+    }
+    // SAFETY: every thread of the block reaches the block merge and the final reduction.
+    unsafe {
+        write_wgmma_candidates::<T>(&p, pos, WS_WARPS, &cands);
+        reduce_if_last(&p, tid, WS_WARPS, blk % n_btiles, b_first, n);
+    }
+}
+
+/// The producer warpgroup: fills stage after stage of the block's tiles `[first, end)` and signals
+/// each one `S − 2` stages later, once this thread's copies of it have landed.
+///
+/// # Safety
+/// Called by the 128 threads of warpgroup 0 (`tid < 128`) of a kernel launched as documented.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn produce<const S: u32>(
+    p: &FusedParams,
+    ring: Ring,
+    bars: Barriers,
+    first: u32,
+    end: u32,
+    n_k: u32,
+    tid: u32,
+    b_first: u32,
+) {
+    let stages = (end - first) * n_k;
+    let lag = S - 2; // stages whose copies may still be in flight (wait_oldest_stage)
+    let (mut tile, mut k) = (first, 0);
+    for stage in 0..stages {
+        let slot = stage % S;
+        // SAFETY: barriers of this block; `issue_stage` writes only `slot`, which no MMA reads any
+        // more once its previous fill has been released.
+        unsafe {
+            if stage >= S {
+                wait(bars.empty(slot), (stage / S - 1) % 2);
+            }
+            issue_stage(p, ring, slot, tile, k * STAGE_K, end, tid, b_first);
+        }
+        k += 1;
+        if k == n_k {
+            k = 0;
+            tile += 1;
+        }
+        if stage >= lag {
+            wait_oldest_stage::<S>();
+            fence_proxy_async_shared_cta();
+            // SAFETY: one of the 128 arrivals the stage's phase expects.
+            unsafe { mbarrier_arrive_shared_cta_b64(bars.full((stage - lag) % S)) };
+        }
+    }
+    cp_async_wait_group::<0>();
+    fence_proxy_async_shared_cta();
+    for stage in stages.saturating_sub(lag)..stages {
+        // SAFETY: as above, for the stages not yet signalled.
+        unsafe { mbarrier_arrive_shared_cta_b64(bars.full(stage % S)) };
+    }
+}
