@@ -222,21 +222,27 @@ impl FusedVariant {
 
 /// The variant the host launches for batch size `b` (an index into [`FUSED_VARIANTS`]), with
 /// `sm90a` telling whether the `wgmma` variants are loaded (compute capability 9.0), chosen from the
-/// `cargo bench -- --variants` sweep on the H200 (BENCHMARKS.md): per-warp staging up to 16 rows;
-/// then `wgmma` with N = 32 up to 32 rows and N = 64 beyond (N = 128 measured slower); without
-/// sm_90a, block staging with 32-row warps (4 warps up to 32 rows, 8 up to 64, 16 beyond).
+/// `cargo bench -- --variants` sweep on the H200 (BENCHMARKS.md): per-warp staging up to 8 rows; then
+/// the warp-specialized `wgmma` kernels with N = 16, 32 and 64 up to 16, 32 and 64 rows; beyond, the
+/// one-warpgroup `wgmma` kernel with N = 64 (two blocks per SM). Without sm_90a, block staging with
+/// 32-row warps (4 warps up to 32 rows, 8 up to 64, 16 beyond).
 #[inline]
 pub const fn variant_for_batch(b: u32, sm90a: bool) -> usize {
-    if b <= 16 {
-        0
-    } else if sm90a {
-        if b <= 32 { 8 } else { 9 }
-    } else if b <= 32 {
-        5
-    } else if b <= 64 {
-        6
+    if sm90a {
+        match b {
+            0..=8 => 0,
+            9..=16 => 11,
+            17..=32 => 12,
+            33..=64 => 13,
+            _ => 9,
+        }
     } else {
-        7
+        match b {
+            0..=16 => 0,
+            17..=32 => 5,
+            33..=64 => 6,
+            _ => 7,
+        }
     }
 }
 
