@@ -105,9 +105,8 @@ pub enum Staging {
     /// from the ring; `NB = N / 8` only sets the batch width `N`. In the sm_90a module only.
     Wgmma,
     /// As `Wgmma`, warp-specialized: a producer warpgroup fills the ring, two consumer warpgroups
-    /// take turns on the tiles (`warps_b = 1`) or split the batch tile (`warps_b = 2`), and
-    /// `mbarrier`s hand each stage over ([`WS_WARPS`] warps; see `device::fused_ws`). In the sm_90a
-    /// module only.
+    /// take turns on the tiles, and `mbarrier`s hand each stage over ([`WS_WARPS`] warps; see
+    /// `device::fused_ws`). In the sm_90a module only.
     WgmmaWs,
 }
 
@@ -121,9 +120,7 @@ pub struct FusedVariant {
     pub entry: &'static str,
     /// `NB`: 8-row MMA N tiles per warp (a warp covers `8·NB` batch rows).
     pub n_tiles: u32,
-    /// Warps splitting the batch (each `8·NB` rows); the others split the vocab. For
-    /// [`Staging::WgmmaWs`]: 1 = the consumer warpgroups take turns on the tiles, 2 = they split the
-    /// batch tile (`N` rows each) and share every stage's weight slab.
+    /// Warps splitting the batch (each `8·NB` rows); the others split the vocab.
     pub warps_b: u32,
     /// Operand staging.
     pub staging: Staging,
@@ -133,7 +130,7 @@ pub struct FusedVariant {
 
 /// Every fused-kernel variant in the PTX module. `NB = 8` per warp would need more than 255
 /// registers with this mainloop, so wide batches use more warps instead.
-pub const FUSED_VARIANTS: [FusedVariant; 17] = [
+pub const FUSED_VARIANTS: [FusedVariant; 14] = [
     FusedVariant { entry: "fused_sample_warp_nb1", n_tiles: 1, warps_b: 1, staging: Staging::PerWarp, stages: 4 },
     FusedVariant { entry: "fused_sample_block_nb1", n_tiles: 1, warps_b: 1, staging: Staging::Block, stages: 4 },
     FusedVariant { entry: "fused_sample_block_nb2", n_tiles: 2, warps_b: 1, staging: Staging::Block, stages: 4 },
@@ -148,9 +145,6 @@ pub const FUSED_VARIANTS: [FusedVariant; 17] = [
     FusedVariant { entry: "fused_sample_wgmma_ws_n16", n_tiles: 2, warps_b: 1, staging: Staging::WgmmaWs, stages: 10 },
     FusedVariant { entry: "fused_sample_wgmma_ws_n32", n_tiles: 4, warps_b: 1, staging: Staging::WgmmaWs, stages: 10 },
     FusedVariant { entry: "fused_sample_wgmma_ws_n64", n_tiles: 8, warps_b: 1, staging: Staging::WgmmaWs, stages: 8 },
-    FusedVariant { entry: "fused_sample_wgmma_ws_n16x2", n_tiles: 2, warps_b: 2, staging: Staging::WgmmaWs, stages: 10 },
-    FusedVariant { entry: "fused_sample_wgmma_ws_n32x2", n_tiles: 4, warps_b: 2, staging: Staging::WgmmaWs, stages: 8 },
-    FusedVariant { entry: "fused_sample_wgmma_ws_n64x2", n_tiles: 8, warps_b: 2, staging: Staging::WgmmaWs, stages: 6 },
 ];
 
 impl FusedVariant {
@@ -273,7 +267,7 @@ pub const LOGITS_CHUNK: u32 = 4 * BASELINE_THREADS * 4;
 pub const BASELINE_SMEM_BYTES: u32 = 8 * (BASELINE_THREADS / 32);
 
 /// Every kernel entry point in the PTX module (the link step keeps exactly these).
-pub const ENTRY_POINTS: [&str; 23] = [
+pub const ENTRY_POINTS: [&str; 20] = [
     GUMBEL_LOGITS_ENTRY,
     SOFTMAX_ENTRY,
     MULTINOMIAL_ENTRY,
@@ -291,9 +285,6 @@ pub const ENTRY_POINTS: [&str; 23] = [
     FUSED_VARIANTS[11].entry,
     FUSED_VARIANTS[12].entry,
     FUSED_VARIANTS[13].entry,
-    FUSED_VARIANTS[14].entry,
-    FUSED_VARIANTS[15].entry,
-    FUSED_VARIANTS[16].entry,
     REDUCE_ENTRY,
     PHILOX_ENTRY,
     GUMBEL_ENTRY,
@@ -321,12 +312,10 @@ mod tests {
                 // wgmma slabs are whole 1024-byte swizzle atoms; N is a wgmma width with a shape.
                 assert_eq!(v.stage_bytes() % 1024, 0, "{}", v.entry);
                 assert!(matches!(v.block_b(), 16 | 32 | 64 | 128), "{}", v.entry);
-                let split = if v.warps_b > 1 { format!("x{}", v.warps_b) } else { std::string::String::new() };
-                assert!(v.entry.ends_with(&format!("_n{}{split}", 8 * v.n_tiles)), "{}", v.entry);
-                assert!(v.warps_b == 1 || v.staging == Staging::WgmmaWs, "{}", v.entry);
+                assert!(v.entry.ends_with(&format!("_n{}", v.block_b())), "{}", v.entry);
             }
         }
-        assert_eq!(FUSED_VARIANTS.iter().filter(|v| v.staging == Staging::WgmmaWs).count(), 6);
+        assert_eq!(FUSED_VARIANTS.iter().filter(|v| v.staging == Staging::WgmmaWs).count(), 3);
         assert!(FUSED_VARIANTS.iter().filter(|v| v.staging == Staging::WgmmaWs).all(|v| v.threads() == 384));
     }
 

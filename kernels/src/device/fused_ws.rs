@@ -103,41 +103,24 @@ unsafe fn wait(bar: u32, parity: u32) {
 /// Launched as documented in the module ([`THREADS`] threads, the variant's shared memory, sm_90a),
 /// with `p` validated by the host.
 #[inline(always)]
-pub unsafe fn fused_sample_ws<T: WgmmaShape, const S: u32, const SPLIT: u32>(p: FusedParams) {
-    const { assert!(SPLIT == 1 || SPLIT == 2) };
+pub unsafe fn fused_sample_ws<T: WgmmaShape, const S: u32>(p: FusedParams) {
     // SAFETY: special-register reads.
     let (tid, blk) = unsafe { (_thread_idx_x(), _block_idx_x()) };
     let (lane, warp) = (tid % 32, tid / 32);
     let n = T::N;
-    let block_b = SPLIT * n;
-    let n_btiles = p.b.div_ceil(block_b).max(1);
-    let b_first = (blk % n_btiles) * block_b;
-    let wg = tid / 128;
-    // The batch slot (N rows) of this thread's candidates: the consumer's with SPLIT = 2; the
-    // producer's warps (empty candidates) spread over both. `merge_warp` orders the 12 warps so that
-    // warp % SPLIT is the slot, as `write_candidates` expects.
-    let (slot_b, merge_warp) = match (SPLIT, wg) {
-        (1, _) => (0, warp),
-        (_, 0) => (warp % 2, 8 + warp),
-        _ => (wg - 1, 2 * (warp % 4) + wg - 1),
-    };
-    let pos = LanePosition {
-        warp: merge_warp,
-        group: lane / 4,
-        quad: lane % 4,
-        vrange: blk / n_btiles,
-        b0: b_first + slot_b * n,
-    };
+    let n_btiles = p.b.div_ceil(n).max(1);
+    let b_first = (blk % n_btiles) * n;
+    let pos = LanePosition { warp, group: lane / 4, quad: lane % 4, vrange: blk / n_btiles, b0: b_first };
     let (first, end) = tile_range(p.v.div_ceil(BLOCK_V), p.n_vranges, pos.vrange);
     let bars = Barriers { base: mov_u32_dynamic_smem() + wgmma_candidate_smem_bytes(WS_WARPS, n), slots: S };
-    let ring = Ring::new(bars.base + 8 * (2 * S + 2), block_b);
+    let ring = Ring::new(bars.base + 8 * (2 * S + 2), n);
     let n_k = p.d.div_ceil(STAGE_K);
     if tid == 0 {
         for slot in 0..S {
             // SAFETY: 8-byte aligned slots of the barrier area, before any thread uses them.
             unsafe {
                 mbarrier_init_shared_cta_b64(bars.full(slot), PRODUCER_THREADS);
-                mbarrier_init_shared_cta_b64(bars.empty(slot), SPLIT * CONSUMER_ARRIVALS);
+                mbarrier_init_shared_cta_b64(bars.empty(slot), CONSUMER_ARRIVALS);
             }
         }
         for c in 0..2 {
@@ -149,21 +132,20 @@ pub unsafe fn fused_sample_ws<T: WgmmaShape, const S: u32, const SPLIT: u32>(p: 
     // SAFETY: every thread of the block reaches it.
     unsafe { _syncthreads() };
     let mut cands = [Candidate::EMPTY; 32];
+    let wg = tid / 128;
     if wg == 0 {
         // SAFETY: the producer warpgroup; forwarded launch contract.
         unsafe { produce::<S>(&p, ring, bars, first, end, n_k, tid, b_first) };
     } else {
         let c = wg - 1;
         let v_lane = 4 * (8 * (warp % 4) + pos.group);
-        // SPLIT = 1: every other tile; SPLIT = 2: every tile, batch slot c.
-        let (mut tile, step) = if SPLIT == 1 { (first + c, 2) } else { (first, 1) };
+        let mut tile = first + c;
         let mut j = 0; // this consumer's tile count
         while tile < end {
             // A phase-parity wait is only sound while the barrier is at most one phase short of the
             // awaited one: wait until the other consumer has seen its tile's stages land (so the
-            // fills before ours are complete). Consumer 0's first tile needs no turn. With SPLIT = 2
-            // each consumer waits for every stage in order, which keeps it so by itself.
-            if SPLIT == 1 && (c == 1 || j > 0) {
+            // fills before ours are complete). Consumer 0's first tile needs no turn.
+            if c == 1 || j > 0 {
                 // SAFETY: warpgroup-uniform; an initialized barrier.
                 unsafe { wait(bars.turn(c), (j + c + 1) % 2) };
             }
@@ -176,11 +158,11 @@ pub unsafe fn fused_sample_ws<T: WgmmaShape, const S: u32, const SPLIT: u32>(p: 
                 // The barrier orders the landed, fenced stage before the MMAs that read it.
                 unsafe {
                     wait(bars.full(slot), (stage / S) % 2);
-                    if SPLIT == 1 && k + 1 == n_k && tid % 128 == 0 {
+                    if k + 1 == n_k && tid % 128 == 0 {
                         mbarrier_arrive_shared_cta_b64(bars.turn(1 - c));
                     }
                     wgmma_fence_sync_aligned();
-                    mma_stage::<T>(ring.slab(slot), slot_b * n, &mut acc);
+                    mma_stage::<T>(ring.slab(slot), &mut acc);
                     wgmma_commit_group_sync_aligned();
                     // The previous stage's group is done; this one may still run.
                     wgmma_wait_group_sync_aligned::<1>();
@@ -200,14 +182,14 @@ pub unsafe fn fused_sample_ws<T: WgmmaShape, const S: u32, const SPLIT: u32>(p: 
                 }
             }
             epilogue::<T>(&p, pos, tile * BLOCK_V + v_lane, &acc, &mut cands);
-            tile += step;
+            tile += 2;
             j += 1;
         }
     }
     // SAFETY: every thread of the block reaches the block merge and the final reduction.
     unsafe {
-        write_wgmma_candidates::<T>(&p, pos, WS_WARPS, SPLIT, &cands);
-        reduce_if_last(&p, tid, WS_WARPS, blk % n_btiles, b_first, block_b);
+        write_wgmma_candidates::<T>(&p, pos, WS_WARPS, &cands);
+        reduce_if_last(&p, tid, WS_WARPS, blk % n_btiles, b_first, n);
     }
 }
 

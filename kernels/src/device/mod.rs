@@ -107,19 +107,16 @@ macro_rules! fused_ws_entry {
             const {
                 assert!(matches!(V.staging, Staging::WgmmaWs));
                 assert!(V.threads() == fused_ws::THREADS);
-                assert!(8 * V.n_tiles == <$shape as fused_wgmma::WgmmaShape>::N);
+                assert!(V.block_b() == <$shape as fused_wgmma::WgmmaShape>::N);
             };
             // SAFETY: forwarded launch contract.
-            unsafe { fused_ws::fused_sample_ws::<$shape, { V.stages }, { V.warps_b }>(p) }
+            unsafe { fused_ws::fused_sample_ws::<$shape, { V.stages }>(p) }
         }
     };
 }
 fused_ws_entry!(fused_sample_wgmma_ws_n16, 11, fused_wgmma::N16);
 fused_ws_entry!(fused_sample_wgmma_ws_n32, 12, fused_wgmma::N32);
 fused_ws_entry!(fused_sample_wgmma_ws_n64, 13, fused_wgmma::N64);
-fused_ws_entry!(fused_sample_wgmma_ws_n16x2, 14, fused_wgmma::N16);
-fused_ws_entry!(fused_sample_wgmma_ws_n32x2, 15, fused_wgmma::N32);
-fused_ws_entry!(fused_sample_wgmma_ws_n64x2, 16, fused_wgmma::N64);
 
 /// Candidate reduction.
 ///
