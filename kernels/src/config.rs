@@ -118,10 +118,6 @@ pub const WS_WARPS: u32 = 12;
 pub struct FusedVariant {
     /// PTX entry point.
     pub entry: &'static str,
-    /// Vocab rows of the unit a vocab range is made of: a warp tile (per-warp staging, 32), a block
-    /// tile (block staging and one-warpgroup `wgmma`, [`BLOCK_V`]), or a consumer's tile of `64·H`
-    /// rows (warp-specialized `wgmma`: `H` A operands of 64 rows, 128 or 256).
-    pub block_v: u32,
     /// `NB`: 8-row MMA N tiles per warp (a warp covers `8·NB` batch rows).
     pub n_tiles: u32,
     /// Warps splitting the batch (each `8·NB` rows); the others split the vocab.
@@ -134,23 +130,21 @@ pub struct FusedVariant {
 
 /// Every fused-kernel variant in the PTX module. `NB = 8` per warp would need more than 255
 /// registers with this mainloop, so wide batches use more warps instead.
-pub const FUSED_VARIANTS: [FusedVariant; 16] = [
-    FusedVariant { entry: "fused_sample_warp_nb1", block_v: 32, n_tiles: 1, warps_b: 1, staging: Staging::PerWarp, stages: 4 },
-    FusedVariant { entry: "fused_sample_block_nb1", block_v: 128, n_tiles: 1, warps_b: 1, staging: Staging::Block, stages: 4 },
-    FusedVariant { entry: "fused_sample_block_nb2", block_v: 128, n_tiles: 2, warps_b: 1, staging: Staging::Block, stages: 4 },
-    FusedVariant { entry: "fused_sample_block_nb2_s3", block_v: 128, n_tiles: 2, warps_b: 1, staging: Staging::Block, stages: 3 },
-    FusedVariant { entry: "fused_sample_block_nb4", block_v: 128, n_tiles: 4, warps_b: 1, staging: Staging::Block, stages: 5 },
-    FusedVariant { entry: "fused_sample_block_nb4_s3", block_v: 128, n_tiles: 4, warps_b: 1, staging: Staging::Block, stages: 3 },
-    FusedVariant { entry: "fused_sample_block_nb4x2", block_v: 128, n_tiles: 4, warps_b: 2, staging: Staging::Block, stages: 4 },
-    FusedVariant { entry: "fused_sample_block_nb4x4", block_v: 128, n_tiles: 4, warps_b: 4, staging: Staging::Block, stages: 6 },
-    FusedVariant { entry: "fused_sample_wgmma_n32", block_v: 128, n_tiles: 4, warps_b: 1, staging: Staging::Wgmma, stages: 4 },
-    FusedVariant { entry: "fused_sample_wgmma_n64", block_v: 128, n_tiles: 8, warps_b: 1, staging: Staging::Wgmma, stages: 4 },
-    FusedVariant { entry: "fused_sample_wgmma_n128", block_v: 128, n_tiles: 16, warps_b: 1, staging: Staging::Wgmma, stages: 3 },
-    FusedVariant { entry: "fused_sample_wgmma_ws_n16", block_v: 128, n_tiles: 2, warps_b: 1, staging: Staging::WgmmaWs, stages: 10 },
-    FusedVariant { entry: "fused_sample_wgmma_ws_n32", block_v: 128, n_tiles: 4, warps_b: 1, staging: Staging::WgmmaWs, stages: 10 },
-    FusedVariant { entry: "fused_sample_wgmma_ws_n64", block_v: 128, n_tiles: 8, warps_b: 1, staging: Staging::WgmmaWs, stages: 8 },
-    FusedVariant { entry: "fused_sample_wgmma_ws_v256_n16", block_v: 256, n_tiles: 2, warps_b: 1, staging: Staging::WgmmaWs, stages: 6 },
-    FusedVariant { entry: "fused_sample_wgmma_ws_v256_n32", block_v: 256, n_tiles: 4, warps_b: 1, staging: Staging::WgmmaWs, stages: 6 },
+pub const FUSED_VARIANTS: [FusedVariant; 14] = [
+    FusedVariant { entry: "fused_sample_warp_nb1", n_tiles: 1, warps_b: 1, staging: Staging::PerWarp, stages: 4 },
+    FusedVariant { entry: "fused_sample_block_nb1", n_tiles: 1, warps_b: 1, staging: Staging::Block, stages: 4 },
+    FusedVariant { entry: "fused_sample_block_nb2", n_tiles: 2, warps_b: 1, staging: Staging::Block, stages: 4 },
+    FusedVariant { entry: "fused_sample_block_nb2_s3", n_tiles: 2, warps_b: 1, staging: Staging::Block, stages: 3 },
+    FusedVariant { entry: "fused_sample_block_nb4", n_tiles: 4, warps_b: 1, staging: Staging::Block, stages: 5 },
+    FusedVariant { entry: "fused_sample_block_nb4_s3", n_tiles: 4, warps_b: 1, staging: Staging::Block, stages: 3 },
+    FusedVariant { entry: "fused_sample_block_nb4x2", n_tiles: 4, warps_b: 2, staging: Staging::Block, stages: 4 },
+    FusedVariant { entry: "fused_sample_block_nb4x4", n_tiles: 4, warps_b: 4, staging: Staging::Block, stages: 6 },
+    FusedVariant { entry: "fused_sample_wgmma_n32", n_tiles: 4, warps_b: 1, staging: Staging::Wgmma, stages: 4 },
+    FusedVariant { entry: "fused_sample_wgmma_n64", n_tiles: 8, warps_b: 1, staging: Staging::Wgmma, stages: 4 },
+    FusedVariant { entry: "fused_sample_wgmma_n128", n_tiles: 16, warps_b: 1, staging: Staging::Wgmma, stages: 3 },
+    FusedVariant { entry: "fused_sample_wgmma_ws_n16", n_tiles: 2, warps_b: 1, staging: Staging::WgmmaWs, stages: 10 },
+    FusedVariant { entry: "fused_sample_wgmma_ws_n32", n_tiles: 4, warps_b: 1, staging: Staging::WgmmaWs, stages: 10 },
+    FusedVariant { entry: "fused_sample_wgmma_ws_n64", n_tiles: 8, warps_b: 1, staging: Staging::WgmmaWs, stages: 8 },
 ];
 
 impl FusedVariant {
@@ -182,7 +176,10 @@ impl FusedVariant {
     /// tile of `WARPS_PER_BLOCK` warp tiles (block staging).
     #[inline]
     pub const fn tile_v(&self) -> u32 {
-        self.block_v
+        match self.staging {
+            Staging::PerWarp => WARP_TILE_V,
+            Staging::Block | Staging::Wgmma | Staging::WgmmaWs => BLOCK_V,
+        }
     }
     /// Bytes of one pipeline stage (the whole ring's share for block staging, one warp's for
     /// per-warp staging): weight rows and hidden rows, [`STAGE_ROW_BYTES`] each.
@@ -270,7 +267,7 @@ pub const LOGITS_CHUNK: u32 = 4 * BASELINE_THREADS * 4;
 pub const BASELINE_SMEM_BYTES: u32 = 8 * (BASELINE_THREADS / 32);
 
 /// Every kernel entry point in the PTX module (the link step keeps exactly these).
-pub const ENTRY_POINTS: [&str; 22] = [
+pub const ENTRY_POINTS: [&str; 20] = [
     GUMBEL_LOGITS_ENTRY,
     SOFTMAX_ENTRY,
     MULTINOMIAL_ENTRY,
@@ -288,8 +285,6 @@ pub const ENTRY_POINTS: [&str; 22] = [
     FUSED_VARIANTS[11].entry,
     FUSED_VARIANTS[12].entry,
     FUSED_VARIANTS[13].entry,
-    FUSED_VARIANTS[14].entry,
-    FUSED_VARIANTS[15].entry,
     REDUCE_ENTRY,
     PHILOX_ENTRY,
     GUMBEL_ENTRY,
@@ -313,13 +308,6 @@ mod tests {
             // The module split (link step, host loader) goes by the name.
             assert_eq!(v.needs_sm90a(), v.entry.contains("wgmma"), "{}", v.entry);
             assert_eq!(v.staging == Staging::WgmmaWs, v.entry.contains("_ws_"), "{}", v.entry);
-            // Every kernel but the warp-specialized ones has its tile size built in.
-            let built_in = match v.staging {
-                Staging::PerWarp => WARP_TILE_V,
-                _ => BLOCK_V,
-            };
-            assert!(v.block_v == built_in || v.staging == Staging::WgmmaWs, "{}", v.entry);
-            assert!(v.block_v % 128 == 0 || v.staging == Staging::PerWarp, "{}", v.entry);
             if v.needs_sm90a() {
                 // wgmma slabs are whole 1024-byte swizzle atoms; N is a wgmma width with a shape.
                 assert_eq!(v.stage_bytes() % 1024, 0, "{}", v.entry);
@@ -327,7 +315,7 @@ mod tests {
                 assert!(v.entry.ends_with(&format!("_n{}", v.block_b())), "{}", v.entry);
             }
         }
-        assert_eq!(FUSED_VARIANTS.iter().filter(|v| v.staging == Staging::WgmmaWs).count(), 5);
+        assert_eq!(FUSED_VARIANTS.iter().filter(|v| v.staging == Staging::WgmmaWs).count(), 3);
         assert!(FUSED_VARIANTS.iter().filter(|v| v.staging == Staging::WgmmaWs).all(|v| v.threads() == 384));
     }
 

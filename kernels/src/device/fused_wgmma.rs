@@ -101,24 +101,20 @@ fn smem_descriptor(addr: u32) -> u64 {
     ((addr as u64 >> 4) & 0x3FFF) | (1u64 << 16) | ((1024u64 >> 4) << 32) | (1u64 << 62)
 }
 
-/// The ring: `S` slabs of `(64·H + N) × 128` bytes from a 1024-byte aligned `base`: `64·H` weight
-/// rows (the tile's `H` A operands of 64 rows), then `N` hidden rows.
+/// The ring: `S` slabs of `(128 + N) × 128` bytes from a 1024-byte aligned `base`.
 #[derive(Clone, Copy)]
 pub(super) struct Ring {
     base: u32,
     slab_bytes: u32,
-    /// Weight rows per slab (`64·H`).
-    w_rows: u32,
     /// Hidden rows per slab (`N`).
     n: u32,
 }
 
 impl Ring {
-    /// The ring of `w_rows` weight and `n` hidden rows per slab at the first 1024-byte boundary
-    /// from `start`.
+    /// The ring of `N = n` hidden rows per slab at the first 1024-byte boundary from `start`.
     #[inline(always)]
-    pub(super) fn new(start: u32, w_rows: u32, n: u32) -> Self {
-        Ring { base: start.next_multiple_of(1024), slab_bytes: (w_rows + n) * STAGE_ROW_BYTES, w_rows, n }
+    pub(super) fn new(start: u32, n: u32) -> Self {
+        Ring { base: start.next_multiple_of(1024), slab_bytes: (BLOCK_V + n) * STAGE_ROW_BYTES, n }
     }
     /// Shared address of slab `slot`.
     #[inline(always)]
@@ -126,19 +122,18 @@ impl Ring {
         self.base + slot * self.slab_bytes
     }
 
-    /// Shared address of piece `c` of slab row `r` (weight rows 0..64·H, then hidden rows).
+    /// Shared address of piece `c` of slab row `r` (weight rows 0..128, then hidden rows).
     #[inline(always)]
     fn piece(self, slot: u32, r: u32, c: u32) -> u32 {
         self.base + slot * self.slab_bytes + STAGE_ROW_BYTES * r + 16 * (c ^ (r % 8))
     }
 }
 
-/// Slab row → offset of its vocab row in a tile of `H` 64-row halves (the permutation in the module
-/// doc): lane `(w, g)` gets the `2·H` consecutive vocab rows from `2·H·(8w + g)`.
+/// Slab row → offset of its vocab row in the tile (the permutation in the module doc).
 #[inline(always)]
-const fn vocab_of_slab_row<const H: usize>(s: u32) -> u32 {
+const fn vocab_of_slab_row(s: u32) -> u32 {
     let (h, w, g, e) = (s / 64, (s % 64) / 16, s % 8, (s % 16) / 8);
-    2 * H as u32 * (8 * w + g) + 2 * h + e
+    4 * (8 * w + g) + 2 * h + e
 }
 
 /// Issues this thread's copies of stage (`tile`, `k0`) into `slot` and commits them; an empty group
@@ -147,24 +142,14 @@ const fn vocab_of_slab_row<const H: usize>(s: u32) -> u32 {
 /// # Safety
 /// Launch contract; every MMA reading `slot` has completed (behind a block barrier).
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn issue_stage<const H: usize>(
-    p: &FusedParams,
-    ring: Ring,
-    slot: u32,
-    tile: u32,
-    k0: u32,
-    end: u32,
-    tid: u32,
-    b_first: u32,
-) {
+pub(super) unsafe fn issue_stage(p: &FusedParams, ring: Ring, slot: u32, tile: u32, k0: u32, end: u32, tid: u32, b_first: u32) {
     if tile < end {
         let piece = tid % 8;
         let k = k0 + 8 * piece;
         let (k, size) = if k < p.d { (k as usize, 16) } else { (0, 0) };
-        for i in 0..4 * H as u32 {
+        for i in 0..BLOCK_V / 16 {
             let s = tid / 8 + 16 * i;
-            let v = (tile * ring.w_rows + vocab_of_slab_row::<H>(s)).min(p.v - 1);
+            let v = (tile * BLOCK_V + vocab_of_slab_row(s)).min(p.v - 1);
             // SAFETY: v < V, k + 8 ≤ D or size 0: 16 aligned readable bytes.
             unsafe {
                 let src = (p.weight as *const u16).add(v as usize * p.d as usize + k) as *const u32;
@@ -178,7 +163,7 @@ pub(super) unsafe fn issue_stage<const H: usize>(
             // SAFETY: b < B, k as above.
             unsafe {
                 let src = (p.hidden as *const u16).add(b as usize * p.d as usize + k) as *const u32;
-                cp_async_cg_shared_global_16(ring.piece(slot, ring.w_rows + r, piece), src, size);
+                cp_async_cg_shared_global_16(ring.piece(slot, BLOCK_V + r, piece), src, size);
             }
             r += 16;
         }
@@ -202,13 +187,13 @@ pub unsafe fn fused_sample_wgmma<T: WgmmaShape, const S: u32>(p: FusedParams) {
     let pos = LanePosition { warp, group: lane / 4, quad: lane % 4, vrange: blk / n_btiles, b0: b_first };
     let (first, end) = tile_range(p.v.div_ceil(BLOCK_V), p.n_vranges, pos.vrange);
     let smem = mov_u32_dynamic_smem();
-    let ring = Ring::new(smem + wgmma_candidate_smem_bytes(WARPS_PER_BLOCK, n), BLOCK_V, n);
+    let ring = Ring::new(smem + wgmma_candidate_smem_bytes(WARPS_PER_BLOCK, n), n);
     let n_k = p.d.div_ceil(STAGE_K);
     // Issue position (tile, k step, slot), running ahead of the consumer by S − 1 stages.
     let (mut it, mut ik, mut islot) = (first, 0u32, 0u32);
     for _ in 0..S - 1 {
         // SAFETY: the ring is untouched so far.
-        unsafe { issue_stage::<2>(&p, ring, islot, it, ik * STAGE_K, end, tid, b_first) };
+        unsafe { issue_stage(&p, ring, islot, it, ik * STAGE_K, end, tid, b_first) };
         advance(&mut it, &mut ik, &mut islot, n_k, S);
     }
     let mut cands = [Candidate::EMPTY; 32];
@@ -226,20 +211,20 @@ pub unsafe fn fused_sample_wgmma<T: WgmmaShape, const S: u32>(p: FusedParams) {
             // fenced stage in the layout the descriptors describe.
             unsafe {
                 wgmma_fence_sync_aligned();
-                mma_stage::<T, 2>(ring.slab(slot), &mut acc);
+                mma_stage::<T>(ring.slab(slot), &mut acc);
                 wgmma_commit_group_sync_aligned();
                 // The previous stage's group is done; this one may still run.
                 wgmma_wait_group_sync_aligned::<1>();
             }
             // SAFETY: the previous stage's MMAs (the block's only warpgroup) completed, so its slot
             // (`islot`) is free; this stage's MMAs read another slot.
-            unsafe { issue_stage::<2>(&p, ring, islot, it, ik * STAGE_K, end, tid, b_first) };
+            unsafe { issue_stage(&p, ring, islot, it, ik * STAGE_K, end, tid, b_first) };
             advance(&mut it, &mut ik, &mut islot, n_k, S);
             slot = if slot + 1 == S { 0 } else { slot + 1 };
         }
         // SAFETY: the whole warpgroup; the accumulators are final after this.
         unsafe { wgmma_wait_group_sync_aligned::<0>() };
-        epilogue::<T, 2>(&p, pos, tile * BLOCK_V + v_lane, &acc, &mut cands);
+        epilogue::<T>(&p, pos, tile * BLOCK_V + v_lane, &acc, &mut cands);
         tile += 1;
     }
     // SAFETY: every thread of the block reaches the block merge and the final reduction.
@@ -249,16 +234,16 @@ pub unsafe fn fused_sample_wgmma<T: WgmmaShape, const S: u32>(p: FusedParams) {
     }
 }
 
-/// The `4·H` `wgmma` of one stage (4 k16 steps × the `H` 64-row parts of the weight slab) on the
-/// slab at `slab`, into `acc`; the caller fences before and commits after.
+/// The 8 `wgmma` of one stage (4 k16 steps × the two 64-row halves of the weight slab) on the slab
+/// at `slab`, into `acc`; the caller fences before and commits after.
 ///
 /// # Safety
 /// The whole warpgroup runs this converged, after `wgmma.fence`; the slab holds a landed stage, made
 /// visible to the async proxy, in the layout the descriptors describe.
 #[inline(always)]
-pub(super) unsafe fn mma_stage<T: WgmmaShape, const H: usize>(slab: u32, acc: &mut [T::Acc; H]) {
+pub(super) unsafe fn mma_stage<T: WgmmaShape>(slab: u32, acc: &mut [T::Acc; 2]) {
     for kk in 0..STAGE_K / 16 {
-        let b_desc = smem_descriptor(slab + STAGE_ROW_BYTES * 64 * H as u32 + 32 * kk);
+        let b_desc = smem_descriptor(slab + STAGE_ROW_BYTES * BLOCK_V + 32 * kk);
         for (h, a) in acc.iter_mut().enumerate() {
             let a_desc = smem_descriptor(slab + STAGE_ROW_BYTES * 64 * h as u32 + 32 * kk);
             // SAFETY: forwarded contract.
@@ -301,38 +286,31 @@ fn advance(tile: &mut u32, k: &mut u32, slot: &mut u32, n_k: u32, s: u32) {
 }
 
 
-/// Transform + noise + argmax of one tile: the lane's `2·H` vocab rows from `v0` (`H / 2` Philox
-/// groups of four), for each of its `N / 4` batch columns (column `8j + 2q + c` for index
-/// `i = 2j + c`).
+/// Transform + noise + argmax of one tile: the lane's four vocab rows from `v0`, for each of its
+/// `N / 4` batch columns (column `8j + 2q + c` for index `i = 2j + c`).
 #[inline(always)]
-pub(super) fn epilogue<T: WgmmaShape, const H: usize>(
+pub(super) fn epilogue<T: WgmmaShape>(
     p: &FusedParams,
     pos: LanePosition,
     v0: u32,
-    acc: &[T::Acc; H],
+    acc: &[T::Acc; 2],
     cands: &mut [Candidate; 32],
 ) {
-    const { assert!(H == 2 || H == 4) };
     unrolled!(I in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31] {
         if I < T::N as usize / 4 {
             let (j, c) = (I / 2, I % 2);
             let b = pos.b0 + 8 * j as u32 + 2 * pos.quad + c as u32;
             if b < p.b {
+                let logits = [
+                    T::at(&acc[0], 4 * j + c),
+                    T::at(&acc[0], 4 * j + 2 + c),
+                    T::at(&acc[1], 4 * j + c),
+                    T::at(&acc[1], 4 * j + 2 + c),
+                ];
                 // SAFETY: b < B and `streams` holds B entries.
                 let stream = unsafe { *p.streams.add(b as usize) };
                 let noise = RowNoise { seed: p.seed, stream, sample: p.sample };
-                unrolled!(G in [0, 1] {
-                    if G < H / 2 {
-                        // Parts 2G and 2G + 1 hold vocab rows v0 + 4G + (0, 1) and (2, 3).
-                        let logits = [
-                            T::at(&acc[2 * G], 4 * j + c),
-                            T::at(&acc[2 * G], 4 * j + 2 + c),
-                            T::at(&acc[2 * G + 1], 4 * j + c),
-                            T::at(&acc[2 * G + 1], 4 * j + 2 + c),
-                        ];
-                        update_aligned(&mut cands[I], &logits, v0 + 4 * G as u32, p.v, &noise, &p.transform);
-                    }
-                });
+                update_aligned(&mut cands[I], &logits, v0, p.v, &noise, &p.transform);
             }
         }
     });

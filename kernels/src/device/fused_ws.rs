@@ -50,7 +50,7 @@ use super::ptx::{
     mov_u32_dynamic_smem, wgmma_commit_group_sync_aligned, wgmma_fence_sync_aligned, wgmma_wait_group_sync_aligned,
 };
 use crate::candidate::Candidate;
-use crate::config::{STAGE_K, WS_WARPS, wgmma_candidate_smem_bytes};
+use crate::config::{BLOCK_V, STAGE_K, WS_WARPS, wgmma_candidate_smem_bytes};
 use crate::params::FusedParams;
 
 /// Threads per block: one producer and two consumer warpgroups.
@@ -97,15 +97,13 @@ unsafe fn wait(bar: u32, parity: u32) {
     bar_warp_sync();
 }
 
-/// The warp-specialized fused kernel body: vocab tiles of `64·H` rows, `N = T::N` batch rows per
-/// block, an `S`-slot ring.
+/// The warp-specialized fused kernel body, `N = T::N` batch rows per block, an `S`-slot ring.
 ///
 /// # Safety
 /// Launched as documented in the module ([`THREADS`] threads, the variant's shared memory, sm_90a),
 /// with `p` validated by the host.
 #[inline(always)]
-pub unsafe fn fused_sample_ws<T: WgmmaShape, const H: usize, const S: u32>(p: FusedParams) {
-    let tile_v = 64 * H as u32;
+pub unsafe fn fused_sample_ws<T: WgmmaShape, const S: u32>(p: FusedParams) {
     // SAFETY: special-register reads.
     let (tid, blk) = unsafe { (_thread_idx_x(), _block_idx_x()) };
     let (lane, warp) = (tid % 32, tid / 32);
@@ -113,9 +111,9 @@ pub unsafe fn fused_sample_ws<T: WgmmaShape, const H: usize, const S: u32>(p: Fu
     let n_btiles = p.b.div_ceil(n).max(1);
     let b_first = (blk % n_btiles) * n;
     let pos = LanePosition { warp, group: lane / 4, quad: lane % 4, vrange: blk / n_btiles, b0: b_first };
-    let (first, end) = tile_range(p.v.div_ceil(tile_v), p.n_vranges, pos.vrange);
+    let (first, end) = tile_range(p.v.div_ceil(BLOCK_V), p.n_vranges, pos.vrange);
     let bars = Barriers { base: mov_u32_dynamic_smem() + wgmma_candidate_smem_bytes(WS_WARPS, n), slots: S };
-    let ring = Ring::new(bars.base + 8 * (2 * S + 2), tile_v, n);
+    let ring = Ring::new(bars.base + 8 * (2 * S + 2), n);
     let n_k = p.d.div_ceil(STAGE_K);
     if tid == 0 {
         for slot in 0..S {
@@ -137,10 +135,10 @@ pub unsafe fn fused_sample_ws<T: WgmmaShape, const H: usize, const S: u32>(p: Fu
     let wg = tid / 128;
     if wg == 0 {
         // SAFETY: the producer warpgroup; forwarded launch contract.
-        unsafe { produce::<H, S>(&p, ring, bars, first, end, n_k, tid, b_first) };
+        unsafe { produce::<S>(&p, ring, bars, first, end, n_k, tid, b_first) };
     } else {
         let c = wg - 1;
-        let v_lane = 2 * H as u32 * (8 * (warp % 4) + pos.group);
+        let v_lane = 4 * (8 * (warp % 4) + pos.group);
         let mut tile = first + c;
         let mut j = 0; // this consumer's tile count
         while tile < end {
@@ -151,7 +149,7 @@ pub unsafe fn fused_sample_ws<T: WgmmaShape, const H: usize, const S: u32>(p: Fu
                 // SAFETY: warpgroup-uniform; an initialized barrier.
                 unsafe { wait(bars.turn(c), (j + c + 1) % 2) };
             }
-            let mut acc = [T::ZERO; H];
+            let mut acc = [T::ZERO; 2];
             let mut stage = (tile - first) * n_k;
             let mut held = 0; // slot of the previous stage, still read by its MMAs
             for k in 0..n_k {
@@ -164,7 +162,7 @@ pub unsafe fn fused_sample_ws<T: WgmmaShape, const H: usize, const S: u32>(p: Fu
                         mbarrier_arrive_shared_cta_b64(bars.turn(1 - c));
                     }
                     wgmma_fence_sync_aligned();
-                    mma_stage::<T, H>(ring.slab(slot), &mut acc);
+                    mma_stage::<T>(ring.slab(slot), &mut acc);
                     wgmma_commit_group_sync_aligned();
                     // The previous stage's group is done; this one may still run.
                     wgmma_wait_group_sync_aligned::<1>();
@@ -183,7 +181,7 @@ pub unsafe fn fused_sample_ws<T: WgmmaShape, const H: usize, const S: u32>(p: Fu
                     mbarrier_arrive_shared_cta_b64(bars.empty(held));
                 }
             }
-            epilogue::<T, H>(&p, pos, tile * tile_v + v_lane, &acc, &mut cands);
+            epilogue::<T>(&p, pos, tile * BLOCK_V + v_lane, &acc, &mut cands);
             tile += 2;
             j += 1;
         }
@@ -202,7 +200,7 @@ pub unsafe fn fused_sample_ws<T: WgmmaShape, const H: usize, const S: u32>(p: Fu
 /// Called by the 128 threads of warpgroup 0 (`tid < 128`) of a kernel launched as documented.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn produce<const H: usize, const S: u32>(
+unsafe fn produce<const S: u32>(
     p: &FusedParams,
     ring: Ring,
     bars: Barriers,
@@ -223,7 +221,7 @@ unsafe fn produce<const H: usize, const S: u32>(
             if stage >= S {
                 wait(bars.empty(slot), (stage / S - 1) % 2);
             }
-            issue_stage::<H>(p, ring, slot, tile, k * STAGE_K, end, tid, b_first);
+            issue_stage(p, ring, slot, tile, k * STAGE_K, end, tid, b_first);
         }
         k += 1;
         if k == n_k {

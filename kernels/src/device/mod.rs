@@ -81,7 +81,7 @@ macro_rules! fused_wgmma_entry {
         pub unsafe extern "ptx-kernel" fn $name(p: FusedParams) {
             const V: FusedVariant = FUSED_VARIANTS[$i];
             const {
-                assert!(matches!(V.staging, Staging::Wgmma) && V.block_v == crate::config::BLOCK_V);
+                assert!(matches!(V.staging, Staging::Wgmma));
                 assert!(V.block_b() == <$shape as fused_wgmma::WgmmaShape>::N);
             };
             // SAFETY: forwarded launch contract.
@@ -108,18 +108,15 @@ macro_rules! fused_ws_entry {
                 assert!(matches!(V.staging, Staging::WgmmaWs));
                 assert!(V.threads() == fused_ws::THREADS);
                 assert!(V.block_b() == <$shape as fused_wgmma::WgmmaShape>::N);
-                assert!(V.block_v % 128 == 0);
             };
             // SAFETY: forwarded launch contract.
-            unsafe { fused_ws::fused_sample_ws::<$shape, { V.block_v as usize / 64 }, { V.stages }>(p) }
+            unsafe { fused_ws::fused_sample_ws::<$shape, { V.stages }>(p) }
         }
     };
 }
 fused_ws_entry!(fused_sample_wgmma_ws_n16, 11, fused_wgmma::N16);
 fused_ws_entry!(fused_sample_wgmma_ws_n32, 12, fused_wgmma::N32);
 fused_ws_entry!(fused_sample_wgmma_ws_n64, 13, fused_wgmma::N64);
-fused_ws_entry!(fused_sample_wgmma_ws_v256_n16, 14, fused_wgmma::N16);
-fused_ws_entry!(fused_sample_wgmma_ws_v256_n32, 15, fused_wgmma::N32);
 
 /// Candidate reduction.
 ///
