@@ -173,24 +173,6 @@ pub(super) fn wait_oldest_stage<const S: u32>() {
     }
 }
 
-/// `cp.async.wait_group S − 1`: this thread's copies of the oldest of `S` stages in flight have
-/// landed (the warp-specialized producer, which keeps `S − 1` stages in flight behind the newest).
-#[inline(always)]
-pub(super) fn wait_oldest_of<const S: u32>() {
-    const { assert!(S >= 2 && S <= 10, "2..=10 stages in flight") };
-    match S {
-        2 => cp_async_wait_group::<1>(),
-        3 => cp_async_wait_group::<2>(),
-        4 => cp_async_wait_group::<3>(),
-        5 => cp_async_wait_group::<4>(),
-        6 => cp_async_wait_group::<5>(),
-        7 => cp_async_wait_group::<6>(),
-        8 => cp_async_wait_group::<7>(),
-        9 => cp_async_wait_group::<8>(),
-        _ => cp_async_wait_group::<9>(),
-    }
-}
-
 /// The tiles `[first, end)` of vocab range `r` of `n`: `tiles` tiles split as evenly as integers allow.
 #[inline(always)]
 pub(super) fn tile_range(tiles: u32, n: u32, r: u32) -> (u32, u32) {

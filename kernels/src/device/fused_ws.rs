@@ -18,16 +18,14 @@
 //! - **Producer** (`wg = 0`): its 128 threads copy stage after stage (tile by tile, 64 D columns
 //!   each) into an `S`-slot ring with `cp.async`, exactly as the one-warpgroup `wgmma` kernel does
 //!   (same slab layout and vocab-row permutation). Before refilling a slot it waits on the slot's
-//!   `empty` barrier. Each thread then waits until its copies of the stage `S − 1` back have landed,
-//!   fences them into the async proxy and arrives on that stage's `full` barrier (128 arrivals), so
-//!   up to `S − 1` stages are in flight while the consumer multiplies the oldest one.
+//!   `empty` barrier. Each thread then waits until its copies of the stage `S − 2` back have landed,
+//!   fences them into the async proxy and arrives on that stage's `full` barrier (128 arrivals).
 //! - **Consumers** (`wg = 1, 2`): consumer `c = wg − 1` takes the tiles `first + c, first + c + 2, …`
 //!   of the block's range. Per stage it waits on `full`, issues the stage's 8 `wgmma` as one group,
-//!   waits until they are complete and releases the slot at once (lane 0 of each of its 4 warps
-//!   arrives on `empty`, 4 arrivals): holding one slot instead of two leaves one more stage for the
-//!   copies, and the tensor cores are far from busy in the batch range these kernels serve. After a
-//!   tile's last stage it runs the epilogue of `device::fused_wgmma` on its accumulators (warp
-//!   `warp % 4` of the warpgroup owns the same vocab rows as warp `w` there).
+//!   waits until the previous stage's group is complete and releases that slot (lane 0 of each of its
+//!   4 warps arrives on `empty`, 4 arrivals). After a tile's last stage it drains its MMAs, releases
+//!   the slot, and runs the epilogue of `device::fused_wgmma` on its accumulators (warp `warp % 4`
+//!   of the warpgroup owns the same vocab rows as warp `w` there).
 //! - **Stage order**: stage `i` of the block (tile `first + i / n_k`, D step `i % n_k`) lives in slot
 //!   `i % S`, in its `(i / S)`-th fill, so the barriers' phase parity is `(i / S) % 2`. Because the
 //!   ring is filled in tile order, the consumers' mainloops alternate: one multiplies while the other
@@ -44,7 +42,7 @@
 
 use core::arch::nvptx::{_block_idx_x, _syncthreads, _thread_idx_x};
 
-use super::fused::{LanePosition, reduce_if_last, tile_range, wait_oldest_of};
+use super::fused::{LanePosition, reduce_if_last, tile_range, wait_oldest_stage};
 use super::fused_wgmma::{Ring, WgmmaShape, epilogue, issue_stage, mma_stage, write_wgmma_candidates};
 use super::ptx::{
     bar_warp_sync, cp_async_wait_group, fence_mbarrier_init_release_cluster, fence_proxy_async_shared_cta,
@@ -153,6 +151,7 @@ pub unsafe fn fused_sample_ws<T: WgmmaShape, const S: u32>(p: FusedParams) {
             }
             let mut acc = [T::ZERO; 2];
             let mut stage = (tile - first) * n_k;
+            let mut held = 0; // slot of the previous stage, still read by its MMAs
             for k in 0..n_k {
                 let slot = stage % S;
                 // SAFETY: warpgroup-uniform control flow: the whole consumer runs this loop converged.
@@ -165,14 +164,22 @@ pub unsafe fn fused_sample_ws<T: WgmmaShape, const S: u32>(p: FusedParams) {
                     wgmma_fence_sync_aligned();
                     mma_stage::<T>(ring.slab(slot), &mut acc);
                     wgmma_commit_group_sync_aligned();
-                    // The stage's MMAs are done: its slot goes straight back to the producer, so
-                    // all other slots can be in flight (the tensor cores are not the limit here).
-                    wgmma_wait_group_sync_aligned::<0>();
-                    if lane == 0 {
-                        mbarrier_arrive_shared_cta_b64(bars.empty(slot));
+                    // The previous stage's group is done; this one may still run.
+                    wgmma_wait_group_sync_aligned::<1>();
+                    if k > 0 && lane == 0 {
+                        mbarrier_arrive_shared_cta_b64(bars.empty(held));
                     }
                 }
+                held = slot;
                 stage += 1;
+            }
+            // SAFETY: the whole warpgroup; the accumulators are final after this and the last slot
+            // is no longer read.
+            unsafe {
+                wgmma_wait_group_sync_aligned::<0>();
+                if lane == 0 {
+                    mbarrier_arrive_shared_cta_b64(bars.empty(held));
+                }
             }
             epilogue::<T>(&p, pos, tile * BLOCK_V + v_lane, &acc, &mut cands);
             tile += 2;
@@ -187,7 +194,7 @@ pub unsafe fn fused_sample_ws<T: WgmmaShape, const S: u32>(p: FusedParams) {
 }
 
 /// The producer warpgroup: fills stage after stage of the block's tiles `[first, end)` and signals
-/// each one `S − 1` stages later, once this thread's copies of it have landed.
+/// each one `S − 2` stages later, once this thread's copies of it have landed.
 ///
 /// # Safety
 /// Called by the 128 threads of warpgroup 0 (`tid < 128`) of a kernel launched as documented.
@@ -204,7 +211,7 @@ unsafe fn produce<const S: u32>(
     b_first: u32,
 ) {
     let stages = (end - first) * n_k;
-    let lag = S - 1; // stages whose copies may still be in flight (wait_oldest_of)
+    let lag = S - 2; // stages whose copies may still be in flight (wait_oldest_stage)
     let (mut tile, mut k) = (first, 0);
     for stage in 0..stages {
         let slot = stage % S;
@@ -222,7 +229,7 @@ unsafe fn produce<const S: u32>(
             tile += 1;
         }
         if stage >= lag {
-            wait_oldest_of::<S>();
+            wait_oldest_stage::<S>();
             fence_proxy_async_shared_cta();
             // SAFETY: one of the 128 arrivals the stage's phase expects.
             unsafe { mbarrier_arrive_shared_cta_b64(bars.full((stage - lag) % S)) };
