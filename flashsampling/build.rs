@@ -65,7 +65,8 @@ fn main() {
     // The link step is outside cargo's fingerprint of the nested build: hand its hash over as an
     // (ignored) linker argument, so editing the script relinks the PTX.
     let script = std::fs::read(kernels.join("link-ptx.sh")).unwrap_or_else(|e| fail(&format!("link-ptx.sh: {e}")));
-    let script_hash = script.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+    let script_hash =
+        script.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
 
     let target_dir = out_dir.join("ptx-target");
     let mut cmd = Command::new(&cargo);

@@ -7,7 +7,8 @@
 //! per N tile), so a decode batch of 1–8 rows wastes only the unused N columns of a cheap MMA while
 //! every weight byte is read once. The `wgmma` kernels ([`Staging::Wgmma`], sm_90a) use
 //! `wgmma.mma_async.m64nNk16` with the same operand roles: two 64-row A tiles (128 vocab rows) per
-//! block and N = `BLOCK_B` batch rows; their thread mapping is in `device::fused_wgmma`.
+//! tile and N = `BLOCK_B` batch rows; their thread mapping is in `device::fused_wgmma` (one warpgroup
+//! per block) and `device::fused_ws` ([`Staging::WgmmaWs`]: a producer and two consumer warpgroups).
 //!
 //! | constant | value | meaning |
 //! |---|---|---|
@@ -198,7 +199,9 @@ impl FusedVariant {
             Staging::PerWarp => candidate_smem_bytes(self.warps()) + WARPS_PER_BLOCK * self.stages * self.stage_bytes(),
             Staging::Block => candidate_smem_bytes(self.warps()) + self.stages * self.stage_bytes(),
             // 1024 bytes of slack: the ring starts at the next 1024-byte boundary (swizzle atoms).
-            Staging::Wgmma => 1024 + wgmma_candidate_smem_bytes(WARPS_PER_BLOCK, self.block_b()) + self.stages * self.stage_bytes(),
+            Staging::Wgmma => {
+                1024 + wgmma_candidate_smem_bytes(WARPS_PER_BLOCK, self.block_b()) + self.stages * self.stage_bytes()
+            }
             // 8-byte barriers between the merge area and the ring: full and empty per ring slot, and
             // one turn per consumer warpgroup.
             Staging::WgmmaWs => {

@@ -40,9 +40,8 @@ use super::fused::{LanePosition, reduce_if_last, tile_range, wait_oldest_stage, 
 use super::ptx::{
     cp_async_cg_shared_global_16, cp_async_commit_group, fence_proxy_async_shared_cta, mov_u32_dynamic_smem,
     wgmma_commit_group_sync_aligned, wgmma_fence_sync_aligned, wgmma_mma_async_sync_aligned_m64n16k16_f32_bf16_bf16,
-    wgmma_mma_async_sync_aligned_m64n32k16_f32_bf16_bf16,
-    wgmma_mma_async_sync_aligned_m64n64k16_f32_bf16_bf16, wgmma_mma_async_sync_aligned_m64n128k16_f32_bf16_bf16,
-    wgmma_wait_group_sync_aligned,
+    wgmma_mma_async_sync_aligned_m64n32k16_f32_bf16_bf16, wgmma_mma_async_sync_aligned_m64n64k16_f32_bf16_bf16,
+    wgmma_mma_async_sync_aligned_m64n128k16_f32_bf16_bf16, wgmma_wait_group_sync_aligned,
 };
 use crate::candidate::Candidate;
 use crate::config::{BLOCK_V, STAGE_K, STAGE_ROW_BYTES, WARPS_PER_BLOCK, wgmma_candidate_smem_bytes};
@@ -142,7 +141,16 @@ const fn vocab_of_slab_row(s: u32) -> u32 {
 /// # Safety
 /// Launch contract; every MMA reading `slot` has completed (behind a block barrier).
 #[inline(always)]
-pub(super) unsafe fn issue_stage(p: &FusedParams, ring: Ring, slot: u32, tile: u32, k0: u32, end: u32, tid: u32, b_first: u32) {
+pub(super) unsafe fn issue_stage(
+    p: &FusedParams,
+    ring: Ring,
+    slot: u32,
+    tile: u32,
+    k0: u32,
+    end: u32,
+    tid: u32,
+    b_first: u32,
+) {
     if tile < end {
         let piece = tid % 8;
         let k = k0 + 8 * piece;
@@ -284,7 +292,6 @@ fn advance(tile: &mut u32, k: &mut u32, slot: &mut u32, n_k: u32, s: u32) {
     }
     *slot = if *slot + 1 == s { 0 } else { *slot + 1 };
 }
-
 
 /// Transform + noise + argmax of one tile: the lane's four vocab rows from `v0`, for each of its
 /// `N / 4` batch columns (column `8j + 2q + c` for index `i = 2j + c`).
