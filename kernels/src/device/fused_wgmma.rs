@@ -179,6 +179,37 @@ pub(super) unsafe fn issue_stage(
     cp_async_commit_group();
 }
 
+/// Where a `wgmma` block and one of its threads sit in the launch (the grid mapping of the module doc).
+#[derive(Clone, Copy)]
+pub(super) struct Place {
+    /// `threadIdx.x`.
+    pub tid: u32,
+    /// The block's batch tile (`blockIdx.x % n_btiles`).
+    pub btile: u32,
+    /// The lane's position; `warp = tid / 32` and `b0` = the batch tile's first row.
+    pub pos: LanePosition,
+    /// The block's vocab tiles `[first, end)`.
+    pub first: u32,
+    /// See `first`.
+    pub end: u32,
+}
+
+impl Place {
+    /// This thread's place for `N = n` batch rows per block.
+    #[inline(always)]
+    pub(super) fn of_this_thread(p: &FusedParams, n: u32) -> Self {
+        // SAFETY: special-register reads.
+        let (tid, blk) = unsafe { (_thread_idx_x(), _block_idx_x()) };
+        let lane = tid % 32;
+        let n_btiles = p.b.div_ceil(n).max(1);
+        let btile = blk % n_btiles;
+        let pos =
+            LanePosition { warp: tid / 32, group: lane / 4, quad: lane % 4, vrange: blk / n_btiles, b0: btile * n };
+        let (first, end) = tile_range(p.v.div_ceil(BLOCK_V), p.n_vranges, pos.vrange);
+        Place { tid, btile, pos, first, end }
+    }
+}
+
 /// The fused kernel body on `wgmma`, `N = T::N` batch rows per block, an `S`-stage ring.
 ///
 /// # Safety
@@ -186,14 +217,9 @@ pub(super) unsafe fn issue_stage(
 /// `p` validated by the host.
 #[inline(always)]
 pub unsafe fn fused_sample_wgmma<T: WgmmaShape, const S: u32>(p: FusedParams) {
-    // SAFETY: special-register reads.
-    let (tid, blk) = unsafe { (_thread_idx_x(), _block_idx_x()) };
-    let (lane, warp) = (tid % 32, tid / 32);
     let n = T::N;
-    let n_btiles = p.b.div_ceil(n).max(1);
-    let b_first = (blk % n_btiles) * n;
-    let pos = LanePosition { warp, group: lane / 4, quad: lane % 4, vrange: blk / n_btiles, b0: b_first };
-    let (first, end) = tile_range(p.v.div_ceil(BLOCK_V), p.n_vranges, pos.vrange);
+    let Place { tid, btile, pos, first, end } = Place::of_this_thread(&p, n);
+    let (warp, b_first) = (pos.warp, pos.b0);
     let smem = mov_u32_dynamic_smem();
     let ring = Ring::new(smem + wgmma_candidate_smem_bytes(WARPS_PER_BLOCK, n), n);
     let n_k = p.d.div_ceil(STAGE_K);
@@ -238,7 +264,7 @@ pub unsafe fn fused_sample_wgmma<T: WgmmaShape, const S: u32>(p: FusedParams) {
     // SAFETY: every thread of the block reaches the block merge and the final reduction.
     unsafe {
         write_wgmma_candidates::<T>(&p, pos, WARPS_PER_BLOCK, &cands);
-        reduce_if_last(&p, tid, WARPS_PER_BLOCK, blk % n_btiles, b_first, n);
+        reduce_if_last(&p, tid, WARPS_PER_BLOCK, btile, b_first, n);
     }
 }
 

@@ -40,10 +40,10 @@
 //! Each logit is computed by the same `wgmma` instructions in the same order as in the one-warpgroup
 //! kernel of the same `N`, so both draw bit-identical samples.
 
-use core::arch::nvptx::{_block_idx_x, _syncthreads, _thread_idx_x};
+use core::arch::nvptx::_syncthreads;
 
-use super::fused::{LanePosition, reduce_if_last, tile_range, wait_oldest_stage};
-use super::fused_wgmma::{Ring, WgmmaShape, epilogue, issue_stage, mma_stage, write_wgmma_candidates};
+use super::fused::{reduce_if_last, wait_oldest_stage};
+use super::fused_wgmma::{Place, Ring, WgmmaShape, epilogue, issue_stage, mma_stage, write_wgmma_candidates};
 use super::ptx::{
     bar_warp_sync, cp_async_wait_group, fence_mbarrier_init_release_cluster, fence_proxy_async_shared_cta,
     mbarrier_arrive_shared_cta_b64, mbarrier_init_shared_cta_b64, mbarrier_try_wait_parity_shared_cta_b64,
@@ -104,14 +104,9 @@ unsafe fn wait(bar: u32, parity: u32) {
 /// with `p` validated by the host.
 #[inline(always)]
 pub unsafe fn fused_sample_ws<T: WgmmaShape, const S: u32>(p: FusedParams) {
-    // SAFETY: special-register reads.
-    let (tid, blk) = unsafe { (_thread_idx_x(), _block_idx_x()) };
-    let (lane, warp) = (tid % 32, tid / 32);
     let n = T::N;
-    let n_btiles = p.b.div_ceil(n).max(1);
-    let b_first = (blk % n_btiles) * n;
-    let pos = LanePosition { warp, group: lane / 4, quad: lane % 4, vrange: blk / n_btiles, b0: b_first };
-    let (first, end) = tile_range(p.v.div_ceil(BLOCK_V), p.n_vranges, pos.vrange);
+    let Place { tid, btile, pos, first, end } = Place::of_this_thread(&p, n);
+    let (lane, warp, b_first) = (tid % 32, pos.warp, pos.b0);
     let bars = Barriers { base: mov_u32_dynamic_smem() + wgmma_candidate_smem_bytes(WS_WARPS, n), slots: S };
     let ring = Ring::new(bars.base + 8 * (2 * S + 2), n);
     let n_k = p.d.div_ceil(STAGE_K);
@@ -189,7 +184,7 @@ pub unsafe fn fused_sample_ws<T: WgmmaShape, const S: u32>(p: FusedParams) {
     // SAFETY: every thread of the block reaches the block merge and the final reduction.
     unsafe {
         write_wgmma_candidates::<T>(&p, pos, WS_WARPS, &cands);
-        reduce_if_last(&p, tid, WS_WARPS, blk % n_btiles, b_first, n);
+        reduce_if_last(&p, tid, WS_WARPS, btile, b_first, n);
     }
 }
 
