@@ -124,7 +124,7 @@ impl Ring {
     /// Shared address of piece `c` of slab row `r` (weight rows 0..128, then hidden rows).
     #[inline(always)]
     fn piece(self, slot: u32, r: u32, c: u32) -> u32 {
-        self.base + slot * self.slab_bytes + STAGE_ROW_BYTES * r + 16 * (c ^ (r % 8))
+        self.slab(slot) + STAGE_ROW_BYTES * r + 16 * (c ^ (r % 8))
     }
 }
 
@@ -308,9 +308,9 @@ pub(super) unsafe fn write_wgmma_candidates<T: WgmmaShape>(
     }
 }
 
-/// Advances an issue position by one stage.
+/// Advances an issue position (tile, D step, ring slot) by one stage.
 #[inline(always)]
-fn advance(tile: &mut u32, k: &mut u32, slot: &mut u32, n_k: u32, s: u32) {
+pub(super) fn advance(tile: &mut u32, k: &mut u32, slot: &mut u32, n_k: u32, s: u32) {
     *k += 1;
     if *k == n_k {
         *k = 0;

@@ -43,7 +43,7 @@
 use core::arch::nvptx::_syncthreads;
 
 use super::fused::{reduce_if_last, wait_oldest_stage};
-use super::fused_wgmma::{Place, Ring, WgmmaShape, epilogue, issue_stage, mma_stage, write_wgmma_candidates};
+use super::fused_wgmma::{Place, Ring, WgmmaShape, advance, epilogue, issue_stage, mma_stage, write_wgmma_candidates};
 use super::ptx::{
     bar_warp_sync, cp_async_wait_group, fence_mbarrier_init_release_cluster, fence_proxy_async_shared_cta,
     mbarrier_arrive_shared_cta_b64, mbarrier_init_shared_cta_b64, mbarrier_try_wait_parity_shared_cta_b64,
@@ -207,9 +207,8 @@ unsafe fn produce<const S: u32>(
 ) {
     let stages = (end - first) * n_k;
     let lag = S - 2; // stages whose copies may still be in flight (wait_oldest_stage)
-    let (mut tile, mut k) = (first, 0);
+    let (mut tile, mut k, mut slot) = (first, 0, 0);
     for stage in 0..stages {
-        let slot = stage % S;
         // SAFETY: barriers of this block; `issue_stage` writes only `slot`, which no MMA reads any
         // more once its previous fill has been released.
         unsafe {
@@ -218,11 +217,7 @@ unsafe fn produce<const S: u32>(
             }
             issue_stage(p, ring, slot, tile, k * STAGE_K, end, tid, b_first);
         }
-        k += 1;
-        if k == n_k {
-            k = 0;
-            tile += 1;
-        }
+        advance(&mut tile, &mut k, &mut slot, n_k, S);
         if stage >= lag {
             wait_oldest_stage::<S>();
             fence_proxy_async_shared_cta();
