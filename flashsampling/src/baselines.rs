@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use cudarc::cublas::{CudaBlas, result::gemm_ex, sys as blas};
 use cudarc::driver::{
-    CudaFunction, CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig, PushKernelArg,
+    CudaFunction, CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg,
 };
 use cudarc::nvrtc::Ptx;
 use flashsampling_kernels::Candidate;
@@ -19,14 +19,8 @@ use flashsampling_kernels::params::{LogitsParams, ReduceParams};
 use half::bf16;
 
 use crate::error::{Error, Result};
+use crate::gpu::ByValue;
 use crate::{GpuBackend, PTX, SamplingParams};
-
-#[repr(transparent)]
-struct ByValue<T>(T);
-// SAFETY: `#[repr(C)]`, `Copy`, plain integers, floats and device addresses (see gpu.rs).
-unsafe impl DeviceRepr for ByValue<LogitsParams> {}
-// SAFETY: as above.
-unsafe impl DeviceRepr for ByValue<ReduceParams> {}
 
 /// Device buffers of the unfused pipelines for one (B, V).
 pub struct UnfusedBuffers {

@@ -10,7 +10,7 @@ use cudarc::nvrtc::Ptx;
 use flashsampling_kernels::config::{
     FUSED_VARIANTS, FusedVariant, GUMBEL_ENTRY, MAX_DIM, PHILOX_ENTRY, variant_for_batch,
 };
-use flashsampling_kernels::params::{FusedParams, NoiseTestParams, ReduceParams};
+use flashsampling_kernels::params::{FusedParams, LogitsParams, NoiseTestParams, ReduceParams};
 use flashsampling_kernels::{Candidate, Transform};
 use half::bf16;
 
@@ -18,9 +18,10 @@ use crate::error::{Error, Result};
 use crate::params::{Matrix, SamplingParams, Shape, validate};
 use crate::{PTX, PTX_SM90A, Samples, check_tokens};
 
-/// A kernel parameter struct passed by value (`#[repr(C)]`, identical layout on host and device).
+/// A kernel parameter struct passed by value (`#[repr(C)]`, identical layout on host and device); the
+/// one wrapper for every launch of this crate (here and in `baselines`).
 #[repr(transparent)]
-struct ByValue<T>(T);
+pub(crate) struct ByValue<T>(pub(crate) T);
 // SAFETY: the wrapped structs are `#[repr(C)]`, `Copy`, and hold only plain integers, floats and device
 // addresses, which is what the kernels read from their `.param` space.
 unsafe impl DeviceRepr for ByValue<FusedParams> {}
@@ -28,6 +29,8 @@ unsafe impl DeviceRepr for ByValue<FusedParams> {}
 unsafe impl DeviceRepr for ByValue<ReduceParams> {}
 // SAFETY: as above.
 unsafe impl DeviceRepr for ByValue<NoiseTestParams> {}
+// SAFETY: as above.
+unsafe impl DeviceRepr for ByValue<LogitsParams> {}
 
 /// How the fused kernel is launched for one (B, V).
 #[derive(Clone, Copy, Debug)]
