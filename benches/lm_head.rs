@@ -14,7 +14,8 @@
 //! Flags: `--quick` (B ∈ {1, 64, 256}), `--runs N` (default 50), `--out DIR`,
 //! `--replot CSV` (rebuild table and plots from a results.csv, no GPU needed), `--variants` (instead
 //! of the baselines: time every fused-kernel variant at every B, print a table, write `variants.csv`;
-//! how the per-batch choice in `config::variant_for_batch` is made).
+//! how the per-batch choice in `config::variant_for_batch` is made; `--only a,b` keeps the variants
+//! whose entry point contains `a` or `b`).
 //! Without a GPU it prints SKIP (fails with `FLASHSAMPLING_REQUIRE_GPU=1`).
 
 mod report;
@@ -38,6 +39,8 @@ struct Args {
     out: PathBuf,
     replot: Option<PathBuf>,
     variants: bool,
+    /// `--only a,b`: the sweep times only the variants whose entry contains one of these.
+    only: Vec<String>,
 }
 
 fn args() -> Args {
@@ -47,12 +50,14 @@ fn args() -> Args {
         out: PathBuf::from("target/flashsampling-bench"),
         replot: None,
         variants: false,
+        only: Vec::new(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(x) = it.next() {
         match x.as_str() {
             "--quick" => a.quick = true,
             "--variants" => a.variants = true,
+            "--only" => a.only = it.next().expect("--only a,b").split(',').map(str::to_string).collect(),
             "--runs" => a.runs = it.next().and_then(|s| s.parse::<usize>().ok()).expect("--runs N").max(50),
             "--out" => a.out = PathBuf::from(it.next().expect("--out DIR")),
             "--replot" => a.replot = Some(PathBuf::from(it.next().expect("--replot CSV"))),
@@ -196,7 +201,10 @@ fn main() -> R<()> {
 /// table; prints ms and ms / HBM floor per variant and marks the one the library picks.
 fn variant_sweep(gpu: &mut GpuBackend, timer: &EventTimer, a: &Args, bandwidth: f64) -> R<()> {
     let stream = gpu.stream().clone();
-    let entries = gpu.fused_variants();
+    let mut entries = gpu.fused_variants();
+    if !a.only.is_empty() {
+        entries.retain(|e| a.only.iter().any(|o| e.contains(o.as_str())));
+    }
     eprintln!("fused kernel occupancy (variant, blocks/SM): {:?}", gpu.fused_occupancy());
     let mut csv = String::from("config,d,v,b,variant,default,median_ms,min_ms,max_ms,hbm_floor_ms\n");
     let mut table = format!("| config | B | {} |\n|---|---|{}\n", entries.join(" | "), "---|".repeat(entries.len()));

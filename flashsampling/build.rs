@@ -126,7 +126,7 @@ fn main() {
     }
     // The warp-specialized kernels need their thread bound in the PTX (written by the link step).
     for variant in flashsampling_kernels::config::FUSED_VARIANTS {
-        if variant.staging == flashsampling_kernels::config::Staging::WgmmaWs {
+        if variant.warp_specialized() {
             let at = ptx_sm90a.find(&format!(".entry {}(", variant.entry)).unwrap_or(0);
             let head = &ptx_sm90a[at..(at + 400).min(ptx_sm90a.len())];
             let bound = format!(".maxntid {}, 1, 1", variant.threads());

@@ -59,14 +59,15 @@ sm90a_entries="$(tr ',' '\n' <<< "$FS_ENTRY_POINTS" | grep wgmma | paste -sd, - 
 module() {  # entries, cpu, output
   "$FS_LLVM_BIN/opt" "$work/linked.bc" -o "$work/opt-$2.bc" \
     -passes='internalize,globaldce,default<O3>' -internalize-public-api-list="$1"
-  "$FS_LLVM_BIN/llc" "$work/opt-$2.bc" -o "$3" -O3 -mtriple=nvptx64-nvidia-cuda -mcpu="$2" --fp-contract=off
+  "$FS_LLVM_BIN/llc" "$work/opt-$2.bc" -o "$3" -O3 -mtriple=nvptx64-nvidia-cuda -mcpu="$2" --fp-contract=off ${4:-}
 }
 module "$main_entries" "$sm" "$out"
 if [ -n "$sm90a_entries" ]; then
   sm90a="${out%.ptx}_sm90a.ptx"
-  module "$sm90a_entries" sm_90a "$sm90a"
-  # The warp-specialized kernels (`*_ws_*`) run 3 warpgroups = 384 threads (config::WS_WARPS). rustc
-  # has no launch-bounds attribute, so the bound is written here: ptxas then keeps them within the
-  # 168 registers per thread that one such block per SM can have.
-  sed -i -E '/^\.visible \.entry [A-Za-z0-9_]*_ws_[A-Za-z0-9_]*\($/,/^\)/ s/^\)(.*)$/)\1\n.maxntid 384, 1, 1/' "$sm90a"
+  # PTX ISA 8.3: `fence.proxy.tensormap::generic` (the TMA kernels acquire their tensor maps).
+  module "$sm90a_entries" sm_90a "$sm90a" -mattr=+ptx83
+  # The warp-specialized kernels (`*_ws_*`, `*_tma_*`) run 3 warpgroups = 384 threads
+  # (config::WS_WARPS). rustc has no launch-bounds attribute, so the bound is written here: ptxas then
+  # keeps them within the 168 registers per thread that one such block per SM can have.
+  sed -i -E '/^\.visible \.entry [A-Za-z0-9_]*_(ws|tma)_[A-Za-z0-9_]*\($/,/^\)/ s/^\)(.*)$/)\1\n.maxntid 384, 1, 1/' "$sm90a"
 fi

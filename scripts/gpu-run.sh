@@ -2,7 +2,8 @@
 # Runs on a GPU machine with no Rust, from the repository root, after scripts/gpu-bundle.sh:
 #   gpu-bundle/run.sh            tests, sanitizers, example, bench
 #   gpu-bundle/run.sh tests      tests and sanitizers only
-#   gpu-bundle/run.sh bench      example and bench only (FS_VARIANTS=1: also the variant sweep)
+#   gpu-bundle/run.sh bench      example and bench only (FS_VARIANTS=1: also the variant sweep,
+#                                FS_VARIANTS=only: the sweep alone; FS_ONLY=a,b: of those variants)
 # Logs go to $OUT (or /tmp/flashsampling-gpu); a short summary table is printed last.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -56,7 +57,7 @@ if [ "$what" = all ] || [ "$what" = bench ]; then
   for bench in "$bin"/bench-*; do
     [ -x "$bench" ] || continue
     if [ -n "${FS_VARIANTS:-}" ]; then  # every fused-kernel variant at every B
-      "$bench" --bench --variants --out "$out/variants" > "$out/bench-variants.log" 2>&1; rc=$?
+      "$bench" --bench --variants ${FS_ONLY:+--only "$FS_ONLY"} --out "$out/variants" > "$out/bench-variants.log" 2>&1; rc=$?
       note "variant sweep rc=$rc:"; while read -r l; do note "$l"; done < <(grep -E "^\|" "$out/bench-variants.log")
     fi
     [ "${FS_VARIANTS:-}" = only ] && continue

@@ -160,8 +160,17 @@ fn every_fused_variant_draws_the_same_samples() {
             visible(&format!("variant {entry:<26} B={b:>3} D={d:>4} V={v:>5}: vs CPU {m} mismatching rows of {b}"));
             assert!(m * 50 <= b, "{entry}: {m} of {b} rows differ from the CPU");
             // A warp-specialized kernel issues the same wgmma in the same order as the one-warpgroup
-            // kernel of its N: bit-identical tokens and scores.
-            if let Some(twin) = by_entry.get(&entry.replace("_ws_", "_")) {
+            // kernel of its N (`ws_nN`, `tma_nN` vs `wgmma_nN`; `tma_n16` vs `ws_n16`, as there is no
+            // `wgmma_n16`), and splitting the batch tile over the consumers does not change any
+            // column's MMAs (`tma_nNx2` vs `wgmma_nN`): bit-identical tokens and scores.
+            let twin_name = match entry.strip_suffix("x2").unwrap_or(entry) {
+                base if base.contains("_tma_") => {
+                    let one_warpgroup = base.replace("_tma_", "_");
+                    if by_entry.contains_key(&one_warpgroup) { one_warpgroup } else { base.replace("_tma_", "_ws_") }
+                }
+                base => base.replace("_ws_", "_"),
+            };
+            if let (true, Some(twin)) = (entry.contains("_ws_") || entry.contains("_tma_"), by_entry.get(&twin_name)) {
                 twins += 1;
                 let twin: &flashsampling::Samples = twin;
                 assert_eq!(got.tokens, twin.tokens, "{entry} vs its one-warpgroup twin: B={b} D={d} V={v}");
@@ -177,9 +186,9 @@ fn every_fused_variant_draws_the_same_samples() {
                 }
             }
         }
-        // ws_n32 and ws_n64 have a twin (wgmma_n32, wgmma_n64) on compute capability 9.0.
+        // On compute capability 9.0: ws_n32, ws_n64 and the five tma variants have a twin.
         if entries.iter().any(|e| e.contains("_ws_")) {
-            assert_eq!(twins, 2, "twin comparisons for B={b} D={d} V={v}");
+            assert_eq!(twins, 7, "twin comparisons for B={b} D={d} V={v}");
         }
     }
     gpu.set_fused_variant(None).unwrap();
@@ -274,6 +283,50 @@ fn device_api_keeps_tokens_on_the_device_and_reuses_buffers() {
         )
         .unwrap_err();
     assert!(matches!(err, Error::Misaligned { buffer: "hidden states", .. }), "{err:?}");
+}
+
+#[test]
+fn tma_kernels_follow_their_buffers_through_the_device_api() {
+    let Some(mut gpu) = gpu_or_skip("tma_kernels_follow_their_buffers_through_the_device_api") else { return };
+    // The TMA kernels read the launch's buffers through tensor maps cached in `DeviceSamples`. One
+    // `out` serves launches that alternate between two live hidden-state buffers, two batch sizes and
+    // two weights: each must sample its own inputs, as the host path (fresh buffers) does.
+    let tma: Vec<&str> = gpu.fused_variants().into_iter().filter(|e| e.contains("_tma_")).collect();
+    if tma.is_empty() {
+        visible(
+            "SKIP tma_kernels_follow_their_buffers_through_the_device_api: no TMA variant on this GPU (sm_90a only)",
+        );
+        return;
+    }
+    let d = 200;
+    let mut rng = TestRng::new(DATA_SEED + 21);
+    let weights: Vec<(usize, Vec<bf16>)> =
+        [3001usize, 1000].iter().map(|&v| (v, rng.normal_bf16(v * d, 0.1))).collect();
+    let w_dev: Vec<_> = weights.iter().map(|(_, w)| gpu.stream().clone_htod(w).unwrap()).collect();
+    let hiddens: Vec<(usize, Vec<bf16>)> =
+        [(70usize, 1.0), (70, 1.5), (5, 1.0)].iter().map(|&(b, std)| (b, rng.normal_bf16(b * d, std))).collect();
+    let h_dev: Vec<_> = hiddens.iter().map(|(_, h)| gpu.stream().clone_htod(h).unwrap()).collect();
+    for entry in tma {
+        gpu.set_fused_variant(Some(entry)).unwrap();
+        let mut out = gpu.alloc_samples(70, 3001).unwrap();
+        for (step, (hi, wi)) in [(0, 0), (1, 0), (0, 0), (2, 0), (2, 1), (1, 1)].into_iter().enumerate() {
+            let ((b, hidden), (v, weight)) = (&hiddens[hi], &weights[wi]);
+            let params =
+                SamplingParams::new(0.9, 11).with_streams((0..*b as u64).map(|r| 3 * r + step as u64).collect());
+            gpu.sample_device(
+                &DeviceMatrix { data: h_dev[hi].as_view(), rows: *b, cols: d },
+                &DeviceMatrix { data: w_dev[wi].as_view(), rows: *v, cols: d },
+                &params,
+                &mut out,
+            )
+            .unwrap();
+            let on_device = gpu.stream().clone_dtoh(&out.tokens()).unwrap();
+            let host_path = gpu.sample(Matrix::new(hidden, *b, d), Matrix::new(weight, *v, d), &params).unwrap();
+            assert_eq!(on_device, host_path, "{entry}, step {step}: hidden {hi}, weight {wi}");
+        }
+        visible(&format!("{entry}: 6 device-API launches over 3 hidden buffers and 2 weights match the host path"));
+    }
+    gpu.set_fused_variant(None).unwrap();
 }
 
 #[test]

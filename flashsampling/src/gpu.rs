@@ -2,15 +2,17 @@
 
 use std::sync::Arc;
 
+use cudarc::driver::sys;
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig,
     PushKernelArg,
 };
 use cudarc::nvrtc::Ptx;
 use flashsampling_kernels::config::{
-    FUSED_VARIANTS, FusedVariant, GUMBEL_ENTRY, MAX_DIM, PHILOX_ENTRY, variant_for_batch,
+    FUSED_VARIANTS, FusedVariant, GUMBEL_ENTRY, MAX_DIM, PHILOX_ENTRY, STAGE_K, TMA_WEIGHT_BOX_ROWS,
+    TMA_WEIGHT_ROW_STEP, variant_for_batch,
 };
-use flashsampling_kernels::params::{FusedParams, LogitsParams, NoiseTestParams, ReduceParams};
+use flashsampling_kernels::params::{FusedParams, LogitsParams, NoiseTestParams, ReduceParams, TensorMap, TensorMaps};
 use flashsampling_kernels::{Candidate, Transform};
 use half::bf16;
 
@@ -76,6 +78,57 @@ pub struct DeviceSamples {
     b: usize,
     /// Host copy of the stream ids in `streams` (skips the upload when a call reuses them).
     uploaded_streams: Vec<u64>,
+    /// The TMA kernels' tensor maps ([`TensorMaps`], 256 bytes) in device memory.
+    tensor_maps: CudaSlice<u64>,
+    /// What the maps in `tensor_maps` describe; they are re-encoded and uploaded when a launch
+    /// differs (another buffer, shape or batch tile).
+    tensor_maps_for: Option<TensorMapKey>,
+}
+
+/// What a launch's tensor maps depend on: the two device addresses, B, D, V and `BLOCK_B`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct TensorMapKey {
+    hidden: u64,
+    weight: u64,
+    b: usize,
+    d: usize,
+    v: usize,
+    block_b: u32,
+}
+
+/// Encodes one 2-D bf16 tensor map over a row-major `[rows, cols]` matrix at `address`: box
+/// `STAGE_K` columns × `box_rows` rows taking every `row_step`-th row, 128-byte swizzle, zeros
+/// outside the matrix.
+fn encode_tensor_map(address: u64, rows: usize, cols: usize, box_rows: u32, row_step: u32) -> Result<TensorMap> {
+    let dims = [cols as u64, rows as u64];
+    let strides = [2 * cols as u64]; // bytes between rows; a multiple of 16 (D % 8 == 0)
+    let boxes = [STAGE_K, box_rows * row_step];
+    let element_strides = [1, row_step];
+    let mut map = sys::CUtensorMap { opaque: [0; 16] };
+    // SAFETY: every pointer is to a live local array of the length the rank (2) needs; the driver
+    // only encodes the descriptor (no device access).
+    let status = unsafe {
+        sys::cuTensorMapEncodeTiled(
+            &mut map,
+            sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+            2,
+            address as *mut std::ffi::c_void,
+            dims.as_ptr(),
+            strides.as_ptr(),
+            boxes.as_ptr(),
+            element_strides.as_ptr(),
+            sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+            sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+            sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )
+    };
+    if status != sys::CUresult::CUDA_SUCCESS {
+        return Err(Error::Driver(format!(
+            "cuTensorMapEncodeTiled ({rows} × {cols} bf16 at {address:#x}, box {box_rows} rows {row_step} apart): {status:?}"
+        )));
+    }
+    Ok(TensorMap(map.opaque))
 }
 
 impl DeviceSamples {
@@ -276,6 +329,8 @@ impl GpuBackend {
                 scores: self.stream.alloc::<f32>(b.max(1))?,
                 b,
                 uploaded_streams: Vec::new(),
+                tensor_maps: self.stream.alloc::<u64>(size_of::<TensorMaps>() / 8)?,
+                tensor_maps_for: None,
             })
         }
     }
@@ -359,6 +414,21 @@ impl GpuBackend {
         launch: LaunchShape,
     ) -> Result<()> {
         let loaded = self.fused[launch.variant].as_ref().expect("only loaded variants are chosen");
+        let variant = loaded.variant;
+        if variant.uses_tma() {
+            let key = TensorMapKey { hidden, weight, b: shape.b, d: shape.d, v: shape.v, block_b: variant.block_b() };
+            if out.tensor_maps_for != Some(key) {
+                let maps = TensorMaps {
+                    weight: encode_tensor_map(weight, shape.v, shape.d, TMA_WEIGHT_BOX_ROWS, TMA_WEIGHT_ROW_STEP)?,
+                    hidden: encode_tensor_map(hidden, shape.b, shape.d, variant.block_b(), 1)?,
+                };
+                let words: Vec<u64> = maps.weight.0.iter().chain(&maps.hidden.0).copied().collect();
+                // Stream-ordered before the launch below.
+                self.stream.memcpy_htod(&words, &mut out.tensor_maps)?;
+                out.tensor_maps_for = Some(key);
+            }
+        }
+        let (maps, _m) = out.tensor_maps.device_ptr(&self.stream);
         let (streams, _s) = out.streams.device_ptr(&self.stream);
         let (cands, _c) = out.candidates.device_ptr_mut(&self.stream);
         let (counters, _n) = out.counters.device_ptr_mut(&self.stream);
@@ -379,6 +449,7 @@ impl GpuBackend {
             n_vranges: launch.n_vranges,
             sample: params.sample,
             transform,
+            tensor_maps: if variant.uses_tma() { maps as *const TensorMaps } else { std::ptr::null() },
         });
         let cfg = LaunchConfig {
             grid_dim: (launch.n_btiles * launch.n_vranges, 1, 1),
@@ -387,7 +458,8 @@ impl GpuBackend {
         };
         // SAFETY: shapes validated above; hidden/weight hold B·D and V·D bf16 and are 16-byte aligned;
         // streams, tokens and scores hold B entries, candidates B·n_vranges, counters ≥ n_btiles zeros
-        // (each launch leaves them zero); the grid matches `FusedParams`.
+        // (each launch leaves them zero); the grid matches `FusedParams`; a TMA variant's tensor maps
+        // (256-byte aligned allocation) describe exactly these buffers and shapes.
         unsafe { self.stream.launch_builder(&loaded.func).arg(&p).launch(cfg) }?;
         Ok(())
     }

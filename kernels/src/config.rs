@@ -105,11 +105,28 @@ pub enum Staging {
     /// As `Block`, with one warpgroup per block whose `wgmma` (sm_90a) reads both operands straight
     /// from the ring; `NB = N / 8` only sets the batch width `N`. In the sm_90a module only.
     Wgmma,
-    /// As `Wgmma`, warp-specialized: a producer warpgroup fills the ring, two consumer warpgroups
-    /// take turns on the tiles, and `mbarrier`s hand each stage over ([`WS_WARPS`] warps; see
-    /// `device::fused_ws`). In the sm_90a module only.
+    /// As `Wgmma`, warp-specialized: a producer warpgroup fills the ring with `cp.async`, two consumer
+    /// warpgroups take turns on the tiles, and `mbarrier`s hand each stage over ([`WS_WARPS`] warps;
+    /// see `device::fused_ws`). In the sm_90a module only.
     WgmmaWs,
+    /// As `WgmmaWs`, but one producer warp fills each stage with tensor-memory-accelerator copies
+    /// (`cp.async.bulk.tensor`, [TMA boxes](TMA_WEIGHT_ROW_STEP)) that complete on the stage's
+    /// `mbarrier`; the consumer warpgroups take turns on the tiles (`warps_b = 1`) or split the batch
+    /// tile, `N` rows each, sharing every stage's weight slab (`warps_b = 2`). Needs the launch's
+    /// tensor maps ([`crate::params::TensorMaps`]). In the sm_90a module only.
+    WgmmaTma,
 }
+
+/// The TMA weight box: a tensor map over the weight `[V, D]` copies `TMA_WEIGHT_BOX_ROWS` rows that
+/// are `TMA_WEIGHT_ROW_STEP` vocab rows apart (its element stride along V), 64 D columns each.
+/// Sixteen such boxes fill a stage's 128-row weight slab in the permuted row order of the `wgmma`
+/// kernels (slab rows `64h + 16w + 8e + g`, `g = 0..8`, are vocab rows `32w + 2h + e + 4g` of the
+/// tile), so each lane's accumulators stay whole Philox groups of four vocab rows.
+pub const TMA_WEIGHT_ROW_STEP: u32 = 4;
+/// Rows of one TMA weight box (see [`TMA_WEIGHT_ROW_STEP`]).
+pub const TMA_WEIGHT_BOX_ROWS: u32 = 8;
+/// TMA weight boxes per stage: 128 slab rows / 8.
+pub const TMA_WEIGHT_BOXES: u32 = BLOCK_V / TMA_WEIGHT_BOX_ROWS;
 
 /// Warps per block of a warp-specialized kernel ([`Staging::WgmmaWs`]): three warpgroups.
 pub const WS_WARPS: u32 = 12;
@@ -121,7 +138,9 @@ pub struct FusedVariant {
     pub entry: &'static str,
     /// `NB`: 8-row MMA N tiles per warp (a warp covers `8·NB` batch rows).
     pub n_tiles: u32,
-    /// Warps splitting the batch (each `8·NB` rows); the others split the vocab.
+    /// Warps splitting the batch (each `8·NB` rows); the others split the vocab. For
+    /// [`Staging::WgmmaTma`]: 1 = the consumer warpgroups take turns on the tiles, 2 = they split the
+    /// batch tile (`N = 8·NB` rows each) and share every stage's weight slab.
     pub warps_b: u32,
     /// Operand staging.
     pub staging: Staging,
@@ -131,7 +150,7 @@ pub struct FusedVariant {
 
 /// Every fused-kernel variant in the PTX module. `NB = 8` per warp would need more than 255
 /// registers with this mainloop, so wide batches use more warps instead.
-pub const FUSED_VARIANTS: [FusedVariant; 14] = [
+pub const FUSED_VARIANTS: [FusedVariant; 19] = [
     FusedVariant { entry: "fused_sample_warp_nb1", n_tiles: 1, warps_b: 1, staging: Staging::PerWarp, stages: 4 },
     FusedVariant { entry: "fused_sample_block_nb1", n_tiles: 1, warps_b: 1, staging: Staging::Block, stages: 4 },
     FusedVariant { entry: "fused_sample_block_nb2", n_tiles: 2, warps_b: 1, staging: Staging::Block, stages: 4 },
@@ -146,6 +165,35 @@ pub const FUSED_VARIANTS: [FusedVariant; 14] = [
     FusedVariant { entry: "fused_sample_wgmma_ws_n16", n_tiles: 2, warps_b: 1, staging: Staging::WgmmaWs, stages: 10 },
     FusedVariant { entry: "fused_sample_wgmma_ws_n32", n_tiles: 4, warps_b: 1, staging: Staging::WgmmaWs, stages: 10 },
     FusedVariant { entry: "fused_sample_wgmma_ws_n64", n_tiles: 8, warps_b: 1, staging: Staging::WgmmaWs, stages: 8 },
+    FusedVariant {
+        entry: "fused_sample_wgmma_tma_n16",
+        n_tiles: 2,
+        warps_b: 1,
+        staging: Staging::WgmmaTma,
+        stages: 10,
+    },
+    FusedVariant {
+        entry: "fused_sample_wgmma_tma_n32",
+        n_tiles: 4,
+        warps_b: 1,
+        staging: Staging::WgmmaTma,
+        stages: 10,
+    },
+    FusedVariant { entry: "fused_sample_wgmma_tma_n64", n_tiles: 8, warps_b: 1, staging: Staging::WgmmaTma, stages: 8 },
+    FusedVariant {
+        entry: "fused_sample_wgmma_tma_n32x2",
+        n_tiles: 4,
+        warps_b: 2,
+        staging: Staging::WgmmaTma,
+        stages: 8,
+    },
+    FusedVariant {
+        entry: "fused_sample_wgmma_tma_n64x2",
+        n_tiles: 8,
+        warps_b: 2,
+        staging: Staging::WgmmaTma,
+        stages: 6,
+    },
 ];
 
 impl FusedVariant {
@@ -155,13 +203,23 @@ impl FusedVariant {
         match self.staging {
             Staging::PerWarp | Staging::Wgmma => WARPS_PER_BLOCK,
             Staging::Block => WARPS_PER_BLOCK * self.warps_b,
-            Staging::WgmmaWs => WS_WARPS,
+            Staging::WgmmaWs | Staging::WgmmaTma => WS_WARPS,
         }
+    }
+    /// Whether the variant is warp-specialized (a producer and two consumer warpgroups).
+    #[inline]
+    pub const fn warp_specialized(&self) -> bool {
+        matches!(self.staging, Staging::WgmmaWs | Staging::WgmmaTma)
+    }
+    /// Whether the variant copies with TMA and so needs the launch's tensor maps.
+    #[inline]
+    pub const fn uses_tma(&self) -> bool {
+        matches!(self.staging, Staging::WgmmaTma)
     }
     /// Whether the variant is in the sm_90a module (needs a compute capability 9.0 GPU).
     #[inline]
     pub const fn needs_sm90a(&self) -> bool {
-        matches!(self.staging, Staging::Wgmma | Staging::WgmmaWs)
+        matches!(self.staging, Staging::Wgmma | Staging::WgmmaWs | Staging::WgmmaTma)
     }
     /// Threads per block.
     #[inline]
@@ -179,7 +237,7 @@ impl FusedVariant {
     pub const fn tile_v(&self) -> u32 {
         match self.staging {
             Staging::PerWarp => WARP_TILE_V,
-            Staging::Block | Staging::Wgmma | Staging::WgmmaWs => BLOCK_V,
+            Staging::Block | Staging::Wgmma | Staging::WgmmaWs | Staging::WgmmaTma => BLOCK_V,
         }
     }
     /// Bytes of one pipeline stage (the whole ring's share for block staging, one warp's for
@@ -189,7 +247,9 @@ impl FusedVariant {
         match self.staging {
             // 32 weight rows, then 2·NB hidden pieces of 32 lanes × 16 bytes (= NB·8 rows).
             Staging::PerWarp => (WARP_TILE_V + 8 * self.n_tiles) * STAGE_ROW_BYTES,
-            Staging::Block | Staging::Wgmma | Staging::WgmmaWs => (self.tile_v() + self.block_b()) * STAGE_ROW_BYTES,
+            Staging::Block | Staging::Wgmma | Staging::WgmmaWs | Staging::WgmmaTma => {
+                (self.tile_v() + self.block_b()) * STAGE_ROW_BYTES
+            }
         }
     }
     /// Dynamic shared memory: the candidate merge area, then the staging ring(s).
@@ -202,10 +262,10 @@ impl FusedVariant {
             Staging::Wgmma => {
                 1024 + wgmma_candidate_smem_bytes(WARPS_PER_BLOCK, self.block_b()) + self.stages * self.stage_bytes()
             }
-            // 8-byte barriers between the merge area and the ring: full and empty per ring slot, and
-            // one turn per consumer warpgroup.
-            Staging::WgmmaWs => {
-                1024 + wgmma_candidate_smem_bytes(WS_WARPS, self.block_b())
+            // 8-byte barriers between the merge area (each warp's `N = 8·NB` columns) and the ring:
+            // full and empty per ring slot, and one turn per consumer warpgroup.
+            Staging::WgmmaWs | Staging::WgmmaTma => {
+                1024 + wgmma_candidate_smem_bytes(WS_WARPS, 8 * self.n_tiles)
                     + 8 * (2 * self.stages + 2)
                     + self.stages * self.stage_bytes()
             }
@@ -270,7 +330,7 @@ pub const LOGITS_CHUNK: u32 = 4 * BASELINE_THREADS * 4;
 pub const BASELINE_SMEM_BYTES: u32 = 8 * (BASELINE_THREADS / 32);
 
 /// Every kernel entry point in the PTX module (the link step keeps exactly these).
-pub const ENTRY_POINTS: [&str; 20] = [
+pub const ENTRY_POINTS: [&str; 25] = [
     GUMBEL_LOGITS_ENTRY,
     SOFTMAX_ENTRY,
     MULTINOMIAL_ENTRY,
@@ -288,6 +348,11 @@ pub const ENTRY_POINTS: [&str; 20] = [
     FUSED_VARIANTS[11].entry,
     FUSED_VARIANTS[12].entry,
     FUSED_VARIANTS[13].entry,
+    FUSED_VARIANTS[14].entry,
+    FUSED_VARIANTS[15].entry,
+    FUSED_VARIANTS[16].entry,
+    FUSED_VARIANTS[17].entry,
+    FUSED_VARIANTS[18].entry,
     REDUCE_ENTRY,
     PHILOX_ENTRY,
     GUMBEL_ENTRY,
@@ -310,16 +375,28 @@ mod tests {
             assert!(ENTRY_POINTS.contains(&v.entry), "{} not in ENTRY_POINTS", v.entry);
             // The module split (link step, host loader) goes by the name.
             assert_eq!(v.needs_sm90a(), v.entry.contains("wgmma"), "{}", v.entry);
+            // The link step bounds the warp-specialized entries to 384 threads by these names.
             assert_eq!(v.staging == Staging::WgmmaWs, v.entry.contains("_ws_"), "{}", v.entry);
+            assert_eq!(v.staging == Staging::WgmmaTma, v.entry.contains("_tma_"), "{}", v.entry);
             if v.needs_sm90a() {
                 // wgmma slabs are whole 1024-byte swizzle atoms; N is a wgmma width with a shape.
                 assert_eq!(v.stage_bytes() % 1024, 0, "{}", v.entry);
-                assert!(matches!(v.block_b(), 16 | 32 | 64 | 128), "{}", v.entry);
-                assert!(v.entry.ends_with(&format!("_n{}", v.block_b())), "{}", v.entry);
+                assert!(matches!(8 * v.n_tiles, 16 | 32 | 64 | 128), "{}", v.entry);
+                let split = if v.warps_b > 1 { format!("x{}", v.warps_b) } else { std::string::String::new() };
+                assert!(v.entry.ends_with(&format!("_n{}{split}", 8 * v.n_tiles)), "{}", v.entry);
+                // Only the TMA kernels split the batch tile over their consumers, and at most in two.
+                assert!(v.warps_b == 1 || (v.uses_tma() && v.warps_b == 2), "{}", v.entry);
+            }
+            if v.uses_tma() {
+                // A TMA box is at most 256 rows.
+                assert!(v.block_b() <= 256, "{}", v.entry);
             }
         }
-        assert_eq!(FUSED_VARIANTS.iter().filter(|v| v.staging == Staging::WgmmaWs).count(), 3);
-        assert!(FUSED_VARIANTS.iter().filter(|v| v.staging == Staging::WgmmaWs).all(|v| v.threads() == 384));
+        assert_eq!(FUSED_VARIANTS.iter().filter(|v| v.warp_specialized()).count(), 8);
+        assert!(FUSED_VARIANTS.iter().filter(|v| v.warp_specialized()).all(|v| v.threads() == 384));
+        // Sixteen boxes of 8 rows, 4 apart, cover a 128-row tile's 32 Philox groups.
+        assert_eq!(TMA_WEIGHT_BOXES * TMA_WEIGHT_BOX_ROWS, BLOCK_V);
+        assert_eq!(TMA_WEIGHT_ROW_STEP * TMA_WEIGHT_BOX_ROWS, WARP_TILE_V);
     }
 
     #[test]

@@ -38,6 +38,32 @@ pub struct FusedParams {
     pub sample: u32,
     /// Temperature transform.
     pub transform: Transform,
+    /// The TMA descriptors of this launch's weight and hidden states, in device memory; read only
+    /// by the [`Staging::WgmmaTma`](crate::config::Staging::WgmmaTma) kernels (null for the others).
+    pub tensor_maps: *const TensorMaps,
+}
+
+/// One CUDA tensor map (`CUtensorMap`): an opaque 128-byte TMA descriptor that the host encodes
+/// with `cuTensorMapEncodeTiled` and the TMA copies read from device memory (64-byte aligned).
+#[repr(C, align(128))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TensorMap(pub [u64; 16]);
+
+/// The tensor maps of one fused launch, in device memory.
+///
+/// - `weight`: the weight `[V, D]` as a 2-D bf16 tensor (D innermost), box `64 × 32` with element
+///   strides `1 × 4`: [`TMA_WEIGHT_BOX_ROWS`](crate::config::TMA_WEIGHT_BOX_ROWS) rows that are
+///   [`TMA_WEIGHT_ROW_STEP`](crate::config::TMA_WEIGHT_ROW_STEP) apart; rows past V read as zeros.
+/// - `hidden`: the hidden states `[B, D]`, box `64 × BLOCK_B`; rows past B read as zeros.
+///
+/// Both use the 128-byte swizzle, so a box lands in the slab layout the `wgmma` descriptors read.
+#[repr(C, align(128))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TensorMaps {
+    /// Weight map.
+    pub weight: TensorMap,
+    /// Hidden-state map.
+    pub hidden: TensorMap,
 }
 
 /// Parameters of the candidate-reduction kernel.

@@ -105,8 +105,8 @@ fn smem_descriptor(addr: u32) -> u64 {
 pub(super) struct Ring {
     base: u32,
     slab_bytes: u32,
-    /// Hidden rows per slab (`N`).
-    n: u32,
+    /// Hidden rows per slab (`BLOCK_B`).
+    pub(super) n: u32,
 }
 
 impl Ring {
@@ -130,7 +130,7 @@ impl Ring {
 
 /// Slab row → offset of its vocab row in the tile (the permutation in the module doc).
 #[inline(always)]
-const fn vocab_of_slab_row(s: u32) -> u32 {
+pub(super) const fn vocab_of_slab_row(s: u32) -> u32 {
     let (h, w, g, e) = (s / 64, (s % 64) / 16, s % 8, (s % 16) / 8);
     4 * (8 * w + g) + 2 * h + e
 }
@@ -245,7 +245,7 @@ pub unsafe fn fused_sample_wgmma<T: WgmmaShape, const S: u32>(p: FusedParams) {
             // fenced stage in the layout the descriptors describe.
             unsafe {
                 wgmma_fence_sync_aligned();
-                mma_stage::<T>(ring.slab(slot), &mut acc);
+                mma_stage::<T>(ring.slab(slot), 0, &mut acc);
                 wgmma_commit_group_sync_aligned();
                 // The previous stage's group is done; this one may still run.
                 wgmma_wait_group_sync_aligned::<1>();
@@ -263,21 +263,22 @@ pub unsafe fn fused_sample_wgmma<T: WgmmaShape, const S: u32>(p: FusedParams) {
     }
     // SAFETY: every thread of the block reaches the block merge and the final reduction.
     unsafe {
-        write_wgmma_candidates::<T>(&p, pos, WARPS_PER_BLOCK, &cands);
+        write_wgmma_candidates::<T>(&p, pos, WARPS_PER_BLOCK, 1, &cands);
         reduce_if_last(&p, tid, WARPS_PER_BLOCK, btile, b_first, n);
     }
 }
 
 /// The 8 `wgmma` of one stage (4 k16 steps × the two 64-row halves of the weight slab) on the slab
-/// at `slab`, into `acc`; the caller fences before and commits after.
+/// at `slab`, with the `N` hidden rows from slab row `128 + b_row`, into `acc`; the caller fences
+/// before and commits after.
 ///
 /// # Safety
 /// The whole warpgroup runs this converged, after `wgmma.fence`; the slab holds a landed stage, made
-/// visible to the async proxy, in the layout the descriptors describe.
+/// visible to the async proxy, in the layout the descriptors describe; `b_row` is a multiple of 8.
 #[inline(always)]
-pub(super) unsafe fn mma_stage<T: WgmmaShape>(slab: u32, acc: &mut [T::Acc; 2]) {
+pub(super) unsafe fn mma_stage<T: WgmmaShape>(slab: u32, b_row: u32, acc: &mut [T::Acc; 2]) {
     for kk in 0..STAGE_K / 16 {
-        let b_desc = smem_descriptor(slab + STAGE_ROW_BYTES * BLOCK_V + 32 * kk);
+        let b_desc = smem_descriptor(slab + STAGE_ROW_BYTES * (BLOCK_V + b_row) + 32 * kk);
         for (h, a) in acc.iter_mut().enumerate() {
             let a_desc = smem_descriptor(slab + STAGE_ROW_BYTES * 64 * h as u32 + 32 * kk);
             // SAFETY: forwarded contract.
@@ -286,7 +287,8 @@ pub(super) unsafe fn mma_stage<T: WgmmaShape>(slab: u32, acc: &mut [T::Acc; 2]) 
     }
 }
 
-/// [`write_candidates`] for a `wgmma` block of `warps` warps, each lane holding `N / 4` columns.
+/// [`write_candidates`] for a `wgmma` block of `warps` warps in `warps_b` batch slots of `N` rows
+/// (slot `warp % warps_b`), each lane holding `N / 4` columns.
 ///
 /// # Safety
 /// As [`write_candidates`]; the candidate area holds `wgmma_candidate_smem_bytes(warps, N)` bytes.
@@ -295,15 +297,16 @@ pub(super) unsafe fn write_wgmma_candidates<T: WgmmaShape>(
     p: &FusedParams,
     pos: LanePosition,
     warps: u32,
+    warps_b: u32,
     cands: &[Candidate; 32],
 ) {
     // SAFETY: forwarded contract.
     unsafe {
         match T::N {
-            16 => write_candidates::<2, 32>(p, pos, warps, 1, cands),
-            32 => write_candidates::<4, 32>(p, pos, warps, 1, cands),
-            64 => write_candidates::<8, 32>(p, pos, warps, 1, cands),
-            _ => write_candidates::<16, 32>(p, pos, warps, 1, cands),
+            16 => write_candidates::<2, 32>(p, pos, warps, warps_b, cands),
+            32 => write_candidates::<4, 32>(p, pos, warps, warps_b, cands),
+            64 => write_candidates::<8, 32>(p, pos, warps, warps_b, cands),
+            _ => write_candidates::<16, 32>(p, pos, warps, warps_b, cands),
         }
     }
 }

@@ -37,27 +37,48 @@
 //! - **End**: all 12 warps merge candidates through shared memory (the producer's are empty) and the
 //!   last block of the batch tile reduces them to tokens, as in every fused variant.
 //!
+//! # TMA variant ([`Staging::WgmmaTma`](crate::config::Staging::WgmmaTma), `TMA = true`)
+//! The producer is one warp (warp 0; warps 1–3 of the producer warpgroup only take part in the final
+//! merge). Per stage, after the slot's `empty` wait, lane 0 arrives on `full[slot]` with the stage's
+//! byte count as expected transactions (`full` expects that one arrival), then lanes 0–15 copy the
+//! 16 weight boxes of 8 rows, 4 vocab rows apart (box `i` = slab rows `8i ..`, vocab rows
+//! `vocab_of_slab_row(8i) + 4g`: the same permuted slab as the `cp.async` producer), and lane 16 the
+//! hidden box of `BLOCK_B` rows, all with `cp.async.bulk.tensor` completing on `full[slot]`. No
+//! thread waits for its own copies, so all `S` slots can be in flight; the tensor maps zero-fill rows
+//! past V and B, and D columns past D.
+//!
+//! With `SPLIT = 2` (`warps_b = 2`) the consumers share every stage: consumer `c` multiplies the
+//! weight slab with hidden rows `c·N ..` of a `2N`-row batch tile, both wait for every stage in
+//! order (no turns needed) and both release it (`empty` expects 8 arrivals). Candidates merge per
+//! batch slot: consumer warps are ordered so that `merge warp % 2` is their slot.
+//!
 //! Each logit is computed by the same `wgmma` instructions in the same order as in the one-warpgroup
-//! kernel of the same `N`, so both draw bit-identical samples.
+//! kernel of the same `N`, so all of them draw bit-identical samples.
 
 use core::arch::nvptx::_syncthreads;
 
 use super::fused::{reduce_if_last, wait_oldest_stage};
-use super::fused_wgmma::{Place, Ring, WgmmaShape, advance, epilogue, issue_stage, mma_stage, write_wgmma_candidates};
+use super::fused_wgmma::{
+    Place, Ring, WgmmaShape, advance, epilogue, issue_stage, mma_stage, vocab_of_slab_row, write_wgmma_candidates,
+};
 use super::ptx::{
-    bar_warp_sync, cp_async_wait_group, fence_mbarrier_init_release_cluster, fence_proxy_async_shared_cta,
-    mbarrier_arrive_shared_cta_b64, mbarrier_init_shared_cta_b64, mbarrier_try_wait_parity_shared_cta_b64,
-    mov_u32_dynamic_smem, wgmma_commit_group_sync_aligned, wgmma_fence_sync_aligned, wgmma_wait_group_sync_aligned,
+    bar_warp_sync, cp_async_bulk_tensor_2d_shared_cluster_global_tile_mbarrier_complete_tx_bytes, cp_async_wait_group,
+    fence_mbarrier_init_release_cluster, fence_proxy_async_shared_cta, fence_proxy_tensormap_generic_acquire_gpu,
+    mbarrier_arrive_expect_tx_shared_cta_b64, mbarrier_arrive_shared_cta_b64, mbarrier_init_shared_cta_b64,
+    mbarrier_try_wait_parity_shared_cta_b64, mov_u32_dynamic_smem, wgmma_commit_group_sync_aligned,
+    wgmma_fence_sync_aligned, wgmma_wait_group_sync_aligned,
 };
 use crate::candidate::Candidate;
-use crate::config::{BLOCK_V, STAGE_K, WS_WARPS, wgmma_candidate_smem_bytes};
-use crate::params::FusedParams;
+use crate::config::{
+    BLOCK_V, STAGE_K, STAGE_ROW_BYTES, TMA_WEIGHT_BOX_ROWS, TMA_WEIGHT_BOXES, WS_WARPS, wgmma_candidate_smem_bytes,
+};
+use crate::params::{FusedParams, TensorMaps};
 
 /// Threads per block: one producer and two consumer warpgroups.
 pub const THREADS: u32 = 32 * WS_WARPS;
-/// Threads of the producer warpgroup (arrivals per `full` phase).
+/// Threads of the producer warpgroup (arrivals per `full` phase of the `cp.async` producer).
 const PRODUCER_THREADS: u32 = 128;
-/// Arrivals per `empty` phase: lane 0 of each warp of the consuming warpgroup.
+/// Arrivals per `empty` phase from one consumer: lane 0 of each of its 4 warps.
 const CONSUMER_ARRIVALS: u32 = 4;
 
 /// The block's barriers, 8 bytes each from `base`: `full[slot]`, `empty[slot]`, then `turn[c]`.
@@ -74,12 +95,13 @@ impl Barriers {
     fn turn(self, c: u32) -> u32 {
         self.base + 8 * (2 * self.slots + c)
     }
-    /// Completes a phase when a stage has landed in `slot` (the producer's 128 arrivals).
+    /// Completes a phase when a stage has landed in `slot` (the producer's arrivals, and with TMA the
+    /// stage's bytes).
     #[inline(always)]
     fn full(self, slot: u32) -> u32 {
         self.base + 8 * slot
     }
-    /// Completes a phase when the MMAs reading `slot` are done (the consumer's 4 arrivals).
+    /// Completes a phase when the MMAs reading `slot` are done (the consumers' arrivals).
     #[inline(always)]
     fn empty(self, slot: u32) -> u32 {
         self.base + 8 * (self.slots + slot)
@@ -97,25 +119,39 @@ unsafe fn wait(bar: u32, parity: u32) {
     bar_warp_sync();
 }
 
-/// The warp-specialized fused kernel body, `N = T::N` batch rows per block, an `S`-slot ring.
+/// The warp-specialized fused kernel body: `N = T::N` batch rows per consumer, an `S`-slot ring
+/// filled by `cp.async` (`TMA = false`) or TMA copies (`TMA = true`), consumers taking turns on the
+/// tiles (`SPLIT = 1`) or splitting a `2N`-row batch tile (`SPLIT = 2`, TMA only).
 ///
 /// # Safety
 /// Launched as documented in the module ([`THREADS`] threads, the variant's shared memory, sm_90a),
-/// with `p` validated by the host.
+/// with `p` validated by the host and, with `TMA`, `p.tensor_maps` encoded for this launch.
 #[inline(always)]
-pub unsafe fn fused_sample_ws<T: WgmmaShape, const S: u32>(p: FusedParams) {
+pub unsafe fn fused_sample_ws<T: WgmmaShape, const S: u32, const TMA: bool, const SPLIT: u32>(p: FusedParams) {
+    const { assert!(SPLIT == 1 || (TMA && SPLIT == 2)) };
     let n = T::N;
-    let Place { tid, btile, pos, first, end } = Place::of_this_thread(&p, n);
+    let block_b = SPLIT * n;
+    let Place { tid, btile, mut pos, first, end } = Place::of_this_thread(&p, block_b);
     let (lane, warp, b_first) = (tid % 32, pos.warp, pos.b0);
+    let wg = tid / 128;
+    // This thread's batch slot (N rows) and its warp's place in the candidate merge, which expects
+    // `merge warp % SPLIT` = slot; the producer's warps (empty candidates) fill the remaining places.
+    let (slot_b, merge_warp) = match (SPLIT, wg) {
+        (1, _) => (0, warp),
+        (_, 0) => (warp % 2, 8 + warp),
+        _ => (wg - 1, 2 * (warp % 4) + wg - 1),
+    };
+    pos.warp = merge_warp;
+    pos.b0 = b_first + slot_b * n;
     let bars = Barriers { base: mov_u32_dynamic_smem() + wgmma_candidate_smem_bytes(WS_WARPS, n), slots: S };
-    let ring = Ring::new(bars.base + 8 * (2 * S + 2), n);
+    let ring = Ring::new(bars.base + 8 * (2 * S + 2), block_b);
     let n_k = p.d.div_ceil(STAGE_K);
     if tid == 0 {
         for slot in 0..S {
             // SAFETY: 8-byte aligned slots of the barrier area, before any thread uses them.
             unsafe {
-                mbarrier_init_shared_cta_b64(bars.full(slot), PRODUCER_THREADS);
-                mbarrier_init_shared_cta_b64(bars.empty(slot), CONSUMER_ARRIVALS);
+                mbarrier_init_shared_cta_b64(bars.full(slot), if TMA { 1 } else { PRODUCER_THREADS });
+                mbarrier_init_shared_cta_b64(bars.empty(slot), SPLIT * CONSUMER_ARRIVALS);
             }
         }
         for c in 0..2 {
@@ -127,20 +163,26 @@ pub unsafe fn fused_sample_ws<T: WgmmaShape, const S: u32>(p: FusedParams) {
     // SAFETY: every thread of the block reaches it.
     unsafe { _syncthreads() };
     let mut cands = [Candidate::EMPTY; 32];
-    let wg = tid / 128;
     if wg == 0 {
-        // SAFETY: the producer warpgroup; forwarded launch contract.
-        unsafe { produce::<S>(&p, ring, bars, first, end, n_k, tid, b_first) };
+        if !TMA {
+            // SAFETY: the producer warpgroup; forwarded launch contract.
+            unsafe { produce::<S>(&p, ring, bars, first, end, n_k, tid, b_first) };
+        } else if warp == 0 {
+            // SAFETY: the producer warp; forwarded launch contract (the tensor maps are encoded).
+            unsafe { produce_tma::<S>(&p, ring, bars, first, end, n_k, lane, b_first) };
+        }
     } else {
         let c = wg - 1;
         let v_lane = 4 * (8 * (warp % 4) + pos.group);
-        let mut tile = first + c;
+        // SPLIT = 1: every other tile; SPLIT = 2: every tile, batch slot c.
+        let (mut tile, step) = if SPLIT == 1 { (first + c, 2) } else { (first, 1) };
         let mut j = 0; // this consumer's tile count
         while tile < end {
             // A phase-parity wait is only sound while the barrier is at most one phase short of the
             // awaited one: wait until the other consumer has seen its tile's stages land (so the
-            // fills before ours are complete). Consumer 0's first tile needs no turn.
-            if c == 1 || j > 0 {
+            // fills before ours are complete). Consumer 0's first tile needs no turn. With SPLIT = 2
+            // each consumer waits for every stage in order, which keeps it so by itself.
+            if SPLIT == 1 && (c == 1 || j > 0) {
                 // SAFETY: warpgroup-uniform; an initialized barrier.
                 unsafe { wait(bars.turn(c), (j + c + 1) % 2) };
             }
@@ -150,14 +192,15 @@ pub unsafe fn fused_sample_ws<T: WgmmaShape, const S: u32>(p: FusedParams) {
             for k in 0..n_k {
                 let slot = stage % S;
                 // SAFETY: warpgroup-uniform control flow: the whole consumer runs this loop converged.
-                // The barrier orders the landed, fenced stage before the MMAs that read it.
+                // The barrier orders the landed stage (fenced into the async proxy, or written by it)
+                // before the MMAs that read it.
                 unsafe {
                     wait(bars.full(slot), (stage / S) % 2);
-                    if k + 1 == n_k && tid % 128 == 0 {
+                    if SPLIT == 1 && k + 1 == n_k && tid % 128 == 0 {
                         mbarrier_arrive_shared_cta_b64(bars.turn(1 - c));
                     }
                     wgmma_fence_sync_aligned();
-                    mma_stage::<T>(ring.slab(slot), &mut acc);
+                    mma_stage::<T>(ring.slab(slot), slot_b * n, &mut acc);
                     wgmma_commit_group_sync_aligned();
                     // The previous stage's group is done; this one may still run.
                     wgmma_wait_group_sync_aligned::<1>();
@@ -177,14 +220,14 @@ pub unsafe fn fused_sample_ws<T: WgmmaShape, const S: u32>(p: FusedParams) {
                 }
             }
             epilogue::<T>(&p, pos, tile * BLOCK_V + v_lane, &acc, &mut cands);
-            tile += 2;
+            tile += step;
             j += 1;
         }
     }
     // SAFETY: every thread of the block reaches the block merge and the final reduction.
     unsafe {
-        write_wgmma_candidates::<T>(&p, pos, WS_WARPS, &cands);
-        reduce_if_last(&p, tid, WS_WARPS, btile, b_first, n);
+        write_wgmma_candidates::<T>(&p, pos, WS_WARPS, SPLIT, &cands);
+        reduce_if_last(&p, tid, WS_WARPS, btile, b_first, block_b);
     }
 }
 
@@ -230,5 +273,75 @@ unsafe fn produce<const S: u32>(
     for stage in stages.saturating_sub(lag)..stages {
         // SAFETY: as above, for the stages not yet signalled.
         unsafe { mbarrier_arrive_shared_cta_b64(bars.full(stage % S)) };
+    }
+}
+
+/// The TMA producer warp: per stage of the block's tiles `[first, end)`, waits until the slot is
+/// released, announces the stage's bytes on its `full` barrier and copies the 16 weight boxes (lanes
+/// 0–15) and the hidden box of `ring.n` rows (lane 16) into it.
+///
+/// # Safety
+/// Called by the 32 lanes of warp 0 of a kernel launched as documented, whose `p.tensor_maps` hold
+/// this launch's weight and hidden maps.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn produce_tma<const S: u32>(
+    p: &FusedParams,
+    ring: Ring,
+    bars: Barriers,
+    first: u32,
+    end: u32,
+    n_k: u32,
+    lane: u32,
+    b_first: u32,
+) {
+    let maps = p.tensor_maps;
+    // SAFETY: `tensor_maps` points at this launch's maps in device memory (launch contract).
+    let (weight_map, hidden_map) = unsafe { (&raw const (*maps).weight as u64, &raw const (*maps).hidden as u64) };
+    if lane < TMA_WEIGHT_BOXES + 1 {
+        let map = if lane < TMA_WEIGHT_BOXES { weight_map } else { hidden_map };
+        // SAFETY: 128 readable bytes of global memory.
+        unsafe { fence_proxy_tensormap_generic_acquire_gpu(map) };
+    }
+    let stage_bytes = (BLOCK_V + ring.n) * STAGE_ROW_BYTES;
+    let stages = (end - first) * n_k;
+    let (mut tile, mut k, mut slot) = (first, 0, 0);
+    for stage in 0..stages {
+        // SAFETY: barriers of this block, waited by the whole warp; the copies write only `slot`, which
+        // no MMA reads any more once its previous fill has been released, and complete on the phase
+        // of `full[slot]` that lane 0 has just armed with exactly their bytes (16 weight boxes of
+        // 8 × 128 bytes and one hidden box of `ring.n` × 128 bytes, zero-filled where outside).
+        unsafe {
+            if stage >= S {
+                wait(bars.empty(slot), (stage / S - 1) % 2);
+            }
+            if lane == 0 {
+                mbarrier_arrive_expect_tx_shared_cta_b64(bars.full(slot), stage_bytes);
+            }
+            bar_warp_sync();
+            let x = (k * STAGE_K) as i32;
+            if lane < TMA_WEIGHT_BOXES {
+                let row = lane * TMA_WEIGHT_BOX_ROWS;
+                let y = (tile * BLOCK_V + vocab_of_slab_row(row)) as i32;
+                let dst = ring.slab(slot) + row * STAGE_ROW_BYTES;
+                cp_async_bulk_tensor_2d_shared_cluster_global_tile_mbarrier_complete_tx_bytes(
+                    dst,
+                    weight_map,
+                    x,
+                    y,
+                    bars.full(slot),
+                );
+            } else if lane == TMA_WEIGHT_BOXES {
+                let dst = ring.slab(slot) + BLOCK_V * STAGE_ROW_BYTES;
+                cp_async_bulk_tensor_2d_shared_cluster_global_tile_mbarrier_complete_tx_bytes(
+                    dst,
+                    hidden_map,
+                    x,
+                    b_first as i32,
+                    bars.full(slot),
+                );
+            }
+        }
+        advance(&mut tile, &mut k, &mut slot, n_k, S);
     }
 }

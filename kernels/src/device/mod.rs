@@ -93,8 +93,8 @@ fused_wgmma_entry!(fused_sample_wgmma_n32, 8, fused_wgmma::N32);
 fused_wgmma_entry!(fused_sample_wgmma_n64, 9, fused_wgmma::N64);
 fused_wgmma_entry!(fused_sample_wgmma_n128, 10, fused_wgmma::N128);
 
-/// Fused matmul + sampling on `wgmma`, warp-specialized (sm_90a module only): the kernel of
-/// [`FUSED_VARIANTS`]`[$i]`.
+/// Fused matmul + sampling on `wgmma`, warp-specialized with a `cp.async` or a TMA producer (sm_90a
+/// module only): the kernel of [`FUSED_VARIANTS`]`[$i]`.
 macro_rules! fused_ws_entry {
     ($name:ident, $i:literal, $shape:ty) => {
         #[doc = concat!("Fused matmul + sampling on `wgmma`, warp-specialized (`FUSED_VARIANTS[", stringify!($i), "]`, sm_90a).")]
@@ -105,18 +105,23 @@ macro_rules! fused_ws_entry {
         pub unsafe extern "ptx-kernel" fn $name(p: FusedParams) {
             const V: FusedVariant = FUSED_VARIANTS[$i];
             const {
-                assert!(matches!(V.staging, Staging::WgmmaWs));
+                assert!(V.warp_specialized());
                 assert!(V.threads() == fused_ws::THREADS);
-                assert!(V.block_b() == <$shape as fused_wgmma::WgmmaShape>::N);
+                assert!(8 * V.n_tiles == <$shape as fused_wgmma::WgmmaShape>::N);
             };
             // SAFETY: forwarded launch contract.
-            unsafe { fused_ws::fused_sample_ws::<$shape, { V.stages }>(p) }
+            unsafe { fused_ws::fused_sample_ws::<$shape, { V.stages }, { V.uses_tma() }, { V.warps_b }>(p) }
         }
     };
 }
 fused_ws_entry!(fused_sample_wgmma_ws_n16, 11, fused_wgmma::N16);
 fused_ws_entry!(fused_sample_wgmma_ws_n32, 12, fused_wgmma::N32);
 fused_ws_entry!(fused_sample_wgmma_ws_n64, 13, fused_wgmma::N64);
+fused_ws_entry!(fused_sample_wgmma_tma_n16, 14, fused_wgmma::N16);
+fused_ws_entry!(fused_sample_wgmma_tma_n32, 15, fused_wgmma::N32);
+fused_ws_entry!(fused_sample_wgmma_tma_n64, 16, fused_wgmma::N64);
+fused_ws_entry!(fused_sample_wgmma_tma_n32x2, 17, fused_wgmma::N32);
+fused_ws_entry!(fused_sample_wgmma_tma_n64x2, 18, fused_wgmma::N64);
 
 /// Candidate reduction.
 ///

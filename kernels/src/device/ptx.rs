@@ -422,3 +422,63 @@ pub unsafe fn mbarrier_try_wait_parity_shared_cta_b64(addr: u32, parity: u32) ->
     }
     done != 0
 }
+
+/// `mbarrier.arrive.expect_tx.shared::cta.b64 state, [addr], tx_bytes;`: raises the current phase's
+/// expected transaction count by `tx_bytes` (the bytes the TMA copies of a stage will deliver), then
+/// arrives once. The phase completes when its arrivals and all those bytes are in.
+///
+/// # Safety
+/// As [`mbarrier_arrive_shared_cta_b64`]; `tx_bytes` is exactly what the copies completing on this
+/// phase deliver.
+#[inline(always)]
+pub unsafe fn mbarrier_arrive_expect_tx_shared_cta_b64(addr: u32, tx_bytes: u32) {
+    // SAFETY: the caller guarantees the barrier and the byte count.
+    unsafe {
+        asm!(
+            "mbarrier.arrive.expect_tx.shared::cta.b64 {0}, [{1}], {2};",
+            out(reg64) _, in(reg32) addr, in(reg32) tx_bytes,
+            options(nostack),
+        );
+    }
+}
+
+/// `cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [dst],
+/// [map, {x, y}], [bar];`: a TMA copy of the box at coordinates (`x` innermost, `y`) of the tensor
+/// map at generic address `map` into shared memory at `dst`, in the map's swizzle; elements outside
+/// the tensor are zeros. The bytes complete on barrier `bar` (transaction count).
+///
+/// # Safety
+/// `map` is the generic address of a valid tensor map in global memory, acquired by this thread
+/// ([`fence_proxy_tensormap_generic_acquire_gpu`]); `dst` is a shared address of this block with room
+/// for the box, aligned as the swizzle needs (1024 bytes for 128-byte swizzle); `bar` is an
+/// initialized barrier whose current phase expects these bytes; nothing reads or writes `dst` until
+/// that phase completes.
+#[inline(always)]
+pub unsafe fn cp_async_bulk_tensor_2d_shared_cluster_global_tile_mbarrier_complete_tx_bytes(
+    dst: u32,
+    map: u64,
+    x: i32,
+    y: i32,
+    bar: u32,
+) {
+    // SAFETY: the caller guarantees the map, the destination and the barrier.
+    unsafe {
+        asm!(
+            "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [{0}], [{1}, {{{2}, {3}}}], [{4}];",
+            in(reg32) dst, in(reg64) map, in(reg32) x, in(reg32) y, in(reg32) bar,
+            options(nostack),
+        );
+    }
+}
+
+/// `fence.proxy.tensormap::generic.acquire.gpu [map], 128;`: this thread's later TMA copies through
+/// the tensor map at generic address `map` see its bytes as written (by the host copy before the
+/// launch) through the generic proxy.
+///
+/// # Safety
+/// `map` is the generic address of 128 readable bytes of global memory.
+#[inline(always)]
+pub unsafe fn fence_proxy_tensormap_generic_acquire_gpu(map: u64) {
+    // SAFETY: the caller guarantees the address.
+    unsafe { asm!("fence.proxy.tensormap::generic.acquire.gpu [{0}], 128;", in(reg64) map, options(nostack)) };
+}
