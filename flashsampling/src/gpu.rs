@@ -9,8 +9,8 @@ use cudarc::driver::{
 };
 use cudarc::nvrtc::Ptx;
 use flashsampling_kernels::config::{
-    FUSED_VARIANTS, FusedVariant, GUMBEL_ENTRY, MAX_DIM, PHILOX_ENTRY, STAGE_K, TMA_WEIGHT_BOX_ROWS,
-    TMA_WEIGHT_ROW_STEP, variant_for_batch,
+    BLOCK_V, FUSED_VARIANTS, FusedVariant, GUMBEL_ENTRY, MAX_DIM, PHILOX_ENTRY, TmaLayout, tma_hidden, tma_weight_rows,
+    tma_weight_tiles, variant_for_batch,
 };
 use flashsampling_kernels::params::{FusedParams, LogitsParams, NoiseTestParams, ReduceParams, TensorMap, TensorMaps};
 use flashsampling_kernels::{Candidate, Transform};
@@ -96,27 +96,22 @@ struct TensorMapKey {
     block_b: u32,
 }
 
-/// Encodes one 2-D bf16 tensor map over a row-major `[rows, cols]` matrix at `address`: box
-/// `STAGE_K` columns × `box_rows` rows taking every `row_step`-th row, 128-byte swizzle, zeros
-/// outside the matrix.
-fn encode_tensor_map(address: u64, rows: usize, cols: usize, box_rows: u32, row_step: u32) -> Result<TensorMap> {
-    let dims = [cols as u64, rows as u64];
-    let strides = [2 * cols as u64]; // bytes between rows; a multiple of 16 (D % 8 == 0)
-    let boxes = [STAGE_K, box_rows * row_step];
-    let element_strides = [1, row_step];
+/// Encodes a bf16 tensor map of geometry `layout` over device memory at `address` (128-byte
+/// swizzle, zeros outside the tensor).
+fn encode_tensor_map<const R: usize>(address: u64, layout: TmaLayout<R>) -> Result<TensorMap> {
     let mut map = sys::CUtensorMap { opaque: [0; 16] };
-    // SAFETY: every pointer is to a live local array of the length the rank (2) needs; the driver
-    // only encodes the descriptor (no device access).
+    // SAFETY: every pointer is to a live array of the length rank `R` needs (`R − 1` strides); the
+    // driver only encodes the descriptor (no device access).
     let status = unsafe {
         sys::cuTensorMapEncodeTiled(
             &mut map,
             sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-            2,
+            R as u32,
             address as *mut std::ffi::c_void,
-            dims.as_ptr(),
-            strides.as_ptr(),
-            boxes.as_ptr(),
-            element_strides.as_ptr(),
+            layout.dims.as_ptr(),
+            layout.strides[1..].as_ptr(),
+            layout.boxes.as_ptr(),
+            layout.element_strides.as_ptr(),
             sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
             sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
             sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
@@ -124,9 +119,7 @@ fn encode_tensor_map(address: u64, rows: usize, cols: usize, box_rows: u32, row_
         )
     };
     if status != sys::CUresult::CUDA_SUCCESS {
-        return Err(Error::Driver(format!(
-            "cuTensorMapEncodeTiled ({rows} × {cols} bf16 at {address:#x}, box {box_rows} rows {row_step} apart): {status:?}"
-        )));
+        return Err(Error::Driver(format!("cuTensorMapEncodeTiled ({layout:?} at {address:#x}): {status:?}")));
     }
     Ok(TensorMap(map.opaque))
 }
@@ -418,11 +411,17 @@ impl GpuBackend {
         if variant.uses_tma() {
             let key = TensorMapKey { hidden, weight, b: shape.b, d: shape.d, v: shape.v, block_b: variant.block_b() };
             if out.tensor_maps_for != Some(key) {
+                let (d, v) = (shape.d as u32, shape.v as u32);
                 let maps = TensorMaps {
-                    weight: encode_tensor_map(weight, shape.v, shape.d, TMA_WEIGHT_BOX_ROWS, TMA_WEIGHT_ROW_STEP)?,
-                    hidden: encode_tensor_map(hidden, shape.b, shape.d, variant.block_b(), 1)?,
+                    weight_tiles: match tma_weight_tiles(d, v) {
+                        Some(layout) => encode_tensor_map(weight, layout)?,
+                        None => TensorMap([0; 16]), // V < 32: no whole tile, never read
+                    },
+                    weight_rows: encode_tensor_map(weight, tma_weight_rows(d, v))?,
+                    hidden: encode_tensor_map(hidden, tma_hidden(d, shape.b as u32, variant.block_b()))?,
                 };
-                let words: Vec<u64> = maps.weight.0.iter().chain(&maps.hidden.0).copied().collect();
+                let words: Vec<u64> =
+                    [maps.weight_tiles, maps.weight_rows, maps.hidden].iter().flat_map(|m| m.0).collect();
                 // Stream-ordered before the launch below.
                 self.stream.memcpy_htod(&words, &mut out.tensor_maps)?;
                 out.tensor_maps_for = Some(key);
@@ -450,6 +449,7 @@ impl GpuBackend {
             sample: params.sample,
             transform,
             tensor_maps: if variant.uses_tma() { maps as *const TensorMaps } else { std::ptr::null() },
+            tma_whole_tiles: shape.v as u32 / BLOCK_V,
         });
         let cfg = LaunchConfig {
             grid_dim: (launch.n_btiles * launch.n_vranges, 1, 1),

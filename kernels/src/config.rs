@@ -128,6 +128,83 @@ pub const TMA_WEIGHT_BOX_ROWS: u32 = 8;
 /// TMA weight boxes per stage: 128 slab rows / 8.
 pub const TMA_WEIGHT_BOXES: u32 = BLOCK_V / TMA_WEIGHT_BOX_ROWS;
 
+/// Slab row `s` of a `wgmma` stage → offset of its vocab row in the 128-row tile. The two 64-row
+/// halves `h` of the slab are the A operands of two `m64nNk16` MMAs; slab row `64h + 16w + 8e + g`
+/// holds vocab row `4·(8w + g) + 2h + e`, so the accumulators of lane `(w, g, q)` (MMA rows
+/// `16w + g` and `16w + g + 8` of both halves) are four consecutive vocab rows: one Philox group.
+#[inline]
+pub const fn vocab_of_slab_row(s: u32) -> u32 {
+    let (h, w, g, e) = (s / 64, (s % 64) / 16, s % 8, (s % 16) / 8);
+    4 * (8 * w + g) + 2 * h + e
+}
+
+/// A TMA tensor map's geometry (`R` dimensions, innermost first), as `cuTensorMapEncodeTiled`
+/// takes it; the data type is bf16, the swizzle 128 bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TmaLayout<const R: usize> {
+    /// Elements per dimension.
+    pub dims: [u64; R],
+    /// Bytes between consecutive indices of each dimension (`strides[0]` = 2, the element size;
+    /// the driver takes `strides[1..]`).
+    pub strides: [u64; R],
+    /// Box: elements traversed per dimension.
+    pub boxes: [u32; R],
+    /// Traversal step per dimension (`boxes[i] / element_strides[i]` elements are copied).
+    pub element_strides: [u32; R],
+}
+
+impl<const R: usize> TmaLayout<R> {
+    /// Byte offset of box element `at` (box coordinates, the box at the origin).
+    pub const fn offset(&self, at: [u64; R]) -> u64 {
+        let mut off = 0;
+        let mut i = 0;
+        while i < R {
+            off += at[i] * self.element_strides[i] as u64 * self.strides[i];
+            i += 1;
+        }
+        off
+    }
+}
+
+/// The one-box-per-tile weight map over rows `0 .. 32·⌊V/32⌋` of the weight `[V, D]`: dimensions
+/// D, `g` (stride 4 rows), `e` (1 row), `w` (32 rows), `h` (2 rows), box `64 × 8 × 2 × 4 × 2`, so box
+/// element `(k, g, e, w, h)` lands at slab row `g + 8e + 16w + 64h` and is vocab row
+/// [`vocab_of_slab_row`] of it (the tile at `w = 4·tile`). `None` when V < 32.
+pub const fn tma_weight_tiles(d: u32, v: u32) -> Option<TmaLayout<5>> {
+    let row = 2 * d as u64;
+    if v < 32 {
+        return None;
+    }
+    Some(TmaLayout {
+        dims: [d as u64, 8, 2, (v / 32) as u64, 2],
+        strides: [2, 4 * row, row, 32 * row, 2 * row],
+        boxes: [STAGE_K, 8, 2, 4, 2],
+        element_strides: [1; 5],
+    })
+}
+
+/// The row-box weight map over the whole weight `[V, D]`: box `64 × 32` with element strides
+/// `1 × 4` ([`TMA_WEIGHT_BOX_ROWS`] rows [`TMA_WEIGHT_ROW_STEP`] apart); box `i` of a tile starts
+/// at vocab row [`vocab_of_slab_row`]`(8i)` and lands at slab row `8i`. Rows past V are zeros.
+pub const fn tma_weight_rows(d: u32, v: u32) -> TmaLayout<2> {
+    TmaLayout {
+        dims: [d as u64, v as u64],
+        strides: [2, 2 * d as u64],
+        boxes: [STAGE_K, TMA_WEIGHT_BOX_ROWS * TMA_WEIGHT_ROW_STEP],
+        element_strides: [1, TMA_WEIGHT_ROW_STEP],
+    }
+}
+
+/// The hidden-state map over `[B, D]`: box `64 × block_b` rows; rows past B are zeros.
+pub const fn tma_hidden(d: u32, b: u32, block_b: u32) -> TmaLayout<2> {
+    TmaLayout {
+        dims: [d as u64, b as u64],
+        strides: [2, 2 * d as u64],
+        boxes: [STAGE_K, block_b],
+        element_strides: [1, 1],
+    }
+}
+
 /// Warps per block of a warp-specialized kernel ([`Staging::WgmmaWs`]): three warpgroups.
 pub const WS_WARPS: u32 = 12;
 
@@ -285,19 +362,19 @@ impl FusedVariant {
 
 /// The variant the host launches for batch size `b` (an index into [`FUSED_VARIANTS`]), with
 /// `sm90a` telling whether the `wgmma` variants are loaded (compute capability 9.0), chosen from the
-/// `cargo bench -- --variants` sweep on the H200 (BENCHMARKS.md): per-warp staging up to 8 rows; then
-/// the warp-specialized `wgmma` kernels with N = 16, 32 and 64 up to 16, 32 and 64 rows; beyond, the
-/// one-warpgroup `wgmma` kernel with N = 64 (two blocks per SM). Without sm_90a, block staging with
-/// 32-row warps (4 warps up to 32 rows, 8 up to 64, 16 beyond).
+/// `cargo bench -- --variants` sweep on the H200 (BENCHMARKS.md, `benchmarks/h200-2026-11-29l`): the
+/// warp-specialized TMA kernels at every batch size, N = 16 up to 16 rows, 32 up to 32, 64 up to 64,
+/// and beyond, consumers splitting a 128-row batch tile (`tma_n64x2`). Without sm_90a, per-warp
+/// staging up to 16 rows, then block staging with 32-row warps (4 warps up to 32 rows, 8 up to 64,
+/// 16 beyond).
 #[inline]
 pub const fn variant_for_batch(b: u32, sm90a: bool) -> usize {
     if sm90a {
         match b {
-            0..=8 => 0,
-            9..=16 => 11,
-            17..=32 => 12,
-            33..=64 => 13,
-            _ => 9,
+            0..=16 => 14,
+            17..=32 => 15,
+            33..=64 => 16,
+            _ => 18,
         }
     } else {
         match b {
@@ -400,10 +477,35 @@ mod tests {
     }
 
     #[test]
+    fn the_tma_weight_maps_put_each_vocab_row_at_its_slab_row() {
+        let d = 4096;
+        let row = 2 * d as u64;
+        let tiles = tma_weight_tiles(d, 151_936).unwrap();
+        let rows = tma_weight_rows(d, 151_936);
+        let mut seen = [false; BLOCK_V as usize];
+        for s in 0..BLOCK_V {
+            let (g, e, w, h) = ((s % 8) as u64, ((s / 8) % 2) as u64, ((s / 16) % 4) as u64, (s / 64) as u64);
+            // Box elements are laid out innermost dimension first: (k, g, e, w, h) at slab row s.
+            assert_eq!(tiles.offset([0, g, e, w, h]), row * vocab_of_slab_row(s) as u64, "slab row {s}");
+            // Row box s / 8 starts at vocab_of_slab_row(8·(s / 8)); its element g is TMA_WEIGHT_ROW_STEP·g on.
+            let start = vocab_of_slab_row(s - s % 8) as u64 * row;
+            assert_eq!(start + rows.offset([0, g]), row * vocab_of_slab_row(s) as u64, "slab row {s}");
+            seen[vocab_of_slab_row(s) as usize] = true;
+        }
+        assert!(seen.iter().all(|&x| x), "the permutation covers the tile");
+        // The tile box is a whole 128-row tile of 64 columns; a row box 8 rows.
+        assert_eq!(tiles.boxes.iter().map(|&x| x as u64).product::<u64>(), (BLOCK_V * STAGE_K) as u64);
+        assert_eq!(rows.boxes[1] / rows.element_strides[1], TMA_WEIGHT_BOX_ROWS);
+        assert!(tma_weight_tiles(d, 31).is_none());
+        assert_eq!(tma_weight_tiles(d, 1000).unwrap().dims[3], 31, "only whole 32-row groups");
+    }
+
+    #[test]
     fn the_batch_size_choice_respects_the_modules() {
         for b in [1, 2, 8, 9, 16, 17, 32, 33, 64, 65, 128, 256, 1000] {
             assert!(!FUSED_VARIANTS[variant_for_batch(b, false)].needs_sm90a(), "B = {b} without sm_90a");
-            let _ = FUSED_VARIANTS[variant_for_batch(b, true)];
+            let v = FUSED_VARIANTS[variant_for_batch(b, true)];
+            assert!(v.uses_tma(), "B = {b} with sm_90a: {}", v.entry);
         }
     }
 }

@@ -44,7 +44,9 @@ use super::ptx::{
     wgmma_mma_async_sync_aligned_m64n128k16_f32_bf16_bf16, wgmma_wait_group_sync_aligned,
 };
 use crate::candidate::Candidate;
-use crate::config::{BLOCK_V, STAGE_K, STAGE_ROW_BYTES, WARPS_PER_BLOCK, wgmma_candidate_smem_bytes};
+use crate::config::{
+    BLOCK_V, STAGE_K, STAGE_ROW_BYTES, WARPS_PER_BLOCK, vocab_of_slab_row, wgmma_candidate_smem_bytes,
+};
 use crate::epilogue::update_aligned;
 use crate::noise::RowNoise;
 use crate::params::FusedParams;
@@ -126,13 +128,6 @@ impl Ring {
     fn piece(self, slot: u32, r: u32, c: u32) -> u32 {
         self.slab(slot) + STAGE_ROW_BYTES * r + 16 * (c ^ (r % 8))
     }
-}
-
-/// Slab row → offset of its vocab row in the tile (the permutation in the module doc).
-#[inline(always)]
-pub(super) const fn vocab_of_slab_row(s: u32) -> u32 {
-    let (h, w, g, e) = (s / 64, (s % 64) / 16, s % 8, (s % 16) / 8);
-    4 * (8 * w + g) + 2 * h + e
 }
 
 /// Issues this thread's copies of stage (`tile`, `k0`) into `slot` and commits them; an empty group

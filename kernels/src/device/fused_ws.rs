@@ -40,12 +40,14 @@
 //! # TMA variant ([`Staging::WgmmaTma`](crate::config::Staging::WgmmaTma), `TMA = true`)
 //! The producer is one warp (warp 0; warps 1–3 of the producer warpgroup only take part in the final
 //! merge). Per stage, after the slot's `empty` wait, lane 0 arrives on `full[slot]` with the stage's
-//! byte count as expected transactions (`full` expects that one arrival), then lanes 0–15 copy the
-//! 16 weight boxes of 8 rows, 4 vocab rows apart (box `i` = slab rows `8i ..`, vocab rows
-//! `vocab_of_slab_row(8i) + 4g`: the same permuted slab as the `cp.async` producer), and lane 16 the
-//! hidden box of `BLOCK_B` rows, all with `cp.async.bulk.tensor` completing on `full[slot]`. No
-//! thread waits for its own copies, so all `S` slots can be in flight; the tensor maps zero-fill rows
-//! past V and B, and D columns past D.
+//! byte count as expected transactions (`full` expects that one arrival), then copies the weight
+//! slab — lane 0 as one 5-D box whose dimensions put the tile's rows in the permuted slab order of
+//! the `cp.async` producer ([`TensorMaps::weight_tiles`]), or, for the last tile when `V % 128 ≠ 0`,
+//! lanes 0–15 as 16 boxes of 8 rows 4 vocab rows apart (box `i` = slab rows `8i ..`, vocab rows
+//! `vocab_of_slab_row(8i) + 4g`, [`TensorMaps::weight_rows`]) — and lane 16 the hidden box of
+//! `BLOCK_B` rows, all with `cp.async.bulk.tensor` completing on `full[slot]`. No thread waits for
+//! its own copies, so all `S` slots can be in flight; the tensor maps zero-fill rows past V and B,
+//! and D columns past D.
 //!
 //! With `SPLIT = 2` (`warps_b = 2`) the consumers share every stage: consumer `c` multiplies the
 //! weight slab with hidden rows `c·N ..` of a `2N`-row batch tile, both wait for every stage in
@@ -58,11 +60,10 @@
 use core::arch::nvptx::_syncthreads;
 
 use super::fused::{reduce_if_last, wait_oldest_stage};
-use super::fused_wgmma::{
-    Place, Ring, WgmmaShape, advance, epilogue, issue_stage, mma_stage, vocab_of_slab_row, write_wgmma_candidates,
-};
+use super::fused_wgmma::{Place, Ring, WgmmaShape, advance, epilogue, issue_stage, mma_stage, write_wgmma_candidates};
 use super::ptx::{
-    bar_warp_sync, cp_async_bulk_tensor_2d_shared_cluster_global_tile_mbarrier_complete_tx_bytes, cp_async_wait_group,
+    bar_warp_sync, cp_async_bulk_tensor_2d_shared_cluster_global_tile_mbarrier_complete_tx_bytes,
+    cp_async_bulk_tensor_5d_shared_cluster_global_tile_mbarrier_complete_tx_bytes, cp_async_wait_group,
     fence_mbarrier_init_release_cluster, fence_proxy_async_shared_cta, fence_proxy_tensormap_generic_acquire_gpu,
     mbarrier_arrive_expect_tx_shared_cta_b64, mbarrier_arrive_shared_cta_b64, mbarrier_init_shared_cta_b64,
     mbarrier_try_wait_parity_shared_cta_b64, mov_u32_dynamic_smem, wgmma_commit_group_sync_aligned,
@@ -70,7 +71,8 @@ use super::ptx::{
 };
 use crate::candidate::Candidate;
 use crate::config::{
-    BLOCK_V, STAGE_K, STAGE_ROW_BYTES, TMA_WEIGHT_BOX_ROWS, TMA_WEIGHT_BOXES, WS_WARPS, wgmma_candidate_smem_bytes,
+    BLOCK_V, STAGE_K, STAGE_ROW_BYTES, TMA_WEIGHT_BOX_ROWS, TMA_WEIGHT_BOXES, WS_WARPS, vocab_of_slab_row,
+    wgmma_candidate_smem_bytes,
 };
 use crate::params::{FusedParams, TensorMaps};
 
@@ -277,8 +279,9 @@ unsafe fn produce<const S: u32>(
 }
 
 /// The TMA producer warp: per stage of the block's tiles `[first, end)`, waits until the slot is
-/// released, announces the stage's bytes on its `full` barrier and copies the 16 weight boxes (lanes
-/// 0–15) and the hidden box of `ring.n` rows (lane 16) into it.
+/// released, announces the stage's bytes on its `full` barrier and copies the weight slab (one tile
+/// box from lane 0, or 16 row boxes from lanes 0–15 for a partial last tile) and the hidden box of
+/// `ring.n` rows (lane 16) into it.
 ///
 /// # Safety
 /// Called by the 32 lanes of warp 0 of a kernel launched as documented, whose `p.tensor_maps` hold
@@ -297,11 +300,19 @@ unsafe fn produce_tma<const S: u32>(
 ) {
     let maps = p.tensor_maps;
     // SAFETY: `tensor_maps` points at this launch's maps in device memory (launch contract).
-    let (weight_map, hidden_map) = unsafe { (&raw const (*maps).weight as u64, &raw const (*maps).hidden as u64) };
-    if lane < TMA_WEIGHT_BOXES + 1 {
-        let map = if lane < TMA_WEIGHT_BOXES { weight_map } else { hidden_map };
-        // SAFETY: 128 readable bytes of global memory.
-        unsafe { fence_proxy_tensormap_generic_acquire_gpu(map) };
+    let (tiles_map, rows_map, hidden_map) = unsafe {
+        (
+            &raw const (*maps).weight_tiles as u64,
+            &raw const (*maps).weight_rows as u64,
+            &raw const (*maps).hidden as u64,
+        )
+    };
+    if lane <= TMA_WEIGHT_BOXES {
+        // Every lane that copies acquires the maps it may copy through.
+        for map in [tiles_map, rows_map, hidden_map] {
+            // SAFETY: 128 readable bytes of global memory.
+            unsafe { fence_proxy_tensormap_generic_acquire_gpu(map) };
+        }
     }
     let stage_bytes = (BLOCK_V + ring.n) * STAGE_ROW_BYTES;
     let stages = (end - first) * n_k;
@@ -320,18 +331,29 @@ unsafe fn produce_tma<const S: u32>(
             }
             bar_warp_sync();
             let x = (k * STAGE_K) as i32;
-            if lane < TMA_WEIGHT_BOXES {
+            if tile < p.tma_whole_tiles {
+                if lane == 0 {
+                    let w = (tile * (BLOCK_V / 32)) as i32;
+                    cp_async_bulk_tensor_5d_shared_cluster_global_tile_mbarrier_complete_tx_bytes(
+                        ring.slab(slot),
+                        tiles_map,
+                        [x, 0, 0, w, 0],
+                        bars.full(slot),
+                    );
+                }
+            } else if lane < TMA_WEIGHT_BOXES {
                 let row = lane * TMA_WEIGHT_BOX_ROWS;
                 let y = (tile * BLOCK_V + vocab_of_slab_row(row)) as i32;
                 let dst = ring.slab(slot) + row * STAGE_ROW_BYTES;
                 cp_async_bulk_tensor_2d_shared_cluster_global_tile_mbarrier_complete_tx_bytes(
                     dst,
-                    weight_map,
+                    rows_map,
                     x,
                     y,
                     bars.full(slot),
                 );
-            } else if lane == TMA_WEIGHT_BOXES {
+            }
+            if lane == TMA_WEIGHT_BOXES {
                 let dst = ring.slab(slot) + BLOCK_V * STAGE_ROW_BYTES;
                 cp_async_bulk_tensor_2d_shared_cluster_global_tile_mbarrier_complete_tx_bytes(
                     dst,

@@ -471,6 +471,29 @@ pub unsafe fn cp_async_bulk_tensor_2d_shared_cluster_global_tile_mbarrier_comple
     }
 }
 
+/// `cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [dst],
+/// [map, {c0, c1, c2, c3, c4}], [bar];`: as the 2-D form, for a 5-D tensor map (`c0` innermost).
+///
+/// # Safety
+/// As [`cp_async_bulk_tensor_2d_shared_cluster_global_tile_mbarrier_complete_tx_bytes`].
+#[inline(always)]
+pub unsafe fn cp_async_bulk_tensor_5d_shared_cluster_global_tile_mbarrier_complete_tx_bytes(
+    dst: u32,
+    map: u64,
+    c: [i32; 5],
+    bar: u32,
+) {
+    // SAFETY: the caller guarantees the map, the destination and the barrier.
+    unsafe {
+        asm!(
+            "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [{0}], [{1}, {{{2}, {3}, {4}, {5}, {6}}}], [{7}];",
+            in(reg32) dst, in(reg64) map, in(reg32) c[0], in(reg32) c[1], in(reg32) c[2], in(reg32) c[3], in(reg32) c[4],
+            in(reg32) bar,
+            options(nostack),
+        );
+    }
+}
+
 /// `fence.proxy.tensormap::generic.acquire.gpu [map], 128;`: this thread's later TMA copies through
 /// the tensor map at generic address `map` see its bytes as written (by the host copy before the
 /// launch) through the generic proxy.
