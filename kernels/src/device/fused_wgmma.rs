@@ -102,28 +102,37 @@ fn smem_descriptor(addr: u32) -> u64 {
     ((addr as u64 >> 4) & 0x3FFF) | (1u64 << 16) | ((1024u64 >> 4) << 32) | (1u64 << 62)
 }
 
-/// The ring: `S` slabs of `(128 + N) × 128` bytes from a 1024-byte aligned `base`.
+/// The ring: `S` slabs of `(W + N) × 128` bytes (`W` weight rows, then `N` hidden rows) from a
+/// 1024-byte aligned `base`.
 #[derive(Clone, Copy)]
 pub(super) struct Ring {
     base: u32,
     slab_bytes: u32,
-    /// Hidden rows per slab (`BLOCK_B`).
+    /// Weight rows per slab (`W`: 128, or 256 when two consumers split the vocab tile).
+    pub(super) w_rows: u32,
+    /// Hidden rows per slab (`N`, the block's batch tile).
     pub(super) n: u32,
 }
 
 impl Ring {
-    /// The ring of `N = n` hidden rows per slab at the first 1024-byte boundary from `start`.
+    /// The ring of `w_rows` weight and `n` hidden rows per slab at the first 1024-byte boundary from
+    /// `start`.
     #[inline(always)]
-    pub(super) fn new(start: u32, n: u32) -> Self {
-        Ring { base: start.next_multiple_of(1024), slab_bytes: (BLOCK_V + n) * STAGE_ROW_BYTES, n }
+    pub(super) fn new(start: u32, w_rows: u32, n: u32) -> Self {
+        Ring { base: start.next_multiple_of(1024), slab_bytes: (w_rows + n) * STAGE_ROW_BYTES, w_rows, n }
     }
-    /// Shared address of slab `slot`.
+    /// Shared address of slab `slot` (its first weight row).
     #[inline(always)]
     pub(super) fn slab(self, slot: u32) -> u32 {
         self.base + slot * self.slab_bytes
     }
+    /// Shared address of hidden row `r` of slab `slot`.
+    #[inline(always)]
+    pub(super) fn hidden(self, slot: u32, r: u32) -> u32 {
+        self.slab(slot) + STAGE_ROW_BYTES * (self.w_rows + r)
+    }
 
-    /// Shared address of piece `c` of slab row `r` (weight rows 0..128, then hidden rows).
+    /// Shared address of piece `c` of slab row `r` (weight rows, then hidden rows).
     #[inline(always)]
     fn piece(self, slot: u32, r: u32, c: u32) -> u32 {
         self.slab(slot) + STAGE_ROW_BYTES * r + 16 * (c ^ (r % 8))
@@ -166,7 +175,7 @@ pub(super) unsafe fn issue_stage(
             // SAFETY: b < B, k as above.
             unsafe {
                 let src = (p.hidden as *const u16).add(b as usize * p.d as usize + k) as *const u32;
-                cp_async_cg_shared_global_16(ring.piece(slot, BLOCK_V + r, piece), src, size);
+                cp_async_cg_shared_global_16(ring.piece(slot, ring.w_rows + r, piece), src, size);
             }
             r += 16;
         }
@@ -190,9 +199,9 @@ pub(super) struct Place {
 }
 
 impl Place {
-    /// This thread's place for `N = n` batch rows per block.
+    /// This thread's place for `N = n` batch rows and `tile_v` vocab rows per block tile.
     #[inline(always)]
-    pub(super) fn of_this_thread(p: &FusedParams, n: u32) -> Self {
+    pub(super) fn of_this_thread(p: &FusedParams, n: u32, tile_v: u32) -> Self {
         // SAFETY: special-register reads.
         let (tid, blk) = unsafe { (_thread_idx_x(), _block_idx_x()) };
         let lane = tid % 32;
@@ -200,7 +209,7 @@ impl Place {
         let btile = blk % n_btiles;
         let pos =
             LanePosition { warp: tid / 32, group: lane / 4, quad: lane % 4, vrange: blk / n_btiles, b0: btile * n };
-        let (first, end) = tile_range(p.v.div_ceil(BLOCK_V), p.n_vranges, pos.vrange);
+        let (first, end) = tile_range(p.v.div_ceil(tile_v), p.n_vranges, pos.vrange);
         Place { tid, btile, pos, first, end }
     }
 }
@@ -213,10 +222,10 @@ impl Place {
 #[inline(always)]
 pub unsafe fn fused_sample_wgmma<T: WgmmaShape, const S: u32>(p: FusedParams) {
     let n = T::N;
-    let Place { tid, btile, pos, first, end } = Place::of_this_thread(&p, n);
+    let Place { tid, btile, pos, first, end } = Place::of_this_thread(&p, n, BLOCK_V);
     let (warp, b_first) = (pos.warp, pos.b0);
     let smem = mov_u32_dynamic_smem();
-    let ring = Ring::new(smem + wgmma_candidate_smem_bytes(WARPS_PER_BLOCK, n), n);
+    let ring = Ring::new(smem + wgmma_candidate_smem_bytes(WARPS_PER_BLOCK, n), BLOCK_V, n);
     let n_k = p.d.div_ceil(STAGE_K);
     // Issue position (tile, k step, slot), running ahead of the consumer by S − 1 stages.
     let (mut it, mut ik, mut islot) = (first, 0u32, 0u32);
@@ -240,7 +249,7 @@ pub unsafe fn fused_sample_wgmma<T: WgmmaShape, const S: u32>(p: FusedParams) {
             // fenced stage in the layout the descriptors describe.
             unsafe {
                 wgmma_fence_sync_aligned();
-                mma_stage::<T>(ring.slab(slot), 0, &mut acc);
+                mma_stage::<T>(ring.slab(slot), ring.hidden(slot, 0), &mut acc);
                 wgmma_commit_group_sync_aligned();
                 // The previous stage's group is done; this one may still run.
                 wgmma_wait_group_sync_aligned::<1>();
@@ -263,19 +272,20 @@ pub unsafe fn fused_sample_wgmma<T: WgmmaShape, const S: u32>(p: FusedParams) {
     }
 }
 
-/// The 8 `wgmma` of one stage (4 k16 steps × the two 64-row halves of the weight slab) on the slab
-/// at `slab`, with the `N` hidden rows from slab row `128 + b_row`, into `acc`; the caller fences
-/// before and commits after.
+/// The 8 `wgmma` of one stage (4 k16 steps × the two 64-row halves of a 128-row weight tile) on the
+/// weight rows at `weights` and the `N` hidden rows at `hidden` of a slab, into `acc`; the caller
+/// fences before and commits after.
 ///
 /// # Safety
 /// The whole warpgroup runs this converged, after `wgmma.fence`; the slab holds a landed stage, made
-/// visible to the async proxy, in the layout the descriptors describe; `b_row` is a multiple of 8.
+/// visible to the async proxy, in the layout the descriptors describe; `weights` and `hidden` are
+/// 1024-byte aligned (whole 8-row swizzle atoms).
 #[inline(always)]
-pub(super) unsafe fn mma_stage<T: WgmmaShape>(slab: u32, b_row: u32, acc: &mut [T::Acc; 2]) {
+pub(super) unsafe fn mma_stage<T: WgmmaShape>(weights: u32, hidden: u32, acc: &mut [T::Acc; 2]) {
     for kk in 0..STAGE_K / 16 {
-        let b_desc = smem_descriptor(slab + STAGE_ROW_BYTES * (BLOCK_V + b_row) + 32 * kk);
+        let b_desc = smem_descriptor(hidden + 32 * kk);
         for (h, a) in acc.iter_mut().enumerate() {
-            let a_desc = smem_descriptor(slab + STAGE_ROW_BYTES * 64 * h as u32 + 32 * kk);
+            let a_desc = smem_descriptor(weights + STAGE_ROW_BYTES * 64 * h as u32 + 32 * kk);
             // SAFETY: forwarded contract.
             unsafe { T::mma(a, a_desc, b_desc) };
         }

@@ -59,15 +59,16 @@
 
 use core::arch::nvptx::_syncthreads;
 
-use super::fused::{reduce_if_last, wait_oldest_stage};
+use super::fused::{LanePosition, reduce_if_last, wait_oldest_stage};
 use super::fused_wgmma::{Place, Ring, WgmmaShape, advance, epilogue, issue_stage, mma_stage, write_wgmma_candidates};
 use super::ptx::{
     bar_warp_sync, cp_async_bulk_tensor_2d_shared_cluster_global_tile_mbarrier_complete_tx_bytes,
     cp_async_bulk_tensor_5d_shared_cluster_global_tile_mbarrier_complete_tx_bytes, cp_async_wait_group,
     fence_mbarrier_init_release_cluster, fence_proxy_async_shared_cta, fence_proxy_tensormap_generic_acquire_gpu,
     mbarrier_arrive_expect_tx_shared_cta_b64, mbarrier_arrive_shared_cta_b64, mbarrier_init_shared_cta_b64,
-    mbarrier_try_wait_parity_shared_cta_b64, mov_u32_dynamic_smem, wgmma_commit_group_sync_aligned,
-    wgmma_fence_sync_aligned, wgmma_wait_group_sync_aligned,
+    mbarrier_try_wait_parity_shared_cta_b64, mov_u32_dynamic_smem, setmaxnreg_dec_sync_aligned_u32,
+    setmaxnreg_inc_sync_aligned_u32, wgmma_commit_group_sync_aligned, wgmma_fence_sync_aligned,
+    wgmma_wait_group_sync_aligned,
 };
 use crate::candidate::Candidate;
 use crate::config::{
@@ -82,6 +83,12 @@ pub const THREADS: u32 = 32 * WS_WARPS;
 const PRODUCER_THREADS: u32 = 128;
 /// Arrivals per `empty` phase from one consumer: lane 0 of each of its 4 warps.
 const CONSUMER_ARRIVALS: u32 = 4;
+/// Per-thread registers of the producer warpgroup after `setmaxnreg` (N = 128 kernels).
+const PRODUCER_REGS: u32 = 24;
+/// Per-thread registers of a consumer warpgroup after `setmaxnreg` (N = 128 kernels): the 168 of an
+/// even share plus the producer's 128 given up, split over the two consumers.
+const CONSUMER_REGS: u32 = 240;
+const _: () = assert!(PRODUCER_REGS + 2 * CONSUMER_REGS <= 3 * 168);
 
 /// The block's barriers, 8 bytes each from `base`: `full[slot]`, `empty[slot]`, then `turn[c]`.
 #[derive(Clone, Copy)]
@@ -123,22 +130,28 @@ unsafe fn wait(bar: u32, parity: u32) {
 
 /// The warp-specialized fused kernel body: `N = T::N` batch rows per consumer, an `S`-slot ring
 /// filled by `cp.async` (`TMA = false`) or TMA copies (`TMA = true`), consumers taking turns on the
-/// tiles (`SPLIT = 1`) or splitting a `2N`-row batch tile (`SPLIT = 2`, TMA only).
+/// tiles (`SPLIT_B = SPLIT_V = 1`), splitting a `2N`-row batch tile (`SPLIT_B = 2`, TMA only) or
+/// splitting a 256-row vocab tile (`SPLIT_V = 2`, TMA only).
 ///
 /// # Safety
 /// Launched as documented in the module ([`THREADS`] threads, the variant's shared memory, sm_90a),
 /// with `p` validated by the host and, with `TMA`, `p.tensor_maps` encoded for this launch.
 #[inline(always)]
-pub unsafe fn fused_sample_ws<T: WgmmaShape, const S: u32, const TMA: bool, const SPLIT: u32>(p: FusedParams) {
-    const { assert!(SPLIT == 1 || (TMA && SPLIT == 2)) };
+pub unsafe fn fused_sample_ws<T: WgmmaShape, const S: u32, const TMA: bool, const SPLIT_B: u32, const SPLIT_V: u32>(
+    p: FusedParams,
+) {
+    const { assert!((SPLIT_B == 1 && SPLIT_V == 1) || (TMA && SPLIT_B * SPLIT_V == 2)) };
+    // The consumers share every stage (split the block tile) instead of taking turns on the tiles.
+    let shared = SPLIT_B * SPLIT_V == 2;
     let n = T::N;
-    let block_b = SPLIT * n;
-    let Place { tid, btile, mut pos, first, end } = Place::of_this_thread(&p, block_b);
+    let block_b = SPLIT_B * n;
+    let tile_v = SPLIT_V * BLOCK_V;
+    let Place { tid, btile, mut pos, first, end } = Place::of_this_thread(&p, block_b, tile_v);
     let (lane, warp, b_first) = (tid % 32, pos.warp, pos.b0);
     let wg = tid / 128;
     // This thread's batch slot (N rows) and its warp's place in the candidate merge, which expects
-    // `merge warp % SPLIT` = slot; the producer's warps (empty candidates) fill the remaining places.
-    let (slot_b, merge_warp) = match (SPLIT, wg) {
+    // `merge warp % SPLIT_B` = slot; the producer's warps (empty candidates) fill the remaining places.
+    let (slot_b, merge_warp) = match (SPLIT_B, wg) {
         (1, _) => (0, warp),
         (_, 0) => (warp % 2, 8 + warp),
         _ => (wg - 1, 2 * (warp % 4) + wg - 1),
@@ -146,14 +159,14 @@ pub unsafe fn fused_sample_ws<T: WgmmaShape, const S: u32, const TMA: bool, cons
     pos.warp = merge_warp;
     pos.b0 = b_first + slot_b * n;
     let bars = Barriers { base: mov_u32_dynamic_smem() + wgmma_candidate_smem_bytes(WS_WARPS, n), slots: S };
-    let ring = Ring::new(bars.base + 8 * (2 * S + 2), block_b);
+    let ring = Ring::new(bars.base + 8 * (2 * S + 2), tile_v, block_b);
     let n_k = p.d.div_ceil(STAGE_K);
     if tid == 0 {
         for slot in 0..S {
             // SAFETY: 8-byte aligned slots of the barrier area, before any thread uses them.
             unsafe {
                 mbarrier_init_shared_cta_b64(bars.full(slot), if TMA { 1 } else { PRODUCER_THREADS });
-                mbarrier_init_shared_cta_b64(bars.empty(slot), SPLIT * CONSUMER_ARRIVALS);
+                mbarrier_init_shared_cta_b64(bars.empty(slot), if shared { 2 } else { 1 } * CONSUMER_ARRIVALS);
             }
         }
         for c in 0..2 {
@@ -165,7 +178,15 @@ pub unsafe fn fused_sample_ws<T: WgmmaShape, const S: u32, const TMA: bool, cons
     // SAFETY: every thread of the block reaches it.
     unsafe { _syncthreads() };
     let mut cands = [Candidate::EMPTY; 32];
+    // N = 128: a consumer's accumulators alone take 128 registers, more than the even share of the
+    // 168 leaves room for; the producer gives registers back to the consumers (`setmaxnreg`), and each
+    // role ends in its own copy of the tail, so ptxas allocates each under its own budget.
+    let rebalance = T::N == 128;
     if wg == 0 {
+        if rebalance {
+            // SAFETY: the whole producer warpgroup, converged; the producer needs few registers.
+            unsafe { setmaxnreg_dec_sync_aligned_u32::<PRODUCER_REGS>() };
+        }
         if !TMA {
             // SAFETY: the producer warpgroup; forwarded launch contract.
             unsafe { produce::<S>(&p, ring, bars, first, end, n_k, tid, b_first) };
@@ -173,18 +194,30 @@ pub unsafe fn fused_sample_ws<T: WgmmaShape, const S: u32, const TMA: bool, cons
             // SAFETY: the producer warp; forwarded launch contract (the tensor maps are encoded).
             unsafe { produce_tma::<S>(&p, ring, bars, first, end, n_k, lane, b_first) };
         }
+        if rebalance {
+            // SAFETY: as at the end of the kernel.
+            unsafe { finish::<T, SPLIT_B>(&p, pos, tid, btile, b_first, block_b, &cands) };
+            return;
+        }
     } else {
+        if rebalance {
+            // SAFETY: the whole consumer warpgroup, converged; the producer's release makes the
+            // pool large enough for both consumers (PRODUCER_REGS + 2 · CONSUMER_REGS ≤ 3 · 168).
+            unsafe { setmaxnreg_inc_sync_aligned_u32::<CONSUMER_REGS>() };
+        }
         let c = wg - 1;
-        let v_lane = 4 * (8 * (warp % 4) + pos.group);
-        // SPLIT = 1: every other tile; SPLIT = 2: every tile, batch slot c.
-        let (mut tile, step) = if SPLIT == 1 { (first + c, 2) } else { (first, 1) };
+        // The consumer's vocab rows: its half of a 256-row tile with SPLIT_V = 2.
+        let v_lane = 4 * (8 * (warp % 4) + pos.group) + if SPLIT_V == 2 { c * BLOCK_V } else { 0 };
+        let weights = if SPLIT_V == 2 { c * BLOCK_V * STAGE_ROW_BYTES } else { 0 };
+        // Taking turns: every other tile; sharing: every tile (batch slot or vocab half c).
+        let (mut tile, step) = if shared { (first, 1) } else { (first + c, 2) };
         let mut j = 0; // this consumer's tile count
         while tile < end {
             // A phase-parity wait is only sound while the barrier is at most one phase short of the
             // awaited one: wait until the other consumer has seen its tile's stages land (so the
-            // fills before ours are complete). Consumer 0's first tile needs no turn. With SPLIT = 2
-            // each consumer waits for every stage in order, which keeps it so by itself.
-            if SPLIT == 1 && (c == 1 || j > 0) {
+            // fills before ours are complete). Consumer 0's first tile needs no turn. Sharing, each
+            // consumer waits for every stage in order, which keeps it so by itself.
+            if !shared && (c == 1 || j > 0) {
                 // SAFETY: warpgroup-uniform; an initialized barrier.
                 unsafe { wait(bars.turn(c), (j + c + 1) % 2) };
             }
@@ -198,11 +231,11 @@ pub unsafe fn fused_sample_ws<T: WgmmaShape, const S: u32, const TMA: bool, cons
                 // before the MMAs that read it.
                 unsafe {
                     wait(bars.full(slot), (stage / S) % 2);
-                    if SPLIT == 1 && k + 1 == n_k && tid % 128 == 0 {
+                    if !shared && k + 1 == n_k && tid % 128 == 0 {
                         mbarrier_arrive_shared_cta_b64(bars.turn(1 - c));
                     }
                     wgmma_fence_sync_aligned();
-                    mma_stage::<T>(ring.slab(slot), slot_b * n, &mut acc);
+                    mma_stage::<T>(ring.slab(slot) + weights, ring.hidden(slot, slot_b * n), &mut acc);
                     wgmma_commit_group_sync_aligned();
                     // The previous stage's group is done; this one may still run.
                     wgmma_wait_group_sync_aligned::<1>();
@@ -221,15 +254,38 @@ pub unsafe fn fused_sample_ws<T: WgmmaShape, const S: u32, const TMA: bool, cons
                     mbarrier_arrive_shared_cta_b64(bars.empty(held));
                 }
             }
-            epilogue::<T>(&p, pos, tile * BLOCK_V + v_lane, &acc, &mut cands);
+            epilogue::<T>(&p, pos, tile * tile_v + v_lane, &acc, &mut cands);
             tile += step;
             j += 1;
         }
+        if rebalance {
+            // SAFETY: as at the end of the kernel.
+            unsafe { finish::<T, SPLIT_B>(&p, pos, tid, btile, b_first, block_b, &cands) };
+            return;
+        }
     }
     // SAFETY: every thread of the block reaches the block merge and the final reduction.
+    unsafe { finish::<T, SPLIT_B>(&p, pos, tid, btile, b_first, block_b, &cands) };
+}
+
+/// The block merge of the candidates and the final reduction.
+///
+/// # Safety
+/// Every thread of the block calls it once (the block barriers inside count all [`THREADS`]).
+#[inline(always)]
+unsafe fn finish<T: WgmmaShape, const SPLIT_B: u32>(
+    p: &FusedParams,
+    pos: LanePosition,
+    tid: u32,
+    btile: u32,
+    b_first: u32,
+    block_b: u32,
+    cands: &[Candidate; 32],
+) {
+    // SAFETY: forwarded contract.
     unsafe {
-        write_wgmma_candidates::<T>(&p, pos, WS_WARPS, SPLIT, &cands);
-        reduce_if_last(&p, tid, WS_WARPS, btile, b_first, block_b);
+        write_wgmma_candidates::<T>(p, pos, WS_WARPS, SPLIT_B, cands);
+        reduce_if_last(p, tid, WS_WARPS, btile, b_first, block_b);
     }
 }
 
@@ -278,10 +334,10 @@ unsafe fn produce<const S: u32>(
     }
 }
 
-/// The TMA producer warp: per stage of the block's tiles `[first, end)`, waits until the slot is
-/// released, announces the stage's bytes on its `full` barrier and copies the weight slab (one tile
-/// box from lane 0, or 16 row boxes from lanes 0–15 for a partial last tile) and the hidden box of
-/// `ring.n` rows (lane 16) into it.
+/// The TMA producer warp: per stage of the block's tiles `[first, end)` (of `ring.w_rows` vocab rows:
+/// one or two 128-row tiles), waits until the slot is released, announces the stage's bytes on its
+/// `full` barrier and copies the weight slab (per 128-row tile one tile box from lane 0, or 16 row
+/// boxes from lanes 0–15 for a partial tile) and the hidden box of `ring.n` rows (lane 16) into it.
 ///
 /// # Safety
 /// Called by the 32 lanes of warp 0 of a kernel launched as documented, whose `p.tensor_maps` hold
@@ -314,14 +370,16 @@ unsafe fn produce_tma<const S: u32>(
             unsafe { fence_proxy_tensormap_generic_acquire_gpu(map) };
         }
     }
-    let stage_bytes = (BLOCK_V + ring.n) * STAGE_ROW_BYTES;
+    let stage_bytes = (ring.w_rows + ring.n) * STAGE_ROW_BYTES;
+    let sub_tiles = ring.w_rows / BLOCK_V;
     let stages = (end - first) * n_k;
     let (mut tile, mut k, mut slot) = (first, 0, 0);
     for stage in 0..stages {
         // SAFETY: barriers of this block, waited by the whole warp; the copies write only `slot`, which
         // no MMA reads any more once its previous fill has been released, and complete on the phase
-        // of `full[slot]` that lane 0 has just armed with exactly their bytes (16 weight boxes of
-        // 8 × 128 bytes and one hidden box of `ring.n` × 128 bytes, zero-filled where outside).
+        // of `full[slot]` that lane 0 has just armed with exactly their bytes (per 128-row tile one
+        // box or 16 boxes of 8 rows, 128 bytes each, and one hidden box of `ring.n` × 128 bytes,
+        // zero-filled where outside).
         unsafe {
             if stage >= S {
                 wait(bars.empty(slot), (stage / S - 1) % 2);
@@ -331,30 +389,34 @@ unsafe fn produce_tma<const S: u32>(
             }
             bar_warp_sync();
             let x = (k * STAGE_K) as i32;
-            if tile < p.tma_whole_tiles {
-                if lane == 0 {
-                    let w = (tile * (BLOCK_V / 32)) as i32;
-                    cp_async_bulk_tensor_5d_shared_cluster_global_tile_mbarrier_complete_tx_bytes(
-                        ring.slab(slot),
-                        tiles_map,
-                        [x, 0, 0, w, 0],
+            for i in 0..sub_tiles {
+                // 128-row tile `t` into weight rows `128·i ..` of the slab.
+                let t = tile * sub_tiles + i;
+                let dst = ring.slab(slot) + i * BLOCK_V * STAGE_ROW_BYTES;
+                if t < p.tma_whole_tiles {
+                    if lane == 0 {
+                        let w = (t * (BLOCK_V / 32)) as i32;
+                        cp_async_bulk_tensor_5d_shared_cluster_global_tile_mbarrier_complete_tx_bytes(
+                            dst,
+                            tiles_map,
+                            [x, 0, 0, w, 0],
+                            bars.full(slot),
+                        );
+                    }
+                } else if lane < TMA_WEIGHT_BOXES {
+                    let row = lane * TMA_WEIGHT_BOX_ROWS;
+                    let y = (t * BLOCK_V + vocab_of_slab_row(row)) as i32;
+                    cp_async_bulk_tensor_2d_shared_cluster_global_tile_mbarrier_complete_tx_bytes(
+                        dst + row * STAGE_ROW_BYTES,
+                        rows_map,
+                        x,
+                        y,
                         bars.full(slot),
                     );
                 }
-            } else if lane < TMA_WEIGHT_BOXES {
-                let row = lane * TMA_WEIGHT_BOX_ROWS;
-                let y = (tile * BLOCK_V + vocab_of_slab_row(row)) as i32;
-                let dst = ring.slab(slot) + row * STAGE_ROW_BYTES;
-                cp_async_bulk_tensor_2d_shared_cluster_global_tile_mbarrier_complete_tx_bytes(
-                    dst,
-                    rows_map,
-                    x,
-                    y,
-                    bars.full(slot),
-                );
             }
             if lane == TMA_WEIGHT_BOXES {
-                let dst = ring.slab(slot) + BLOCK_V * STAGE_ROW_BYTES;
+                let dst = ring.hidden(slot, 0);
                 cp_async_bulk_tensor_2d_shared_cluster_global_tile_mbarrier_complete_tx_bytes(
                     dst,
                     hidden_map,

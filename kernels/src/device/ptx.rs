@@ -505,3 +505,28 @@ pub unsafe fn fence_proxy_tensormap_generic_acquire_gpu(map: u64) {
     // SAFETY: the caller guarantees the address.
     unsafe { asm!("fence.proxy.tensormap::generic.acquire.gpu [{0}], 128;", in(reg64) map, options(nostack)) };
 }
+
+/// `setmaxnreg.inc.sync.aligned.u32 N;`: raises this warpgroup's per-thread register budget to `N`
+/// (blocking until the block's pool has them), for a consumer whose accumulators need more than the
+/// launch's even share.
+///
+/// # Safety
+/// All threads of the warpgroup execute it together; `N` is a multiple of 8 in 24..=256 and at least
+/// the current budget; the pool holds enough registers once the other warpgroups have released theirs.
+#[inline(always)]
+pub unsafe fn setmaxnreg_inc_sync_aligned_u32<const N: u32>() {
+    // SAFETY: the caller guarantees warpgroup-wide execution and the budget.
+    unsafe { asm!("setmaxnreg.inc.sync.aligned.u32 {n};", n = const N, options(nostack)) };
+}
+
+/// `setmaxnreg.dec.sync.aligned.u32 N;`: lowers this warpgroup's per-thread register budget to `N`,
+/// returning the rest to the block's pool (a producer that needs few registers).
+///
+/// # Safety
+/// All threads of the warpgroup execute it together; `N` is a multiple of 8 in 24..=256, at most the
+/// current budget, and the code after it fits in `N` registers (ptxas allocates it so).
+#[inline(always)]
+pub unsafe fn setmaxnreg_dec_sync_aligned_u32<const N: u32>() {
+    // SAFETY: the caller guarantees warpgroup-wide execution and the budget.
+    unsafe { asm!("setmaxnreg.dec.sync.aligned.u32 {n};", n = const N, options(nostack)) };
+}
