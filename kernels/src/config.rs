@@ -219,9 +219,6 @@ pub struct FusedVariant {
     /// [`Staging::WgmmaTma`]: 1 = the consumer warpgroups take turns on the tiles, 2 = they split the
     /// batch tile (`N = 8·NB` rows each) and share every stage's weight slab.
     pub warps_b: u32,
-    /// [`Staging::WgmmaTma`] only: 128-row vocab tiles per block tile; 2 = the consumer warpgroups
-    /// split a 256-row tile (one 128-row half each) and share every stage's `N` hidden rows.
-    pub split_v: u32,
     /// Operand staging.
     pub staging: Staging,
     /// `cp.async` pipeline depth (`stages − 1` stages in flight while one is multiplied).
@@ -231,29 +228,27 @@ pub struct FusedVariant {
 /// Every fused-kernel variant in the PTX module. `NB = 8` per warp would need more than 255
 /// registers with this mainloop, so wide batches use more warps instead.
 #[rustfmt::skip]
-pub const FUSED_VARIANTS: [FusedVariant; 22] = [
-    FusedVariant { entry: "fused_sample_warp_nb1",               n_tiles: 1,  warps_b: 1, split_v: 1, staging: Staging::PerWarp,  stages: 4 },
-    FusedVariant { entry: "fused_sample_block_nb1",              n_tiles: 1,  warps_b: 1, split_v: 1, staging: Staging::Block,    stages: 4 },
-    FusedVariant { entry: "fused_sample_block_nb2",              n_tiles: 2,  warps_b: 1, split_v: 1, staging: Staging::Block,    stages: 4 },
-    FusedVariant { entry: "fused_sample_block_nb2_s3",           n_tiles: 2,  warps_b: 1, split_v: 1, staging: Staging::Block,    stages: 3 },
-    FusedVariant { entry: "fused_sample_block_nb4",              n_tiles: 4,  warps_b: 1, split_v: 1, staging: Staging::Block,    stages: 5 },
-    FusedVariant { entry: "fused_sample_block_nb4_s3",           n_tiles: 4,  warps_b: 1, split_v: 1, staging: Staging::Block,    stages: 3 },
-    FusedVariant { entry: "fused_sample_block_nb4x2",            n_tiles: 4,  warps_b: 2, split_v: 1, staging: Staging::Block,    stages: 4 },
-    FusedVariant { entry: "fused_sample_block_nb4x4",            n_tiles: 4,  warps_b: 4, split_v: 1, staging: Staging::Block,    stages: 6 },
-    FusedVariant { entry: "fused_sample_wgmma_n32",              n_tiles: 4,  warps_b: 1, split_v: 1, staging: Staging::Wgmma,    stages: 4 },
-    FusedVariant { entry: "fused_sample_wgmma_n64",              n_tiles: 8,  warps_b: 1, split_v: 1, staging: Staging::Wgmma,    stages: 4 },
-    FusedVariant { entry: "fused_sample_wgmma_n128",             n_tiles: 16, warps_b: 1, split_v: 1, staging: Staging::Wgmma,    stages: 3 },
-    FusedVariant { entry: "fused_sample_wgmma_ws_n16",           n_tiles: 2,  warps_b: 1, split_v: 1, staging: Staging::WgmmaWs,  stages: 10 },
-    FusedVariant { entry: "fused_sample_wgmma_ws_n32",           n_tiles: 4,  warps_b: 1, split_v: 1, staging: Staging::WgmmaWs,  stages: 10 },
-    FusedVariant { entry: "fused_sample_wgmma_ws_n64",           n_tiles: 8,  warps_b: 1, split_v: 1, staging: Staging::WgmmaWs,  stages: 8 },
-    FusedVariant { entry: "fused_sample_wgmma_tma_n16",          n_tiles: 2,  warps_b: 1, split_v: 1, staging: Staging::WgmmaTma, stages: 10 },
-    FusedVariant { entry: "fused_sample_wgmma_tma_n32",          n_tiles: 4,  warps_b: 1, split_v: 1, staging: Staging::WgmmaTma, stages: 10 },
-    FusedVariant { entry: "fused_sample_wgmma_tma_n64",          n_tiles: 8,  warps_b: 1, split_v: 1, staging: Staging::WgmmaTma, stages: 8 },
-    FusedVariant { entry: "fused_sample_wgmma_tma_n32x2",        n_tiles: 4,  warps_b: 2, split_v: 1, staging: Staging::WgmmaTma, stages: 8 },
-    FusedVariant { entry: "fused_sample_wgmma_tma_n64x2",        n_tiles: 8,  warps_b: 2, split_v: 1, staging: Staging::WgmmaTma, stages: 6 },
-    FusedVariant { entry: "fused_sample_wgmma_tma_v256_n32",     n_tiles: 4,  warps_b: 1, split_v: 2, staging: Staging::WgmmaTma, stages: 6 },
-    FusedVariant { entry: "fused_sample_wgmma_tma_v256_n64",     n_tiles: 8,  warps_b: 1, split_v: 2, staging: Staging::WgmmaTma, stages: 5 },
-    FusedVariant { entry: "fused_sample_wgmma_tma_v256_n128",    n_tiles: 16, warps_b: 1, split_v: 2, staging: Staging::WgmmaTma, stages: 4 },
+pub const FUSED_VARIANTS: [FusedVariant; 20] = [
+    FusedVariant { entry: "fused_sample_warp_nb1",          n_tiles: 1,  warps_b: 1, staging: Staging::PerWarp,  stages: 4 },
+    FusedVariant { entry: "fused_sample_block_nb1",         n_tiles: 1,  warps_b: 1, staging: Staging::Block,    stages: 4 },
+    FusedVariant { entry: "fused_sample_block_nb2",         n_tiles: 2,  warps_b: 1, staging: Staging::Block,    stages: 4 },
+    FusedVariant { entry: "fused_sample_block_nb2_s3",      n_tiles: 2,  warps_b: 1, staging: Staging::Block,    stages: 3 },
+    FusedVariant { entry: "fused_sample_block_nb4",         n_tiles: 4,  warps_b: 1, staging: Staging::Block,    stages: 5 },
+    FusedVariant { entry: "fused_sample_block_nb4_s3",      n_tiles: 4,  warps_b: 1, staging: Staging::Block,    stages: 3 },
+    FusedVariant { entry: "fused_sample_block_nb4x2",       n_tiles: 4,  warps_b: 2, staging: Staging::Block,    stages: 4 },
+    FusedVariant { entry: "fused_sample_block_nb4x4",       n_tiles: 4,  warps_b: 4, staging: Staging::Block,    stages: 6 },
+    FusedVariant { entry: "fused_sample_wgmma_n32",         n_tiles: 4,  warps_b: 1, staging: Staging::Wgmma,    stages: 4 },
+    FusedVariant { entry: "fused_sample_wgmma_n64",         n_tiles: 8,  warps_b: 1, staging: Staging::Wgmma,    stages: 4 },
+    FusedVariant { entry: "fused_sample_wgmma_n128",        n_tiles: 16, warps_b: 1, staging: Staging::Wgmma,    stages: 3 },
+    FusedVariant { entry: "fused_sample_wgmma_ws_n16",      n_tiles: 2,  warps_b: 1, staging: Staging::WgmmaWs,  stages: 10 },
+    FusedVariant { entry: "fused_sample_wgmma_ws_n32",      n_tiles: 4,  warps_b: 1, staging: Staging::WgmmaWs,  stages: 10 },
+    FusedVariant { entry: "fused_sample_wgmma_ws_n64",      n_tiles: 8,  warps_b: 1, staging: Staging::WgmmaWs,  stages: 8 },
+    FusedVariant { entry: "fused_sample_wgmma_tma_n16",     n_tiles: 2,  warps_b: 1, staging: Staging::WgmmaTma, stages: 10 },
+    FusedVariant { entry: "fused_sample_wgmma_tma_n32",     n_tiles: 4,  warps_b: 1, staging: Staging::WgmmaTma, stages: 10 },
+    FusedVariant { entry: "fused_sample_wgmma_tma_n64",     n_tiles: 8,  warps_b: 1, staging: Staging::WgmmaTma, stages: 8 },
+    FusedVariant { entry: "fused_sample_wgmma_tma_n32x2",   n_tiles: 4,  warps_b: 2, staging: Staging::WgmmaTma, stages: 8 },
+    FusedVariant { entry: "fused_sample_wgmma_tma_n64x2",   n_tiles: 8,  warps_b: 2, staging: Staging::WgmmaTma, stages: 6 },
+    FusedVariant { entry: "fused_sample_wgmma_tma_n128",    n_tiles: 16, warps_b: 1, staging: Staging::WgmmaTma, stages: 6 },
 ];
 
 impl FusedVariant {
@@ -297,8 +292,7 @@ impl FusedVariant {
     pub const fn tile_v(&self) -> u32 {
         match self.staging {
             Staging::PerWarp => WARP_TILE_V,
-            Staging::Block | Staging::Wgmma | Staging::WgmmaWs => BLOCK_V,
-            Staging::WgmmaTma => BLOCK_V * self.split_v,
+            Staging::Block | Staging::Wgmma | Staging::WgmmaWs | Staging::WgmmaTma => BLOCK_V,
         }
     }
     /// Bytes of one pipeline stage (the whole ring's share for block staging, one warp's for
@@ -391,7 +385,7 @@ pub const LOGITS_CHUNK: u32 = 4 * BASELINE_THREADS * 4;
 pub const BASELINE_SMEM_BYTES: u32 = 8 * (BASELINE_THREADS / 32);
 
 /// Every kernel entry point in the PTX module (the link step keeps exactly these).
-pub const ENTRY_POINTS: [&str; 28] = [
+pub const ENTRY_POINTS: [&str; 26] = [
     GUMBEL_LOGITS_ENTRY,
     SOFTMAX_ENTRY,
     MULTINOMIAL_ENTRY,
@@ -415,8 +409,6 @@ pub const ENTRY_POINTS: [&str; 28] = [
     FUSED_VARIANTS[17].entry,
     FUSED_VARIANTS[18].entry,
     FUSED_VARIANTS[19].entry,
-    FUSED_VARIANTS[20].entry,
-    FUSED_VARIANTS[21].entry,
     REDUCE_ENTRY,
     PHILOX_ENTRY,
     GUMBEL_ENTRY,
@@ -448,19 +440,15 @@ mod tests {
                 assert!(matches!(8 * v.n_tiles, 16 | 32 | 64 | 128), "{}", v.entry);
                 let split = if v.warps_b > 1 { format!("x{}", v.warps_b) } else { std::string::String::new() };
                 assert!(v.entry.ends_with(&format!("_n{}{split}", 8 * v.n_tiles)), "{}", v.entry);
-                // Only the TMA kernels split a block tile over their consumers: the batch tile or
-                // the vocab tile, in two.
+                // Only the TMA kernels split the batch tile over their consumers, and at most in two.
                 assert!(v.warps_b == 1 || (v.uses_tma() && v.warps_b == 2), "{}", v.entry);
-                assert!(v.split_v == 1 || (v.uses_tma() && v.split_v == 2 && v.warps_b == 1), "{}", v.entry);
-                assert_eq!(v.split_v == 2, v.entry.contains("_v256_"), "{}", v.entry);
             }
             if v.uses_tma() {
                 // A TMA box is at most 256 rows.
                 assert!(v.block_b() <= 256, "{}", v.entry);
             }
         }
-        assert_eq!(FUSED_VARIANTS.iter().filter(|v| v.warp_specialized()).count(), 11);
-        assert!(FUSED_VARIANTS.iter().all(|v| v.split_v == 1 || v.tile_v() == 256));
+        assert_eq!(FUSED_VARIANTS.iter().filter(|v| v.warp_specialized()).count(), 9);
         assert!(FUSED_VARIANTS.iter().filter(|v| v.warp_specialized()).all(|v| v.threads() == 384));
         // Sixteen boxes of 8 rows, 4 apart, cover a 128-row tile's 32 Philox groups.
         assert_eq!(TMA_WEIGHT_BOXES * TMA_WEIGHT_BOX_ROWS, BLOCK_V);

@@ -102,24 +102,21 @@ fn smem_descriptor(addr: u32) -> u64 {
     ((addr as u64 >> 4) & 0x3FFF) | (1u64 << 16) | ((1024u64 >> 4) << 32) | (1u64 << 62)
 }
 
-/// The ring: `S` slabs of `(W + N) × 128` bytes (`W` weight rows, then `N` hidden rows) from a
+/// The ring: `S` slabs of `(128 + N) × 128` bytes (128 weight rows, then `N` hidden rows) from a
 /// 1024-byte aligned `base`.
 #[derive(Clone, Copy)]
 pub(super) struct Ring {
     base: u32,
     slab_bytes: u32,
-    /// Weight rows per slab (`W`: 128, or 256 when two consumers split the vocab tile).
-    pub(super) w_rows: u32,
     /// Hidden rows per slab (`N`, the block's batch tile).
     pub(super) n: u32,
 }
 
 impl Ring {
-    /// The ring of `w_rows` weight and `n` hidden rows per slab at the first 1024-byte boundary from
-    /// `start`.
+    /// The ring of `n` hidden rows per slab at the first 1024-byte boundary from `start`.
     #[inline(always)]
-    pub(super) fn new(start: u32, w_rows: u32, n: u32) -> Self {
-        Ring { base: start.next_multiple_of(1024), slab_bytes: (w_rows + n) * STAGE_ROW_BYTES, w_rows, n }
+    pub(super) fn new(start: u32, n: u32) -> Self {
+        Ring { base: start.next_multiple_of(1024), slab_bytes: (BLOCK_V + n) * STAGE_ROW_BYTES, n }
     }
     /// Shared address of slab `slot` (its first weight row).
     #[inline(always)]
@@ -129,7 +126,7 @@ impl Ring {
     /// Shared address of hidden row `r` of slab `slot`.
     #[inline(always)]
     pub(super) fn hidden(self, slot: u32, r: u32) -> u32 {
-        self.slab(slot) + STAGE_ROW_BYTES * (self.w_rows + r)
+        self.slab(slot) + STAGE_ROW_BYTES * (BLOCK_V + r)
     }
 
     /// Shared address of piece `c` of slab row `r` (weight rows, then hidden rows).
@@ -175,7 +172,7 @@ pub(super) unsafe fn issue_stage(
             // SAFETY: b < B, k as above.
             unsafe {
                 let src = (p.hidden as *const u16).add(b as usize * p.d as usize + k) as *const u32;
-                cp_async_cg_shared_global_16(ring.piece(slot, ring.w_rows + r, piece), src, size);
+                cp_async_cg_shared_global_16(ring.piece(slot, BLOCK_V + r, piece), src, size);
             }
             r += 16;
         }
@@ -199,9 +196,9 @@ pub(super) struct Place {
 }
 
 impl Place {
-    /// This thread's place for `N = n` batch rows and `tile_v` vocab rows per block tile.
+    /// This thread's place for `N = n` batch rows per block.
     #[inline(always)]
-    pub(super) fn of_this_thread(p: &FusedParams, n: u32, tile_v: u32) -> Self {
+    pub(super) fn of_this_thread(p: &FusedParams, n: u32) -> Self {
         // SAFETY: special-register reads.
         let (tid, blk) = unsafe { (_thread_idx_x(), _block_idx_x()) };
         let lane = tid % 32;
@@ -209,7 +206,7 @@ impl Place {
         let btile = blk % n_btiles;
         let pos =
             LanePosition { warp: tid / 32, group: lane / 4, quad: lane % 4, vrange: blk / n_btiles, b0: btile * n };
-        let (first, end) = tile_range(p.v.div_ceil(tile_v), p.n_vranges, pos.vrange);
+        let (first, end) = tile_range(p.v.div_ceil(BLOCK_V), p.n_vranges, pos.vrange);
         Place { tid, btile, pos, first, end }
     }
 }
@@ -222,10 +219,10 @@ impl Place {
 #[inline(always)]
 pub unsafe fn fused_sample_wgmma<T: WgmmaShape, const S: u32>(p: FusedParams) {
     let n = T::N;
-    let Place { tid, btile, pos, first, end } = Place::of_this_thread(&p, n, BLOCK_V);
+    let Place { tid, btile, pos, first, end } = Place::of_this_thread(&p, n);
     let (warp, b_first) = (pos.warp, pos.b0);
     let smem = mov_u32_dynamic_smem();
-    let ring = Ring::new(smem + wgmma_candidate_smem_bytes(WARPS_PER_BLOCK, n), BLOCK_V, n);
+    let ring = Ring::new(smem + wgmma_candidate_smem_bytes(WARPS_PER_BLOCK, n), n);
     let n_k = p.d.div_ceil(STAGE_K);
     // Issue position (tile, k step, slot), running ahead of the consumer by S − 1 stages.
     let (mut it, mut ik, mut islot) = (first, 0u32, 0u32);

@@ -54,6 +54,11 @@
 //! order (no turns needed) and both release it (`empty` expects 8 arrivals). Candidates merge per
 //! batch slot: consumer warps are ordered so that `merge warp % 2` is their slot.
 //!
+//! With `N = 128` a consumer's accumulators alone take 128 registers per thread, and its candidates
+//! 64 more: more than the even share of 168 leaves room for. The producer warpgroup then lowers its
+//! budget to 24 registers and the consumers raise theirs to 240 (`setmaxnreg`), and each role ends in
+//! its own copy of the block merge, so ptxas allocates each role under its own budget.
+//!
 //! Each logit is computed by the same `wgmma` instructions in the same order as in the one-warpgroup
 //! kernel of the same `N`, so all of them draw bit-identical samples.
 
@@ -130,28 +135,24 @@ unsafe fn wait(bar: u32, parity: u32) {
 
 /// The warp-specialized fused kernel body: `N = T::N` batch rows per consumer, an `S`-slot ring
 /// filled by `cp.async` (`TMA = false`) or TMA copies (`TMA = true`), consumers taking turns on the
-/// tiles (`SPLIT_B = SPLIT_V = 1`), splitting a `2N`-row batch tile (`SPLIT_B = 2`, TMA only) or
-/// splitting a 256-row vocab tile (`SPLIT_V = 2`, TMA only).
+/// tiles (`SPLIT = 1`) or splitting a `2N`-row batch tile (`SPLIT = 2`, TMA only).
 ///
 /// # Safety
 /// Launched as documented in the module ([`THREADS`] threads, the variant's shared memory, sm_90a),
 /// with `p` validated by the host and, with `TMA`, `p.tensor_maps` encoded for this launch.
 #[inline(always)]
-pub unsafe fn fused_sample_ws<T: WgmmaShape, const S: u32, const TMA: bool, const SPLIT_B: u32, const SPLIT_V: u32>(
-    p: FusedParams,
-) {
-    const { assert!((SPLIT_B == 1 && SPLIT_V == 1) || (TMA && SPLIT_B * SPLIT_V == 2)) };
-    // The consumers share every stage (split the block tile) instead of taking turns on the tiles.
-    let shared = SPLIT_B * SPLIT_V == 2;
+pub unsafe fn fused_sample_ws<T: WgmmaShape, const S: u32, const TMA: bool, const SPLIT: u32>(p: FusedParams) {
+    const { assert!(SPLIT == 1 || (TMA && SPLIT == 2)) };
+    // The consumers share every stage (split the batch tile) instead of taking turns on the tiles.
+    let shared = SPLIT == 2;
     let n = T::N;
-    let block_b = SPLIT_B * n;
-    let tile_v = SPLIT_V * BLOCK_V;
-    let Place { tid, btile, mut pos, first, end } = Place::of_this_thread(&p, block_b, tile_v);
+    let block_b = SPLIT * n;
+    let Place { tid, btile, mut pos, first, end } = Place::of_this_thread(&p, block_b);
     let (lane, warp, b_first) = (tid % 32, pos.warp, pos.b0);
     let wg = tid / 128;
     // This thread's batch slot (N rows) and its warp's place in the candidate merge, which expects
-    // `merge warp % SPLIT_B` = slot; the producer's warps (empty candidates) fill the remaining places.
-    let (slot_b, merge_warp) = match (SPLIT_B, wg) {
+    // `merge warp % SPLIT` = slot; the producer's warps (empty candidates) fill the remaining places.
+    let (slot_b, merge_warp) = match (SPLIT, wg) {
         (1, _) => (0, warp),
         (_, 0) => (warp % 2, 8 + warp),
         _ => (wg - 1, 2 * (warp % 4) + wg - 1),
@@ -159,7 +160,7 @@ pub unsafe fn fused_sample_ws<T: WgmmaShape, const S: u32, const TMA: bool, cons
     pos.warp = merge_warp;
     pos.b0 = b_first + slot_b * n;
     let bars = Barriers { base: mov_u32_dynamic_smem() + wgmma_candidate_smem_bytes(WS_WARPS, n), slots: S };
-    let ring = Ring::new(bars.base + 8 * (2 * S + 2), tile_v, block_b);
+    let ring = Ring::new(bars.base + 8 * (2 * S + 2), block_b);
     let n_k = p.d.div_ceil(STAGE_K);
     if tid == 0 {
         for slot in 0..S {
@@ -196,7 +197,7 @@ pub unsafe fn fused_sample_ws<T: WgmmaShape, const S: u32, const TMA: bool, cons
         }
         if rebalance {
             // SAFETY: as at the end of the kernel.
-            unsafe { finish::<T, SPLIT_B>(&p, pos, tid, btile, b_first, block_b, &cands) };
+            unsafe { finish::<T, SPLIT>(&p, pos, tid, btile, b_first, block_b, &cands) };
             return;
         }
     } else {
@@ -206,10 +207,8 @@ pub unsafe fn fused_sample_ws<T: WgmmaShape, const S: u32, const TMA: bool, cons
             unsafe { setmaxnreg_inc_sync_aligned_u32::<CONSUMER_REGS>() };
         }
         let c = wg - 1;
-        // The consumer's vocab rows: its half of a 256-row tile with SPLIT_V = 2.
-        let v_lane = 4 * (8 * (warp % 4) + pos.group) + if SPLIT_V == 2 { c * BLOCK_V } else { 0 };
-        let weights = if SPLIT_V == 2 { c * BLOCK_V * STAGE_ROW_BYTES } else { 0 };
-        // Taking turns: every other tile; sharing: every tile (batch slot or vocab half c).
+        let v_lane = 4 * (8 * (warp % 4) + pos.group);
+        // Taking turns: every other tile; sharing: every tile, batch slot c.
         let (mut tile, step) = if shared { (first, 1) } else { (first + c, 2) };
         let mut j = 0; // this consumer's tile count
         while tile < end {
@@ -235,7 +234,7 @@ pub unsafe fn fused_sample_ws<T: WgmmaShape, const S: u32, const TMA: bool, cons
                         mbarrier_arrive_shared_cta_b64(bars.turn(1 - c));
                     }
                     wgmma_fence_sync_aligned();
-                    mma_stage::<T>(ring.slab(slot) + weights, ring.hidden(slot, slot_b * n), &mut acc);
+                    mma_stage::<T>(ring.slab(slot), ring.hidden(slot, slot_b * n), &mut acc);
                     wgmma_commit_group_sync_aligned();
                     // The previous stage's group is done; this one may still run.
                     wgmma_wait_group_sync_aligned::<1>();
@@ -254,18 +253,18 @@ pub unsafe fn fused_sample_ws<T: WgmmaShape, const S: u32, const TMA: bool, cons
                     mbarrier_arrive_shared_cta_b64(bars.empty(held));
                 }
             }
-            epilogue::<T>(&p, pos, tile * tile_v + v_lane, &acc, &mut cands);
+            epilogue::<T>(&p, pos, tile * BLOCK_V + v_lane, &acc, &mut cands);
             tile += step;
             j += 1;
         }
         if rebalance {
             // SAFETY: as at the end of the kernel.
-            unsafe { finish::<T, SPLIT_B>(&p, pos, tid, btile, b_first, block_b, &cands) };
+            unsafe { finish::<T, SPLIT>(&p, pos, tid, btile, b_first, block_b, &cands) };
             return;
         }
     }
     // SAFETY: every thread of the block reaches the block merge and the final reduction.
-    unsafe { finish::<T, SPLIT_B>(&p, pos, tid, btile, b_first, block_b, &cands) };
+    unsafe { finish::<T, SPLIT>(&p, pos, tid, btile, b_first, block_b, &cands) };
 }
 
 /// The block merge of the candidates and the final reduction.
@@ -273,7 +272,7 @@ pub unsafe fn fused_sample_ws<T: WgmmaShape, const S: u32, const TMA: bool, cons
 /// # Safety
 /// Every thread of the block calls it once (the block barriers inside count all [`THREADS`]).
 #[inline(always)]
-unsafe fn finish<T: WgmmaShape, const SPLIT_B: u32>(
+unsafe fn finish<T: WgmmaShape, const SPLIT: u32>(
     p: &FusedParams,
     pos: LanePosition,
     tid: u32,
@@ -284,7 +283,7 @@ unsafe fn finish<T: WgmmaShape, const SPLIT_B: u32>(
 ) {
     // SAFETY: forwarded contract.
     unsafe {
-        write_wgmma_candidates::<T>(p, pos, WS_WARPS, SPLIT_B, cands);
+        write_wgmma_candidates::<T>(p, pos, WS_WARPS, SPLIT, cands);
         reduce_if_last(p, tid, WS_WARPS, btile, b_first, block_b);
     }
 }
@@ -334,10 +333,10 @@ unsafe fn produce<const S: u32>(
     }
 }
 
-/// The TMA producer warp: per stage of the block's tiles `[first, end)` (of `ring.w_rows` vocab rows:
-/// one or two 128-row tiles), waits until the slot is released, announces the stage's bytes on its
-/// `full` barrier and copies the weight slab (per 128-row tile one tile box from lane 0, or 16 row
-/// boxes from lanes 0–15 for a partial tile) and the hidden box of `ring.n` rows (lane 16) into it.
+/// The TMA producer warp: per stage of the block's tiles `[first, end)`, waits until the slot is
+/// released, announces the stage's bytes on its `full` barrier and copies the weight slab (one tile
+/// box from lane 0, or 16 row boxes from lanes 0–15 for a partial last tile) and the hidden box of
+/// `ring.n` rows (lane 16) into it.
 ///
 /// # Safety
 /// Called by the 32 lanes of warp 0 of a kernel launched as documented, whose `p.tensor_maps` hold
@@ -370,15 +369,14 @@ unsafe fn produce_tma<const S: u32>(
             unsafe { fence_proxy_tensormap_generic_acquire_gpu(map) };
         }
     }
-    let stage_bytes = (ring.w_rows + ring.n) * STAGE_ROW_BYTES;
-    let sub_tiles = ring.w_rows / BLOCK_V;
+    let stage_bytes = (BLOCK_V + ring.n) * STAGE_ROW_BYTES;
     let stages = (end - first) * n_k;
     let (mut tile, mut k, mut slot) = (first, 0, 0);
     for stage in 0..stages {
         // SAFETY: barriers of this block, waited by the whole warp; the copies write only `slot`, which
         // no MMA reads any more once its previous fill has been released, and complete on the phase
-        // of `full[slot]` that lane 0 has just armed with exactly their bytes (per 128-row tile one
-        // box or 16 boxes of 8 rows, 128 bytes each, and one hidden box of `ring.n` × 128 bytes,
+        // of `full[slot]` that lane 0 has just armed with exactly their bytes (one tile box of
+        // 128 × 128 bytes or 16 boxes of 8 × 128 bytes, and one hidden box of `ring.n` × 128 bytes,
         // zero-filled where outside).
         unsafe {
             if stage >= S {
@@ -389,31 +387,27 @@ unsafe fn produce_tma<const S: u32>(
             }
             bar_warp_sync();
             let x = (k * STAGE_K) as i32;
-            for i in 0..sub_tiles {
-                // 128-row tile `t` into weight rows `128·i ..` of the slab.
-                let t = tile * sub_tiles + i;
-                let dst = ring.slab(slot) + i * BLOCK_V * STAGE_ROW_BYTES;
-                if t < p.tma_whole_tiles {
-                    if lane == 0 {
-                        let w = (t * (BLOCK_V / 32)) as i32;
-                        cp_async_bulk_tensor_5d_shared_cluster_global_tile_mbarrier_complete_tx_bytes(
-                            dst,
-                            tiles_map,
-                            [x, 0, 0, w, 0],
-                            bars.full(slot),
-                        );
-                    }
-                } else if lane < TMA_WEIGHT_BOXES {
-                    let row = lane * TMA_WEIGHT_BOX_ROWS;
-                    let y = (t * BLOCK_V + vocab_of_slab_row(row)) as i32;
-                    cp_async_bulk_tensor_2d_shared_cluster_global_tile_mbarrier_complete_tx_bytes(
-                        dst + row * STAGE_ROW_BYTES,
-                        rows_map,
-                        x,
-                        y,
+            let dst = ring.slab(slot);
+            if tile < p.tma_whole_tiles {
+                if lane == 0 {
+                    let w = (tile * (BLOCK_V / 32)) as i32;
+                    cp_async_bulk_tensor_5d_shared_cluster_global_tile_mbarrier_complete_tx_bytes(
+                        dst,
+                        tiles_map,
+                        [x, 0, 0, w, 0],
                         bars.full(slot),
                     );
                 }
+            } else if lane < TMA_WEIGHT_BOXES {
+                let row = lane * TMA_WEIGHT_BOX_ROWS;
+                let y = (tile * BLOCK_V + vocab_of_slab_row(row)) as i32;
+                cp_async_bulk_tensor_2d_shared_cluster_global_tile_mbarrier_complete_tx_bytes(
+                    dst + row * STAGE_ROW_BYTES,
+                    rows_map,
+                    x,
+                    y,
+                    bars.full(slot),
+                );
             }
             if lane == TMA_WEIGHT_BOXES {
                 let dst = ring.hidden(slot, 0);

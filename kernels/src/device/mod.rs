@@ -111,7 +111,7 @@ macro_rules! fused_ws_entry {
             };
             // SAFETY: forwarded launch contract.
             unsafe {
-                fused_ws::fused_sample_ws::<$shape, { V.stages }, { V.uses_tma() }, { V.warps_b }, { V.split_v }>(p)
+                fused_ws::fused_sample_ws::<$shape, { V.stages }, { V.uses_tma() }, { V.warps_b }>(p)
             }
         }
     };
@@ -124,9 +124,7 @@ fused_ws_entry!(fused_sample_wgmma_tma_n32, 15, fused_wgmma::N32);
 fused_ws_entry!(fused_sample_wgmma_tma_n64, 16, fused_wgmma::N64);
 fused_ws_entry!(fused_sample_wgmma_tma_n32x2, 17, fused_wgmma::N32);
 fused_ws_entry!(fused_sample_wgmma_tma_n64x2, 18, fused_wgmma::N64);
-fused_ws_entry!(fused_sample_wgmma_tma_v256_n32, 19, fused_wgmma::N32);
-fused_ws_entry!(fused_sample_wgmma_tma_v256_n64, 20, fused_wgmma::N64);
-fused_ws_entry!(fused_sample_wgmma_tma_v256_n128, 21, fused_wgmma::N128);
+fused_ws_entry!(fused_sample_wgmma_tma_n128, 19, fused_wgmma::N128);
 
 /// Candidate reduction.
 ///
