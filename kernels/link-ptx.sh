@@ -66,8 +66,8 @@ if [ -n "$sm90a_entries" ]; then
   sm90a="${out%.ptx}_sm90a.ptx"
   # PTX ISA 8.3: `fence.proxy.tensormap::generic` (the TMA kernels acquire their tensor maps).
   module "$sm90a_entries" sm_90a "$sm90a" -mattr=+ptx83
-  # The warp-specialized kernels (`*_ws_*`, `*_tma_*`) run 3 warpgroups = 384 threads
+  # The warp-specialized kernels (`*_ws_*`, `*_tma_*`, `*_tmat_*`) run 3 warpgroups = 384 threads
   # (config::WS_WARPS). rustc has no launch-bounds attribute, so the bound is written here: ptxas then
   # keeps them within the 168 registers per thread that one such block per SM can have.
-  sed -i -E '/^\.visible \.entry [A-Za-z0-9_]*_(ws|tma)_[A-Za-z0-9_]*\($/,/^\)/ s/^\)(.*)$/)\1\n.maxntid 384, 1, 1/' "$sm90a"
+  sed -i -E '/^\.visible \.entry [A-Za-z0-9_]*_(ws|tma|tmat)_[A-Za-z0-9_]*\($/,/^\)/ s/^\)(.*)$/)\1\n.maxntid 384, 1, 1/' "$sm90a"
 fi

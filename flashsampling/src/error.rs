@@ -71,6 +71,17 @@ pub enum Error {
     /// A fused-kernel variant name that this GPU does not run (name, the variants it runs).
     #[error("unknown fused-kernel variant {0:?} (known: {1})")]
     UnknownVariant(String, String),
+    /// A fused-kernel variant (forced with `set_fused_variant`) that needs V to be a multiple of
+    /// `multiple`.
+    #[error("fused-kernel variant {variant} needs V to be a multiple of {multiple}; V = {v}")]
+    UnsupportedVocab {
+        /// The variant's entry point.
+        variant: &'static str,
+        /// V.
+        v: usize,
+        /// Required multiple.
+        multiple: usize,
+    },
     /// No usable CUDA GPU (no driver library, no device, or context creation failed).
     #[error("no CUDA GPU available: {0}")]
     NoGpu(String),

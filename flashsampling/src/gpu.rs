@@ -9,8 +9,8 @@ use cudarc::driver::{
 };
 use cudarc::nvrtc::Ptx;
 use flashsampling_kernels::config::{
-    BLOCK_V, FUSED_VARIANTS, FusedVariant, GUMBEL_ENTRY, MAX_DIM, PHILOX_ENTRY, TmaLayout, tma_hidden, tma_weight_rows,
-    tma_weight_tiles, variant_for_batch,
+    BLOCK_V, FUSED_VARIANTS, FusedVariant, GUMBEL_ENTRY, MAX_DIM, PHILOX_ENTRY, Staging, TMA_T_VOCAB_ALIGN, TmaLayout,
+    tma_hidden, tma_weight_rows, tma_weight_tiles, tma_weight_tiles_t, variant_for_batch,
 };
 use flashsampling_kernels::params::{FusedParams, LogitsParams, NoiseTestParams, ReduceParams, TensorMap, TensorMaps};
 use flashsampling_kernels::{Candidate, Transform};
@@ -85,7 +85,8 @@ pub struct DeviceSamples {
     tensor_maps_for: Option<TensorMapKey>,
 }
 
-/// What a launch's tensor maps depend on: the two device addresses, B, D, V and `BLOCK_B`.
+/// What a launch's tensor maps depend on: the two device addresses, B, D, V and the variant (its
+/// `BLOCK_B` and weight layout).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct TensorMapKey {
     hidden: u64,
@@ -93,7 +94,7 @@ struct TensorMapKey {
     b: usize,
     d: usize,
     v: usize,
-    block_b: u32,
+    variant: usize,
 }
 
 /// Encodes a bf16 tensor map of geometry `layout` over device memory at `address` (128-byte
@@ -272,14 +273,14 @@ impl GpuBackend {
         Ok(())
     }
 
-    /// The variant (index into [`FUSED_VARIANTS`]) a call with `b` rows launches.
-    fn variant_index_for(&self, b: usize) -> usize {
-        self.variant_override.unwrap_or(variant_for_batch(b as u32, self.sm90a))
+    /// The variant (index into [`FUSED_VARIANTS`]) a call with `b` rows and vocab size `v` launches.
+    fn variant_index_for(&self, b: usize, v: usize) -> usize {
+        self.variant_override.unwrap_or(variant_for_batch(b as u32, v as u32, self.sm90a))
     }
 
-    /// The entry point of the fused-kernel variant a call with `b` rows launches.
-    pub fn fused_variant_for(&self, b: usize) -> &'static str {
-        FUSED_VARIANTS[self.variant_index_for(b)].entry
+    /// The entry point of the fused-kernel variant a call with `b` rows and vocab size `v` launches.
+    pub fn fused_variant_for(&self, b: usize, v: usize) -> &'static str {
+        FUSED_VARIANTS[self.variant_index_for(b, v)].entry
     }
 
     /// The device's name.
@@ -299,7 +300,7 @@ impl GpuBackend {
 
     /// The launch of the fused kernel for `b` rows and vocab `v`.
     fn launch_shape(&self, b: usize, v: usize) -> LaunchShape {
-        let index = self.variant_index_for(b);
+        let index = self.variant_index_for(b, v);
         let loaded = self.fused[index].as_ref().expect("only loaded variants are chosen");
         let n_btiles = (b as u32).div_ceil(loaded.variant.block_b()).max(1);
         let per_sm = self.blocks_per_sm_override.unwrap_or(loaded.per_sm);
@@ -374,6 +375,14 @@ impl GpuBackend {
             }
         }
         let launch = self.launch_shape(shape.b, shape.v);
+        let variant = FUSED_VARIANTS[launch.variant];
+        if !variant.supports_vocab(shape.v as u32) {
+            return Err(Error::UnsupportedVocab {
+                variant: variant.entry,
+                v: shape.v,
+                multiple: TMA_T_VOCAB_ALIGN as usize,
+            });
+        }
         let blocks = launch.n_btiles as usize * launch.n_vranges as usize;
         if blocks > i32::MAX as usize {
             return Err(Error::TooLarge {
@@ -409,13 +418,15 @@ impl GpuBackend {
         let loaded = self.fused[launch.variant].as_ref().expect("only loaded variants are chosen");
         let variant = loaded.variant;
         if variant.uses_tma() {
-            let key = TensorMapKey { hidden, weight, b: shape.b, d: shape.d, v: shape.v, block_b: variant.block_b() };
+            let key = TensorMapKey { hidden, weight, b: shape.b, d: shape.d, v: shape.v, variant: launch.variant };
             if out.tensor_maps_for != Some(key) {
                 let (d, v) = (shape.d as u32, shape.v as u32);
                 let maps = TensorMaps {
-                    weight_tiles: match tma_weight_tiles(d, v) {
-                        Some(layout) => encode_tensor_map(weight, layout)?,
-                        None => TensorMap([0; 16]), // V < 32: no whole tile, never read
+                    weight_tiles: match (variant.staging, tma_weight_tiles_t(d, v), tma_weight_tiles(d, v)) {
+                        (Staging::WgmmaTmaT, Some(layout), _) => encode_tensor_map(weight, layout)?,
+                        (Staging::WgmmaTmaT, None, _) => unreachable!("V % 16 is checked before the launch"),
+                        (_, _, Some(layout)) => encode_tensor_map(weight, layout)?,
+                        (_, _, None) => TensorMap([0; 16]), // V < 32: no whole tile, never read
                     },
                     weight_rows: encode_tensor_map(weight, tma_weight_rows(d, v))?,
                     hidden: encode_tensor_map(hidden, tma_hidden(d, shape.b as u32, variant.block_b()))?,

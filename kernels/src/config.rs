@@ -8,7 +8,9 @@
 //! every weight byte is read once. The `wgmma` kernels ([`Staging::Wgmma`], sm_90a) use
 //! `wgmma.mma_async.m64nNk16` with the same operand roles: two 64-row A tiles (128 vocab rows) per
 //! tile and N = `BLOCK_B` batch rows; their thread mapping is in `device::fused_wgmma` (one warpgroup
-//! per block) and `device::fused_ws` ([`Staging::WgmmaWs`]: a producer and two consumer warpgroups).
+//! per block) and `device::fused_ws` ([`Staging::WgmmaWs`], [`Staging::WgmmaTma`]: a producer and two
+//! consumer warpgroups). `device::fused_ws_t` ([`Staging::WgmmaTmaT`]) swaps the roles: the hidden
+//! states are the A operand (64 batch rows per consumer) and a 256-row vocab tile the B operand.
 //!
 //! | constant | value | meaning |
 //! |---|---|---|
@@ -115,6 +117,12 @@ pub enum Staging {
     /// tile, `N` rows each, sharing every stage's weight slab (`warps_b = 2`). Needs the launch's
     /// tensor maps ([`crate::params::TensorMaps`]). In the sm_90a module only.
     WgmmaTma,
+    /// As `WgmmaTma` with the operand roles swapped: the hidden states are the `wgmma` A operand
+    /// (64 batch rows per consumer) and a 256-row vocab tile the B operand (`m64n256k16`), so a
+    /// weight byte staged in shared memory meets 64 batch rows per MMA and the tensor cores read
+    /// 80 instead of 128 bytes per 2048 multiply-adds. Vocab tiles are 256 rows; V must be a
+    /// multiple of 16 ([`tma_weight_tiles_t`]). See `device::fused_ws_t`. In the sm_90a module only.
+    WgmmaTmaT,
 }
 
 /// The TMA weight box: a tensor map over the weight `[V, D]` copies `TMA_WEIGHT_BOX_ROWS` rows that
@@ -183,6 +191,41 @@ pub const fn tma_weight_tiles(d: u32, v: u32) -> Option<TmaLayout<5>> {
     })
 }
 
+/// Vocab rows per tile of the hidden-as-A kernels ([`Staging::WgmmaTmaT`]): the N of `m64n256k16`.
+pub const TMA_T_TILE_V: u32 = 256;
+/// V must be a multiple of this for the hidden-as-A kernels: their one-box weight map covers whole
+/// 16-row groups, and rows past V are then exactly the ones outside the map (zeros).
+pub const TMA_T_VOCAB_ALIGN: u32 = 16;
+
+/// Slab row `n` of a hidden-as-A stage (the B operand, 256 vocab rows) → offset of its vocab row in
+/// the tile. Accumulator `4j + 2e + c` of lane `(w, g, q)` is batch row `16w + g + 8e`, column
+/// `n = 8j + 2q + c`; slab row `16J + 8i + 2q + c` holds vocab row `16J + 4q + 2i + c`, so the
+/// columns of `j = 2J` and `2J + 1` are the four consecutive vocab rows `16J + 4q ..`: one Philox
+/// group per lane and batch row.
+#[inline]
+pub const fn vocab_of_slab_row_t(n: u32) -> u32 {
+    let (big_j, i, q, c) = (n / 16, (n / 8) % 2, (n / 2) % 4, n % 2);
+    16 * big_j + 4 * q + 2 * i + c
+}
+
+/// The one-box-per-tile weight map of the hidden-as-A kernels over the weight `[V, D]`
+/// (`V % 16 == 0`): dimensions D, `c` (stride 1 row), `q` (4 rows), `i` (2 rows), `J` (16 rows,
+/// `V / 16` of them), box `64 × 2 × 4 × 2 × 16`, so box element `(k, c, q, i, J)` lands at slab row
+/// `c + 2q + 8i + 16J` and is vocab row [`vocab_of_slab_row_t`] of it (the tile at `J = 16·tile`);
+/// rows past V lie outside the map (zeros). `None` when `V % 16 ≠ 0`.
+pub const fn tma_weight_tiles_t(d: u32, v: u32) -> Option<TmaLayout<5>> {
+    let row = 2 * d as u64;
+    if v % TMA_T_VOCAB_ALIGN != 0 {
+        return None;
+    }
+    Some(TmaLayout {
+        dims: [d as u64, 2, 4, 2, (v / 16) as u64],
+        strides: [2, row, 4 * row, 2 * row, 16 * row],
+        boxes: [STAGE_K, 2, 4, 2, 16],
+        element_strides: [1; 5],
+    })
+}
+
 /// The row-box weight map over the whole weight `[V, D]`: box `64 × 32` with element strides
 /// `1 × 4` ([`TMA_WEIGHT_BOX_ROWS`] rows [`TMA_WEIGHT_ROW_STEP`] apart); box `i` of a tile starts
 /// at vocab row [`vocab_of_slab_row`]`(8i)` and lands at slab row `8i`. Rows past V are zeros.
@@ -228,7 +271,7 @@ pub struct FusedVariant {
 /// Every fused-kernel variant in the PTX module. `NB = 8` per warp would need more than 255
 /// registers with this mainloop, so wide batches use more warps instead.
 #[rustfmt::skip]
-pub const FUSED_VARIANTS: [FusedVariant; 20] = [
+pub const FUSED_VARIANTS: [FusedVariant; 21] = [
     FusedVariant { entry: "fused_sample_warp_nb1",          n_tiles: 1,  warps_b: 1, staging: Staging::PerWarp,  stages: 4 },
     FusedVariant { entry: "fused_sample_block_nb1",         n_tiles: 1,  warps_b: 1, staging: Staging::Block,    stages: 4 },
     FusedVariant { entry: "fused_sample_block_nb2",         n_tiles: 2,  warps_b: 1, staging: Staging::Block,    stages: 4 },
@@ -248,7 +291,8 @@ pub const FUSED_VARIANTS: [FusedVariant; 20] = [
     FusedVariant { entry: "fused_sample_wgmma_tma_n64",     n_tiles: 8,  warps_b: 1, staging: Staging::WgmmaTma, stages: 8 },
     FusedVariant { entry: "fused_sample_wgmma_tma_n32x2",   n_tiles: 4,  warps_b: 2, staging: Staging::WgmmaTma, stages: 8 },
     FusedVariant { entry: "fused_sample_wgmma_tma_n64x2",   n_tiles: 8,  warps_b: 2, staging: Staging::WgmmaTma, stages: 6 },
-    FusedVariant { entry: "fused_sample_wgmma_tma_n128",    n_tiles: 16, warps_b: 1, staging: Staging::WgmmaTma, stages: 6 },
+    FusedVariant { entry: "fused_sample_wgmma_tmat_n64",    n_tiles: 8,  warps_b: 1, staging: Staging::WgmmaTmaT, stages: 5 },
+    FusedVariant { entry: "fused_sample_wgmma_tmat_n64x2",  n_tiles: 8,  warps_b: 2, staging: Staging::WgmmaTmaT, stages: 4 },
 ];
 
 impl FusedVariant {
@@ -258,23 +302,28 @@ impl FusedVariant {
         match self.staging {
             Staging::PerWarp | Staging::Wgmma => WARPS_PER_BLOCK,
             Staging::Block => WARPS_PER_BLOCK * self.warps_b,
-            Staging::WgmmaWs | Staging::WgmmaTma => WS_WARPS,
+            Staging::WgmmaWs | Staging::WgmmaTma | Staging::WgmmaTmaT => WS_WARPS,
         }
     }
     /// Whether the variant is warp-specialized (a producer and two consumer warpgroups).
     #[inline]
     pub const fn warp_specialized(&self) -> bool {
-        matches!(self.staging, Staging::WgmmaWs | Staging::WgmmaTma)
+        matches!(self.staging, Staging::WgmmaWs | Staging::WgmmaTma | Staging::WgmmaTmaT)
     }
     /// Whether the variant copies with TMA and so needs the launch's tensor maps.
     #[inline]
     pub const fn uses_tma(&self) -> bool {
-        matches!(self.staging, Staging::WgmmaTma)
+        matches!(self.staging, Staging::WgmmaTma | Staging::WgmmaTmaT)
+    }
+    /// Whether the kernel runs for vocab size `v` (the hidden-as-A kernels need `v % 16 == 0`).
+    #[inline]
+    pub const fn supports_vocab(&self, v: u32) -> bool {
+        !matches!(self.staging, Staging::WgmmaTmaT) || v % TMA_T_VOCAB_ALIGN == 0
     }
     /// Whether the variant is in the sm_90a module (needs a compute capability 9.0 GPU).
     #[inline]
     pub const fn needs_sm90a(&self) -> bool {
-        matches!(self.staging, Staging::Wgmma | Staging::WgmmaWs | Staging::WgmmaTma)
+        matches!(self.staging, Staging::Wgmma | Staging::WgmmaWs | Staging::WgmmaTma | Staging::WgmmaTmaT)
     }
     /// Threads per block.
     #[inline]
@@ -293,6 +342,7 @@ impl FusedVariant {
         match self.staging {
             Staging::PerWarp => WARP_TILE_V,
             Staging::Block | Staging::Wgmma | Staging::WgmmaWs | Staging::WgmmaTma => BLOCK_V,
+            Staging::WgmmaTmaT => TMA_T_TILE_V,
         }
     }
     /// Bytes of one pipeline stage (the whole ring's share for block staging, one warp's for
@@ -302,7 +352,7 @@ impl FusedVariant {
         match self.staging {
             // 32 weight rows, then 2·NB hidden pieces of 32 lanes × 16 bytes (= NB·8 rows).
             Staging::PerWarp => (WARP_TILE_V + 8 * self.n_tiles) * STAGE_ROW_BYTES,
-            Staging::Block | Staging::Wgmma | Staging::WgmmaWs | Staging::WgmmaTma => {
+            Staging::Block | Staging::Wgmma | Staging::WgmmaWs | Staging::WgmmaTma | Staging::WgmmaTmaT => {
                 (self.tile_v() + self.block_b()) * STAGE_ROW_BYTES
             }
         }
@@ -319,7 +369,7 @@ impl FusedVariant {
             }
             // 8-byte barriers between the merge area (each warp's `N = 8·NB` columns) and the ring:
             // full and empty per ring slot, and one turn per consumer warpgroup.
-            Staging::WgmmaWs | Staging::WgmmaTma => {
+            Staging::WgmmaWs | Staging::WgmmaTma | Staging::WgmmaTmaT => {
                 1024 + wgmma_candidate_smem_bytes(WS_WARPS, 8 * self.n_tiles)
                     + 8 * (2 * self.stages + 2)
                     + self.stages * self.stage_bytes()
@@ -338,20 +388,24 @@ impl FusedVariant {
     }
 }
 
-/// The variant the host launches for batch size `b` (an index into [`FUSED_VARIANTS`]), with
-/// `sm90a` telling whether the `wgmma` variants are loaded (compute capability 9.0), chosen from the
-/// `cargo bench -- --variants` sweep on the H200 (BENCHMARKS.md, `benchmarks/h200-2026-11-29l`): the
-/// warp-specialized TMA kernels at every batch size, N = 16 up to 16 rows, 32 up to 32, 64 up to 64,
-/// and beyond, consumers splitting a 128-row batch tile (`tma_n64x2`). Without sm_90a, per-warp
-/// staging up to 16 rows, then block staging with 32-row warps (4 warps up to 32 rows, 8 up to 64,
-/// 16 beyond).
+/// The variant the host launches for batch size `b` and vocab size `v` (an index into
+/// [`FUSED_VARIANTS`]), with `sm90a` telling whether the `wgmma` variants are loaded (compute
+/// capability 9.0), chosen from the `cargo bench -- --variants` sweeps on the H200 (BENCHMARKS.md,
+/// `benchmarks/h200-2026-11-29p`): the warp-specialized TMA kernels, N = 16 up to 16 rows, 32 up to
+/// 32 and 64 up to 64; beyond, the hidden-as-A kernels (`tmat_n64` up to 128 rows, `tmat_n64x2`
+/// beyond) when `v % 16 == 0`, else `tma_n64x2`. Without sm_90a, per-warp staging up to 16 rows, then
+/// block staging with 32-row warps (4 warps up to 32 rows, 8 up to 64, 16 beyond). Every choice
+/// supports `v` ([`FusedVariant::supports_vocab`]).
 #[inline]
-pub const fn variant_for_batch(b: u32, sm90a: bool) -> usize {
+pub const fn variant_for_batch(b: u32, v: u32, sm90a: bool) -> usize {
+    let hidden_as_a = v % TMA_T_VOCAB_ALIGN == 0;
     if sm90a {
         match b {
             0..=16 => 14,
             17..=32 => 15,
             33..=64 => 16,
+            65..=128 if hidden_as_a => 19,
+            _ if hidden_as_a => 20,
             _ => 18,
         }
     } else {
@@ -385,7 +439,7 @@ pub const LOGITS_CHUNK: u32 = 4 * BASELINE_THREADS * 4;
 pub const BASELINE_SMEM_BYTES: u32 = 8 * (BASELINE_THREADS / 32);
 
 /// Every kernel entry point in the PTX module (the link step keeps exactly these).
-pub const ENTRY_POINTS: [&str; 26] = [
+pub const ENTRY_POINTS: [&str; 27] = [
     GUMBEL_LOGITS_ENTRY,
     SOFTMAX_ENTRY,
     MULTINOMIAL_ENTRY,
@@ -409,6 +463,7 @@ pub const ENTRY_POINTS: [&str; 26] = [
     FUSED_VARIANTS[17].entry,
     FUSED_VARIANTS[18].entry,
     FUSED_VARIANTS[19].entry,
+    FUSED_VARIANTS[20].entry,
     REDUCE_ENTRY,
     PHILOX_ENTRY,
     GUMBEL_ENTRY,
@@ -434,6 +489,7 @@ mod tests {
             // The link step bounds the warp-specialized entries to 384 threads by these names.
             assert_eq!(v.staging == Staging::WgmmaWs, v.entry.contains("_ws_"), "{}", v.entry);
             assert_eq!(v.staging == Staging::WgmmaTma, v.entry.contains("_tma_"), "{}", v.entry);
+            assert_eq!(v.staging == Staging::WgmmaTmaT, v.entry.contains("_tmat_"), "{}", v.entry);
             if v.needs_sm90a() {
                 // wgmma slabs are whole 1024-byte swizzle atoms; N is a wgmma width with a shape.
                 assert_eq!(v.stage_bytes() % 1024, 0, "{}", v.entry);
@@ -442,13 +498,15 @@ mod tests {
                 assert!(v.entry.ends_with(&format!("_n{}{split}", 8 * v.n_tiles)), "{}", v.entry);
                 // Only the TMA kernels split the batch tile over their consumers, and at most in two.
                 assert!(v.warps_b == 1 || (v.uses_tma() && v.warps_b == 2), "{}", v.entry);
+                // The hidden-as-A kernels: 64 batch rows (one m64 A tile) per consumer.
+                assert!(v.staging != Staging::WgmmaTmaT || v.n_tiles == 8, "{}", v.entry);
             }
             if v.uses_tma() {
                 // A TMA box is at most 256 rows.
                 assert!(v.block_b() <= 256, "{}", v.entry);
             }
         }
-        assert_eq!(FUSED_VARIANTS.iter().filter(|v| v.warp_specialized()).count(), 9);
+        assert_eq!(FUSED_VARIANTS.iter().filter(|v| v.warp_specialized()).count(), 10);
         assert!(FUSED_VARIANTS.iter().filter(|v| v.warp_specialized()).all(|v| v.threads() == 384));
         // Sixteen boxes of 8 rows, 4 apart, cover a 128-row tile's 32 Philox groups.
         assert_eq!(TMA_WEIGHT_BOXES * TMA_WEIGHT_BOX_ROWS, BLOCK_V);
@@ -480,11 +538,45 @@ mod tests {
     }
 
     #[test]
+    fn the_hidden_as_a_weight_map_puts_each_vocab_row_at_its_slab_row() {
+        let d = 8192;
+        let row = 2 * d as u64;
+        let map = tma_weight_tiles_t(d, 128_256).unwrap();
+        let mut seen = [false; TMA_T_TILE_V as usize];
+        for n in 0..TMA_T_TILE_V {
+            let (c, q, i, big_j) = ((n % 2) as u64, ((n / 2) % 4) as u64, ((n / 8) % 2) as u64, (n / 16) as u64);
+            assert_eq!(map.offset([0, c, q, i, big_j]), row * vocab_of_slab_row_t(n) as u64, "slab row {n}");
+            seen[vocab_of_slab_row_t(n) as usize] = true;
+        }
+        assert!(seen.iter().all(|&x| x), "the permutation covers the tile");
+        // A lane's columns 8j + 2q + c for j = 2J, 2J + 1 are one Philox group of four vocab rows.
+        for big_j in 0..16 {
+            for q in 0..4 {
+                let rows: std::vec::Vec<u32> = [(0, 0), (0, 1), (1, 0), (1, 1)]
+                    .iter()
+                    .map(|&(i, c)| vocab_of_slab_row_t(8 * (2 * big_j + i) + 2 * q + c))
+                    .collect();
+                assert_eq!(rows, [0, 1, 2, 3].map(|k| 16 * big_j + 4 * q + k));
+            }
+        }
+        assert_eq!(map.boxes.iter().map(|&x| x as u64).product::<u64>(), (TMA_T_TILE_V * STAGE_K) as u64);
+        assert!(tma_weight_tiles_t(d, 151_937).is_none());
+        assert!(FUSED_VARIANTS.iter().all(|v| v.staging != Staging::WgmmaTmaT || !v.supports_vocab(1000)));
+        assert!(FUSED_VARIANTS.iter().all(|v| v.supports_vocab(151_936)));
+    }
+
+    #[test]
     fn the_batch_size_choice_respects_the_modules() {
         for b in [1, 2, 8, 9, 16, 17, 32, 33, 64, 65, 128, 256, 1000] {
-            assert!(!FUSED_VARIANTS[variant_for_batch(b, false)].needs_sm90a(), "B = {b} without sm_90a");
-            let v = FUSED_VARIANTS[variant_for_batch(b, true)];
-            assert!(v.uses_tma(), "B = {b} with sm_90a: {}", v.entry);
+            for v in [1000, 1008, 151_937, 151_936, 128_256] {
+                assert!(!FUSED_VARIANTS[variant_for_batch(b, v, false)].needs_sm90a(), "B = {b} without sm_90a");
+                let f = FUSED_VARIANTS[variant_for_batch(b, v, true)];
+                assert!(f.uses_tma(), "B = {b} with sm_90a: {}", f.entry);
+                assert!(f.supports_vocab(v), "B = {b}, V = {v}: {}", f.entry);
+            }
+            // Qwen3-8B's and Llama-3-70B's vocabularies get the hidden-as-A kernels beyond 64 rows.
+            let big = FUSED_VARIANTS[variant_for_batch(b, 151_936, true)];
+            assert_eq!(big.staging == Staging::WgmmaTmaT, b > 64, "B = {b}: {}", big.entry);
         }
     }
 }

@@ -98,25 +98,28 @@ wgmma_shape!(N128, 128, wgmma_mma_async_sync_aligned_m64n128k16_f32_bf16_bf16);
 /// 16–29), stride byte offset 1024 bytes between 8-row groups (bits 32–45), base offset 0 (the
 /// slabs are 1024-byte aligned), layout type 1 = 128-byte swizzle (bits 62–63).
 #[inline(always)]
-fn smem_descriptor(addr: u32) -> u64 {
+pub(super) fn smem_descriptor(addr: u32) -> u64 {
     ((addr as u64 >> 4) & 0x3FFF) | (1u64 << 16) | ((1024u64 >> 4) << 32) | (1u64 << 62)
 }
 
-/// The ring: `S` slabs of `(128 + N) × 128` bytes (128 weight rows, then `N` hidden rows) from a
+/// The ring: `S` slabs of `(W + N) × 128` bytes (`W` weight rows, then `N` hidden rows) from a
 /// 1024-byte aligned `base`.
 #[derive(Clone, Copy)]
 pub(super) struct Ring {
     base: u32,
     slab_bytes: u32,
+    /// Weight rows per slab (`W`: the vocab tile, 128, or 256 in the hidden-as-A kernels).
+    pub(super) w_rows: u32,
     /// Hidden rows per slab (`N`, the block's batch tile).
     pub(super) n: u32,
 }
 
 impl Ring {
-    /// The ring of `n` hidden rows per slab at the first 1024-byte boundary from `start`.
+    /// The ring of `w_rows` weight and `n` hidden rows per slab at the first 1024-byte boundary from
+    /// `start`.
     #[inline(always)]
-    pub(super) fn new(start: u32, n: u32) -> Self {
-        Ring { base: start.next_multiple_of(1024), slab_bytes: (BLOCK_V + n) * STAGE_ROW_BYTES, n }
+    pub(super) fn new(start: u32, w_rows: u32, n: u32) -> Self {
+        Ring { base: start.next_multiple_of(1024), slab_bytes: (w_rows + n) * STAGE_ROW_BYTES, w_rows, n }
     }
     /// Shared address of slab `slot` (its first weight row).
     #[inline(always)]
@@ -126,7 +129,7 @@ impl Ring {
     /// Shared address of hidden row `r` of slab `slot`.
     #[inline(always)]
     pub(super) fn hidden(self, slot: u32, r: u32) -> u32 {
-        self.slab(slot) + STAGE_ROW_BYTES * (BLOCK_V + r)
+        self.slab(slot) + STAGE_ROW_BYTES * (self.w_rows + r)
     }
 
     /// Shared address of piece `c` of slab row `r` (weight rows, then hidden rows).
@@ -196,9 +199,9 @@ pub(super) struct Place {
 }
 
 impl Place {
-    /// This thread's place for `N = n` batch rows per block.
+    /// This thread's place for `N = n` batch rows and `tile_v` vocab rows per block tile.
     #[inline(always)]
-    pub(super) fn of_this_thread(p: &FusedParams, n: u32) -> Self {
+    pub(super) fn of_this_thread(p: &FusedParams, n: u32, tile_v: u32) -> Self {
         // SAFETY: special-register reads.
         let (tid, blk) = unsafe { (_thread_idx_x(), _block_idx_x()) };
         let lane = tid % 32;
@@ -206,7 +209,7 @@ impl Place {
         let btile = blk % n_btiles;
         let pos =
             LanePosition { warp: tid / 32, group: lane / 4, quad: lane % 4, vrange: blk / n_btiles, b0: btile * n };
-        let (first, end) = tile_range(p.v.div_ceil(BLOCK_V), p.n_vranges, pos.vrange);
+        let (first, end) = tile_range(p.v.div_ceil(tile_v), p.n_vranges, pos.vrange);
         Place { tid, btile, pos, first, end }
     }
 }
@@ -219,10 +222,10 @@ impl Place {
 #[inline(always)]
 pub unsafe fn fused_sample_wgmma<T: WgmmaShape, const S: u32>(p: FusedParams) {
     let n = T::N;
-    let Place { tid, btile, pos, first, end } = Place::of_this_thread(&p, n);
+    let Place { tid, btile, pos, first, end } = Place::of_this_thread(&p, n, BLOCK_V);
     let (warp, b_first) = (pos.warp, pos.b0);
     let smem = mov_u32_dynamic_smem();
-    let ring = Ring::new(smem + wgmma_candidate_smem_bytes(WARPS_PER_BLOCK, n), n);
+    let ring = Ring::new(smem + wgmma_candidate_smem_bytes(WARPS_PER_BLOCK, n), BLOCK_V, n);
     let n_k = p.d.div_ceil(STAGE_K);
     // Issue position (tile, k step, slot), running ahead of the consumer by S − 1 stages.
     let (mut it, mut ik, mut islot) = (first, 0u32, 0u32);
@@ -326,6 +329,12 @@ pub(super) fn advance(tile: &mut u32, k: &mut u32, slot: &mut u32, n_k: u32, s: 
 
 /// Transform + noise + argmax of one tile: the lane's four vocab rows from `v0`, for each of its
 /// `N / 4` batch columns (column `8j + 2q + c` for index `i = 2j + c`).
+///
+/// Up to N = 64 the columns run as passes of 8 unrolled columns (pass `r`: `i = 8r ..`), picking
+/// accumulators and candidates with selects among the compile-time indices they can have: fully
+/// unrolled, the code of 16 columns crowded the instruction cache (`tma_n64`, Qwen3-8B B = 64:
+/// 0.3233 → 0.3157 ms, `benchmarks/h200-2026-11-29p`). N = 128 stays one unrolled pass (with selects
+/// it spills).
 #[inline(always)]
 pub(super) fn epilogue<T: WgmmaShape>(
     p: &FusedParams,
@@ -334,22 +343,63 @@ pub(super) fn epilogue<T: WgmmaShape>(
     acc: &[T::Acc; 2],
     cands: &mut [Candidate; 32],
 ) {
-    unrolled!(I in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31] {
-        if I < T::N as usize / 4 {
-            let (j, c) = (I / 2, I % 2);
-            let b = pos.b0 + 8 * j as u32 + 2 * pos.quad + c as u32;
-            if b < p.b {
+    let cols = T::N as usize / 4;
+    if cols > 16 {
+        unrolled!(I in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31] {
+            if I < cols {
+                let (j, c) = (I / 2, I % 2);
                 let logits = [
                     T::at(&acc[0], 4 * j + c),
                     T::at(&acc[0], 4 * j + 2 + c),
                     T::at(&acc[1], 4 * j + c),
                     T::at(&acc[1], 4 * j + 2 + c),
                 ];
-                // SAFETY: b < B and `streams` holds B entries.
-                let stream = unsafe { *p.streams.add(b as usize) };
-                let noise = RowNoise { seed: p.seed, stream, sample: p.sample };
-                update_aligned(&mut cands[I], &logits, v0, p.v, &noise, &p.transform);
+                score_column(p, pos, v0, j, c, &logits, &mut cands[I]);
             }
-        }
-    });
+        });
+        return;
+    }
+    for r in 0..cols.div_ceil(8) {
+        // Accumulator 4j + c (+ 2) of column i = 8r + I: 16r + 4·(I / 2) + c.
+        let pick = |h: usize, i: usize| match r {
+            0 => T::at(&acc[h], i),
+            _ => T::at(&acc[h], i + 16),
+        };
+        unrolled!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
+            if I < cols {
+                let (j, c) = (4 * r + I / 2, I % 2);
+                let a = 4 * (I / 2) + c;
+                let logits = [pick(0, a), pick(0, a + 2), pick(1, a), pick(1, a + 2)];
+                let mut cand = match r {
+                    0 => cands[I],
+                    _ => cands[I + 8],
+                };
+                score_column(p, pos, v0, j, c, &logits, &mut cand);
+                match r {
+                    0 => cands[I] = cand,
+                    _ => cands[I + 8] = cand,
+                }
+            }
+        });
+    }
+}
+
+/// Scores the lane's four vocab rows from `v0` for batch column `8j + 2q + c` (skipped past B).
+#[inline(always)]
+fn score_column(
+    p: &FusedParams,
+    pos: LanePosition,
+    v0: u32,
+    j: usize,
+    c: usize,
+    logits: &[f32; 4],
+    cand: &mut Candidate,
+) {
+    let b = pos.b0 + 8 * j as u32 + 2 * pos.quad + c as u32;
+    if b < p.b {
+        // SAFETY: b < B and `streams` holds B entries.
+        let stream = unsafe { *p.streams.add(b as usize) };
+        let noise = RowNoise { seed: p.seed, stream, sample: p.sample };
+        update_aligned(cand, logits, v0, p.v, &noise, &p.transform);
+    }
 }

@@ -54,15 +54,11 @@
 //! order (no turns needed) and both release it (`empty` expects 8 arrivals). Candidates merge per
 //! batch slot: consumer warps are ordered so that `merge warp % 2` is their slot.
 //!
-//! With `N = 128` a consumer's accumulators alone take 128 registers per thread, and its candidates
-//! 64 more: more than the even share of 168 leaves room for. The producer warpgroup then lowers its
-//! budget to 24 registers and the consumers raise theirs to 240 (`setmaxnreg`), and each role ends in
-//! its own copy of the block merge, so ptxas allocates each role under its own budget.
-//!
 //! Each logit is computed by the same `wgmma` instructions in the same order as in the one-warpgroup
 //! kernel of the same `N`, so all of them draw bit-identical samples.
 
 use core::arch::nvptx::_syncthreads;
+use core::marker::PhantomData;
 
 use super::fused::{LanePosition, reduce_if_last, wait_oldest_stage};
 use super::fused_wgmma::{Place, Ring, WgmmaShape, advance, epilogue, issue_stage, mma_stage, write_wgmma_candidates};
@@ -71,14 +67,13 @@ use super::ptx::{
     cp_async_bulk_tensor_5d_shared_cluster_global_tile_mbarrier_complete_tx_bytes, cp_async_wait_group,
     fence_mbarrier_init_release_cluster, fence_proxy_async_shared_cta, fence_proxy_tensormap_generic_acquire_gpu,
     mbarrier_arrive_expect_tx_shared_cta_b64, mbarrier_arrive_shared_cta_b64, mbarrier_init_shared_cta_b64,
-    mbarrier_try_wait_parity_shared_cta_b64, mov_u32_dynamic_smem, setmaxnreg_dec_sync_aligned_u32,
-    setmaxnreg_inc_sync_aligned_u32, wgmma_commit_group_sync_aligned, wgmma_fence_sync_aligned,
-    wgmma_wait_group_sync_aligned,
+    mbarrier_try_wait_parity_shared_cta_b64, mov_u32_dynamic_smem, wgmma_commit_group_sync_aligned,
+    wgmma_fence_sync_aligned, wgmma_wait_group_sync_aligned,
 };
 use crate::candidate::Candidate;
 use crate::config::{
-    BLOCK_V, STAGE_K, STAGE_ROW_BYTES, TMA_WEIGHT_BOX_ROWS, TMA_WEIGHT_BOXES, WS_WARPS, vocab_of_slab_row,
-    wgmma_candidate_smem_bytes,
+    BLOCK_V, STAGE_K, STAGE_ROW_BYTES, TMA_T_TILE_V, TMA_WEIGHT_BOX_ROWS, TMA_WEIGHT_BOXES, WS_WARPS,
+    vocab_of_slab_row, wgmma_candidate_smem_bytes,
 };
 use crate::params::{FusedParams, TensorMaps};
 
@@ -88,16 +83,10 @@ pub const THREADS: u32 = 32 * WS_WARPS;
 const PRODUCER_THREADS: u32 = 128;
 /// Arrivals per `empty` phase from one consumer: lane 0 of each of its 4 warps.
 const CONSUMER_ARRIVALS: u32 = 4;
-/// Per-thread registers of the producer warpgroup after `setmaxnreg` (N = 128 kernels).
-const PRODUCER_REGS: u32 = 24;
-/// Per-thread registers of a consumer warpgroup after `setmaxnreg` (N = 128 kernels): the 168 of an
-/// even share plus the producer's 128 given up, split over the two consumers.
-const CONSUMER_REGS: u32 = 240;
-const _: () = assert!(PRODUCER_REGS + 2 * CONSUMER_REGS <= 3 * 168);
 
 /// The block's barriers, 8 bytes each from `base`: `full[slot]`, `empty[slot]`, then `turn[c]`.
 #[derive(Clone, Copy)]
-struct Barriers {
+pub(super) struct Barriers {
     base: u32,
     slots: u32,
 }
@@ -127,7 +116,7 @@ impl Barriers {
 /// # Safety
 /// `bar` is an initialized barrier; every lane of the warp calls this with the same arguments.
 #[inline(always)]
-unsafe fn wait(bar: u32, parity: u32) {
+pub(super) unsafe fn wait(bar: u32, parity: u32) {
     // SAFETY: forwarded contract.
     while !unsafe { mbarrier_try_wait_parity_shared_cta_b64(bar, parity) } {}
     bar_warp_sync();
@@ -143,11 +132,9 @@ unsafe fn wait(bar: u32, parity: u32) {
 #[inline(always)]
 pub unsafe fn fused_sample_ws<T: WgmmaShape, const S: u32, const TMA: bool, const SPLIT: u32>(p: FusedParams) {
     const { assert!(SPLIT == 1 || (TMA && SPLIT == 2)) };
-    // The consumers share every stage (split the batch tile) instead of taking turns on the tiles.
-    let shared = SPLIT == 2;
     let n = T::N;
     let block_b = SPLIT * n;
-    let Place { tid, btile, mut pos, first, end } = Place::of_this_thread(&p, block_b);
+    let Place { tid, btile, mut pos, first, end } = Place::of_this_thread(&p, block_b, BLOCK_V);
     let (lane, warp, b_first) = (tid % 32, pos.warp, pos.b0);
     let wg = tid / 128;
     // This thread's batch slot (N rows) and its warp's place in the candidate merge, which expects
@@ -159,15 +146,64 @@ pub unsafe fn fused_sample_ws<T: WgmmaShape, const S: u32, const TMA: bool, cons
     };
     pos.warp = merge_warp;
     pos.b0 = b_first + slot_b * n;
-    let bars = Barriers { base: mov_u32_dynamic_smem() + wgmma_candidate_smem_bytes(WS_WARPS, n), slots: S };
-    let ring = Ring::new(bars.base + 8 * (2 * S + 2), block_b);
+    let full_arrivals = if TMA { 1 } else { PRODUCER_THREADS };
+    // SAFETY: every thread of the block, once, before anything else touches shared memory.
+    let (bars, ring) =
+        unsafe { setup::<S>(tid, wgmma_candidate_smem_bytes(WS_WARPS, n), BLOCK_V, block_b, full_arrivals, SPLIT) };
     let n_k = p.d.div_ceil(STAGE_K);
+    let mut cands = [Candidate::EMPTY; 32];
+    if wg == 0 {
+        if !TMA {
+            // SAFETY: the producer warpgroup; forwarded launch contract.
+            unsafe { produce::<S>(&p, ring, bars, first, end, n_k, tid, b_first) };
+        } else if warp == 0 {
+            // SAFETY: the producer warp; forwarded launch contract (the tensor maps are encoded).
+            unsafe { produce_tma::<S, false>(&p, ring, bars, first, end, n_k, lane, b_first) };
+        }
+    } else {
+        let mut consumer = WeightA::<T> {
+            p: &p,
+            ring,
+            hidden: slot_b * n,
+            pos,
+            v_lane: 4 * (8 * (warp % 4) + pos.group),
+            cands: &mut cands,
+            shape: PhantomData,
+        };
+        // SAFETY: the whole consumer warpgroup, converged; forwarded launch contract.
+        unsafe { consume::<_, S>(&mut consumer, bars, (first, end, n_k), wg - 1, SPLIT == 2, tid) };
+    }
+    // SAFETY: every thread of the block reaches the block merge and the final reduction.
+    unsafe {
+        write_wgmma_candidates::<T>(&p, pos, WS_WARPS, SPLIT, &cands);
+        reduce_if_last(&p, tid, WS_WARPS, btile, b_first, block_b);
+    }
+}
+
+/// Places the barriers after the candidate area (`merge_bytes`) and the ring (`w_rows` weight and
+/// `block_b` hidden rows per slot) after them, and initializes the barriers: `full` expects
+/// `full_arrivals`, `empty` the 4 warps of one consumer (taking turns, `split = 1`) or of both
+/// (sharing every stage, `split = 2`). Ends with a block barrier.
+///
+/// # Safety
+/// Every thread of the block calls it once, first; the variant's shared memory holds the layout.
+#[inline(always)]
+pub(super) unsafe fn setup<const S: u32>(
+    tid: u32,
+    merge_bytes: u32,
+    w_rows: u32,
+    block_b: u32,
+    full_arrivals: u32,
+    split: u32,
+) -> (Barriers, Ring) {
+    let bars = Barriers { base: mov_u32_dynamic_smem() + merge_bytes, slots: S };
+    let ring = Ring::new(bars.base + 8 * (2 * S + 2), w_rows, block_b);
     if tid == 0 {
         for slot in 0..S {
             // SAFETY: 8-byte aligned slots of the barrier area, before any thread uses them.
             unsafe {
-                mbarrier_init_shared_cta_b64(bars.full(slot), if TMA { 1 } else { PRODUCER_THREADS });
-                mbarrier_init_shared_cta_b64(bars.empty(slot), if shared { 2 } else { 1 } * CONSUMER_ARRIVALS);
+                mbarrier_init_shared_cta_b64(bars.full(slot), full_arrivals);
+                mbarrier_init_shared_cta_b64(bars.empty(slot), split * CONSUMER_ARRIVALS);
             }
         }
         for c in 0..2 {
@@ -176,115 +212,119 @@ pub unsafe fn fused_sample_ws<T: WgmmaShape, const S: u32, const TMA: bool, cons
         }
         fence_mbarrier_init_release_cluster();
     }
-    // SAFETY: every thread of the block reaches it.
+    // SAFETY: every thread of the block reaches it (the caller's contract).
     unsafe { _syncthreads() };
-    let mut cands = [Candidate::EMPTY; 32];
-    // N = 128: a consumer's accumulators alone take 128 registers, more than the even share of the
-    // 168 leaves room for; the producer gives registers back to the consumers (`setmaxnreg`), and each
-    // role ends in its own copy of the tail, so ptxas allocates each under its own budget.
-    let rebalance = T::N == 128;
-    if wg == 0 {
-        if rebalance {
-            // SAFETY: the whole producer warpgroup, converged; the producer needs few registers.
-            unsafe { setmaxnreg_dec_sync_aligned_u32::<PRODUCER_REGS>() };
+    (bars, ring)
+}
+
+/// What a consumer warpgroup does with a stage and with a finished tile.
+pub(super) trait Consumer {
+    /// The warpgroup's accumulators for one tile.
+    type Acc: Copy;
+    /// Zeroed accumulators.
+    const ZERO: Self::Acc;
+    /// Issues the stage's `wgmma` on the slab in `slot` into `acc`.
+    ///
+    /// # Safety
+    /// The whole warpgroup, converged, after `wgmma.fence`; the slot holds a landed stage.
+    unsafe fn mma(&self, slot: u32, acc: &mut Self::Acc);
+    /// Transform + noise + argmax of tile `tile` from its final accumulators.
+    fn epilogue(&mut self, tile: u32, acc: &Self::Acc);
+}
+
+/// The consumer of the weight-as-A kernels: `N` hidden rows from slab row `128 + hidden`, the
+/// `device::fused_wgmma` epilogue.
+struct WeightA<'a, T: WgmmaShape> {
+    p: &'a FusedParams,
+    ring: Ring,
+    hidden: u32,
+    pos: LanePosition,
+    v_lane: u32,
+    cands: &'a mut [Candidate; 32],
+    shape: PhantomData<T>,
+}
+
+impl<T: WgmmaShape> Consumer for WeightA<'_, T> {
+    type Acc = [T::Acc; 2];
+    const ZERO: Self::Acc = [T::ZERO; 2];
+    #[inline(always)]
+    unsafe fn mma(&self, slot: u32, acc: &mut Self::Acc) {
+        // SAFETY: forwarded contract.
+        unsafe { mma_stage::<T>(self.ring.slab(slot), self.ring.hidden(slot, self.hidden), acc) };
+    }
+    #[inline(always)]
+    fn epilogue(&mut self, tile: u32, acc: &Self::Acc) {
+        epilogue::<T>(self.p, self.pos, tile * BLOCK_V + self.v_lane, acc, self.cands);
+    }
+}
+
+/// One consumer warpgroup's pass over the block's tiles `[first, end)` of `n_k` stages each: tiles
+/// `first + c, first + c + 2, …` taking turns with the other consumer (`shared = false`), or every
+/// tile when both share each stage. Per stage it waits for `full`, issues the consumer's `mma` as
+/// one `wgmma` group, and releases the previous stage's slot once that group is complete; after a
+/// tile's last stage it drains its MMAs and runs the consumer's `epilogue`.
+///
+/// # Safety
+/// The 128 threads of consumer warpgroup `c` (`wg = c + 1`) call it converged, with the barriers of
+/// [`setup`] and a producer filling stage `i` of the block into slot `i % S`.
+#[inline(always)]
+pub(super) unsafe fn consume<C: Consumer, const S: u32>(
+    consumer: &mut C,
+    bars: Barriers,
+    (first, end, n_k): (u32, u32, u32),
+    c: u32,
+    shared: bool,
+    tid: u32,
+) {
+    let lane = tid % 32;
+    // Taking turns: every other tile; sharing: every tile.
+    let (mut tile, step) = if shared { (first, 1) } else { (first + c, 2) };
+    let mut j = 0; // this consumer's tile count
+    while tile < end {
+        // A phase-parity wait is only sound while the barrier is at most one phase short of the
+        // awaited one: wait until the other consumer has seen its tile's stages land (so the fills
+        // before ours are complete). Consumer 0's first tile needs no turn. Sharing, each consumer
+        // waits for every stage in order, which keeps it so by itself.
+        if !shared && (c == 1 || j > 0) {
+            // SAFETY: warpgroup-uniform; an initialized barrier.
+            unsafe { wait(bars.turn(c), (j + c + 1) % 2) };
         }
-        if !TMA {
-            // SAFETY: the producer warpgroup; forwarded launch contract.
-            unsafe { produce::<S>(&p, ring, bars, first, end, n_k, tid, b_first) };
-        } else if warp == 0 {
-            // SAFETY: the producer warp; forwarded launch contract (the tensor maps are encoded).
-            unsafe { produce_tma::<S>(&p, ring, bars, first, end, n_k, lane, b_first) };
-        }
-        if rebalance {
-            // SAFETY: as at the end of the kernel.
-            unsafe { finish::<T, SPLIT>(&p, pos, tid, btile, b_first, block_b, &cands) };
-            return;
-        }
-    } else {
-        if rebalance {
-            // SAFETY: the whole consumer warpgroup, converged; the producer's release makes the
-            // pool large enough for both consumers (PRODUCER_REGS + 2 · CONSUMER_REGS ≤ 3 · 168).
-            unsafe { setmaxnreg_inc_sync_aligned_u32::<CONSUMER_REGS>() };
-        }
-        let c = wg - 1;
-        let v_lane = 4 * (8 * (warp % 4) + pos.group);
-        // Taking turns: every other tile; sharing: every tile, batch slot c.
-        let (mut tile, step) = if shared { (first, 1) } else { (first + c, 2) };
-        let mut j = 0; // this consumer's tile count
-        while tile < end {
-            // A phase-parity wait is only sound while the barrier is at most one phase short of the
-            // awaited one: wait until the other consumer has seen its tile's stages land (so the
-            // fills before ours are complete). Consumer 0's first tile needs no turn. Sharing, each
-            // consumer waits for every stage in order, which keeps it so by itself.
-            if !shared && (c == 1 || j > 0) {
-                // SAFETY: warpgroup-uniform; an initialized barrier.
-                unsafe { wait(bars.turn(c), (j + c + 1) % 2) };
-            }
-            let mut acc = [T::ZERO; 2];
-            let mut stage = (tile - first) * n_k;
-            let mut held = 0; // slot of the previous stage, still read by its MMAs
-            for k in 0..n_k {
-                let slot = stage % S;
-                // SAFETY: warpgroup-uniform control flow: the whole consumer runs this loop converged.
-                // The barrier orders the landed stage (fenced into the async proxy, or written by it)
-                // before the MMAs that read it.
-                unsafe {
-                    wait(bars.full(slot), (stage / S) % 2);
-                    if !shared && k + 1 == n_k && tid % 128 == 0 {
-                        mbarrier_arrive_shared_cta_b64(bars.turn(1 - c));
-                    }
-                    wgmma_fence_sync_aligned();
-                    mma_stage::<T>(ring.slab(slot), ring.hidden(slot, slot_b * n), &mut acc);
-                    wgmma_commit_group_sync_aligned();
-                    // The previous stage's group is done; this one may still run.
-                    wgmma_wait_group_sync_aligned::<1>();
-                    if k > 0 && lane == 0 {
-                        mbarrier_arrive_shared_cta_b64(bars.empty(held));
-                    }
-                }
-                held = slot;
-                stage += 1;
-            }
-            // SAFETY: the whole warpgroup; the accumulators are final after this and the last slot
-            // is no longer read.
+        let mut acc = C::ZERO;
+        let mut stage = (tile - first) * n_k;
+        let mut held = 0; // slot of the previous stage, still read by its MMAs
+        for k in 0..n_k {
+            let slot = stage % S;
+            // SAFETY: warpgroup-uniform control flow: the whole consumer runs this loop converged.
+            // The barrier orders the landed stage (fenced into the async proxy, or written by it)
+            // before the MMAs that read it.
             unsafe {
-                wgmma_wait_group_sync_aligned::<0>();
-                if lane == 0 {
+                wait(bars.full(slot), (stage / S) % 2);
+                if !shared && k + 1 == n_k && tid % 128 == 0 {
+                    mbarrier_arrive_shared_cta_b64(bars.turn(1 - c));
+                }
+                wgmma_fence_sync_aligned();
+                consumer.mma(slot, &mut acc);
+                wgmma_commit_group_sync_aligned();
+                // The previous stage's group is done; this one may still run.
+                wgmma_wait_group_sync_aligned::<1>();
+                if k > 0 && lane == 0 {
                     mbarrier_arrive_shared_cta_b64(bars.empty(held));
                 }
             }
-            epilogue::<T>(&p, pos, tile * BLOCK_V + v_lane, &acc, &mut cands);
-            tile += step;
-            j += 1;
+            held = slot;
+            stage += 1;
         }
-        if rebalance {
-            // SAFETY: as at the end of the kernel.
-            unsafe { finish::<T, SPLIT>(&p, pos, tid, btile, b_first, block_b, &cands) };
-            return;
+        // SAFETY: the whole warpgroup; the accumulators are final after this and the last slot is
+        // no longer read.
+        unsafe {
+            wgmma_wait_group_sync_aligned::<0>();
+            if lane == 0 {
+                mbarrier_arrive_shared_cta_b64(bars.empty(held));
+            }
         }
-    }
-    // SAFETY: every thread of the block reaches the block merge and the final reduction.
-    unsafe { finish::<T, SPLIT>(&p, pos, tid, btile, b_first, block_b, &cands) };
-}
-
-/// The block merge of the candidates and the final reduction.
-///
-/// # Safety
-/// Every thread of the block calls it once (the block barriers inside count all [`THREADS`]).
-#[inline(always)]
-unsafe fn finish<T: WgmmaShape, const SPLIT: u32>(
-    p: &FusedParams,
-    pos: LanePosition,
-    tid: u32,
-    btile: u32,
-    b_first: u32,
-    block_b: u32,
-    cands: &[Candidate; 32],
-) {
-    // SAFETY: forwarded contract.
-    unsafe {
-        write_wgmma_candidates::<T>(p, pos, WS_WARPS, SPLIT, cands);
-        reduce_if_last(p, tid, WS_WARPS, btile, b_first, block_b);
+        consumer.epilogue(tile, &acc);
+        tile += step;
+        j += 1;
     }
 }
 
@@ -343,7 +383,7 @@ unsafe fn produce<const S: u32>(
 /// this launch's weight and hidden maps.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn produce_tma<const S: u32>(
+pub(super) unsafe fn produce_tma<const S: u32, const HIDDEN_A: bool>(
     p: &FusedParams,
     ring: Ring,
     bars: Barriers,
@@ -369,7 +409,7 @@ unsafe fn produce_tma<const S: u32>(
             unsafe { fence_proxy_tensormap_generic_acquire_gpu(map) };
         }
     }
-    let stage_bytes = (BLOCK_V + ring.n) * STAGE_ROW_BYTES;
+    let stage_bytes = (ring.w_rows + ring.n) * STAGE_ROW_BYTES;
     let stages = (end - first) * n_k;
     let (mut tile, mut k, mut slot) = (first, 0, 0);
     for stage in 0..stages {
@@ -388,7 +428,17 @@ unsafe fn produce_tma<const S: u32>(
             bar_warp_sync();
             let x = (k * STAGE_K) as i32;
             let dst = ring.slab(slot);
-            if tile < p.tma_whole_tiles {
+            if HIDDEN_A {
+                // One box of the 256-row tile (`config::tma_weight_tiles_t`: J = 16·tile).
+                if lane == 0 {
+                    cp_async_bulk_tensor_5d_shared_cluster_global_tile_mbarrier_complete_tx_bytes(
+                        dst,
+                        tiles_map,
+                        [x, 0, 0, 0, (tile * (TMA_T_TILE_V / 16)) as i32],
+                        bars.full(slot),
+                    );
+                }
+            } else if tile < p.tma_whole_tiles {
                 if lane == 0 {
                     let w = (tile * (BLOCK_V / 32)) as i32;
                     cp_async_bulk_tensor_5d_shared_cluster_global_tile_mbarrier_complete_tx_bytes(

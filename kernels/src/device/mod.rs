@@ -14,6 +14,7 @@ mod fused;
 mod fused_block;
 mod fused_wgmma;
 mod fused_ws;
+mod fused_ws_t;
 mod ptx;
 mod reduce;
 mod warp;
@@ -124,7 +125,29 @@ fused_ws_entry!(fused_sample_wgmma_tma_n32, 15, fused_wgmma::N32);
 fused_ws_entry!(fused_sample_wgmma_tma_n64, 16, fused_wgmma::N64);
 fused_ws_entry!(fused_sample_wgmma_tma_n32x2, 17, fused_wgmma::N32);
 fused_ws_entry!(fused_sample_wgmma_tma_n64x2, 18, fused_wgmma::N64);
-fused_ws_entry!(fused_sample_wgmma_tma_n128, 19, fused_wgmma::N128);
+
+/// Fused matmul + sampling on `wgmma` with the hidden states as the A operand, warp-specialized with
+/// a TMA producer (sm_90a module only): the kernel of [`FUSED_VARIANTS`]`[$i]`.
+macro_rules! fused_ws_t_entry {
+    ($name:ident, $i:literal) => {
+        #[doc = concat!("Fused matmul + sampling, hidden states as the `wgmma` A operand (`FUSED_VARIANTS[", stringify!($i), "]`, sm_90a).")]
+        ///
+        /// # Safety
+        /// See [`fused_ws_t::fused_sample_ws_t`].
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $name(p: FusedParams) {
+            const V: FusedVariant = FUSED_VARIANTS[$i];
+            const {
+                assert!(matches!(V.staging, Staging::WgmmaTmaT));
+                assert!(V.threads() == fused_ws::THREADS && V.n_tiles == 8);
+            };
+            // SAFETY: forwarded launch contract.
+            unsafe { fused_ws_t::fused_sample_ws_t::<{ V.stages }, { V.warps_b }>(p) }
+        }
+    };
+}
+fused_ws_t_entry!(fused_sample_wgmma_tmat_n64, 19);
+fused_ws_t_entry!(fused_sample_wgmma_tmat_n64x2, 20);
 
 /// Candidate reduction.
 ///
