@@ -36,7 +36,7 @@ elif [ -n "${FS_NO_SANITIZER:-}" ]; then
 elif command -v compute-sanitizer >/dev/null; then
   for tool in memcheck racecheck; do
     # racecheck (shared-memory hazards) is slow: it skips the chi-squared test's 120k draws.
-    filters=""; [ "$tool" = racecheck ] && filters="fused_kernel every_fused_variant invariance device_api nan_logits greedy"
+    filters=""; [ "$tool" = racecheck ] && filters="fused_kernel every_fused_variant invariance device_api tma_kernels nan_logits greedy"
     # shellcheck disable=SC2086
     FLASHSAMPLING_GPU_TEST_QUICK=1 compute-sanitizer --tool "$tool" "$bin/test-gpu" --test-threads=1 $filters \
       > "$out/sanitizer-$tool.log" 2>&1; rc=$?
