@@ -330,10 +330,10 @@ pub(super) fn advance(tile: &mut u32, k: &mut u32, slot: &mut u32, n_k: u32, s: 
 /// Transform + noise + argmax of one tile: the lane's four vocab rows from `v0`, for each of its
 /// `N / 4` batch columns (column `8j + 2q + c` for index `i = 2j + c`).
 ///
-/// Up to N = 64 the columns run as passes of 8 unrolled columns (pass `r`: `i = 8r ..`), picking
-/// accumulators and candidates with selects among the compile-time indices they can have: fully
-/// unrolled, the code of 16 columns crowded the instruction cache (`tma_n64`, Qwen3-8B B = 64:
-/// 0.3233 → 0.3157 ms, `benchmarks/h200-2026-11-29p`). N = 128 stays one unrolled pass (with selects
+/// Up to N = 64 the columns run as passes of 8 unrolled columns (pass `r < 2`: `i = 8r ..`),
+/// picking accumulators and candidates with selects among the compile-time indices they can have:
+/// fully unrolled, the code of 16 columns crowded the instruction cache (`tma_n64`, Qwen3-8B B = 64:
+/// 0.3233 → 0.3157 ms, `benchmarks/h200-2026-11-29p`). N = 128 stays one unrolled pass (in passes
 /// it spills).
 #[inline(always)]
 pub(super) fn epilogue<T: WgmmaShape>(
@@ -348,58 +348,57 @@ pub(super) fn epilogue<T: WgmmaShape>(
         unrolled!(I in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31] {
             if I < cols {
                 let (j, c) = (I / 2, I % 2);
-                let logits = [
-                    T::at(&acc[0], 4 * j + c),
-                    T::at(&acc[0], 4 * j + 2 + c),
-                    T::at(&acc[1], 4 * j + c),
-                    T::at(&acc[1], 4 * j + 2 + c),
-                ];
-                score_column(p, pos, v0, j, c, &logits, &mut cands[I]);
+                let b = pos.b0 + 8 * j as u32 + 2 * pos.quad + c as u32;
+                if b < p.b {
+                    let logits = [
+                        T::at(&acc[0], 4 * j + c),
+                        T::at(&acc[0], 4 * j + 2 + c),
+                        T::at(&acc[1], 4 * j + c),
+                        T::at(&acc[1], 4 * j + 2 + c),
+                    ];
+                    // SAFETY: b < B and `streams` holds B entries.
+                    let stream = unsafe { *p.streams.add(b as usize) };
+                    let noise = RowNoise { seed: p.seed, stream, sample: p.sample };
+                    update_aligned(&mut cands[I], &logits, v0, p.v, &noise, &p.transform);
+                }
             }
         });
         return;
     }
     for r in 0..cols.div_ceil(8) {
-        // Accumulator 4j + c (+ 2) of column i = 8r + I: 16r + 4·(I / 2) + c.
+        // Accumulator 4j + c (+ 2) of column i = 8r + I: 16r + 4·(I / 2) + c. (The arms past r = 1
+        // are never taken; they keep the selects' form of the measured build.)
         let pick = |h: usize, i: usize| match r {
             0 => T::at(&acc[h], i),
-            _ => T::at(&acc[h], i + 16),
+            1 => T::at(&acc[h], i + 16),
+            2 => T::at(&acc[h], i + 32),
+            _ => T::at(&acc[h], i + 48),
         };
         unrolled!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
             if I < cols {
                 let (j, c) = (4 * r + I / 2, I % 2);
-                let a = 4 * (I / 2) + c;
-                let logits = [pick(0, a), pick(0, a + 2), pick(1, a), pick(1, a + 2)];
-                let mut cand = match r {
-                    0 => cands[I],
-                    _ => cands[I + 8],
-                };
-                score_column(p, pos, v0, j, c, &logits, &mut cand);
-                match r {
-                    0 => cands[I] = cand,
-                    _ => cands[I + 8] = cand,
+                let b = pos.b0 + 8 * j as u32 + 2 * pos.quad + c as u32;
+                if b < p.b {
+                    let a = 4 * (I / 2) + c;
+                    let logits = [pick(0, a), pick(0, a + 2), pick(1, a), pick(1, a + 2)];
+                    // SAFETY: b < B and `streams` holds B entries.
+                    let stream = unsafe { *p.streams.add(b as usize) };
+                    let noise = RowNoise { seed: p.seed, stream, sample: p.sample };
+                    let mut cand = match r {
+                        0 => cands[I],
+                        1 => cands[I + 8],
+                        2 => cands[I + 16],
+                        _ => cands[I + 24],
+                    };
+                    update_aligned(&mut cand, &logits, v0, p.v, &noise, &p.transform);
+                    match r {
+                        0 => cands[I] = cand,
+                        1 => cands[I + 8] = cand,
+                        2 => cands[I + 16] = cand,
+                        _ => cands[I + 24] = cand,
+                    }
                 }
             }
         });
-    }
-}
-
-/// Scores the lane's four vocab rows from `v0` for batch column `8j + 2q + c` (skipped past B).
-#[inline(always)]
-fn score_column(
-    p: &FusedParams,
-    pos: LanePosition,
-    v0: u32,
-    j: usize,
-    c: usize,
-    logits: &[f32; 4],
-    cand: &mut Candidate,
-) {
-    let b = pos.b0 + 8 * j as u32 + 2 * pos.quad + c as u32;
-    if b < p.b {
-        // SAFETY: b < B and `streams` holds B entries.
-        let stream = unsafe { *p.streams.add(b as usize) };
-        let noise = RowNoise { seed: p.seed, stream, sample: p.sample };
-        update_aligned(cand, logits, v0, p.v, &noise, &p.transform);
     }
 }
