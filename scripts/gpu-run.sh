@@ -5,6 +5,9 @@
 #   gpu-bundle/run.sh bench      example and bench only (FS_VARIANTS=1: also the variant sweep,
 #                                FS_VARIANTS=only: the sweep alone; FS_ONLY=a,b: of those variants)
 # Logs go to $OUT (or /tmp/flashsampling-gpu); a short summary table is printed last.
+# With 21 kernel variants, `all` (tests, both sanitizers, bench) takes longer than one 10-minute
+# device call (memcheck alone did not finish in one, benchmarks/h200-2026-11-29q): run `tests` and
+# `FS_NO_SANITIZER=1 ... bench` (or `all`) in separate calls.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 bin="$here/bin"
