@@ -150,20 +150,20 @@ pub unsafe fn fused_sample_ws<T: WgmmaShape, const S: u32, const TMA: bool, cons
     // SAFETY: every thread of the block, once, before anything else touches shared memory.
     let (bars, ring) =
         unsafe { setup::<S>(tid, wgmma_candidate_smem_bytes(WS_WARPS, n), BLOCK_V, block_b, full_arrivals, SPLIT) };
-    let n_k = p.d.div_ceil(STAGE_K);
+    let pipe = Pipeline { bars, ring, first, end, n_k: p.d.div_ceil(STAGE_K) };
     let mut cands = [Candidate::EMPTY; 32];
     if wg == 0 {
         if !TMA {
             // SAFETY: the producer warpgroup; forwarded launch contract.
-            unsafe { produce::<S>(&p, ring, bars, first, end, n_k, tid, b_first) };
+            unsafe { produce::<S>(&p, pipe, tid, b_first) };
         } else if warp == 0 {
             // SAFETY: the producer warp; forwarded launch contract (the tensor maps are encoded).
-            unsafe { produce_tma::<S, false>(&p, ring, bars, first, end, n_k, lane, b_first) };
+            unsafe { produce_tma::<S, false>(&p, pipe, lane, b_first) };
         }
     } else {
         let mut consumer = WeightA::<T> {
             p: &p,
-            ring,
+            ring: pipe.ring,
             hidden: slot_b * n,
             pos,
             v_lane: 4 * (8 * (warp % 4) + pos.group),
@@ -171,12 +171,44 @@ pub unsafe fn fused_sample_ws<T: WgmmaShape, const S: u32, const TMA: bool, cons
             shape: PhantomData,
         };
         // SAFETY: the whole consumer warpgroup, converged; forwarded launch contract.
-        unsafe { consume::<_, S>(&mut consumer, bars, (first, end, n_k), wg - 1, SPLIT == 2, tid) };
+        unsafe { consume::<_, S>(&mut consumer, pipe, wg - 1, SPLIT == 2, tid) };
     }
     // SAFETY: every thread of the block reaches the block merge and the final reduction.
     unsafe {
         write_wgmma_candidates::<T>(&p, pos, WS_WARPS, SPLIT, &cands);
         reduce_if_last(&p, tid, WS_WARPS, btile, b_first, block_b);
+    }
+}
+
+/// A block's staging pipeline: its barriers, its ring, and the stages it runs: `n_k` per tile of
+/// `[first, end)`, stage `i` in slot `i % S`.
+#[derive(Clone, Copy)]
+pub(super) struct Pipeline {
+    pub(super) bars: Barriers,
+    pub(super) ring: Ring,
+    pub(super) first: u32,
+    pub(super) end: u32,
+    pub(super) n_k: u32,
+}
+
+impl Pipeline {
+    /// Stages of the block: `n_k` per tile.
+    #[inline(always)]
+    fn stages(self) -> u32 {
+        (self.end - self.first) * self.n_k
+    }
+
+    /// Before stage `stage` refills `slot` (`stage % S`): waits until the consumers have released
+    /// the slot's previous fill (none for the first `S` stages).
+    ///
+    /// # Safety
+    /// The whole warp, converged, with the barriers of [`setup`].
+    #[inline(always)]
+    unsafe fn wait_until_free<const S: u32>(self, stage: u32, slot: u32) {
+        if stage >= S {
+            // SAFETY: forwarded contract.
+            unsafe { wait(self.bars.empty(slot), (stage / S - 1) % 2) };
+        }
     }
 }
 
@@ -258,7 +290,7 @@ impl<T: WgmmaShape> Consumer for WeightA<'_, T> {
     }
 }
 
-/// One consumer warpgroup's pass over the block's tiles `[first, end)` of `n_k` stages each: tiles
+/// One consumer warpgroup's pass over the pipeline's tiles `[first, end)` of `n_k` stages each: tiles
 /// `first + c, first + c + 2, …` taking turns with the other consumer (`shared = false`), or every
 /// tile when both share each stage. Per stage it waits for `full`, issues the consumer's `mma` as
 /// one `wgmma` group, and releases the previous stage's slot once that group is complete; after a
@@ -270,8 +302,7 @@ impl<T: WgmmaShape> Consumer for WeightA<'_, T> {
 #[inline(always)]
 pub(super) unsafe fn consume<C: Consumer, const S: u32>(
     consumer: &mut C,
-    bars: Barriers,
-    (first, end, n_k): (u32, u32, u32),
+    Pipeline { bars, first, end, n_k, .. }: Pipeline,
     c: u32,
     shared: bool,
     tid: u32,
@@ -334,27 +365,16 @@ pub(super) unsafe fn consume<C: Consumer, const S: u32>(
 /// # Safety
 /// Called by the 128 threads of warpgroup 0 (`tid < 128`) of a kernel launched as documented.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn produce<const S: u32>(
-    p: &FusedParams,
-    ring: Ring,
-    bars: Barriers,
-    first: u32,
-    end: u32,
-    n_k: u32,
-    tid: u32,
-    b_first: u32,
-) {
-    let stages = (end - first) * n_k;
+unsafe fn produce<const S: u32>(p: &FusedParams, pipe: Pipeline, tid: u32, b_first: u32) {
+    let Pipeline { bars, ring, first, end, n_k } = pipe;
+    let stages = pipe.stages();
     let lag = S - 2; // stages whose copies may still be in flight (wait_oldest_stage)
     let (mut tile, mut k, mut slot) = (first, 0, 0);
     for stage in 0..stages {
         // SAFETY: barriers of this block; `issue_stage` writes only `slot`, which no MMA reads any
         // more once its previous fill has been released.
         unsafe {
-            if stage >= S {
-                wait(bars.empty(slot), (stage / S - 1) % 2);
-            }
+            pipe.wait_until_free::<S>(stage, slot);
             issue_stage(p, ring, slot, tile, k * STAGE_K, end, tid, b_first);
         }
         advance(&mut tile, &mut k, &mut slot, n_k, S);
@@ -382,17 +402,13 @@ unsafe fn produce<const S: u32>(
 /// Called by the 32 lanes of warp 0 of a kernel launched as documented, whose `p.tensor_maps` hold
 /// this launch's weight and hidden maps.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn produce_tma<const S: u32, const HIDDEN_A: bool>(
     p: &FusedParams,
-    ring: Ring,
-    bars: Barriers,
-    first: u32,
-    end: u32,
-    n_k: u32,
+    pipe: Pipeline,
     lane: u32,
     b_first: u32,
 ) {
+    let Pipeline { bars, ring, first, n_k, .. } = pipe;
     let maps = p.tensor_maps;
     // SAFETY: `tensor_maps` points at this launch's maps in device memory (launch contract).
     let (tiles_map, rows_map, hidden_map) = unsafe {
@@ -410,7 +426,7 @@ pub(super) unsafe fn produce_tma<const S: u32, const HIDDEN_A: bool>(
         }
     }
     let stage_bytes = (ring.w_rows + ring.n) * STAGE_ROW_BYTES;
-    let stages = (end - first) * n_k;
+    let stages = pipe.stages();
     let (mut tile, mut k, mut slot) = (first, 0, 0);
     for stage in 0..stages {
         // SAFETY: barriers of this block, waited by the whole warp; the copies write only `slot`, which
@@ -419,9 +435,7 @@ pub(super) unsafe fn produce_tma<const S: u32, const HIDDEN_A: bool>(
         // 128 × 128 bytes or 16 boxes of 8 × 128 bytes, and one hidden box of `ring.n` × 128 bytes,
         // zero-filled where outside).
         unsafe {
-            if stage >= S {
-                wait(bars.empty(slot), (stage / S - 1) % 2);
-            }
+            pipe.wait_until_free::<S>(stage, slot);
             if lane == 0 {
                 mbarrier_arrive_expect_tx_shared_cta_b64(bars.full(slot), stage_bytes);
             }

@@ -46,7 +46,7 @@ use core::arch::nvptx::_syncthreads;
 
 use super::fused::reduce_if_last;
 use super::fused_wgmma::{Place, Ring, smem_descriptor};
-use super::fused_ws::{Consumer, consume, produce_tma, setup};
+use super::fused_ws::{Consumer, Pipeline, consume, produce_tma, setup};
 use super::ptx::{
     ld_shared_v2_u32, mov_u32_dynamic_smem, setmaxnreg_dec_sync_aligned_u32, setmaxnreg_inc_sync_aligned_u32,
     st_shared_v2_u32, wgmma_mma_async_sync_aligned_m64n256k16_f32_bf16_bf16,
@@ -83,13 +83,13 @@ pub unsafe fn fused_sample_ws_t<const S: u32, const SPLIT: u32>(p: FusedParams) 
     // SAFETY: every thread of the block, once, before anything else touches shared memory.
     let (bars, ring) =
         unsafe { setup::<S>(tid, wgmma_candidate_smem_bytes(WS_WARPS, M), TMA_T_TILE_V, block_b, 1, SPLIT) };
-    let n_k = p.d.div_ceil(STAGE_K);
+    let pipe = Pipeline { bars, ring, first, end, n_k: p.d.div_ceil(STAGE_K) };
     if wg == 0 {
         // SAFETY: the whole producer warpgroup, converged; the producer needs few registers.
         unsafe { setmaxnreg_dec_sync_aligned_u32::<PRODUCER_REGS>() };
         if warp == 0 {
             // SAFETY: the producer warp; forwarded launch contract (the tensor maps are encoded).
-            unsafe { produce_tma::<S, true>(&p, ring, bars, first, end, n_k, lane, b_first) };
+            unsafe { produce_tma::<S, true>(&p, pipe, lane, b_first) };
         }
         // SAFETY: every thread of the block reaches one `finish` (the consumers theirs).
         unsafe { finish::<SPLIT>(&p, tid, (btile, pos.vrange, b_first), None) };
@@ -111,7 +111,7 @@ pub unsafe fn fused_sample_ws_t<const S: u32, const SPLIT: u32>(p: FusedParams) 
             cands: &mut cands,
         };
         // SAFETY: the whole consumer warpgroup, converged; forwarded launch contract.
-        unsafe { consume::<_, S>(&mut consumer, bars, (first, end, n_k), c, SPLIT == 2, tid) };
+        unsafe { consume::<_, S>(&mut consumer, pipe, c, SPLIT == 2, tid) };
         // SAFETY: every thread of the block reaches one `finish`.
         unsafe { finish::<SPLIT>(&p, tid, (btile, pos.vrange, b_first), Some((c, rows, pos.quad, &cands))) };
     }
