@@ -528,6 +528,92 @@ pub unsafe fn cp_async_bulk_tensor_5d_shared_cluster_global_tile_mbarrier_comple
     }
 }
 
+/// `mov.u32 d, %cluster_ctarank;`: this block's rank in its cluster (0 without a cluster launch).
+#[inline(always)]
+pub fn mov_u32_cluster_ctarank() -> u32 {
+    let rank: u32;
+    // SAFETY: a special-register read; no memory is accessed.
+    unsafe { asm!("mov.u32 {0}, %cluster_ctarank;", out(reg32) rank, options(pure, nomem, nostack)) };
+    rank
+}
+
+/// `mapa.shared::cluster.u32 d, addr, rank;`: the shared::cluster address of the variable at
+/// shared::cta address `addr` in the block of cluster rank `rank` (the same offset in its window).
+#[inline(always)]
+pub fn mapa_shared_cluster_u32(addr: u32, rank: u32) -> u32 {
+    let remote: u32;
+    // SAFETY: address arithmetic only; no memory is accessed.
+    unsafe {
+        asm!("mapa.shared::cluster.u32 {0}, {1}, {2};", out(reg32) remote, in(reg32) addr, in(reg32) rank, options(pure, nomem, nostack))
+    };
+    remote
+}
+
+/// `mbarrier.arrive.release.cluster.shared::cluster.b64 _, [addr];`: one arrival on the barrier at
+/// shared::cluster address `addr` (this block's or another block's of the cluster, from
+/// [`mapa_shared_cluster_u32`]), with release semantics at cluster scope.
+///
+/// # Safety
+/// `addr` is an initialized barrier of a block of this cluster that has not exited, and the phase
+/// being arrived on expects this arrival.
+#[inline(always)]
+pub unsafe fn mbarrier_arrive_release_cluster_shared_cluster_b64(addr: u32) {
+    // SAFETY: the caller guarantees the barrier.
+    unsafe { asm!("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [{0}];", in(reg32) addr, options(nostack)) };
+}
+
+/// `barrier.cluster.arrive.release.aligned;`: this thread arrives on the cluster barrier (release:
+/// its earlier memory accesses, remote barrier arrivals included, are performed before the barrier
+/// completes).
+///
+/// # Safety
+/// Every thread of every block of the cluster arrives once per phase, each warp converged, and
+/// waits ([`barrier_cluster_wait_acquire_aligned`]) before arriving again.
+#[inline(always)]
+pub unsafe fn barrier_cluster_arrive_release_aligned() {
+    // SAFETY: the caller guarantees the protocol.
+    unsafe { asm!("barrier.cluster.arrive.release.aligned;", options(nostack)) };
+}
+
+/// `barrier.cluster.wait.acquire.aligned;`: waits until every thread of the cluster has arrived on
+/// the current phase of the cluster barrier.
+///
+/// # Safety
+/// The thread has arrived ([`barrier_cluster_arrive_release_aligned`]); the warp is converged.
+#[inline(always)]
+pub unsafe fn barrier_cluster_wait_acquire_aligned() {
+    // SAFETY: the caller guarantees the protocol.
+    unsafe { asm!("barrier.cluster.wait.acquire.aligned;", options(nostack)) };
+}
+
+/// `cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster
+/// [dst], [map, {c0, c1, c2, c3, c4}], [bar], mask;`: as the unicast 5-D form, but the box lands at
+/// shared offset `dst` of every block of the cluster whose rank bit is set in `mask`, and its bytes
+/// complete on the barrier at offset `bar` of each of them.
+///
+/// # Safety
+/// As [`cp_async_bulk_tensor_2d_shared_cluster_global_tile_mbarrier_complete_tx_bytes`], in every
+/// block of `mask`: the barrier's current phase there expects these bytes and nothing there reads or
+/// writes `dst` until it completes; those blocks have not exited.
+#[inline(always)]
+pub unsafe fn cp_async_bulk_tensor_5d_shared_cluster_global_tile_mbarrier_complete_tx_bytes_multicast_cluster(
+    dst: u32,
+    map: u64,
+    c: [i32; 5],
+    bar: u32,
+    mask: u16,
+) {
+    // SAFETY: the caller guarantees the map, the destinations and the barriers.
+    unsafe {
+        asm!(
+            "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [{0}], [{1}, {{{2}, {3}, {4}, {5}, {6}}}], [{7}], {8};",
+            in(reg32) dst, in(reg64) map, in(reg32) c[0], in(reg32) c[1], in(reg32) c[2], in(reg32) c[3], in(reg32) c[4],
+            in(reg32) bar, in(reg16) mask,
+            options(nostack),
+        );
+    }
+}
+
 /// `fence.proxy.tensormap::generic.acquire.gpu [map], 128;`: this thread's later TMA copies through
 /// the tensor map at generic address `map` see its bytes as written (by the host copy before the
 /// launch) through the generic proxy.
