@@ -70,7 +70,4 @@ if [ -n "$sm90a_entries" ]; then
   # (config::WS_WARPS). rustc has no launch-bounds attribute, so the bound is written here: ptxas then
   # keeps them within the 168 registers per thread that one such block per SM can have.
   sed -i -E '/^\.visible \.entry [A-Za-z0-9_]*_(ws|tma|tmat)_[A-Za-z0-9_]*\($/,/^\)/ s/^\)(.*)$/)\1\n.maxntid 384, 1, 1/' "$sm90a"
-  # Cluster kernels (`*_c<n>`, config::FusedVariant::cluster): the cluster shape is part of the
-  # kernel, so a plain launch runs it in clusters of n blocks along x.
-  sed -i -E '/^\.visible \.entry [A-Za-z0-9_]*_c([0-9])\($/,/^\.maxntid/ { /^\.visible/ { h }; /^\.maxntid/ { G; s/^(\.maxntid[^\n]*)\n\.visible \.entry [A-Za-z0-9_]*_c([0-9])\($/\1\n.reqnctapercluster \2, 1, 1/ } }' "$sm90a"
 fi

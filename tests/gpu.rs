@@ -171,23 +171,18 @@ fn every_fused_variant_draws_the_same_samples() {
             // kernel of its N (`ws_nN`, `tma_nN` vs `wgmma_nN`; `tma_n16` vs `ws_n16`, as there is no
             // `wgmma_n16`), and splitting the batch tile over the consumers does not change any
             // column's MMAs (`tma_nNx2` vs `wgmma_nN`): bit-identical tokens and scores.
-            // A cluster kernel (`…_cN`) issues its wgmma exactly as the kernel without the cluster;
-            // only where the weight bytes come from differs.
-            let cluster_twin = entry.rsplit_once("_c").filter(|(_, n)| n.parse::<u32>().is_ok()).map(|(base, _)| base);
             let twin_name = match entry.strip_suffix("x2").unwrap_or(entry) {
-                _ if cluster_twin.is_some() => cluster_twin.unwrap().to_string(),
                 base if base.contains("_tma_") => {
                     let one_warpgroup = base.replace("_tma_", "_");
                     if by_entry.contains_key(&one_warpgroup) { one_warpgroup } else { base.replace("_tma_", "_ws_") }
                 }
                 base => base.replace("_ws_", "_"),
             };
-            let has_twin = entry.contains("_ws_") || entry.contains("_tma_") || cluster_twin.is_some();
-            if let (true, Some(twin)) = (has_twin, by_entry.get(&twin_name)) {
+            if let (true, Some(twin)) = (entry.contains("_ws_") || entry.contains("_tma_"), by_entry.get(&twin_name)) {
                 twins += 1;
                 let twin: &flashsampling::Samples = twin;
-                assert_eq!(got.tokens, twin.tokens, "{entry} vs its twin {twin_name}: B={b} D={d} V={v}");
-                assert_eq!(bits(&got.scores), bits(&twin.scores), "{entry} vs its twin {twin_name}: scores");
+                assert_eq!(got.tokens, twin.tokens, "{entry} vs its one-warpgroup twin: B={b} D={d} V={v}");
+                assert_eq!(bits(&got.scores), bits(&twin.scores), "{entry} vs its one-warpgroup twin: scores");
             }
             by_entry.insert(entry.to_string(), got.clone());
             match &first {
@@ -199,12 +194,10 @@ fn every_fused_variant_draws_the_same_samples() {
                 }
             }
         }
-        // On compute capability 9.0: ws_n32, ws_n64 and the five tma variants have a twin, and so
-        // do the three cluster kernels where the hidden-as-A kernels run (V % 16 == 0; those multiply
-        // in another shape than the weight-as-A kernels: compared with the CPU only).
+        // On compute capability 9.0: ws_n32, ws_n64 and the five tma variants have a twin (the
+        // hidden-as-A `tmat` kernels multiply in another shape: compared with the CPU only).
         if entries.iter().any(|e| e.contains("_ws_")) {
-            let expected = if v % 16 == 0 { 10 } else { 7 };
-            assert_eq!(twins, expected, "twin comparisons for B={b} D={d} V={v}");
+            assert_eq!(twins, 7, "twin comparisons for B={b} D={d} V={v}");
         }
     }
     gpu.set_fused_variant(None).unwrap();

@@ -50,12 +50,8 @@ struct LoadedVariant {
     variant: &'static FusedVariant,
     func: CudaFunction,
     /// Resident blocks per multiprocessor (the driver's occupancy for the variant's block and
-    /// shared memory).
+    /// shared memory): the persistent grid is this times the multiprocessor count.
     per_sm: u32,
-    /// Blocks the GPU runs at once, the persistent grid's size: `per_sm` × multiprocessors, or for
-    /// a cluster kernel the driver's count of clusters that fit at once × the cluster size (a
-    /// cluster needs all its blocks on multiprocessors of one GPC).
-    resident: u32,
 }
 
 /// A row-major bf16 matrix in device memory.
@@ -226,17 +222,7 @@ impl GpuBackend {
                         None,
                     )?
                     .max(1);
-                let resident = if variant.cluster > 1 {
-                    let one_cluster = LaunchConfig {
-                        grid_dim: (variant.cluster, 1, 1),
-                        block_dim: (variant.threads(), 1, 1),
-                        shared_mem_bytes: variant.smem_bytes(),
-                    };
-                    func.occupancy_max_active_clusters(one_cluster, &stream)?.max(1) * variant.cluster
-                } else {
-                    per_sm * sm_count
-                };
-                Ok(Some(LoadedVariant { variant, func, per_sm, resident }))
+                Ok(Some(LoadedVariant { variant, func, per_sm }))
             })
             .collect::<Result<Vec<_>>>()?;
         let mut gpu = Self {
@@ -316,12 +302,9 @@ impl GpuBackend {
     fn launch_shape(&self, b: usize, v: usize) -> LaunchShape {
         let index = self.variant_index_for(b, v);
         let loaded = self.fused[index].as_ref().expect("only loaded variants are chosen");
-        let n_btiles = loaded.variant.n_btiles(b as u32);
-        let resident = match self.blocks_per_sm_override {
-            Some(per_sm) => per_sm * self.sm_count,
-            None => loaded.resident,
-        };
-        let n_vranges = loaded.variant.n_vranges(resident, n_btiles, v as u32);
+        let n_btiles = (b as u32).div_ceil(loaded.variant.block_b()).max(1);
+        let per_sm = self.blocks_per_sm_override.unwrap_or(loaded.per_sm);
+        let n_vranges = loaded.variant.n_vranges(self.sm_count, per_sm, n_btiles, v as u32);
         LaunchShape { variant: index, n_btiles, n_vranges }
     }
 
@@ -439,11 +422,7 @@ impl GpuBackend {
             if out.tensor_maps_for != Some(key) {
                 let (d, v) = (shape.d as u32, shape.v as u32);
                 let maps = TensorMaps {
-                    weight_tiles: match (
-                        variant.staging,
-                        tma_weight_tiles_t(d, v, variant.cluster),
-                        tma_weight_tiles(d, v),
-                    ) {
+                    weight_tiles: match (variant.staging, tma_weight_tiles_t(d, v), tma_weight_tiles(d, v)) {
                         (Staging::WgmmaTmaT, Some(layout), _) => encode_tensor_map(weight, layout)?,
                         (Staging::WgmmaTmaT, None, _) => unreachable!("V % 16 is checked before the launch"),
                         (_, _, Some(layout)) => encode_tensor_map(weight, layout)?,
@@ -489,11 +468,9 @@ impl GpuBackend {
             shared_mem_bytes: loaded.variant.smem_bytes(),
         };
         // SAFETY: shapes validated above; hidden/weight hold B·D and V·D bf16 and are 16-byte aligned;
-        // streams, tokens and scores hold B entries, candidates B·n_vranges, counters B ≥ the batch
-        // tiles that start before B zeros (each launch leaves them zero; a cluster's padding tiles
-        // touch none); the grid matches `FusedParams` and is whole clusters (n_btiles is); a TMA
-        // variant's tensor maps (256-byte aligned allocation) describe exactly these buffers, shapes
-        // and the variant's cluster.
+        // streams, tokens and scores hold B entries, candidates B·n_vranges, counters ≥ n_btiles zeros
+        // (each launch leaves them zero); the grid matches `FusedParams`; a TMA variant's tensor maps
+        // (256-byte aligned allocation) describe exactly these buffers and shapes.
         unsafe { self.stream.launch_builder(&loaded.func).arg(&p).launch(cfg) }?;
         Ok(())
     }

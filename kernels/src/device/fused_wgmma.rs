@@ -45,7 +45,7 @@ use super::ptx::{
 };
 use crate::candidate::Candidate;
 use crate::config::{
-    BLOCK_V, STAGE_K, STAGE_ROW_BYTES, WARPS_PER_BLOCK, n_btiles, vocab_of_slab_row, wgmma_candidate_smem_bytes,
+    BLOCK_V, STAGE_K, STAGE_ROW_BYTES, WARPS_PER_BLOCK, vocab_of_slab_row, wgmma_candidate_smem_bytes,
 };
 use crate::epilogue::update_aligned;
 use crate::noise::RowNoise;
@@ -201,11 +201,11 @@ pub(super) struct Place {
 impl Place {
     /// This thread's place for `N = n` batch rows and `tile_v` vocab rows per block tile.
     #[inline(always)]
-    pub(super) fn of_this_thread(p: &FusedParams, n: u32, tile_v: u32, cluster: u32) -> Self {
+    pub(super) fn of_this_thread(p: &FusedParams, n: u32, tile_v: u32) -> Self {
         // SAFETY: special-register reads.
         let (tid, blk) = unsafe { (_thread_idx_x(), _block_idx_x()) };
         let lane = tid % 32;
-        let n_btiles = n_btiles(p.b, n, cluster);
+        let n_btiles = p.b.div_ceil(n).max(1);
         let btile = blk % n_btiles;
         let pos =
             LanePosition { warp: tid / 32, group: lane / 4, quad: lane % 4, vrange: blk / n_btiles, b0: btile * n };
@@ -222,7 +222,7 @@ impl Place {
 #[inline(always)]
 pub unsafe fn fused_sample_wgmma<T: WgmmaShape, const S: u32>(p: FusedParams) {
     let n = T::N;
-    let Place { tid, btile, pos, first, end } = Place::of_this_thread(&p, n, BLOCK_V, 1);
+    let Place { tid, btile, pos, first, end } = Place::of_this_thread(&p, n, BLOCK_V);
     let (warp, b_first) = (pos.warp, pos.b0);
     let smem = mov_u32_dynamic_smem();
     let ring = Ring::new(smem + wgmma_candidate_smem_bytes(WARPS_PER_BLOCK, n), BLOCK_V, n);

@@ -63,15 +63,12 @@ use core::marker::PhantomData;
 use super::fused::{LanePosition, reduce_if_last, wait_oldest_stage};
 use super::fused_wgmma::{Place, Ring, WgmmaShape, advance, epilogue, issue_stage, mma_stage, write_wgmma_candidates};
 use super::ptx::{
-    bar_warp_sync, barrier_cluster_arrive_release_aligned, barrier_cluster_wait_acquire_aligned,
-    cp_async_bulk_tensor_2d_shared_cluster_global_tile_mbarrier_complete_tx_bytes,
-    cp_async_bulk_tensor_5d_shared_cluster_global_tile_mbarrier_complete_tx_bytes,
-    cp_async_bulk_tensor_5d_shared_cluster_global_tile_mbarrier_complete_tx_bytes_multicast_cluster,
-    cp_async_wait_group, fence_mbarrier_init_release_cluster, fence_proxy_async_shared_cta,
-    fence_proxy_tensormap_generic_acquire_gpu, mapa_shared_cluster_u32, mbarrier_arrive_expect_tx_shared_cta_b64,
-    mbarrier_arrive_release_cluster_shared_cluster_b64, mbarrier_arrive_shared_cta_b64, mbarrier_init_shared_cta_b64,
-    mbarrier_try_wait_parity_shared_cta_b64, mov_u32_cluster_ctarank, mov_u32_dynamic_smem,
-    wgmma_commit_group_sync_aligned, wgmma_fence_sync_aligned, wgmma_wait_group_sync_aligned,
+    bar_warp_sync, cp_async_bulk_tensor_2d_shared_cluster_global_tile_mbarrier_complete_tx_bytes,
+    cp_async_bulk_tensor_5d_shared_cluster_global_tile_mbarrier_complete_tx_bytes, cp_async_wait_group,
+    fence_mbarrier_init_release_cluster, fence_proxy_async_shared_cta, fence_proxy_tensormap_generic_acquire_gpu,
+    mbarrier_arrive_expect_tx_shared_cta_b64, mbarrier_arrive_shared_cta_b64, mbarrier_init_shared_cta_b64,
+    mbarrier_try_wait_parity_shared_cta_b64, mov_u32_dynamic_smem, wgmma_commit_group_sync_aligned,
+    wgmma_fence_sync_aligned, wgmma_wait_group_sync_aligned,
 };
 use crate::candidate::Candidate;
 use crate::config::{
@@ -137,7 +134,7 @@ pub unsafe fn fused_sample_ws<T: WgmmaShape, const S: u32, const TMA: bool, cons
     const { assert!(SPLIT == 1 || (TMA && SPLIT == 2)) };
     let n = T::N;
     let block_b = SPLIT * n;
-    let Place { tid, btile, mut pos, first, end } = Place::of_this_thread(&p, block_b, BLOCK_V, 1);
+    let Place { tid, btile, mut pos, first, end } = Place::of_this_thread(&p, block_b, BLOCK_V);
     let (lane, warp, b_first) = (tid % 32, pos.warp, pos.b0);
     let wg = tid / 128;
     // This thread's batch slot (N rows) and its warp's place in the candidate merge, which expects
@@ -152,8 +149,8 @@ pub unsafe fn fused_sample_ws<T: WgmmaShape, const S: u32, const TMA: bool, cons
     let full_arrivals = if TMA { 1 } else { PRODUCER_THREADS };
     // SAFETY: every thread of the block, once, before anything else touches shared memory.
     let (bars, ring) =
-        unsafe { setup::<S>(tid, wgmma_candidate_smem_bytes(WS_WARPS, n), BLOCK_V, block_b, full_arrivals, SPLIT, 1) };
-    let pipe = Pipeline { bars, ring, first, end, n_k: p.d.div_ceil(STAGE_K), cluster: 1 };
+        unsafe { setup::<S>(tid, wgmma_candidate_smem_bytes(WS_WARPS, n), BLOCK_V, block_b, full_arrivals, SPLIT) };
+    let pipe = Pipeline { bars, ring, first, end, n_k: p.d.div_ceil(STAGE_K) };
     let mut cands = [Candidate::EMPTY; 32];
     if wg == 0 {
         if !TMA {
@@ -192,8 +189,6 @@ pub(super) struct Pipeline {
     pub(super) first: u32,
     pub(super) end: u32,
     pub(super) n_k: u32,
-    /// Blocks of the cluster that fill each slot together (1: this block alone).
-    pub(super) cluster: u32,
 }
 
 impl Pipeline {
@@ -201,27 +196,6 @@ impl Pipeline {
     #[inline(always)]
     fn stages(self) -> u32 {
         (self.end - self.first) * self.n_k
-    }
-
-    /// A consumer warp's release of `slot`: one arrival on its `empty` barrier (lane 0), or with a
-    /// cluster on that barrier in every block of the cluster (lane `r` on rank `r`'s), since every
-    /// block's producer copies into every block's slot.
-    ///
-    /// # Safety
-    /// The warp's MMAs reading the slot are complete; the phase expects the arrival (one per
-    /// consumer warp and block, [`setup`]); with a cluster, no block of it has exited.
-    #[inline(always)]
-    unsafe fn release(self, slot: u32, lane: u32) {
-        let empty = self.bars.empty(slot);
-        if self.cluster == 1 {
-            if lane == 0 {
-                // SAFETY: forwarded contract.
-                unsafe { mbarrier_arrive_shared_cta_b64(empty) };
-            }
-        } else if lane < self.cluster {
-            // SAFETY: forwarded contract; rank `lane` is a block of this cluster.
-            unsafe { mbarrier_arrive_release_cluster_shared_cluster_b64(mapa_shared_cluster_u32(empty, lane)) };
-        }
     }
 
     /// Before stage `stage` refills `slot` (`stage % S`): waits until the consumers have released
@@ -241,8 +215,7 @@ impl Pipeline {
 /// Places the barriers after the candidate area (`merge_bytes`) and the ring (`w_rows` weight and
 /// `block_b` hidden rows per slot) after them, and initializes the barriers: `full` expects
 /// `full_arrivals`, `empty` the 4 warps of one consumer (taking turns, `split = 1`) or of both
-/// (sharing every stage, `split = 2`), in each of the `cluster` blocks whose copies fill the slot.
-/// Ends with a block barrier, and with a cluster barrier when `cluster > 1`.
+/// (sharing every stage, `split = 2`). Ends with a block barrier.
 ///
 /// # Safety
 /// Every thread of the block calls it once, first; the variant's shared memory holds the layout.
@@ -254,7 +227,6 @@ pub(super) unsafe fn setup<const S: u32>(
     block_b: u32,
     full_arrivals: u32,
     split: u32,
-    cluster: u32,
 ) -> (Barriers, Ring) {
     let bars = Barriers { base: mov_u32_dynamic_smem() + merge_bytes, slots: S };
     let ring = Ring::new(bars.base + 8 * (2 * S + 2), w_rows, block_b);
@@ -263,7 +235,7 @@ pub(super) unsafe fn setup<const S: u32>(
             // SAFETY: 8-byte aligned slots of the barrier area, before any thread uses them.
             unsafe {
                 mbarrier_init_shared_cta_b64(bars.full(slot), full_arrivals);
-                mbarrier_init_shared_cta_b64(bars.empty(slot), cluster * split * CONSUMER_ARRIVALS);
+                mbarrier_init_shared_cta_b64(bars.empty(slot), split * CONSUMER_ARRIVALS);
             }
         }
         for c in 0..2 {
@@ -274,14 +246,6 @@ pub(super) unsafe fn setup<const S: u32>(
     }
     // SAFETY: every thread of the block reaches it (the caller's contract).
     unsafe { _syncthreads() };
-    if cluster > 1 {
-        // The other blocks' copies and arrivals reach these barriers only after they are initialized.
-        // SAFETY: every thread of every block of the cluster, once, converged (the caller's contract).
-        unsafe {
-            barrier_cluster_arrive_release_aligned();
-            barrier_cluster_wait_acquire_aligned();
-        }
-    }
     (bars, ring)
 }
 
@@ -338,12 +302,11 @@ impl<T: WgmmaShape> Consumer for WeightA<'_, T> {
 #[inline(always)]
 pub(super) unsafe fn consume<C: Consumer, const S: u32>(
     consumer: &mut C,
-    pipe: Pipeline,
+    Pipeline { bars, first, end, n_k, .. }: Pipeline,
     c: u32,
     shared: bool,
     tid: u32,
 ) {
-    let Pipeline { bars, first, end, n_k, .. } = pipe;
     let lane = tid % 32;
     // Taking turns: every other tile; sharing: every tile.
     let (mut tile, step) = if shared { (first, 1) } else { (first + c, 2) };
@@ -375,8 +338,8 @@ pub(super) unsafe fn consume<C: Consumer, const S: u32>(
                 wgmma_commit_group_sync_aligned();
                 // The previous stage's group is done; this one may still run.
                 wgmma_wait_group_sync_aligned::<1>();
-                if k > 0 {
-                    pipe.release(held, lane);
+                if k > 0 && lane == 0 {
+                    mbarrier_arrive_shared_cta_b64(bars.empty(held));
                 }
             }
             held = slot;
@@ -386,7 +349,9 @@ pub(super) unsafe fn consume<C: Consumer, const S: u32>(
         // no longer read.
         unsafe {
             wgmma_wait_group_sync_aligned::<0>();
-            pipe.release(held, lane);
+            if lane == 0 {
+                mbarrier_arrive_shared_cta_b64(bars.empty(held));
+            }
         }
         consumer.epilogue(tile, &acc);
         tile += step;
@@ -401,7 +366,7 @@ pub(super) unsafe fn consume<C: Consumer, const S: u32>(
 /// Called by the 128 threads of warpgroup 0 (`tid < 128`) of a kernel launched as documented.
 #[inline(always)]
 unsafe fn produce<const S: u32>(p: &FusedParams, pipe: Pipeline, tid: u32, b_first: u32) {
-    let Pipeline { bars, ring, first, end, n_k, .. } = pipe;
+    let Pipeline { bars, ring, first, end, n_k } = pipe;
     let stages = pipe.stages();
     let lag = S - 2; // stages whose copies may still be in flight (wait_oldest_stage)
     let (mut tile, mut k, mut slot) = (first, 0, 0);
@@ -443,9 +408,7 @@ pub(super) unsafe fn produce_tma<const S: u32, const HIDDEN_A: bool>(
     lane: u32,
     b_first: u32,
 ) {
-    let Pipeline { bars, ring, first, n_k, cluster, .. } = pipe;
-    // With a cluster, this block copies share `rank` of every weight stage into all its blocks.
-    let (rank, share_rows) = (mov_u32_cluster_ctarank(), TMA_T_TILE_V / cluster);
+    let Pipeline { bars, ring, first, n_k, .. } = pipe;
     let maps = p.tensor_maps;
     // SAFETY: `tensor_maps` points at this launch's maps in device memory (launch contract).
     let (tiles_map, rows_map, hidden_map) = unsafe {
@@ -479,21 +442,7 @@ pub(super) unsafe fn produce_tma<const S: u32, const HIDDEN_A: bool>(
             bar_warp_sync();
             let x = (k * STAGE_K) as i32;
             let dst = ring.slab(slot);
-            if HIDDEN_A && cluster > 1 {
-                // Share `rank` of the 256-row tile (`config::tma_weight_tiles_t` with `cluster`
-                // parts: J = 16·tile + rank·16/cluster, slab rows from rank·256/cluster), into
-                // every block of the cluster; the others' shares land here on the same barrier.
-                if lane == 0 {
-                    let j = tile * (TMA_T_TILE_V / 16) + rank * (share_rows / 16);
-                    cp_async_bulk_tensor_5d_shared_cluster_global_tile_mbarrier_complete_tx_bytes_multicast_cluster(
-                        dst + rank * share_rows * STAGE_ROW_BYTES,
-                        tiles_map,
-                        [x, 0, 0, 0, j as i32],
-                        bars.full(slot),
-                        ((1u32 << cluster) - 1) as u16,
-                    );
-                }
-            } else if HIDDEN_A {
+            if HIDDEN_A {
                 // One box of the 256-row tile (`config::tma_weight_tiles_t`: J = 16·tile).
                 if lane == 0 {
                     cp_async_bulk_tensor_5d_shared_cluster_global_tile_mbarrier_complete_tx_bytes(

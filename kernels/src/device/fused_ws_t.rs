@@ -48,9 +48,8 @@ use super::fused::reduce_if_last;
 use super::fused_wgmma::{Place, Ring, smem_descriptor};
 use super::fused_ws::{Consumer, Pipeline, consume, produce_tma, setup};
 use super::ptx::{
-    barrier_cluster_arrive_release_aligned, barrier_cluster_wait_acquire_aligned, ld_shared_v2_u32,
-    mov_u32_dynamic_smem, setmaxnreg_dec_sync_aligned_u32, setmaxnreg_inc_sync_aligned_u32, st_shared_v2_u32,
-    wgmma_mma_async_sync_aligned_m64n256k16_f32_bf16_bf16,
+    ld_shared_v2_u32, mov_u32_dynamic_smem, setmaxnreg_dec_sync_aligned_u32, setmaxnreg_inc_sync_aligned_u32,
+    st_shared_v2_u32, wgmma_mma_async_sync_aligned_m64n256k16_f32_bf16_bf16,
 };
 use super::warp::merge_butterfly;
 use crate::candidate::Candidate;
@@ -75,16 +74,16 @@ const _: () = assert!(PRODUCER_REGS + 2 * CONSUMER_REGS <= 3 * 168);
 /// Launched as documented in the module, with `p` validated by the host (`V % 16 == 0`) and
 /// `p.tensor_maps` encoded for this launch.
 #[inline(always)]
-pub unsafe fn fused_sample_ws_t<const S: u32, const SPLIT: u32, const CLUSTER: u32>(p: FusedParams) {
-    const { assert!((SPLIT == 1 || SPLIT == 2) && TMA_T_TILE_V % (16 * CLUSTER) == 0) };
+pub unsafe fn fused_sample_ws_t<const S: u32, const SPLIT: u32>(p: FusedParams) {
+    const { assert!(SPLIT == 1 || SPLIT == 2) };
     let block_b = SPLIT * M;
-    let Place { tid, btile, pos, first, end } = Place::of_this_thread(&p, block_b, TMA_T_TILE_V, CLUSTER);
+    let Place { tid, btile, pos, first, end } = Place::of_this_thread(&p, block_b, TMA_T_TILE_V);
     let (lane, warp, b_first) = (tid % 32, pos.warp, pos.b0);
     let wg = tid / 128;
     // SAFETY: every thread of the block, once, before anything else touches shared memory.
     let (bars, ring) =
-        unsafe { setup::<S>(tid, wgmma_candidate_smem_bytes(WS_WARPS, M), TMA_T_TILE_V, block_b, 1, SPLIT, CLUSTER) };
-    let pipe = Pipeline { bars, ring, first, end, n_k: p.d.div_ceil(STAGE_K), cluster: CLUSTER };
+        unsafe { setup::<S>(tid, wgmma_candidate_smem_bytes(WS_WARPS, M), TMA_T_TILE_V, block_b, 1, SPLIT) };
+    let pipe = Pipeline { bars, ring, first, end, n_k: p.d.div_ceil(STAGE_K) };
     if wg == 0 {
         // SAFETY: the whole producer warpgroup, converged; the producer needs few registers.
         unsafe { setmaxnreg_dec_sync_aligned_u32::<PRODUCER_REGS>() };
@@ -93,7 +92,7 @@ pub unsafe fn fused_sample_ws_t<const S: u32, const SPLIT: u32, const CLUSTER: u
             unsafe { produce_tma::<S, true>(&p, pipe, lane, b_first) };
         }
         // SAFETY: every thread of the block reaches one `finish` (the consumers theirs).
-        unsafe { finish::<SPLIT, CLUSTER>(&p, tid, (btile, pos.vrange, b_first), None) };
+        unsafe { finish::<SPLIT>(&p, tid, (btile, pos.vrange, b_first), None) };
     } else {
         // SAFETY: the whole consumer warpgroup, converged; the producer's release leaves the pool
         // enough for both consumers (PRODUCER_REGS + 2 · CONSUMER_REGS ≤ 3 · 168).
@@ -114,7 +113,7 @@ pub unsafe fn fused_sample_ws_t<const S: u32, const SPLIT: u32, const CLUSTER: u
         // SAFETY: the whole consumer warpgroup, converged; forwarded launch contract.
         unsafe { consume::<_, S>(&mut consumer, pipe, c, SPLIT == 2, tid) };
         // SAFETY: every thread of the block reaches one `finish`.
-        unsafe { finish::<SPLIT, CLUSTER>(&p, tid, (btile, pos.vrange, b_first), Some((c, rows, pos.quad, &cands))) };
+        unsafe { finish::<SPLIT>(&p, tid, (btile, pos.vrange, b_first), Some((c, rows, pos.quad, &cands))) };
     }
 }
 
@@ -211,18 +210,12 @@ fn epilogue(p: &FusedParams, b: [u32; 2], tile: u32, q: u32, acc: &[f32; 128], c
 /// # Safety
 /// Every thread of the block calls it once; consumer lanes with their warp converged.
 #[inline(always)]
-unsafe fn finish<const SPLIT: u32, const CLUSTER: u32>(
+unsafe fn finish<const SPLIT: u32>(
     p: &FusedParams,
     tid: u32,
     (btile, vrange, b_first): (u32, u32, u32),
     consumer: Option<(u32, [u32; 2], u32, &[Candidate; 2])>,
 ) {
-    if CLUSTER > 1 {
-        // This block's copies into the others and its arrivals on their barriers are done (the
-        // mainloop is over); the wait at the end keeps it resident until theirs into it are too.
-        // SAFETY: every thread of every block of the cluster, once, converged.
-        unsafe { barrier_cluster_arrive_release_aligned() };
-    }
     let block_b = SPLIT * M;
     let smem = mov_u32_dynamic_smem();
     let slot = |c: u32, r: u32| smem + 8 * (c * block_b + r);
@@ -253,14 +246,6 @@ unsafe fn finish<const SPLIT: u32, const CLUSTER: u32>(
             unsafe { *p.candidates.add(b as usize * p.n_vranges as usize + vrange as usize) = cand };
         }
     }
-    // A cluster's padding blocks (batch tile past B) have no rows to reduce and no counter.
-    if CLUSTER == 1 || b_first < p.b {
-        // SAFETY: every thread of the block calls it (a block-uniform condition), after the
-        // candidates are written.
-        unsafe { reduce_if_last(p, tid, WS_WARPS, btile, b_first, block_b) };
-    }
-    if CLUSTER > 1 {
-        // SAFETY: this thread arrived above; every thread of the cluster waits once.
-        unsafe { barrier_cluster_wait_acquire_aligned() };
-    }
+    // SAFETY: every thread of the block calls it, after the candidates are written.
+    unsafe { reduce_if_last(p, tid, WS_WARPS, btile, b_first, block_b) };
 }

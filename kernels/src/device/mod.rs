@@ -106,7 +106,7 @@ macro_rules! fused_ws_entry {
         pub unsafe extern "ptx-kernel" fn $name(p: FusedParams) {
             const V: FusedVariant = FUSED_VARIANTS[$i];
             const {
-                assert!(V.warp_specialized() && V.cluster == 1);
+                assert!(V.warp_specialized());
                 assert!(V.threads() == fused_ws::THREADS);
                 assert!(8 * V.n_tiles == <$shape as fused_wgmma::WgmmaShape>::N);
             };
@@ -142,15 +142,12 @@ macro_rules! fused_ws_t_entry {
                 assert!(V.threads() == fused_ws::THREADS && V.n_tiles == 8);
             };
             // SAFETY: forwarded launch contract.
-            unsafe { fused_ws_t::fused_sample_ws_t::<{ V.stages }, { V.warps_b }, { V.cluster }>(p) }
+            unsafe { fused_ws_t::fused_sample_ws_t::<{ V.stages }, { V.warps_b }>(p) }
         }
     };
 }
 fused_ws_t_entry!(fused_sample_wgmma_tmat_n64, 19);
 fused_ws_t_entry!(fused_sample_wgmma_tmat_n64x2, 20);
-fused_ws_t_entry!(fused_sample_wgmma_tmat_n64_c2, 21);
-fused_ws_t_entry!(fused_sample_wgmma_tmat_n64_c4, 22);
-fused_ws_t_entry!(fused_sample_wgmma_tmat_n64x2_c2, 23);
 
 /// Candidate reduction.
 ///
