@@ -9,9 +9,8 @@ use cudarc::driver::{
 };
 use cudarc::nvrtc::Ptx;
 use flashsampling_kernels::config::{
-    FUSED_VARIANTS, FusedVariant, GUMBEL_ENTRY, MAX_DIM, PHILOX_ENTRY, Staging, TMA_T_VOCAB_ALIGN, TmaLayout,
-    tma_hidden, tma_weight_rows, tma_weight_tiles, tma_weight_tiles_t, tma_weight_units, tma_weight_units_t,
-    variant_for_batch,
+    BLOCK_V, FUSED_VARIANTS, FusedVariant, GUMBEL_ENTRY, MAX_DIM, PHILOX_ENTRY, Staging, TMA_T_VOCAB_ALIGN, TmaLayout,
+    tma_hidden, tma_weight_rows, tma_weight_tiles, tma_weight_tiles_t, variant_for_batch,
 };
 use flashsampling_kernels::params::{FusedParams, LogitsParams, NoiseTestParams, ReduceParams, TensorMap, TensorMaps};
 use flashsampling_kernels::{Candidate, Transform};
@@ -79,7 +78,7 @@ pub struct DeviceSamples {
     b: usize,
     /// Host copy of the stream ids in `streams` (skips the upload when a call reuses them).
     uploaded_streams: Vec<u64>,
-    /// The TMA kernels' tensor maps ([`TensorMaps`], 512 bytes) in device memory.
+    /// The TMA kernels' tensor maps ([`TensorMaps`], 256 bytes) in device memory.
     tensor_maps: CudaSlice<u64>,
     /// What the maps in `tensor_maps` describe; they are re-encoded and uploaded when a launch
     /// differs (another buffer, shape or batch tile).
@@ -431,17 +430,9 @@ impl GpuBackend {
                     },
                     weight_rows: encode_tensor_map(weight, tma_weight_rows(d, v))?,
                     hidden: encode_tensor_map(hidden, tma_hidden(d, shape.b as u32, variant.block_b()))?,
-                    weight_units: match (variant.staging, tma_weight_units_t(d, v), tma_weight_units(d, v)) {
-                        (Staging::WgmmaTmaT, Some(layout), _) => encode_tensor_map(weight, layout)?,
-                        (Staging::WgmmaTmaT, None, _) => unreachable!("V % 16 is checked before the launch"),
-                        (_, _, Some(layout)) => encode_tensor_map(weight, layout)?,
-                        (_, _, None) => TensorMap([0; 16]), // V < 32: every tile goes by row boxes
-                    },
                 };
-                let words: Vec<u64> = [maps.weight_tiles, maps.weight_rows, maps.hidden, maps.weight_units]
-                    .iter()
-                    .flat_map(|m| m.0)
-                    .collect();
+                let words: Vec<u64> =
+                    [maps.weight_tiles, maps.weight_rows, maps.hidden].iter().flat_map(|m| m.0).collect();
                 // Stream-ordered before the launch below.
                 self.stream.memcpy_htod(&words, &mut out.tensor_maps)?;
                 out.tensor_maps_for = Some(key);
@@ -469,6 +460,7 @@ impl GpuBackend {
             sample: params.sample,
             transform,
             tensor_maps: if variant.uses_tma() { maps as *const TensorMaps } else { std::ptr::null() },
+            tma_whole_tiles: shape.v as u32 / BLOCK_V,
         });
         let cfg = LaunchConfig {
             grid_dim: (launch.n_btiles * launch.n_vranges, 1, 1),

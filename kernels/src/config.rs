@@ -136,27 +136,6 @@ pub const TMA_WEIGHT_BOX_ROWS: u32 = 8;
 /// TMA weight boxes per stage: 128 slab rows / 8.
 pub const TMA_WEIGHT_BOXES: u32 = BLOCK_V / TMA_WEIGHT_BOX_ROWS;
 
-/// Vocab rows of the unit the TMA weight-as-A kernels split the vocabulary in
-/// ([`FusedVariant::range_unit`]): one `w` index of [`tma_weight_tiles`], 32 rows whose slab rows
-/// are two 16-row runs ([`tma_weight_units`]), so a range may end inside a 128-row tile.
-pub const TMA_UNIT_ROWS: u32 = 32;
-/// Vocab rows of the unit of the hidden-as-A kernels: one `J` index of [`tma_weight_tiles_t`]
-/// (16 rows, 16 consecutive slab rows, [`tma_weight_units_t`]).
-pub const TMA_T_UNIT_ROWS: u32 = 16;
-
-/// The vocab rows `[row0, row0 + rows)` of range `r` of `n_vranges` in units of `unit` rows: the
-/// `ceil(V / unit)` units split as evenly as integers allow (the last range may run past V, to the
-/// end of its last unit). Ranges of whole tiles (`unit` = the tile) leave a ragged last wave when
-/// the tiles do not divide evenly (Llama-3's 1002 tiles of 128 rows over 132 blocks: 8 for some,
-/// 7 for others); ranges of 32-row units differ by at most one unit.
-#[inline]
-pub const fn vocab_range(v: u32, unit: u32, n_vranges: u32, r: u32) -> (u32, u32) {
-    let units = v.div_ceil(unit) as u64;
-    let n = if n_vranges == 0 { 1 } else { n_vranges } as u64;
-    let (u0, u1) = (units * r as u64 / n, units * (r as u64 + 1) / n);
-    (u0 as u32 * unit, (u1 - u0) as u32 * unit)
-}
-
 /// Slab row `s` of a `wgmma` stage → offset of its vocab row in the 128-row tile. The two 64-row
 /// halves `h` of the slab are the A operands of two `m64nNk16` MMAs; slab row `64h + 16w + 8e + g`
 /// holds vocab row `4·(8w + g) + 2h + e`, so the accumulators of lane `(w, g, q)` (MMA rows
@@ -245,34 +224,6 @@ pub const fn tma_weight_tiles_t(d: u32, v: u32) -> Option<TmaLayout<5>> {
         boxes: [STAGE_K, 2, 4, 2, 16],
         element_strides: [1; 5],
     })
-}
-
-/// The unit-box weight map of the weight-as-A TMA kernels: [`tma_weight_tiles`] with box
-/// `64 × 8 × 2 × 1 × 1`, 16 of the 32 rows of unit `w` (`h` = 0 or 1), landing at slab rows
-/// `16·(w − w_tile) + 64h ..` of a tile that starts at unit `w_tile`: two boxes per unit fill a
-/// range's partial last tile without reading the next range's rows. `None` when V < 32.
-pub const fn tma_weight_units(d: u32, v: u32) -> Option<TmaLayout<5>> {
-    match tma_weight_tiles(d, v) {
-        Some(mut map) => {
-            map.boxes[3] = 1;
-            map.boxes[4] = 1;
-            Some(map)
-        }
-        None => None,
-    }
-}
-
-/// The unit-box weight map of the hidden-as-A kernels: [`tma_weight_tiles_t`] with box
-/// `64 × 2 × 4 × 2 × 1`, the 16 rows of unit `J`, landing at slab rows `16·(J − J_tile) ..` of a
-/// tile that starts at unit `J_tile`. `None` when `V % 16 ≠ 0`.
-pub const fn tma_weight_units_t(d: u32, v: u32) -> Option<TmaLayout<5>> {
-    match tma_weight_tiles_t(d, v) {
-        Some(mut map) => {
-            map.boxes[4] = 1;
-            Some(map)
-        }
-        None => None,
-    }
 }
 
 /// The row-box weight map over the whole weight `[V, D]`: box `64 × 32` with element strides
@@ -392,17 +343,6 @@ impl FusedVariant {
             Staging::PerWarp => WARP_TILE_V,
             Staging::Block | Staging::Wgmma | Staging::WgmmaWs | Staging::WgmmaTma => BLOCK_V,
             Staging::WgmmaTmaT => TMA_T_TILE_V,
-        }
-    }
-    /// Vocab rows of the unit the vocab ranges are made of ([`vocab_range`]): 32 or 16 rows for the
-    /// TMA kernels, whose producers copy a range's partial last tile by the unit; the tile
-    /// otherwise.
-    #[inline]
-    pub const fn range_unit(&self) -> u32 {
-        match self.staging {
-            Staging::WgmmaTma => TMA_UNIT_ROWS,
-            Staging::WgmmaTmaT => TMA_T_UNIT_ROWS,
-            _ => self.tile_v(),
         }
     }
     /// Bytes of one pipeline stage (the whole ring's share for block staging, one warp's for
@@ -623,66 +563,6 @@ mod tests {
         assert!(tma_weight_tiles_t(d, 151_937).is_none());
         assert!(FUSED_VARIANTS.iter().all(|v| v.staging != Staging::WgmmaTmaT || !v.supports_vocab(1000)));
         assert!(FUSED_VARIANTS.iter().all(|v| v.supports_vocab(151_936)));
-    }
-
-    #[test]
-    fn vocab_ranges_partition_the_units_evenly() {
-        for (v, unit) in
-            [(128_256u32, 32u32), (151_936, 32), (128_256, 16), (151_936, 16), (1008, 32), (999, 32), (20, 32)]
-        {
-            let units = v.div_ceil(unit);
-            for n in [1, 7, 66, 132, units.min(132)] {
-                let mut next = 0;
-                let (mut least, mut most) = (u32::MAX, 0);
-                for r in 0..n {
-                    let (row0, rows) = vocab_range(v, unit, n, r);
-                    assert_eq!(row0, next, "V = {v}, unit {unit}, {n} ranges: range {r} starts where the last ended");
-                    assert_eq!((row0 % unit, rows % unit), (0, 0));
-                    (least, most) = (least.min(rows), most.max(rows));
-                    next = row0 + rows;
-                }
-                assert_eq!(next, units * unit, "V = {v}: the ranges cover every unit");
-                assert!(most - least <= unit, "V = {v}, {n} ranges: {least} to {most} rows");
-            }
-        }
-        // Llama-3's vocabulary over 132 blocks: whole 128-row tiles give 7 or 8 tiles (1024 rows at
-        // most), 32-row units at most 31 units (992 rows).
-        let most = (0..132).map(|r| vocab_range(128_256, TMA_UNIT_ROWS, 132, r).1).max().unwrap();
-        assert_eq!(most, 31 * 32);
-        let most = (0..132).map(|r| vocab_range(128_256, BLOCK_V, 132, r).1).max().unwrap();
-        assert_eq!(most, 8 * 128);
-    }
-
-    #[test]
-    fn a_unit_box_is_its_units_share_of_the_tile_box() {
-        let d = 4096;
-        let (tiles, units) = (tma_weight_tiles(d, 128_256).unwrap(), tma_weight_units(d, 128_256).unwrap());
-        assert_eq!((units.dims, units.strides), (tiles.dims, tiles.strides));
-        assert_eq!(units.boxes, [STAGE_K, 8, 2, 1, 1]);
-        // Box (w, h) of a tile's unit w: 16 slab rows from 16w + 64h, the vocab rows the one-box copy
-        // puts there.
-        for w in 0..4u64 {
-            for h in 0..2u64 {
-                for n in 0..16u64 {
-                    let (g, e) = (n % 8, n / 8);
-                    let slab_row = (16 * w + 64 * h + n) as u32;
-                    assert_eq!(
-                        units.offset([0, g, e, 0, 0]) + tiles.offset([0, 0, 0, w, h]),
-                        tiles.offset([0, g, e, w, h])
-                    );
-                    assert_eq!(tiles.offset([0, g, e, w, h]), 2 * d as u64 * vocab_of_slab_row(slab_row) as u64);
-                    assert_eq!(8 * e + g + 16 * w + 64 * h, slab_row as u64);
-                }
-            }
-        }
-        let (tiles, units) = (tma_weight_tiles_t(d, 128_256).unwrap(), tma_weight_units_t(d, 128_256).unwrap());
-        assert_eq!(units.boxes, [STAGE_K, 2, 4, 2, 1]);
-        assert_eq!(units.boxes.iter().map(|&x| x as u64).product::<u64>(), (TMA_T_UNIT_ROWS * STAGE_K) as u64);
-        assert_eq!(tiles.boxes[4] * TMA_T_UNIT_ROWS, TMA_T_TILE_V);
-        assert!(tma_weight_units(d, 31).is_none() && tma_weight_units_t(d, 1000).is_none());
-        for v in &FUSED_VARIANTS {
-            assert_eq!(v.tile_v() % v.range_unit(), 0, "{}", v.entry);
-        }
     }
 
     #[test]

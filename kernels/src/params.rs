@@ -41,6 +41,9 @@ pub struct FusedParams {
     /// The TMA descriptors of this launch's weight and hidden states, in device memory; read only
     /// by the [`Staging::WgmmaTma`](crate::config::Staging::WgmmaTma) kernels (null for the others).
     pub tensor_maps: *const TensorMaps,
+    /// Vocab tiles `0 .. tma_whole_tiles` (`V / 128`, rounded down) are copied with the one-box
+    /// [`TensorMaps::weight_tiles`] map, the rest with [`TensorMaps::weight_rows`] (TMA kernels only).
+    pub tma_whole_tiles: u32,
 }
 
 /// One CUDA tensor map (`CUtensorMap`): an opaque 128-byte TMA descriptor that the host encodes
@@ -58,23 +61,15 @@ pub struct TensorMaps {
     /// in the `wgmma` slab order: dimensions (innermost first) D (box 64), `g` (8, stride 4 rows),
     /// `e` (2, stride 1 row), `w` (`⌊V/32⌋`, stride 32 rows), `h` (2, stride 2 rows), so box element
     /// `(k, g, e, w, h)` of the tile at `w = 4·tile` is vocab row `tile·128 + 32w + 2h + e + 4g` at
-    /// slab row `64h + 16w + 8e + g`. Zeros when V < 32 (then unused). For the hidden-as-A kernels,
-    /// [`tma_weight_tiles_t`](crate::config::tma_weight_tiles_t).
+    /// slab row `64h + 16w + 8e + g`. Zeros when V < 32 (then unused).
     pub weight_tiles: TensorMap,
     /// The weight `[V, D]` as a 2-D bf16 tensor (D innermost), box `64 × 32` with element strides
     /// `1 × 4`: [`TMA_WEIGHT_BOX_ROWS`](crate::config::TMA_WEIGHT_BOX_ROWS) rows that are
     /// [`TMA_WEIGHT_ROW_STEP`](crate::config::TMA_WEIGHT_ROW_STEP) apart, rows past V zeros; 16 boxes
-    /// make a tile that reaches past `32·⌊V/32⌋` (the last range's last tile when `V % 32 ≠ 0`).
+    /// make the last, partial tile.
     pub weight_rows: TensorMap,
     /// The hidden states `[B, D]`, box `64 × BLOCK_B`; rows past B read as zeros.
     pub hidden: TensorMap,
-    /// `weight_tiles` with a box of one range unit's rows ([`tma_weight_units`] or
-    /// [`tma_weight_units_t`]): a range's partial last tile, unit by unit. Zeros when V < 32 with
-    /// the weight-as-A kernels (then unused).
-    ///
-    /// [`tma_weight_units`]: crate::config::tma_weight_units
-    /// [`tma_weight_units_t`]: crate::config::tma_weight_units_t
-    pub weight_units: TensorMap,
 }
 
 /// Parameters of the candidate-reduction kernel.

@@ -36,7 +36,7 @@
 
 use core::arch::nvptx::{_block_idx_x, _syncthreads, _thread_idx_x};
 
-use super::fused::{LanePosition, reduce_if_last, wait_oldest_stage, write_candidates};
+use super::fused::{LanePosition, reduce_if_last, tile_range, wait_oldest_stage, write_candidates};
 use super::ptx::{
     cp_async_cg_shared_global_16, cp_async_commit_group, fence_proxy_async_shared_cta, mov_u32_dynamic_smem,
     wgmma_commit_group_sync_aligned, wgmma_fence_sync_aligned, wgmma_mma_async_sync_aligned_m64n16k16_f32_bf16_bf16,
@@ -45,7 +45,7 @@ use super::ptx::{
 };
 use crate::candidate::Candidate;
 use crate::config::{
-    BLOCK_V, STAGE_K, STAGE_ROW_BYTES, WARPS_PER_BLOCK, vocab_of_slab_row, vocab_range, wgmma_candidate_smem_bytes,
+    BLOCK_V, STAGE_K, STAGE_ROW_BYTES, WARPS_PER_BLOCK, vocab_of_slab_row, wgmma_candidate_smem_bytes,
 };
 use crate::epilogue::update_aligned;
 use crate::noise::RowNoise;
@@ -140,7 +140,7 @@ impl Ring {
 }
 
 /// Issues this thread's copies of stage (`tile`, `k0`) into `slot` and commits them; an empty group
-/// when `tile >= end`. Tile `tile` starts at vocab row `row0 + tile · 128`.
+/// when `tile >= end`.
 ///
 /// # Safety
 /// Launch contract; every MMA reading `slot` has completed (behind a block barrier).
@@ -149,8 +149,9 @@ pub(super) unsafe fn issue_stage(
     p: &FusedParams,
     ring: Ring,
     slot: u32,
-    (tile, end, row0): (u32, u32, u32),
+    tile: u32,
     k0: u32,
+    end: u32,
     tid: u32,
     b_first: u32,
 ) {
@@ -160,7 +161,7 @@ pub(super) unsafe fn issue_stage(
         let (k, size) = if k < p.d { (k as usize, 16) } else { (0, 0) };
         for i in 0..BLOCK_V / 16 {
             let s = tid / 8 + 16 * i;
-            let v = (row0 + tile * BLOCK_V + vocab_of_slab_row(s)).min(p.v - 1);
+            let v = (tile * BLOCK_V + vocab_of_slab_row(s)).min(p.v - 1);
             // SAFETY: v < V, k + 8 ≤ D or size 0: 16 aligned readable bytes.
             unsafe {
                 let src = (p.weight as *const u16).add(v as usize * p.d as usize + k) as *const u32;
@@ -191,38 +192,16 @@ pub(super) struct Place {
     pub btile: u32,
     /// The lane's position; `warp = tid / 32` and `b0` = the batch tile's first row.
     pub pos: LanePosition,
-    /// The block's vocab tiles `[first, end)`, counted from `range.row0`.
+    /// The block's vocab tiles `[first, end)`.
     pub first: u32,
     /// See `first`.
     pub end: u32,
-    /// The block's vocab range.
-    pub range: VocabRange,
-}
-
-/// A block's vocab rows `[row0, row0 + rows)` ([`vocab_range`]) and its tiles of `tile_v` rows from
-/// `row0`, the last one partial when `rows % tile_v ≠ 0` (a range of units, not of whole tiles).
-#[derive(Clone, Copy)]
-pub(super) struct VocabRange {
-    /// First vocab row.
-    pub row0: u32,
-    /// Rows, a multiple of the range unit; past V only in the last range (to its last unit's end).
-    pub rows: u32,
-}
-
-impl VocabRange {
-    /// The rows the epilogue scores: below `row0 + rows` and below V.
-    #[inline(always)]
-    pub(super) fn end(self, v: u32) -> u32 {
-        let end = self.row0 + self.rows;
-        if end < v { end } else { v }
-    }
 }
 
 impl Place {
-    /// This thread's place for `N = n` batch rows, `tile_v` vocab rows per block tile and vocab
-    /// ranges made of `unit`-row units (`unit = tile_v`: whole tiles).
+    /// This thread's place for `N = n` batch rows and `tile_v` vocab rows per block tile.
     #[inline(always)]
-    pub(super) fn of_this_thread(p: &FusedParams, n: u32, tile_v: u32, unit: u32) -> Self {
+    pub(super) fn of_this_thread(p: &FusedParams, n: u32, tile_v: u32) -> Self {
         // SAFETY: special-register reads.
         let (tid, blk) = unsafe { (_thread_idx_x(), _block_idx_x()) };
         let lane = tid % 32;
@@ -230,8 +209,8 @@ impl Place {
         let btile = blk % n_btiles;
         let pos =
             LanePosition { warp: tid / 32, group: lane / 4, quad: lane % 4, vrange: blk / n_btiles, b0: btile * n };
-        let (row0, rows) = vocab_range(p.v, unit, p.n_vranges, pos.vrange);
-        Place { tid, btile, pos, first: 0, end: rows.div_ceil(tile_v), range: VocabRange { row0, rows } }
+        let (first, end) = tile_range(p.v.div_ceil(tile_v), p.n_vranges, pos.vrange);
+        Place { tid, btile, pos, first, end }
     }
 }
 
@@ -243,7 +222,7 @@ impl Place {
 #[inline(always)]
 pub unsafe fn fused_sample_wgmma<T: WgmmaShape, const S: u32>(p: FusedParams) {
     let n = T::N;
-    let Place { tid, btile, pos, first, end, range } = Place::of_this_thread(&p, n, BLOCK_V, BLOCK_V);
+    let Place { tid, btile, pos, first, end } = Place::of_this_thread(&p, n, BLOCK_V);
     let (warp, b_first) = (pos.warp, pos.b0);
     let smem = mov_u32_dynamic_smem();
     let ring = Ring::new(smem + wgmma_candidate_smem_bytes(WARPS_PER_BLOCK, n), BLOCK_V, n);
@@ -252,7 +231,7 @@ pub unsafe fn fused_sample_wgmma<T: WgmmaShape, const S: u32>(p: FusedParams) {
     let (mut it, mut ik, mut islot) = (first, 0u32, 0u32);
     for _ in 0..S - 1 {
         // SAFETY: the ring is untouched so far.
-        unsafe { issue_stage(&p, ring, islot, (it, end, range.row0), ik * STAGE_K, tid, b_first) };
+        unsafe { issue_stage(&p, ring, islot, it, ik * STAGE_K, end, tid, b_first) };
         advance(&mut it, &mut ik, &mut islot, n_k, S);
     }
     let mut cands = [Candidate::EMPTY; 32];
@@ -277,13 +256,13 @@ pub unsafe fn fused_sample_wgmma<T: WgmmaShape, const S: u32>(p: FusedParams) {
             }
             // SAFETY: the previous stage's MMAs (the block's only warpgroup) completed, so its slot
             // (`islot`) is free; this stage's MMAs read another slot.
-            unsafe { issue_stage(&p, ring, islot, (it, end, range.row0), ik * STAGE_K, tid, b_first) };
+            unsafe { issue_stage(&p, ring, islot, it, ik * STAGE_K, end, tid, b_first) };
             advance(&mut it, &mut ik, &mut islot, n_k, S);
             slot = if slot + 1 == S { 0 } else { slot + 1 };
         }
         // SAFETY: the whole warpgroup; the accumulators are final after this.
         unsafe { wgmma_wait_group_sync_aligned::<0>() };
-        epilogue::<T>(&p, pos, (range.row0 + tile * BLOCK_V + v_lane, range.end(p.v)), &acc, &mut cands);
+        epilogue::<T>(&p, pos, tile * BLOCK_V + v_lane, &acc, &mut cands);
         tile += 1;
     }
     // SAFETY: every thread of the block reaches the block merge and the final reduction.
@@ -348,9 +327,8 @@ pub(super) fn advance(tile: &mut u32, k: &mut u32, slot: &mut u32, n_k: u32, s: 
     *slot = if *slot + 1 == s { 0 } else { *slot + 1 };
 }
 
-/// Transform + noise + argmax of one tile: the lane's four vocab rows from `v0` (those below `v_end`,
-/// the end of the block's range or V), for each of its `N / 4` batch columns (column `8j + 2q + c`
-/// for index `i = 2j + c`).
+/// Transform + noise + argmax of one tile: the lane's four vocab rows from `v0`, for each of its
+/// `N / 4` batch columns (column `8j + 2q + c` for index `i = 2j + c`).
 ///
 /// Up to N = 64 the columns run as passes of 8 unrolled columns (pass `r < 2`: `i = 8r ..`),
 /// picking accumulators and candidates with selects among the compile-time indices they can have:
@@ -361,7 +339,7 @@ pub(super) fn advance(tile: &mut u32, k: &mut u32, slot: &mut u32, n_k: u32, s: 
 pub(super) fn epilogue<T: WgmmaShape>(
     p: &FusedParams,
     pos: LanePosition,
-    (v0, v_end): (u32, u32),
+    v0: u32,
     acc: &[T::Acc; 2],
     cands: &mut [Candidate; 32],
 ) {
@@ -381,7 +359,7 @@ pub(super) fn epilogue<T: WgmmaShape>(
                     // SAFETY: b < B and `streams` holds B entries.
                     let stream = unsafe { *p.streams.add(b as usize) };
                     let noise = RowNoise { seed: p.seed, stream, sample: p.sample };
-                    update_aligned(&mut cands[I], &logits, v0, v_end, &noise, &p.transform);
+                    update_aligned(&mut cands[I], &logits, v0, p.v, &noise, &p.transform);
                 }
             }
         });
@@ -412,7 +390,7 @@ pub(super) fn epilogue<T: WgmmaShape>(
                         2 => cands[I + 16],
                         _ => cands[I + 24],
                     };
-                    update_aligned(&mut cand, &logits, v0, v_end, &noise, &p.transform);
+                    update_aligned(&mut cand, &logits, v0, p.v, &noise, &p.transform);
                     match r {
                         0 => cands[I] = cand,
                         1 => cands[I + 8] = cand,

@@ -61,9 +61,7 @@ use core::arch::nvptx::_syncthreads;
 use core::marker::PhantomData;
 
 use super::fused::{LanePosition, reduce_if_last, wait_oldest_stage};
-use super::fused_wgmma::{
-    Place, Ring, VocabRange, WgmmaShape, advance, epilogue, issue_stage, mma_stage, write_wgmma_candidates,
-};
+use super::fused_wgmma::{Place, Ring, WgmmaShape, advance, epilogue, issue_stage, mma_stage, write_wgmma_candidates};
 use super::ptx::{
     bar_warp_sync, cp_async_bulk_tensor_2d_shared_cluster_global_tile_mbarrier_complete_tx_bytes,
     cp_async_bulk_tensor_5d_shared_cluster_global_tile_mbarrier_complete_tx_bytes, cp_async_wait_group,
@@ -74,8 +72,8 @@ use super::ptx::{
 };
 use crate::candidate::Candidate;
 use crate::config::{
-    BLOCK_V, STAGE_K, STAGE_ROW_BYTES, TMA_T_TILE_V, TMA_T_UNIT_ROWS, TMA_UNIT_ROWS, TMA_WEIGHT_BOX_ROWS,
-    TMA_WEIGHT_BOXES, WS_WARPS, vocab_of_slab_row, wgmma_candidate_smem_bytes,
+    BLOCK_V, STAGE_K, STAGE_ROW_BYTES, TMA_T_TILE_V, TMA_WEIGHT_BOX_ROWS, TMA_WEIGHT_BOXES, WS_WARPS,
+    vocab_of_slab_row, wgmma_candidate_smem_bytes,
 };
 use crate::params::{FusedParams, TensorMaps};
 
@@ -136,8 +134,7 @@ pub unsafe fn fused_sample_ws<T: WgmmaShape, const S: u32, const TMA: bool, cons
     const { assert!(SPLIT == 1 || (TMA && SPLIT == 2)) };
     let n = T::N;
     let block_b = SPLIT * n;
-    let unit = if TMA { TMA_UNIT_ROWS } else { BLOCK_V };
-    let Place { tid, btile, mut pos, first, end, range } = Place::of_this_thread(&p, block_b, BLOCK_V, unit);
+    let Place { tid, btile, mut pos, first, end } = Place::of_this_thread(&p, block_b, BLOCK_V);
     let (lane, warp, b_first) = (tid % 32, pos.warp, pos.b0);
     let wg = tid / 128;
     // This thread's batch slot (N rows) and its warp's place in the candidate merge, which expects
@@ -153,7 +150,7 @@ pub unsafe fn fused_sample_ws<T: WgmmaShape, const S: u32, const TMA: bool, cons
     // SAFETY: every thread of the block, once, before anything else touches shared memory.
     let (bars, ring) =
         unsafe { setup::<S>(tid, wgmma_candidate_smem_bytes(WS_WARPS, n), BLOCK_V, block_b, full_arrivals, SPLIT) };
-    let pipe = Pipeline { bars, ring, first, end, n_k: p.d.div_ceil(STAGE_K), range };
+    let pipe = Pipeline { bars, ring, first, end, n_k: p.d.div_ceil(STAGE_K) };
     let mut cands = [Candidate::EMPTY; 32];
     if wg == 0 {
         if !TMA {
@@ -167,7 +164,6 @@ pub unsafe fn fused_sample_ws<T: WgmmaShape, const S: u32, const TMA: bool, cons
         let mut consumer = WeightA::<T> {
             p: &p,
             ring: pipe.ring,
-            range,
             hidden: slot_b * n,
             pos,
             v_lane: 4 * (8 * (warp % 4) + pos.group),
@@ -185,7 +181,7 @@ pub unsafe fn fused_sample_ws<T: WgmmaShape, const S: u32, const TMA: bool, cons
 }
 
 /// A block's staging pipeline: its barriers, its ring, and the stages it runs: `n_k` per tile of
-/// `[first, end)` (tiles of the vocab range `range`), stage `i` in slot `i % S`.
+/// `[first, end)`, stage `i` in slot `i % S`.
 #[derive(Clone, Copy)]
 pub(super) struct Pipeline {
     pub(super) bars: Barriers,
@@ -193,7 +189,6 @@ pub(super) struct Pipeline {
     pub(super) first: u32,
     pub(super) end: u32,
     pub(super) n_k: u32,
-    pub(super) range: VocabRange,
 }
 
 impl Pipeline {
@@ -274,7 +269,6 @@ pub(super) trait Consumer {
 struct WeightA<'a, T: WgmmaShape> {
     p: &'a FusedParams,
     ring: Ring,
-    range: VocabRange,
     hidden: u32,
     pos: LanePosition,
     v_lane: u32,
@@ -292,8 +286,7 @@ impl<T: WgmmaShape> Consumer for WeightA<'_, T> {
     }
     #[inline(always)]
     fn epilogue(&mut self, tile: u32, acc: &Self::Acc) {
-        let v0 = self.range.row0 + tile * BLOCK_V + self.v_lane;
-        epilogue::<T>(self.p, self.pos, (v0, self.range.end(self.p.v)), acc, self.cands);
+        epilogue::<T>(self.p, self.pos, tile * BLOCK_V + self.v_lane, acc, self.cands);
     }
 }
 
@@ -373,7 +366,7 @@ pub(super) unsafe fn consume<C: Consumer, const S: u32>(
 /// Called by the 128 threads of warpgroup 0 (`tid < 128`) of a kernel launched as documented.
 #[inline(always)]
 unsafe fn produce<const S: u32>(p: &FusedParams, pipe: Pipeline, tid: u32, b_first: u32) {
-    let Pipeline { bars, ring, first, end, n_k, range } = pipe;
+    let Pipeline { bars, ring, first, end, n_k } = pipe;
     let stages = pipe.stages();
     let lag = S - 2; // stages whose copies may still be in flight (wait_oldest_stage)
     let (mut tile, mut k, mut slot) = (first, 0, 0);
@@ -382,7 +375,7 @@ unsafe fn produce<const S: u32>(p: &FusedParams, pipe: Pipeline, tid: u32, b_fir
         // more once its previous fill has been released.
         unsafe {
             pipe.wait_until_free::<S>(stage, slot);
-            issue_stage(p, ring, slot, (tile, end, range.row0), k * STAGE_K, tid, b_first);
+            issue_stage(p, ring, slot, tile, k * STAGE_K, end, tid, b_first);
         }
         advance(&mut tile, &mut k, &mut slot, n_k, S);
         if stage >= lag {
@@ -401,18 +394,13 @@ unsafe fn produce<const S: u32>(p: &FusedParams, pipe: Pipeline, tid: u32, b_fir
 }
 
 /// The TMA producer warp: per stage of the block's tiles `[first, end)`, waits until the slot is
-/// released, announces the stage's bytes on its `full` barrier and copies the weight slab and the
-/// hidden box of `ring.n` rows (lane 16) into it. The weight slab of a tile is
-/// - a whole tile inside the one-box map: one box (lane 0, [`TensorMaps::weight_tiles`]);
-/// - a range's partial last tile of `u` units: one box per unit (weight-as-A: two, lanes
-///   `0 .. 2u`; hidden-as-A: one, lanes `0 .. u`; [`TensorMaps::weight_units`]), so the next range's
-///   rows are not read; the slab rows past them keep stale data the epilogue never scores;
-/// - weight-as-A, a tile reaching past `32·⌊V/32⌋` (the last range's last tile when `V % 32 ≠ 0`):
-///   16 row boxes, lanes 0–15 ([`TensorMaps::weight_rows`]), rows past V zeros.
+/// released, announces the stage's bytes on its `full` barrier and copies the weight slab (one tile
+/// box from lane 0, or 16 row boxes from lanes 0–15 for a partial last tile) and the hidden box of
+/// `ring.n` rows (lane 16) into it.
 ///
 /// # Safety
 /// Called by the 32 lanes of warp 0 of a kernel launched as documented, whose `p.tensor_maps` hold
-/// this launch's maps.
+/// this launch's weight and hidden maps.
 #[inline(always)]
 pub(super) unsafe fn produce_tma<const S: u32, const HIDDEN_A: bool>(
     p: &FusedParams,
@@ -420,43 +408,32 @@ pub(super) unsafe fn produce_tma<const S: u32, const HIDDEN_A: bool>(
     lane: u32,
     b_first: u32,
 ) {
-    let Pipeline { bars, ring, first, n_k, range, .. } = pipe;
+    let Pipeline { bars, ring, first, n_k, .. } = pipe;
     let maps = p.tensor_maps;
     // SAFETY: `tensor_maps` points at this launch's maps in device memory (launch contract).
-    let (tiles_map, rows_map, hidden_map, units_map) = unsafe {
+    let (tiles_map, rows_map, hidden_map) = unsafe {
         (
             &raw const (*maps).weight_tiles as u64,
             &raw const (*maps).weight_rows as u64,
             &raw const (*maps).hidden as u64,
-            &raw const (*maps).weight_units as u64,
         )
     };
     if lane <= TMA_WEIGHT_BOXES {
         // Every lane that copies acquires the maps it may copy through.
-        for map in [tiles_map, rows_map, hidden_map, units_map] {
+        for map in [tiles_map, rows_map, hidden_map] {
             // SAFETY: 128 readable bytes of global memory.
             unsafe { fence_proxy_tensormap_generic_acquire_gpu(map) };
         }
     }
-    let (tile_v, unit) = if HIDDEN_A { (TMA_T_TILE_V, TMA_T_UNIT_ROWS) } else { (BLOCK_V, TMA_UNIT_ROWS) };
-    // Rows the one-box and unit maps cover (whole units below V).
-    let mapped_rows = p.v / unit * unit;
+    let stage_bytes = (ring.w_rows + ring.n) * STAGE_ROW_BYTES;
     let stages = pipe.stages();
     let (mut tile, mut k, mut slot) = (first, 0, 0);
     for stage in 0..stages {
-        let row = range.row0 + tile * tile_v;
-        let rows = range.rows - tile * tile_v;
-        let rows = if rows < tile_v { rows } else { tile_v };
-        // The copy of this tile: one box, unit boxes, or (weight-as-A past the mapped rows) row boxes.
-        let whole = rows == tile_v && row + tile_v <= mapped_rows;
-        let by_units = !whole && row + rows <= mapped_rows;
-        let w_rows = if by_units { rows } else { tile_v };
-        let stage_bytes = (w_rows + ring.n) * STAGE_ROW_BYTES;
         // SAFETY: barriers of this block, waited by the whole warp; the copies write only `slot`, which
         // no MMA reads any more once its previous fill has been released, and complete on the phase
-        // of `full[slot]` that lane 0 has just armed with exactly their bytes (`w_rows` weight rows:
-        // one tile box, the partial tile's unit boxes or 16 row boxes of 8 rows; one hidden box of
-        // `ring.n` rows), zero-filled where outside the tensor.
+        // of `full[slot]` that lane 0 has just armed with exactly their bytes (one tile box of
+        // 128 × 128 bytes or 16 boxes of 8 × 128 bytes, and one hidden box of `ring.n` × 128 bytes,
+        // zero-filled where outside).
         unsafe {
             pipe.wait_until_free::<S>(stage, slot);
             if lane == 0 {
@@ -465,37 +442,31 @@ pub(super) unsafe fn produce_tma<const S: u32, const HIDDEN_A: bool>(
             bar_warp_sync();
             let x = (k * STAGE_K) as i32;
             let dst = ring.slab(slot);
-            if whole && lane == 0 {
-                // `config::tma_weight_tiles_t` (J = row / 16) or `tma_weight_tiles` (w = row / 32).
-                let c = if HIDDEN_A { [x, 0, 0, 0, (row / 16) as i32] } else { [x, 0, 0, (row / 32) as i32, 0] };
-                cp_async_bulk_tensor_5d_shared_cluster_global_tile_mbarrier_complete_tx_bytes(
-                    dst,
-                    tiles_map,
-                    c,
-                    bars.full(slot),
-                );
-            } else if by_units && HIDDEN_A && lane < rows / unit {
-                // Unit `lane`: 16 rows at J = row / 16 + lane, slab rows 16·lane ..
-                cp_async_bulk_tensor_5d_shared_cluster_global_tile_mbarrier_complete_tx_bytes(
-                    dst + 16 * lane * STAGE_ROW_BYTES,
-                    units_map,
-                    [x, 0, 0, 0, (row / 16 + lane) as i32],
-                    bars.full(slot),
-                );
-            } else if by_units && !HIDDEN_A && lane < 2 * (rows / unit) {
-                // Half `h` of unit `w`: slab rows 16w + 64h .. (16 of them).
-                let (w, h) = (lane / 2, lane % 2);
-                cp_async_bulk_tensor_5d_shared_cluster_global_tile_mbarrier_complete_tx_bytes(
-                    dst + (16 * w + 64 * h) * STAGE_ROW_BYTES,
-                    units_map,
-                    [x, 0, 0, (row / 32 + w) as i32, h as i32],
-                    bars.full(slot),
-                );
-            } else if !whole && !by_units && !HIDDEN_A && lane < TMA_WEIGHT_BOXES {
-                let r = lane * TMA_WEIGHT_BOX_ROWS;
-                let y = (row + vocab_of_slab_row(r)) as i32;
+            if HIDDEN_A {
+                // One box of the 256-row tile (`config::tma_weight_tiles_t`: J = 16·tile).
+                if lane == 0 {
+                    cp_async_bulk_tensor_5d_shared_cluster_global_tile_mbarrier_complete_tx_bytes(
+                        dst,
+                        tiles_map,
+                        [x, 0, 0, 0, (tile * (TMA_T_TILE_V / 16)) as i32],
+                        bars.full(slot),
+                    );
+                }
+            } else if tile < p.tma_whole_tiles {
+                if lane == 0 {
+                    let w = (tile * (BLOCK_V / 32)) as i32;
+                    cp_async_bulk_tensor_5d_shared_cluster_global_tile_mbarrier_complete_tx_bytes(
+                        dst,
+                        tiles_map,
+                        [x, 0, 0, w, 0],
+                        bars.full(slot),
+                    );
+                }
+            } else if lane < TMA_WEIGHT_BOXES {
+                let row = lane * TMA_WEIGHT_BOX_ROWS;
+                let y = (tile * BLOCK_V + vocab_of_slab_row(row)) as i32;
                 cp_async_bulk_tensor_2d_shared_cluster_global_tile_mbarrier_complete_tx_bytes(
-                    dst + r * STAGE_ROW_BYTES,
+                    dst + row * STAGE_ROW_BYTES,
                     rows_map,
                     x,
                     y,

@@ -45,7 +45,7 @@
 use core::arch::nvptx::_syncthreads;
 
 use super::fused::reduce_if_last;
-use super::fused_wgmma::{Place, Ring, VocabRange, smem_descriptor};
+use super::fused_wgmma::{Place, Ring, smem_descriptor};
 use super::fused_ws::{Consumer, Pipeline, consume, produce_tma, setup};
 use super::ptx::{
     ld_shared_v2_u32, mov_u32_dynamic_smem, setmaxnreg_dec_sync_aligned_u32, setmaxnreg_inc_sync_aligned_u32,
@@ -53,7 +53,7 @@ use super::ptx::{
 };
 use super::warp::merge_butterfly;
 use crate::candidate::Candidate;
-use crate::config::{STAGE_K, TMA_T_TILE_V, TMA_T_UNIT_ROWS, WS_WARPS, wgmma_candidate_smem_bytes};
+use crate::config::{STAGE_K, TMA_T_TILE_V, WS_WARPS, wgmma_candidate_smem_bytes};
 use crate::epilogue::update_aligned;
 use crate::noise::RowNoise;
 use crate::params::FusedParams;
@@ -77,14 +77,13 @@ const _: () = assert!(PRODUCER_REGS + 2 * CONSUMER_REGS <= 3 * 168);
 pub unsafe fn fused_sample_ws_t<const S: u32, const SPLIT: u32>(p: FusedParams) {
     const { assert!(SPLIT == 1 || SPLIT == 2) };
     let block_b = SPLIT * M;
-    let Place { tid, btile, pos, first, end, range } =
-        Place::of_this_thread(&p, block_b, TMA_T_TILE_V, TMA_T_UNIT_ROWS);
+    let Place { tid, btile, pos, first, end } = Place::of_this_thread(&p, block_b, TMA_T_TILE_V);
     let (lane, warp, b_first) = (tid % 32, pos.warp, pos.b0);
     let wg = tid / 128;
     // SAFETY: every thread of the block, once, before anything else touches shared memory.
     let (bars, ring) =
         unsafe { setup::<S>(tid, wgmma_candidate_smem_bytes(WS_WARPS, M), TMA_T_TILE_V, block_b, 1, SPLIT) };
-    let pipe = Pipeline { bars, ring, first, end, n_k: p.d.div_ceil(STAGE_K), range };
+    let pipe = Pipeline { bars, ring, first, end, n_k: p.d.div_ceil(STAGE_K) };
     if wg == 0 {
         // SAFETY: the whole producer warpgroup, converged; the producer needs few registers.
         unsafe { setmaxnreg_dec_sync_aligned_u32::<PRODUCER_REGS>() };
@@ -106,7 +105,6 @@ pub unsafe fn fused_sample_ws_t<const S: u32, const SPLIT: u32>(p: FusedParams) 
         let mut consumer = HiddenA {
             p: &p,
             ring,
-            range,
             hidden: slot_b * M,
             b: [b_first + rows[0], b_first + rows[1]],
             q: pos.quad,
@@ -124,7 +122,6 @@ pub unsafe fn fused_sample_ws_t<const S: u32, const SPLIT: u32>(p: FusedParams) 
 struct HiddenA<'a> {
     p: &'a FusedParams,
     ring: Ring,
-    range: VocabRange,
     hidden: u32,
     b: [u32; 2],
     q: u32,
@@ -141,8 +138,7 @@ impl Consumer for HiddenA<'_> {
     }
     #[inline(always)]
     fn epilogue(&mut self, tile: u32, acc: &Self::Acc) {
-        let row = self.range.row0 + tile * TMA_T_TILE_V;
-        epilogue(self.p, self.b, (row, self.range.end(self.p.v)), self.q, acc, self.cands);
+        epilogue(self.p, self.b, tile, self.q, acc, self.cands);
     }
 }
 
@@ -166,24 +162,16 @@ unsafe fn mma_stage(hidden: u32, weights: u32, acc: &mut [f32; 128]) {
     }
 }
 
-/// Transform + noise + argmax of one 256-row tile from vocab row `row`: for each of the lane's two
-/// batch rows `b[e]` (skipped past B), the 16 Philox groups `row + 16J + 4q ..` (`J = 0..16`), their
-/// rows below `v_end` (the end of the block's range, or V).
+/// Transform + noise + argmax of one 256-row tile: for each of the lane's two batch rows `b[e]`
+/// (skipped past B), the 16 Philox groups `tile·256 + 16J + 4q ..` (`J = 0..16`).
 ///
 /// The 32 (row, group) pairs run as 4 passes of 8 unrolled groups: pass `r` takes batch row
 /// `e = r % 2` and groups `J = 8·(r / 2) ..`, picking its accumulators with selects among the 4
 /// compile-time indices they can have. Fully unrolled, the code of 32 groups overflows the
 /// instruction cache (ncu, `benchmarks/h200-2026-11-29o`: 39% of stalls on instruction fetch).
 #[inline(always)]
-fn epilogue(
-    p: &FusedParams,
-    b: [u32; 2],
-    (row, v_end): (u32, u32),
-    q: u32,
-    acc: &[f32; 128],
-    cands: &mut [Candidate; 2],
-) {
-    let v_lane = row + 4 * q;
+fn epilogue(p: &FusedParams, b: [u32; 2], tile: u32, q: u32, acc: &[f32; 128], cands: &mut [Candidate; 2]) {
+    let v_lane = tile * TMA_T_TILE_V + 4 * q;
     for r in 0..4u32 {
         let (e, j_hi) = (r % 2, r / 2);
         let row = if e == 0 { b[0] } else { b[1] };
@@ -203,7 +191,7 @@ fn epilogue(
                 // Columns 8j + 2q + c for j = 2J, 2J + 1: vocab rows 16J + 4q + 0..4.
                 let logits = [pick(8 * J), pick(8 * J + 1), pick(8 * J + 4), pick(8 * J + 5)];
                 let v0 = v_lane + 16 * (8 * j_hi + J as u32);
-                update_aligned(&mut cand, &logits, v0, v_end, &noise, &p.transform);
+                update_aligned(&mut cand, &logits, v0, p.v, &noise, &p.transform);
             });
             if e == 0 {
                 cands[0] = cand;
