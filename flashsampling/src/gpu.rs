@@ -275,7 +275,7 @@ impl GpuBackend {
 
     /// The variant (index into [`FUSED_VARIANTS`]) a call with `b` rows and vocab size `v` launches.
     fn variant_index_for(&self, b: usize, v: usize) -> usize {
-        self.variant_override.unwrap_or(variant_for_batch(b as u32, v as u32, self.sm90a))
+        self.variant_override.unwrap_or(variant_for_batch(b as u32, v as u32, self.sm90a, self.sm_count))
     }
 
     /// The entry point of the fused-kernel variant a call with `b` rows and vocab size `v` launches.

@@ -386,23 +386,44 @@ impl FusedVariant {
         let tiles = v.div_ceil(self.tile_v());
         if want < tiles { want } else { tiles }
     }
+    /// Vocab rows of the largest vocab range (whole tiles) for `b` rows and vocab size `v` on
+    /// `sm_count` multiprocessors with one block each: what the block that finishes last streams.
+    #[inline]
+    pub const fn largest_range_rows(&self, sm_count: u32, b: u32, v: u32) -> u32 {
+        let n_btiles = b.div_ceil(self.block_b());
+        let n_btiles = if n_btiles == 0 { 1 } else { n_btiles };
+        let n = self.n_vranges(sm_count, 1, n_btiles, v);
+        v.div_ceil(self.tile_v()).div_ceil(n) * self.tile_v()
+    }
 }
 
 /// The variant the host launches for batch size `b` and vocab size `v` (an index into
-/// [`FUSED_VARIANTS`]), with `sm90a` telling whether the `wgmma` variants are loaded (compute
-/// capability 9.0), chosen from the `cargo bench -- --variants` sweeps on the H200 (BENCHMARKS.md,
-/// `benchmarks/h200-2026-11-29p`): the warp-specialized TMA kernels, N = 16 up to 16 rows, 32 up to
-/// 32 and 64 up to 64; beyond, the hidden-as-A kernels (`tmat_n64` up to 128 rows, `tmat_n64x2`
-/// beyond) when `v % 16 == 0`, else `tma_n64x2`. Without sm_90a, per-warp staging up to 16 rows, then
-/// block staging with 32-row warps (4 warps up to 32 rows, 8 up to 64, 16 beyond). Every choice
-/// supports `v` ([`FusedVariant::supports_vocab`]).
+/// [`FUSED_VARIANTS`]) on `sm_count` multiprocessors, with `sm90a` telling whether the `wgmma`
+/// variants are loaded (compute capability 9.0), chosen from the `cargo bench -- --variants` sweeps
+/// on the H200 (BENCHMARKS.md, `benchmarks/h200-2026-11-29p`): the warp-specialized TMA kernels,
+/// N = 16 up to 16 rows and 32 up to 32; up to 64 rows `tma_n64`, or `tmat_n64` when its largest
+/// vocab range is no longer ([`FusedVariant::largest_range_rows`]: both run one 384-thread block per
+/// multiprocessor and stream their weights at about the same rate, `tmat_n64` with a quarter instead
+/// of half a weight byte of hidden rows per weight byte through L2; Llama-3-70B: 1024 rows each,
+/// `tmat_n64` 2% faster in sweeps `p` and `t`; Qwen3-8B: 1280 against 1152 rows, `tma_n64` 6%
+/// faster); beyond 64 rows the hidden-as-A kernels (`tmat_n64` up to 128 rows, `tmat_n64x2` beyond).
+/// The hidden-as-A kernels need `v % 16 == 0`, else `tma_n64` and `tma_n64x2`. Without sm_90a,
+/// per-warp staging up to 16 rows, then block staging with 32-row warps (4 warps up to 32 rows,
+/// 8 up to 64, 16 beyond). Every choice supports `v` ([`FusedVariant::supports_vocab`]).
 #[inline]
-pub const fn variant_for_batch(b: u32, v: u32, sm90a: bool) -> usize {
+pub const fn variant_for_batch(b: u32, v: u32, sm90a: bool, sm_count: u32) -> usize {
     let hidden_as_a = v % TMA_T_VOCAB_ALIGN == 0;
     if sm90a {
+        let (weight_a, hidden_a) = (&FUSED_VARIANTS[16], &FUSED_VARIANTS[19]);
         match b {
             0..=16 => 14,
             17..=32 => 15,
+            33..=64
+                if hidden_as_a
+                    && hidden_a.largest_range_rows(sm_count, b, v) <= weight_a.largest_range_rows(sm_count, b, v) =>
+            {
+                19
+            }
             33..=64 => 16,
             65..=128 if hidden_as_a => 19,
             _ if hidden_as_a => 20,
@@ -569,14 +590,32 @@ mod tests {
     fn the_batch_size_choice_respects_the_modules() {
         for b in [1, 2, 8, 9, 16, 17, 32, 33, 64, 65, 128, 256, 1000] {
             for v in [1000, 1008, 151_937, 151_936, 128_256] {
-                assert!(!FUSED_VARIANTS[variant_for_batch(b, v, false)].needs_sm90a(), "B = {b} without sm_90a");
-                let f = FUSED_VARIANTS[variant_for_batch(b, v, true)];
+                assert!(!FUSED_VARIANTS[variant_for_batch(b, v, false, 132)].needs_sm90a(), "B = {b} without sm_90a");
+                let f = FUSED_VARIANTS[variant_for_batch(b, v, true, 132)];
                 assert!(f.uses_tma(), "B = {b} with sm_90a: {}", f.entry);
                 assert!(f.supports_vocab(v), "B = {b}, V = {v}: {}", f.entry);
             }
-            // Qwen3-8B's and Llama-3-70B's vocabularies get the hidden-as-A kernels beyond 64 rows.
-            let big = FUSED_VARIANTS[variant_for_batch(b, 151_936, true)];
-            assert_eq!(big.staging == Staging::WgmmaTmaT, b > 64, "B = {b}: {}", big.entry);
+            // Qwen3-8B's and Llama-3-70B's vocabularies get the hidden-as-A kernels beyond 64 rows;
+            // from 33 rows on an H200 (132 multiprocessors) Llama-3-70B's already: both kernels'
+            // largest range is 1024 rows there, where Qwen3-8B's would be 1280 against 1152.
+            let qwen = FUSED_VARIANTS[variant_for_batch(b, 151_936, true, 132)];
+            assert_eq!(qwen.staging == Staging::WgmmaTmaT, b > 64, "B = {b}: {}", qwen.entry);
+            let llama = FUSED_VARIANTS[variant_for_batch(b, 128_256, true, 132)];
+            assert_eq!(llama.staging == Staging::WgmmaTmaT, b > 32, "B = {b}: {}", llama.entry);
         }
+        assert_eq!(
+            (
+                FUSED_VARIANTS[16].largest_range_rows(132, 64, 151_936),
+                FUSED_VARIANTS[19].largest_range_rows(132, 64, 151_936)
+            ),
+            (1152, 1280)
+        );
+        assert_eq!(
+            (
+                FUSED_VARIANTS[16].largest_range_rows(132, 64, 128_256),
+                FUSED_VARIANTS[19].largest_range_rows(132, 64, 128_256)
+            ),
+            (1024, 1024)
+        );
     }
 }
