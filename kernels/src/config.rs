@@ -405,7 +405,7 @@ impl FusedVariant {
 /// vocab range is no longer ([`FusedVariant::largest_range_rows`]: both run one 384-thread block per
 /// multiprocessor and stream their weights at about the same rate, `tmat_n64` with a quarter instead
 /// of half a weight byte of hidden rows per weight byte through L2; Llama-3-70B: 1024 rows each,
-/// `tmat_n64` 2% faster in sweeps `p` and `t`; Qwen3-8B: 1280 against 1152 rows, `tma_n64` 6%
+/// `tmat_n64` 1–2% faster in sweeps `p` and `x`; Qwen3-8B: 1280 against 1152 rows, `tma_n64` 4–6%
 /// faster); beyond 64 rows the hidden-as-A kernels (`tmat_n64` up to 128 rows, `tmat_n64x2` beyond).
 /// The hidden-as-A kernels need `v % 16 == 0`, else `tma_n64` and `tma_n64x2`. Without sm_90a,
 /// per-warp staging up to 16 rows, then block staging with 32-row warps (4 warps up to 32 rows,
