@@ -110,18 +110,11 @@ impl RowNoise {
     /// Gumbel noise of vocab entries `4·group .. 4·group + 4` (one Philox call).
     #[inline(always)]
     pub fn gumbel4(&self, group: u32) -> [f32; 4] {
-        let bits = self.bits4(group);
-        [gumbel(bits[0]), gumbel(bits[1]), gumbel(bits[2]), gumbel(bits[3])]
-    }
-
-    /// The Philox output of vocab entries `4·group .. 4·group + 4`, which [`gumbel`] turns into their
-    /// noise.
-    #[inline(always)]
-    pub fn bits4(&self, group: u32) -> [u32; 4] {
-        philox4x32_10(
+        let bits = philox4x32_10(
             [group, self.sample, self.stream as u32, (self.stream >> 32) as u32],
             [self.seed as u32, (self.seed >> 32) as u32],
-        )
+        );
+        [gumbel(bits[0]), gumbel(bits[1]), gumbel(bits[2]), gumbel(bits[3])]
     }
 
     /// Gumbel noise of one vocab entry (the same bits as [`Self::gumbel4`] gives it).
@@ -156,20 +149,6 @@ mod tests {
         assert!((gumbel(0) as f64 - lo).abs() < 1e-5, "{} vs {lo}", gumbel(0));
         assert!((gumbel(u32::MAX) as f64 - hi).abs() < 1e-3, "{} vs {hi}", gumbel(u32::MAX));
         assert!(GUMBEL_MIN as f64 <= lo && GUMBEL_MAX as f64 >= hi);
-    }
-
-    #[test]
-    fn every_draws_noise_is_within_1e4_of_the_exact_value_and_at_most_gumbel_max() {
-        // `epilogue::cannot_reach` relies on both, for all 2^23 draws.
-        let mut worst = 0.0f64;
-        for k in 0u32..1 << 23 {
-            let x = k << 9;
-            let g = gumbel(x);
-            let exact = -(-(uniform_open(x) as f64).ln()).ln();
-            worst = worst.max((g as f64 - exact).abs());
-            assert!(g <= GUMBEL_MAX, "gumbel({x:#x}) = {g}");
-        }
-        assert!(worst < 1e-4, "worst absolute error {worst:e}");
     }
 
     #[test]
