@@ -78,7 +78,7 @@ pub struct DeviceSamples {
     b: usize,
     /// Host copy of the stream ids in `streams` (skips the upload when a call reuses them).
     uploaded_streams: Vec<u64>,
-    /// The TMA kernels' tensor maps ([`TensorMaps`], 256 bytes) in device memory.
+    /// The TMA kernels' tensor maps ([`TensorMaps`], 384 bytes: three 128-byte maps) in device memory.
     tensor_maps: CudaSlice<u64>,
     /// What the maps in `tensor_maps` describe; they are re-encoded and uploaded when a launch
     /// differs (another buffer, shape or batch tile).
