@@ -203,11 +203,12 @@ fn variant_sweep(gpu: &mut GpuBackend, timer: &EventTimer, a: &Args, bandwidth: 
     let stream = gpu.stream().clone();
     let mut entries = gpu.fused_variants();
     if !a.only.is_empty() {
-        entries.retain(|e| a.only.iter().any(|o| e.contains(o.as_str())));
+        entries.retain(|e| a.only.iter().any(|o| e.entry.contains(o.as_str())));
     }
     eprintln!("fused kernel occupancy (variant, blocks/SM): {:?}", gpu.fused_occupancy());
     let mut csv = String::from("config,d,v,b,variant,default,median_ms,min_ms,max_ms,hbm_floor_ms\n");
-    let mut table = format!("| config | B | {} |\n|---|---|{}\n", entries.join(" | "), "---|".repeat(entries.len()));
+    let names: Vec<&str> = entries.iter().map(|e| e.entry).collect();
+    let mut table = format!("| config | B | {} |\n|---|---|{}\n", names.join(" | "), "---|".repeat(entries.len()));
     for (config, d, v) in CONFIGS {
         let bmax = if a.quick { 64 } else { *BATCHES.iter().max().unwrap() };
         let (hidden, weight) = flashsampling::synthetic::lm_head(bmax, d, v, DATA_SEED ^ d as u64);
@@ -223,7 +224,7 @@ fn variant_sweep(gpu: &mut GpuBackend, timer: &EventTimer, a: &Args, bandwidth: 
             let default = gpu.fused_variant_for(b, v);
             let mut cells = Vec::new();
             let mut tokens: Option<Vec<u32>> = None;
-            for entry in &entries {
+            for &entry in &entries {
                 gpu.set_fused_variant(Some(entry))?;
                 let mut out = gpu.alloc_samples(b, v)?;
                 let t = timer.time(&stream, 10, a.runs, || Ok(gpu.sample_device(&hm, &wm, &sample, &mut out)?))?;
@@ -233,19 +234,17 @@ fn variant_sweep(gpu: &mut GpuBackend, timer: &EventTimer, a: &Args, bandwidth: 
                 let differ = tokens
                     .as_ref()
                     .map_or(0, |first: &Vec<u32>| first.iter().zip(&got).filter(|(x, y)| x != y).count());
-                let mma_sync = !flashsampling::kernels::config::FUSED_VARIANTS
-                    .iter()
-                    .any(|f| f.entry == *entry && f.needs_sm90a());
+                let mma_sync = entry.family == flashsampling::kernels::config::Family::MmaSync;
                 if differ > 0 && mma_sync {
                     return Err(format!("{config} B={b}: {entry} draws other tokens than {}", entries[0]).into());
                 }
                 tokens.get_or_insert(got);
-                let mark = if *entry == default { "*" } else { "" };
+                let mark = if entry == default { "*" } else { "" };
                 let note = if differ > 0 { format!(" [{differ} rows differ]") } else { String::new() };
                 cells.push(format!("{:.4}{mark} ({:.2}){note}", t.median, t.median / floor));
                 csv += &format!(
                     "{config},{d},{v},{b},{entry},{},{:.5},{:.5},{:.5},{floor:.5}\n",
-                    *entry == default,
+                    entry == default,
                     t.median,
                     t.min,
                     t.max

@@ -1,12 +1,13 @@
-//! Builds the kernel crate to two PTX modules and embeds them.
+//! Builds the kernel crate to its PTX modules and embeds them.
 //!
 //! Steps: a nested `cargo rustc` of `flashsampling-kernels` for `nvptx64-nvidia-cuda` with
 //! `-Zbuild-std=core` (clean environment, its own target directory), linked by `kernels/link-ptx.sh`
-//! with the toolchain's llvm-tools (`llvm-link`, `opt`, `llc`). The main module (every kernel but the
-//! `wgmma` ones) lands in `$OUT_DIR/flashsampling.ptx` (`FLASHSAMPLING_PTX_PATH`), the `wgmma` kernels,
-//! built for the arch-specific sm_90a target, in `$OUT_DIR/flashsampling_sm90a.ptx`
-//! (`FLASHSAMPLING_PTX_SM90A_PATH`). Set `FLASHSAMPLING_SM` to build the main module for another
-//! architecture (default `sm_90`).
+//! with the toolchain's llvm-tools (`llvm-link`, `opt`, `llc`). Which entry point goes into which
+//! module, and which entry gets a `.maxntid` bound, comes from the variant table
+//! (`config::entry_points`), passed to the link step as `FS_MODULES` / `FS_MAXNTID`. The modules land
+//! in `$OUT_DIR/<stem>.ptx` (`config::Module::stem`) and their paths in `FLASHSAMPLING_PTX_PATH`,
+//! `FLASHSAMPLING_PTX_SM90A_PATH` and `FLASHSAMPLING_PTX_TEST_PATH`. Set `FLASHSAMPLING_SM` to build
+//! the portable and test modules for another architecture (default `sm_90`).
 
 use std::env;
 use std::path::PathBuf;
@@ -68,6 +69,17 @@ fn main() {
     let script_hash =
         script.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
 
+    use flashsampling_kernels::config::{Module, entry_points};
+    let arch = |m: Module| if m == Module::Hopper { "sm_90a" } else { "portable" };
+    let modules: Vec<String> = Module::ALL
+        .iter()
+        .map(|&m| {
+            let entries: Vec<&str> = entry_points().filter(|e| e.1 == m).map(|e| e.0).collect();
+            format!("{}:{}:{}", m.stem(), arch(m), entries.join(","))
+        })
+        .collect();
+    let bounds: Vec<String> = entry_points().filter_map(|(e, _, t)| t.map(|t| format!("{e}={t}"))).collect();
+
     let target_dir = out_dir.join("ptx-target");
     let mut cmd = Command::new(&cargo);
     // A clean environment: nothing of the outer build (profile, target, flags, jobserver) leaks in.
@@ -97,6 +109,8 @@ fn main() {
     cmd.current_dir(&root)
         .env("FS_LLVM_BIN", &llvm_bin)
         .env("FS_SM", &sm)
+        .env("FS_MODULES", modules.join(";"))
+        .env("FS_MAXNTID", bounds.join(","))
         .args(["rustc", "--manifest-path"])
         .arg(kernels.join("Cargo.toml"))
         .args(["--lib", "--crate-type", "cdylib", "--release", "--target", "nvptx64-nvidia-cuda", "-Zbuild-std=core"])
@@ -111,35 +125,39 @@ fn main() {
     if !status.success() {
         fail("the nested PTX build of flashsampling-kernels failed (see its output above)");
     }
-    // The link step writes both modules next to rustc's output in deps/ (cargo copies up only the first).
-    let read = |name: &str| {
-        let built = target_dir.join("nvptx64-nvidia-cuda/release/deps").join(name);
+    // The link step writes every module next to rustc's output in deps/ (cargo copies up only the
+    // first, which rustc names after the crate).
+    let read = |module: Module| {
+        let name =
+            if module == Module::Portable { "flashsampling_kernels".to_string() } else { module.stem().to_string() };
+        let built = target_dir.join("nvptx64-nvidia-cuda/release/deps").join(format!("{name}.ptx"));
         std::fs::read_to_string(&built).unwrap_or_else(|e| fail(&format!("no PTX at {}: {e}", built.display())))
     };
-    let ptx = read("flashsampling_kernels.ptx");
-    let ptx_sm90a = read("flashsampling_kernels_sm90a.ptx");
-    for entry in flashsampling_kernels::config::ENTRY_POINTS {
-        let module = if entry.contains("wgmma") { &ptx_sm90a } else { &ptx };
-        if !module.contains(&format!(".entry {entry}(")) {
-            fail(&format!("the PTX lacks the entry point `{entry}`"));
-        }
-    }
-    // The warp-specialized kernels need their thread bound in the PTX (written by the link step).
-    for variant in flashsampling_kernels::config::FUSED_VARIANTS {
-        if variant.warp_specialized() {
-            let at = ptx_sm90a.find(&format!(".entry {}(", variant.entry)).unwrap_or(0);
-            let head = &ptx_sm90a[at..(at + 400).min(ptx_sm90a.len())];
-            let bound = format!(".maxntid {}, 1, 1", variant.threads());
-            if !head.split('{').next().unwrap_or("").contains(&bound) {
-                fail(&format!("the PTX entry `{}` lacks `{bound}` (kernels/link-ptx.sh)", variant.entry));
+    let ptx: Vec<(Module, String)> = Module::ALL.iter().map(|&m| (m, read(m))).collect();
+    let module_of = |m: Module| &ptx.iter().find(|(n, _)| *n == m).unwrap().1;
+    for (entry, module, bound) in entry_points() {
+        let text = module_of(module);
+        let Some(at) = text.find(&format!(".entry {entry}(")) else {
+            fail(&format!("the {} PTX module lacks the entry point `{entry}`", module.stem()))
+        };
+        // Entries that run one block per multiprocessor carry their thread bound (the link step).
+        if let Some(threads) = bound {
+            let head = &text[at..(at + 600).min(text.len())];
+            let want = format!(".maxntid {threads}, 1, 1");
+            if !head.split('{').next().unwrap_or("").contains(&want) {
+                fail(&format!("the PTX entry `{entry}` lacks `{want}` (kernels/link-ptx.sh)"));
             }
         }
     }
-    let dest = out_dir.join("flashsampling.ptx");
-    std::fs::write(&dest, &ptx).unwrap();
-    println!("cargo:rustc-env=FLASHSAMPLING_PTX_PATH={}", dest.display());
-    let dest = out_dir.join("flashsampling_sm90a.ptx");
-    std::fs::write(&dest, &ptx_sm90a).unwrap();
-    println!("cargo:rustc-env=FLASHSAMPLING_PTX_SM90A_PATH={}", dest.display());
+    for (module, text) in &ptx {
+        let dest = out_dir.join(format!("{}.ptx", module.stem()));
+        std::fs::write(&dest, text).unwrap();
+        let var = match module {
+            Module::Portable => "FLASHSAMPLING_PTX_PATH",
+            Module::Hopper => "FLASHSAMPLING_PTX_SM90A_PATH",
+            Module::Test => "FLASHSAMPLING_PTX_TEST_PATH",
+        };
+        println!("cargo:rustc-env={var}={}", dest.display());
+    }
     println!("cargo:rustc-env=FLASHSAMPLING_PTX_SM={sm}");
 }

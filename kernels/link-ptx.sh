@@ -3,8 +3,8 @@
 #
 # rustc hands the linker LLVM bitcode: the crate's own objects and rlibs (core, ...) whose members are
 # bitcode too. This step: extract rlib members, llvm-link the crate's objects plus only what they need
-# from the rlibs, internalize everything but the kernel entry points (rustc's --export-symbol list),
-# opt -O3, and llc to PTX for $FS_SM (default sm_90). FMA contraction is off (`--fp-contract=off`), so
+# from the rlibs, then per PTX module (FS_MODULES, below): internalize everything but that module's
+# entry points, opt -O3, and llc to PTX for its target ($FS_SM, default sm_90, or sm_90a). FMA contraction is off (`--fp-contract=off`), so
 # f32 multiplies and adds round exactly as on the host; explicit FMAs (mma, mul_add) are unaffected.
 # Tools come from $FS_LLVM_BIN (the toolchain's llvm-tools component).
 set -euo pipefail
@@ -25,11 +25,11 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ -n "$out" ] || { echo "link-ptx.sh: no -o given" >&2; exit 2; }
-# Keep the entry points rustc exports (the `#[no_mangle]` kernels), or $FS_ENTRY_POINTS if set.
-if [ -z "${FS_ENTRY_POINTS:-}" ]; then
-  FS_ENTRY_POINTS="$(IFS=,; echo "${exports[*]}")"
-fi
-[ -n "$FS_ENTRY_POINTS" ] || { echo "link-ptx.sh: no entry points to export" >&2; exit 2; }
+[ ${#exports[@]} -gt 0 ] || { echo "link-ptx.sh: rustc exported no entry points" >&2; exit 2; }
+# Every kernel rustc exports must be in one of the modules build.rs lists (none silently dropped).
+for e in "${exports[@]}"; do
+  case ",${FS_MODULES//[;:]/,}," in *",$e,"*) ;; *) echo "link-ptx.sh: entry $e is in no module of FS_MODULES" >&2; exit 2 ;; esac
+done
 [ ${#objs[@]} -gt 0 ] || { echo "link-ptx.sh: no bitcode objects given" >&2; exit 2; }
 work="$(mktemp -d "${out}.link.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
@@ -52,22 +52,30 @@ if [ ${#extra[@]} -gt 0 ]; then
 else
   "$FS_LLVM_BIN/llvm-link" "${objs[@]}" -o "$work/linked.bc"
 fi
-# Two modules: the `wgmma` kernels need the arch-specific sm_90a target (a Hopper-only module), every
-# other kernel goes into the $FS_SM module, which newer GPUs can load too.
-main_entries="$(tr ',' '\n' <<< "$FS_ENTRY_POINTS" | grep -v wgmma | paste -sd, -)"
-sm90a_entries="$(tr ',' '\n' <<< "$FS_ENTRY_POINTS" | grep wgmma | paste -sd, - || true)"
-module() {  # entries, cpu, output
+# One PTX module per `config::Module`, as build.rs lists them from the variant table:
+#   FS_MODULES  "stem:arch:entry,entry;stem:arch:entry,…"  (the first is written to -o, the others as
+#               <stem>.ptx beside it; arch `sm_90a` gets PTX ISA 8.3 for `fence.proxy.tensormap`)
+#   FS_MAXNTID  "entry=threads,…"  entries that run one block of that size per multiprocessor: rustc
+#               has no launch-bounds attribute, so `.maxntid threads, 1, 1` is written here and ptxas
+#               then budgets registers for exactly that block.
+: "${FS_MODULES:?set FS_MODULES (build.rs lists the modules and their entry points)}"
+module() {  # entries, cpu, output, extra llc flags
   "$FS_LLVM_BIN/opt" "$work/linked.bc" -o "$work/opt-$2.bc" \
     -passes='internalize,globaldce,default<O3>' -internalize-public-api-list="$1"
   "$FS_LLVM_BIN/llc" "$work/opt-$2.bc" -o "$3" -O3 -mtriple=nvptx64-nvidia-cuda -mcpu="$2" --fp-contract=off ${4:-}
 }
-module "$main_entries" "$sm" "$out"
-if [ -n "$sm90a_entries" ]; then
-  sm90a="${out%.ptx}_sm90a.ptx"
-  # PTX ISA 8.3: `fence.proxy.tensormap::generic` (the TMA kernels acquire their tensor maps).
-  module "$sm90a_entries" sm_90a "$sm90a" -mattr=+ptx83
-  # The warp-specialized kernels (`*_ws_*`, `*_tma_*`, `*_tmat_*`) run 3 warpgroups = 384 threads
-  # (config::WS_WARPS). rustc has no launch-bounds attribute, so the bound is written here: ptxas then
-  # keeps them within the 168 registers per thread that one such block per SM can have.
-  sed -i -E '/^\.visible \.entry [A-Za-z0-9_]*_(ws|tma|tmat)_[A-Za-z0-9_]*\($/,/^\)/ s/^\)(.*)$/)\1\n.maxntid 384, 1, 1/' "$sm90a"
-fi
+first=1
+IFS=';' read -ra specs <<< "$FS_MODULES"
+for spec in "${specs[@]}"; do
+  IFS=':' read -r stem arch entries <<< "$spec"
+  [ "$arch" = portable ] && arch="$sm"
+  if [ $first = 1 ]; then dest="$out"; first=0; else dest="$(dirname "$out")/$stem.ptx"; fi
+  extra=""; [ "$arch" = sm_90a ] && extra="-mattr=+ptx83"
+  module "$entries" "$arch" "$dest" "$extra"
+  IFS=',' read -ra bounds <<< "${FS_MAXNTID:-}"
+  for bound in "${bounds[@]}"; do
+    entry="${bound%%=*}"; threads="${bound#*=}"
+    # The line after the entry's parameter list: `)` (then `{`); the bound goes between them.
+    sed -i -E "/^\.visible \.entry ${entry}\(\$/,/^\)/ s/^\)(.*)\$/)\1\n.maxntid ${threads}, 1, 1/" "$dest"
+  done
+done

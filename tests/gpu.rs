@@ -10,7 +10,7 @@ mod common;
 
 use common::*;
 use flashsampling::kernels::INVALID_INDEX;
-use flashsampling::kernels::config::FUSED_VARIANTS;
+use flashsampling::kernels::config::{Family, FusedVariant};
 use flashsampling::kernels::noise::gumbel;
 use flashsampling::kernels::philox::philox4x32_10;
 use flashsampling::{CpuBackend, DeviceMatrix, Error, Matrix, SamplingParams};
@@ -142,22 +142,21 @@ fn every_fused_variant_draws_the_same_samples() {
         &[(1, 136, 1008), (9, 4096, 20_001), (33, 200, 3001), (70, 64, 784), (130, 1024, 5008), (257, 72, 999)]
     };
     let entries = gpu.fused_variants();
-    let wgmma = |e: &str| e.contains("wgmma");
-    visible(&format!("fused-kernel variants on this GPU: {}", entries.join(", ")));
+    let names: Vec<&str> = entries.iter().map(|e| e.entry).collect();
+    visible(&format!("fused-kernel variants on this GPU: {}", names.join(", ")));
     for &(b, d, v) in shapes {
         let mut rng = TestRng::new(DATA_SEED ^ 0x7A_u64 ^ (b * 7919 + d + v * 31) as u64);
         let hidden = rng.normal_bf16(b * d, 1.0);
         let weight = rng.normal_bf16(v * d, 2.0 / (d as f64).sqrt());
         let params = SamplingParams::new(0.8, SEED + b as u64).with_streams((0..b as u64).map(|i| 7 * i + 1).collect());
         let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
-        let mut first: Option<flashsampling::Samples> = None;
+        let mut first_mma_sync: Option<(FusedVariant, flashsampling::Samples)> = None;
         let mut by_entry = std::collections::HashMap::new();
         let mut twins = 0;
         let bits = |x: &[f32]| x.iter().map(|s| s.to_bits()).collect::<Vec<_>>();
-        for entry in &entries {
+        for &entry in &entries {
             gpu.set_fused_variant(Some(entry)).unwrap();
-            let supported = FUSED_VARIANTS.iter().find(|f| f.entry == *entry).unwrap().supports_vocab(v as u32);
-            if !supported {
+            if !entry.supports_vocab(v as u32) {
                 // The hidden-as-A kernels need V % 16 == 0: a typed error before any launch.
                 let err = gpu.sample_scored(h, w, &params).unwrap_err();
                 assert!(matches!(err, Error::UnsupportedVocab { .. }), "{entry}, V={v}: {err:?}");
@@ -165,44 +164,34 @@ fn every_fused_variant_draws_the_same_samples() {
             }
             let got = gpu.sample_scored(h, w, &params).unwrap();
             let m = compare_with_cpu(&gpu, b, d, v, 1.0);
-            visible(&format!("variant {entry:<26} B={b:>3} D={d:>4} V={v:>5}: vs CPU {m} mismatching rows of {b}"));
+            visible(&format!("variant {entry:<30} B={b:>3} D={d:>4} V={v:>5}: vs CPU {m} mismatching rows of {b}"));
             assert!(m * 50 <= b, "{entry}: {m} of {b} rows differ from the CPU");
-            // A warp-specialized kernel issues the same wgmma in the same order as the one-warpgroup
-            // kernel of its N (`ws_nN`, `tma_nN` vs `wgmma_nN`; `tma_n16` vs `ws_n16`, as there is no
-            // `wgmma_n16`), and splitting the batch tile over the consumers does not change any
-            // column's MMAs (`tma_nNx2` vs `wgmma_nN`): bit-identical tokens and scores.
-            let twin_name = match entry.strip_suffix("x2").unwrap_or(entry) {
-                base if base.contains("_tma_") => {
-                    let one_warpgroup = base.replace("_tma_", "_");
-                    if by_entry.contains_key(&one_warpgroup) { one_warpgroup } else { base.replace("_tma_", "_ws_") }
-                }
-                base => base.replace("_ws_", "_"),
-            };
-            if let (true, Some(twin)) = (entry.contains("_ws_") || entry.contains("_tma_"), by_entry.get(&twin_name)) {
+            // Splitting the batch tile over the two consumer warpgroups (`…x2`) does not change any
+            // logit's MMAs: bit-identical tokens and scores to the variant that takes turns.
+            if let Some(twin) = entry.entry.strip_suffix("x2").and_then(|base| by_entry.get(base)) {
                 twins += 1;
                 let twin: &flashsampling::Samples = twin;
-                assert_eq!(got.tokens, twin.tokens, "{entry} vs its one-warpgroup twin: B={b} D={d} V={v}");
-                assert_eq!(bits(&got.scores), bits(&twin.scores), "{entry} vs its one-warpgroup twin: scores");
+                assert_eq!(got.tokens, twin.tokens, "{entry} vs its twin: B={b} D={d} V={v}");
+                assert_eq!(bits(&got.scores), bits(&twin.scores), "{entry} vs its twin: scores");
             }
-            by_entry.insert(entry.to_string(), got.clone());
-            match &first {
-                None => first = Some(got),
-                Some(_) if wgmma(entry) => {}
-                Some(f) => {
-                    assert_eq!(got.tokens, f.tokens, "{entry} vs {}: B={b} D={d} V={v}", entries[0]);
-                    assert_eq!(bits(&got.scores), bits(&f.scores), "{entry} vs {}: scores", entries[0]);
+            by_entry.insert(entry.entry, got.clone());
+            // Every mma.sync variant computes each logit with the same MMAs in the same order.
+            if entry.family == Family::MmaSync {
+                match &first_mma_sync {
+                    None => first_mma_sync = Some((entry, got)),
+                    Some((f, first)) => {
+                        assert_eq!(got.tokens, first.tokens, "{entry} vs {f}: B={b} D={d} V={v}");
+                        assert_eq!(bits(&got.scores), bits(&first.scores), "{entry} vs {f}: scores");
+                    }
                 }
             }
         }
-        // On compute capability 9.0: ws_n32, ws_n64 and the five tma variants have a twin (the
-        // hidden-as-A `tmat` kernels multiply in another shape: compared with the CPU only).
-        if entries.iter().any(|e| e.contains("_ws_")) {
-            assert_eq!(twins, 7, "twin comparisons for B={b} D={d} V={v}");
+        // On compute capability 9.0: tma_n64x2 and (V % 16 == 0) tmat_n64x2 have a twin.
+        if entries.iter().any(|e| e.family != Family::MmaSync) {
+            assert_eq!(twins, 1 + (v % 16 == 0) as usize, "twin comparisons for B={b} D={d} V={v}");
         }
     }
     gpu.set_fused_variant(None).unwrap();
-    let err = gpu.set_fused_variant(Some("no_such_kernel")).unwrap_err();
-    assert!(matches!(err, Error::UnknownVariant(..)), "{err:?}");
 }
 
 #[test]
@@ -300,8 +289,7 @@ fn tma_kernels_follow_their_buffers_through_the_device_api() {
     // The TMA kernels read the launch's buffers through tensor maps cached in `DeviceSamples`. One
     // `out` serves launches that alternate between two live hidden-state buffers, two batch sizes and
     // two weights: each must sample its own inputs, as the host path (fresh buffers) does.
-    let tma: Vec<&str> =
-        gpu.fused_variants().into_iter().filter(|e| e.contains("_tma_") || e.contains("_tmat_")).collect();
+    let tma: Vec<FusedVariant> = gpu.fused_variants().into_iter().filter(|e| e.uses_tma()).collect();
     if tma.is_empty() {
         visible(
             "SKIP tma_kernels_follow_their_buffers_through_the_device_api: no TMA variant on this GPU (sm_90a only)",

@@ -20,7 +20,7 @@ use half::bf16;
 
 use crate::error::{Error, Result};
 use crate::gpu::ByValue;
-use crate::{GpuBackend, PTX, SamplingParams};
+use crate::{GpuBackend, PTX_TEST, SamplingParams};
 
 /// Device buffers of the unfused pipelines for one (B, V).
 pub struct UnfusedBuffers {
@@ -55,7 +55,7 @@ impl Baselines {
     pub fn new(gpu: &GpuBackend) -> Result<Self> {
         let stream = gpu.stream().clone();
         let blas = CudaBlas::new(stream.clone()).map_err(|e| Error::Driver(format!("cuBLAS: {e:?}")))?;
-        let module = gpu.context().load_module(Ptx::from_src(PTX))?;
+        let module = gpu.context().load_module(Ptx::from_src(PTX_TEST))?;
         Ok(Self {
             blas,
             gumbel: module.load_function(GUMBEL_LOGITS_ENTRY)?,

@@ -9,8 +9,8 @@ use cudarc::driver::{
 };
 use cudarc::nvrtc::Ptx;
 use flashsampling_kernels::config::{
-    BLOCK_V, FUSED_VARIANTS, FusedVariant, GUMBEL_ENTRY, MAX_DIM, PHILOX_ENTRY, Staging, TMA_T_VOCAB_ALIGN, TmaLayout,
-    tma_hidden, tma_weight_rows, tma_weight_tiles, tma_weight_tiles_t, variant_for_batch,
+    BLOCK_V, FUSED_VARIANTS, Family, FusedVariant, MAX_DIM, Module, TMA_T_VOCAB_ALIGN, TmaLayout, tma_hidden,
+    tma_weight_rows, tma_weight_tiles, tma_weight_tiles_t, variant_for_batch,
 };
 use flashsampling_kernels::params::{FusedParams, LogitsParams, NoiseTestParams, ReduceParams, TensorMap, TensorMaps};
 use flashsampling_kernels::{Candidate, Transform};
@@ -37,8 +37,8 @@ unsafe impl DeviceRepr for ByValue<LogitsParams> {}
 /// How the fused kernel is launched for one (B, V).
 #[derive(Clone, Copy, Debug)]
 struct LaunchShape {
-    /// Index of the kernel variant in [`FUSED_VARIANTS`] (and in `GpuBackend::fused`).
-    variant: usize,
+    /// The kernel variant.
+    variant: FusedVariant,
     /// Batch tiles.
     n_btiles: u32,
     /// Vocab ranges = candidates per row.
@@ -94,7 +94,7 @@ struct TensorMapKey {
     b: usize,
     d: usize,
     v: usize,
-    variant: usize,
+    variant: FusedVariant,
 }
 
 /// Encodes a bf16 tensor map of geometry `layout` over device memory at `address` (128-byte
@@ -152,15 +152,13 @@ pub struct GpuBackend {
     blocks_per_sm_override: Option<u32>,
     stream: Arc<CudaStream>,
     /// Every fused-kernel variant, in [`FUSED_VARIANTS`] order; `None` where this GPU cannot run it
-    /// (the `wgmma` variants outside compute capability 9.0).
+    /// (the Hopper module's variants outside compute capability 9.0).
     fused: Vec<Option<LoadedVariant>>,
-    /// Whether the sm_90a module (the `wgmma` variants) is loaded.
+    /// Whether the Hopper (sm_90a) module is loaded.
     sm90a: bool,
     /// Variant forced for every batch size (`FLASHSAMPLING_FUSED_VARIANT` or
     /// [`GpuBackend::set_fused_variant`]); samples do not depend on it.
-    variant_override: Option<usize>,
-    philox: CudaFunction,
-    gumbel: CudaFunction,
+    variant_override: Option<FusedVariant>,
 }
 
 impl std::fmt::Debug for GpuBackend {
@@ -199,15 +197,20 @@ impl GpuBackend {
             ctx.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
             ctx.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
         );
-        let module_sm90a = if cc == (9, 0) { Some(ctx.load_module(Ptx::from_src(PTX_SM90A))?) } else { None };
+        // `FLASHSAMPLING_PORTABLE=1` keeps it unloaded, so a Hopper GPU runs the portable kernels the
+        // way other GPUs do (to measure and test that path).
+        let portable_only = std::env::var("FLASHSAMPLING_PORTABLE").is_ok_and(|v| v == "1");
+        let module_sm90a =
+            if cc == (9, 0) && !portable_only { Some(ctx.load_module(Ptx::from_src(PTX_SM90A))?) } else { None };
         // The persistent grid fills every multiprocessor to the occupancy its registers allow.
         let fused = FUSED_VARIANTS
             .iter()
             .map(|variant| {
-                let module = match (variant.needs_sm90a(), &module_sm90a) {
-                    (false, _) => &module,
-                    (true, Some(m)) => m,
-                    (true, None) => return Ok(None),
+                let module = match (variant.module(), &module_sm90a) {
+                    (Module::Portable, _) => &module,
+                    (Module::Hopper, Some(m)) => m,
+                    (Module::Hopper, None) => return Ok(None),
+                    (Module::Test, _) => unreachable!("no fused kernel is in the test module"),
                 };
                 let func = module.load_function(variant.entry)?;
                 // The staging rings need more than the default 48 KiB of dynamic shared memory.
@@ -228,8 +231,6 @@ impl GpuBackend {
         let mut gpu = Self {
             variant_override: None,
             sm90a: module_sm90a.is_some(),
-            philox: module.load_function(PHILOX_ENTRY)?,
-            gumbel: module.load_function(GUMBEL_ENTRY)?,
             fused,
             stream,
             ctx,
@@ -241,46 +242,59 @@ impl GpuBackend {
         };
         if let Ok(name) = std::env::var("FLASHSAMPLING_FUSED_VARIANT") {
             if !name.is_empty() {
-                gpu.set_fused_variant(Some(&name))?;
+                let variant = FusedVariant::by_name(&name).ok_or_else(|| gpu.unknown_variant(&name))?;
+                gpu.set_fused_variant(Some(variant))?;
             }
         }
         Ok(gpu)
     }
 
-    /// Every fused-kernel variant with its resident blocks per multiprocessor (the persistent grid's
-    /// size is that times the multiprocessor count).
-    pub fn fused_occupancy(&self) -> Vec<(&'static str, u32)> {
-        self.fused.iter().flatten().map(|f| (f.variant.entry, f.per_sm)).collect()
+    /// Every fused-kernel variant this GPU runs with its resident blocks per multiprocessor (the
+    /// persistent grid's size is that times the multiprocessor count).
+    pub fn fused_occupancy(&self) -> Vec<(FusedVariant, u32)> {
+        self.fused.iter().flatten().map(|f| (*f.variant, f.per_sm)).collect()
     }
 
-    /// Entry points of the fused-kernel variants this GPU runs, in [`FUSED_VARIANTS`] order.
-    pub fn fused_variants(&self) -> Vec<&'static str> {
-        self.fused.iter().flatten().map(|f| f.variant.entry).collect()
+    /// The fused-kernel variants this GPU runs, in [`FUSED_VARIANTS`] order.
+    pub fn fused_variants(&self) -> Vec<FusedVariant> {
+        self.fused.iter().flatten().map(|f| *f.variant).collect()
     }
 
-    /// Forces the fused-kernel variant named `entry` (an entry of [`FUSED_VARIANTS`]) for every batch
-    /// size, or restores the choice by batch size (`None`). For tuning and tests: every variant
-    /// samples the same distribution from the same noise (the `mma.sync` ones bit-identically). The
-    /// environment variable `FLASHSAMPLING_FUSED_VARIANT` sets it at construction.
-    pub fn set_fused_variant(&mut self, entry: Option<&str>) -> Result<()> {
-        self.variant_override = match entry {
-            None => None,
-            Some(name) => match FUSED_VARIANTS.iter().position(|f| f.entry == name) {
-                Some(i) if self.fused[i].is_some() => Some(i),
-                _ => return Err(Error::UnknownVariant(name.into(), self.fused_variants().join(", "))),
-            },
-        };
+    /// The loaded kernel of `variant`, if this GPU runs it.
+    fn loaded(&self, variant: FusedVariant) -> Option<&LoadedVariant> {
+        let i = FUSED_VARIANTS.iter().position(|f| *f == variant)?;
+        self.fused[i].as_ref()
+    }
+
+    fn unknown_variant(&self, name: &str) -> Error {
+        let known: Vec<&str> = self.fused_variants().iter().map(|v| v.entry).collect();
+        Error::UnknownVariant(name.into(), known.join(", "))
+    }
+
+    /// Forces `variant` for every batch size, or restores the choice by batch size (`None`). For
+    /// tuning and tests: every variant samples the same distribution from the same noise (the
+    /// variants of one family and MMA shape bit-identically). The environment variable
+    /// `FLASHSAMPLING_FUSED_VARIANT=<entry point>` sets it at construction; an error when this GPU
+    /// does not run the variant.
+    pub fn set_fused_variant(&mut self, variant: Option<FusedVariant>) -> Result<()> {
+        if let Some(v) = variant {
+            if self.loaded(v).is_none() {
+                return Err(self.unknown_variant(v.entry));
+            }
+        }
+        self.variant_override = variant;
         Ok(())
     }
 
-    /// The variant (index into [`FUSED_VARIANTS`]) a call with `b` rows and vocab size `v` launches.
-    fn variant_index_for(&self, b: usize, v: usize) -> usize {
+    /// The fused-kernel variant a call with `b` rows and vocab size `v` launches.
+    pub fn fused_variant_for(&self, b: usize, v: usize) -> FusedVariant {
         self.variant_override.unwrap_or(variant_for_batch(b as u32, v as u32, self.sm90a, self.sm_count))
     }
 
-    /// The entry point of the fused-kernel variant a call with `b` rows and vocab size `v` launches.
-    pub fn fused_variant_for(&self, b: usize, v: usize) -> &'static str {
-        FUSED_VARIANTS[self.variant_index_for(b, v)].entry
+    /// Whether the Hopper (sm_90a) module is loaded: compute capability 9.0 and
+    /// `FLASHSAMPLING_PORTABLE` not set to 1. Otherwise only the portable kernels run.
+    pub fn hopper_kernels(&self) -> bool {
+        self.sm90a
     }
 
     /// The device's name.
@@ -300,12 +314,12 @@ impl GpuBackend {
 
     /// The launch of the fused kernel for `b` rows and vocab `v`.
     fn launch_shape(&self, b: usize, v: usize) -> LaunchShape {
-        let index = self.variant_index_for(b, v);
-        let loaded = self.fused[index].as_ref().expect("only loaded variants are chosen");
-        let n_btiles = (b as u32).div_ceil(loaded.variant.block_b()).max(1);
+        let variant = self.fused_variant_for(b, v);
+        let loaded = self.loaded(variant).expect("only loaded variants are chosen");
+        let n_btiles = (b as u32).div_ceil(variant.block_b()).max(1);
         let per_sm = self.blocks_per_sm_override.unwrap_or(loaded.per_sm);
-        let n_vranges = loaded.variant.n_vranges(self.sm_count, per_sm, n_btiles, v as u32);
-        LaunchShape { variant: index, n_btiles, n_vranges }
+        let n_vranges = variant.n_vranges(self.sm_count, per_sm, n_btiles, v as u32);
+        LaunchShape { variant, n_btiles, n_vranges }
     }
 
     /// Allocates the per-batch buffers for up to `b` rows and vocab size `v`: `B × n_vranges`
@@ -375,7 +389,7 @@ impl GpuBackend {
             }
         }
         let launch = self.launch_shape(shape.b, shape.v);
-        let variant = FUSED_VARIANTS[launch.variant];
+        let variant = launch.variant;
         if !variant.supports_vocab(shape.v as u32) {
             return Err(Error::UnsupportedVocab {
                 variant: variant.entry,
@@ -415,16 +429,16 @@ impl GpuBackend {
         out: &mut DeviceSamples,
         launch: LaunchShape,
     ) -> Result<()> {
-        let loaded = self.fused[launch.variant].as_ref().expect("only loaded variants are chosen");
-        let variant = loaded.variant;
+        let loaded = self.loaded(launch.variant).expect("only loaded variants are chosen");
+        let variant = launch.variant;
         if variant.uses_tma() {
             let key = TensorMapKey { hidden, weight, b: shape.b, d: shape.d, v: shape.v, variant: launch.variant };
             if out.tensor_maps_for != Some(key) {
                 let (d, v) = (shape.d as u32, shape.v as u32);
                 let maps = TensorMaps {
-                    weight_tiles: match (variant.staging, tma_weight_tiles_t(d, v), tma_weight_tiles(d, v)) {
-                        (Staging::WgmmaTmaT, Some(layout), _) => encode_tensor_map(weight, layout)?,
-                        (Staging::WgmmaTmaT, None, _) => unreachable!("V % 16 is checked before the launch"),
+                    weight_tiles: match (variant.family, tma_weight_tiles_t(d, v), tma_weight_tiles(d, v)) {
+                        (Family::WgmmaHiddenA, Some(layout), _) => encode_tensor_map(weight, layout)?,
+                        (Family::WgmmaHiddenA, None, _) => unreachable!("V % 16 is checked before the launch"),
                         (_, _, Some(layout)) => encode_tensor_map(weight, layout)?,
                         (_, _, None) => TensorMap([0; 16]), // V < 32: no whole tile, never read
                     },
@@ -475,17 +489,23 @@ impl GpuBackend {
         Ok(())
     }
 
-    /// Runs Philox4x32-10 on the device for each counter (tests: bit-identical to the host).
+    /// Runs Philox4x32-10 on the device for each counter (tests: bit-identical to the host). Loads
+    /// the test PTX module.
+    #[cfg(feature = "internals")]
     pub fn philox_on_device(&self, counters: &[[u32; 4]], key: [u32; 2]) -> Result<Vec<[u32; 4]>> {
-        self.noise_test(&self.philox, counters, key)
+        self.noise_test(flashsampling_kernels::config::PHILOX_ENTRY, counters, key)
     }
 
-    /// Gumbel noise (f32 bits) of each counter's four Philox words, on the device.
+    /// Gumbel noise (f32 bits) of each counter's four Philox words, on the device (the test module).
+    #[cfg(feature = "internals")]
     pub fn gumbel_on_device(&self, counters: &[[u32; 4]], key: [u32; 2]) -> Result<Vec<[u32; 4]>> {
-        self.noise_test(&self.gumbel, counters, key)
+        self.noise_test(flashsampling_kernels::config::GUMBEL_ENTRY, counters, key)
     }
 
-    fn noise_test(&self, func: &CudaFunction, counters: &[[u32; 4]], key: [u32; 2]) -> Result<Vec<[u32; 4]>> {
+    #[cfg(feature = "internals")]
+    fn noise_test(&self, entry: &str, counters: &[[u32; 4]], key: [u32; 2]) -> Result<Vec<[u32; 4]>> {
+        let func = self.ctx.load_module(Ptx::from_src(crate::PTX_TEST))?.load_function(entry)?;
+        let func = &func;
         let n = counters.len();
         if n == 0 {
             return Ok(Vec::new());

@@ -23,14 +23,22 @@
 //! )?;
 //! # Ok::<(), flashsampling::Error>(())
 //! ```
+//!
+//! The cargo feature `internals` adds what this repository's tests, benches and example use and a
+//! library user does not need: the benchmark baselines ([`baselines`]), synthetic LM heads
+//! ([`synthetic`]), CUDA-event timing ([`timing`]) and device test hooks (`GpuBackend::
+//! philox_on_device`, `gumbel_on_device`), with the test PTX module they load.
 #![warn(missing_docs)]
 
+#[cfg(feature = "internals")]
 pub mod baselines;
 pub mod cpu;
 pub mod error;
 pub mod gpu;
 pub mod params;
+#[cfg(feature = "internals")]
 pub mod synthetic;
+#[cfg(feature = "internals")]
 pub mod timing;
 
 pub use cpu::CpuBackend;
@@ -40,15 +48,20 @@ pub use flashsampling_kernels::stream_id;
 pub use gpu::{DeviceMatrix, DeviceSamples, GpuBackend, gpu_available};
 pub use params::{Matrix, SamplingParams, Shape};
 
-/// The kernel crate compiled to PTX by build.rs (target `FLASHSAMPLING_PTX_SM`, default sm_90).
+/// The portable PTX module ([`kernels::config::Module::Portable`]: the `mma.sync` kernels), built
+/// by build.rs for `FLASHSAMPLING_PTX_SM` (default sm_90).
 pub const PTX: &str = include_str!(env!("FLASHSAMPLING_PTX_PATH"));
-/// Where build.rs wrote the PTX.
+/// Where build.rs wrote the portable PTX.
 pub const PTX_PATH: &str = env!("FLASHSAMPLING_PTX_PATH");
-/// The architecture the PTX was built for.
+/// The architecture the portable PTX was built for.
 pub const PTX_SM: &str = env!("FLASHSAMPLING_PTX_SM");
-/// The `wgmma` kernels, compiled for the arch-specific sm_90a target (loaded on compute capability 9.0
-/// GPUs only).
+/// The Hopper PTX module ([`kernels::config::Module::Hopper`]: the `wgmma` kernels), compiled for
+/// the arch-specific sm_90a target (loaded on compute capability 9.0 GPUs only).
 pub const PTX_SM90A: &str = include_str!(env!("FLASHSAMPLING_PTX_SM90A_PATH"));
+/// The test PTX module ([`kernels::config::Module::Test`]: device noise tests and benchmark
+/// baselines), loaded only by the `internals` feature's test hooks and baselines.
+#[cfg(feature = "internals")]
+pub const PTX_TEST: &str = include_str!(env!("FLASHSAMPLING_PTX_TEST_PATH"));
 
 /// Tokens and their winning perturbed scores.
 #[derive(Clone, Debug, PartialEq)]

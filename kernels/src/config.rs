@@ -1,61 +1,39 @@
-//! Tile configuration and thread mapping, defined once and shared by the kernels and the host code
-//! that launches them.
+//! Tile configuration, kernel variants and thread-mapping constants, defined once and shared by the
+//! kernels and the host code that launches them.
+//!
+//! # Variants
+//! Every compiled fused kernel is a [`FusedVariant`]: a typed value (entry point, [`Family`],
+//! batch width, stages) from which the host derives its launch (threads, shared memory, grid) and
+//! the build derives its PTX module ([`FusedVariant::module`]) and thread bound
+//! ([`FusedVariant::max_threads`]). [`FUSED_VARIANTS`] lists the kernels the library launches;
+//! [`variant_for_batch`] picks one per batch size. Three families, one mainloop each:
+//!
+//! | family | MMA | module | chosen |
+//! |---|---|---|---|
+//! | [`Family::MmaSync`] | `mma.sync.m16n8k16`, weight = A, `cp.async` block staging | portable (sm_90 PTX, any sm_80+ GPU through the driver's JIT) | where the sm_90a module does not load |
+//! | [`Family::WgmmaWeightA`] | `wgmma.m64nNk16`, weight = A, TMA producer warp + 2 consumer warpgroups | sm_90a | B ≤ 64 (and > 64 when `V % 16 ≠ 0`) |
+//! | [`Family::WgmmaHiddenA`] | `wgmma.m64n256k16`, hidden = A, same producer and consumers | sm_90a | B > 64 (from 33 where its vocab ranges are no longer), `V % 16 == 0` |
+//!
+//! Each family's thread mapping is documented in its kernel file (`device/fused/`). Within a family
+//! (and one MMA shape) every variant computes each logit with the same MMAs in the same order, so
+//! they draw bit-identical samples; across families the tensor cores may sum a k16 step in another
+//! order (same samples up to f32 near-ties).
 //!
 //! # Tiles
-//! The `mma.sync` kernels compute logits with `mma.sync.m16n8k16` (bf16 × bf16 → f32). The weight is
-//! the MMA's A operand (16 vocab rows per M tile) and the hidden states its B operand (8 batch rows
-//! per N tile), so a decode batch of 1–8 rows wastes only the unused N columns of a cheap MMA while
-//! every weight byte is read once. The `wgmma` kernels ([`Staging::Wgmma`], sm_90a) use
-//! `wgmma.mma_async.m64nNk16` with the same operand roles: two 64-row A tiles (128 vocab rows) per
-//! tile and N = `BLOCK_B` batch rows; their thread mapping is in `device::fused_wgmma` (one warpgroup
-//! per block) and `device::fused_ws` ([`Staging::WgmmaWs`], [`Staging::WgmmaTma`]: a producer and two
-//! consumer warpgroups). `device::fused_ws_t` ([`Staging::WgmmaTmaT`]) swaps the roles: the hidden
-//! states are the A operand (64 batch rows per consumer) and a 256-row vocab tile the B operand.
 //!
 //! | constant | value | meaning |
 //! |---|---|---|
-//! | [`WARPS_PER_BLOCK`] | 4 | warps per block (per-warp staging); vocab-splitting warps (block staging) |
-//! | [`M_TILES_PER_WARP`] | 2 | 16-row M tiles per warp |
-//! | [`WARP_TILE_V`] | 32 | vocab rows per warp tile |
-//! | [`BLOCK_V`] | 128 | vocab rows of a block tile (block staging); the CPU backend's default tile |
-//! | `BLOCK_B` | 8 · NB · warps_b | batch rows per block ([`FusedVariant::block_b`]) |
-//! | [`CHUNK_D`] | 32 | D consumed per mainloop step (two k16 MMAs) |
+//! | [`WARP_TILE_V`] | 32 | vocab rows per `mma.sync` warp (2 M tiles of 16) |
+//! | [`BLOCK_V`] | 128 | vocab rows of a `mma.sync` or weight-as-A tile; the CPU backend's default tile |
+//! | [`TMA_T_TILE_V`] | 256 | vocab rows of a hidden-as-A tile |
 //! | [`STAGE_K`] | 64 | D columns per pipeline stage (one cache line per staged row) |
-//! | [`FusedVariant::stages`] | 3–6 | `cp.async` pipeline depth |
 //! | [`D_ALIGN`] | 8 | D must be a multiple of this (16-byte loads) |
 //!
-//! Every compiled kernel variant (staging, NB, warps_b, stages) is one entry of [`FUSED_VARIANTS`];
-//! [`variant_for_batch`] picks one per batch size. All `mma.sync` variants compute each logit with the
-//! same MMAs in the same order, so they draw bit-identical samples; `wgmma` sums each k16 step in its
-//! own order (same samples up to f32 near-ties).
-//!
-//! The thread mapping below is that of the `mma.sync` kernels.
-//!
-//! # Thread mapping (fused kernels)
-//! `lane = tid % 32`, `warp = tid / 32`, `group = lane / 4`, `quad = lane % 4`.
-//!
-//! - **Grid**: persistent, as many blocks per multiprocessor as the kernel's occupancy allows (the
-//!   host asks the driver). Block `blk` covers batch tile `blk % n_btiles` and vocab range
-//!   `blk / n_btiles`. A range is an even share of the `ceil(V / tile_v)` tiles
-//!   ([`FusedVariant::tile_v`]: 32-row warp tiles or 128-row block tiles); the batch tiles of one range
-//!   are adjacent, so they share its weight rows through L2.
-//! - **Warps**: per-warp staging: 4 warps of one 8·NB-row batch tile take the range's warp tiles
-//!   round-robin. Block staging: `4 × warps_b` warps; warp `w` computes the 32 vocab rows
-//!   `32·(w / warps_b) ..` of each block tile for batch rows `8·NB·(w % warps_b) ..` of the batch tile.
-//! - **Rows per lane**: in warp tile `t`, lane `(group, quad)` owns the `ROWS_PER_LANE` consecutive
-//!   vocab rows starting at `t·WARP_TILE_V + group·ROWS_PER_LANE`. M tile `mt`, half `h` (MMA row
-//!   `group + 8h`) is vocab row `… + 2mt + h`, so a lane's rows form whole Philox groups of four.
-//! - **Along D**: lane `quad` takes the 16 bytes at `kc + 8·quad` of each of its rows and of hidden
-//!   row `b0 + 8nt + group`. The eight bf16 are the k-slots of two consecutive k16 MMAs (any
-//!   k-permutation shared by A and B leaves the dot product unchanged).
-//! - **Staging**: fragments are read from shared memory that `cp.async` fills in whole 128-byte lines,
-//!   XOR-swizzled so the 16-byte fragment reads are conflict-free. Per-warp staging: each warp's own
-//!   ring of weight slabs (then `bar.warp.sync`), and each lane stages its own hidden pieces. Block
-//!   staging: one ring of weight + hidden slabs per block (then a block barrier); see
-//!   `device::fused_block`.
+//! Lanes always own whole Philox groups: four consecutive vocab rows of a batch row, so one Philox
+//! call gives their noise.
 
-/// Warps per block of the per-warp-staging kernel; also the warps splitting the vocab in a
-/// block-staging kernel (whose block tile is therefore `4 × 32 = 128` vocab rows).
+/// Warps splitting the vocab in a `mma.sync` block (whose tile is therefore `4 × 32 = 128` vocab
+/// rows).
 pub const WARPS_PER_BLOCK: u32 = 4;
 /// 16-row MMA M tiles per warp (even, so each lane owns whole Philox groups).
 pub const M_TILES_PER_WARP: usize = 2;
@@ -63,7 +41,7 @@ pub const M_TILES_PER_WARP: usize = 2;
 pub const ROWS_PER_LANE: usize = 2 * M_TILES_PER_WARP;
 /// Vocab rows per warp tile: the unit of work of one warp.
 pub const WARP_TILE_V: u32 = 16 * M_TILES_PER_WARP as u32;
-/// Vocab rows of a block-staging kernel's block tile; also the CPU backend's default vocab tile
+/// Vocab rows of a `mma.sync` or weight-as-A tile; also the CPU backend's default vocab tile
 /// (samples do not depend on tile sizes).
 pub const BLOCK_V: u32 = WARPS_PER_BLOCK * WARP_TILE_V;
 /// D consumed by one mainloop step (two k16 MMAs fed by one 16-byte load per row and lane).
@@ -77,53 +55,10 @@ pub const MAX_DIM: u32 = 1 << 30;
 pub const STAGE_K: u32 = 64;
 /// Bytes of one staged row (weight or hidden) in a pipeline stage.
 pub const STAGE_ROW_BYTES: u32 = STAGE_K * 2;
-/// Shared memory reserved at the start of the dynamic window of a block of `warps` warps for its
-/// candidate merge: one 8-byte candidate per warp and batch row of the widest warp (32 rows).
-#[inline]
-pub const fn candidate_smem_bytes(warps: u32) -> u32 {
-    warps * 32 * 8
-}
-/// The candidate-merge area of a `wgmma` block (`warps` warps × `n` batch columns × 8 bytes).
-#[inline]
-pub const fn wgmma_candidate_smem_bytes(warps: u32, n: u32) -> u32 {
-    warps * n * 8
-}
-
 /// Threads per block of the candidate-reduction kernel (one warp per batch row).
 pub const REDUCE_THREADS_PER_BLOCK: u32 = 128;
 /// Batch rows per block of the candidate-reduction kernel.
 pub const REDUCE_ROWS_PER_BLOCK: u32 = REDUCE_THREADS_PER_BLOCK / 32;
-
-/// Where a fused kernel stages its operands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Staging {
-    /// Each warp owns a ring of 32-row weight slabs and stages its own hidden pieces; warps run
-    /// independently (no block barriers). Best when the batch is tiny: the hidden pieces cost little.
-    PerWarp,
-    /// One ring per block holds a `128 × STAGE_K` weight slab and the block's `BLOCK_B × STAGE_K`
-    /// hidden slab per stage, filled by all threads and read by all warps after a block barrier: a
-    /// hidden byte is staged once per 128 vocab rows, and the pipeline runs on across vocab tiles.
-    Block,
-    /// As `Block`, with one warpgroup per block whose `wgmma` (sm_90a) reads both operands straight
-    /// from the ring; `NB = N / 8` only sets the batch width `N`. In the sm_90a module only.
-    Wgmma,
-    /// As `Wgmma`, warp-specialized: a producer warpgroup fills the ring with `cp.async`, two consumer
-    /// warpgroups take turns on the tiles, and `mbarrier`s hand each stage over ([`WS_WARPS`] warps;
-    /// see `device::fused_ws`). In the sm_90a module only.
-    WgmmaWs,
-    /// As `WgmmaWs`, but one producer warp fills each stage with tensor-memory-accelerator copies
-    /// (`cp.async.bulk.tensor`, [TMA boxes](TMA_WEIGHT_ROW_STEP)) that complete on the stage's
-    /// `mbarrier`; the consumer warpgroups take turns on the tiles (`warps_b = 1`) or split the batch
-    /// tile, `N` rows each, sharing every stage's weight slab (`warps_b = 2`). Needs the launch's
-    /// tensor maps ([`crate::params::TensorMaps`]). In the sm_90a module only.
-    WgmmaTma,
-    /// As `WgmmaTma` with the operand roles swapped: the hidden states are the `wgmma` A operand
-    /// (64 batch rows per consumer) and a 256-row vocab tile the B operand (`m64n256k16`), so a
-    /// weight byte staged in shared memory meets 64 batch rows per MMA and the tensor cores read
-    /// 80 instead of 128 bytes per 2048 multiply-adds. Vocab tiles are 256 rows; V must be a
-    /// multiple of 16 ([`tma_weight_tiles_t`]). See `device::fused_ws_t`. In the sm_90a module only.
-    WgmmaTmaT,
-}
 
 /// The TMA weight box: a tensor map over the weight `[V, D]` copies `TMA_WEIGHT_BOX_ROWS` rows that
 /// are `TMA_WEIGHT_ROW_STEP` vocab rows apart (its element stride along V), 64 D columns each.
@@ -191,7 +126,7 @@ pub const fn tma_weight_tiles(d: u32, v: u32) -> Option<TmaLayout<5>> {
     })
 }
 
-/// Vocab rows per tile of the hidden-as-A kernels ([`Staging::WgmmaTmaT`]): the N of `m64n256k16`.
+/// Vocab rows per tile of the hidden-as-A kernels ([`Family::WgmmaHiddenA`]): the N of `m64n256k16`.
 pub const TMA_T_TILE_V: u32 = 256;
 /// V must be a multiple of this for the hidden-as-A kernels: their one-box weight map covers whole
 /// 16-row groups, and rows past V are then exactly the ones outside the map (zeros).
@@ -248,131 +183,264 @@ pub const fn tma_hidden(d: u32, b: u32, block_b: u32) -> TmaLayout<2> {
     }
 }
 
-/// Warps per block of a warp-specialized kernel ([`Staging::WgmmaWs`]): three warpgroups.
+/// Warps per block of the warp-specialized `wgmma` kernels: a producer and two consumer warpgroups.
 pub const WS_WARPS: u32 = 12;
+
+/// The kernel family: which mainloop, producer and fragment adapter a fused kernel composes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Family {
+    /// `mma.sync.m16n8k16` (sm_80+), weight as the A operand; one `cp.async` ring per block filled by
+    /// all threads, one block barrier per stage; `4·warps_b` warps, 128-row vocab tiles. The portable
+    /// path (see `device::fused::mma_sync`).
+    MmaSync,
+    /// `wgmma.m64nNk16` (sm_90a), weight as A, `N = 8·n_tiles` hidden rows as B; a TMA producer warp
+    /// and two consumer warpgroups taking turns on 128-row tiles (`warps_b = 1`) or splitting a
+    /// `2N`-row batch tile (`warps_b = 2`). Needs the launch's tensor maps. See
+    /// `device::fused::wgmma`.
+    WgmmaWeightA,
+    /// `wgmma.m64n256k16` (sm_90a) with the roles swapped: 64 hidden rows per consumer as A, a
+    /// 256-row vocab tile as B. Needs `V % 16 == 0` ([`tma_weight_tiles_t`]). See
+    /// `device::fused::wgmma_t`.
+    WgmmaHiddenA,
+}
+
+/// The PTX module a kernel is compiled into (each a separate `.ptx` the host embeds).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Module {
+    /// Built for the portable target (`FLASHSAMPLING_SM`, default sm_90): loads on any GPU whose
+    /// driver can compile sm_90 PTX.
+    Portable,
+    /// Built for the arch-specific sm_90a target (`wgmma`, `setmaxnreg`): loads on compute
+    /// capability 9.0 only.
+    Hopper,
+    /// Test and benchmark-baseline kernels (portable target), loaded only by tests and benches.
+    Test,
+}
+
+impl Module {
+    /// Every module, in build order.
+    pub const ALL: [Module; 3] = [Module::Portable, Module::Hopper, Module::Test];
+    /// The module's file stem (`<stem>.ptx`).
+    pub const fn stem(self) -> &'static str {
+        match self {
+            Module::Portable => "flashsampling",
+            Module::Hopper => "flashsampling_sm90a",
+            Module::Test => "flashsampling_test",
+        }
+    }
+}
 
 /// One compiled variant of the fused kernel: its entry point and tile shape, defined once here.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FusedVariant {
     /// PTX entry point.
     pub entry: &'static str,
-    /// `NB`: 8-row MMA N tiles per warp (a warp covers `8·NB` batch rows).
+    /// Mainloop, producer and fragment layout.
+    pub family: Family,
+    /// `NB`: 8-row N tiles per warp ([`Family::MmaSync`]: a warp covers `8·NB` batch rows) or per
+    /// consumer warpgroup (`wgmma`: `N = 8·NB`).
     pub n_tiles: u32,
-    /// Warps splitting the batch (each `8·NB` rows); the others split the vocab. For
-    /// [`Staging::WgmmaTma`]: 1 = the consumer warpgroups take turns on the tiles, 2 = they split the
-    /// batch tile (`N = 8·NB` rows each) and share every stage's weight slab.
+    /// [`Family::MmaSync`]: warps splitting the batch (each `8·NB` rows; 4 more split the vocab).
+    /// `wgmma`: 1 = the consumer warpgroups take turns on the tiles, 2 = they split the batch tile.
     pub warps_b: u32,
-    /// Operand staging.
-    pub staging: Staging,
-    /// `cp.async` pipeline depth (`stages − 1` stages in flight while one is multiplied).
+    /// Pipeline depth (`stages − 1` stages in flight while one is multiplied).
     pub stages: u32,
 }
 
-/// Every fused-kernel variant in the PTX module. `NB = 8` per warp would need more than 255
-/// registers with this mainloop, so wide batches use more warps instead.
-#[rustfmt::skip]
-pub const FUSED_VARIANTS: [FusedVariant; 21] = [
-    FusedVariant { entry: "fused_sample_warp_nb1",          n_tiles: 1,  warps_b: 1, staging: Staging::PerWarp,  stages: 4 },
-    FusedVariant { entry: "fused_sample_block_nb1",         n_tiles: 1,  warps_b: 1, staging: Staging::Block,    stages: 4 },
-    FusedVariant { entry: "fused_sample_block_nb2",         n_tiles: 2,  warps_b: 1, staging: Staging::Block,    stages: 4 },
-    FusedVariant { entry: "fused_sample_block_nb2_s3",      n_tiles: 2,  warps_b: 1, staging: Staging::Block,    stages: 3 },
-    FusedVariant { entry: "fused_sample_block_nb4",         n_tiles: 4,  warps_b: 1, staging: Staging::Block,    stages: 5 },
-    FusedVariant { entry: "fused_sample_block_nb4_s3",      n_tiles: 4,  warps_b: 1, staging: Staging::Block,    stages: 3 },
-    FusedVariant { entry: "fused_sample_block_nb4x2",       n_tiles: 4,  warps_b: 2, staging: Staging::Block,    stages: 4 },
-    FusedVariant { entry: "fused_sample_block_nb4x4",       n_tiles: 4,  warps_b: 4, staging: Staging::Block,    stages: 6 },
-    FusedVariant { entry: "fused_sample_wgmma_n32",         n_tiles: 4,  warps_b: 1, staging: Staging::Wgmma,    stages: 4 },
-    FusedVariant { entry: "fused_sample_wgmma_n64",         n_tiles: 8,  warps_b: 1, staging: Staging::Wgmma,    stages: 4 },
-    FusedVariant { entry: "fused_sample_wgmma_n128",        n_tiles: 16, warps_b: 1, staging: Staging::Wgmma,    stages: 3 },
-    FusedVariant { entry: "fused_sample_wgmma_ws_n16",      n_tiles: 2,  warps_b: 1, staging: Staging::WgmmaWs,  stages: 10 },
-    FusedVariant { entry: "fused_sample_wgmma_ws_n32",      n_tiles: 4,  warps_b: 1, staging: Staging::WgmmaWs,  stages: 10 },
-    FusedVariant { entry: "fused_sample_wgmma_ws_n64",      n_tiles: 8,  warps_b: 1, staging: Staging::WgmmaWs,  stages: 8 },
-    FusedVariant { entry: "fused_sample_wgmma_tma_n16",     n_tiles: 2,  warps_b: 1, staging: Staging::WgmmaTma, stages: 10 },
-    FusedVariant { entry: "fused_sample_wgmma_tma_n32",     n_tiles: 4,  warps_b: 1, staging: Staging::WgmmaTma, stages: 10 },
-    FusedVariant { entry: "fused_sample_wgmma_tma_n64",     n_tiles: 8,  warps_b: 1, staging: Staging::WgmmaTma, stages: 8 },
-    FusedVariant { entry: "fused_sample_wgmma_tma_n32x2",   n_tiles: 4,  warps_b: 2, staging: Staging::WgmmaTma, stages: 8 },
-    FusedVariant { entry: "fused_sample_wgmma_tma_n64x2",   n_tiles: 8,  warps_b: 2, staging: Staging::WgmmaTma, stages: 6 },
-    FusedVariant { entry: "fused_sample_wgmma_tmat_n64",    n_tiles: 8,  warps_b: 1, staging: Staging::WgmmaTmaT, stages: 5 },
-    FusedVariant { entry: "fused_sample_wgmma_tmat_n64x2",  n_tiles: 8,  warps_b: 2, staging: Staging::WgmmaTmaT, stages: 4 },
+/// Portable, up to 16 rows: 4 warps of 16 batch rows.
+pub const MMA_SYNC_N16: FusedVariant =
+    FusedVariant { entry: "fused_sample_block_nb2", family: Family::MmaSync, n_tiles: 2, warps_b: 1, stages: 4 };
+/// Portable, up to 32 rows: 4 warps of 32 batch rows.
+pub const MMA_SYNC_N32: FusedVariant =
+    FusedVariant { entry: "fused_sample_block_nb4_s3", family: Family::MmaSync, n_tiles: 4, warps_b: 1, stages: 3 };
+/// Portable, up to 64 rows: 8 warps, two batch slots of 32 rows.
+pub const MMA_SYNC_N64: FusedVariant =
+    FusedVariant { entry: "fused_sample_block_nb4x2", family: Family::MmaSync, n_tiles: 4, warps_b: 2, stages: 4 };
+/// Portable, beyond 64 rows: 16 warps, four batch slots of 32 rows (128-row batch tiles).
+pub const MMA_SYNC_N128: FusedVariant =
+    FusedVariant { entry: "fused_sample_block_nb4x4", family: Family::MmaSync, n_tiles: 4, warps_b: 4, stages: 6 };
+/// Hopper, up to 16 rows: weight-as-A `wgmma`, N = 16.
+pub const TMA_N16: FusedVariant = FusedVariant {
+    entry: "fused_sample_wgmma_tma_n16",
+    family: Family::WgmmaWeightA,
+    n_tiles: 2,
+    warps_b: 1,
+    stages: 10,
+};
+/// Hopper, up to 32 rows: N = 32.
+pub const TMA_N32: FusedVariant = FusedVariant {
+    entry: "fused_sample_wgmma_tma_n32",
+    family: Family::WgmmaWeightA,
+    n_tiles: 4,
+    warps_b: 1,
+    stages: 10,
+};
+/// Hopper, up to 64 rows: N = 64.
+pub const TMA_N64: FusedVariant = FusedVariant {
+    entry: "fused_sample_wgmma_tma_n64",
+    family: Family::WgmmaWeightA,
+    n_tiles: 8,
+    warps_b: 1,
+    stages: 8,
+};
+/// Hopper, beyond 64 rows when `V % 16 ≠ 0`: N = 64, the consumers split 128-row batch tiles.
+pub const TMA_N64X2: FusedVariant = FusedVariant {
+    entry: "fused_sample_wgmma_tma_n64x2",
+    family: Family::WgmmaWeightA,
+    n_tiles: 8,
+    warps_b: 2,
+    stages: 6,
+};
+/// Hopper, 65–128 rows (and 33–64 where its vocab ranges are no longer): hidden-as-A, 64 rows.
+pub const TMAT_N64: FusedVariant = FusedVariant {
+    entry: "fused_sample_wgmma_tmat_n64",
+    family: Family::WgmmaHiddenA,
+    n_tiles: 8,
+    warps_b: 1,
+    stages: 5,
+};
+/// Hopper, beyond 128 rows: hidden-as-A, the consumers split 128-row batch tiles.
+pub const TMAT_N64X2: FusedVariant = FusedVariant {
+    entry: "fused_sample_wgmma_tmat_n64x2",
+    family: Family::WgmmaHiddenA,
+    n_tiles: 8,
+    warps_b: 2,
+    stages: 4,
+};
+
+/// Every fused-kernel variant the library launches (each chosen by [`variant_for_batch`]).
+pub const FUSED_VARIANTS: [FusedVariant; 10] = [
+    MMA_SYNC_N16,
+    MMA_SYNC_N32,
+    MMA_SYNC_N64,
+    MMA_SYNC_N128,
+    TMA_N16,
+    TMA_N32,
+    TMA_N64,
+    TMA_N64X2,
+    TMAT_N64,
+    TMAT_N64X2,
 ];
 
+impl core::fmt::Display for FusedVariant {
+    /// The entry point.
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.pad(self.entry)
+    }
+}
+
+/// Whether two strings are equal (usable in constants).
+pub const fn str_eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
 impl FusedVariant {
+    /// The variant whose entry point is `name`.
+    pub fn by_name(name: &str) -> Option<FusedVariant> {
+        FUSED_VARIANTS.iter().copied().find(|v| v.entry == name)
+    }
+    /// Whether the entry point is `name` (the device entry points assert it at compile time).
+    pub const fn is_named(&self, name: &str) -> bool {
+        str_eq(self.entry, name)
+    }
+    /// The PTX module the kernel is compiled into.
+    #[inline]
+    pub const fn module(&self) -> Module {
+        match self.family {
+            Family::MmaSync => Module::Portable,
+            Family::WgmmaWeightA | Family::WgmmaHiddenA => Module::Hopper,
+        }
+    }
     /// Warps per block.
     #[inline]
     pub const fn warps(&self) -> u32 {
-        match self.staging {
-            Staging::PerWarp | Staging::Wgmma => WARPS_PER_BLOCK,
-            Staging::Block => WARPS_PER_BLOCK * self.warps_b,
-            Staging::WgmmaWs | Staging::WgmmaTma | Staging::WgmmaTmaT => WS_WARPS,
+        match self.family {
+            Family::MmaSync => WARPS_PER_BLOCK * self.warps_b,
+            Family::WgmmaWeightA | Family::WgmmaHiddenA => WS_WARPS,
         }
-    }
-    /// Whether the variant is warp-specialized (a producer and two consumer warpgroups).
-    #[inline]
-    pub const fn warp_specialized(&self) -> bool {
-        matches!(self.staging, Staging::WgmmaWs | Staging::WgmmaTma | Staging::WgmmaTmaT)
-    }
-    /// Whether the variant copies with TMA and so needs the launch's tensor maps.
-    #[inline]
-    pub const fn uses_tma(&self) -> bool {
-        matches!(self.staging, Staging::WgmmaTma | Staging::WgmmaTmaT)
-    }
-    /// Whether the kernel runs for vocab size `v` (the hidden-as-A kernels need `v % 16 == 0`).
-    #[inline]
-    pub const fn supports_vocab(&self, v: u32) -> bool {
-        !matches!(self.staging, Staging::WgmmaTmaT) || v % TMA_T_VOCAB_ALIGN == 0
-    }
-    /// Whether the variant is in the sm_90a module (needs a compute capability 9.0 GPU).
-    #[inline]
-    pub const fn needs_sm90a(&self) -> bool {
-        matches!(self.staging, Staging::Wgmma | Staging::WgmmaWs | Staging::WgmmaTma | Staging::WgmmaTmaT)
     }
     /// Threads per block.
     #[inline]
     pub const fn threads(&self) -> u32 {
         32 * self.warps()
     }
+    /// The thread bound the link step writes into the PTX entry (`.maxntid`), so ptxas budgets
+    /// registers for exactly one block of that size per multiprocessor; `None` where ptxas may
+    /// choose (several blocks per multiprocessor).
+    #[inline]
+    pub const fn max_threads(&self) -> Option<u32> {
+        match self.family {
+            Family::MmaSync => None,
+            Family::WgmmaWeightA | Family::WgmmaHiddenA => Some(self.threads()),
+        }
+    }
+    /// Whether the kernel copies with TMA and so needs the launch's tensor maps.
+    #[inline]
+    pub const fn uses_tma(&self) -> bool {
+        matches!(self.family, Family::WgmmaWeightA | Family::WgmmaHiddenA)
+    }
+    /// Whether the kernel runs for vocab size `v` (the hidden-as-A kernels need `v % 16 == 0`).
+    #[inline]
+    pub const fn supports_vocab(&self, v: u32) -> bool {
+        !matches!(self.family, Family::WgmmaHiddenA) || v % TMA_T_VOCAB_ALIGN == 0
+    }
     /// Batch rows per block (`BLOCK_B`).
     #[inline]
     pub const fn block_b(&self) -> u32 {
         8 * self.n_tiles * self.warps_b
     }
-    /// Vocab rows of the unit a vocab range is made of: a warp tile (per-warp staging) or a block
-    /// tile of `WARPS_PER_BLOCK` warp tiles (block staging).
+    /// Vocab rows of a tile (the unit a vocab range is made of).
     #[inline]
     pub const fn tile_v(&self) -> u32 {
-        match self.staging {
-            Staging::PerWarp => WARP_TILE_V,
-            Staging::Block | Staging::Wgmma | Staging::WgmmaWs | Staging::WgmmaTma => BLOCK_V,
-            Staging::WgmmaTmaT => TMA_T_TILE_V,
+        match self.family {
+            Family::MmaSync | Family::WgmmaWeightA => BLOCK_V,
+            Family::WgmmaHiddenA => TMA_T_TILE_V,
         }
     }
-    /// Bytes of one pipeline stage (the whole ring's share for block staging, one warp's for
-    /// per-warp staging): weight rows and hidden rows, [`STAGE_ROW_BYTES`] each.
+    /// Bytes of one pipeline stage: weight rows and hidden rows, [`STAGE_ROW_BYTES`] each.
     #[inline]
     pub const fn stage_bytes(&self) -> u32 {
-        match self.staging {
-            // 32 weight rows, then 2·NB hidden pieces of 32 lanes × 16 bytes (= NB·8 rows).
-            Staging::PerWarp => (WARP_TILE_V + 8 * self.n_tiles) * STAGE_ROW_BYTES,
-            Staging::Block | Staging::Wgmma | Staging::WgmmaWs | Staging::WgmmaTma | Staging::WgmmaTmaT => {
-                (self.tile_v() + self.block_b()) * STAGE_ROW_BYTES
-            }
+        (self.tile_v() + self.block_b()) * STAGE_ROW_BYTES
+    }
+    /// Contributors per batch row in the block merge: the warps or warpgroups whose candidates for
+    /// the same batch rows come from other vocab rows (`device::merge`).
+    #[inline]
+    pub const fn merge_contributors(&self) -> u32 {
+        match self.family {
+            // The 4 warps that split each 128-row tile.
+            Family::MmaSync => WARPS_PER_BLOCK,
+            // The consumers' warps: all 8 when taking turns, the 4 of each consumer when splitting.
+            Family::WgmmaWeightA => 8 / self.warps_b,
+            // The consumers: both when taking turns, one per row when splitting.
+            Family::WgmmaHiddenA => 2 / self.warps_b,
         }
     }
-    /// Dynamic shared memory: the candidate merge area, then the staging ring(s).
+    /// Bytes of the block merge's area at the start of the dynamic shared memory: one 8-byte
+    /// candidate per contributor and batch row of the block.
+    #[inline]
+    pub const fn merge_bytes(&self) -> u32 {
+        8 * self.merge_contributors() * self.block_b()
+    }
+    /// Dynamic shared memory: the merge area, then (`wgmma`) 1024 bytes of slack for the ring's
+    /// 1024-byte alignment and the 8-byte barriers (full and empty per slot, one turn per consumer),
+    /// then the ring.
     #[inline]
     pub const fn smem_bytes(&self) -> u32 {
-        match self.staging {
-            Staging::PerWarp => candidate_smem_bytes(self.warps()) + WARPS_PER_BLOCK * self.stages * self.stage_bytes(),
-            Staging::Block => candidate_smem_bytes(self.warps()) + self.stages * self.stage_bytes(),
-            // 1024 bytes of slack: the ring starts at the next 1024-byte boundary (swizzle atoms).
-            Staging::Wgmma => {
-                1024 + wgmma_candidate_smem_bytes(WARPS_PER_BLOCK, self.block_b()) + self.stages * self.stage_bytes()
-            }
-            // 8-byte barriers between the merge area (each warp's `N = 8·NB` columns) and the ring:
-            // full and empty per ring slot, and one turn per consumer warpgroup.
-            Staging::WgmmaWs | Staging::WgmmaTma | Staging::WgmmaTmaT => {
-                1024 + wgmma_candidate_smem_bytes(WS_WARPS, 8 * self.n_tiles)
-                    + 8 * (2 * self.stages + 2)
-                    + self.stages * self.stage_bytes()
+        match self.family {
+            Family::MmaSync => self.merge_bytes() + self.stages * self.stage_bytes(),
+            Family::WgmmaWeightA | Family::WgmmaHiddenA => {
+                1024 + self.merge_bytes() + 8 * (2 * self.stages + 2) + self.stages * self.stage_bytes()
             }
         }
     }
@@ -397,61 +465,64 @@ impl FusedVariant {
     }
 }
 
-/// The variant the host launches for batch size `b` and vocab size `v` (an index into
-/// [`FUSED_VARIANTS`]) on `sm_count` multiprocessors, with `sm90a` telling whether the `wgmma`
-/// variants are loaded (compute capability 9.0), chosen from the `cargo bench -- --variants` sweeps
-/// on the H200 (BENCHMARKS.md, `benchmarks/h200-2026-11-29p`): the warp-specialized TMA kernels,
-/// N = 16 up to 16 rows and 32 up to 32; up to 64 rows `tma_n64`, or `tmat_n64` when its largest
-/// vocab range is no longer ([`FusedVariant::largest_range_rows`]: both run one 384-thread block per
-/// multiprocessor and stream their weights at about the same rate, `tmat_n64` with a quarter instead
-/// of half a weight byte of hidden rows per weight byte through L2; Llama-3-70B: 1024 rows each,
-/// `tmat_n64` 1–2% faster in sweeps `p` and `x`; Qwen3-8B: 1280 against 1152 rows, `tma_n64` 4–6%
-/// faster); beyond 64 rows the hidden-as-A kernels (`tmat_n64` up to 128 rows, `tmat_n64x2` beyond).
-/// The hidden-as-A kernels need `v % 16 == 0`, else `tma_n64` and `tma_n64x2`. Without sm_90a,
-/// per-warp staging up to 16 rows, then block staging with 32-row warps (4 warps up to 32 rows,
-/// 8 up to 64, 16 beyond). Every choice supports `v` ([`FusedVariant::supports_vocab`]).
+/// The variant the host launches for batch size `b` and vocab size `v` on `sm_count`
+/// multiprocessors, with `sm90a` telling whether the Hopper module is loaded (compute capability
+/// 9.0), chosen from the `cargo bench -- --variants` sweeps on the H200 (BENCHMARKS.md,
+/// `benchmarks/2026-11-29-h200-sweep-tma-kernels`):
+/// - sm_90a: weight-as-A `wgmma`, N = 16 up to 16 rows and 32 up to 32; up to 64 rows N = 64, or the
+///   hidden-as-A kernel when its largest vocab range is no longer
+///   ([`FusedVariant::largest_range_rows`]: both run one 384-thread block per multiprocessor and
+///   stream their weights at about the same rate, hidden-as-A with a quarter instead of half a weight
+///   byte of hidden rows per weight byte through L2; Llama-3-70B: 1024 rows each, hidden-as-A 1–2%
+///   faster; Qwen3-8B: 1280 against 1152 rows, weight-as-A 4–6% faster); beyond 64 rows hidden-as-A
+///   (`tmat_n64` up to 128 rows, `tmat_n64x2` beyond). Hidden-as-A needs `v % 16 == 0`, else
+///   `tma_n64` and `tma_n64x2`.
+/// - Portable (`mma.sync`): 16, 32, 64 or 128-row batch tiles by B.
+///
+/// Every choice supports `v` ([`FusedVariant::supports_vocab`]).
 #[inline]
-pub const fn variant_for_batch(b: u32, v: u32, sm90a: bool, sm_count: u32) -> usize {
+pub const fn variant_for_batch(b: u32, v: u32, sm90a: bool, sm_count: u32) -> FusedVariant {
     let hidden_as_a = v % TMA_T_VOCAB_ALIGN == 0;
     if sm90a {
-        let (weight_a, hidden_a) = (&FUSED_VARIANTS[16], &FUSED_VARIANTS[19]);
         match b {
-            0..=16 => 14,
-            17..=32 => 15,
+            0..=16 => TMA_N16,
+            17..=32 => TMA_N32,
             33..=64
                 if hidden_as_a
-                    && hidden_a.largest_range_rows(sm_count, b, v) <= weight_a.largest_range_rows(sm_count, b, v) =>
+                    && TMAT_N64.largest_range_rows(sm_count, b, v) <= TMA_N64.largest_range_rows(sm_count, b, v) =>
             {
-                19
+                TMAT_N64
             }
-            33..=64 => 16,
-            65..=128 if hidden_as_a => 19,
-            _ if hidden_as_a => 20,
-            _ => 18,
+            33..=64 => TMA_N64,
+            65..=128 if hidden_as_a => TMAT_N64,
+            _ if hidden_as_a => TMAT_N64X2,
+            _ => TMA_N64X2,
         }
     } else {
         match b {
-            0..=16 => 0,
-            17..=32 => 5,
-            33..=64 => 6,
-            _ => 7,
+            0..=16 => MMA_SYNC_N16,
+            17..=32 => MMA_SYNC_N32,
+            33..=64 => MMA_SYNC_N64,
+            _ => MMA_SYNC_N128,
         }
     }
 }
 
-/// PTX entry point of the candidate-reduction kernel.
+/// PTX entry point of the candidate-reduction kernel (test module; the baselines use it).
 pub const REDUCE_ENTRY: &str = "reduce_candidates";
 /// PTX entry point of the Philox test kernel.
 pub const PHILOX_ENTRY: &str = "philox_test";
 /// PTX entry point of the Gumbel-noise test kernel.
 pub const GUMBEL_ENTRY: &str = "gumbel_test";
-
 /// Benchmark baselines over materialized logits (`device::baselines`).
 pub const GUMBEL_LOGITS_ENTRY: &str = "gumbel_logits";
 /// Softmax baseline.
 pub const SOFTMAX_ENTRY: &str = "softmax_rows";
 /// Inverse-CDF multinomial baseline.
 pub const MULTINOMIAL_ENTRY: &str = "multinomial_rows";
+/// Every entry point of the test module.
+pub const TEST_ENTRIES: [&str; 6] =
+    [PHILOX_ENTRY, GUMBEL_ENTRY, GUMBEL_LOGITS_ENTRY, SOFTMAX_ENTRY, MULTINOMIAL_ENTRY, REDUCE_ENTRY];
 /// Threads per block of the baseline kernels.
 pub const BASELINE_THREADS: u32 = 512;
 /// Logits per block of the Gumbel-over-logits baseline (one candidate per row per chunk).
@@ -459,42 +530,18 @@ pub const LOGITS_CHUNK: u32 = 4 * BASELINE_THREADS * 4;
 /// Shared memory of the baseline kernels (one 8-byte slot per warp).
 pub const BASELINE_SMEM_BYTES: u32 = 8 * (BASELINE_THREADS / 32);
 
-/// Every kernel entry point in the PTX module (the link step keeps exactly these).
-pub const ENTRY_POINTS: [&str; 27] = [
-    GUMBEL_LOGITS_ENTRY,
-    SOFTMAX_ENTRY,
-    MULTINOMIAL_ENTRY,
-    FUSED_VARIANTS[0].entry,
-    FUSED_VARIANTS[1].entry,
-    FUSED_VARIANTS[2].entry,
-    FUSED_VARIANTS[3].entry,
-    FUSED_VARIANTS[4].entry,
-    FUSED_VARIANTS[5].entry,
-    FUSED_VARIANTS[6].entry,
-    FUSED_VARIANTS[7].entry,
-    FUSED_VARIANTS[8].entry,
-    FUSED_VARIANTS[9].entry,
-    FUSED_VARIANTS[10].entry,
-    FUSED_VARIANTS[11].entry,
-    FUSED_VARIANTS[12].entry,
-    FUSED_VARIANTS[13].entry,
-    FUSED_VARIANTS[14].entry,
-    FUSED_VARIANTS[15].entry,
-    FUSED_VARIANTS[16].entry,
-    FUSED_VARIANTS[17].entry,
-    FUSED_VARIANTS[18].entry,
-    FUSED_VARIANTS[19].entry,
-    FUSED_VARIANTS[20].entry,
-    REDUCE_ENTRY,
-    PHILOX_ENTRY,
-    GUMBEL_ENTRY,
-];
+/// Every entry point with its module and thread bound (what the build's link step needs).
+pub fn entry_points() -> impl Iterator<Item = (&'static str, Module, Option<u32>)> {
+    FUSED_VARIANTS
+        .iter()
+        .map(|v| (v.entry, v.module(), v.max_threads()))
+        .chain(TEST_ENTRIES.iter().map(|&e| (e, Module::Test, None)))
+}
 
 #[cfg(test)]
 mod tests {
     extern crate std;
     use super::*;
-    use std::format;
 
     /// Shared memory one block may have on compute capability 9.0 (227 KiB).
     const SM90_MAX_SMEM: u32 = 227 * 1024;
@@ -504,34 +551,56 @@ mod tests {
         for (i, v) in FUSED_VARIANTS.iter().enumerate() {
             assert!(v.smem_bytes() <= SM90_MAX_SMEM, "{}: {} bytes of shared memory", v.entry, v.smem_bytes());
             assert!(FUSED_VARIANTS[..i].iter().all(|w| w.entry != v.entry), "{} listed twice", v.entry);
-            assert!(ENTRY_POINTS.contains(&v.entry), "{} not in ENTRY_POINTS", v.entry);
-            // The module split (link step, host loader) goes by the name.
-            assert_eq!(v.needs_sm90a(), v.entry.contains("wgmma"), "{}", v.entry);
-            // The link step bounds the warp-specialized entries to 384 threads by these names.
-            assert_eq!(v.staging == Staging::WgmmaWs, v.entry.contains("_ws_"), "{}", v.entry);
-            assert_eq!(v.staging == Staging::WgmmaTma, v.entry.contains("_tma_"), "{}", v.entry);
-            assert_eq!(v.staging == Staging::WgmmaTmaT, v.entry.contains("_tmat_"), "{}", v.entry);
-            if v.needs_sm90a() {
-                // wgmma slabs are whole 1024-byte swizzle atoms; N is a wgmma width with a shape.
-                assert_eq!(v.stage_bytes() % 1024, 0, "{}", v.entry);
-                assert!(matches!(8 * v.n_tiles, 16 | 32 | 64 | 128), "{}", v.entry);
-                let split = if v.warps_b > 1 { format!("x{}", v.warps_b) } else { std::string::String::new() };
-                assert!(v.entry.ends_with(&format!("_n{}{split}", 8 * v.n_tiles)), "{}", v.entry);
-                // Only the TMA kernels split the batch tile over their consumers, and at most in two.
-                assert!(v.warps_b == 1 || (v.uses_tma() && v.warps_b == 2), "{}", v.entry);
-                // The hidden-as-A kernels: 64 batch rows (one m64 A tile) per consumer.
-                assert!(v.staging != Staging::WgmmaTmaT || v.n_tiles == 8, "{}", v.entry);
+            assert_eq!(FusedVariant::by_name(v.entry), Some(*v));
+            assert!(v.is_named(v.entry) && !v.is_named("fused_sample"));
+            // The reduction's flag (8 bytes) reuses the merge area.
+            assert!(v.merge_bytes() >= 8);
+            match v.family {
+                Family::MmaSync => {
+                    assert_eq!(v.module(), Module::Portable);
+                    assert_eq!(v.max_threads(), None);
+                    assert!(v.warps_b <= 4 && 8 * v.n_tiles <= 32, "{}", v.entry);
+                }
+                Family::WgmmaWeightA | Family::WgmmaHiddenA => {
+                    assert_eq!(v.module(), Module::Hopper);
+                    assert_eq!(v.max_threads(), Some(384));
+                    // wgmma slabs are whole 1024-byte swizzle atoms; N is a wgmma width with a shape.
+                    assert_eq!(v.stage_bytes() % 1024, 0, "{}", v.entry);
+                    assert!(matches!(8 * v.n_tiles, 16 | 32 | 64), "{}", v.entry);
+                    assert!(v.warps_b == 1 || v.warps_b == 2, "{}", v.entry);
+                    // A TMA box is at most 256 rows.
+                    assert!(v.block_b() <= 256, "{}", v.entry);
+                }
             }
-            if v.uses_tma() {
-                // A TMA box is at most 256 rows.
-                assert!(v.block_b() <= 256, "{}", v.entry);
+            if v.family == Family::WgmmaHiddenA {
+                // 64 batch rows (one m64 A tile) per consumer.
+                assert_eq!(v.n_tiles, 8, "{}", v.entry);
             }
         }
-        assert_eq!(FUSED_VARIANTS.iter().filter(|v| v.warp_specialized()).count(), 10);
-        assert!(FUSED_VARIANTS.iter().filter(|v| v.warp_specialized()).all(|v| v.threads() == 384));
+        // The test module's entries are not fused-kernel names, and every entry appears once.
+        let all: std::vec::Vec<_> = entry_points().collect();
+        for (i, (e, _, _)) in all.iter().enumerate() {
+            assert!(all[..i].iter().all(|(f, _, _)| f != e), "{e} listed twice");
+        }
+        assert_eq!(all.len(), FUSED_VARIANTS.len() + TEST_ENTRIES.len());
         // Sixteen boxes of 8 rows, 4 apart, cover a 128-row tile's 32 Philox groups.
         assert_eq!(TMA_WEIGHT_BOXES * TMA_WEIGHT_BOX_ROWS, BLOCK_V);
         assert_eq!(TMA_WEIGHT_ROW_STEP * TMA_WEIGHT_BOX_ROWS, WARP_TILE_V);
+    }
+
+    #[test]
+    fn every_variant_is_chosen_somewhere() {
+        let mut chosen = std::vec::Vec::new();
+        for b in 1..=512 {
+            for v in [1000, 128_256, 151_936, 151_937] {
+                for sm90a in [false, true] {
+                    chosen.push(variant_for_batch(b, v, sm90a, 132));
+                }
+            }
+        }
+        for v in FUSED_VARIANTS {
+            assert!(chosen.contains(&v), "{} is never chosen", v.entry);
+        }
     }
 
     #[test]
@@ -582,7 +651,7 @@ mod tests {
         }
         assert_eq!(map.boxes.iter().map(|&x| x as u64).product::<u64>(), (TMA_T_TILE_V * STAGE_K) as u64);
         assert!(tma_weight_tiles_t(d, 151_937).is_none());
-        assert!(FUSED_VARIANTS.iter().all(|v| v.staging != Staging::WgmmaTmaT || !v.supports_vocab(1000)));
+        assert!(FUSED_VARIANTS.iter().all(|v| v.family != Family::WgmmaHiddenA || !v.supports_vocab(1000)));
         assert!(FUSED_VARIANTS.iter().all(|v| v.supports_vocab(151_936)));
     }
 
@@ -590,31 +659,25 @@ mod tests {
     fn the_batch_size_choice_respects_the_modules() {
         for b in [1, 2, 8, 9, 16, 17, 32, 33, 64, 65, 128, 256, 1000] {
             for v in [1000, 1008, 151_937, 151_936, 128_256] {
-                assert!(!FUSED_VARIANTS[variant_for_batch(b, v, false, 132)].needs_sm90a(), "B = {b} without sm_90a");
-                let f = FUSED_VARIANTS[variant_for_batch(b, v, true, 132)];
+                assert_eq!(variant_for_batch(b, v, false, 132).module(), Module::Portable, "B = {b} without sm_90a");
+                let f = variant_for_batch(b, v, true, 132);
                 assert!(f.uses_tma(), "B = {b} with sm_90a: {}", f.entry);
                 assert!(f.supports_vocab(v), "B = {b}, V = {v}: {}", f.entry);
             }
             // Qwen3-8B's and Llama-3-70B's vocabularies get the hidden-as-A kernels beyond 64 rows;
             // from 33 rows on an H200 (132 multiprocessors) Llama-3-70B's already: both kernels'
             // largest range is 1024 rows there, where Qwen3-8B's would be 1280 against 1152.
-            let qwen = FUSED_VARIANTS[variant_for_batch(b, 151_936, true, 132)];
-            assert_eq!(qwen.staging == Staging::WgmmaTmaT, b > 64, "B = {b}: {}", qwen.entry);
-            let llama = FUSED_VARIANTS[variant_for_batch(b, 128_256, true, 132)];
-            assert_eq!(llama.staging == Staging::WgmmaTmaT, b > 32, "B = {b}: {}", llama.entry);
+            let qwen = variant_for_batch(b, 151_936, true, 132);
+            assert_eq!(qwen.family == Family::WgmmaHiddenA, b > 64, "B = {b}: {}", qwen.entry);
+            let llama = variant_for_batch(b, 128_256, true, 132);
+            assert_eq!(llama.family == Family::WgmmaHiddenA, b > 32, "B = {b}: {}", llama.entry);
         }
         assert_eq!(
-            (
-                FUSED_VARIANTS[16].largest_range_rows(132, 64, 151_936),
-                FUSED_VARIANTS[19].largest_range_rows(132, 64, 151_936)
-            ),
+            (TMA_N64.largest_range_rows(132, 64, 151_936), TMAT_N64.largest_range_rows(132, 64, 151_936)),
             (1152, 1280)
         );
         assert_eq!(
-            (
-                FUSED_VARIANTS[16].largest_range_rows(132, 64, 128_256),
-                FUSED_VARIANTS[19].largest_range_rows(132, 64, 128_256)
-            ),
+            (TMA_N64.largest_range_rows(132, 64, 128_256), TMAT_N64.largest_range_rows(132, 64, 128_256)),
             (1024, 1024)
         );
     }

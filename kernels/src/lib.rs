@@ -11,9 +11,9 @@
 //! | [`epilogue`] | logit transform (temperature) and the tile epilogue |
 //! | [`candidate`] | the per-tile state: `update` and associative `merge` |
 //! | [`logmass`] | online log-sum-exp state (softmax baseline today; fused log-probs next) |
-//! | [`config`] | tile sizes, thread mapping and entry-point names, shared with the host |
+//! | [`config`] | tile sizes, the typed kernel variants (family, PTX module, thread bound) and their choice per batch size, shared with the host |
 //! | [`params`] | kernel parameter structs, passed by value |
-//! | `device` | (nvptx64 only) the kernels: fused matmul + sampling, candidate reduction, test kernels |
+//! | `device` | (nvptx64 only) the kernels, by role: scheduler, pipeline, producers, mainloops, fragment adapters, block merge, reduction, entry points; baselines and test kernels |
 #![no_std]
 #![cfg_attr(target_arch = "nvptx64", feature(abi_ptx, stdarch_nvptx, asm_experimental_arch))]
 #![deny(unsafe_op_in_unsafe_fn)]

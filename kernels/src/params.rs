@@ -39,7 +39,7 @@ pub struct FusedParams {
     /// Temperature transform.
     pub transform: Transform,
     /// The TMA descriptors of this launch's weight and hidden states, in device memory; read only
-    /// by the [`Staging::WgmmaTma`](crate::config::Staging::WgmmaTma) kernels (null for the others).
+    /// by the `wgmma` kernels ([`FusedVariant::uses_tma`](crate::config::FusedVariant::uses_tma); null for the others).
     pub tensor_maps: *const TensorMaps,
     /// Vocab tiles `0 .. tma_whole_tiles` (`V / 128`, rounded down) are copied with the one-box
     /// [`TensorMaps::weight_tiles`] map, the rest with [`TensorMaps::weight_rows`] (TMA kernels only).

@@ -1,4 +1,4 @@
-//! Baseline sampling kernels over materialized logits, for the benchmark only: what an unfused
+//! Baseline sampling kernels over materialized logits (the test PTX module), for the benchmark only: what an unfused
 //! serving stack runs after its cuBLAS GEMM has written `[B, V]` f32 logits to memory.
 //!
 //! # Parameters
@@ -9,18 +9,29 @@
 //! | `gumbel_logits` | `B · n_chunks` | [`BASELINE_THREADS`] | Gumbel-max per chunk of [`LOGITS_CHUNK`] → candidates (then `reduce_candidates`) |
 //! | `softmax_rows` | `B` | [`BASELINE_THREADS`] | online max/sum pass, then `probs = softmax(logits / T)` written |
 //! | `multinomial_rows` | `B` | [`BASELINE_THREADS`] | inverse-CDF draw over `probs`, block-wide scans, early exit |
+//! | `reduce_candidates` | `ceil(B / REDUCE_ROWS_PER_BLOCK)` | `REDUCE_THREADS_PER_BLOCK` | the candidate reduction of `gumbel_logits` (`device::reduce`) |
 
-use core::arch::nvptx::{_block_idx_x, _thread_idx_x};
+use core::arch::nvptx::{_block_idx_x, _syncthreads, _thread_idx_x};
 
-use super::block::{exclusive_scan, merge_candidates, merge_log_mass};
-use super::ptx::{ld_global_nc_v4_f32, mov_u32_dynamic_smem};
+use super::merge::merge_butterfly;
+use super::ptx::{
+    ex2_approx_ftz_f32, ld_global_nc_v4_f32, ld_shared_v2_u32, mov_u32_dynamic_smem, shfl_sync_bfly_b32,
+    shfl_sync_up_b32, st_shared_v2_u32,
+};
+use super::reduce;
 use crate::candidate::Candidate;
 use crate::config::{BASELINE_THREADS, LOGITS_CHUNK};
 use crate::epilogue::update_group4;
-use crate::logmass::{LogMass, exp};
+use crate::logmass::LogMass;
 use crate::noise::{RowNoise, uniform_open};
-use crate::params::LogitsParams;
+use crate::params::{LogitsParams, ReduceParams};
 use crate::philox::philox4x32_10;
+
+/// e^x on the device (`ex2.approx.ftz`): the baselines' softmax exponential.
+#[inline(always)]
+fn exp(x: f32) -> f32 {
+    ex2_approx_ftz_f32(x * core::f32::consts::LOG2_E)
+}
 
 const WARPS: u32 = BASELINE_THREADS / 32;
 
@@ -30,7 +41,7 @@ const WARPS: u32 = BASELINE_THREADS / 32;
 /// # Safety
 /// Launched as in the module table with buffers of the sizes `p` states.
 #[inline(always)]
-pub unsafe fn gumbel_logits(p: LogitsParams) {
+unsafe fn gumbel_logits_body(p: LogitsParams) {
     // SAFETY: special-register reads.
     let (tid, blk) = unsafe { (_thread_idx_x(), _block_idx_x()) };
     let (row, chunk) = (blk / p.n_chunks, blk % p.n_chunks);
@@ -60,9 +71,9 @@ pub unsafe fn gumbel_logits(p: LogitsParams) {
 /// `probs[row] = softmax(logits[row] · (1/T))`: an online (max, sum) pass, then a write pass.
 ///
 /// # Safety
-/// As [`gumbel_logits`].
+/// As [`gumbel_logits_body`].
 #[inline(always)]
-pub unsafe fn softmax_rows(p: LogitsParams) {
+unsafe fn softmax_rows_body(p: LogitsParams) {
     // SAFETY: special-register reads.
     let (tid, row) = unsafe { (_thread_idx_x(), _block_idx_x()) };
     let off = row as usize * p.v as usize;
@@ -97,9 +108,9 @@ pub unsafe fn softmax_rows(p: LogitsParams) {
 /// `4 · BASELINE_THREADS` entries with an early exit.
 ///
 /// # Safety
-/// As [`gumbel_logits`].
+/// As [`gumbel_logits_body`].
 #[inline(always)]
-pub unsafe fn multinomial_rows(p: LogitsParams) {
+unsafe fn multinomial_rows_body(p: LogitsParams) {
     // SAFETY: special-register reads.
     let (tid, row) = unsafe { (_thread_idx_x(), _block_idx_x()) };
     let off = row as usize * p.v as usize;
@@ -142,5 +153,120 @@ pub unsafe fn multinomial_rows(p: LogitsParams) {
         }
         running += total;
         base += 4 * BASELINE_THREADS;
+    }
+}
+
+macro_rules! logits_entry {
+    ($name:ident, $body:ident) => {
+        #[doc = concat!("Benchmark baseline `", stringify!($name), "` (see the module table).")]
+        ///
+        /// # Safety
+        #[doc = concat!("See [`", stringify!($body), "`].")]
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $name(p: LogitsParams) {
+            // SAFETY: forwarded launch contract.
+            unsafe { $body(p) }
+        }
+    };
+}
+logits_entry!(gumbel_logits, gumbel_logits_body);
+logits_entry!(softmax_rows, softmax_rows_body);
+logits_entry!(multinomial_rows, multinomial_rows_body);
+
+/// The standalone candidate reduction (after `gumbel_logits`).
+///
+/// # Safety
+/// See `device::reduce::reduce_candidates`.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn reduce_candidates(p: ReduceParams) {
+    // SAFETY: forwarded launch contract.
+    unsafe { reduce::reduce_candidates(p) }
+}
+
+/// Block-wide merges and scans over shared memory.
+/// Merges every thread's candidate; the result is returned to every thread.
+///
+/// # Safety
+/// All threads of the block call it together; `smem` points at ≥ 8·(warps + 1) bytes of shared memory.
+#[inline(always)]
+unsafe fn merge_candidates(c: Candidate, smem: u32, tid: u32, warps: u32) -> Candidate {
+    // SAFETY: block-uniform call (caller's contract); slots are inside `smem`.
+    unsafe {
+        let c = merge_butterfly(c, [1, 2, 4, 8, 16]);
+        if tid % 32 == 0 {
+            st_shared_v2_u32(smem + 8 * (tid / 32), [c.score.to_bits(), c.index]);
+        }
+        _syncthreads();
+        let mut all = Candidate::EMPTY;
+        for w in 0..warps {
+            let [s, i] = ld_shared_v2_u32(smem + 8 * w);
+            all = all.merge(Candidate { score: f32::from_bits(s), index: i });
+        }
+        _syncthreads();
+        all
+    }
+}
+
+/// Merges every thread's [`LogMass`]; the result is returned to every thread.
+///
+/// # Safety
+/// As [`merge_candidates`].
+#[inline(always)]
+unsafe fn merge_log_mass(m: LogMass, smem: u32, tid: u32, warps: u32) -> LogMass {
+    let mut m = m;
+    // SAFETY: block-uniform call (caller's contract); slots are inside `smem`.
+    unsafe {
+        for mask in [1, 2, 4, 8, 16] {
+            let max = f32::from_bits(shfl_sync_bfly_b32(m.max.to_bits(), mask));
+            let sum = f32::from_bits(shfl_sync_bfly_b32(m.sum.to_bits(), mask));
+            m = m.merge_with(LogMass { max, sum }, exp);
+        }
+        if tid % 32 == 0 {
+            st_shared_v2_u32(smem + 8 * (tid / 32), [m.max.to_bits(), m.sum.to_bits()]);
+        }
+        _syncthreads();
+        let mut all = LogMass::EMPTY;
+        for w in 0..warps {
+            let [a, b] = ld_shared_v2_u32(smem + 8 * w);
+            all = all.merge_with(LogMass { max: f32::from_bits(a), sum: f32::from_bits(b) }, exp);
+        }
+        _syncthreads();
+        all
+    }
+}
+
+/// Exclusive prefix sum of `x` over the block's threads (in thread order), and the block total.
+///
+/// # Safety
+/// As [`merge_candidates`].
+#[inline(always)]
+unsafe fn exclusive_scan(x: f32, smem: u32, tid: u32, warps: u32) -> (f32, f32) {
+    let lane = tid % 32;
+    let mut incl = x;
+    // SAFETY: block-uniform call (caller's contract); slots are inside `smem`.
+    unsafe {
+        let mut delta = 1;
+        while delta < 32 {
+            let y = f32::from_bits(shfl_sync_up_b32(incl.to_bits(), delta));
+            if lane >= delta {
+                incl += y;
+            }
+            delta *= 2;
+        }
+        if lane == 31 {
+            st_shared_v2_u32(smem + 8 * (tid / 32), [incl.to_bits(), 0]);
+        }
+        _syncthreads();
+        let (mut before, mut total) = (0.0f32, 0.0f32);
+        for w in 0..warps {
+            let [s, _] = ld_shared_v2_u32(smem + 8 * w);
+            let s = f32::from_bits(s);
+            if w < tid / 32 {
+                before += s;
+            }
+            total += s;
+        }
+        _syncthreads();
+        (before + incl - x, total)
     }
 }

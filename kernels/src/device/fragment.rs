@@ -1,0 +1,219 @@
+//! Fragment → logits adapters: each MMA leaves a lane's logits in its own fragment layout; these
+//! functions pick, for every batch row the lane scores, its logits of four consecutive vocab rows
+//! (one Philox group) and hand them to the ONE lane epilogue, [`lane_epilogue`], which runs the
+//! shared no_std [`update_group4`] (logit transform, Philox noise, argmax into the row's
+//! [`Candidate`]) — the very function the CPU backend runs. A per-row control (temperature, mask,
+//! bias, …) is therefore written once: in [`row_noise`] / [`lane_epilogue`] and the no_std core.
+//!
+//! They also hand the lane's candidates to the block merge ([`put_columns`], [`put_rows`]) with the
+//! shuffle masks that join the lanes holding the same batch row.
+//!
+//! | adapter | MMA | a lane holds, per tile |
+//! |---|---|---|
+//! | [`mma_sync_tile`] | `mma.sync.m16n8k16`, weight = A | 4 vocab rows × `2·NB` batch columns `8·(i/2) + 2·quad + i%2` |
+//! | [`weight_a_tile`] | `wgmma.m64nNk16`, weight = A | 4 vocab rows × `N / 4` batch columns, same numbering |
+//! | [`hidden_a_tile`] | `wgmma.m64n256k16`, hidden = A | 2 batch rows × 16 Philox groups `16J + 4q ..` |
+//!
+//! Register arrays are indexed with compile-time indices only (unrolled loops, selects among the
+//! few constants an index can have), so accumulators and candidates stay in registers.
+
+use super::mainloop::{Accumulators, WgmmaShape};
+use super::merge::{MergeArea, put_merged};
+use crate::candidate::Candidate;
+use crate::config::{ROWS_PER_LANE, TMA_T_TILE_V};
+use crate::epilogue::update_group4;
+use crate::noise::RowNoise;
+use crate::params::FusedParams;
+
+/// The noise key of batch row `b` (`b < B`): the launch's seed and sample index, the row's stream.
+#[inline(always)]
+pub(super) fn row_noise(p: &FusedParams, b: u32) -> RowNoise {
+    // SAFETY: b < B (the caller's contract) and `streams` holds B entries.
+    let stream = unsafe { *p.streams.add(b as usize) };
+    RowNoise { seed: p.seed, stream, sample: p.sample }
+}
+
+/// The lane epilogue: logits of vocab rows `v0 .. v0 + 4` (`v0 % 4 == 0`) of one batch row →
+/// transformed, perturbed scores → the row's candidate. Rows at or past V are skipped.
+#[inline(always)]
+pub(super) fn lane_epilogue(p: &FusedParams, noise: &RowNoise, v0: u32, logits: [f32; 4], cand: &mut Candidate) {
+    update_group4(cand, logits, v0, p.v, noise, &p.transform);
+}
+
+/// The lane's `ROWS_PER_LANE` logits (consecutive vocab rows) of its batch column `i` (N tile `i / 2`,
+/// element `i % 2`): lane row `j = 2·mt + h` is MMA row `group + 8h` of M tile `mt`.
+#[inline(always)]
+fn column_logits<const NB: usize>(acc: &Accumulators<NB>, i: u32) -> [f32; ROWS_PER_LANE] {
+    let mut out = [0.0f32; ROWS_PER_LANE];
+    for k in 0..2 * NB {
+        let (nt, e) = (k / 2, k % 2);
+        if k as u32 == i {
+            for (j, o) in out.iter_mut().enumerate() {
+                *o = acc[j / 2][nt][2 * (j % 2) + e];
+            }
+        }
+    }
+    out
+}
+
+/// `mma.sync` tile: for each batch column `i` the lane owns (row `b0 + 8·(i/2) + 2·quad + i%2`, below
+/// B), its four vocab rows from `v0`.
+///
+/// One heavy iteration (Philox + logs) per column: a real loop, so `column_logits` picks the
+/// column's logits with constant indices, keeping `acc` in registers.
+#[inline(always)]
+pub(super) fn mma_sync_tile<const NB: usize>(
+    p: &FusedParams,
+    (b0, quad): (u32, u32),
+    v0: u32,
+    acc: &Accumulators<NB>,
+    cands: &mut [Candidate; 16],
+) {
+    for i in 0..2 * NB as u32 {
+        // Accumulator element `e` (+2 for MMA row group+8) is batch column 2·quad + e of N tile nt.
+        let b = b0 + 8 * (i / 2) + 2 * quad + i % 2;
+        if b < p.b {
+            let logits = column_logits::<NB>(acc, i);
+            lane_epilogue(p, &row_noise(p, b), v0, logits, &mut cands[i as usize]);
+        }
+    }
+}
+
+/// Weight-as-A `wgmma` tile: the lane's four vocab rows from `v0`, for each of its `N / 4` batch
+/// columns (column `8j + 2q + c` for index `i = 2j + c`; accumulator `4j + 2e + c` of half `h` is
+/// vocab row `v0 + 2h + e`).
+///
+/// The columns run as passes of 8 unrolled columns (pass `r`: `i = 8r ..`), picking accumulators and
+/// candidates with selects among the compile-time indices they can have: fully unrolled, the code of
+/// 16 columns crowded the instruction cache (`tma_n64`, Qwen3-8B B = 64: 0.3233 → 0.3157 ms,
+/// docs/findings).
+#[inline(always)]
+pub(super) fn weight_a_tile<T: WgmmaShape>(
+    p: &FusedParams,
+    (b0, quad): (u32, u32),
+    v0: u32,
+    acc: &[T::Acc; 2],
+    cands: &mut [Candidate; 32],
+) {
+    let cols = T::N as usize / 4;
+    for r in 0..cols.div_ceil(8) {
+        // Accumulator 4j + c (+ 2) of column i = 8r + I: 16r + 4·(I / 2) + c. (The arms past r = 1
+        // are never taken; they keep the selects' form of the measured build.)
+        let pick = |h: usize, i: usize| match r {
+            0 => T::at(&acc[h], i),
+            1 => T::at(&acc[h], i + 16),
+            2 => T::at(&acc[h], i + 32),
+            _ => T::at(&acc[h], i + 48),
+        };
+        unrolled!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
+            if I < cols {
+                let (j, c) = (4 * r + I / 2, I % 2);
+                let b = b0 + 8 * j as u32 + 2 * quad + c as u32;
+                if b < p.b {
+                    let a = 4 * (I / 2) + c;
+                    let logits = [pick(0, a), pick(0, a + 2), pick(1, a), pick(1, a + 2)];
+                    let mut cand = match r {
+                        0 => cands[I],
+                        1 => cands[I + 8],
+                        2 => cands[I + 16],
+                        _ => cands[I + 24],
+                    };
+                    lane_epilogue(p, &row_noise(p, b), v0, logits, &mut cand);
+                    match r {
+                        0 => cands[I] = cand,
+                        1 => cands[I + 8] = cand,
+                        2 => cands[I + 16] = cand,
+                        _ => cands[I + 24] = cand,
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// Hidden-as-A `wgmma` tile `tile` (256 vocab rows): for each of the lane's two batch rows `b[e]`
+/// (skipped past B), the 16 Philox groups `tile·256 + 16J + 4q ..` (`J = 0..16`). Accumulator
+/// `4j + 2e + c` is batch row `e`, slab column `8j + 2q + c` = vocab row `16J + 4q + 2i + c` for
+/// `j = 2J + i`.
+///
+/// The 32 (row, group) pairs run as 4 passes of 8 unrolled groups: pass `r` takes batch row
+/// `e = r % 2` and groups `J = 8·(r / 2) ..`, picking its accumulators with selects among the 4
+/// compile-time indices they can have. Fully unrolled, the code of 32 groups overflows the
+/// instruction cache (ncu: 39% of stalls on instruction fetch, docs/findings).
+#[inline(always)]
+pub(super) fn hidden_a_tile(
+    p: &FusedParams,
+    b: [u32; 2],
+    tile: u32,
+    q: u32,
+    acc: &[f32; 128],
+    cands: &mut [Candidate; 2],
+) {
+    let v_lane = tile * TMA_T_TILE_V + 4 * q;
+    for r in 0..4u32 {
+        let (e, j_hi) = (r % 2, r / 2);
+        let row = if e == 0 { b[0] } else { b[1] };
+        if row < p.b {
+            let noise = row_noise(p, row);
+            let mut cand = if e == 0 { cands[0] } else { cands[1] };
+            // Accumulator 4j + 2e + c with j = 2J + i, J = 8·j_hi + J_lo: 64·j_hi + 8·J_lo + 4i + 2e + c.
+            let pick = |i: usize| match r {
+                0 => acc[i],
+                1 => acc[i + 2],
+                2 => acc[i + 64],
+                _ => acc[i + 66],
+            };
+            unrolled!(J in [0, 1, 2, 3, 4, 5, 6, 7] {
+                // Columns 8j + 2q + c for j = 2J, 2J + 1: vocab rows 16J + 4q + 0..4.
+                let logits = [pick(8 * J), pick(8 * J + 1), pick(8 * J + 4), pick(8 * J + 5)];
+                let v0 = v_lane + 16 * (8 * j_hi + J as u32);
+                lane_epilogue(p, &noise, v0, logits, &mut cand);
+            });
+            if e == 0 {
+                cands[0] = cand;
+            } else {
+                cands[1] = cand;
+            }
+        }
+    }
+}
+
+/// Block merge, step 1, for the column layouts of [`mma_sync_tile`] and [`weight_a_tile`]: the
+/// lane's candidate `I < columns` (batch column `8·(I/2) + 2·quad + I%2`; `columns` = `N / 4`, at
+/// most 16, a compile-time constant after inlining) is merged over the eight lane groups (shuffles
+/// 4, 8, 16) and stored by group 0 at `[contributor][row0 + column]`.
+///
+/// # Safety
+/// All 32 lanes of the warp call it together; the slots are inside the merge area.
+#[inline(always)]
+pub(super) unsafe fn put_columns<const C: usize>(
+    area: MergeArea,
+    contributor: u32,
+    row0: u32,
+    (group, quad): (u32, u32),
+    cands: &[Candidate; C],
+    columns: usize,
+) {
+    // Constant indices: `cands` stays in registers.
+    unrolled!(I in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] {
+        if I < columns && I < C {
+            let col = 8 * (I as u32 / 2) + 2 * quad + I as u32 % 2;
+            // SAFETY: forwarded contract (all lanes reach this point).
+            unsafe { put_merged(area, contributor, row0 + col, cands[I], [4, 8, 16], group == 0) };
+        }
+    });
+}
+
+/// Block merge, step 1, for [`hidden_a_tile`]: each of the lane's two batch rows (block rows
+/// `rows[e]`) is merged over the 4 lanes `q` of its group (shuffles 1, 2) and stored by `q = 0` at
+/// `[contributor][row]`.
+///
+/// # Safety
+/// As [`put_columns`].
+#[inline(always)]
+pub(super) unsafe fn put_rows(area: MergeArea, contributor: u32, rows: [u32; 2], q: u32, cands: &[Candidate; 2]) {
+    for e in 0..2 {
+        // SAFETY: forwarded contract.
+        unsafe { put_merged(area, contributor, rows[e], cands[e], [1, 2], q == 0) };
+    }
+}

@@ -1,0 +1,113 @@
+//! The portable fused kernel: `mma.sync` with block staging ([`Family::MmaSync`], sm_80+; the
+//! kernel chosen where the sm_90a module does not load, e.g. on Blackwell through the driver's JIT).
+//!
+//! # Parameters
+//! [`FusedParams`] by value; launch with `grid = n_vranges · n_btiles` blocks of
+//! [`FusedVariant::threads`] (`128·WB`) threads and [`FusedVariant::smem_bytes`] bytes of dynamic
+//! shared memory.
+//!
+//! # Thread mapping
+//! `4·WB` warps; block tile `BLOCK_V = 128` vocab rows × `BLOCK_B = 8·NB·WB` batch rows. Warp `warp`
+//! takes the 32 vocab rows `32·(warp / WB) ..` of each block tile and the batch rows
+//! `8·NB·(warp % WB) ..` of the batch tile; lane `(group, quad)` owns the four consecutive vocab rows
+//! `32·(warp / WB) + 4·group ..` (one Philox group) of each tile for its batch columns
+//! `8·nt + 2·quad + e`.
+//!
+//! # Composition
+//! [`BlockWork`] (tile scheduler) → [`BlockIssuer`] (producer: every thread, `cp.async`, one commit
+//! group per stage) → [`MmaSyncMainloop`] (one block barrier per stage; the pipeline runs on across
+//! tiles, so the next tile's first `S − 1` stages are in flight during a tile's epilogue) →
+//! [`fragment::mma_sync_tile`] (fragment → logits → lane epilogue) → [`fragment::put_columns`] +
+//! [`merge::finish`] (block merge, then the last block of the batch tile reduces to tokens).
+//!
+//! [`BlockWork`]: crate::device::schedule::BlockWork
+//! [`BlockIssuer`]: crate::device::producer::BlockIssuer
+//! [`MmaSyncMainloop`]: crate::device::mainloop::MmaSyncMainloop
+
+use crate::candidate::Candidate;
+use crate::config::{
+    BLOCK_V, Family, FusedVariant, MMA_SYNC_N16, MMA_SYNC_N32, MMA_SYNC_N64, MMA_SYNC_N128, ROWS_PER_LANE, WARP_TILE_V,
+};
+use crate::device::fragment;
+use crate::device::mainloop::MmaSyncMainloop;
+use crate::device::merge::{self, MergeArea};
+use crate::device::pipeline::BlockRing;
+use crate::device::producer::BlockIssuer;
+use crate::device::schedule::{BlockWork, Thread};
+use crate::params::FusedParams;
+
+/// The kernel body for `4·WB` warps of `8·NB` batch rows and an `S`-stage ring (`THREADS = 128·WB`,
+/// `BLOCK_B = 8·NB·WB`, `H` hidden-row copy passes per stage).
+///
+/// # Safety
+/// Launched as documented in the module, with `p` validated by the host (shapes, 16-byte aligned
+/// buffers of the stated sizes, `d % D_ALIGN == 0`).
+#[inline(always)]
+unsafe fn body<const NB: usize, const WB: u32, const S: u32, const THREADS: u32, const BLOCK_B: u32, const H: usize>(
+    p: FusedParams,
+    v: FusedVariant,
+) {
+    let t = Thread::this();
+    let work = BlockWork::of_this_block(&p, BLOCK_B, BLOCK_V);
+    let (warp_b, warp_v) = (t.warp % WB, t.warp / WB);
+    let b0 = work.b_first + warp_b * 8 * NB as u32; // this warp's first batch row
+    let active = b0 < p.b; // warp-uniform: this warp has batch rows to score
+    let ring = BlockRing::new(v.merge_bytes(), BLOCK_B);
+    let w_row0 = warp_v * WARP_TILE_V + ROWS_PER_LANE as u32 * t.group;
+    let mut mainloop = MmaSyncMainloop::<THREADS, BLOCK_B, S, H> {
+        ring,
+        issuer: BlockIssuer::new(&p, ring, (work.first, work.end), t.tid, work.b_first),
+        slot: 0,
+        w_row0,
+        h_row0: warp_b * 8 * NB as u32 + t.group,
+        quad: t.quad,
+    };
+    // SAFETY: every thread of the block, before the first tile.
+    unsafe { mainloop.prologue(&p) };
+    let mut cands = [Candidate::EMPTY; 16];
+    let mut tile = work.first;
+    while tile < work.end {
+        // SAFETY: every thread of the block, for every tile of the range.
+        let acc = unsafe { mainloop.tile::<NB>(&p, active) };
+        if active {
+            fragment::mma_sync_tile::<NB>(&p, (b0, t.quad), tile * BLOCK_V + w_row0, &acc, &mut cands);
+        }
+        tile += 1;
+    }
+    let area = MergeArea::new(BLOCK_B);
+    // SAFETY: every thread of the block reaches the block merge and the final reduction; warp `w`
+    // contributes vocab rows `w / WB` for batch rows `8·NB·(w % WB) ..` of the block.
+    unsafe {
+        fragment::put_columns(area, warp_v, warp_b * 8 * NB as u32, (t.group, t.quad), &cands, 2 * NB);
+        merge::finish(area, &p, t.tid, THREADS, v.merge_contributors(), work);
+    }
+}
+
+macro_rules! entry {
+    ($name:ident, $variant:expr) => {
+        #[doc = concat!("The fused kernel `", stringify!($variant), "` (`mma.sync`, portable module).")]
+        ///
+        /// # Safety
+        /// See the module: the launch the host derives from the variant, with validated parameters.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $name(p: FusedParams) {
+            const V: FusedVariant = $variant;
+            const { assert!(V.is_named(stringify!($name)) && matches!(V.family, Family::MmaSync)) };
+            // SAFETY: forwarded launch contract.
+            unsafe {
+                body::<
+                    { V.n_tiles as usize },
+                    { V.warps_b },
+                    { V.stages },
+                    { V.threads() },
+                    { V.block_b() },
+                    { V.block_b().div_ceil(V.threads() / 8) as usize },
+                >(p, V)
+            }
+        }
+    };
+}
+entry!(fused_sample_block_nb2, MMA_SYNC_N16);
+entry!(fused_sample_block_nb4_s3, MMA_SYNC_N32);
+entry!(fused_sample_block_nb4x2, MMA_SYNC_N64);
+entry!(fused_sample_block_nb4x4, MMA_SYNC_N128);

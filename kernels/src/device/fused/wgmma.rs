@@ -1,0 +1,148 @@
+//! The Hopper fused kernel with the weight as the `wgmma` A operand ([`Family::WgmmaWeightA`],
+//! sm_90a): a TMA producer warp and two consumer warpgroups, warp-specialized.
+//!
+//! # Parameters
+//! [`FusedParams`] by value with this launch's [`TensorMaps`](crate::params::TensorMaps) (weight maps
+//! of [`tma_weight_tiles`](crate::config::tma_weight_tiles) and
+//! [`tma_weight_rows`](crate::config::tma_weight_rows), hidden map of `BLOCK_B` rows); launch with
+//! `grid = n_vranges · n_btiles` blocks of 384 threads (the link step writes `.maxntid 384, 1, 1`,
+//! so ptxas keeps them within the 168 registers per thread one such block per SM allows) and
+//! [`FusedVariant::smem_bytes`] bytes of dynamic shared memory.
+//!
+//! # Thread mapping
+//! `tid = threadIdx.x`, warpgroup `wg = tid / 128`, `w = warp % 4`, `g = lane / 4`, `q = lane % 4`.
+//!
+//! - **Producer** (`wg = 0`, warp 0; warps 1–3 only join the block merge): [`produce_tma`] fills an
+//!   `S`-slot ring of slabs of 128 weight rows (one 5-D box in the permuted order of
+//!   [`vocab_of_slab_row`](crate::config::vocab_of_slab_row)) and `BLOCK_B` hidden rows.
+//! - **Consumers** (`wg = 1, 2`, `c = wg − 1`): [`consume`] per stage: 8 `wgmma.m64nNk16` (4 k16
+//!   steps × the two 64-row halves of the tile), A = weight, B = the consumer's `N` hidden rows.
+//!   `SPLIT = 1`: consumer `c` takes tiles `first + c, first + c + 2, …` (while one runs its epilogue
+//!   the other's MMAs keep the tensor cores busy); `SPLIT = 2`: both take every tile, consumer `c` on
+//!   batch rows `c·N ..` of a `2N`-row batch tile.
+//! - **Accumulators**: per half `h`, `N / 2` f32; element `4j + 2e + c'` is MMA row `16w + g + 8e`,
+//!   batch column `8j + 2q + c'`; slab row `64h + 16w + 8e + g` holds vocab row
+//!   `4·(8w + g) + 2h + e`, so lane `(w, g, q)` holds the four consecutive vocab rows
+//!   `4·(8w + g) ..` (one Philox group) of each tile for its `N / 4` batch columns
+//!   ([`fragment::weight_a_tile`]).
+//! - **End**: block merge (contributors: the 8 consumer warps when taking turns, the 4 warps `w` when
+//!   splitting) and the last block's reduction.
+//!
+//! All variants of one `N` compute each logit with the same `wgmma` instructions in the same order,
+//! so they draw bit-identical samples.
+
+use core::marker::PhantomData;
+
+use crate::candidate::Candidate;
+use crate::config::{BLOCK_V, Family, FusedVariant, STAGE_K, TMA_N16, TMA_N32, TMA_N64, TMA_N64X2, WS_WARPS};
+use crate::device::fragment;
+use crate::device::mainloop::{Consumer, N16, N32, N64, WgmmaShape, consume, mma_stage_weight_a};
+use crate::device::merge::{self, MergeArea};
+use crate::device::pipeline::{Pipeline, Ring};
+use crate::device::producer::produce_tma;
+use crate::device::schedule::{BlockWork, Thread};
+use crate::params::FusedParams;
+
+/// The consumer: `N` hidden rows from slab row `128 + hidden`, the weight-as-A fragment adapter.
+struct WeightA<'a, T: WgmmaShape> {
+    p: &'a FusedParams,
+    ring: Ring,
+    hidden: u32,
+    /// First batch row of the lane's columns, and its quad.
+    b0_quad: (u32, u32),
+    /// Offset of the lane's Philox group in a tile: `4·(8w + g)`.
+    v_lane: u32,
+    cands: &'a mut [Candidate; 32],
+    shape: PhantomData<T>,
+}
+
+impl<T: WgmmaShape> Consumer for WeightA<'_, T> {
+    type Acc = [T::Acc; 2];
+    const ZERO: Self::Acc = [T::ZERO; 2];
+    #[inline(always)]
+    unsafe fn mma(&self, slot: u32, acc: &mut Self::Acc) {
+        // SAFETY: forwarded contract.
+        unsafe { mma_stage_weight_a::<T>(self.ring.slab(slot), self.ring.hidden(slot, self.hidden), acc) };
+    }
+    #[inline(always)]
+    fn epilogue(&mut self, tile: u32, acc: &Self::Acc) {
+        fragment::weight_a_tile::<T>(self.p, self.b0_quad, tile * BLOCK_V + self.v_lane, acc, self.cands);
+    }
+}
+
+/// The kernel body: `N = T::N` batch rows per consumer, an `S`-slot ring, consumers taking turns
+/// (`SPLIT = 1`) or splitting a `2N`-row batch tile (`SPLIT = 2`).
+///
+/// # Safety
+/// Launched as documented in the module, with `p` validated by the host and `p.tensor_maps`
+/// encoded for this launch.
+#[inline(always)]
+unsafe fn body<T: WgmmaShape, const S: u32, const SPLIT: u32>(p: FusedParams, v: FusedVariant) {
+    const { assert!(SPLIT == 1 || SPLIT == 2) };
+    let n = T::N;
+    let block_b = SPLIT * n;
+    let t = Thread::this();
+    let work = BlockWork::of_this_block(&p, block_b, BLOCK_V);
+    let wg = t.tid / 128;
+    // SAFETY: every thread of the block, once, before anything else touches shared memory.
+    let pipe = unsafe {
+        Pipeline::setup::<S>(
+            t.tid,
+            v.merge_bytes(),
+            (BLOCK_V, block_b),
+            SPLIT,
+            (work.first, work.end, p.d.div_ceil(STAGE_K)),
+        )
+    };
+    let area = MergeArea::new(block_b);
+    let mut cands = [Candidate::EMPTY; 32];
+    if wg == 0 {
+        if t.warp == 0 {
+            // SAFETY: the producer warp; forwarded launch contract (the tensor maps are encoded).
+            unsafe { produce_tma::<S, false>(&p, pipe, t.lane, work.b_first) };
+        }
+    } else {
+        let c = wg - 1;
+        let slot_b = if SPLIT == 2 { c } else { 0 };
+        let mut consumer = WeightA::<T> {
+            p: &p,
+            ring: pipe.ring,
+            hidden: slot_b * n,
+            b0_quad: (work.b_first + slot_b * n, t.quad),
+            v_lane: 4 * (8 * (t.warp % 4) + t.group),
+            cands: &mut cands,
+            shape: PhantomData,
+        };
+        // SAFETY: the whole consumer warpgroup, converged; forwarded launch contract.
+        unsafe { consume::<_, S>(&mut consumer, pipe, c, SPLIT == 2, t.tid) };
+        // Contributors: warp w of each consumer (taking turns: 8 of them), or of both (splitting: 4).
+        let contributor = if SPLIT == 2 { t.warp % 4 } else { 4 * c + t.warp % 4 };
+        // SAFETY: the whole warp is here (warpgroup-uniform branch); inside the merge area.
+        unsafe { fragment::put_columns(area, contributor, slot_b * n, (t.group, t.quad), &cands, n as usize / 4) };
+    }
+    // SAFETY: every thread of the block reaches the block merge and the final reduction.
+    unsafe { merge::finish(area, &p, t.tid, 32 * WS_WARPS, v.merge_contributors(), work) };
+}
+
+macro_rules! entry {
+    ($name:ident, $variant:expr, $shape:ty) => {
+        #[doc = concat!("The fused kernel `", stringify!($variant), "` (`wgmma`, weight as A, sm_90a module).")]
+        ///
+        /// # Safety
+        /// See the module: the launch the host derives from the variant, with validated parameters.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $name(p: FusedParams) {
+            const V: FusedVariant = $variant;
+            const {
+                assert!(V.is_named(stringify!($name)) && matches!(V.family, Family::WgmmaWeightA));
+                assert!(V.threads() == 32 * WS_WARPS && 8 * V.n_tiles == <$shape as WgmmaShape>::N);
+            };
+            // SAFETY: forwarded launch contract.
+            unsafe { body::<$shape, { V.stages }, { V.warps_b }>(p, V) }
+        }
+    };
+}
+entry!(fused_sample_wgmma_tma_n16, TMA_N16, N16);
+entry!(fused_sample_wgmma_tma_n32, TMA_N32, N32);
+entry!(fused_sample_wgmma_tma_n64, TMA_N64, N64);
+entry!(fused_sample_wgmma_tma_n64x2, TMA_N64X2, N64);

@@ -1,0 +1,164 @@
+//! The Hopper fused kernel with the hidden states as the `wgmma` A operand
+//! ([`Family::WgmmaHiddenA`], sm_90a): 64 batch rows per consumer are the A operand and a 256-row
+//! vocab tile the B operand of `wgmma.m64n256k16`. A weight byte staged in shared memory then meets
+//! 64 batch rows per MMA, and the tensor cores read 80 instead of 128 bytes of shared memory per
+//! 2048 multiply-adds, the rate the SM's tensor cores consume them.
+//!
+//! # Parameters
+//! [`FusedParams`] by value with this launch's [`TensorMaps`](crate::params::TensorMaps) (the weight
+//! map of [`tma_weight_tiles_t`](crate::config::tma_weight_tiles_t)); launch with
+//! `grid = n_vranges · n_btiles` blocks of 384 threads (`.maxntid 384, 1, 1` from the link step) and
+//! [`FusedVariant::smem_bytes`] bytes of dynamic shared memory. Needs `V % 16 == 0`.
+//!
+//! # Thread mapping
+//! `tid = threadIdx.x`, warpgroup `wg = tid / 128`, `w = warp % 4`, `g = lane / 4`, `q = lane % 4`.
+//!
+//! - **Producer** (`wg = 0`, warp 0): [`produce_tma`] per stage: one 5-D weight box (the 256-row
+//!   tile in the permuted slab order of [`vocab_of_slab_row_t`](crate::config::vocab_of_slab_row_t))
+//!   and one hidden box of `BLOCK_B` rows.
+//! - **Consumers** (`wg = 1, 2`, `c = wg − 1`): taking turns on the tiles (`SPLIT = 1`, both on the
+//!   block's 64 rows) or sharing every stage (`SPLIT = 2`, consumer `c` on rows `64c ..`), with the
+//!   barrier protocol of [`consume`]. Per stage: 4 `wgmma.m64n256k16` (one per k16 step).
+//! - **Accumulators**: 128 f32 per thread; element `4j + 2e + c'` is batch row `16w + g + 8e`,
+//!   slab column `8j + 2q + c'` = vocab row `16J + 4q + 2i + c'` of the tile for `j = 2J + i`. So
+//!   lane `(w, g, q)` scores, for each of its two batch rows, the 16 Philox groups
+//!   `16J + 4q .. 16J + 4q + 4` (`J = 0..16`) of every tile ([`fragment::hidden_a_tile`]), and keeps
+//!   one candidate per batch row.
+//! - **Registers**: 128 accumulators exceed the even share of 168 per thread with the epilogue, so
+//!   the producer warpgroup lowers its budget to [`PRODUCER_REGS`] and the consumers raise theirs to
+//!   [`CONSUMER_REGS`] (`setmaxnreg`); each role ends in its own copy of [`merge::finish`], so ptxas
+//!   allocates each under its own budget.
+//! - **End**: block merge (contributors: the two consumers when taking turns, one when splitting)
+//!   and the last block's reduction.
+//!
+//! The hidden rows past B are zeros (TMA fill) and never scored; vocab rows past V are zeros and
+//! skipped by the lane epilogue.
+
+use crate::candidate::Candidate;
+use crate::config::{Family, FusedVariant, STAGE_K, TMA_T_TILE_V, TMAT_N64, TMAT_N64X2, WS_WARPS};
+use crate::device::fragment;
+use crate::device::mainloop::{Consumer, consume, mma_stage_hidden_a};
+use crate::device::merge::{self, MergeArea};
+use crate::device::pipeline::{Pipeline, Ring};
+use crate::device::producer::produce_tma;
+use crate::device::ptx::{setmaxnreg_dec_sync_aligned_u32, setmaxnreg_inc_sync_aligned_u32};
+use crate::device::schedule::{BlockWork, Thread};
+use crate::params::FusedParams;
+
+/// Batch rows per consumer: the M of `wgmma.m64n256k16`.
+const M: u32 = 64;
+/// Per-thread registers of the producer warpgroup after `setmaxnreg`.
+const PRODUCER_REGS: u32 = 24;
+/// Per-thread registers of a consumer warpgroup after `setmaxnreg`: the 168 of an even share plus
+/// the producer's 144 given up, split over the two consumers.
+const CONSUMER_REGS: u32 = 240;
+const _: () = assert!(PRODUCER_REGS + 2 * CONSUMER_REGS <= 3 * 168);
+
+/// The consumer: its 64 hidden rows from slab row `256 + hidden`, the lane's batch rows `b` and quad
+/// `q`, one candidate per batch row.
+struct HiddenA<'a> {
+    p: &'a FusedParams,
+    ring: Ring,
+    hidden: u32,
+    b: [u32; 2],
+    q: u32,
+    cands: &'a mut [Candidate; 2],
+}
+
+impl Consumer for HiddenA<'_> {
+    type Acc = [f32; 128];
+    const ZERO: Self::Acc = [0.0; 128];
+    #[inline(always)]
+    unsafe fn mma(&self, slot: u32, acc: &mut Self::Acc) {
+        // SAFETY: forwarded contract.
+        unsafe { mma_stage_hidden_a(self.ring.hidden(slot, self.hidden), self.ring.slab(slot), acc) };
+    }
+    #[inline(always)]
+    fn epilogue(&mut self, tile: u32, acc: &Self::Acc) {
+        fragment::hidden_a_tile(self.p, self.b, tile, self.q, acc, self.cands);
+    }
+}
+
+/// The kernel body: an `S`-slot ring, consumers taking turns (`SPLIT = 1`) or splitting a 128-row
+/// batch tile (`SPLIT = 2`).
+///
+/// # Safety
+/// Launched as documented in the module, with `p` validated by the host (`V % 16 == 0`) and
+/// `p.tensor_maps` encoded for this launch.
+#[inline(always)]
+unsafe fn body<const S: u32, const SPLIT: u32>(p: FusedParams, v: FusedVariant) {
+    const { assert!(SPLIT == 1 || SPLIT == 2) };
+    let block_b = SPLIT * M;
+    let t = Thread::this();
+    let work = BlockWork::of_this_block(&p, block_b, TMA_T_TILE_V);
+    let wg = t.tid / 128;
+    // SAFETY: every thread of the block, once, before anything else touches shared memory.
+    let pipe = unsafe {
+        Pipeline::setup::<S>(
+            t.tid,
+            v.merge_bytes(),
+            (TMA_T_TILE_V, block_b),
+            SPLIT,
+            (work.first, work.end, p.d.div_ceil(STAGE_K)),
+        )
+    };
+    let area = MergeArea::new(block_b);
+    let threads = 32 * WS_WARPS;
+    if wg == 0 {
+        // SAFETY: the whole producer warpgroup, converged; the producer needs few registers.
+        unsafe { setmaxnreg_dec_sync_aligned_u32::<PRODUCER_REGS>() };
+        if t.warp == 0 {
+            // SAFETY: the producer warp; forwarded launch contract (the tensor maps are encoded).
+            unsafe { produce_tma::<S, true>(&p, pipe, t.lane, work.b_first) };
+        }
+        // SAFETY: every thread of the block reaches one `finish` (the consumers theirs).
+        unsafe { merge::finish(area, &p, t.tid, threads, v.merge_contributors(), work) };
+    } else {
+        // SAFETY: the whole consumer warpgroup, converged; the producer's release leaves the pool
+        // enough for both consumers (PRODUCER_REGS + 2 · CONSUMER_REGS ≤ 3 · 168).
+        unsafe { setmaxnreg_inc_sync_aligned_u32::<CONSUMER_REGS>() };
+        let c = wg - 1;
+        let slot_b = if SPLIT == 2 { c } else { 0 };
+        // The lane's two batch rows (block-relative).
+        let rows = [slot_b * M + 16 * (t.warp % 4) + t.group, slot_b * M + 16 * (t.warp % 4) + t.group + 8];
+        let mut cands = [Candidate::EMPTY; 2];
+        let mut consumer = HiddenA {
+            p: &p,
+            ring: pipe.ring,
+            hidden: slot_b * M,
+            b: [work.b_first + rows[0], work.b_first + rows[1]],
+            q: t.quad,
+            cands: &mut cands,
+        };
+        // SAFETY: the whole consumer warpgroup, converged; forwarded launch contract.
+        unsafe { consume::<_, S>(&mut consumer, pipe, c, SPLIT == 2, t.tid) };
+        // Contributors: the two consumers when taking turns; splitting, each row has one (index 0).
+        let contributor = if SPLIT == 2 { 0 } else { c };
+        // SAFETY: the whole warp is here; inside the merge area. Every thread reaches one `finish`.
+        unsafe {
+            fragment::put_rows(area, contributor, rows, t.quad, &cands);
+            merge::finish(area, &p, t.tid, threads, v.merge_contributors(), work);
+        }
+    }
+}
+
+macro_rules! entry {
+    ($name:ident, $variant:expr) => {
+        #[doc = concat!("The fused kernel `", stringify!($variant), "` (`wgmma`, hidden as A, sm_90a module).")]
+        ///
+        /// # Safety
+        /// See the module: the launch the host derives from the variant, with validated parameters.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $name(p: FusedParams) {
+            const V: FusedVariant = $variant;
+            const {
+                assert!(V.is_named(stringify!($name)) && matches!(V.family, Family::WgmmaHiddenA));
+                assert!(V.threads() == 32 * WS_WARPS && V.n_tiles == 8);
+            };
+            // SAFETY: forwarded launch contract.
+            unsafe { body::<{ V.stages }, { V.warps_b }>(p, V) }
+        }
+    };
+}
+entry!(fused_sample_wgmma_tmat_n64, TMAT_N64);
+entry!(fused_sample_wgmma_tmat_n64x2, TMAT_N64X2);

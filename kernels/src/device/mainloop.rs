@@ -1,0 +1,308 @@
+//! The MMA mainloops: logits of one tile, accumulated in f32 over all of D.
+//!
+//! - **`mma.sync`** ([`MmaSyncMainloop`], portable, sm_80+): `mma.sync.m16n8k16` with the weight as
+//!   the A operand (16 vocab rows per M tile) and the hidden states as B (8 batch rows per N tile).
+//!   Each warp computes 32 vocab rows × `8·NB` batch rows of a 128-row block tile from the
+//!   [`BlockRing`], one block barrier per stage, the producer's copies of a later stage issued right
+//!   after each stage's MMAs.
+//! - **`wgmma`** ([`consume`], sm_90a): a consumer warpgroup waits for each stage on its `full`
+//!   barrier, issues the stage's `wgmma.mma_async` as one group straight from the ring's swizzled
+//!   slabs, and releases the previous stage's slot once that group is complete. The operand roles
+//!   are the [`Consumer`]'s: weight as A (`m64nNk16`, two 64-row halves of a 128-row tile,
+//!   [`mma_stage_weight_a`]) or hidden as A (`m64n256k16`, a 256-row tile as B,
+//!   [`mma_stage_hidden_a`]).
+//!
+//! Every `mma.sync` kernel computes each logit with the same MMAs in the same order; every `wgmma`
+//! kernel of one MMA shape too. Between shapes the tensor cores may add the products of a k16 step in
+//! another order, so samples can differ only where two perturbed scores tie within f32 rounding.
+//!
+//! # Fragment k-permutation (`mma.sync`)
+//! Lane `quad` takes the 16 bytes at `kc + 8·quad` of each of its rows and of its hidden row; the
+//! eight bf16 are the k slots of two consecutive k16 MMAs (any k-permutation shared by A and B
+//! leaves the dot product unchanged).
+
+use core::arch::nvptx::_syncthreads;
+
+use super::pipeline::{BlockRing, Pipeline, wait, wait_oldest_stage};
+use super::producer::BlockIssuer;
+use super::ptx::{
+    ld_shared_v4_u32, mbarrier_arrive_shared_cta_b64, mma_sync_aligned_m16n8k16_row_col_f32_bf16_bf16_f32 as mma,
+    wgmma_commit_group_sync_aligned, wgmma_fence_sync_aligned, wgmma_mma_async_sync_aligned_m64n16k16_f32_bf16_bf16,
+    wgmma_mma_async_sync_aligned_m64n32k16_f32_bf16_bf16, wgmma_mma_async_sync_aligned_m64n64k16_f32_bf16_bf16,
+    wgmma_mma_async_sync_aligned_m64n256k16_f32_bf16_bf16, wgmma_wait_group_sync_aligned,
+};
+use crate::config::{CHUNK_D, M_TILES_PER_WARP, ROWS_PER_LANE, STAGE_K, STAGE_ROW_BYTES};
+use crate::params::FusedParams;
+
+/// One `mma.sync` warp's accumulators: `[M tile][N tile][fragment]`.
+pub(super) type Accumulators<const NB: usize> = [[[f32; 4]; NB]; M_TILES_PER_WARP];
+
+/// Two k16 MMAs per M tile and N tile on one chunk of fragments.
+#[inline(always)]
+unsafe fn mma_chunk<const NB: usize>(acc: &mut Accumulators<NB>, a: &[[u32; 4]; ROWS_PER_LANE], h: &[[u32; 4]; NB]) {
+    for mt in 0..M_TILES_PER_WARP {
+        let (lo, hi) = (a[2 * mt], a[2 * mt + 1]); // MMA rows `group` and `group + 8`
+        for nt in 0..NB {
+            // SAFETY: the caller runs this warp-uniformly (converged).
+            unsafe {
+                mma(&mut acc[mt][nt], [lo[0], hi[0], lo[1], hi[1]], [h[nt][0], h[nt][1]]);
+                mma(&mut acc[mt][nt], [lo[2], hi[2], lo[3], hi[3]], [h[nt][2], h[nt][3]]);
+            }
+        }
+    }
+}
+
+/// The `mma.sync` mainloop of one warp: the ring, the block's producer, and the warp's rows.
+///
+/// Warp `warp` of the `4·WB` warps takes the 32 vocab rows `32·(warp / WB) ..` of each 128-row block
+/// tile and the batch rows `8·NB·(warp % WB) ..` of the batch tile; lane `(group, quad)` reads, for
+/// MMA chunk `m` (D columns `32m ..` of the stage), piece `4m + quad` of its four weight rows
+/// `w_row0 + j` and of its hidden rows `h_row0 + 8·nt`.
+pub(super) struct MmaSyncMainloop<const THREADS: u32, const BLOCK_B: u32, const S: u32, const H: usize> {
+    pub(super) ring: BlockRing,
+    pub(super) issuer: BlockIssuer<THREADS, BLOCK_B, S, H>,
+    /// The ring slot of the next stage to multiply.
+    pub(super) slot: u32,
+    /// The lane's first weight row in a block tile (`32·warp_v + 4·group`).
+    pub(super) w_row0: u32,
+    /// The lane's first hidden row in the batch tile (`8·NB·warp_b + group`).
+    pub(super) h_row0: u32,
+    pub(super) quad: u32,
+}
+
+impl<const THREADS: u32, const BLOCK_B: u32, const S: u32, const H: usize> MmaSyncMainloop<THREADS, BLOCK_B, S, H> {
+    /// Fills the first `S − 1` stages.
+    ///
+    /// # Safety
+    /// Every thread of the block, once, before [`Self::tile`]; the ring is untouched so far.
+    #[inline(always)]
+    pub(super) unsafe fn prologue(&mut self, p: &FusedParams) {
+        for _ in 0..S - 1 {
+            // SAFETY: forwarded contract.
+            unsafe { self.issuer.issue(p) };
+        }
+    }
+
+    /// The logits of the next tile: one block barrier per stage; after it, stage `g` has landed for
+    /// every thread and every warp is done with stage `g − 1`, whose slot then receives stage
+    /// `g + S − 1` (issued after this warp's MMAs on stage `g`, so they start right after the
+    /// barrier). Warps whose batch rows are all past B (`active = false`) skip the MMAs.
+    ///
+    /// # Safety
+    /// Every thread of the block calls it for every tile of the range (block-uniform trip counts).
+    #[inline(always)]
+    pub(super) unsafe fn tile<const NB: usize>(&mut self, p: &FusedParams, active: bool) -> Accumulators<NB> {
+        let mut acc: Accumulators<NB> = [[[0.0; 4]; NB]; M_TILES_PER_WARP];
+        let mut k0 = 0;
+        while k0 < p.d {
+            wait_oldest_stage::<S>();
+            // SAFETY: block-uniform loop bounds: every thread reaches every barrier.
+            unsafe { _syncthreads() };
+            if active {
+                // SAFETY: this stage has landed for every thread (wait + barrier); warp-uniform.
+                unsafe { self.mma_stage::<NB>(&mut acc) };
+            }
+            // Refill the slot of the previous stage (every warp finished it before the barrier
+            // above). Issued after this stage's MMAs, so they start right after the barrier.
+            // SAFETY: as stated.
+            unsafe { self.issuer.issue(p) };
+            self.slot = if self.slot + 1 == S { 0 } else { self.slot + 1 };
+            k0 += STAGE_K;
+        }
+        acc
+    }
+
+    /// Multiplies one landed stage: two k16 chunks, fragments read as documented above.
+    #[inline(always)]
+    unsafe fn mma_stage<const NB: usize>(&self, acc: &mut Accumulators<NB>) {
+        for m in 0..STAGE_K / CHUNK_D {
+            let c = 4 * m + self.quad;
+            let mut a = [[0u32; 4]; ROWS_PER_LANE];
+            let mut h = [[0u32; 4]; NB];
+            for (j, x) in a.iter_mut().enumerate() {
+                // SAFETY: inside the landed slot.
+                *x = unsafe { ld_shared_v4_u32(self.ring.weight(self.slot, self.w_row0 + j as u32, c)) };
+            }
+            for (nt, x) in h.iter_mut().enumerate() {
+                // SAFETY: as above.
+                *x = unsafe { ld_shared_v4_u32(self.ring.hidden(self.slot, self.h_row0 + 8 * nt as u32, c)) };
+            }
+            // SAFETY: warp-uniform (the caller's contract).
+            unsafe { mma_chunk::<NB>(acc, &a, &h) };
+        }
+    }
+}
+
+/// A batch width `N` of the weight-as-A `m64nNk16` MMA and its accumulator array.
+pub(super) trait WgmmaShape {
+    /// Batch rows per consumer warpgroup.
+    const N: u32;
+    /// `N / 2` f32 accumulators per thread.
+    type Acc: Copy;
+    /// Zeroed accumulators.
+    const ZERO: Self::Acc;
+    /// One `wgmma.mma_async` of this shape.
+    ///
+    /// # Safety
+    /// As the wrapped instruction.
+    unsafe fn mma(acc: &mut Self::Acc, desc_a: u64, desc_b: u64);
+    /// Accumulator element `i` (compile-time index after unrolling).
+    fn at(acc: &Self::Acc, i: usize) -> f32;
+}
+
+macro_rules! wgmma_shape {
+    ($name:ident, $n:literal, $f:ident) => {
+        #[doc = concat!("`m64n", stringify!($n), "k16`.")]
+        pub(super) struct $name;
+        impl WgmmaShape for $name {
+            const N: u32 = $n;
+            type Acc = [f32; $n / 2];
+            const ZERO: Self::Acc = [0.0; $n / 2];
+            #[inline(always)]
+            unsafe fn mma(acc: &mut Self::Acc, desc_a: u64, desc_b: u64) {
+                // SAFETY: forwarded contract.
+                unsafe { $f(acc, desc_a, desc_b) }
+            }
+            #[inline(always)]
+            fn at(acc: &Self::Acc, i: usize) -> f32 {
+                acc[i]
+            }
+        }
+    };
+}
+wgmma_shape!(N16, 16, wgmma_mma_async_sync_aligned_m64n16k16_f32_bf16_bf16);
+wgmma_shape!(N32, 32, wgmma_mma_async_sync_aligned_m64n32k16_f32_bf16_bf16);
+wgmma_shape!(N64, 64, wgmma_mma_async_sync_aligned_m64n64k16_f32_bf16_bf16);
+
+/// Shared-memory matrix descriptor of a K-major operand in the 128-byte swizzle layout: start
+/// address `addr` (16-byte units, bits 0–13), leading byte offset 1 (unused by this layout, bits
+/// 16–29), stride byte offset 1024 bytes between 8-row groups (bits 32–45), base offset 0 (the
+/// slabs are 1024-byte aligned), layout type 1 = 128-byte swizzle (bits 62–63).
+#[inline(always)]
+fn smem_descriptor(addr: u32) -> u64 {
+    ((addr as u64 >> 4) & 0x3FFF) | (1u64 << 16) | ((1024u64 >> 4) << 32) | (1u64 << 62)
+}
+
+/// The 8 `wgmma` of one weight-as-A stage (4 k16 steps × the two 64-row halves of a 128-row weight
+/// tile) on the weight rows at `weights` and the `N` hidden rows at `hidden` of a slab, into `acc`;
+/// the caller fences before and commits after.
+///
+/// # Safety
+/// The whole warpgroup runs this converged, after `wgmma.fence`; the slab holds a landed stage, made
+/// visible to the async proxy, in the layout the descriptors describe; `weights` and `hidden` are
+/// 1024-byte aligned (whole 8-row swizzle atoms).
+#[inline(always)]
+pub(super) unsafe fn mma_stage_weight_a<T: WgmmaShape>(weights: u32, hidden: u32, acc: &mut [T::Acc; 2]) {
+    for kk in 0..STAGE_K / 16 {
+        let b_desc = smem_descriptor(hidden + 32 * kk);
+        for (h, a) in acc.iter_mut().enumerate() {
+            let a_desc = smem_descriptor(weights + STAGE_ROW_BYTES * 64 * h as u32 + 32 * kk);
+            // SAFETY: forwarded contract.
+            unsafe { T::mma(a, a_desc, b_desc) };
+        }
+    }
+}
+
+/// The 4 `wgmma.m64n256k16` of one hidden-as-A stage (one per k16 step): A = the 64 hidden rows at
+/// `hidden`, B = the 256 weight rows at `weights`, into `acc`; the caller fences before and commits
+/// after.
+///
+/// # Safety
+/// As [`mma_stage_weight_a`].
+#[inline(always)]
+pub(super) unsafe fn mma_stage_hidden_a(hidden: u32, weights: u32, acc: &mut [f32; 128]) {
+    for kk in 0..STAGE_K / 16 {
+        // SAFETY: forwarded contract.
+        unsafe {
+            wgmma_mma_async_sync_aligned_m64n256k16_f32_bf16_bf16(
+                acc,
+                smem_descriptor(hidden + 32 * kk),
+                smem_descriptor(weights + 32 * kk),
+            )
+        };
+    }
+}
+
+/// What a consumer warpgroup does with a stage and with a finished tile.
+pub(super) trait Consumer {
+    /// The warpgroup's accumulators for one tile.
+    type Acc: Copy;
+    /// Zeroed accumulators.
+    const ZERO: Self::Acc;
+    /// Issues the stage's `wgmma` on the slab in `slot` into `acc`.
+    ///
+    /// # Safety
+    /// The whole warpgroup, converged, after `wgmma.fence`; the slot holds a landed stage.
+    unsafe fn mma(&self, slot: u32, acc: &mut Self::Acc);
+    /// Transform + noise + argmax of tile `tile` from its final accumulators.
+    fn epilogue(&mut self, tile: u32, acc: &Self::Acc);
+}
+
+/// One consumer warpgroup's pass over the pipeline's tiles `[first, end)` of `n_k` stages each: tiles
+/// `first + c, first + c + 2, …` taking turns with the other consumer (`shared = false`), or every
+/// tile when both share each stage. Per stage it waits for `full`, issues the consumer's `mma` as
+/// one `wgmma` group, and releases the previous stage's slot once that group is complete; after a
+/// tile's last stage it drains its MMAs and runs the consumer's `epilogue`.
+///
+/// # Safety
+/// The 128 threads of consumer warpgroup `c` (`wg = c + 1`) call it converged, with the barriers of
+/// [`Pipeline::setup`] and a producer filling stage `i` of the block into slot `i % S`.
+#[inline(always)]
+pub(super) unsafe fn consume<C: Consumer, const S: u32>(
+    consumer: &mut C,
+    Pipeline { bars, first, end, n_k, .. }: Pipeline,
+    c: u32,
+    shared: bool,
+    tid: u32,
+) {
+    let lane = tid % 32;
+    // Taking turns: every other tile; sharing: every tile.
+    let (mut tile, step) = if shared { (first, 1) } else { (first + c, 2) };
+    let mut j = 0; // this consumer's tile count
+    while tile < end {
+        // A phase-parity wait is only sound while the barrier is at most one phase short of the
+        // awaited one: wait until the other consumer has seen its tile's stages land (so the fills
+        // before ours are complete). Consumer 0's first tile needs no turn. Sharing, each consumer
+        // waits for every stage in order, which keeps it so by itself.
+        if !shared && (c == 1 || j > 0) {
+            // SAFETY: warpgroup-uniform; an initialized barrier.
+            unsafe { wait(bars.turn(c), (j + c + 1) % 2) };
+        }
+        let mut acc = C::ZERO;
+        let mut stage = (tile - first) * n_k;
+        let mut held = 0; // slot of the previous stage, still read by its MMAs
+        for k in 0..n_k {
+            let slot = stage % S;
+            // SAFETY: warpgroup-uniform control flow: the whole consumer runs this loop converged.
+            // The barrier orders the landed stage (fenced into the async proxy, or written by it)
+            // before the MMAs that read it.
+            unsafe {
+                wait(bars.full(slot), (stage / S) % 2);
+                if !shared && k + 1 == n_k && tid % 128 == 0 {
+                    mbarrier_arrive_shared_cta_b64(bars.turn(1 - c));
+                }
+                wgmma_fence_sync_aligned();
+                consumer.mma(slot, &mut acc);
+                wgmma_commit_group_sync_aligned();
+                // The previous stage's group is done; this one may still run.
+                wgmma_wait_group_sync_aligned::<1>();
+                if k > 0 && lane == 0 {
+                    mbarrier_arrive_shared_cta_b64(bars.empty(held));
+                }
+            }
+            held = slot;
+            stage += 1;
+        }
+        // SAFETY: the whole warpgroup; the accumulators are final after this and the last slot is
+        // no longer read.
+        unsafe {
+            wgmma_wait_group_sync_aligned::<0>();
+            if lane == 0 {
+                mbarrier_arrive_shared_cta_b64(bars.empty(held));
+            }
+        }
+        consumer.epilogue(tile, &acc);
+        tile += step;
+        j += 1;
+    }
+}

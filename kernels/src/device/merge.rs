@@ -1,0 +1,119 @@
+//! The block merge: every lane's per-row candidates → one candidate per (batch row, vocab range) in
+//! `FusedParams::candidates`.
+//!
+//! A kernel's lanes hold candidates for some of the block's batch rows; several *contributors*
+//! (warps or warpgroups that scored other vocab rows of the same batch rows) hold candidates for the
+//! same row. In two steps:
+//! 1. the lanes that share a (contributor, row) merge by warp shuffles (which lanes those are is a
+//!    property of the MMA fragment, so the fragment adapters call [`put_merged`] with their shuffle
+//!    masks), and one of them stores the result in the merge area at `[contributor][row]`;
+//! 2. after a block barrier, thread `t` takes block rows `t, t + threads, …`, merges each over the
+//!    contributors and writes it to `candidates[b, vrange]` ([`finish`]), and the last block of the
+//!    batch tile reduces the tile's candidates to tokens ([`super::reduce::reduce_if_last`]).
+//!
+//! The merge is the candidate's associative, commutative maximum under a total order, so any
+//! grouping and order gives the same winner.
+
+use core::arch::nvptx::_syncthreads;
+
+use super::ptx::{ld_shared_v2_u32, mov_u32_dynamic_smem, shfl_sync_bfly_b32, st_shared_v2_u32};
+use super::reduce::reduce_if_last;
+use super::schedule::BlockWork;
+use crate::candidate::Candidate;
+use crate::params::FusedParams;
+
+/// The merge area at the start of the dynamic shared memory: `contributors × block_rows` candidates
+/// of 8 bytes (`config::FusedVariant::merge_bytes`).
+#[derive(Clone, Copy)]
+pub(super) struct MergeArea {
+    base: u32,
+    block_rows: u32,
+}
+
+impl MergeArea {
+    /// The area of a block of `block_rows` batch rows.
+    #[inline(always)]
+    pub(super) fn new(block_rows: u32) -> Self {
+        MergeArea { base: mov_u32_dynamic_smem(), block_rows }
+    }
+
+    #[inline(always)]
+    fn slot(self, contributor: u32, row: u32) -> u32 {
+        self.base + 8 * (contributor * self.block_rows + row)
+    }
+}
+
+/// Merges `c` with the candidates of the lanes `lane ^ m` for each `m` in `masks` (butterfly).
+///
+/// # Safety
+/// All 32 lanes must call it together with the same `masks`.
+#[inline(always)]
+pub(super) unsafe fn merge_butterfly<const K: usize>(mut c: Candidate, masks: [u32; K]) -> Candidate {
+    for m in masks {
+        // SAFETY: every lane executes the same shuffles (the caller's contract).
+        let (score, index) = unsafe { (shfl_sync_bfly_b32(c.score.to_bits(), m), shfl_sync_bfly_b32(c.index, m)) };
+        c = c.merge(Candidate { score: f32::from_bits(score), index });
+    }
+    c
+}
+
+/// Step 1: merges `cand` over the lanes `lane ^ m` (`m` in `masks`, the lanes that hold the same
+/// batch row of the same contributor), and the `leader` among them stores it at
+/// `[contributor][row]`.
+///
+/// # Safety
+/// All 32 lanes of the warp call it together with the same `masks`; `contributor` and `row` are
+/// inside the area the variant reserves.
+#[inline(always)]
+pub(super) unsafe fn put_merged<const K: usize>(
+    area: MergeArea,
+    contributor: u32,
+    row: u32,
+    cand: Candidate,
+    masks: [u32; K],
+    leader: bool,
+) {
+    // SAFETY: forwarded contract.
+    let cand = unsafe { merge_butterfly(cand, masks) };
+    if leader {
+        // SAFETY: inside the merge area (the caller's contract).
+        unsafe { st_shared_v2_u32(area.slot(contributor, row), [cand.score.to_bits(), cand.index]) };
+    }
+}
+
+/// Step 2 and the reduction: a block barrier, then thread `tid` of `threads` merges block rows
+/// `tid, tid + threads, …` (below B) over `contributors` and writes them to `candidates[b, vrange]`;
+/// then the last block of the batch tile reduces its candidates to tokens.
+///
+/// # Safety
+/// Every thread of the block calls it once, after its lanes' [`put_merged`] calls; every
+/// `[contributor][row]` slot with `contributor < contributors` and `row < block_rows` was stored.
+#[inline(always)]
+pub(super) unsafe fn finish(
+    area: MergeArea,
+    p: &FusedParams,
+    tid: u32,
+    threads: u32,
+    contributors: u32,
+    work: BlockWork,
+) {
+    // SAFETY: every thread of the block reaches it once (the caller's contract).
+    unsafe { _syncthreads() };
+    let mut r = tid;
+    while r < area.block_rows {
+        let b = work.b_first + r;
+        if b < p.b {
+            let mut cand = Candidate::EMPTY;
+            for c in 0..contributors {
+                // SAFETY: stored in step 1, visible after the barrier.
+                let [s, i] = unsafe { ld_shared_v2_u32(area.slot(c, r)) };
+                cand = cand.merge(Candidate { score: f32::from_bits(s), index: i });
+            }
+            // SAFETY: b < B, vrange < n_vranges: inside the [B, n_vranges] candidate buffer.
+            unsafe { *p.candidates.add(b as usize * p.n_vranges as usize + work.vrange as usize) = cand };
+        }
+        r += threads;
+    }
+    // SAFETY: every thread of the block calls it, after the candidates are written.
+    unsafe { reduce_if_last(p, tid, threads / 32, work.btile, work.b_first, area.block_rows) };
+}

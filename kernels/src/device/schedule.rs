@@ -1,0 +1,77 @@
+//! The tile scheduler: which batch tile and which vocab range a block covers, and where a thread and
+//! its lane sit in the launch.
+//!
+//! # Grid
+//! Persistent: the host launches `n_vranges · n_btiles` blocks, as many per multiprocessor as the
+//! kernel's occupancy allows. Block `blk` covers batch tile `blk % n_btiles` (the kernel's
+//! `BLOCK_B` rows) and vocab range `blk / n_btiles`, an even share of the `ceil(V / tile_v)` vocab
+//! tiles (as even as integers allow), taken in order. The batch tiles of one range are adjacent block
+//! indices, so they run together and share that range's weight rows through L2. Vocab range `r` is
+//! also the candidate column `r` of `FusedParams::candidates`.
+
+use core::arch::nvptx::{_block_idx_x, _thread_idx_x};
+
+use crate::params::FusedParams;
+
+/// The tiles `[first, end)` of vocab range `r` of `n`: `tiles` tiles split as evenly as integers allow.
+#[inline(always)]
+pub(super) fn tile_range(tiles: u32, n: u32, r: u32) -> (u32, u32) {
+    let tiles = tiles as u64;
+    let n = n.max(1) as u64;
+    ((tiles * r as u64 / n) as u32, (tiles * (r as u64 + 1) / n) as u32)
+}
+
+/// What a block covers: its batch tile, its vocab range and the range's tiles.
+#[derive(Clone, Copy)]
+pub(super) struct BlockWork {
+    /// The batch tile (`blockIdx.x % n_btiles`): index of its arrival counter.
+    pub btile: u32,
+    /// First batch row of the batch tile.
+    pub b_first: u32,
+    /// The vocab range (`blockIdx.x / n_btiles`) = the block's candidate column.
+    pub vrange: u32,
+    /// The range's vocab tiles `[first, end)`.
+    pub first: u32,
+    /// See `first`.
+    pub end: u32,
+}
+
+impl BlockWork {
+    /// This block's work for `block_b` batch rows and `tile_v` vocab rows per tile.
+    #[inline(always)]
+    pub(super) fn of_this_block(p: &FusedParams, block_b: u32, tile_v: u32) -> Self {
+        // SAFETY: special-register read.
+        let blk = unsafe { _block_idx_x() };
+        let n_btiles = p.b.div_ceil(block_b).max(1);
+        let (btile, vrange) = (blk % n_btiles, blk / n_btiles);
+        let (first, end) = tile_range(p.v.div_ceil(tile_v), p.n_vranges, vrange);
+        BlockWork { btile, b_first: btile * block_b, vrange, first, end }
+    }
+}
+
+/// This thread's coordinates: `tid = threadIdx.x`, `warp = tid / 32`, `lane = tid % 32`, and the
+/// MMA fragment coordinates `group = lane / 4`, `quad = lane % 4`.
+#[derive(Clone, Copy)]
+pub(super) struct Thread {
+    /// `threadIdx.x`.
+    pub tid: u32,
+    /// `tid / 32`.
+    pub warp: u32,
+    /// `tid % 32`.
+    pub lane: u32,
+    /// `lane / 4`: selects the lane's rows of an MMA fragment.
+    pub group: u32,
+    /// `lane % 4`: selects the lane's columns (or k slice) of an MMA fragment.
+    pub quad: u32,
+}
+
+impl Thread {
+    /// The calling thread.
+    #[inline(always)]
+    pub(super) fn this() -> Self {
+        // SAFETY: special-register read.
+        let tid = unsafe { _thread_idx_x() };
+        let lane = tid % 32;
+        Thread { tid, warp: tid / 32, lane, group: lane / 4, quad: lane % 4 }
+    }
+}
