@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Builds everything a GPU machine without Rust needs into gpu-bundle/:
 #   bin/        release test executables (cpu, gpu, ptxas, unit tests), the bench and the example
-#   flashsampling.ptx, flashsampling_sm90a.ptx  the PTX modules the binaries embed (for inspection)
+#   flashsampling{,_sm90a,_test}.ptx  the PTX modules the binaries embed (for inspection)
 #   run.sh      runs the tests (FLASHSAMPLING_REQUIRE_GPU=1), compute-sanitizer memcheck + racecheck,
 #               the example and the bench; prints a short table last
+#   ab.sh       same-call A/B of this build's bench against other builds' (scripts/gpu-ab.sh)
+#   commit.txt  the commit it was built from
 # Copy the folder to the GPU machine and run `gpu-bundle/run.sh` there (from the repository root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,7 +35,11 @@ for line in sys.stdin:
 ' "$out/bin"
 cargo build --release --example sample
 cp target/release/examples/sample "$out/bin/sample"
-cp "$(ls -t target/release/build/flashsampling-*/out/flashsampling.ptx | head -1)" "$out/flashsampling.ptx"
-cp "$(ls -t target/release/build/flashsampling-*/out/flashsampling_sm90a.ptx | head -1)" "$out/flashsampling_sm90a.ptx"
+for module in flashsampling flashsampling_sm90a flashsampling_test; do
+  cp "$(ls -t target/release/build/flashsampling-*/out/$module.ptx | head -1)" "$out/$module.ptx"
+done
+strip "$out"/bin/*   # symbols only: the executables stay the same code, a third smaller
 cp scripts/gpu-run.sh "$out/run.sh"
+cp scripts/gpu-ab.sh "$out/ab.sh"
+{ git rev-parse --short HEAD; git diff --quiet HEAD || echo "with uncommitted changes"; } > "$out/commit.txt" 2>/dev/null
 du -sh "$out"
