@@ -252,3 +252,188 @@ fn chi_squared_helpers_match_closed_forms() {
     assert_relative_eq!(s, 18.0, max_relative = 1e-12);
     assert_relative_eq!(p, (-9.0f64).exp(), max_relative = 1e-9);
 }
+
+/// `[1, 0, …, 0]` hidden rows (`b` of them) and a weight whose row `i` is `[logits[i], 0, …, 0]`, so
+/// the logits are exactly `logits` (bf16-rounded). D = 8.
+fn crafted(logits: &[f32], b: usize) -> (Vec<bf16>, Vec<bf16>, usize) {
+    let d = 8;
+    let mut hidden = vec![bf16::ZERO; b * d];
+    for r in 0..b {
+        hidden[r * d] = bf16::ONE;
+    }
+    let mut weight = vec![bf16::ZERO; logits.len() * d];
+    for (i, &y) in logits.iter().enumerate() {
+        weight[i * d] = bf16::from_f32(y);
+    }
+    (hidden, weight, d)
+}
+
+fn cpu_tokens(logits: &[f32], t: f32) -> flashsampling::Result<Vec<u32>> {
+    let (hidden, weight, d) = crafted(logits, 2);
+    CpuBackend::new().sample(
+        Matrix::new(&hidden, 2, d),
+        Matrix::new(&weight, logits.len(), d),
+        &SamplingParams::new(t, 7),
+    )
+}
+
+#[test]
+fn tiny_temperatures_and_huge_logits_give_the_right_token() {
+    // Issue 11 item 4: 1/T or y/T overflowed to +inf, tied, and the lower index won; or inf·0 = NaN.
+    assert_eq!(cpu_tokens(&[1.0, 5.0, 3.0], 1e-40).unwrap(), vec![1, 1]);
+    assert_eq!(cpu_tokens(&[50.0, 100.0], 1e-37).unwrap(), vec![1, 1]);
+    assert_eq!(cpu_tokens(&[0.0, 1.0], 1e-45).unwrap(), vec![1, 1]);
+    assert_eq!(cpu_tokens(&[3.0e38, 3.2e38, -3.3e38], 0.5).unwrap(), vec![1, 1]);
+    assert_eq!(cpu_tokens(&[-3.3e38, -3.0e38], 1e-20).unwrap(), vec![1, 1]);
+    assert_eq!(cpu_tokens(&[2.0, 3.3e38, 3.0e38], 1e-30).unwrap(), vec![1, 1]);
+    // Subnormal temperatures are greedy (documented): exact argmax, ties to the lower index.
+    assert_eq!(cpu_tokens(&[4.0, 9.0, 9.0, -1.0], 1e-42).unwrap(), vec![1, 1]);
+    // Huge temperatures: finite, in range.
+    for t in [1e30f32, f32::MAX] {
+        assert!(cpu_tokens(&[3.0e38, -3.0e38, 0.0], t).unwrap().iter().all(|&x| x < 3));
+    }
+}
+
+#[test]
+fn infinite_logits_and_fully_masked_rows_are_defined() {
+    let inf = f32::INFINITY;
+    // Every logit −∞: no token, a typed error naming the row.
+    for t in [0.0, 1e-30, 0.7, 1.0, 5.0] {
+        assert_eq!(cpu_tokens(&[-inf, -inf, -inf], t).unwrap_err(), Error::AllLogitsNegInfinite { row: 0 }, "T = {t}");
+        // One +∞ wins; several tie and the lowest index wins.
+        assert_eq!(cpu_tokens(&[3.0e38, inf, -inf, 1.0], t).unwrap(), vec![1, 1], "T = {t}");
+        assert_eq!(cpu_tokens(&[1.0, inf, 2.0, inf], t).unwrap(), vec![1, 1], "T = {t}");
+        // Some −∞ (masked) tokens are never drawn while another is finite.
+        assert_eq!(cpu_tokens(&[-inf, -3.0e38, -inf], t).unwrap(), vec![1, 1], "T = {t}");
+    }
+    // Only the masked row fails, and the error names it.
+    let d = 8;
+    let mut hidden = vec![bf16::ZERO; 3 * d];
+    hidden[0] = bf16::ONE;
+    hidden[2 * d] = bf16::ONE;
+    hidden[d] = bf16::from_f32(-1.0); // row 1 sees the negated logits: +inf → −inf
+    let mut weight = vec![bf16::ZERO; 2 * d];
+    weight[0] = bf16::INFINITY;
+    weight[d] = bf16::INFINITY;
+    let err = CpuBackend::new()
+        .sample(Matrix::new(&hidden, 3, d), Matrix::new(&weight, 2, d), &SamplingParams::new(1.0, 0))
+        .unwrap_err();
+    assert_eq!(err, Error::AllLogitsNegInfinite { row: 1 });
+    // ∞ − ∞ in a dot product without any NaN input: its own error, and a message that says so.
+    let mut h = vec![bf16::ZERO; d];
+    h[0] = bf16::ONE;
+    h[1] = bf16::ONE;
+    let mut w = vec![bf16::ZERO; 2 * d];
+    w[0] = bf16::INFINITY;
+    w[1] = bf16::NEG_INFINITY;
+    let err =
+        CpuBackend::new().sample(Matrix::new(&h, 1, d), Matrix::new(&w, 2, d), &SamplingParams::greedy()).unwrap_err();
+    assert_eq!(err, Error::UndefinedLogit { row: 0 });
+    assert!(err.to_string().contains("infinite"), "{err}");
+    // Finite bf16 inputs whose products overflow f32 (3e38 · 3e38 = +inf, then −inf): the same.
+    h[0] = bf16::from_f32(3.0e38);
+    h[1] = bf16::from_f32(3.0e38);
+    w[0] = bf16::from_f32(3.0e38);
+    w[1] = bf16::from_f32(-3.0e38);
+    let err =
+        CpuBackend::new().sample(Matrix::new(&h, 1, d), Matrix::new(&w, 2, d), &SamplingParams::greedy()).unwrap_err();
+    assert_eq!(err, Error::UndefinedLogit { row: 0 });
+    // A NaN input stays NanLogit, and its message names NaN inputs.
+    w[3] = bf16::NAN;
+    let err =
+        CpuBackend::new().sample(Matrix::new(&h, 1, d), Matrix::new(&w, 2, d), &SamplingParams::greedy()).unwrap_err();
+    assert_eq!(err, Error::NanLogit { row: 0 });
+    assert!(err.to_string().contains("inputs contain NaN"), "{err}");
+}
+
+#[test]
+fn memory_does_not_grow_with_the_tile_or_hidden_size() {
+    // Issue 11 item 1: V = 1, D = 2^26 (128 MiB of weights) allocated a 128-row f32 tile (32 GiB).
+    let d = 1 << 26;
+    let hidden = vec![bf16::ONE; d];
+    let mut weight = vec![bf16::ZERO; d];
+    weight[d - 1] = bf16::ONE;
+    let cpu = CpuBackend::new();
+    let s =
+        cpu.sample_scored(Matrix::new(&hidden, 1, d), Matrix::new(&weight, 1, d), &SamplingParams::greedy()).unwrap();
+    assert_eq!((s.tokens, s.scores), (vec![0], vec![1.0]));
+}
+
+#[test]
+fn tile_size_and_thread_count_are_bounded() {
+    use flashsampling::cpu::{MAX_CPU_BLOCK_V, MAX_CPU_THREADS};
+    // Issue 11 item 2: a huge tile was accepted and the next call aborted on allocation.
+    for bv in [MAX_CPU_BLOCK_V + 4, 1 << 31, u32::MAX as usize - 3, usize::MAX - 3] {
+        assert_eq!(CpuBackend::new().with_block_v(bv).unwrap_err(), Error::InvalidTileSize(bv));
+    }
+    assert!(Error::InvalidTileSize(3).to_string().contains(&MAX_CPU_BLOCK_V.to_string()));
+    let cpu = CpuBackend::new().with_block_v(MAX_CPU_BLOCK_V).unwrap();
+    let (b, d, v) = (3, 16, 70_000);
+    let mut rng = TestRng::new(DATA_SEED + 40);
+    let hidden = rng.normal_bf16(b * d, 1.0);
+    let weight = rng.normal_bf16(v * d, 0.3);
+    let p = SamplingParams::new(0.9, 4);
+    let want = CpuBackend::new().sample(Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d), &p).unwrap();
+    assert_eq!(cpu.sample(Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d), &p).unwrap(), want);
+    // Thread counts are clamped; many workers (one per tile) still give the same samples.
+    assert_eq!(CpuBackend::new().with_threads(usize::MAX).threads(), MAX_CPU_THREADS);
+    assert_eq!(CpuBackend::new().with_threads(0).threads(), 1);
+    let many = CpuBackend::new().with_threads(5000).with_block_v(64).unwrap();
+    assert_eq!(many.sample(Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d), &p).unwrap(), want);
+}
+
+#[test]
+fn stream_lookups_past_the_list_are_none_not_panics() {
+    // Issue 11 item 10.
+    let p = SamplingParams::new(1.0, 3).with_streams(vec![10, 20]);
+    assert_eq!(p.stream(1), Some(20));
+    assert_eq!(p.stream(2), None);
+    assert!(p.row_noise(5).is_none());
+    assert_eq!(p.streams_for(2), Some(vec![10, 20]));
+    assert_eq!(p.streams_for(3), None);
+    let default = SamplingParams::new(1.0, 3);
+    assert_eq!(default.stream(usize::MAX), Some(usize::MAX as u64));
+    assert_eq!(default.streams_for(3), Some(vec![0, 1, 2]));
+}
+
+#[test]
+fn auto_says_why_it_runs_on_the_cpu() {
+    use flashsampling::{BackendChoice, Sampler};
+    // Issue 11 item 9: Auto fell back to the CPU silently.
+    let s = Sampler::with_choice(BackendChoice::Auto).unwrap();
+    match (&s, flashsampling::gpu_available()) {
+        (Sampler::Gpu(_), _) => assert!(s.fallback_reason().is_none()),
+        (Sampler::CpuFallback(..), _) => {
+            let why = s.fallback_reason().expect("a reason");
+            if !flashsampling::gpu_available() {
+                assert!(matches!(why, Error::NoGpu(_)), "{why:?}");
+            }
+            assert!(s.describe().contains("GPU not used"), "{}", s.describe());
+        }
+        (Sampler::Cpu(_), _) => panic!("Auto must not choose the plain CPU variant"),
+    }
+    assert!(Sampler::with_choice(BackendChoice::Cpu).unwrap().fallback_reason().is_none());
+    // FLASHSAMPLING_BACKEND values (the environment itself: tests/backend_env.rs).
+    assert_eq!(BackendChoice::from_env_value(None).unwrap(), BackendChoice::Auto);
+    assert_eq!(BackendChoice::from_env_value(Some("")).unwrap(), BackendChoice::Auto);
+    assert_eq!(BackendChoice::from_env_value(Some("auto")).unwrap(), BackendChoice::Auto);
+    assert_eq!(BackendChoice::from_env_value(Some("cpu")).unwrap(), BackendChoice::Cpu);
+    assert_eq!(BackendChoice::from_env_value(Some("gpu")).unwrap(), BackendChoice::Gpu);
+    for bad in ["GPU", "cuda", "cpu ", "1"] {
+        assert_eq!(BackendChoice::from_env_value(Some(bad)).unwrap_err(), Error::UnknownBackend(bad.into()));
+    }
+}
+
+#[test]
+fn driver_errors_keep_their_cuda_code() {
+    use cudarc::driver::{DriverError, sys::CUresult};
+    // Issue 11 item 9 / issue 10 item 4: out-of-memory is matchable.
+    let oom: Error = DriverError(CUresult::CUDA_ERROR_OUT_OF_MEMORY).into();
+    assert!(oom.is_out_of_memory());
+    assert!(matches!(oom, Error::Driver(DriverError(CUresult::CUDA_ERROR_OUT_OF_MEMORY))));
+    assert_eq!(oom.cuda_result(), Some(CUresult::CUDA_ERROR_OUT_OF_MEMORY));
+    let other: Error = DriverError(CUresult::CUDA_ERROR_INVALID_VALUE).into();
+    assert!(!other.is_out_of_memory());
+    assert!(!Error::EmptyBatch.is_out_of_memory());
+    assert!(std::error::Error::source(&oom).is_some(), "the driver error is the source");
+}

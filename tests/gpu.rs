@@ -91,7 +91,7 @@ fn compare_with_cpu(gpu: &flashsampling::GpuBackend, b: usize, d: usize, v: usiz
             let (hr, wr) = (&hidden[row * d..(row + 1) * d], &weight[tok as usize * d..(tok as usize + 1) * d]);
             hr.iter().zip(wr).map(|(a, b)| a.to_f64() * b.to_f64()).sum()
         };
-        let noise = params.row_noise(row);
+        let noise = params.row_noise(row).unwrap();
         let (sg, sc) = (perturbed_f64(y(tg), tg, &noise, t), perturbed_f64(y(tc), tc, &noise, t));
         let gap = (sg - sc).abs();
         let tol = f32_dot_tolerance(
@@ -383,5 +383,237 @@ fn invariance_holds_on_the_gpu() {
             .unwrap()[0];
         assert_eq!(alone, in_batch, "trial {trial}");
         assert_eq!(alone, cpu, "trial {trial}");
+    }
+}
+
+#[test]
+fn small_vocab_and_hidden_sizes_match_the_cpu() {
+    let Some(gpu) = gpu_or_skip("small_vocab_and_hidden_sizes_match_the_cpu") else { return };
+    // V < 32 (no whole 32-row group: the zero tensor-map path of the TMA kernels), V = 1, D < 64
+    // (one partial 64-column stage), for a batch size per default variant family.
+    for &v in &[1usize, 2, 5, 31, 33] {
+        for &d in &[8usize, 16, 40] {
+            for &b in &[1usize, 3, 40, 100] {
+                for t in [1.0f32, 0.0] {
+                    compare_with_cpu(&gpu, b, d, v, t);
+                }
+                // V = 1: the only token.
+                if v == 1 {
+                    let hidden = vec![bf16::ONE; b * d];
+                    let weight = vec![bf16::from_f32(-2.0); d];
+                    let t = gpu.sample(
+                        Matrix::new(&hidden, b, d),
+                        Matrix::new(&weight, 1, d),
+                        &SamplingParams::new(0.8, 1),
+                    );
+                    assert_eq!(t.unwrap(), vec![0; b], "B={b} D={d} V=1");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn large_batches_match_the_cpu() {
+    let Some(gpu) = gpu_or_skip("large_batches_match_the_cpu") else { return };
+    // B ≥ 512: several batch tiles of the largest tile, and B not a multiple of any tile.
+    for &(b, d, v) in &[(513usize, 64usize, 100usize), (1024, 64, 1000), (600, 40, 31)] {
+        for t in [1.0f32, 0.0] {
+            let m = compare_with_cpu(&gpu, b, d, v, t);
+            visible(&format!(
+                "large batch: B={b} D={d} V={v} T={t} {}: {m} mismatching rows",
+                gpu.fused_variant_for(b, v)
+            ));
+        }
+    }
+}
+
+/// Hidden rows `[1, 0, …]` and weight rows `[logits[i], 0, …]` (D = 64): the logits are exact.
+fn crafted(logits: &[f32], b: usize) -> (Vec<bf16>, Vec<bf16>, usize) {
+    let d = 64;
+    let mut hidden = vec![bf16::ZERO; b * d];
+    for r in 0..b {
+        hidden[r * d] = bf16::ONE;
+    }
+    let mut weight = vec![bf16::ZERO; logits.len() * d];
+    for (i, &y) in logits.iter().enumerate() {
+        weight[i * d] = bf16::from_f32(y);
+    }
+    (hidden, weight, d)
+}
+
+#[test]
+fn tiny_temperatures_and_infinite_logits_on_the_device() {
+    let Some(gpu) = gpu_or_skip("tiny_temperatures_and_infinite_logits_on_the_device") else { return };
+    let inf = f32::INFINITY;
+    let cpu = CpuBackend::new();
+    // (logits, temperature, expected token or None for "no token"): issue 11 items 4 and 5.
+    let cases: &[(&[f32], f32, Option<u32>)] = &[
+        (&[1.0, 5.0, 3.0], 1e-40, Some(1)),
+        (&[50.0, 100.0], 1e-37, Some(1)),
+        (&[0.0, 1.0], 1e-45, Some(1)),
+        (&[3.0e38, 3.2e38, -3.3e38], 0.5, Some(1)),
+        (&[2.0, 3.3e38, 3.0e38], 1e-30, Some(1)),
+        (&[-inf, -inf, -inf], 1.0, None),
+        (&[-inf, -inf], 0.0, None),
+        (&[3.0e38, inf, -inf, 1.0], 0.7, Some(1)),
+        (&[1.0, inf, 2.0, inf], 1.0, Some(1)),
+        (&[-inf, -3.0e38, -inf], 0.3, Some(1)),
+    ];
+    for &(logits, t, want) in cases {
+        // Pad the vocabulary past one tile with masked tokens so every kernel path sees the row;
+        // B = 3 and 70 reach different variants.
+        let mut padded = logits.to_vec();
+        padded.resize(300, -inf);
+        for vocab in [logits, &padded[..]] {
+            for b in [3usize, 70] {
+                let (hidden, weight, d) = crafted(vocab, b);
+                let v = vocab.len();
+                let params = SamplingParams::new(t, 9);
+                let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
+                let host = gpu.sample(h, w, &params);
+                match want {
+                    Some(tok) => assert_eq!(host.unwrap(), vec![tok; b], "{logits:?} T={t} V={v} B={b}"),
+                    None => assert_eq!(host.unwrap_err(), Error::AllLogitsNegInfinite { row: 0 }),
+                }
+                assert_eq!(cpu.sample(h, w, &params), gpu.sample(h, w, &params), "CPU vs GPU: {logits:?} T={t}");
+                // The device API writes INVALID_INDEX (and a −∞ score) for a row without a token.
+                let (h_dev, w_dev) =
+                    (gpu.stream().clone_htod(&hidden).unwrap(), gpu.stream().clone_htod(&weight).unwrap());
+                let mut out = gpu.alloc_samples(b, v).unwrap();
+                gpu.sample_device(
+                    &DeviceMatrix { data: h_dev.as_view(), rows: b, cols: d },
+                    &DeviceMatrix { data: w_dev.as_view(), rows: v, cols: d },
+                    &params,
+                    &mut out,
+                )
+                .unwrap();
+                let tokens = gpu.stream().clone_dtoh(&out.tokens()).unwrap();
+                assert_eq!(tokens, vec![want.unwrap_or(INVALID_INDEX); b], "device API: {logits:?} T={t}");
+                if want.is_none() {
+                    let scores = gpu.stream().clone_dtoh(&out.scores()).unwrap();
+                    assert!(scores.iter().all(|&s| s == f32::NEG_INFINITY), "{scores:?}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn outputs_read_before_any_launch_are_invalid_and_alloc_is_validated() {
+    let Some(gpu) = gpu_or_skip("outputs_read_before_any_launch_are_invalid_and_alloc_is_validated") else { return };
+    // Issue 11 item 7: tokens and scores were uninitialised.
+    for (b, v) in [(1usize, 1usize), (5, 1000), (513, 151_936)] {
+        let out = gpu.alloc_samples(b, v).unwrap();
+        assert_eq!(out.batch(), b);
+        assert_eq!(gpu.stream().clone_dtoh(&out.tokens()).unwrap(), vec![INVALID_INDEX; b]);
+        assert!(gpu.stream().clone_dtoh(&out.scores()).unwrap().iter().all(|s| s.is_nan()));
+        assert!(gpu.stream().clone_dtoh(&out.counters()).unwrap().iter().all(|&c| c == 0));
+        let (rows, cands, counters) = out.capacity();
+        assert!(rows >= b && cands >= b && counters >= 1);
+    }
+    // Issue 11 item 3: b and v are validated (a huge b was truncated to u32 and under-allocated).
+    let max = flashsampling::kernels::config::MAX_DIM as usize;
+    assert_eq!(gpu.alloc_samples(0, 10).unwrap_err(), Error::EmptyBatch);
+    assert_eq!(gpu.alloc_samples(10, 0).unwrap_err(), Error::EmptyVocab);
+    for huge in [max + 1, 1 << 40, usize::MAX] {
+        assert!(matches!(gpu.alloc_samples(huge, 10).unwrap_err(), Error::TooLarge { what: "batch size B", .. }));
+        assert!(matches!(gpu.alloc_samples(10, huge).unwrap_err(), Error::TooLarge { what: "vocab size V", .. }));
+    }
+    // A call rejected by validation leaves the outputs alone; a later good call fills them.
+    let (b, d, v) = (4, 64, 1000);
+    let mut rng = TestRng::new(DATA_SEED + 50);
+    let hidden = rng.normal_bf16(b * d, 1.0);
+    let weight = rng.normal_bf16(v * d, 0.2);
+    let (h_dev, w_dev) = (gpu.stream().clone_htod(&hidden).unwrap(), gpu.stream().clone_htod(&weight).unwrap());
+    let mut out = gpu.alloc_samples(b, v).unwrap();
+    let err = gpu
+        .sample_device(
+            &DeviceMatrix { data: h_dev.as_view(), rows: b, cols: d },
+            &DeviceMatrix { data: w_dev.as_view(), rows: v, cols: d },
+            &SamplingParams::new(f32::NAN, 0),
+            &mut out,
+        )
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidTemperature(_)));
+    assert_eq!(gpu.stream().clone_dtoh(&out.tokens()).unwrap(), vec![INVALID_INDEX; b]);
+}
+
+#[test]
+fn a_writer_on_another_stream_waits_for_the_kernel() {
+    let Some(gpu) = gpu_or_skip("a_writer_on_another_stream_waits_for_the_kernel") else { return };
+    // Issue 11 item 6: the read events of hidden and weight were recorded before the launch, so a
+    // write on another stream right after the call could race the kernel. With the guards kept
+    // across the launch, the writer waits and the tokens are those of an undisturbed call.
+    let ctx = gpu.context().clone();
+    assert!(ctx.is_event_tracking(), "cudarc's event tracking is on by default");
+    let other = ctx.new_stream().unwrap();
+    let (b, d, v) = if quick() { (16usize, 1024usize, 32_000usize) } else { (64, 4096, 151_936) };
+    let mut rng = TestRng::new(DATA_SEED + 60);
+    let hidden = rng.normal_bf16(b * d, 1.0);
+    let weight = rng.normal_bf16(v * d, 2.0 / (d as f64).sqrt());
+    let zeros = vec![bf16::ZERO; b * d];
+    let mut h_dev = gpu.stream().clone_htod(&hidden).unwrap();
+    let mut w_dev = gpu.stream().clone_htod(&weight).unwrap();
+    let params = SamplingParams::new(1.0, 77);
+    let want = gpu.sample(Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d), &params).unwrap();
+    let mut out = gpu.alloc_samples(b, v).unwrap();
+    for trial in 0..6 {
+        // Restore the inputs on the other stream (the launch waits for these writes).
+        other.memcpy_htod(&hidden, &mut h_dev).unwrap();
+        if trial == 3 {
+            other.memcpy_htod(&weight, &mut w_dev).unwrap();
+        }
+        gpu.sample_device(
+            &DeviceMatrix { data: h_dev.as_view(), rows: b, cols: d },
+            &DeviceMatrix { data: w_dev.as_view(), rows: v, cols: d },
+            &params,
+            &mut out,
+        )
+        .unwrap();
+        // Overwrite the hidden states right away, from the other stream (a copy engine write, so it
+        // does not wait for free multiprocessors); on odd trials also zero the weight's first rows.
+        other.memcpy_htod(&zeros, &mut h_dev).unwrap();
+        if trial % 2 == 1 {
+            other.memset_zeros(&mut w_dev.slice_mut(0..64 * d)).unwrap();
+        }
+        let got = gpu.stream().clone_dtoh(&out.tokens()).unwrap();
+        assert_eq!(got, want, "trial {trial}: the kernel saw the overwritten inputs");
+        if trial % 2 == 1 {
+            other.memcpy_htod(&weight, &mut w_dev).unwrap();
+        }
+    }
+    other.synchronize().unwrap();
+}
+
+#[test]
+fn arrival_counters_are_zero_after_many_launches() {
+    let Some(gpu) = gpu_or_skip("arrival_counters_are_zero_after_many_launches") else { return };
+    // Issue 11 item 8: one DeviceSamples through launches of varying B and V (and buffer growth);
+    // after each, the counters read back all zero and the tokens match the host path.
+    let d = 64;
+    let mut rng = TestRng::new(DATA_SEED + 70);
+    let mut out = gpu.alloc_samples(1, 10).unwrap();
+    let shapes: &[(usize, usize)] =
+        &[(1, 10), (3, 1000), (70, 5000), (2, 31), (513, 1000), (16, 151_936), (1, 1), (129, 3001), (1024, 100)];
+    for (step, &(b, v)) in shapes.iter().enumerate() {
+        let hidden = rng.normal_bf16(b * d, 1.0);
+        let weight = rng.normal_bf16(v * d, 0.25);
+        let (h_dev, w_dev) = (gpu.stream().clone_htod(&hidden).unwrap(), gpu.stream().clone_htod(&weight).unwrap());
+        let params = SamplingParams::new(if step % 3 == 2 { 0.0 } else { 0.9 }, step as u64);
+        for _ in 0..3 {
+            gpu.sample_device(
+                &DeviceMatrix { data: h_dev.as_view(), rows: b, cols: d },
+                &DeviceMatrix { data: w_dev.as_view(), rows: v, cols: d },
+                &params,
+                &mut out,
+            )
+            .unwrap();
+            let counters = gpu.stream().clone_dtoh(&out.counters()).unwrap();
+            assert!(counters.iter().all(|&c| c == 0), "B={b} V={v}: counters {counters:?}");
+        }
+        let on_device = gpu.stream().clone_dtoh(&out.tokens()).unwrap();
+        let host = gpu.sample(Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d), &params).unwrap();
+        assert_eq!(on_device, host, "B={b} V={v}");
     }
 }

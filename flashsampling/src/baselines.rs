@@ -54,7 +54,7 @@ impl Baselines {
     /// Creates the cuBLAS handle (needs libcublas at run time) and loads the baseline kernels.
     pub fn new(gpu: &GpuBackend) -> Result<Self> {
         let stream = gpu.stream().clone();
-        let blas = CudaBlas::new(stream.clone()).map_err(|e| Error::Driver(format!("cuBLAS: {e:?}")))?;
+        let blas = CudaBlas::new(stream.clone())?;
         let module = gpu.context().load_module(Ptx::from_src(PTX_TEST))?;
         Ok(Self {
             blas,
@@ -72,13 +72,18 @@ impl Baselines {
             return Err(Error::HiddenNotAligned { d: v, multiple: 4 });
         }
         let n_chunks = v.div_ceil(LOGITS_CHUNK as usize);
+        let streams = params.streams_for(b).ok_or_else(|| Error::LengthMismatch {
+            buffer: "streams",
+            expected: b,
+            actual: params.streams.as_ref().map_or(0, Vec::len),
+        })?;
         Ok(UnfusedBuffers {
             logits: self.stream.alloc_zeros(b * v)?,
             probs: self.stream.alloc_zeros(b * v)?,
             candidates: self.stream.alloc_zeros(b * n_chunks)?,
             tokens: self.stream.alloc_zeros(b)?,
             scores: self.stream.alloc_zeros(b)?,
-            streams: self.stream.clone_htod(&params.streams_for(b))?,
+            streams: self.stream.clone_htod(&streams)?,
             b,
             v,
         })
@@ -203,5 +208,5 @@ pub fn gemm_bf16_f32(blas: &CudaBlas, (m, n, k): (usize, usize, usize), a: u64, 
             blas::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
         )
     }
-    .map_err(|e| Error::Driver(format!("cublasGemmEx: {e:?}")))
+    .map_err(Error::from)
 }

@@ -4,14 +4,28 @@
 
 use flashsampling_kernels::config::BLOCK_V;
 use flashsampling_kernels::epilogue::update_tile;
-use flashsampling_kernels::{Candidate, RowNoise, Transform, candidate};
+use flashsampling_kernels::{Candidate, RowNoise, Transform};
 use half::bf16;
 
 use crate::error::{Error, Result};
 use crate::params::{Matrix, SamplingParams, Shape, validate};
-use crate::{Samples, check_tokens};
+use crate::{Samples, check_samples};
+
+/// Largest vocab tile [`CpuBackend::with_block_v`] accepts (2¹⁶). Memory does not grow with the tile
+/// (see [`CpuBackend`]); the bound keeps tiles a tiling, not a typo.
+pub const MAX_CPU_BLOCK_V: usize = 1 << 16;
+/// Most worker threads [`CpuBackend::with_threads`] keeps (larger requests are clamped to it).
+pub const MAX_CPU_THREADS: usize = 1024;
+/// f32 weight values a worker converts at once (256 KiB): a chunk of `max(4, 2¹⁶ / D)` vocab rows,
+/// a multiple of 4, never more than the tile (or than V).
+const CHUNK_FLOATS: usize = 1 << 16;
 
 /// CPU backend.
+///
+/// Memory: besides its inputs, a call holds the hidden states in f32 (`4·B·D` bytes), one f32 weight
+/// chunk per worker (`4 · D · max(4, 2¹⁶ / D)` bytes at most, and never more rows than V has), one
+/// running candidate per row per worker (`8·B` bytes), and the outputs. Nothing grows with the vocab
+/// tile or with `B · V`.
 #[derive(Clone, Debug)]
 pub struct CpuBackend {
     block_v: usize,
@@ -28,27 +42,34 @@ impl CpuBackend {
     /// The GPU's vocab tile ([`BLOCK_V`]) on all available cores.
     pub fn new() -> Self {
         let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-        Self { block_v: BLOCK_V as usize, threads }
+        Self { block_v: BLOCK_V as usize, threads: threads.min(MAX_CPU_THREADS) }
     }
 
-    /// Another vocab tile size (a positive multiple of 4). Samples do not depend on it.
+    /// Another vocab tile size: a positive multiple of 4, at most [`MAX_CPU_BLOCK_V`] (else
+    /// [`Error::InvalidTileSize`]). Samples do not depend on it.
     pub fn with_block_v(mut self, block_v: usize) -> Result<Self> {
-        if block_v == 0 || block_v % 4 != 0 || block_v > u32::MAX as usize {
+        if block_v == 0 || block_v % 4 != 0 || block_v > MAX_CPU_BLOCK_V {
             return Err(Error::InvalidTileSize(block_v));
         }
         self.block_v = block_v;
         Ok(self)
     }
 
-    /// A fixed number of worker threads (at least 1).
+    /// A fixed number of worker threads, clamped to `1 ..= MAX_CPU_THREADS`. Samples do not depend
+    /// on it. A worker the OS refuses to start runs on the calling thread instead.
     pub fn with_threads(mut self, threads: usize) -> Self {
-        self.threads = threads.max(1);
+        self.threads = threads.clamp(1, MAX_CPU_THREADS);
         self
     }
 
     /// The vocab tile size.
     pub fn block_v(&self) -> usize {
         self.block_v
+    }
+
+    /// The worker thread count.
+    pub fn threads(&self) -> usize {
+        self.threads
     }
 
     /// One token per row of `hidden`.
@@ -63,19 +84,20 @@ impl CpuBackend {
             (weight.rows, weight.cols, weight.data.len()),
             params,
         )?;
-        let n_tiles = shape.v.div_ceil(self.block_v);
-        let cands = self.candidates(hidden.data, weight.data, shape, params, transform);
-        let winners: Vec<Candidate> = cands.chunks(n_tiles).map(candidate::reduce).collect();
+        let winners = self.winners(hidden.data, weight.data, shape, params, transform);
         let samples = Samples {
             tokens: winners.iter().map(|c| c.token()).collect(),
             scores: winners.iter().map(|c| c.score).collect(),
         };
-        check_tokens(&samples.tokens)?;
+        check_samples(&samples, hidden, weight)?;
         Ok(samples)
     }
 
-    /// The candidate buffer `[B, ceil(V / block_v)]` (row-major), as the fused kernel writes it.
-    fn candidates(
+    /// Each row's winning candidate. The vocab tiles are split into contiguous ranges, one per worker;
+    /// a worker folds every tile of its range into one running candidate per row (the merge is
+    /// associative and commutative, so this is the kernel's `[B, n_tiles]` candidates reduced), and
+    /// the workers' candidates are merged last.
+    fn winners(
         &self,
         hidden: &[bf16],
         weight: &[bf16],
@@ -87,52 +109,60 @@ impl CpuBackend {
         let bv = self.block_v;
         let n_tiles = v.div_ceil(bv);
         let hidden_f32: Vec<f32> = hidden.iter().map(|x| x.to_f32()).collect();
-        let noises: Vec<RowNoise> = (0..b).map(|r| params.row_noise(r)).collect();
+        // `validate` checked the stream list's length: every row has a stream.
+        let noises: Vec<RowNoise> = (0..b).map(|r| params.row_noise(r).expect("validated stream list")).collect();
         let threads = self.threads.min(n_tiles).max(1);
         let per_thread = n_tiles.div_ceil(threads);
-        // Each worker owns a contiguous range of vocab tiles and returns their candidates, tile-major.
-        let parts: Vec<Vec<Candidate>> = std::thread::scope(|s| {
-            let workers: Vec<_> = (0..threads)
-                .map(|t| {
-                    let tiles = (t * per_thread).min(n_tiles)..((t + 1) * per_thread).min(n_tiles);
-                    let (hidden_f32, noises) = (&hidden_f32, &noises);
-                    s.spawn(move || {
-                        let mut out = Vec::with_capacity(tiles.len() * b);
-                        let mut w_tile = vec![0f32; bv * d];
-                        let mut logits = vec![0f32; bv];
-                        for tile in tiles {
-                            let v0 = tile * bv;
-                            let rows = bv.min(v - v0);
-                            for (dst, src) in w_tile.iter_mut().zip(&weight[v0 * d..(v0 + rows) * d]) {
-                                *dst = src.to_f32();
-                            }
-                            for (row, noise) in noises.iter().enumerate() {
-                                let h = &hidden_f32[row * d..(row + 1) * d];
-                                for (j, l) in logits[..rows].iter_mut().enumerate() {
-                                    *l = dot(h, &w_tile[j * d..(j + 1) * d]);
-                                }
-                                let mut cand = Candidate::EMPTY;
-                                update_tile(&mut cand, &logits[..rows], v0 as u32, v as u32, noise, &transform);
-                                out.push(cand);
-                            }
+        // Chunk rows: a multiple of 4 (the Philox groups stay aligned), at least 4, at most the tile.
+        let chunk_rows = ((CHUNK_FLOATS / d) & !3).clamp(4, bv);
+        let work = |tiles: std::ops::Range<usize>| -> Vec<Candidate> {
+            let mut best = vec![Candidate::EMPTY; b];
+            let rows_here = (tiles.len() * bv).min(v - (tiles.start * bv).min(v));
+            let mut w_chunk = vec![0f32; chunk_rows.min(rows_here) * d];
+            let mut logits = vec![0f32; chunk_rows.min(rows_here)];
+            for tile in tiles {
+                let tile_end = ((tile + 1) * bv).min(v);
+                let mut v0 = tile * bv;
+                while v0 < tile_end {
+                    let rows = chunk_rows.min(tile_end - v0);
+                    for (dst, src) in w_chunk.iter_mut().zip(&weight[v0 * d..(v0 + rows) * d]) {
+                        *dst = src.to_f32();
+                    }
+                    for (row, noise) in noises.iter().enumerate() {
+                        let h = &hidden_f32[row * d..(row + 1) * d];
+                        for (j, l) in logits[..rows].iter_mut().enumerate() {
+                            *l = dot(h, &w_chunk[j * d..(j + 1) * d]);
                         }
-                        out
-                    })
+                        let mut c = best[row];
+                        update_tile(&mut c, &logits[..rows], v0 as u32, v as u32, noise, &transform);
+                        best[row] = c;
+                    }
+                    v0 += rows;
+                }
+            }
+            best
+        };
+        let ranges: Vec<_> =
+            (0..threads).map(|t| (t * per_thread).min(n_tiles)..((t + 1) * per_thread).min(n_tiles)).collect();
+        let parts: Vec<Vec<Candidate>> = std::thread::scope(|s| {
+            let work = &work;
+            // A worker the OS cannot start (thread limits) runs on this thread after the others start.
+            let started: Vec<_> = ranges
+                .iter()
+                .map(|r| {
+                    let mine = r.clone();
+                    std::thread::Builder::new().spawn_scoped(s, move || work(mine)).map_err(|_| r.clone())
                 })
                 .collect();
-            workers.into_iter().map(|w| w.join().expect("CPU worker panicked")).collect()
+            started
+                .into_iter()
+                .map(|w| match w {
+                    Ok(handle) => handle.join().expect("CPU worker panicked"),
+                    Err(range) => work(range),
+                })
+                .collect()
         });
-        let mut cands = vec![Candidate::EMPTY; b * n_tiles];
-        let mut tile = 0;
-        for part in parts {
-            for chunk in part.chunks(b) {
-                for (row, c) in chunk.iter().enumerate() {
-                    cands[row * n_tiles + tile] = *c;
-                }
-                tile += 1;
-            }
-        }
-        cands
+        (0..b).map(|row| parts.iter().fold(Candidate::EMPTY, |acc, p| acc.merge(p[row]))).collect()
     }
 }
 

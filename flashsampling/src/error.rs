@@ -1,5 +1,8 @@
 //! Typed errors. Every user-input problem is reported before any launch; nothing panics on user input.
 
+use cudarc::cublas::result::CublasError;
+use cudarc::driver::{DriverError, sys::CUresult};
+
 /// Errors of the FlashSampling API.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum Error {
@@ -56,18 +59,44 @@ pub enum Error {
         /// Its device address.
         address: u64,
     },
+    /// A device buffer of another CUDA context (another GPU) than the backend's.
+    #[error("device buffer {buffer} belongs to another CUDA context than this GpuBackend's")]
+    ForeignBuffer {
+        /// Which buffer.
+        buffer: &'static str,
+    },
     /// Temperature NaN, negative or infinite.
     #[error("temperature {0} is invalid: it must be finite and >= 0 (0 = greedy)")]
     InvalidTemperature(f32),
-    /// The winning score of a row is NaN: the row has a NaN logit (or NaN/inf inputs).
-    #[error("row {row}: a logit is NaN (NaN or infinite inputs); no token can be sampled")]
+    /// The winning score of a row is NaN and the inputs hold a NaN (in the row's hidden state or in
+    /// the LM-head weight): a NaN logit ranks above every number, so it is reported, never outvoted.
+    #[error("row {row}: a logit is NaN (the inputs contain NaN); no token can be sampled")]
     NanLogit {
-        /// The first such row.
+        /// The first row without a token.
         row: usize,
     },
-    /// A CPU tile size that is not a positive multiple of 4.
-    #[error("vocab tile size {0} must be a positive multiple of 4")]
+    /// The winning score of a row is NaN although no input is NaN: a dot product met `∞ − ∞` or
+    /// `0 · ∞` (infinite bf16 inputs, or f32 overflow of finite products).
+    #[error(
+        "row {row}: a logit is NaN from infinite values (∞ − ∞ or 0 · ∞ in the dot product: infinite inputs or f32 overflow); no token can be sampled"
+    )]
+    UndefinedLogit {
+        /// The first row without a token.
+        row: usize,
+    },
+    /// Every logit of a row is `−∞` (a fully masked row): there is no token to sample.
+    #[error("row {row}: every logit is -inf (a fully masked row); no token can be sampled")]
+    AllLogitsNegInfinite {
+        /// The first row without a token.
+        row: usize,
+    },
+    /// A CPU tile size that is not a positive multiple of 4 at most
+    /// [`MAX_CPU_BLOCK_V`](crate::cpu::MAX_CPU_BLOCK_V).
+    #[error("vocab tile size {0} must be a positive multiple of 4, at most {max}", max = crate::cpu::MAX_CPU_BLOCK_V)]
     InvalidTileSize(usize),
+    /// `FLASHSAMPLING_BACKEND` holds a value other than `auto`, `cpu` or `gpu` (or is not UTF-8).
+    #[error("FLASHSAMPLING_BACKEND = {0:?} is not one of auto, cpu, gpu")]
+    UnknownBackend(String),
     /// A fused-kernel variant name that this GPU does not run (name, the variants it runs).
     #[error("unknown fused-kernel variant {0:?} (known: {1})")]
     UnknownVariant(String, String),
@@ -85,14 +114,31 @@ pub enum Error {
     /// No usable CUDA GPU (no driver library, no device, or context creation failed).
     #[error("no CUDA GPU available: {0}")]
     NoGpu(String),
-    /// A CUDA driver call failed.
+    /// A CUDA driver call failed; the `CUresult` is kept (see [`Error::is_out_of_memory`]).
     #[error("CUDA driver error: {0}")]
-    Driver(String),
+    Driver(#[from] DriverError),
+    /// A cuBLAS call failed (benchmark baselines only); the status is kept.
+    #[error("cuBLAS error: {0}")]
+    Cublas(#[from] CublasError),
 }
 
-impl From<cudarc::driver::DriverError> for Error {
-    fn from(e: cudarc::driver::DriverError) -> Self {
-        Error::Driver(e.to_string())
+impl Error {
+    /// Whether this is a device out-of-memory error (`CUDA_ERROR_OUT_OF_MEMORY` from the driver, or
+    /// `CUBLAS_STATUS_ALLOC_FAILED`): the caller may free memory or shrink the batch and retry.
+    pub fn is_out_of_memory(&self) -> bool {
+        match self {
+            Error::Driver(e) => e.0 == CUresult::CUDA_ERROR_OUT_OF_MEMORY,
+            Error::Cublas(e) => e.0 == cudarc::cublas::sys::cublasStatus_t::CUBLAS_STATUS_ALLOC_FAILED,
+            _ => false,
+        }
+    }
+
+    /// The CUDA driver result, for [`Error::Driver`].
+    pub fn cuda_result(&self) -> Option<CUresult> {
+        match self {
+            Error::Driver(e) => Some(e.0),
+            _ => None,
+        }
     }
 }
 

@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use cudarc::driver::sys;
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig,
-    PushKernelArg,
+    CudaContext, CudaFunction, CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut, DeviceRepr, DeviceSlice,
+    LaunchConfig, PushKernelArg, SyncOnDrop,
 };
 use cudarc::nvrtc::Ptx;
 use flashsampling_kernels::config::{
@@ -18,7 +18,7 @@ use half::bf16;
 
 use crate::error::{Error, Result};
 use crate::params::{Matrix, SamplingParams, Shape, validate};
-use crate::{PTX, PTX_SM90A, Samples, check_tokens};
+use crate::{PTX, PTX_SM90A, Samples, check_samples};
 
 /// A kernel parameter struct passed by value (`#[repr(C)]`, identical layout on host and device); the
 /// one wrapper for every launch of this crate (here and in `baselines`).
@@ -67,10 +67,41 @@ pub struct DeviceMatrix<'a> {
 
 /// Device buffers of one batch: candidates, per-row streams, and the outputs (tokens, scores).
 /// Reused across calls (a decode loop allocates it once); grows when a larger batch comes.
+///
+/// **Outputs before and after a launch.** [`GpuBackend::alloc_samples`] fills the tokens with
+/// [`flashsampling_kernels::INVALID_INDEX`] and the scores with NaN, so reading them before the first
+/// launch gives no token. A call that fails validation does not touch the buffers (they keep the
+/// previous call's results); a call that fails after validation (an upload or the launch) fills the
+/// tokens with `INVALID_INDEX` and the scores with NaN again, best effort: when the failure is a
+/// device fault the context is unusable and every later read fails anyway.
+///
+/// **Arrival counters.** The fused kernel's last-block reduction counts arrivals per batch tile in
+/// `counters` (`u32`, at least `n_btiles` of them). They cannot be left non-zero in a way a later call
+/// observes:
+/// 1. `alloc_samples` zeroes them (stream-ordered before any launch that uses them), and a buffer
+///    too small for a launch is replaced by a fresh, zeroed one before that launch.
+/// 2. In a launch, every block of the grid (`n_btiles × n_vranges`, the same `n_vranges` as in
+///    `FusedParams`) reaches the reduction exactly once: no kernel returns early. Batch tile `t`
+///    therefore gets exactly `n_vranges` increments; the block that sees the count reach
+///    `n_vranges` is the last one, and it stores 0 after its reduction. A launch that completes
+///    leaves every counter at 0.
+/// 3. A launch that does not complete either never started (`cuLaunchKernel` returned an error: no
+///    block ran, the counters are untouched, still 0) or faulted (illegal address, trap, a killed
+///    context): a device-side fault is a sticky error of the CUDA context, so no later launch, copy
+///    or read in that context succeeds, and no later call can observe the counters.
+/// 4. Launches that share a `DeviceSamples` never overlap: they are ordered on one stream, and a
+///    launch from another `GpuBackend` (another stream) waits for the previous launch through
+///    cudarc's per-buffer events (`device_ptr_mut` waits for the last write and the guard records
+///    this launch's write after it is enqueued; event tracking is cudarc's default and is active
+///    because every `GpuBackend` creates its own stream).
+///
+/// Hence every launch starts with all counters at zero, by induction over the launches on the
+/// buffer. The GPU test `arrival_counters_are_zero_after_many_launches` reads them back after
+/// launches of varying B and V.
 #[derive(Debug)]
 pub struct DeviceSamples {
     candidates: CudaSlice<u64>,
-    /// Per-batch-tile arrival counters of the fused kernel (zero between launches).
+    /// Per-batch-tile arrival counters of the fused kernel (zero between launches; see above).
     counters: CudaSlice<u32>,
     streams: CudaSlice<u64>,
     tokens: CudaSlice<u32>,
@@ -120,7 +151,7 @@ fn encode_tensor_map<const R: usize>(address: u64, layout: TmaLayout<R>) -> Resu
         )
     };
     if status != sys::CUresult::CUDA_SUCCESS {
-        return Err(Error::Driver(format!("cuTensorMapEncodeTiled ({layout:?} at {address:#x}): {status:?}")));
+        return Err(Error::Driver(cudarc::driver::DriverError(status)));
     }
     Ok(TensorMap(map.opaque))
 }
@@ -137,10 +168,55 @@ impl DeviceSamples {
         self.scores.slice(..self.b)
     }
 
-    /// Batch rows of the last call.
+    /// Batch rows of the last call (before the first call: the rows it was allocated for).
     pub fn batch(&self) -> usize {
         self.b
     }
+
+    /// The fused kernel's arrival counters, on the device (tests: all zero between launches).
+    #[doc(hidden)]
+    pub fn counters(&self) -> CudaView<'_, u32> {
+        self.counters.as_view()
+    }
+
+    /// Capacity: (batch rows, candidates, arrival counters) the buffers hold.
+    #[doc(hidden)]
+    pub fn capacity(&self) -> (usize, usize, usize) {
+        let rows = self.streams.len().min(self.tokens.len()).min(self.scores.len());
+        (rows, self.candidates.len(), self.counters.len())
+    }
+
+    /// Whether the buffers serve a launch of `b` rows with `launch` on the context `ctx`.
+    fn fits(&self, b: usize, launch: &LaunchShape, ctx: &CudaContext) -> bool {
+        let n_cands = b.checked_mul(launch.n_vranges as usize);
+        same_context(self.tokens.context(), ctx)
+            && n_cands.is_some_and(|n| self.candidates.len() >= n)
+            && self.counters.len() >= launch.n_btiles as usize
+            && self.streams.len() >= b
+            && self.tokens.len() >= b
+            && self.scores.len() >= b
+            && self.tensor_maps.len() * 8 >= size_of::<TensorMaps>()
+    }
+
+    /// Fills the tokens with `INVALID_INDEX` and the scores with NaN (all bits set: `u32::MAX`, and a
+    /// quiet NaN), stream-ordered.
+    fn invalidate(&mut self, stream: &CudaStream) -> Result<()> {
+        let (token_bytes, score_bytes) = (self.tokens.num_bytes(), self.scores.num_bytes());
+        for ((address, _guard), bytes) in
+            [(self.tokens.device_ptr_mut(stream), token_bytes), (self.scores.device_ptr_mut(stream), score_bytes)]
+        {
+            // SAFETY: `address` is a live allocation of `bytes` bytes (the guard keeps its events
+            // ordered around this memset); all-ones bytes are a valid u32 and a valid f32.
+            unsafe { cudarc::driver::result::memset_d8_async(address, 0xFF, bytes, stream.cu_stream()) }?;
+        }
+        Ok(())
+    }
+}
+
+/// Whether two contexts are the same CUDA context (two `CudaContext::new` of one ordinal share the
+/// primary context).
+fn same_context(a: &CudaContext, b: &CudaContext) -> bool {
+    a.cu_ctx() == b.cu_ctx()
 }
 
 /// The CUDA backend.
@@ -176,9 +252,12 @@ pub fn gpu_available() -> bool {
     CudaContext::device_count().map(|n| n > 0).unwrap_or(false)
 }
 
-fn device_address<T>(view: &CudaView<'_, T>, stream: &CudaStream) -> u64 {
-    let (ptr, _sync) = view.device_ptr(stream);
-    ptr
+/// The device address of `view` for a read on `stream`, and cudarc's guard: `stream` waits for the
+/// buffer's last write now, and the guard, when dropped, records the buffer's read event on
+/// `stream`. Drop it only after the launch that reads the buffer is enqueued, so that a later writer
+/// (on any stream) and the buffer's own free wait for that launch.
+fn device_address<'a, T>(view: &'a CudaView<'_, T>, stream: &'a CudaStream) -> (u64, SyncOnDrop<'a>) {
+    view.device_ptr(stream)
 }
 
 impl GpuBackend {
@@ -324,23 +403,46 @@ impl GpuBackend {
 
     /// Allocates the per-batch buffers for up to `b` rows and vocab size `v`: `B × n_vranges`
     /// candidates (n_vranges ≤ resident blocks per SM × multiprocessors, from the kernel's
-    /// occupancy) and `B` arrival counters, stream ids, tokens and scores.
+    /// occupancy), `B` arrival counters (zeroed; the kernel uses `n_btiles ≤ B`), stream ids, tokens
+    /// (filled with `INVALID_INDEX`) and scores (NaN). `b` and `v` must be in `1 ..= MAX_DIM`
+    /// ([`Error::EmptyBatch`], [`Error::EmptyVocab`], [`Error::TooLarge`]); a device out of memory is
+    /// [`Error::Driver`] with [`Error::is_out_of_memory`].
     pub fn alloc_samples(&self, b: usize, v: usize) -> Result<DeviceSamples> {
-        let n = self.launch_shape(b, v).n_vranges as usize;
-        // SAFETY: every element is written by the kernels before it is read.
-        unsafe {
-            Ok(DeviceSamples {
-                candidates: self.stream.alloc::<u64>((b * n).max(1))?,
-                counters: self.stream.alloc_zeros::<u32>(b.max(1))?,
-                streams: self.stream.alloc::<u64>(b.max(1))?,
-                tokens: self.stream.alloc::<u32>(b.max(1))?,
-                scores: self.stream.alloc::<f32>(b.max(1))?,
+        if b == 0 {
+            return Err(Error::EmptyBatch);
+        }
+        if v == 0 {
+            return Err(Error::EmptyVocab);
+        }
+        let max = MAX_DIM as usize;
+        for (what, value) in [("batch size B", b), ("vocab size V", v)] {
+            if value > max {
+                return Err(Error::TooLarge { what, value, max });
+            }
+        }
+        let launch = self.launch_shape(b, v);
+        let n_cands = b.checked_mul(launch.n_vranges as usize).filter(|&n| n <= isize::MAX as usize / 8).ok_or(
+            Error::TooLarge { what: "candidates (B × vocab ranges)", value: usize::MAX, max: isize::MAX as usize / 8 },
+        )?;
+        let counters = b.max(launch.n_btiles as usize);
+        // SAFETY: the candidates, streams and tensor maps are written (by the kernel, an upload or
+        // the tensor-map upload) before they are read; the counters are zeroed and the tokens and
+        // scores filled below, stream-ordered before anything else on the stream.
+        let mut out = unsafe {
+            DeviceSamples {
+                candidates: self.stream.alloc::<u64>(n_cands.max(1))?,
+                counters: self.stream.alloc_zeros::<u32>(counters)?,
+                streams: self.stream.alloc::<u64>(b)?,
+                tokens: self.stream.alloc::<u32>(b)?,
+                scores: self.stream.alloc::<f32>(b)?,
                 b,
                 uploaded_streams: Vec::new(),
                 tensor_maps: self.stream.alloc::<u64>(size_of::<TensorMaps>() / 8)?,
                 tensor_maps_for: None,
-            })
-        }
+            }
+        };
+        out.invalidate(&self.stream)?;
+        Ok(out)
     }
 
     /// One token per row; host buffers in, host tokens out (uploads, samples, downloads).
@@ -362,7 +464,7 @@ impl GpuBackend {
         )?;
         let samples =
             Samples { tokens: self.stream.clone_dtoh(&out.tokens())?, scores: self.stream.clone_dtoh(&out.scores())? };
-        check_tokens(&samples.tokens)?;
+        check_samples(&samples, hidden, weight)?;
         Ok(samples)
     }
 
@@ -381,8 +483,14 @@ impl GpuBackend {
             (weight.rows, weight.cols, weight.data.len()),
             params,
         )?;
-        let hidden_ptr = device_address(&hidden.data, &self.stream);
-        let weight_ptr = device_address(&weight.data, &self.stream);
+        for (buffer, data) in [("hidden states", &hidden.data), ("LM-head weight", &weight.data)] {
+            if !same_context(data.stream().context(), &self.ctx) {
+                return Err(Error::ForeignBuffer { buffer });
+            }
+        }
+        // The guards stay alive until the launch is enqueued (see `device_address`).
+        let (hidden_ptr, _hidden_guard) = device_address(&hidden.data, &self.stream);
+        let (weight_ptr, _weight_guard) = device_address(&weight.data, &self.stream);
         for (buffer, address) in [("hidden states", hidden_ptr), ("LM-head weight", weight_ptr)] {
             if address % 16 != 0 {
                 return Err(Error::Misaligned { buffer, address });
@@ -406,16 +514,45 @@ impl GpuBackend {
             });
         }
         debug_assert!(shape.b <= MAX_DIM as usize);
-        if out.candidates.len() < shape.b * launch.n_vranges as usize || out.tokens.len() < shape.b {
+        // Every buffer the launch touches must be large enough for it (and on this context): else a
+        // fresh set, sized by the same launch shape (zeroed counters, invalid tokens).
+        if !out.fits(shape.b, &launch, &self.ctx) {
             *out = self.alloc_samples(shape.b, shape.v)?;
         }
+        let streams = params.streams_for(shape.b).ok_or_else(|| Error::LengthMismatch {
+            buffer: "streams",
+            expected: shape.b,
+            actual: params.streams.as_ref().map_or(0, Vec::len),
+        })?;
         out.b = shape.b;
-        let streams = params.streams_for(shape.b);
+        let result = self.upload_and_launch(shape, transform, params, (hidden_ptr, weight_ptr), streams, out, launch);
+        if result.is_err() {
+            // Best effort: no stale tokens after a failed call (see `DeviceSamples`).
+            let _ = out.invalidate(&self.stream);
+        }
+        // Only now may the read events of hidden and weight be recorded: after the launch.
+        drop((_hidden_guard, _weight_guard));
+        result
+    }
+
+    /// The streams upload (skipped when unchanged) and the launch.
+    #[allow(clippy::too_many_arguments)]
+    fn upload_and_launch(
+        &self,
+        shape: Shape,
+        transform: Transform,
+        params: &SamplingParams,
+        (hidden, weight): (u64, u64),
+        streams: Vec<u64>,
+        out: &mut DeviceSamples,
+        launch: LaunchShape,
+    ) -> Result<()> {
         if streams != out.uploaded_streams {
+            out.uploaded_streams.clear();
             self.stream.memcpy_htod(&streams, &mut out.streams.slice_mut(..shape.b))?;
             out.uploaded_streams = streams;
         }
-        self.launch_fused(shape, transform, params, hidden_ptr, weight_ptr, out, launch)
+        self.launch_fused(shape, transform, params, hidden, weight, out, launch)
     }
 
     #[allow(clippy::too_many_arguments)]

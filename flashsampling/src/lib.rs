@@ -68,22 +68,34 @@ pub const PTX_TEST: &str = include_str!(env!("FLASHSAMPLING_PTX_TEST_PATH"));
 pub struct Samples {
     /// One token per row.
     pub tokens: Vec<u32>,
-    /// The row's winning score (`logit / T + gumbel`, or the logit when greedy).
+    /// The row's winning score: `min(T, 1) · (logit / T + gumbel)` (see [`kernels::Transform`]), the
+    /// logit when greedy; NaN or `−∞` for a row without a token.
     pub scores: Vec<f32>,
 }
 
-/// NaN rows become [`Error::NanLogit`].
-pub(crate) fn check_tokens(tokens: &[u32]) -> Result<()> {
-    match tokens.iter().position(|&t| t == kernels::INVALID_INDEX) {
-        Some(row) => Err(Error::NanLogit { row }),
-        None => Ok(()),
+/// Rows without a token ([`kernels::INVALID_INDEX`]) become errors: a `−∞` winning score is
+/// [`Error::AllLogitsNegInfinite`]; a NaN one is [`Error::NanLogit`] when the inputs hold a NaN (the
+/// row's hidden state or the weight; scanned only on this error path), else [`Error::UndefinedLogit`]
+/// (`∞ − ∞` or `0 · ∞` from infinite inputs or f32 overflow).
+pub(crate) fn check_samples(samples: &Samples, hidden: Matrix<'_>, weight: Matrix<'_>) -> Result<()> {
+    let Some(row) = samples.tokens.iter().position(|&t| t == kernels::INVALID_INDEX) else {
+        return Ok(());
+    };
+    if samples.scores[row] == f32::NEG_INFINITY {
+        return Err(Error::AllLogitsNegInfinite { row });
     }
+    let d = hidden.cols;
+    let nan_input =
+        hidden.data[row * d..(row + 1) * d].iter().any(|x| x.is_nan()) || weight.data.iter().any(|x| x.is_nan());
+    Err(if nan_input { Error::NanLogit { row } } else { Error::UndefinedLogit { row } })
 }
 
 /// Which backend [`Sampler::new`] uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BackendChoice {
-    /// The GPU when one is usable, else the CPU. `FLASHSAMPLING_BACKEND=cpu|gpu` overrides it.
+    /// The GPU when one is usable, else the CPU ([`Sampler::fallback_reason`] says why).
+    /// `FLASHSAMPLING_BACKEND=auto|cpu|gpu` overrides it; any other value is
+    /// [`Error::UnknownBackend`].
     Auto,
     /// The GPU (device 0); an error when none is usable.
     Gpu,
@@ -91,31 +103,64 @@ pub enum BackendChoice {
     Cpu,
 }
 
+impl BackendChoice {
+    /// The choice a `FLASHSAMPLING_BACKEND` value makes of [`BackendChoice::Auto`]: unset, empty or
+    /// `auto` keep `Auto`; `cpu` and `gpu` force one; anything else is [`Error::UnknownBackend`].
+    pub fn from_env_value(value: Option<&str>) -> Result<Self> {
+        match value {
+            None | Some("") | Some("auto") => Ok(BackendChoice::Auto),
+            Some("cpu") => Ok(BackendChoice::Cpu),
+            Some("gpu") => Ok(BackendChoice::Gpu),
+            Some(other) => Err(Error::UnknownBackend(other.to_string())),
+        }
+    }
+}
+
 /// A sampler on one backend.
 #[derive(Debug)]
 pub enum Sampler {
     /// CUDA backend.
     Gpu(GpuBackend),
-    /// CPU backend.
+    /// CPU backend (chosen, or forced by `FLASHSAMPLING_BACKEND=cpu`).
     Cpu(CpuBackend),
+    /// CPU backend that [`BackendChoice::Auto`] fell back to: the error says why the GPU backend did
+    /// not start ([`Error::NoGpu`] when there is no driver or device).
+    CpuFallback(CpuBackend, Error),
 }
 
 impl Sampler {
-    /// Opens the chosen backend.
+    /// Opens the chosen backend. With [`BackendChoice::Auto`], `FLASHSAMPLING_BACKEND` is read (see
+    /// [`BackendChoice::from_env_value`]).
     pub fn new(choice: BackendChoice) -> Result<Self> {
-        let choice = match (choice, std::env::var("FLASHSAMPLING_BACKEND").as_deref()) {
-            (BackendChoice::Auto, Ok("cpu")) => BackendChoice::Cpu,
-            (BackendChoice::Auto, Ok("gpu")) => BackendChoice::Gpu,
-            (c, _) => c,
+        if choice != BackendChoice::Auto {
+            return Self::with_choice(choice);
+        }
+        let var = std::env::var("FLASHSAMPLING_BACKEND");
+        let value = match &var {
+            Ok(s) => Some(s.as_str()),
+            Err(std::env::VarError::NotPresent) => None,
+            Err(std::env::VarError::NotUnicode(s)) => return Err(Error::UnknownBackend(s.to_string_lossy().into())),
         };
+        Self::with_choice(BackendChoice::from_env_value(value)?)
+    }
+
+    /// Opens the chosen backend, ignoring the environment.
+    pub fn with_choice(choice: BackendChoice) -> Result<Self> {
         match choice {
             BackendChoice::Cpu => Ok(Sampler::Cpu(CpuBackend::new())),
             BackendChoice::Gpu => Ok(Sampler::Gpu(GpuBackend::new(0)?)),
-            BackendChoice::Auto if gpu_available() => match GpuBackend::new(0) {
+            BackendChoice::Auto => match GpuBackend::new(0) {
                 Ok(g) => Ok(Sampler::Gpu(g)),
-                Err(_) => Ok(Sampler::Cpu(CpuBackend::new())),
+                Err(e) => Ok(Sampler::CpuFallback(CpuBackend::new(), e)),
             },
-            BackendChoice::Auto => Ok(Sampler::Cpu(CpuBackend::new())),
+        }
+    }
+
+    /// Why [`BackendChoice::Auto`] runs on the CPU (the GPU backend's start-up error), or `None`.
+    pub fn fallback_reason(&self) -> Option<&Error> {
+        match self {
+            Sampler::CpuFallback(_, e) => Some(e),
+            _ => None,
         }
     }
 
@@ -123,9 +168,8 @@ impl Sampler {
     pub fn describe(&self) -> String {
         match self {
             Sampler::Gpu(g) => format!("GPU ({})", g.device_name()),
-            Sampler::Cpu(_) => {
-                format!("CPU ({} threads)", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1))
-            }
+            Sampler::Cpu(c) => format!("CPU ({} threads)", c.threads()),
+            Sampler::CpuFallback(c, e) => format!("CPU ({} threads; GPU not used: {e})", c.threads()),
         }
     }
 
@@ -133,7 +177,7 @@ impl Sampler {
     pub fn sample(&self, hidden: Matrix<'_>, weight: Matrix<'_>, params: &SamplingParams) -> Result<Vec<u32>> {
         match self {
             Sampler::Gpu(g) => g.sample(hidden, weight, params),
-            Sampler::Cpu(c) => c.sample(hidden, weight, params),
+            Sampler::Cpu(c) | Sampler::CpuFallback(c, _) => c.sample(hidden, weight, params),
         }
     }
 
@@ -141,7 +185,7 @@ impl Sampler {
     pub fn sample_scored(&self, hidden: Matrix<'_>, weight: Matrix<'_>, params: &SamplingParams) -> Result<Samples> {
         match self {
             Sampler::Gpu(g) => g.sample_scored(hidden, weight, params),
-            Sampler::Cpu(c) => c.sample_scored(hidden, weight, params),
+            Sampler::Cpu(c) | Sampler::CpuFallback(c, _) => c.sample_scored(hidden, weight, params),
         }
     }
 }

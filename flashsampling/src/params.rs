@@ -9,7 +9,8 @@ use crate::error::{Error, Result};
 /// How to sample.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SamplingParams {
-    /// Softmax temperature `T`: tokens are drawn from `softmax(logits / T)`; `0` is greedy (argmax).
+    /// Softmax temperature `T`: tokens are drawn from `softmax(logits / T)`; `0` is greedy (argmax),
+    /// and so is a subnormal `T` (below [`flashsampling_kernels::epilogue::MIN_SAMPLING_TEMPERATURE`]).
     /// Must be finite and ≥ 0.
     pub temperature: f32,
     /// Philox key. The same seed, stream and sample index always give the same token.
@@ -45,25 +46,28 @@ impl SamplingParams {
         self
     }
 
-    /// The stream id of row `row`.
-    pub fn stream(&self, row: usize) -> u64 {
+    /// The stream id of row `row`: `streams[row]`, or `row` when no list is set; `None` past the end
+    /// of the list (the API validates the list's length against B before it calls this).
+    pub fn stream(&self, row: usize) -> Option<u64> {
         match &self.streams {
-            Some(s) => s[row],
-            None => row as u64,
+            Some(s) => s.get(row).copied(),
+            None => Some(row as u64),
         }
     }
 
-    /// The per-row streams as a vector of `b` entries.
-    pub fn streams_for(&self, b: usize) -> Vec<u64> {
+    /// The per-row streams of a batch of `b` rows; `None` when the list is shorter than `b`.
+    pub fn streams_for(&self, b: usize) -> Option<Vec<u64>> {
         (0..b).map(|r| self.stream(r)).collect()
     }
 
-    /// The noise of row `row`.
-    pub fn row_noise(&self, row: usize) -> RowNoise {
-        RowNoise { seed: self.seed, stream: self.stream(row), sample: self.sample }
+    /// The noise of row `row`; `None` past the end of the stream list.
+    pub fn row_noise(&self, row: usize) -> Option<RowNoise> {
+        Some(RowNoise { seed: self.seed, stream: self.stream(row)?, sample: self.sample })
     }
 
-    /// The kernel transform for this temperature (validated first).
+    /// The kernel transform for this temperature (validated first: finite and ≥ 0, else
+    /// [`Error::InvalidTemperature`]). `T = 0` and `0 < T < 2⁻¹²⁶` (subnormal) are greedy; see
+    /// [`Transform`] for how every other `T` avoids overflow.
     pub fn transform(&self) -> Result<Transform> {
         let t = self.temperature;
         if !t.is_finite() || t < 0.0 {

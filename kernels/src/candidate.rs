@@ -13,8 +13,15 @@
 //!
 //! [`Candidate::EMPTY`] (score −∞, index `u32::MAX`) is the identity for every candidate of a real
 //! vocab entry, including one whose score is −∞ (a masked token still beats "nothing").
+//!
+//! Infinite scores come only from infinite logits (a finite logit always gives a finite score, see
+//! [`crate::Transform`]). One `+∞` logit wins (the limit of the softmax puts all mass on it); several
+//! tie and the lowest index wins, as for greedy ties. A row whose winning score is `−∞` (every logit
+//! `−∞`: a fully masked row) has no token to sample: [`Candidate::token`] gives [`INVALID_INDEX`], as
+//! for NaN, and the host API reports it as an error.
 
-/// Index written for a row whose winning score is NaN (a NaN logit or NaN noise input).
+/// Index written for a row without a token: its winning score is NaN (a NaN logit) or `−∞` (every
+/// logit `−∞`).
 pub const INVALID_INDEX: u32 = u32::MAX;
 
 /// One sampling candidate: the best perturbed score of a tile and its global vocab index.
@@ -57,10 +64,11 @@ impl Candidate {
         if other.beats(self) { other } else { self }
     }
 
-    /// The sampled token, or [`INVALID_INDEX`] when the winning score is NaN.
+    /// The sampled token, or [`INVALID_INDEX`] when the winning score is NaN or `−∞` (no token).
     #[inline(always)]
     pub fn token(self) -> u32 {
-        if self.score.is_nan() { INVALID_INDEX } else { self.index }
+        // `!(score > −∞)` is true exactly for NaN and −∞.
+        if !(self.score > f32::NEG_INFINITY) { INVALID_INDEX } else { self.index }
     }
 }
 
@@ -142,5 +150,21 @@ mod tests {
         assert_eq!(nan.merge(inf).token(), INVALID_INDEX);
         let masked = Candidate { score: f32::NEG_INFINITY, index: 4 };
         assert_eq!(Candidate::EMPTY.merge(masked).index, 4);
+    }
+
+    #[test]
+    fn an_all_negative_infinity_row_has_no_token_and_positive_infinity_wins() {
+        let masked = reduce(&[
+            Candidate { score: f32::NEG_INFINITY, index: 0 },
+            Candidate { score: f32::NEG_INFINITY, index: 1 },
+        ]);
+        assert_eq!(masked.token(), INVALID_INDEX);
+        assert_eq!(Candidate::EMPTY.token(), INVALID_INDEX);
+        let c = |score, index| Candidate { score, index };
+        let one = reduce(&[c(f32::MAX, 0), c(f32::INFINITY, 7), c(f32::NEG_INFINITY, 2)]);
+        assert_eq!(one.token(), 7);
+        let two = reduce(&[c(f32::INFINITY, 9), c(1.0, 0), c(f32::INFINITY, 3)]);
+        assert_eq!(two.token(), 3, "several +inf: the lowest index");
+        assert_eq!(c(-f32::MAX, 5).token(), 5);
     }
 }
