@@ -22,7 +22,7 @@ mod warp;
 use core::arch::nvptx::{_block_dim_x, _block_idx_x, _thread_idx_x};
 
 use crate::config::{FUSED_VARIANTS, FusedVariant, Staging};
-use crate::noise::gumbel;
+use crate::noise::gumbel4_at;
 use crate::params::{FusedParams, LogitsParams, NoiseTestParams, ReduceParams};
 use crate::philox::philox4x32_10;
 
@@ -215,8 +215,8 @@ pub unsafe extern "ptx-kernel" fn philox_test(p: NoiseTestParams) {
     }
 }
 
-/// Test kernel: `out[i] = gumbel(philox4x32_10(counters[i], key))` as f32 bits (the noise path of the
-/// fused kernel, to compare bit-for-bit with the host).
+/// Test kernel: `out[i] = gumbel4_at(counters[i], key)` as f32 bits (the noise path of the fused kernel,
+/// refinement included, to compare bit-for-bit with the host).
 ///
 /// # Safety
 /// `counters` and `out` hold `n` entries.
@@ -226,8 +226,7 @@ pub unsafe extern "ptx-kernel" fn gumbel_test(p: NoiseTestParams) {
     if i < p.n {
         // SAFETY: i < n.
         unsafe {
-            let w = philox4x32_10(*p.counters.add(i as usize), p.key);
-            *p.out.add(i as usize) = w.map(|x| gumbel(x).to_bits());
+            *p.out.add(i as usize) = gumbel4_at(*p.counters.add(i as usize), p.key).map(f32::to_bits);
         }
     }
 }
