@@ -59,6 +59,9 @@ pub enum Error {
     /// Temperature NaN, negative or infinite.
     #[error("temperature {0} is invalid: it must be finite and >= 0 (0 = greedy)")]
     InvalidTemperature(f32),
+    /// A sample index of 2^31 or more (the top bit of the sample word keys the noise's refinement call).
+    #[error("sample index {0} is too large: it must be below 2^31")]
+    InvalidSample(u32),
     /// The winning score of a row is NaN: the row has a NaN logit (or NaN/inf inputs).
     #[error("row {row}: a logit is NaN (NaN or infinite inputs); no token can be sampled")]
     NanLogit {
