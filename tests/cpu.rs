@@ -58,6 +58,68 @@ fn chi_squared_test_rejects_a_wrong_temperature() {
     assert!(p < 1e-3, "the test failed to notice a wrong temperature: p = {p}");
 }
 
+/// One far-tail case: (V, rows per call, calls, logit gap, temperature).
+type FarTail = (usize, usize, usize, f32, f32);
+
+fn cpu_far_tail(case: FarTail, seed: u64) -> (u64, f64) {
+    let (v, b, rounds, gap, t) = case;
+    let cpu = CpuBackend::new();
+    let start = std::time::Instant::now();
+    let (count, n, z) = far_tail_count(|h, w, p| cpu.sample(h, w, p).unwrap(), (v, b, rounds), gap, t, seed);
+    let expected = n as f64 * far_tail_probability(v, gap, t);
+    eprintln!(
+        "far tail V={v} gap {gap} T={t} (scaled gap {}): {count} of {n} samples, expected {expected:.1}, z = {z:.2} ({:.1} s)",
+        gap * (1.0 / t),
+        start.elapsed().as_secs_f64()
+    );
+    (count, z)
+}
+
+#[test]
+fn far_tail_rates_match_softmax() {
+    // Token 0 at logit 0, every other token `gap` below it, judged by a binomial z-score. A tail sample
+    // costs about e^gap noise evaluations whatever V is, so the CPU can afford ~15 nats in CI time;
+    // beyond that see `far_tail_tokens_beyond_the_old_reach_are_sampled` here, the noise-level rate
+    // test `far_tail_noise_beats_a_rival_at_the_exact_rate` in the kernels crate and the GPU twin.
+    for case in [
+        (1024, 4096, 11, 13.0f32, 1.0f32),
+        // T = 2: logits -30 scaled by fl(1/2) = 0.5 exactly, a 15-nat gap.
+        (4096, 4096, 21, 30.0, 2.0),
+    ] {
+        let (v, b, rounds, gap, t) = case;
+        let expected = (b * rounds) as f64 * far_tail_probability(v, gap, t);
+        assert!(expected >= 100.0, "{case:?}: only {expected:.1} tail samples expected");
+        let (count, z) = cpu_far_tail(case, CHI_SEED ^ gap.to_bits() as u64);
+        assert!(count > 0 && z.abs() < 4.5, "{case:?}: {count} tail samples, z = {z:.2}");
+    }
+}
+
+#[test]
+fn far_tail_tokens_beyond_the_old_reach_are_sampled() {
+    // Streams whose noise puts a tail token more than 20.5 nats above token 0 (found by a search over
+    // streams, about 1 in 2·10^8). The sampler must pick that token up to the noise margin and token 0
+    // beyond it. With the old 23-bit noise (g ≤ 16.64) no token 19.45 nats down could ever win.
+    for (stream, margin) in FAR_TAIL_STREAMS {
+        let sampled = far_tail_reach_case(stream, |h, w, p| CpuBackend::new().sample(h, w, p).unwrap());
+        assert_eq!(sampled, margin, "stream {stream}");
+    }
+}
+
+#[test]
+fn sample_indices_of_2_pow_31_and_above_are_rejected() {
+    let (h, w) = (vec![bf16::ONE; 2 * 16], vec![bf16::ONE; 10 * 16]);
+    let cpu = CpuBackend::new();
+    for (sample, ok) in [(0u32, true), ((1 << 31) - 1, true), (1 << 31, false), (u32::MAX, false)] {
+        let p = SamplingParams::new(1.0, 0).with_sample(sample);
+        let got = cpu.sample(Matrix::new(&h, 2, 16), Matrix::new(&w, 10, 16), &p);
+        match ok {
+            true => assert!(got.is_ok(), "sample {sample}: {got:?}"),
+            false => assert_eq!(got.unwrap_err(), Error::InvalidSample(sample)),
+        }
+    }
+    assert!(Error::InvalidSample(1 << 31).to_string().contains("below 2^31"));
+}
+
 #[test]
 fn greedy_equals_argmax_of_the_logits() {
     let (b, d, v) = (16, 256, 3000);

@@ -11,7 +11,7 @@ mod common;
 use common::*;
 use flashsampling::kernels::INVALID_INDEX;
 use flashsampling::kernels::config::{Family, FusedVariant};
-use flashsampling::kernels::noise::gumbel;
+use flashsampling::kernels::noise::{gumbel4_at, is_extreme};
 use flashsampling::kernels::philox::philox4x32_10;
 use flashsampling::{CpuBackend, DeviceMatrix, Error, Matrix, SamplingParams};
 use half::bf16;
@@ -59,12 +59,71 @@ fn philox_on_the_device_is_bit_identical_to_the_host() {
 #[test]
 fn gumbel_noise_on_the_device_is_bit_identical_to_the_host() {
     let Some(gpu) = gpu_or_skip("gumbel_noise_on_the_device_is_bit_identical_to_the_host") else { return };
-    let c = counters(1 << 16);
+    let mut c = counters(1 << 16);
     let key = [7, 9];
+    // Counters with an extreme word (4 · 2^-23 of groups), whose noise takes the refinement call.
+    let mut group = 0u32;
+    while c.len() < (1 << 16) + 16 {
+        let ctr = [group, 5, 0xabcd, 1];
+        if philox4x32_10(ctr, key).iter().any(|&x| is_extreme(x)) {
+            c.push(ctr);
+        }
+        group += 1;
+    }
     let dev = gpu.gumbel_on_device(&c, key).unwrap();
     for (i, (ctr, got)) in c.iter().zip(&dev).enumerate() {
-        let want = philox4x32_10(*ctr, key).map(|x| gumbel(x).to_bits());
+        let want = gumbel4_at(*ctr, key).map(f32::to_bits);
         assert_eq!(*got, want, "counter {i}");
+    }
+}
+
+#[test]
+fn far_tail_rates_match_softmax_on_the_gpu() {
+    let Some(gpu) = gpu_or_skip("far_tail_rates_match_softmax_on_the_gpu") else { return };
+    // Token 0 at logit 0, the other V − 1 = 262143 tokens `gap` below it (issue 18's rows): within the
+    // old noise's reach (18 nats, where it sampled 16% of the rate) and beyond it (21, 24). The weight
+    // and hidden rows stay on the device; each call draws B rows with fresh streams.
+    let (v, b) = (1usize << 18, 4096usize);
+    for (gap, rounds) in [(18.0f32, 64usize), (21.0, 256), (24.0, 2560)] {
+        if quick() && gap > 18.0 {
+            continue;
+        }
+        let (hidden, weight) = far_tail_setup(v, b, gap);
+        let h_dev = gpu.stream().clone_htod(&hidden).unwrap();
+        let w_dev = gpu.stream().clone_htod(&weight).unwrap();
+        let mut out = gpu.alloc_samples(b, v).unwrap();
+        let start = std::time::Instant::now();
+        let mut count = 0u64;
+        for r in 0..rounds {
+            let p = params_round(1.0, SEED ^ 0xfa7, b, (r * b) as u64);
+            gpu.sample_device(
+                &DeviceMatrix { data: h_dev.as_view(), rows: b, cols: FAR_TAIL_D },
+                &DeviceMatrix { data: w_dev.as_view(), rows: v, cols: FAR_TAIL_D },
+                &p,
+                &mut out,
+            )
+            .unwrap();
+            let tokens = gpu.stream().clone_dtoh(&out.tokens()).unwrap();
+            assert!(tokens.iter().all(|&t| (t as usize) < v), "gap {gap}: token out of range");
+            count += tokens.iter().filter(|&&t| t != 0).count() as u64;
+        }
+        let n = (b * rounds) as u64;
+        let p = far_tail_probability(v, gap, 1.0);
+        let expected = n as f64 * p;
+        let z = (count as f64 - expected) / (expected * (1.0 - p)).sqrt();
+        visible(&format!(
+            "GPU far tail V={v} gap {gap}: {count} of {n} samples, expected {expected:.1}, z = {z:.2} ({:.1} s)",
+            start.elapsed().as_secs_f64()
+        ));
+        assert!(count > 0 && z.abs() < 4.5, "gap {gap}: {count} tail samples, expected {expected:.1}, z = {z:.2}");
+    }
+}
+
+#[test]
+fn far_tail_tokens_beyond_the_old_reach_are_sampled_on_the_gpu() {
+    let Some(gpu) = gpu_or_skip("far_tail_tokens_beyond_the_old_reach_are_sampled_on_the_gpu") else { return };
+    for (stream, margin) in FAR_TAIL_STREAMS {
+        assert_eq!(far_tail_reach_case(stream, |h, w, p| gpu.sample(h, w, p).unwrap()), margin, "stream {stream}");
     }
 }
 

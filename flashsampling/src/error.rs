@@ -68,6 +68,9 @@ pub enum Error {
     /// Temperature NaN, negative or infinite.
     #[error("temperature {0} is invalid: it must be finite and >= 0 (0 = greedy)")]
     InvalidTemperature(f32),
+    /// A sample index of 2^31 or more (the top bit of the sample word keys the noise's refinement call).
+    #[error("sample index {0} is too large: it must be below 2^31")]
+    InvalidSample(u32),
     /// The winning score of a row is NaN and the inputs hold a NaN (in the row's hidden state or in
     /// the LM-head weight): a NaN logit ranks above every number, so it is reported, never outvoted.
     #[error("row {row}: a logit is NaN (the inputs contain NaN); no token can be sampled")]

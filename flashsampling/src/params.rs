@@ -19,7 +19,8 @@ pub struct SamplingParams {
     /// the same stream id wherever it sits in a batch (see [`flashsampling_kernels::stream_id`]) and
     /// its token does not depend on the batch.
     pub streams: Option<Vec<u64>>,
-    /// Sample index (0 for the first sample of a row).
+    /// Sample index (0 for the first sample of a row); below 2^31, as the top bit of the noise key's
+    /// sample word marks the refinement draws (see [`flashsampling_kernels::noise`]).
     pub sample: u32,
 }
 
@@ -106,6 +107,9 @@ pub struct Shape {
     pub v: usize,
 }
 
+/// Sample indices must be below this: the noise's refinement call sets the sample word's top bit.
+pub const MAX_SAMPLE: u32 = flashsampling_kernels::noise::REFINE_SAMPLE_BIT;
+
 /// Validates shapes, lengths and parameters; `hidden_len`/`weight_len` are the buffers' lengths.
 pub(crate) fn validate(
     (b, hd, hidden_len): (usize, usize, usize),
@@ -143,6 +147,9 @@ pub(crate) fn validate(
         if s.len() != b {
             return Err(Error::LengthMismatch { buffer: "streams", expected: b, actual: s.len() });
         }
+    }
+    if params.sample >= MAX_SAMPLE {
+        return Err(Error::InvalidSample(params.sample));
     }
     let transform = params.transform()?;
     Ok((Shape { b, d, v }, transform))

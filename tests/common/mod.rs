@@ -5,7 +5,7 @@
 use std::io::Write;
 
 use flashsampling::kernels::RowNoise;
-use flashsampling::{GpuBackend, SamplingParams};
+use flashsampling::{GpuBackend, Matrix, SamplingParams};
 use half::bf16;
 
 /// Test data generator (the library's SplitMix64).
@@ -220,4 +220,89 @@ pub fn gpu_or_skip(test: &str) -> Option<GpuBackend> {
             None
         }
     }
+}
+
+/// A far-tail row (D = 8): token 0 at logit 0 and the other `v − 1` tokens at logit `-logit_gap`
+/// (exact in bf16 and in the f32 dot), `b` copies of it. Returns (hidden, weight).
+pub fn far_tail_setup(v: usize, b: usize, logit_gap: f32) -> (Vec<bf16>, Vec<bf16>) {
+    let d = FAR_TAIL_D;
+    let gap = bf16::from_f32(logit_gap);
+    assert_eq!(gap.to_f32(), logit_gap, "the gap must be exact in bf16");
+    let mut hidden = vec![bf16::ZERO; b * d];
+    for r in 0..b {
+        hidden[r * d] = bf16::ONE;
+    }
+    let mut weight = vec![bf16::ZERO; v * d];
+    for r in 1..v {
+        weight[r * d] = -gap;
+    }
+    (hidden, weight)
+}
+
+/// Hidden size of [`far_tail_setup`].
+pub const FAR_TAIL_D: usize = 8;
+
+/// The exact probability that a far-tail row (see [`far_tail_setup`]) samples a token other than 0 at
+/// temperature `t`: the scaled gap is `logit_gap · fl(1/T)`, as the kernels scale logits.
+pub fn far_tail_probability(v: usize, logit_gap: f32, t: f32) -> f64 {
+    let q = (v - 1) as f64 * (-(logit_gap as f64) * (1.0 / t) as f64).exp();
+    q / (1.0 + q)
+}
+
+/// Counts tail tokens over `rounds` batches of `b` far-tail rows (fresh streams each round) drawn by
+/// `sample`, and returns (count, samples, z-score against the exact binomial rate).
+pub fn far_tail_count(
+    sample: impl Fn(Matrix<'_>, Matrix<'_>, &SamplingParams) -> Vec<u32>,
+    (v, b, rounds): (usize, usize, usize),
+    logit_gap: f32,
+    t: f32,
+    seed: u64,
+) -> (u64, u64, f64) {
+    let (hidden, weight) = far_tail_setup(v, b, logit_gap);
+    let mut count = 0u64;
+    for r in 0..rounds {
+        let p = params_round(t, seed, b, (r * b) as u64);
+        let tokens = sample(Matrix::new(&hidden, b, FAR_TAIL_D), Matrix::new(&weight, v, FAR_TAIL_D), &p);
+        assert!(tokens.iter().all(|&x| (x as usize) < v));
+        count += tokens.iter().filter(|&&x| x != 0).count() as u64;
+    }
+    let n = (b * rounds) as u64;
+    let p = far_tail_probability(v, logit_gap, t);
+    let expected = n as f64 * p;
+    (count, n, (count as f64 - expected) / (expected * (1.0 - p)).sqrt())
+}
+
+/// (stream, tail margin in eighths of a nat) under [`FAR_TAIL_SEED`]: streams whose group-0 noise puts
+/// one of vocab entries 1..3 more than 20.5 nats above entry 0 (`max g[1..4] − g[0]`, a search over
+/// 5·10^8 streams), with that margin rounded down to a multiple of 1/8 (bf16's spacing there).
+pub const FAR_TAIL_STREAMS: [(u64, u32); 2] = [(261_857_743, 165), (540_165_957, 167)];
+
+/// The seed of [`FAR_TAIL_STREAMS`].
+pub const FAR_TAIL_SEED: u64 = 0x7A11_5EED;
+
+/// Far-tail reach check for one stream of [`FAR_TAIL_STREAMS`]: a V = 4 far-tail row at the largest
+/// bf16 gap below the noise margin must sample the tail token, and at the next bf16 gap token 0.
+/// Returns the margin in eighths of a nat (what the stream table states).
+pub fn far_tail_reach_case(stream: u64, sample: impl Fn(Matrix<'_>, Matrix<'_>, &SamplingParams) -> Vec<u32>) -> u32 {
+    use flashsampling::kernels::noise::is_extreme;
+    use flashsampling::kernels::philox::philox4x32_10;
+    let noise = RowNoise { seed: FAR_TAIL_SEED, stream, sample: 0 };
+    let g = noise.gumbel4(0);
+    let tail = (1..4).max_by(|&a, &b| g[a].total_cmp(&g[b])).unwrap();
+    let margin = g[tail] - g[0];
+    let words = philox4x32_10(noise.counter(0), noise.key());
+    assert!(
+        is_extreme(words[tail]) && margin > 20.5,
+        "stream {stream}: the noise changed (margin {margin}); search new streams for FAR_TAIL_STREAMS"
+    );
+    let eighths = (margin * 8.0).floor() as u32;
+    let (inside, outside) = (eighths as f32 / 8.0, (eighths + 1) as f32 / 8.0);
+    assert!(inside > 19.45 + 1.0, "the margin must be well beyond the old reach");
+    for (gap, want) in [(inside, tail as u32), (outside, 0)] {
+        let (hidden, weight) = far_tail_setup(4, 1, gap);
+        let p = SamplingParams::new(1.0, FAR_TAIL_SEED).with_streams(vec![stream]);
+        let got = sample(Matrix::new(&hidden, 1, FAR_TAIL_D), Matrix::new(&weight, 4, FAR_TAIL_D), &p);
+        assert_eq!(got, vec![want], "stream {stream}, gap {gap} (noise margin {margin})");
+    }
+    eighths
 }

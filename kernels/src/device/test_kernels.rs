@@ -6,7 +6,7 @@
 
 use core::arch::nvptx::{_block_dim_x, _block_idx_x, _thread_idx_x};
 
-use crate::noise::gumbel;
+use crate::noise::gumbel4_at;
 use crate::params::NoiseTestParams;
 use crate::philox::philox4x32_10;
 
@@ -30,8 +30,8 @@ pub unsafe extern "ptx-kernel" fn philox_test(p: NoiseTestParams) {
     }
 }
 
-/// `out[i] = gumbel(philox4x32_10(counters[i], key))` as f32 bits (the noise path of the fused
-/// kernel).
+/// `out[i] = gumbel4_at(counters[i], key)` as f32 bits: the noise of one Philox group, exactly as the
+/// fused kernels' lane epilogue draws it (including the refinement call for extreme words).
 ///
 /// # Safety
 /// `counters` and `out` hold `n` entries.
@@ -40,9 +40,6 @@ pub unsafe extern "ptx-kernel" fn gumbel_test(p: NoiseTestParams) {
     let i = global_thread();
     if i < p.n {
         // SAFETY: i < n.
-        unsafe {
-            let w = philox4x32_10(*p.counters.add(i as usize), p.key);
-            *p.out.add(i as usize) = w.map(|x| gumbel(x).to_bits());
-        }
+        unsafe { *p.out.add(i as usize) = gumbel4_at(*p.counters.add(i as usize), p.key).map(f32::to_bits) };
     }
 }
