@@ -118,7 +118,7 @@ fn main() -> R<()> {
     };
     let tc_rate = 2.0 * (n as f64).powi(3) / (big.median * 1e-3); // FLOP/s
     drop((ga, gb, gc));
-    eprintln!("fused kernel occupancy (variant, blocks/SM): {:?}", gpu.fused_occupancy());
+    eprintln!("fused kernel occupancy (variant: blocks/SM): {}", occupancy(&gpu));
     eprintln!(
         "device {}: copy {:.3} TB/s (2 GiB, median {:.3} ms); bf16 GEMM 8192^3 {:.0} TFLOP/s (median {:.3} ms)",
         gpu.device_name(),
@@ -197,6 +197,11 @@ fn main() -> R<()> {
     Ok(())
 }
 
+/// The fused kernels this GPU runs with their resident blocks per multiprocessor.
+fn occupancy(gpu: &GpuBackend) -> String {
+    gpu.fused_occupancy().iter().map(|(v, n)| format!("{v}: {n}")).collect::<Vec<_>>().join(", ")
+}
+
 /// `--variants`: every fused-kernel variant at every (config, B), T = 1, same method as the main
 /// table; prints ms and ms / HBM floor per variant and marks the one the library picks.
 fn variant_sweep(gpu: &mut GpuBackend, timer: &EventTimer, a: &Args, bandwidth: f64) -> R<()> {
@@ -205,7 +210,7 @@ fn variant_sweep(gpu: &mut GpuBackend, timer: &EventTimer, a: &Args, bandwidth: 
     if !a.only.is_empty() {
         entries.retain(|e| a.only.iter().any(|o| e.entry.contains(o.as_str())));
     }
-    eprintln!("fused kernel occupancy (variant, blocks/SM): {:?}", gpu.fused_occupancy());
+    eprintln!("fused kernel occupancy (variant: blocks/SM): {}", occupancy(&gpu));
     let mut csv = String::from("config,d,v,b,variant,default,median_ms,min_ms,max_ms,hbm_floor_ms\n");
     let names: Vec<&str> = entries.iter().map(|e| e.entry).collect();
     let mut table = format!("| config | B | {} |\n|---|---|{}\n", names.join(" | "), "---|".repeat(entries.len()));
