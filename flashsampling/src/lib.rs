@@ -49,7 +49,8 @@ pub use gpu::{DeviceMatrix, DeviceSamples, GpuBackend, gpu_available};
 pub use params::{Matrix, SamplingParams, Shape};
 
 /// The portable PTX module ([`kernels::config::Module::Portable`]: the `mma.sync` kernels), built
-/// by build.rs for `FLASHSAMPLING_PTX_SM` (default sm_90).
+/// by build.rs for the architecture `FLASHSAMPLING_SM` names at build time (default sm_90; see
+/// [`PTX_SM`]).
 pub const PTX: &str = include_str!(env!("FLASHSAMPLING_PTX_PATH"));
 /// Where build.rs wrote the portable PTX.
 pub const PTX_PATH: &str = env!("FLASHSAMPLING_PTX_PATH");

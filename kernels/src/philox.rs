@@ -50,7 +50,7 @@ pub fn philox4x32_10(ctr: [u32; 4], key: [u32; 2]) -> [u32; 4] {
 mod tests {
     use super::*;
 
-    // Random123 `tests/kat_vectors`, philox4x32_10 (see ../shared/TOOLCHAIN.md).
+    // Random123 `tests/kat_vectors`, philox4x32_10 (the published known-answer vectors).
     pub const KAT: [([u32; 4], [u32; 2], [u32; 4]); 3] = [
         ([0, 0, 0, 0], [0, 0], [0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8]),
         ([0xffffffff; 4], [0xffffffff; 2], [0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd]),
