@@ -315,19 +315,10 @@ fn chi_squared_helpers_match_closed_forms() {
     assert_relative_eq!(p, (-9.0f64).exp(), max_relative = 1e-9);
 }
 
-/// `[1, 0, …, 0]` hidden rows (`b` of them) and a weight whose row `i` is `[logits[i], 0, …, 0]`, so
-/// the logits are exactly `logits` (bf16-rounded). D = 8.
+/// [`crafted_lm_head`] with the logits `logits` (D = 8).
 fn crafted(logits: &[f32], b: usize) -> (Vec<bf16>, Vec<bf16>, usize) {
-    let d = 8;
-    let mut hidden = vec![bf16::ZERO; b * d];
-    for r in 0..b {
-        hidden[r * d] = bf16::ONE;
-    }
-    let mut weight = vec![bf16::ZERO; logits.len() * d];
-    for (i, &y) in logits.iter().enumerate() {
-        weight[i * d] = bf16::from_f32(y);
-    }
-    (hidden, weight, d)
+    let (hidden, weight) = crafted_lm_head(logits.len(), b, 8, |i| logits[i]);
+    (hidden, weight, 8)
 }
 
 fn cpu_tokens(logits: &[f32], t: f32) -> flashsampling::Result<Vec<u32>> {

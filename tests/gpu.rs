@@ -96,14 +96,7 @@ fn far_tail_rates_match_softmax_on_the_gpu() {
         let mut count = 0u64;
         for r in 0..rounds {
             let p = params_round(1.0, SEED ^ 0xfa7, b, (r * b) as u64);
-            gpu.sample_device(
-                &DeviceMatrix { data: h_dev.as_view(), rows: b, cols: FAR_TAIL_D },
-                &DeviceMatrix { data: w_dev.as_view(), rows: v, cols: FAR_TAIL_D },
-                &p,
-                &mut out,
-            )
-            .unwrap();
-            let tokens = gpu.stream().clone_dtoh(&out.tokens()).unwrap();
+            let tokens = sample_on_device(&gpu, (&h_dev, b), (&w_dev, v), FAR_TAIL_D, &p, &mut out);
             assert!(tokens.iter().all(|&t| (t as usize) < v), "gap {gap}: token out of range");
             count += tokens.iter().filter(|&&t| t != 0).count() as u64;
         }
@@ -317,15 +310,8 @@ fn device_api_keeps_tokens_on_the_device_and_reuses_buffers() {
         let h_dev = gpu.stream().clone_htod(&hidden).unwrap();
         let params = SamplingParams::new(0.9, 3)
             .with_streams((0..b as u32).map(|r| flashsampling::stream_id(r, step)).collect());
-        gpu.sample_device(
-            &DeviceMatrix { data: h_dev.as_view(), rows: b, cols: d },
-            &DeviceMatrix { data: w_dev.as_view(), rows: v, cols: d },
-            &params,
-            &mut out,
-        )
-        .unwrap();
+        let on_device = sample_on_device(&gpu, (&h_dev, b), (&w_dev, v), d, &params, &mut out);
         assert_eq!(out.batch(), b);
-        let on_device = gpu.stream().clone_dtoh(&out.tokens()).unwrap();
         let host_path = gpu.sample(Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d), &params).unwrap();
         assert_eq!(on_device, host_path, "step {step}");
     }
@@ -371,14 +357,7 @@ fn tma_kernels_follow_their_buffers_through_the_device_api() {
             let ((b, hidden), (v, weight)) = (&hiddens[hi], &weights[wi]);
             let params =
                 SamplingParams::new(0.9, 11).with_streams((0..*b as u64).map(|r| 3 * r + step as u64).collect());
-            gpu.sample_device(
-                &DeviceMatrix { data: h_dev[hi].as_view(), rows: *b, cols: d },
-                &DeviceMatrix { data: w_dev[wi].as_view(), rows: *v, cols: d },
-                &params,
-                &mut out,
-            )
-            .unwrap();
-            let on_device = gpu.stream().clone_dtoh(&out.tokens()).unwrap();
+            let on_device = sample_on_device(&gpu, (&h_dev[hi], *b), (&w_dev[wi], *v), d, &params, &mut out);
             let host_path = gpu.sample(Matrix::new(hidden, *b, d), Matrix::new(weight, *v, d), &params).unwrap();
             assert_eq!(on_device, host_path, "{entry}, step {step}: hidden {hi}, weight {wi}");
         }
@@ -403,14 +382,8 @@ fn nan_logits_are_reported_on_the_gpu() {
     let h_dev = gpu.stream().clone_htod(&hidden).unwrap();
     let w_dev = gpu.stream().clone_htod(&weight).unwrap();
     let mut out = gpu.alloc_samples(b, v).unwrap();
-    gpu.sample_device(
-        &DeviceMatrix { data: h_dev.as_view(), rows: b, cols: d },
-        &DeviceMatrix { data: w_dev.as_view(), rows: v, cols: d },
-        &SamplingParams::new(1.0, 1),
-        &mut out,
-    )
-    .unwrap();
-    assert_eq!(gpu.stream().clone_dtoh(&out.tokens()).unwrap(), vec![INVALID_INDEX; b]);
+    let tokens = sample_on_device(&gpu, (&h_dev, b), (&w_dev, v), d, &SamplingParams::new(1.0, 1), &mut out);
+    assert_eq!(tokens, vec![INVALID_INDEX; b]);
 }
 
 #[test]
@@ -487,18 +460,10 @@ fn large_batches_match_the_cpu() {
     }
 }
 
-/// Hidden rows `[1, 0, …]` and weight rows `[logits[i], 0, …]` (D = 64): the logits are exact.
+/// [`crafted_lm_head`] with the logits `logits` (D = 64).
 fn crafted(logits: &[f32], b: usize) -> (Vec<bf16>, Vec<bf16>, usize) {
-    let d = 64;
-    let mut hidden = vec![bf16::ZERO; b * d];
-    for r in 0..b {
-        hidden[r * d] = bf16::ONE;
-    }
-    let mut weight = vec![bf16::ZERO; logits.len() * d];
-    for (i, &y) in logits.iter().enumerate() {
-        weight[i * d] = bf16::from_f32(y);
-    }
-    (hidden, weight, d)
+    let (hidden, weight) = crafted_lm_head(logits.len(), b, 64, |i| logits[i]);
+    (hidden, weight, 64)
 }
 
 #[test]
@@ -540,14 +505,7 @@ fn tiny_temperatures_and_infinite_logits_on_the_device() {
                 let (h_dev, w_dev) =
                     (gpu.stream().clone_htod(&hidden).unwrap(), gpu.stream().clone_htod(&weight).unwrap());
                 let mut out = gpu.alloc_samples(b, v).unwrap();
-                gpu.sample_device(
-                    &DeviceMatrix { data: h_dev.as_view(), rows: b, cols: d },
-                    &DeviceMatrix { data: w_dev.as_view(), rows: v, cols: d },
-                    &params,
-                    &mut out,
-                )
-                .unwrap();
-                let tokens = gpu.stream().clone_dtoh(&out.tokens()).unwrap();
+                let tokens = sample_on_device(&gpu, (&h_dev, b), (&w_dev, v), d, &params, &mut out);
                 assert_eq!(tokens, vec![want.unwrap_or(INVALID_INDEX); b], "device API: {logits:?} T={t}");
                 if want.is_none() {
                     let scores = gpu.stream().clone_dtoh(&out.scores()).unwrap();

@@ -225,18 +225,43 @@ pub fn gpu_or_skip(test: &str) -> Option<GpuBackend> {
 /// A far-tail row (D = 8): token 0 at logit 0 and the other `v − 1` tokens at logit `-logit_gap`
 /// (exact in bf16 and in the f32 dot), `b` copies of it. Returns (hidden, weight).
 pub fn far_tail_setup(v: usize, b: usize, logit_gap: f32) -> (Vec<bf16>, Vec<bf16>) {
-    let d = FAR_TAIL_D;
     let gap = bf16::from_f32(logit_gap);
     assert_eq!(gap.to_f32(), logit_gap, "the gap must be exact in bf16");
+    crafted_lm_head(v, b, FAR_TAIL_D, |r| if r == 0 { 0.0 } else { -logit_gap })
+}
+
+/// An LM head with exact logits: `b` hidden rows `[1, 0, …, 0]` and `v` weight rows
+/// `[logit(i), 0, …, 0]` (bf16-rounded) of width `d`, so row `i`'s logit is `logit(i)` in every batch row.
+pub fn crafted_lm_head(v: usize, b: usize, d: usize, logit: impl Fn(usize) -> f32) -> (Vec<bf16>, Vec<bf16>) {
     let mut hidden = vec![bf16::ZERO; b * d];
     for r in 0..b {
         hidden[r * d] = bf16::ONE;
     }
     let mut weight = vec![bf16::ZERO; v * d];
-    for r in 1..v {
-        weight[r * d] = -gap;
+    for i in 0..v {
+        weight[i * d] = bf16::from_f32(logit(i));
     }
     (hidden, weight)
+}
+
+/// Samples on the device API (`hidden` `[b, d]` and `weight` `[v, d]` already on the device) into
+/// `out` and returns the tokens.
+pub fn sample_on_device(
+    gpu: &GpuBackend,
+    (hidden, b): (&cudarc::driver::CudaSlice<bf16>, usize),
+    (weight, v): (&cudarc::driver::CudaSlice<bf16>, usize),
+    d: usize,
+    params: &SamplingParams,
+    out: &mut flashsampling::DeviceSamples,
+) -> Vec<u32> {
+    gpu.sample_device(
+        &flashsampling::DeviceMatrix { data: hidden.as_view(), rows: b, cols: d },
+        &flashsampling::DeviceMatrix { data: weight.as_view(), rows: v, cols: d },
+        params,
+        out,
+    )
+    .unwrap();
+    gpu.stream().clone_dtoh(&out.tokens()).unwrap()
 }
 
 /// Hidden size of [`far_tail_setup`].
