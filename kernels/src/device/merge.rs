@@ -16,8 +16,8 @@
 
 use core::arch::nvptx::_syncthreads;
 
-use super::ptx::{ld_shared_v2_u32, mov_u32_dynamic_smem, shfl_sync_bfly_b32, st_shared_v2_u32};
-use super::reduce::reduce_if_last;
+use super::ptx::{ld_shared_v2_u32, mov_u32_dynamic_smem, st_shared_v2_u32};
+use super::reduce::{merge_butterfly, reduce_if_last};
 use super::schedule::BlockWork;
 use crate::candidate::Candidate;
 use crate::params::FusedParams;
@@ -41,20 +41,6 @@ impl MergeArea {
     fn slot(self, contributor: u32, row: u32) -> u32 {
         self.base + 8 * (contributor * self.block_rows + row)
     }
-}
-
-/// Merges `c` with the candidates of the lanes `lane ^ m` for each `m` in `masks` (butterfly).
-///
-/// # Safety
-/// All 32 lanes must call it together with the same `masks`.
-#[inline(always)]
-pub(super) unsafe fn merge_butterfly<const K: usize>(mut c: Candidate, masks: [u32; K]) -> Candidate {
-    for m in masks {
-        // SAFETY: every lane executes the same shuffles (the caller's contract).
-        let (score, index) = unsafe { (shfl_sync_bfly_b32(c.score.to_bits(), m), shfl_sync_bfly_b32(c.index, m)) };
-        c = c.merge(Candidate { score: f32::from_bits(score), index });
-    }
-    c
 }
 
 /// Step 1: merges `cand` over the lanes `lane ^ m` (`m` in `masks`, the lanes that hold the same

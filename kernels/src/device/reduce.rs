@@ -8,14 +8,27 @@
 
 use core::arch::nvptx::{_block_idx_x, _syncthreads, _thread_idx_x};
 
-use super::merge::merge_butterfly;
 use super::ptx::{
     atom_global_add_u32, fence_acq_rel_gpu, ld_global_cg_v2_u32, ld_shared_v2_u32, mov_u32_dynamic_smem,
-    st_shared_v2_u32,
+    shfl_sync_bfly_b32, st_shared_v2_u32,
 };
 use crate::candidate::Candidate;
 use crate::config::REDUCE_ROWS_PER_BLOCK;
 use crate::params::{FusedParams, ReduceParams};
+
+/// Merges `c` with the candidates of the lanes `lane ^ m` for each `m` in `masks` (butterfly).
+///
+/// # Safety
+/// All 32 lanes must call it together with the same `masks`.
+#[inline(always)]
+pub(super) unsafe fn merge_butterfly<const K: usize>(mut c: Candidate, masks: [u32; K]) -> Candidate {
+    for m in masks {
+        // SAFETY: every lane executes the same shuffles (the caller's contract).
+        let (score, index) = unsafe { (shfl_sync_bfly_b32(c.score.to_bits(), m), shfl_sync_bfly_b32(c.index, m)) };
+        c = c.merge(Candidate { score: f32::from_bits(score), index });
+    }
+    c
+}
 
 /// Merges row `b`'s `n` candidates from `candidates[b·n ..]` over the warp and writes its token and
 /// score (lane 0). Loads are L2-coherent (`ld.global.cg`): other blocks of the same launch may have
