@@ -9,7 +9,8 @@ use half::bf16;
 
 use crate::error::{Error, Result};
 use crate::params::{Matrix, SamplingParams, Shape, validate};
-use crate::{Samples, check_samples};
+use crate::shard::{VocabShard, merge_shard_candidates, validate_shards};
+use crate::{Samples, check_samples, check_samples_of};
 
 /// Largest vocab tile [`CpuBackend::with_block_v`] accepts (2¹⁶). Memory does not grow with the tile
 /// (see [`CpuBackend`]); the bound keeps tiles a tiling, not a typo.
@@ -84,28 +85,83 @@ impl CpuBackend {
             (weight.rows, weight.cols, weight.data.len()),
             params,
         )?;
-        let winners = self.winners(hidden.data, weight.data, shape, params, transform);
-        let samples = Samples {
-            tokens: winners.iter().map(|c| c.token()).collect(),
-            scores: winners.iter().map(|c| c.score).collect(),
-        };
+        let winners = self.winners(hidden.data, weight.data, (0, shape.v), shape, params, transform);
+        let samples = samples_of(&winners);
         check_samples(&samples, hidden, weight)?;
         Ok(samples)
     }
 
-    /// Each row's winning candidate. The vocab tiles are split into contiguous ranges, one per worker;
-    /// a worker folds every tile of its range into one running candidate per row (the merge is
+    /// The rank-local step of vocab-parallel sampling ([`crate::shard`]): for every row of `hidden`,
+    /// the best (perturbed score, **global** vocab index) among the shard's rows below `vocab` (the
+    /// model's vocabulary; rows past it are padding). Merged over the shards that tile the vocabulary
+    /// ([`merge_shard_candidates`]), the candidates give [`Self::sample_scored`]'s result on the whole
+    /// weight, bit for bit. A shard entirely past `vocab` gives [`Candidate::EMPTY`] rows.
+    pub fn shard_candidates(
+        &self,
+        hidden: Matrix<'_>,
+        shard: VocabShard<'_>,
+        vocab: usize,
+        params: &SamplingParams,
+    ) -> Result<Vec<Candidate>> {
+        let w = shard.weight;
+        let (shape, transform) =
+            validate((hidden.rows, hidden.cols, hidden.data.len()), (w.rows, w.cols, w.data.len()), params)?;
+        let max = flashsampling_kernels::config::MAX_DIM as usize;
+        for (what, value) in [("vocab size V", vocab), ("shard end (global vocab row)", shard.end())] {
+            if value > max {
+                return Err(Error::TooLarge { what, value, max });
+            }
+        }
+        if vocab == 0 {
+            return Err(Error::EmptyVocab);
+        }
+        let rows = w.rows.min(vocab.saturating_sub(shard.offset));
+        if rows == 0 {
+            return Ok(vec![Candidate::EMPTY; shape.b]);
+        }
+        Ok(self.winners(hidden.data, &w.data[..rows * shape.d], (shard.offset, vocab), shape, params, transform))
+    }
+
+    /// Vocab-parallel sampling simulated in memory: each shard's candidates
+    /// ([`Self::shard_candidates`], the ranks' work), then their merge (the exchange). `shards` must
+    /// tile `0 .. vocab` in order ([`validate_shards`]); the result equals [`Self::sample_scored`] on
+    /// the whole weight, tokens and scores bit for bit.
+    pub fn sample_sharded(
+        &self,
+        hidden: Matrix<'_>,
+        shards: &[VocabShard<'_>],
+        vocab: usize,
+        params: &SamplingParams,
+    ) -> Result<Samples> {
+        validate_shards(shards, vocab)?;
+        let parts = shards
+            .iter()
+            .map(|&shard| self.shard_candidates(hidden, shard, vocab, params))
+            .collect::<Result<Vec<_>>>()?;
+        let samples = samples_of(&merge_shard_candidates(&parts)?);
+        let weights: Vec<&[bf16]> = shards.iter().map(|s| s.weight.data).collect();
+        check_samples_of(&samples, hidden, &weights)?;
+        Ok(samples)
+    }
+
+    /// Each row's winning candidate over the weight rows `weight` (`[rows, D]`), which are global
+    /// vocab rows `offset ..` of a vocabulary of `vocab` (`offset + rows ≤ vocab`; the noise is keyed
+    /// by the global index). The vocab tiles are split into contiguous ranges, one per worker; a
+    /// worker folds every tile of its range into one running candidate per row (the merge is
     /// associative and commutative, so this is the kernel's `[B, n_tiles]` candidates reduced), and
     /// the workers' candidates are merged last.
     fn winners(
         &self,
         hidden: &[bf16],
         weight: &[bf16],
+        (offset, vocab): (usize, usize),
         shape: Shape,
         params: &SamplingParams,
         transform: Transform,
     ) -> Vec<Candidate> {
-        let Shape { b, d, v } = shape;
+        let (b, d) = (shape.b, shape.d);
+        let v = weight.len() / d; // the rows to score (local)
+        debug_assert!(offset + v <= vocab);
         let bv = self.block_v;
         let n_tiles = v.div_ceil(bv);
         let hidden_f32: Vec<f32> = hidden.iter().map(|x| x.to_f32()).collect();
@@ -134,7 +190,7 @@ impl CpuBackend {
                             *l = dot(h, &w_chunk[j * d..(j + 1) * d]);
                         }
                         let mut c = best[row];
-                        update_tile(&mut c, &logits[..rows], v0 as u32, v as u32, noise, &transform);
+                        update_tile(&mut c, &logits[..rows], (offset + v0) as u32, vocab as u32, noise, &transform);
                         best[row] = c;
                     }
                     v0 += rows;
@@ -164,6 +220,11 @@ impl CpuBackend {
         });
         (0..b).map(|row| parts.iter().fold(Candidate::EMPTY, |acc, p| acc.merge(p[row]))).collect()
     }
+}
+
+/// Tokens and scores of the winning candidates.
+fn samples_of(winners: &[Candidate]) -> Samples {
+    Samples { tokens: winners.iter().map(|c| c.token()).collect(), scores: winners.iter().map(|c| c.score).collect() }
 }
 
 /// f32 dot product with eight interleaved partial sums (fixed order: deterministic, and vectorizable).

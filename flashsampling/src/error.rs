@@ -71,6 +71,16 @@ pub enum Error {
     /// A sample index of 2^31 or more (the top bit of the sample word keys the noise's refinement call).
     #[error("sample index {0} is too large: it must be below 2^31")]
     InvalidSample(u32),
+    /// Vocab shards that do not tile the vocabulary: they must be given in order, each starting
+    /// where the previous one ends, from global row 0, and reach at least V (rows at or past V are
+    /// padding and never sampled).
+    #[error("vocab shards do not tile the vocabulary: {reason} (at global row {at})")]
+    InvalidShards {
+        /// What is wrong.
+        reason: &'static str,
+        /// The global vocab row where it shows.
+        at: usize,
+    },
     /// The winning score of a row is NaN and the inputs hold a NaN (in the row's hidden state or in
     /// the LM-head weight): a NaN logit ranks above every number, so it is reported, never outvoted.
     #[error("row {row}: a logit is NaN (the inputs contain NaN); no token can be sampled")]

@@ -36,6 +36,7 @@ pub mod cpu;
 pub mod error;
 pub mod gpu;
 pub mod params;
+pub mod shard;
 #[cfg(feature = "internals")]
 pub mod synthetic;
 #[cfg(feature = "internals")]
@@ -46,7 +47,9 @@ pub use error::{Error, Result};
 pub use flashsampling_kernels as kernels;
 pub use flashsampling_kernels::stream_id;
 pub use gpu::{DeviceMatrix, DeviceSamples, GpuBackend, gpu_available};
+use half::bf16;
 pub use params::{Matrix, SamplingParams, Shape};
+pub use shard::{VocabShard, merge_shard_candidates};
 
 /// The portable PTX module ([`kernels::config::Module::Portable`]: the `mma.sync` kernels), built
 /// by build.rs for the architecture `FLASHSAMPLING_SM` names at build time (default sm_90; see
@@ -79,6 +82,11 @@ pub struct Samples {
 /// row's hidden state or the weight; scanned only on this error path), else [`Error::UndefinedLogit`]
 /// (`∞ − ∞` or `0 · ∞` from infinite inputs or f32 overflow).
 pub(crate) fn check_samples(samples: &Samples, hidden: Matrix<'_>, weight: Matrix<'_>) -> Result<()> {
+    check_samples_of(samples, hidden, &[weight.data])
+}
+
+/// [`check_samples`] for a weight held in several parts (vocab shards).
+pub(crate) fn check_samples_of(samples: &Samples, hidden: Matrix<'_>, weights: &[&[bf16]]) -> Result<()> {
     let Some(row) = samples.tokens.iter().position(|&t| t == kernels::INVALID_INDEX) else {
         return Ok(());
     };
@@ -86,8 +94,8 @@ pub(crate) fn check_samples(samples: &Samples, hidden: Matrix<'_>, weight: Matri
         return Err(Error::AllLogitsNegInfinite { row });
     }
     let d = hidden.cols;
-    let nan_input =
-        hidden.data[row * d..(row + 1) * d].iter().any(|x| x.is_nan()) || weight.data.iter().any(|x| x.is_nan());
+    let nan_input = hidden.data[row * d..(row + 1) * d].iter().any(|x| x.is_nan())
+        || weights.iter().any(|w| w.iter().any(|x| x.is_nan()));
     Err(if nan_input { Error::NanLogit { row } } else { Error::UndefinedLogit { row } })
 }
 

@@ -1,0 +1,126 @@
+//! Vocab-parallel sampling simulated on the CPU backend (`flashsampling::shard`): G ranks' shards of
+//! the LM head, each rank's candidates with global noise keys, merged — bit-identical to the unsharded
+//! call for every G, uneven shards, padded vocabularies and any merge order. Runs in CI (no GPU).
+
+mod common;
+
+use common::{TestRng, crafted_lm_head};
+use flashsampling::kernels::Candidate;
+use flashsampling::shard::validate_shards;
+use flashsampling::{CpuBackend, Error, Matrix, SamplingParams, VocabShard, merge_shard_candidates};
+use half::bf16;
+
+/// `g` increasing shard ends over `0 .. v`, uneven: random cut points (some shards of one row, offsets
+/// not multiples of 4) from `rng`.
+fn uneven_ends(v: usize, g: usize, rng: &mut TestRng) -> Vec<usize> {
+    assert!(g <= v);
+    let mut cuts: Vec<usize> = Vec::new();
+    while cuts.len() < g - 1 {
+        // Mix tiny shards (next to an existing cut) with arbitrary ones.
+        let c = if rng.next_u64() % 3 == 0 && !cuts.is_empty() {
+            cuts[rng.next_u64() as usize % cuts.len()] + 1
+        } else {
+            1 + rng.next_u64() as usize % (v - 1)
+        };
+        if c < v && !cuts.contains(&c) {
+            cuts.push(c);
+        }
+    }
+    cuts.sort_unstable();
+    cuts.push(v);
+    cuts
+}
+
+fn bits(s: &[f32]) -> Vec<u32> {
+    s.iter().map(|x| x.to_bits()).collect()
+}
+
+#[test]
+fn sharded_sampling_is_bit_identical_to_one_device_for_every_shard_count() {
+    let cpu = CpuBackend::new();
+    let mut rng = TestRng::new(0x5_4A7D);
+    let mut checked = 0;
+    for &(b, d, v) in &[(1usize, 64usize, 1000usize), (7, 72, 4099), (33, 136, 2050), (5, 8, 9)] {
+        let hidden = rng.normal_bf16(b * d, 1.0);
+        let weight = rng.normal_bf16(v * d, 2.0 / (d as f64).sqrt());
+        let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
+        for t in [1.0f32, 0.7, 0.0] {
+            let params =
+                SamplingParams::new(t, 0xC0FFEE ^ v as u64).with_streams((0..b as u64).map(|r| 3 * r + 1).collect());
+            let whole = cpu.sample_scored(h, w, &params).unwrap();
+            for g in 1..=8.min(v) {
+                for _ in 0..3 {
+                    let ends = uneven_ends(v, g, &mut rng);
+                    let shards = VocabShard::split(w, &ends).unwrap();
+                    let got = cpu.sample_sharded(h, &shards, v, &params).unwrap();
+                    assert_eq!(got.tokens, whole.tokens, "B={b} D={d} V={v} T={t} shards ending at {ends:?}");
+                    assert_eq!(bits(&got.scores), bits(&whole.scores), "scores, shards ending at {ends:?}");
+                    // The exchange is order-free: the ranks' candidates merged in reverse give the same.
+                    let mut parts: Vec<Vec<Candidate>> =
+                        shards.iter().map(|&s| cpu.shard_candidates(h, s, v, &params).unwrap()).collect();
+                    parts.reverse();
+                    let merged = merge_shard_candidates(&parts).unwrap();
+                    assert_eq!(merged.iter().map(|c| c.token()).collect::<Vec<_>>(), whole.tokens);
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert!(checked > 200, "{checked} sharded calls compared");
+}
+
+#[test]
+fn padded_vocab_rows_are_never_sampled() {
+    // Vocab-parallel heads pad V up to a multiple of the rank count; the padding rows may hold
+    // anything. Here they hold the largest logits by far, and a rank of only padding exists.
+    let cpu = CpuBackend::new().with_threads(2);
+    let (v, padded, b) = (10usize, 16usize, 64usize);
+    let (hidden, weight) = crafted_lm_head(padded, b, 8, |i| if i < v { (i % 3) as f32 } else { 1000.0 });
+    let h = Matrix::new(&hidden, b, 8);
+    let params = SamplingParams::new(1.0, 9).with_streams((0..b as u64).collect());
+    let whole = cpu.sample_scored(h, Matrix::new(&weight[..v * 8], v, 8), &params).unwrap();
+    // 4 ranks of 4 rows: rank 2 holds rows 8..12 (two real, two padding), rank 3 only padding.
+    let shards = VocabShard::split(Matrix::new(&weight, padded, 8), &[4, 8, 12, 16]).unwrap();
+    let got = cpu.sample_sharded(h, &shards, v, &params).unwrap();
+    assert!(got.tokens.iter().all(|&t| (t as usize) < v), "{:?}", got.tokens);
+    assert_eq!(got.tokens, whole.tokens);
+    assert_eq!(bits(&got.scores), bits(&whole.scores));
+    assert_eq!(cpu.shard_candidates(h, shards[3], v, &params).unwrap(), vec![Candidate::EMPTY; b]);
+}
+
+#[test]
+fn shards_that_do_not_tile_the_vocabulary_are_typed_errors() {
+    let cpu = CpuBackend::new();
+    let (d, v) = (8usize, 12usize);
+    let weight: Vec<bf16> = (0..v * d).map(|i| bf16::from_f32((i % 7) as f32)).collect();
+    let hidden = vec![bf16::ONE; 2 * d];
+    let h = Matrix::new(&hidden, 2, d);
+    let part = |from: usize, to: usize| VocabShard::new(Matrix::new(&weight[from * d..to * d], to - from, d), from);
+    let params = SamplingParams::new(1.0, 1);
+    let layout = |shards: &[VocabShard<'_>], vocab: usize| match cpu.sample_sharded(h, shards, vocab, &params) {
+        Err(Error::InvalidShards { reason, at }) => (reason, at),
+        other => panic!("expected InvalidShards, got {other:?}"),
+    };
+    assert_eq!(layout(&[part(0, 4), part(5, 12)], v), ("a gap between shards", 4));
+    assert_eq!(layout(&[part(0, 6), part(4, 12)], v), ("overlapping shards", 4));
+    assert_eq!(layout(&[part(2, 12)], v), ("a gap between shards", 0));
+    assert_eq!(layout(&[part(0, 4), part(4, 8)], v), ("the shards end before V", 8));
+    assert_eq!(layout(&[], v), ("no shards", 0));
+    assert!(matches!(validate_shards(&[part(0, 12)], 0), Err(Error::EmptyVocab)));
+    // A shard of another hidden size, or whose buffer does not match its shape.
+    let narrow: Vec<bf16> = vec![bf16::ONE; 4 * 16];
+    let wrong_d = [part(0, 8), VocabShard::new(Matrix::new(&narrow, 4, 16), 8)];
+    assert!(matches!(
+        cpu.sample_sharded(h, &wrong_d, v, &params),
+        Err(Error::HiddenSizeMismatch { hidden: 8, weight: 16 })
+    ));
+    let short = [part(0, 8), VocabShard::new(Matrix::new(&weight[8 * d..11 * d], 4, d), 8)];
+    assert!(matches!(cpu.sample_sharded(h, &short, v, &params), Err(Error::LengthMismatch { .. })));
+    // Splitting at bad boundaries, and merging ranks that disagree on B.
+    assert!(matches!(VocabShard::split(Matrix::new(&weight, v, d), &[4, 4, 12]), Err(Error::InvalidShards { .. })));
+    assert!(matches!(VocabShard::split(Matrix::new(&weight, v, d), &[4, 8]), Err(Error::InvalidShards { .. })));
+    let err = merge_shard_candidates(&[vec![Candidate::EMPTY; 2], vec![Candidate::EMPTY; 3]]).unwrap_err();
+    assert!(matches!(err, Error::LengthMismatch { expected: 2, actual: 3, .. }), "{err:?}");
+    // The valid tiling of the same parts works.
+    assert!(cpu.sample_sharded(h, &[part(0, 5), part(5, 12)], v, &params).is_ok());
+}
