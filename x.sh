@@ -2,7 +2,9 @@
 # FlashSampling's entry point: installs what the build needs, then runs the job.
 #
 #   ./x.sh sample [ARGS]   the main job: sample a batch from a synthetic LM head (GPU if present, else CPU)
-#   ./x.sh test            every test (GPU tests print SKIP without a GPU)
+#   ./x.sh test            every test (GPU tests print SKIP without a GPU), then a crate that uses the
+#                          library on stable Rust with the shipped PTX (ci/stable-consumer)
+#   ./x.sh ptx             rebuild the shipped PTX (flashsampling/ptx/) from the kernel sources
 #   ./x.sh bench [ARGS]    cargo bench (needs a GPU)
 #   ./x.sh gpu-bundle      build test + bench executables and the PTX into gpu-bundle/ for a GPU machine
 #                          without Rust (see README)
@@ -32,7 +34,13 @@ case "$cmd" in
   test)
     ensure_toolchain
     ensure_ptxas
-    FLASHSAMPLING_REQUIRE_PTXAS=1 exec cargo test --release ;;
+    FLASHSAMPLING_REQUIRE_PTXAS=1 cargo test --release
+    # A downstream crate on stable Rust: no nightly, rust-src or llvm-tools (the PTX ships prebuilt).
+    rustup run stable cargo --version >/dev/null 2>&1 || rustup toolchain install stable --profile minimal >/dev/null
+    exec rustup run stable cargo run --release --quiet --manifest-path ci/stable-consumer/Cargo.toml ;;
+  ptx)
+    ensure_toolchain
+    FLASHSAMPLING_UPDATE_PTX=1 exec cargo test --release --test ptx_prebuilt -- --nocapture ;;
   bench)
     ensure_toolchain
     exec cargo bench -- "$@" ;;
@@ -40,5 +48,5 @@ case "$cmd" in
     ensure_toolchain
     exec scripts/gpu-bundle.sh ;;
   *)
-    sed -n '2,12p' "$0"; exit 2 ;;
+    sed -n '2,15p' "$0"; exit 2 ;;
 esac

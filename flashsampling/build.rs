@@ -1,6 +1,8 @@
-//! Builds the kernel crate to its PTX modules and embeds them.
+//! Embeds the kernel crate's PTX modules: the prebuilt ones shipped in `ptx/` (default: any stable
+//! Rust builds the crate), or, with the cargo feature `build-ptx` (for researchers changing the
+//! kernel; this repository's tests and benches turn it on), freshly built from `kernels/`.
 //!
-//! Steps: a nested `cargo rustc` of `flashsampling-kernels` for `nvptx64-nvidia-cuda` with
+//! Building from source: a nested `cargo rustc` of `flashsampling-kernels` for `nvptx64-nvidia-cuda` with
 //! `-Zbuild-std=core` (clean environment, its own target directory), linked by `kernels/link-ptx.sh`
 //! with the toolchain's llvm-tools (`llvm-link`, `opt`, `llc`). Which entry point goes into which
 //! module, and which entry gets a `.maxntid` bound, comes from the variant table
@@ -13,6 +15,8 @@ use std::env;
 use std::path::PathBuf;
 use std::process::Command;
 
+use flashsampling_kernels::config::{Module, entry_points};
+
 fn fail(msg: &str) -> ! {
     eprintln!("\nflashsampling build: {msg}\n");
     panic!("flashsampling build: {msg}");
@@ -20,13 +24,45 @@ fn fail(msg: &str) -> ! {
 
 fn main() {
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
+    println!("cargo:rerun-if-env-changed=FLASHSAMPLING_SM");
+    if env::var_os("CARGO_FEATURE_BUILD_PTX").is_none() {
+        return use_prebuilt(&manifest.join("ptx"));
+    }
+    build_from_source(&manifest);
+}
+
+/// The PTX shipped with the crate (`ptx/<stem>.ptx`, built for sm_90 by `./x.sh ptx` from the kernel
+/// sources; the tests check that a fresh build reproduces them byte for byte).
+fn use_prebuilt(dir: &std::path::Path) {
+    if env::var("FLASHSAMPLING_SM").is_ok_and(|sm| sm != PREBUILT_SM) {
+        fail(&format!(
+            "FLASHSAMPLING_SM asks for another architecture than the prebuilt PTX ({PREBUILT_SM}): \
+             enable the `build-ptx` feature to build the kernels from source"
+        ));
+    }
+    println!("cargo:rerun-if-changed={}", dir.display());
+    let ptx: Vec<(Module, String)> = Module::ALL
+        .iter()
+        .map(|&m| {
+            let path = dir.join(format!("{}.ptx", m.stem()));
+            let text = std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| fail(&format!("no prebuilt PTX at {}: {e}", path.display())));
+            (m, text)
+        })
+        .collect();
+    check_and_emit(&ptx, dir, PREBUILT_SM, false);
+}
+
+/// The architecture of the prebuilt portable and test modules.
+const PREBUILT_SM: &str = "sm_90";
+
+fn build_from_source(manifest: &std::path::Path) {
     let root = manifest.parent().unwrap().to_path_buf();
     let kernels = root.join("kernels");
     let out_dir = PathBuf::from(env::var("OUT_DIR").unwrap());
     println!("cargo:rerun-if-changed={}", kernels.join("src").display());
     println!("cargo:rerun-if-changed={}", kernels.join("Cargo.toml").display());
     println!("cargo:rerun-if-changed={}", kernels.join("link-ptx.sh").display());
-    println!("cargo:rerun-if-env-changed=FLASHSAMPLING_SM");
     let sm = env::var("FLASHSAMPLING_SM").unwrap_or_else(|_| "sm_90".into());
 
     let rustc = env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
@@ -69,7 +105,6 @@ fn main() {
     let script_hash =
         script.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
 
-    use flashsampling_kernels::config::{Module, entry_points};
     let arch = |m: Module| if m == Module::Hopper { "sm_90a" } else { "portable" };
     let modules: Vec<String> = Module::ALL
         .iter()
@@ -134,6 +169,14 @@ fn main() {
         std::fs::read_to_string(&built).unwrap_or_else(|e| fail(&format!("no PTX at {}: {e}", built.display())))
     };
     let ptx: Vec<(Module, String)> = Module::ALL.iter().map(|&m| (m, read(m))).collect();
+    check_and_emit(&ptx, &out_dir, &sm, true);
+}
+
+/// Checks that every entry point is in its module with its thread bound, and hands the modules to
+/// the crate: written to `dir` when `write`, their paths in `FLASHSAMPLING_PTX_PATH`,
+/// `FLASHSAMPLING_PTX_SM90A_PATH`, `FLASHSAMPLING_PTX_TEST_PATH`, and the portable architecture in
+/// `FLASHSAMPLING_PTX_SM`.
+fn check_and_emit(ptx: &[(Module, String)], dir: &std::path::Path, sm: &str, write: bool) {
     let module_of = |m: Module| &ptx.iter().find(|(n, _)| *n == m).unwrap().1;
     for (entry, module, bound) in entry_points() {
         let text = module_of(module);
@@ -149,9 +192,11 @@ fn main() {
             }
         }
     }
-    for (module, text) in &ptx {
-        let dest = out_dir.join(format!("{}.ptx", module.stem()));
-        std::fs::write(&dest, text).unwrap();
+    for (module, text) in ptx {
+        let dest = dir.join(format!("{}.ptx", module.stem()));
+        if write {
+            std::fs::write(&dest, text).unwrap();
+        }
         let var = match module {
             Module::Portable => "FLASHSAMPLING_PTX_PATH",
             Module::Hopper => "FLASHSAMPLING_PTX_SM90A_PATH",
