@@ -1,6 +1,7 @@
 //! `cargo bench`: FlashSampling against unfused baselines on the GPU, in one run.
 //!
-//! For D = 4096, V = 151936 (Qwen3-8B) and D = 8192, V = 128256 (Llama-3-70B) and B ∈ {1, 2, …, 256},
+//! By default for D = 4096, V = 151936 (Qwen3-8B) and D = 8192, V = 128256 (Llama-3-70B) and
+//! B ∈ {1, 2, 4, …, 256, 512, 1024, 2048} (speculative decoding verifies B × (k + 1) rows a step),
 //! with random bf16 data (never zeros) and weights far larger than L2, it times on one stream with
 //! CUDA events (warm-up, then the median of ≥ 50 runs; min and max kept):
 //! 1. ours: the fused kernel + candidate reduction, T = 1 (and T = 0, the no-noise variant);
@@ -10,12 +11,27 @@
 //! 5. a 2 GiB device-to-device copy (HBM bandwidth → HBM floor = weight bytes / bandwidth) and an
 //!    8192³ bf16 cuBLAS GEMM (tensor-core rate → compute floor).
 //!
-//! Prints a table last, writes `target/flashsampling-bench/{results.csv, results.json, plot-*.svg}`.
-//! Flags: `--quick` (B ∈ {1, 64, 256}), `--runs N` (default 50), `--out DIR`,
-//! `--replot CSV` (rebuild table and plots from a results.csv, no GPU needed), `--variants` (instead
-//! of the baselines: time every fused-kernel variant at every B, print a table, write `variants.csv`;
-//! how the per-batch choice in `config::variant_for_batch` is made; `--only a,b` keeps the variants
-//! whose entry point contains `a` or `b`).
+//! Prints a table last, writes `target/flashsampling-bench/{results.csv, results.json, plot-*.svg}`
+//! (one plot per config).
+//!
+//! Flags:
+//! - `--quick`: B ∈ {1, 64, 256} (with `--variants`: B ≤ 64);
+//! - `--batches 1,2,…`: the B list (overrides the default and `--quick`);
+//! - `--shape D,V` (repeatable): LM-head shapes instead of the two defaults, each a config named
+//!   `d{D}-v{V}` (e.g. `d4096-v151936`); D a multiple of 8. The baselines' softmax and Gumbel
+//!   kernels need `V % 4 == 0`: for other V they run on V rounded up to a multiple of 4 (up to three
+//!   extra random weight rows, printed as a note), ours on V;
+//! - `--runs N` (default and minimum 50), `--out DIR`;
+//! - `--replot CSV`: rebuild table and plots from a results.csv (no GPU needed);
+//! - `--variants`: instead of the baselines, time every fused-kernel variant at every (config, B),
+//!   print a table, write `variants.csv` (how the per-batch choice in `config::variant_for_batch` is
+//!   made; variants that do not support a V are marked n/a); `--only a,b` keeps the variants whose
+//!   entry point contains `a` or `b`. Takes `--shape`, `--batches` and `--quick` like the main run.
+//!
+//! Device memory at the largest B: the weights (V·D bf16), the hidden states (B·D bf16) and the
+//! baselines' f32 logits and probabilities (2·B·V·4 bytes: 2.5 GB at B = 2048, V = 151936; 4.3 GB at
+//! V = 262144), fine on an 80–141 GB GPU. The host generates the random weights first (V·D bf16, 8.6
+//! GB at D = 16384, V = 262144).
 //! Without a GPU it prints SKIP (fails with `FLASHSAMPLING_REQUIRE_GPU=1`).
 
 mod report;
@@ -31,7 +47,10 @@ use report::Row;
 
 const DATA_SEED: u64 = 0xBE7C_0001;
 const CONFIGS: [(&str, usize, usize); 2] = [("qwen3-8b", 4096, 151_936), ("llama3-70b", 8192, 128_256)];
-const BATCHES: [usize; 9] = [1, 2, 4, 8, 16, 32, 64, 128, 256];
+const BATCHES: [usize; 12] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048];
+const QUICK_BATCHES: [usize; 3] = [1, 64, 256];
+/// `--variants --quick`: the default B up to this.
+const QUICK_VARIANTS_BMAX: usize = 64;
 
 struct Args {
     quick: bool,
@@ -41,6 +60,63 @@ struct Args {
     variants: bool,
     /// `--only a,b`: the sweep times only the variants whose entry contains one of these.
     only: Vec<String>,
+    /// `--shape D,V` (repeatable): (config name, D, V); empty = [`CONFIGS`].
+    shapes: Vec<(String, usize, usize)>,
+    /// `--batches 1,2,…`: the B list, sorted, without repeats; `None` = the default.
+    batches: Option<Vec<usize>>,
+}
+
+impl Args {
+    /// The (config, D, V) list of the run.
+    fn configs(&self) -> Vec<(String, usize, usize)> {
+        if self.shapes.is_empty() {
+            CONFIGS.iter().map(|&(c, d, v)| (c.to_string(), d, v)).collect()
+        } else {
+            self.shapes.clone()
+        }
+    }
+
+    /// The B list of the main run.
+    fn batches(&self) -> Vec<usize> {
+        match (&self.batches, self.quick) {
+            (Some(b), _) => b.clone(),
+            (None, true) => QUICK_BATCHES.to_vec(),
+            (None, false) => BATCHES.to_vec(),
+        }
+    }
+
+    /// The B list of the `--variants` sweep.
+    fn variant_batches(&self) -> Vec<usize> {
+        match (&self.batches, self.quick) {
+            (Some(b), _) => b.clone(),
+            (None, true) => BATCHES.iter().copied().filter(|&b| b <= QUICK_VARIANTS_BMAX).collect(),
+            (None, false) => BATCHES.to_vec(),
+        }
+    }
+}
+
+/// `--shape D,V` → (`d{D}-v{V}`, D, V); panics with the reason on a bad shape.
+fn parse_shape(s: &str) -> (String, usize, usize) {
+    let dims: Vec<usize> =
+        s.split(',').map(|x| x.trim().parse::<usize>().ok()).collect::<Option<_>>().unwrap_or_default();
+    let [d, v] = dims[..] else { panic!("--shape D,V: two positive integers, got {s:?}") };
+    let align = flashsampling::kernels::config::D_ALIGN as usize;
+    let max = flashsampling::kernels::config::MAX_DIM as usize;
+    assert!(d > 0 && v > 0 && d <= max && v <= max, "--shape {s}: D and V in 1..={max}");
+    assert!(d % align == 0, "--shape {s}: D must be a multiple of {align}");
+    (format!("d{d}-v{v}"), d, v)
+}
+
+/// `--batches 1,2,…` → the sorted B list without repeats; panics with the reason on a bad list.
+fn parse_batches(s: &str) -> Vec<usize> {
+    let mut b: Vec<usize> = s
+        .split(',')
+        .map(|x| x.trim().parse::<usize>().ok().filter(|&b| b > 0))
+        .collect::<Option<_>>()
+        .unwrap_or_else(|| panic!("--batches 1,2,…: positive integers, got {s:?}"));
+    b.sort_unstable();
+    b.dedup();
+    b
 }
 
 fn args() -> Args {
@@ -51,6 +127,8 @@ fn args() -> Args {
         replot: None,
         variants: false,
         only: Vec::new(),
+        shapes: Vec::new(),
+        batches: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(x) = it.next() {
@@ -58,6 +136,13 @@ fn args() -> Args {
             "--quick" => a.quick = true,
             "--variants" => a.variants = true,
             "--only" => a.only = it.next().expect("--only a,b").split(',').map(str::to_string).collect(),
+            "--shape" => {
+                let shape = parse_shape(&it.next().expect("--shape D,V"));
+                if !a.shapes.contains(&shape) {
+                    a.shapes.push(shape);
+                }
+            }
+            "--batches" => a.batches = Some(parse_batches(&it.next().expect("--batches 1,2,…"))),
             "--runs" => a.runs = it.next().and_then(|s| s.parse::<usize>().ok()).expect("--runs N").max(50),
             "--out" => a.out = PathBuf::from(it.next().expect("--out DIR")),
             "--replot" => a.replot = Some(PathBuf::from(it.next().expect("--replot CSV"))),
@@ -128,18 +213,24 @@ fn main() -> R<()> {
         big.median
     );
 
-    let batches: Vec<usize> = if a.quick { vec![1, 64, 256] } else { BATCHES.to_vec() };
+    let batches = a.batches();
     let bmax = *batches.iter().max().unwrap();
     let mut rows = Vec::new();
-    for (config, d, v) in CONFIGS {
-        let (hidden, weight) = flashsampling::synthetic::lm_head(bmax, d, v, DATA_SEED ^ d as u64);
+    for (config, d, v) in a.configs() {
+        // The baselines' kernels need V % 4 == 0: they get `vb` rows (up to 3 extra random ones).
+        let vb = v.next_multiple_of(4);
+        if vb != v {
+            eprintln!("{config}: V % 4 != 0, the baselines run on V = {vb} (ours on V = {v})");
+        }
+        let (hidden, weight) = flashsampling::synthetic::lm_head(bmax, d, vb, DATA_SEED ^ d as u64);
         let h_dev = stream.clone_htod(&hidden)?;
         let w_dev = stream.clone_htod(&weight)?;
         drop((hidden, weight));
         let weight_bytes = (v * d * 2) as f64;
         for &b in &batches {
             let hm = DeviceMatrix { data: h_dev.slice(..b * d), rows: b, cols: d };
-            let wm = DeviceMatrix { data: w_dev.as_view(), rows: v, cols: d };
+            let wm = DeviceMatrix { data: w_dev.slice(..v * d), rows: v, cols: d };
+            let wb = w_dev.as_view();
             let sample = SamplingParams::new(1.0, 7);
             let greedy = SamplingParams::greedy();
             let mut out = gpu.alloc_samples(b, v)?;
@@ -148,21 +239,22 @@ fn main() -> R<()> {
             let mut out_g = gpu.alloc_samples(b, v)?;
             let ours_greedy =
                 timer.time(&stream, 10, runs, || Ok(gpu.sample_device(&hm, &wm, &greedy, &mut out_g)?))?;
-            let mut buf = base.alloc(b, v, &sample)?;
-            let gemm = timer.time(&stream, 10, runs, || Ok(base.gemm(&hm.data, &wm.data, d, &mut buf)?))?;
+            // Logits and probabilities, [B, vb] f32 each.
+            let mut buf = base.alloc(b, vb, &sample)?;
+            let gemm = timer.time(&stream, 10, runs, || Ok(base.gemm(&hm.data, &wb, d, &mut buf)?))?;
             let mult = timer.time(&stream, 10, runs, || {
-                base.gemm(&hm.data, &wm.data, d, &mut buf)?;
+                base.gemm(&hm.data, &wb, d, &mut buf)?;
                 Ok(base.softmax_multinomial(&mut buf, &sample)?)
             })?;
             let gum = timer.time(&stream, 10, runs, || {
-                base.gemm(&hm.data, &wm.data, d, &mut buf)?;
+                base.gemm(&hm.data, &wb, d, &mut buf)?;
                 Ok(base.gumbel_over_logits(&mut buf, &sample)?)
             })?;
             let gum_tokens = stream.clone_dtoh(&buf.tokens)?;
             let agree = ours_tokens.iter().zip(&gum_tokens).filter(|(x, y)| x == y).count();
             let t3 = |s: Stats| (s.median, s.min, s.max);
             let row = Row {
-                config: config.to_string(),
+                config: config.clone(),
                 d,
                 v,
                 b,
@@ -180,7 +272,7 @@ fn main() -> R<()> {
         }
     }
     let meta = format!(
-        "{{\"device\": \"{}\", \"copy_tb_s\": {:.4}, \"bf16_gemm_tflops\": {:.1}, \"runs\": {runs}, \"warmup\": 10, \"data_seed\": {DATA_SEED}}}",
+        "{{\"device\": \"{}\", \"copy_tb_s\": {:.4}, \"bf16_gemm_tflops\": {:.1}, \"runs\": {runs}, \"warmup\": 10, \"data_seed\": {DATA_SEED}, \"batches\": {batches:?}}}",
         gpu.device_name(),
         bandwidth / 1e12,
         tc_rate / 1e12
@@ -214,14 +306,15 @@ fn variant_sweep(gpu: &mut GpuBackend, timer: &EventTimer, a: &Args, bandwidth: 
     let mut csv = String::from("config,d,v,b,variant,default,median_ms,min_ms,max_ms,hbm_floor_ms\n");
     let names: Vec<&str> = entries.iter().map(|e| e.entry).collect();
     let mut table = format!("| config | B | {} |\n|---|---|{}\n", names.join(" | "), "---|".repeat(entries.len()));
-    for (config, d, v) in CONFIGS {
-        let bmax = if a.quick { 64 } else { *BATCHES.iter().max().unwrap() };
+    let batches = a.variant_batches();
+    let bmax = *batches.iter().max().unwrap();
+    for (config, d, v) in a.configs() {
         let (hidden, weight) = flashsampling::synthetic::lm_head(bmax, d, v, DATA_SEED ^ d as u64);
         let h_dev = stream.clone_htod(&hidden)?;
         let w_dev = stream.clone_htod(&weight)?;
         drop((hidden, weight));
         let floor = (v * d * 2) as f64 / bandwidth * 1e3;
-        for &b in BATCHES.iter().filter(|&&b| b <= bmax) {
+        for &b in &batches {
             let hm = DeviceMatrix { data: h_dev.slice(..b * d), rows: b, cols: d };
             let wm = DeviceMatrix { data: w_dev.as_view(), rows: v, cols: d };
             let sample = SamplingParams::new(1.0, 7);
@@ -230,6 +323,10 @@ fn variant_sweep(gpu: &mut GpuBackend, timer: &EventTimer, a: &Args, bandwidth: 
             let mut cells = Vec::new();
             let mut tokens: Option<Vec<u32>> = None;
             for &entry in &entries {
+                if !entry.supports_vocab(v as u32) {
+                    cells.push("n/a".to_string());
+                    continue;
+                }
                 gpu.set_fused_variant(Some(entry))?;
                 let mut out = gpu.alloc_samples(b, v)?;
                 let t = timer.time(&stream, 10, a.runs, || Ok(gpu.sample_device(&hm, &wm, &sample, &mut out)?))?;
@@ -241,7 +338,9 @@ fn variant_sweep(gpu: &mut GpuBackend, timer: &EventTimer, a: &Args, bandwidth: 
                     .map_or(0, |first: &Vec<u32>| first.iter().zip(&got).filter(|(x, y)| x != y).count());
                 let mma_sync = entry.family == flashsampling::kernels::config::Family::MmaSync;
                 if differ > 0 && mma_sync {
-                    return Err(format!("{config} B={b}: {entry} draws other tokens than {}", entries[0]).into());
+                    return Err(
+                        format!("{config} B={b}: {entry} draws other tokens than the first variant timed").into()
+                    );
                 }
                 tokens.get_or_insert(got);
                 let mark = if entry == default { "*" } else { "" };

@@ -100,7 +100,7 @@ pub fn table(rows: &[Row]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{:<12} {:>4} | {:>8} {:>8} {:>8} | {:>7} {:>8} | {:>7} {:>9} {:>8} | {:>6} {:>6} | {:>6}",
+        "{:<14} {:>4} | {:>8} {:>8} {:>8} | {:>7} {:>8} | {:>7} {:>9} {:>8} | {:>6} {:>6} | {:>6}",
         "config",
         "B",
         "ours ms",
@@ -119,7 +119,7 @@ pub fn table(rows: &[Row]) -> String {
         let floor = r.hbm_floor.max(r.compute_floor);
         let _ = writeln!(
             s,
-            "{:<12} {:>4} | {:>8.4} {:>8.4} {:>8.4} | {:>7.3} {:>8.3} | {:>7.4} {:>9.4} {:>8.4} | {:>6.2} {:>6.2} | {:>5.1}%",
+            "{:<14} {:>4} | {:>8.4} {:>8.4} {:>8.4} | {:>7.3} {:>8.3} | {:>7.4} {:>9.4} {:>8.4} | {:>6.2} {:>6.2} | {:>5.1}%",
             r.config,
             r.b,
             r.ours.0,
@@ -138,7 +138,8 @@ pub fn table(rows: &[Row]) -> String {
     s
 }
 
-/// Writes `results.csv`, `results.json` and one SVG plot per config into `dir`.
+/// Writes `results.csv`, `results.json` and one SVG plot per config (`plot-<config>.svg`, rows in
+/// their order) into `dir`.
 pub fn write_files(dir: &Path, rows: &[Row], meta: &str) -> std::io::Result<Vec<std::path::PathBuf>> {
     std::fs::create_dir_all(dir)?;
     let mut csv = String::from(CSV_HEADER);
@@ -154,8 +155,12 @@ pub fn write_files(dir: &Path, rows: &[Row], meta: &str) -> std::io::Result<Vec<
     );
     std::fs::write(dir.join("results.json"), json)?;
     let mut written = vec![dir.join("results.csv"), dir.join("results.json")];
-    let mut configs: Vec<&str> = rows.iter().map(|r| r.config.as_str()).collect();
-    configs.dedup();
+    let mut configs: Vec<&str> = Vec::new();
+    for r in rows {
+        if !configs.contains(&r.config.as_str()) {
+            configs.push(&r.config);
+        }
+    }
     for c in configs {
         let path = dir.join(format!("plot-{c}.svg"));
         plot(&path, c, &rows.iter().filter(|r| r.config == c).cloned().collect::<Vec<_>>())
@@ -168,7 +173,8 @@ pub fn write_files(dir: &Path, rows: &[Row], meta: &str) -> std::io::Result<Vec<
 fn plot(path: &Path, config: &str, rows: &[Row]) -> Result<(), Box<dyn std::error::Error>> {
     let (d, v) = (rows[0].d, rows[0].v);
     let ymax = rows.iter().map(|r| r.gemm_multinomial.0.max(r.gemm_gumbel.0).max(r.ours.0)).fold(0.0, f64::max) * 1.1;
-    let bmax = rows.iter().map(|r| r.b).max().unwrap_or(1) as f64;
+    // A log axis needs a range: at least 1..2 (a single B = 1).
+    let bmax = rows.iter().map(|r| r.b).max().unwrap_or(1).max(2) as f64;
     let root = SVGBackend::new(path, (960, 600)).into_drawing_area();
     root.fill(&WHITE)?;
     let mut chart = ChartBuilder::on(&root)

@@ -8,6 +8,8 @@
 #   scripts/gpu-ab.sh ROUNDS LABEL=BENCH_EXECUTABLE LABEL=BENCH_EXECUTABLE ...
 #
 # Bench executables come from `./x.sh gpu-bundle` (gpu-bundle/bin/bench-lm_head) of each build.
+# FS_BENCH_ARGS passes flags to every bench run (e.g. "--shape 2048,32000 --batches 1,64,512"; a build
+# whose bench predates a flag ignores it and runs its defaults).
 # Logs and each round's results.csv go to $OUT/ab (or /tmp/flashsampling-ab).
 set -uo pipefail
 rounds="$1"; shift
@@ -17,7 +19,7 @@ for r in $(seq 1 "$rounds"); do
   for spec in "$@"; do
     label="${spec%%=*}"; exe="${spec#*=}"
     start=$(date +%s)
-    "$exe" --bench --out "$out/$label-r$r" > "$out/$label-r$r.log" 2>&1; rc=$?
+    "$exe" --bench ${FS_BENCH_ARGS:-} --out "$out/$label-r$r" > "$out/$label-r$r.log" 2>&1; rc=$?
     echo "round $r $label: rc=$rc $(( $(date +%s) - start ))s"
   done
 done
