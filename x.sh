@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # FlashSampling's entry point: installs what the build needs, then runs the job.
 #
-#   ./x.sh sample [ARGS]   the main job: sample a batch from a synthetic LM head (GPU if present, else CPU)
+#   ./x.sh sample [ARGS]   the main job: sample a batch from a synthetic LM head or a checkpoint's
+#                          (--weight FILE; GPU if present, else CPU)
 #   ./x.sh test            every test (GPU tests print SKIP without a GPU), then a crate that uses the
 #                          library on stable Rust with the shipped PTX (ci/stable-consumer)
 #   ./x.sh ptx             rebuild the shipped PTX (flashsampling/ptx/) from the kernel sources
@@ -48,5 +49,5 @@ case "$cmd" in
     ensure_toolchain
     exec scripts/gpu-bundle.sh ;;
   *)
-    sed -n '2,15p' "$0"; exit 2 ;;
+    sed -n '2,16p' "$0"; exit 2 ;;
 esac

@@ -1,16 +1,26 @@
-//! The main job: sample a batch from a synthetic LM head with FlashSampling.
+//! The main job: sample a batch from an LM head with FlashSampling.
 //!
-//! Builds a synthetic LM head (seed `0x5EED_0F_F1A5`; weight `[V, D]` ~ N(0, (2/√D)²), hidden `[B, D]`
-//! ~ N(0, 1), bf16), samples one token per row at the given temperature, and prints the tokens, the
-//! backend and the time. On a GPU it also times the device-resident path (fused kernel + candidate
-//! reduction, CUDA events, median of 50 after warm-up) and checks itself against the CPU backend.
+//! By default a synthetic LM head (seed `0x5EED_0F_F1A5`; weight `[V, D]` ~ N(0, (2/√D)²), hidden
+//! `[B, D]` ~ N(0, 1), bf16). With `--weight`, the LM head comes from a checkpoint: a safetensors file
+//! or a sharded checkpoint's `*.safetensors.index.json`, tensor `--tensor` (default `lm_head.weight`);
+//! the hidden states from `--hidden-states` (a `.npy` file, or a safetensors file with tensor
+//! `--hidden-tensor`, default `hidden_states`), else synthetic ones of the weight's D. Non-bf16 tensors
+//! are an error unless `--convert` allows rounding them to bf16. Samples one token per row at the given
+//! temperature and prints the tokens, the backend and the time. On a GPU it also times the
+//! device-resident path (fused kernel + candidate reduction, CUDA events, median of 50 after warm-up)
+//! and checks itself against the CPU backend.
 //!
 //! ```text
 //! cargo run --release --example sample -- [--batch B] [--hidden D] [--vocab V] [--temperature T]
 //!                                         [--seed S] [--backend auto|gpu|cpu]
+//!                                         [--weight FILE [--tensor NAME]] [--hidden-states FILE
+//!                                         [--hidden-tensor NAME]] [--convert]
 //! ```
 
+use std::path::PathBuf;
 use std::time::Instant;
+
+use flashsampling::checkpoint::{Loaded, load_hidden, load_safetensors};
 
 use flashsampling::timing::EventTimer;
 use flashsampling::{BackendChoice, CpuBackend, DeviceMatrix, Matrix, Sampler, SamplingParams};
@@ -24,10 +34,27 @@ struct Args {
     temperature: f32,
     seed: u64,
     backend: BackendChoice,
+    weight: Option<PathBuf>,
+    tensor: String,
+    hidden_states: Option<PathBuf>,
+    hidden_tensor: Option<String>,
+    convert: bool,
 }
 
 fn parse() -> Result<Args, String> {
-    let mut a = Args { b: 4, d: 4096, v: 151_936, temperature: 1.0, seed: 42, backend: BackendChoice::Auto };
+    let mut a = Args {
+        b: 4,
+        d: 4096,
+        v: 151_936,
+        temperature: 1.0,
+        seed: 42,
+        backend: BackendChoice::Auto,
+        weight: None,
+        tensor: "lm_head.weight".into(),
+        hidden_states: None,
+        hidden_tensor: None,
+        convert: false,
+    };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut val = || it.next().ok_or(format!("{flag} needs a value"));
@@ -45,9 +72,14 @@ fn parse() -> Result<Args, String> {
                     o => return Err(format!("--backend: unknown backend {o}")),
                 }
             }
+            "--weight" => a.weight = Some(PathBuf::from(val()?)),
+            "--tensor" => a.tensor = val()?,
+            "--hidden-states" => a.hidden_states = Some(PathBuf::from(val()?)),
+            "--hidden-tensor" => a.hidden_tensor = Some(val()?),
+            "--convert" => a.convert = true,
             "-h" | "--help" => {
                 println!(
-                    "usage: sample [--batch B] [--hidden D] [--vocab V] [--temperature T] [--seed S] [--backend auto|gpu|cpu]"
+                    "usage: sample [--batch B] [--hidden D] [--vocab V] [--temperature T] [--seed S] [--backend auto|gpu|cpu]\n              [--weight FILE [--tensor NAME]] [--hidden-states FILE [--hidden-tensor NAME]] [--convert]"
                 );
                 std::process::exit(0);
             }
@@ -71,10 +103,44 @@ fn main() {
     }
 }
 
-fn run(a: Args) -> Result<(), Box<dyn std::error::Error>> {
+/// The LM head and hidden states: from the files given, else synthetic.
+fn inputs(a: &mut Args) -> Result<(Vec<half::bf16>, Vec<half::bf16>), Box<dyn std::error::Error>> {
+    let note = |what: &str, l: &Loaded, path: &PathBuf| {
+        let conv = l.converted_from.map_or(String::new(), |d| format!(", converted from {d} to bf16"));
+        println!("{what}: {} [{}, {}]{conv}", path.display(), l.rows, l.cols);
+    };
+    let weight = match &a.weight {
+        Some(path) => {
+            let w = load_safetensors(path, &a.tensor, a.convert)?;
+            note("LM-head weight", &w, path);
+            (a.v, a.d) = (w.rows, w.cols);
+            Some(w.data)
+        }
+        None => None,
+    };
+    let hidden = match &a.hidden_states {
+        Some(path) => {
+            let h = load_hidden(path, a.hidden_tensor.as_deref(), a.convert)?;
+            note("hidden states", &h, path);
+            a.b = h.rows;
+            if weight.is_none() {
+                a.d = h.cols; // a synthetic weight of the hidden states' D
+            }
+            Some(h.data)
+        }
+        None => None,
+    };
+    let (syn_hidden, syn_weight) = match (&hidden, &weight) {
+        (Some(_), Some(_)) => (Vec::new(), Vec::new()),
+        _ => flashsampling::synthetic::lm_head(a.b, a.d, a.v, DATA_SEED),
+    };
+    Ok((hidden.unwrap_or(syn_hidden), weight.unwrap_or(syn_weight)))
+}
+
+fn run(mut a: Args) -> Result<(), Box<dyn std::error::Error>> {
+    let (hidden, weight) = inputs(&mut a)?;
     println!("FlashSampling: B = {}, D = {}, V = {}, T = {}, seed = {}", a.b, a.d, a.v, a.temperature, a.seed);
-    let (hidden, weight) = flashsampling::synthetic::lm_head(a.b, a.d, a.v, DATA_SEED);
-    let (h, w) = (Matrix::new(&hidden, a.b, a.d), Matrix::new(&weight, a.v, a.d));
+    let (h, w) = (Matrix::new(&hidden, a.b, hidden.len() / a.b.max(1)), Matrix::new(&weight, a.v, a.d));
     let params = SamplingParams::new(a.temperature, a.seed);
     let sampler = Sampler::new(a.backend)?;
     println!("backend: {}", sampler.describe());

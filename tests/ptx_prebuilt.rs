@@ -15,7 +15,11 @@ fn the_shipped_ptx_is_what_the_kernel_sources_build() {
         ("flashsampling_sm90a.ptx", flashsampling::PTX_SM90A),
         ("flashsampling_test.ptx", flashsampling::PTX_TEST),
     ];
-    assert_eq!(flashsampling::PTX_SM, "sm_90", "the shipped PTX is for sm_90: build it with the default FLASHSAMPLING_SM");
+    assert_eq!(
+        flashsampling::PTX_SM,
+        "sm_90",
+        "the shipped PTX is for sm_90: build it with the default FLASHSAMPLING_SM"
+    );
     let update = std::env::var("FLASHSAMPLING_UPDATE_PTX").is_ok_and(|v| v == "1");
     for (name, text) in built {
         let path = dir.join(name);

@@ -32,6 +32,8 @@
 
 #[cfg(feature = "internals")]
 pub mod baselines;
+#[cfg(feature = "checkpoint")]
+pub mod checkpoint;
 pub mod cpu;
 pub mod error;
 pub mod gpu;

@@ -1,0 +1,199 @@
+//! Loading the main job's inputs from files (`flashsampling::checkpoint`): LM-head weights from
+//! safetensors files and sharded indexes, hidden states from `.npy` and safetensors. The tests write
+//! small checkpoints themselves; a loaded head samples exactly what the same values in memory sample,
+//! and bad files, missing tensors, other dtypes and other shapes are typed errors. Runs in CI.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::TestRng;
+use flashsampling::checkpoint::{CheckpointError, load_hidden, load_safetensors};
+use flashsampling::{CpuBackend, Error, Matrix, SamplingParams};
+use half::{bf16, f16};
+use safetensors::{Dtype, tensor::TensorView};
+
+/// A fresh directory for one test.
+fn scratch(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("flashsampling-ckpt-{}-{test}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn le_bytes_bf16(v: &[bf16]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect()
+}
+
+/// Writes a safetensors file of `(name, dtype, shape, bytes)` tensors.
+fn write_safetensors(path: &Path, tensors: &[(&str, Dtype, Vec<usize>, Vec<u8>)]) {
+    let views: Vec<(&str, TensorView<'_>)> = tensors
+        .iter()
+        .map(|(name, dtype, shape, bytes)| (*name, TensorView::new(*dtype, shape.clone(), bytes).unwrap()))
+        .collect();
+    safetensors::serialize_to_file(views, None, path).unwrap();
+}
+
+/// Writes a version-1 `.npy` file.
+fn write_npy(path: &Path, descr: &str, shape: &[usize], data: &[u8], fortran: bool) {
+    let shape_text = match shape {
+        [n] => format!("({n},)"),
+        s => format!("({})", s.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ")),
+    };
+    let mut header = format!(
+        "{{'descr': '{descr}', 'fortran_order': {}, 'shape': {shape_text}, }}",
+        if fortran { "True" } else { "False" }
+    );
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    bytes.extend((header.len() as u16).to_le_bytes());
+    bytes.extend(header.as_bytes());
+    bytes.extend(data);
+    std::fs::write(path, bytes).unwrap();
+}
+
+#[test]
+fn a_loaded_lm_head_samples_what_the_same_values_sample_in_memory() {
+    let dir = scratch("roundtrip");
+    let (b, d, v) = (3usize, 64usize, 500usize);
+    let mut rng = TestRng::new(0xC4E7);
+    let weight = rng.normal_bf16(v * d, 0.25);
+    let hidden_f32: Vec<f32> = (0..b * d).map(|_| rng.normal() as f32).collect();
+    let hidden: Vec<bf16> = hidden_f32.iter().map(|&x| bf16::from_f32(x)).collect();
+    // One file with the head and another tensor; a sharded checkpoint with the head in shard 2.
+    let single = dir.join("model.safetensors");
+    write_safetensors(
+        &single,
+        &[
+            ("lm_head.weight", Dtype::BF16, vec![v, d], le_bytes_bf16(&weight)),
+            ("model.norm.weight", Dtype::BF16, vec![d], le_bytes_bf16(&vec![bf16::ONE; d])),
+        ],
+    );
+    write_safetensors(
+        &dir.join("model-00001-of-00002.safetensors"),
+        &[("embed", Dtype::BF16, vec![2, d], le_bytes_bf16(&weight[..2 * d]))],
+    );
+    write_safetensors(
+        &dir.join("model-00002-of-00002.safetensors"),
+        &[("lm_head.weight", Dtype::BF16, vec![v, d], le_bytes_bf16(&weight))],
+    );
+    let index = dir.join("model.safetensors.index.json");
+    std::fs::write(
+        &index,
+        r#"{"metadata": {"total_size": 0}, "weight_map": {"embed": "model-00001-of-00002.safetensors", "lm_head.weight": "model-00002-of-00002.safetensors"}}"#,
+    )
+    .unwrap();
+    // Hidden states as .npy (f32, converted to bf16) and as a bf16 safetensors tensor.
+    let npy = dir.join("hidden.npy");
+    write_npy(&npy, "<f4", &[b, d], &hidden_f32.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<_>>(), false);
+    let hidden_st = dir.join("hidden.safetensors");
+    write_safetensors(&hidden_st, &[("hidden_states", Dtype::BF16, vec![b, d], le_bytes_bf16(&hidden))]);
+
+    let cpu = CpuBackend::new();
+    let params = SamplingParams::new(0.9, 5);
+    let want = cpu.sample(Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d), &params).unwrap();
+    for w_path in [&single, &index] {
+        let w = load_safetensors(w_path, "lm_head.weight", false).unwrap();
+        assert_eq!((w.rows, w.cols, w.converted_from), (v, d, None));
+        assert_eq!(w.data, weight, "{}", w_path.display());
+        for h in [load_hidden(&npy, None, true).unwrap(), load_hidden(&hidden_st, None, false).unwrap()] {
+            assert_eq!(h.data, hidden);
+            assert_eq!(cpu.sample(h.matrix(), w.matrix(), &params).unwrap(), want);
+        }
+    }
+    assert_eq!(load_hidden(&npy, None, true).unwrap().converted_from, Some("f32"));
+    // A 1-D .npy is one row.
+    let one = dir.join("one.npy");
+    write_npy(
+        &one,
+        "<f2",
+        &[d],
+        &hidden[..d].iter().flat_map(|x| f16::from_f32(x.to_f32()).to_bits().to_le_bytes()).collect::<Vec<_>>(),
+        false,
+    );
+    let h1 = load_hidden(&one, None, true).unwrap();
+    assert_eq!((h1.rows, h1.cols, h1.converted_from), (1, d, Some("f16")));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn other_dtypes_convert_only_when_allowed() {
+    let dir = scratch("dtypes");
+    let (v, d) = (4usize, 8usize);
+    let values: Vec<f32> = (0..v * d).map(|i| i as f32 * 0.37 - 3.0).collect();
+    let f16_bytes: Vec<u8> = values.iter().flat_map(|&x| f16::from_f32(x).to_bits().to_le_bytes()).collect();
+    let f32_bytes: Vec<u8> = values.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let path = dir.join("m.safetensors");
+    write_safetensors(
+        &path,
+        &[
+            ("h16", Dtype::F16, vec![v, d], f16_bytes),
+            ("h32", Dtype::F32, vec![v, d], f32_bytes),
+            ("i32", Dtype::I32, vec![v, d], vec![0; v * d * 4]),
+            ("cube", Dtype::BF16, vec![2, 2, d], vec![0; 2 * 2 * d * 2]),
+        ],
+    );
+    for name in ["h16", "h32"] {
+        let err = load_safetensors(&path, name, false).unwrap_err();
+        assert!(matches!(&err, CheckpointError::Dtype { hint, .. } if hint.contains("conversion")), "{err}");
+        let loaded = load_safetensors(&path, name, true).unwrap();
+        let want: Vec<bf16> = values
+            .iter()
+            .map(|&x| if name == "h16" { bf16::from_f32(f16::from_f32(x).to_f32()) } else { bf16::from_f32(x) })
+            .collect();
+        assert_eq!(loaded.data, want, "{name}");
+    }
+    assert!(matches!(load_safetensors(&path, "i32", true), Err(CheckpointError::Dtype { .. })));
+    assert!(matches!(load_safetensors(&path, "cube", false), Err(CheckpointError::Shape { .. })));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_files_and_missing_tensors_are_typed_errors() {
+    let dir = scratch("errors");
+    let d = 8usize;
+    let path = dir.join("m.safetensors");
+    write_safetensors(&path, &[("lm_head.weight", Dtype::BF16, vec![4, d], vec![0; 4 * d * 2])]);
+    // Missing file, missing tensor (the error lists the names there), a file that is not safetensors.
+    assert!(matches!(load_safetensors(&dir.join("nope.safetensors"), "x", false), Err(CheckpointError::Io { .. })));
+    match load_safetensors(&path, "output.weight", false) {
+        Err(CheckpointError::MissingTensor { available, .. }) => assert!(available.contains("lm_head.weight")),
+        other => panic!("{other:?}"),
+    }
+    let junk = dir.join("junk.safetensors");
+    std::fs::write(&junk, b"not a checkpoint at all").unwrap();
+    assert!(matches!(load_safetensors(&junk, "x", false), Err(CheckpointError::Format { .. })));
+    let truncated = dir.join("truncated.safetensors");
+    let full = std::fs::read(&path).unwrap();
+    std::fs::write(&truncated, &full[..full.len() - 3]).unwrap();
+    assert!(matches!(load_safetensors(&truncated, "lm_head.weight", false), Err(CheckpointError::Format { .. })));
+    // Indexes: no weight_map, a tensor not in it, a shard that does not exist.
+    let index = dir.join("bad.index.json");
+    std::fs::write(&index, r#"{"metadata": {}}"#).unwrap();
+    assert!(matches!(load_safetensors(&index, "lm_head.weight", false), Err(CheckpointError::Format { .. })));
+    std::fs::write(&index, r#"{"weight_map": {"lm_head.weight": "missing.safetensors"}}"#).unwrap();
+    assert!(matches!(load_safetensors(&index, "lm_head.weight", false), Err(CheckpointError::Io { .. })));
+    assert!(matches!(load_safetensors(&index, "other", false), Err(CheckpointError::MissingTensor { .. })));
+    // .npy: Fortran order, an unsupported dtype, data shorter than the shape, no conversion allowed.
+    let npy = dir.join("h.npy");
+    write_npy(&npy, "<f4", &[2, d], &vec![0; 2 * d * 4], true);
+    assert!(matches!(load_hidden(&npy, None, true), Err(CheckpointError::Format { .. })));
+    write_npy(&npy, "<i8", &[2, d], &vec![0; 2 * d * 8], false);
+    assert!(matches!(load_hidden(&npy, None, true), Err(CheckpointError::Dtype { .. })));
+    write_npy(&npy, "<f4", &[2, d], &vec![0; d * 4], false);
+    assert!(matches!(load_hidden(&npy, None, true), Err(CheckpointError::Format { .. })));
+    write_npy(&npy, "<f4", &[2, d], &vec![0; 2 * d * 4], false);
+    assert!(matches!(load_hidden(&npy, None, false), Err(CheckpointError::Dtype { .. })));
+    std::fs::write(dir.join("x.npy"), b"\x93NUMP").unwrap();
+    assert!(matches!(load_hidden(&dir.join("x.npy"), None, true), Err(CheckpointError::Format { .. })));
+    // Hidden states of another D than the weight: the sampler's typed error.
+    let h = load_hidden(&npy, None, true).unwrap();
+    let w_other = vec![bf16::ZERO; 4 * 16];
+    let err =
+        CpuBackend::new().sample(h.matrix(), Matrix::new(&w_other, 4, 16), &SamplingParams::new(1.0, 1)).unwrap_err();
+    assert!(matches!(err, Error::HiddenSizeMismatch { hidden: 8, weight: 16 }), "{err:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
