@@ -8,9 +8,9 @@ use flashsampling_kernels::{Candidate, RowNoise, Transform};
 use half::bf16;
 
 use crate::error::{Error, Result};
-use crate::params::{Matrix, SamplingParams, Shape, validate};
+use crate::params::{LogProbs, Matrix, SamplingParams, Shape, validate};
 use crate::shard::{VocabShard, merge_shard_candidates, validate_shards};
-use crate::{Samples, check_samples, check_samples_of};
+use crate::{Samples, check_samples_of};
 
 /// Largest vocab tile [`CpuBackend::with_block_v`] accepts (2¹⁶). Memory does not grow with the tile
 /// (see [`CpuBackend`]); the bound keeps tiles a tiling, not a typo.
@@ -78,24 +78,35 @@ impl CpuBackend {
         Ok(self.sample_scored(hidden, weight, params)?.tokens)
     }
 
-    /// Tokens and winning perturbed scores.
+    /// Tokens and winning perturbed scores (and the log-probabilities `params` asks for).
     pub fn sample_scored(&self, hidden: Matrix<'_>, weight: Matrix<'_>, params: &SamplingParams) -> Result<Samples> {
-        let (shape, transform) = validate(
+        let (shape, _) = validate(
             (hidden.rows, hidden.cols, hidden.data.len()),
             (weight.rows, weight.cols, weight.data.len()),
             params,
         )?;
-        let winners = self.winners(hidden.data, weight.data, (0, shape.v), shape, params, transform);
-        let samples = samples_of(&winners);
-        check_samples(&samples, hidden, weight)?;
+        let slots = slots(params, shape.b)?;
+        let want_mass = params.logprobs != LogProbs::Off;
+        let (winners, mass) = self.winners(hidden.data, weight.data, (0, shape.v), shape, &slots, want_mass);
+        let mut samples = samples_of(&winners);
+        if want_mass {
+            add_logprobs(&mut samples, params, &slots, &mass, |row, token| {
+                let (d, t) = (shape.d, token as usize);
+                let h: Vec<f32> = hidden.data[row * d..(row + 1) * d].iter().map(|x| x.to_f32()).collect();
+                let w: Vec<f32> = weight.data[t * d..(t + 1) * d].iter().map(|x| x.to_f32()).collect();
+                dot(&h, &w)
+            });
+        }
+        check_samples_of(&samples, params.n as usize, hidden, &[weight.data])?;
         Ok(samples)
     }
 
-    /// The rank-local step of vocab-parallel sampling ([`crate::shard`]): for every row of `hidden`,
-    /// the best (perturbed score, **global** vocab index) among the shard's rows below `vocab` (the
-    /// model's vocabulary; rows past it are padding). Merged over the shards that tile the vocabulary
-    /// ([`merge_shard_candidates`]), the candidates give [`Self::sample_scored`]'s result on the whole
-    /// weight, bit for bit. A shard entirely past `vocab` gives [`Candidate::EMPTY`] rows.
+    /// The rank-local step of vocab-parallel sampling ([`crate::shard`]): for every row of `hidden`
+    /// (and sample, `[B, n]`), the best (perturbed score, **global** vocab index) among the shard's
+    /// rows below `vocab` (the model's vocabulary; rows past it are padding). Merged over the shards
+    /// that tile the vocabulary ([`merge_shard_candidates`]), the candidates give
+    /// [`Self::sample_scored`]'s result on the whole weight, bit for bit. A shard entirely past
+    /// `vocab` gives [`Candidate::EMPTY`] rows. Log-probabilities are not available over shards yet.
     pub fn shard_candidates(
         &self,
         hidden: Matrix<'_>,
@@ -104,8 +115,11 @@ impl CpuBackend {
         params: &SamplingParams,
     ) -> Result<Vec<Candidate>> {
         let w = shard.weight;
-        let (shape, transform) =
+        let (shape, _) =
             validate((hidden.rows, hidden.cols, hidden.data.len()), (w.rows, w.cols, w.data.len()), params)?;
+        if params.logprobs != LogProbs::Off {
+            return Err(Error::Unsupported { control: "log-probabilities", path: "over vocab shards" });
+        }
         let max = flashsampling_kernels::config::MAX_DIM as usize;
         for (what, value) in [("vocab size V", vocab), ("shard end (global vocab row)", shard.end())] {
             if value > max {
@@ -115,11 +129,12 @@ impl CpuBackend {
         if vocab == 0 {
             return Err(Error::EmptyVocab);
         }
+        let slots = slots(params, shape.b)?;
         let rows = w.rows.min(vocab.saturating_sub(shard.offset));
         if rows == 0 {
-            return Ok(vec![Candidate::EMPTY; shape.b]);
+            return Ok(vec![Candidate::EMPTY; slots.len()]);
         }
-        Ok(self.winners(hidden.data, &w.data[..rows * shape.d], (shard.offset, vocab), shape, params, transform))
+        Ok(self.winners(hidden.data, &w.data[..rows * shape.d], (shard.offset, vocab), shape, &slots, false).0)
     }
 
     /// Vocab-parallel sampling simulated in memory: each shard's candidates
@@ -140,39 +155,41 @@ impl CpuBackend {
             .collect::<Result<Vec<_>>>()?;
         let samples = samples_of(&merge_shard_candidates(&parts)?);
         let weights: Vec<&[bf16]> = shards.iter().map(|s| s.weight.data).collect();
-        check_samples_of(&samples, hidden, &weights)?;
+        check_samples_of(&samples, params.n as usize, hidden, &weights)?;
         Ok(samples)
     }
 
-    /// Each row's winning candidate over the weight rows `weight` (`[rows, D]`), which are global
+    /// Each slot's winning candidate over the weight rows `weight` (`[rows, D]`), which are global
     /// vocab rows `offset ..` of a vocabulary of `vocab` (`offset + rows ≤ vocab`; the noise is keyed
-    /// by the global index). The vocab tiles are split into contiguous ranges, one per worker; a
-    /// worker folds every tile of its range into one running candidate per row (the merge is
-    /// associative and commutative, so this is the kernel's `[B, n_tiles]` candidates reduced), and
-    /// the workers' candidates are merged last.
+    /// by the global index), and, with `want_mass`, each hidden row's log-mass of its processed and
+    /// raw logits. A slot is one sample of one hidden row (`[B, n]`): the logits of a row are computed
+    /// once and serve all its samples. The vocab tiles are split into contiguous ranges, one per
+    /// worker; a worker folds every tile of its range into one running candidate per slot (the merge
+    /// is associative and commutative, so this is the kernel's `[B, n_tiles]` candidates reduced),
+    /// and the workers' candidates are merged last.
     fn winners(
         &self,
         hidden: &[bf16],
         weight: &[bf16],
         (offset, vocab): (usize, usize),
         shape: Shape,
-        params: &SamplingParams,
-        transform: Transform,
-    ) -> Vec<Candidate> {
+        slots: &[Slot],
+        want_mass: bool,
+    ) -> (Vec<Candidate>, Vec<RowMass>) {
         let (b, d) = (shape.b, shape.d);
+        let n = slots.len() / b;
         let v = weight.len() / d; // the rows to score (local)
-        debug_assert!(offset + v <= vocab);
+        debug_assert!(offset + v <= vocab && slots.len() == b * n);
         let bv = self.block_v;
         let n_tiles = v.div_ceil(bv);
         let hidden_f32: Vec<f32> = hidden.iter().map(|x| x.to_f32()).collect();
-        // `validate` checked the stream list's length: every row has a stream.
-        let noises: Vec<RowNoise> = (0..b).map(|r| params.row_noise(r).expect("validated stream list")).collect();
         let threads = self.threads.min(n_tiles).max(1);
         let per_thread = n_tiles.div_ceil(threads);
         // Chunk rows: a multiple of 4 (the Philox groups stay aligned), at least 4, at most the tile.
         let chunk_rows = ((CHUNK_FLOATS / d) & !3).clamp(4, bv);
-        let work = |tiles: std::ops::Range<usize>| -> Vec<Candidate> {
-            let mut best = vec![Candidate::EMPTY; b];
+        let work = |tiles: std::ops::Range<usize>| -> (Vec<Candidate>, Vec<RowMass>) {
+            let mut best = vec![Candidate::EMPTY; slots.len()];
+            let mut mass = vec![RowMass::EMPTY; if want_mass { b } else { 0 }];
             let rows_here = (tiles.len() * bv).min(v - (tiles.start * bv).min(v));
             let mut w_chunk = vec![0f32; chunk_rows.min(rows_here) * d];
             let mut logits = vec![0f32; chunk_rows.min(rows_here)];
@@ -184,23 +201,36 @@ impl CpuBackend {
                     for (dst, src) in w_chunk.iter_mut().zip(&weight[v0 * d..(v0 + rows) * d]) {
                         *dst = src.to_f32();
                     }
-                    for (row, noise) in noises.iter().enumerate() {
+                    for row in 0..b {
                         let h = &hidden_f32[row * d..(row + 1) * d];
                         for (j, l) in logits[..rows].iter_mut().enumerate() {
                             *l = dot(h, &w_chunk[j * d..(j + 1) * d]);
                         }
-                        let mut c = best[row];
-                        update_tile(&mut c, &logits[..rows], (offset + v0) as u32, vocab as u32, noise, &transform);
-                        best[row] = c;
+                        for (slot, c) in slots[row * n..(row + 1) * n].iter().zip(&mut best[row * n..(row + 1) * n]) {
+                            update_tile(
+                                c,
+                                &logits[..rows],
+                                (offset + v0) as u32,
+                                vocab as u32,
+                                &slot.noise,
+                                &slot.transform,
+                            );
+                        }
+                        if want_mass {
+                            let inv_t = slots[row * n].inv_temperature;
+                            for &y in &logits[..rows] {
+                                mass[row].update(y as f64, inv_t);
+                            }
+                        }
                     }
                     v0 += rows;
                 }
             }
-            best
+            (best, mass)
         };
         let ranges: Vec<_> =
             (0..threads).map(|t| (t * per_thread).min(n_tiles)..((t + 1) * per_thread).min(n_tiles)).collect();
-        let parts: Vec<Vec<Candidate>> = std::thread::scope(|s| {
+        let parts: Vec<(Vec<Candidate>, Vec<RowMass>)> = std::thread::scope(|s| {
             let work = &work;
             // A worker the OS cannot start (thread limits) runs on this thread after the others start.
             let started: Vec<_> = ranges
@@ -218,13 +248,121 @@ impl CpuBackend {
                 })
                 .collect()
         });
-        (0..b).map(|row| parts.iter().fold(Candidate::EMPTY, |acc, p| acc.merge(p[row]))).collect()
+        let best = (0..slots.len()).map(|i| parts.iter().fold(Candidate::EMPTY, |acc, p| acc.merge(p.0[i]))).collect();
+        let mass = if want_mass {
+            (0..b).map(|row| parts.iter().fold(RowMass::EMPTY, |acc, p| acc.merge(p.1[row]))).collect()
+        } else {
+            Vec::new()
+        };
+        (best, mass)
     }
+}
+
+/// One sample of one batch row: its noise key (seed, stream, sample index) and logit transform.
+struct Slot {
+    noise: RowNoise,
+    transform: Transform,
+    /// `1 / T` in f64 for the log-probabilities (0 for a greedy row: no processed distribution).
+    inv_temperature: f64,
+}
+
+/// The `[B, n]` slots of a validated call: row `r`'s temperature and seed (per-row or the call's),
+/// its stream, sample indices `sample .. sample + n`.
+fn slots(params: &SamplingParams, b: usize) -> Result<Vec<Slot>> {
+    let mut out = Vec::with_capacity(b * params.n as usize);
+    for row in 0..b {
+        // `validate` checked every list's length and every temperature.
+        let t = params.row_temperature(row).expect("validated per-row temperatures");
+        let transform = SamplingParams::new(t, 0).transform()?;
+        let noise = params.row_noise(row).expect("validated stream and seed lists");
+        let inv_temperature = if transform.is_greedy() { 0.0 } else { 1.0 / t as f64 };
+        for j in 0..params.n {
+            out.push(Slot { noise: RowNoise { sample: noise.sample + j, ..noise }, transform, inv_temperature });
+        }
+    }
+    Ok(out)
+}
+
+/// Online log-sum-exp in f64 of a row's processed (`logit / T`) and raw logits.
+#[derive(Clone, Copy, Debug)]
+struct RowMass {
+    processed: (f64, f64),
+    raw: (f64, f64),
+}
+
+impl RowMass {
+    const EMPTY: Self = Self { processed: (f64::NEG_INFINITY, 0.0), raw: (f64::NEG_INFINITY, 0.0) };
+
+    fn update(&mut self, y: f64, inv_t: f64) {
+        fn add((max, sum): &mut (f64, f64), x: f64) {
+            if x > *max {
+                *sum = *sum * (*max - x).exp() + 1.0;
+                *max = x;
+            } else if x > f64::NEG_INFINITY {
+                *sum += (x - *max).exp();
+            }
+        }
+        add(&mut self.raw, y);
+        if inv_t > 0.0 {
+            add(&mut self.processed, y * inv_t);
+        }
+    }
+
+    fn merge(self, o: Self) -> Self {
+        fn join(a: (f64, f64), b: (f64, f64)) -> (f64, f64) {
+            let max = a.0.max(b.0);
+            if max == f64::NEG_INFINITY {
+                return (max, 0.0);
+            }
+            (max, a.1 * (a.0 - max).exp() + b.1 * (b.0 - max).exp())
+        }
+        Self { processed: join(self.processed, o.processed), raw: join(self.raw, o.raw) }
+    }
+
+    fn lse((max, sum): (f64, f64)) -> f64 {
+        max + sum.ln()
+    }
+}
+
+/// Fills the log-probabilities of `samples` from the rows' log-mass and each sampled token's logit
+/// (`logit(row, token)`, the same f32 dot product the scan used).
+fn add_logprobs(
+    samples: &mut Samples,
+    params: &SamplingParams,
+    slots: &[Slot],
+    mass: &[RowMass],
+    logit: impl Fn(usize, u32) -> f32,
+) {
+    let n = params.n as usize;
+    let (mut lp, mut raw) = (Vec::with_capacity(slots.len()), Vec::with_capacity(slots.len()));
+    for (i, (slot, &token)) in slots.iter().zip(&samples.tokens).enumerate() {
+        let row = i / n;
+        if token == flashsampling_kernels::INVALID_INDEX {
+            lp.push(f32::NAN);
+            raw.push(f32::NAN);
+            continue;
+        }
+        let y = logit(row, token) as f64;
+        let processed =
+            if slot.inv_temperature > 0.0 { y * slot.inv_temperature - RowMass::lse(mass[row].processed) } else { 0.0 };
+        lp.push(processed as f32);
+        raw.push((y - RowMass::lse(mass[row].raw)) as f32);
+    }
+    let lse = (0..mass.len())
+        .map(
+            |row| {
+                if slots[row * n].inv_temperature > 0.0 { RowMass::lse(mass[row].processed) as f32 } else { f32::NAN }
+            },
+        )
+        .collect();
+    samples.logprobs = Some(lp);
+    samples.raw_logprobs = (params.logprobs == LogProbs::ProcessedAndRaw).then_some(raw);
+    samples.logsumexp = Some(lse);
 }
 
 /// Tokens and scores of the winning candidates.
 fn samples_of(winners: &[Candidate]) -> Samples {
-    Samples { tokens: winners.iter().map(|c| c.token()).collect(), scores: winners.iter().map(|c| c.score).collect() }
+    Samples::plain(winners.iter().map(|c| c.token()).collect(), winners.iter().map(|c| c.score).collect())
 }
 
 /// f32 dot product with eight interleaved partial sums (fixed order: deterministic, and vectorizable).

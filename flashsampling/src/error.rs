@@ -71,6 +71,32 @@ pub enum Error {
     /// A sample index of 2^31 or more (the top bit of the sample word keys the noise's refinement call).
     #[error("sample index {0} is too large: it must be below 2^31")]
     InvalidSample(u32),
+    /// A per-row temperature that is NaN, negative or infinite.
+    #[error("row {row}: temperature {temperature} is invalid: it must be finite and >= 0 (0 = greedy)")]
+    InvalidRowTemperature {
+        /// The row.
+        row: usize,
+        /// Its temperature.
+        temperature: f32,
+    },
+    /// Samples per row of 0 or above the limit.
+    #[error("{n} samples per row: it must be 1 ..= {max}")]
+    InvalidSampleCount {
+        /// Asked for.
+        n: u32,
+        /// The limit.
+        max: u32,
+    },
+    /// A control not available on this path yet: on the GPU backend, per-row temperatures or seeds,
+    /// several samples per row and log-probabilities (the CPU backend has them); over vocab shards,
+    /// log-probabilities.
+    #[error("{control} is not available {path} yet")]
+    Unsupported {
+        /// The control.
+        control: &'static str,
+        /// Where: "on the GPU backend", "over vocab shards".
+        path: &'static str,
+    },
     /// Vocab shards that do not tile the vocabulary: they must be given in order, each starting
     /// where the previous one ends, from global row 0, and reach at least V (rows at or past V are
     /// padding and never sampled).

@@ -462,8 +462,7 @@ impl GpuBackend {
             params,
             &mut out,
         )?;
-        let samples =
-            Samples { tokens: self.stream.clone_dtoh(&out.tokens())?, scores: self.stream.clone_dtoh(&out.scores())? };
+        let samples = Samples::plain(self.stream.clone_dtoh(&out.tokens())?, self.stream.clone_dtoh(&out.scores())?);
         check_samples(&samples, hidden, weight)?;
         Ok(samples)
     }
@@ -483,6 +482,9 @@ impl GpuBackend {
             (weight.rows, weight.cols, weight.data.len()),
             params,
         )?;
+        if let Some(control) = params.cpu_only_control() {
+            return Err(Error::Unsupported { control, path: "on the GPU backend" });
+        }
         for (buffer, data) in [("hidden states", &hidden.data), ("LM-head weight", &weight.data)] {
             if !same_context(data.stream().context(), &self.ctx) {
                 return Err(Error::ForeignBuffer { buffer });

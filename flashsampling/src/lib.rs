@@ -72,11 +72,28 @@ pub const PTX_TEST: &str = include_str!(env!("FLASHSAMPLING_PTX_TEST_PATH"));
 /// Tokens and their winning perturbed scores.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Samples {
-    /// One token per row.
+    /// One token per row, or `n` per row (`[B, n]`, row-major) with [`SamplingParams::n`].
     pub tokens: Vec<u32>,
-    /// The row's winning score: `min(T, 1) · (logit / T + gumbel)` (see [`kernels::Transform`]), the
-    /// logit when greedy; NaN or `−∞` for a row without a token.
+    /// Each token's winning score: `min(T, 1) · (logit / T + gumbel)` (see [`kernels::Transform`]),
+    /// the logit when greedy; NaN or `−∞` for a row without a token.
     pub scores: Vec<f32>,
+    /// With [`params::LogProbs::Processed`] or more: each token's log-probability under the
+    /// distribution sampled from, `logit / T − logsumexp` (`0` for a greedy row: the argmax has
+    /// probability 1). Same layout as `tokens`.
+    pub logprobs: Option<Vec<f32>>,
+    /// With [`params::LogProbs::ProcessedAndRaw`]: each token's log-probability under
+    /// `softmax(logits)` (`T = 1`, nothing applied). Same layout as `tokens`.
+    pub raw_logprobs: Option<Vec<f32>>,
+    /// With log-probabilities: each row's log-sum-exp of `logits / T` (`[B]`; NaN for a greedy row,
+    /// where it is not defined).
+    pub logsumexp: Option<Vec<f32>>,
+}
+
+impl Samples {
+    /// Tokens and scores, no log-probabilities.
+    pub fn plain(tokens: Vec<u32>, scores: Vec<f32>) -> Self {
+        Self { tokens, scores, logprobs: None, raw_logprobs: None, logsumexp: None }
+    }
 }
 
 /// Rows without a token ([`kernels::INVALID_INDEX`]) become errors: a `−∞` winning score is
@@ -84,15 +101,16 @@ pub struct Samples {
 /// row's hidden state or the weight; scanned only on this error path), else [`Error::UndefinedLogit`]
 /// (`∞ − ∞` or `0 · ∞` from infinite inputs or f32 overflow).
 pub(crate) fn check_samples(samples: &Samples, hidden: Matrix<'_>, weight: Matrix<'_>) -> Result<()> {
-    check_samples_of(samples, hidden, &[weight.data])
+    check_samples_of(samples, 1, hidden, &[weight.data])
 }
 
-/// [`check_samples`] for a weight held in several parts (vocab shards).
-pub(crate) fn check_samples_of(samples: &Samples, hidden: Matrix<'_>, weights: &[&[bf16]]) -> Result<()> {
-    let Some(row) = samples.tokens.iter().position(|&t| t == kernels::INVALID_INDEX) else {
+/// [`check_samples`] for `n` samples per row and a weight held in several parts (vocab shards).
+pub(crate) fn check_samples_of(samples: &Samples, n: usize, hidden: Matrix<'_>, weights: &[&[bf16]]) -> Result<()> {
+    let Some(slot) = samples.tokens.iter().position(|&t| t == kernels::INVALID_INDEX) else {
         return Ok(());
     };
-    if samples.scores[row] == f32::NEG_INFINITY {
+    let row = slot / n.max(1);
+    if samples.scores[slot] == f32::NEG_INFINITY {
         return Err(Error::AllLogitsNegInfinite { row });
     }
     let d = hidden.cols;

@@ -22,12 +22,50 @@ pub struct SamplingParams {
     /// Sample index (0 for the first sample of a row); below 2^31, as the top bit of the noise key's
     /// sample word marks the refinement draws (see [`flashsampling_kernels::noise`]).
     pub sample: u32,
+    /// Per-row temperatures (one per batch row), overriding `temperature`; `0` is greedy for that
+    /// row. CPU backend only for now (the GPU backend returns [`Error::Unsupported`]).
+    pub temperatures: Option<Vec<f32>>,
+    /// Per-row seeds (one per batch row), overriding `seed`: the noise key of row `r` is
+    /// (`seeds[r]`, its stream, the sample index, the vocab index). CPU backend only for now.
+    pub seeds: Option<Vec<u64>>,
+    /// Samples per row, `1 ..= MAX_SAMPLES_PER_ROW`: sample `j` of a row uses sample index
+    /// `sample + j` and is the token a one-sample call with that index draws. Tokens come out
+    /// `[B, n]`, row-major. CPU backend only for now when above 1.
+    pub n: u32,
+    /// Which log-probabilities to return with the tokens ([`LogProbs`]). CPU backend only for now.
+    pub logprobs: LogProbs,
 }
+
+/// Log-probabilities returned with the tokens ([`crate::Samples::logprobs`] and friends).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LogProbs {
+    /// None (the default: plain sampling computes nothing more).
+    #[default]
+    Off,
+    /// Of each sampled token under the distribution sampled from (`softmax(logits / T)` of its row),
+    /// and each row's log-sum-exp of `logits / T`.
+    Processed,
+    /// As `Processed`, and also under the model's own distribution (`softmax(logits)`: `T = 1`,
+    /// nothing applied), as reinforcement-learning users need.
+    ProcessedAndRaw,
+}
+
+/// Most samples per row in one call ([`SamplingParams::n`]).
+pub const MAX_SAMPLES_PER_ROW: u32 = 1024;
 
 impl SamplingParams {
     /// Temperature `temperature`, seed `seed`, streams = row indices, sample 0.
     pub fn new(temperature: f32, seed: u64) -> Self {
-        Self { temperature, seed, streams: None, sample: 0 }
+        Self {
+            temperature,
+            seed,
+            streams: None,
+            sample: 0,
+            temperatures: None,
+            seeds: None,
+            n: 1,
+            logprobs: LogProbs::Off,
+        }
     }
 
     /// Greedy decoding (temperature 0).
@@ -47,6 +85,64 @@ impl SamplingParams {
         self
     }
 
+    /// Sets per-row temperatures (`0` = greedy for that row).
+    pub fn with_temperatures(mut self, temperatures: Vec<f32>) -> Self {
+        self.temperatures = Some(temperatures);
+        self
+    }
+
+    /// Sets per-row seeds.
+    pub fn with_seeds(mut self, seeds: Vec<u64>) -> Self {
+        self.seeds = Some(seeds);
+        self
+    }
+
+    /// Sets the number of samples per row.
+    pub fn with_samples_per_row(mut self, n: u32) -> Self {
+        self.n = n;
+        self
+    }
+
+    /// Asks for log-probabilities.
+    pub fn with_logprobs(mut self, logprobs: LogProbs) -> Self {
+        self.logprobs = logprobs;
+        self
+    }
+
+    /// The first control set that the GPU kernels do not take yet (per-row temperatures or seeds,
+    /// more than one sample per row, log-probabilities), or `None`.
+    pub fn cpu_only_control(&self) -> Option<&'static str> {
+        if self.temperatures.is_some() {
+            Some("per-row temperature")
+        } else if self.seeds.is_some() {
+            Some("per-row seed")
+        } else if self.n != 1 {
+            Some("several samples per row")
+        } else if self.logprobs != LogProbs::Off {
+            Some("log-probabilities")
+        } else {
+            None
+        }
+    }
+
+    /// The temperature of row `row` (the per-row list's entry, else the call's); `None` past the end
+    /// of the list.
+    pub fn row_temperature(&self, row: usize) -> Option<f32> {
+        match &self.temperatures {
+            Some(t) => t.get(row).copied(),
+            None => Some(self.temperature),
+        }
+    }
+
+    /// The seed of row `row` (the per-row list's entry, else the call's); `None` past the end of the
+    /// list.
+    pub fn row_seed(&self, row: usize) -> Option<u64> {
+        match &self.seeds {
+            Some(s) => s.get(row).copied(),
+            None => Some(self.seed),
+        }
+    }
+
     /// The stream id of row `row`: `streams[row]`, or `row` when no list is set; `None` past the end
     /// of the list (the API validates the list's length against B before it calls this).
     pub fn stream(&self, row: usize) -> Option<u64> {
@@ -61,9 +157,10 @@ impl SamplingParams {
         (0..b).map(|r| self.stream(r)).collect()
     }
 
-    /// The noise of row `row`; `None` past the end of the stream list.
+    /// The noise of row `row` (its seed and stream, the first sample index); `None` past the end of
+    /// the stream or seed list.
     pub fn row_noise(&self, row: usize) -> Option<RowNoise> {
-        Some(RowNoise { seed: self.seed, stream: self.stream(row)?, sample: self.sample })
+        Some(RowNoise { seed: self.row_seed(row)?, stream: self.stream(row)?, sample: self.sample })
     }
 
     /// The kernel transform for this temperature (validated first: finite and ≥ 0, else
@@ -148,8 +245,26 @@ pub(crate) fn validate(
             return Err(Error::LengthMismatch { buffer: "streams", expected: b, actual: s.len() });
         }
     }
-    if params.sample >= MAX_SAMPLE {
-        return Err(Error::InvalidSample(params.sample));
+    for (buffer, len) in [
+        ("per-row temperatures", params.temperatures.as_ref().map(Vec::len)),
+        ("per-row seeds", params.seeds.as_ref().map(Vec::len)),
+    ] {
+        if let Some(actual) = len.filter(|&l| l != b) {
+            return Err(Error::LengthMismatch { buffer, expected: b, actual });
+        }
+    }
+    if params.n == 0 || params.n > MAX_SAMPLES_PER_ROW {
+        return Err(Error::InvalidSampleCount { n: params.n, max: MAX_SAMPLES_PER_ROW });
+    }
+    // The last sample index of the call must stay below 2^31 too.
+    let last = params.sample as u64 + params.n as u64 - 1;
+    if last >= MAX_SAMPLE as u64 {
+        return Err(Error::InvalidSample(last.min(u32::MAX as u64) as u32));
+    }
+    if let Some(t) = &params.temperatures {
+        if let Some(row) = t.iter().position(|t| !t.is_finite() || *t < 0.0) {
+            return Err(Error::InvalidRowTemperature { row, temperature: t[row] });
+        }
     }
     let transform = params.transform()?;
     Ok((Shape { b, d, v }, transform))
