@@ -178,3 +178,178 @@ fn bad_controls_are_typed_errors() {
     let e = cpu.sample_sharded(h, &shards, v, &p.with_logprobs(LogProbs::Processed)).unwrap_err();
     assert!(matches!(e, Error::Unsupported { control: "log-probabilities", .. }), "{e:?}");
 }
+
+/// f64 reference of processed logits: soft-cap, adjustments (as `Adjustment::apply`), mask.
+fn processed_f64(y: &[f64], cap: Option<f64>, adj: &[(usize, f64, f64, f64)], allowed: Option<&[bool]>) -> Vec<f64> {
+    let mut z: Vec<f64> = y.iter().map(|&x| cap.map_or(x, |c| c * (x / c).tanh())).collect();
+    for &(t, bias, rep, sub) in adj {
+        let x = z[t] + bias;
+        z[t] = (if x > 0.0 { x / rep } else { x * rep }) - sub;
+    }
+    if let Some(a) = allowed {
+        for (zi, &ok) in z.iter_mut().zip(a) {
+            if !ok {
+                *zi = f64::NEG_INFINITY;
+            }
+        }
+    }
+    z
+}
+
+#[test]
+fn masks_adjustments_and_softcap_sample_the_processed_distribution() {
+    use flashsampling::controls::{RowPenalties, SparseAdjustments, TokenMask};
+    let cpu = CpuBackend::new();
+    let v = 48usize;
+    let s = chi_setup(Logits::Spread, v, 3, 1.0, 0x12_0005);
+    let y = logits_f64(&s.hidden[..s.d], &s.weight, s.d, 0);
+    let (h, w) = (Matrix::new(&s.hidden, s.b, s.d), Matrix::new(&s.weight, v, s.d));
+    // Row 0: a grammar allowing every third token. Row 1: bias, repetition and frequency/presence
+    // penalties from a request's history. Row 2: both, at another temperature. Soft-cap 4 everywhere.
+    let allowed_row: Vec<u32> = (0..v as u32).filter(|t| t % 3 == 0).collect();
+    let all: Vec<u32> = (0..v as u32).collect();
+    let mask = TokenMask::from_allowed(v, &[&allowed_row, &all, &allowed_row]).unwrap();
+    let bias = [(5u32, 2.5f32), (6, -1.0)];
+    let (prompt, output) = ([3u32, 5, 9], [9u32, 9, 12, 30]);
+    let pen = RowPenalties {
+        logit_bias: &bias,
+        repetition_penalty: 1.3,
+        frequency_penalty: 0.4,
+        presence_penalty: 0.2,
+        prompt: &prompt,
+        output: &output,
+    };
+    let adjustments = SparseAdjustments::from_rows(&[RowPenalties::default(), pen.clone(), pen]).unwrap();
+    // The helper's definitions: bias on 5 and 6; repetition on prompt ∪ output = {3, 5, 9, 12, 30};
+    // frequency · count + presence on the output's {9: 2, 12: 1, 30: 1}.
+    let want_adj: Vec<(usize, f64, f64, f64)> = vec![
+        (3, 0.0, 1.3, 0.0),
+        (5, 2.5, 1.3, 0.0),
+        (6, -1.0, 1.0, 0.0),
+        (9, 0.0, 1.3, 1.0),
+        (12, 0.0, 1.3, 0.6),
+        (30, 0.0, 1.3, 0.6),
+    ];
+    let (tokens1, adj1) = adjustments.row(1);
+    assert_eq!(tokens1, &[3, 5, 6, 9, 12, 30]);
+    for ((t, a), &(wt, bias, rep, sub)) in tokens1.iter().zip(adj1).zip(&want_adj) {
+        assert_eq!(*t as usize, wt);
+        assert!(
+            (a.bias as f64 - bias).abs() < 1e-6
+                && (a.repetition as f64 - rep).abs() < 1e-6
+                && (a.subtract as f64 - sub).abs() < 1e-6,
+            "{t}: {a:?}"
+        );
+    }
+    let temps = [1.0f32, 1.0, 0.6];
+    let allowed: Vec<bool> = (0..v).map(|t| t % 3 == 0).collect();
+    let refs = [
+        processed_f64(&y, Some(4.0), &[], Some(&allowed)),
+        processed_f64(&y, Some(4.0), &want_adj, None),
+        processed_f64(&y, Some(4.0), &want_adj, Some(&allowed)),
+    ];
+    let (n, rounds) = (64u32, 800u64);
+    let mut counts = vec![vec![0u64; v]; 3];
+    for round in 0..rounds {
+        let params = params_round(1.0, 0xAD1, 3, 10_000 * round)
+            .with_temperatures(temps.to_vec())
+            .with_samples_per_row(n)
+            .with_softcap(4.0)
+            .with_allowed(mask.clone())
+            .with_adjustments(adjustments.clone());
+        let tokens = cpu.sample(h, w, &params).unwrap();
+        for (r, c) in counts.iter_mut().enumerate() {
+            for &t in &tokens[r * n as usize..(r + 1) * n as usize] {
+                c[t as usize] += 1;
+            }
+        }
+    }
+    for r in 0..3 {
+        if r != 1 {
+            assert!(counts[r].iter().enumerate().all(|(t, &c)| c == 0 || t % 3 == 0), "row {r} sampled a masked token");
+        }
+        let (stat, df, p) = chi_squared(&counts[r], &softmax(&refs[r], temps[r] as f64));
+        visible(&format!("controls row {r}: chi-squared {stat:.1} on {df} df, p = {p:.3}"));
+        assert!(p > 1e-4, "row {r}: chi-squared {stat} on {df} df, p = {p}");
+    }
+    // Log-probabilities are those of the processed distribution.
+    let params = params_round(1.0, 0xAD2, 3, 7)
+        .with_temperatures(temps.to_vec())
+        .with_softcap(4.0)
+        .with_allowed(mask.clone())
+        .with_adjustments(adjustments.clone())
+        .with_logprobs(LogProbs::Processed);
+    let got = cpu.sample_scored(h, w, &params).unwrap();
+    for r in 0..3 {
+        let t = temps[r] as f64;
+        let scaled: Vec<f64> = refs[r].iter().map(|z| z / t).collect();
+        let m = scaled.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let lse = m + scaled.iter().map(|x| (x - m).exp()).sum::<f64>().ln();
+        let tok = got.tokens[r] as usize;
+        let lp = got.logprobs.as_ref().unwrap()[r] as f64;
+        assert!((lp - (scaled[tok] - lse)).abs() < 1e-4, "row {r}: log-prob {lp} vs {}", scaled[tok] - lse);
+    }
+}
+
+#[test]
+fn neutral_controls_change_nothing() {
+    use flashsampling::controls::{SparseAdjustments, TokenMask};
+    let cpu = CpuBackend::new();
+    let (b, d, v) = (5usize, 64usize, 999usize);
+    let mut rng = TestRng::new(0x12_0006);
+    let hidden = rng.normal_bf16(b * d, 1.0);
+    let weight = rng.normal_bf16(v * d, 0.3);
+    let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
+    let p = SamplingParams::new(0.8, 21).with_samples_per_row(2);
+    let plain = cpu.sample_scored(h, w, &p).unwrap();
+    for params in [p.clone().with_allowed(TokenMask::all(b, v)), p.clone().with_adjustments(SparseAdjustments::none(b))]
+    {
+        let got = cpu.sample_scored(h, w, &params).unwrap();
+        assert_eq!((&got.tokens, bits(&got.scores)), (&plain.tokens, bits(&plain.scores)));
+    }
+    // A row with nothing allowed has no token: a typed error, never a silent one.
+    let mut mask = TokenMask::all(b, v);
+    mask.words[2 * mask.words_per_row..3 * mask.words_per_row].fill(0);
+    assert!(matches!(cpu.sample(h, w, &p.clone().with_allowed(mask)), Err(Error::AllLogitsNegInfinite { row: 2 })));
+}
+
+#[test]
+fn bad_masks_adjustments_and_caps_are_typed_errors() {
+    use flashsampling::controls::{RowPenalties, SparseAdjustments, TokenMask};
+    use flashsampling::kernels::logits::Adjustment;
+    let cpu = CpuBackend::new();
+    let (b, d, v) = (2usize, 8usize, 40usize);
+    let hidden = vec![half::bf16::ONE; b * d];
+    let weight = vec![half::bf16::ONE; v * d];
+    let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
+    let p = SamplingParams::new(1.0, 1);
+    let err = |params: SamplingParams| cpu.sample(h, w, &params).unwrap_err();
+    for cap in [0.0f32, -1.0, f32::NAN, f32::INFINITY] {
+        assert!(matches!(err(p.clone().with_softcap(cap)), Error::InvalidSoftcap(_)), "cap {cap}");
+    }
+    assert!(matches!(err(p.clone().with_allowed(TokenMask::all(b, 70))), Error::LengthMismatch { .. }));
+    assert!(matches!(err(p.clone().with_allowed(TokenMask::all(3, v))), Error::LengthMismatch { .. }));
+    assert!(matches!(TokenMask::from_allowed(v, &[&[40]]), Err(Error::TokenOutOfRange { token: 40, .. })));
+    let adj = |tokens: Vec<u32>, a: Adjustment| SparseAdjustments {
+        offsets: vec![0, tokens.len(), tokens.len()],
+        adjustments: vec![a; tokens.len()],
+        tokens,
+    };
+    let bias = Adjustment { bias: 1.0, ..Adjustment::NONE };
+    assert!(matches!(
+        err(p.clone().with_adjustments(adj(vec![3, 40], bias))),
+        Error::TokenOutOfRange { row: 0, token: 40, .. }
+    ));
+    assert!(matches!(err(p.clone().with_adjustments(adj(vec![5, 5], bias))), Error::InvalidAdjustments { row: 0, .. }));
+    assert!(matches!(
+        err(p.clone().with_adjustments(adj(vec![5], Adjustment { repetition: 0.0, ..bias }))),
+        Error::InvalidAdjustments { .. }
+    ));
+    assert!(matches!(
+        err(p.clone().with_adjustments(adj(vec![5], Adjustment { bias: f32::NAN, ..bias }))),
+        Error::InvalidAdjustments { .. }
+    ));
+    assert!(matches!(err(p.clone().with_adjustments(SparseAdjustments::none(3))), Error::LengthMismatch { .. }));
+    let bad = RowPenalties { repetition_penalty: -1.0, ..Default::default() };
+    assert!(matches!(SparseAdjustments::from_rows(&[bad]), Err(Error::InvalidAdjustments { .. })));
+}

@@ -87,7 +87,7 @@ impl CpuBackend {
         )?;
         let slots = slots(params, shape.b)?;
         let want_mass = params.logprobs != LogProbs::Off;
-        let (winners, mass) = self.winners(hidden.data, weight.data, (0, shape.v), shape, &slots, want_mass);
+        let (winners, mass) = self.winners(hidden.data, weight.data, (0, shape.v), shape, &slots, params, want_mass);
         let mut samples = samples_of(&winners);
         if want_mass {
             add_logprobs(&mut samples, params, &slots, &mass, |row, token| {
@@ -134,7 +134,7 @@ impl CpuBackend {
         if rows == 0 {
             return Ok(vec![Candidate::EMPTY; slots.len()]);
         }
-        Ok(self.winners(hidden.data, &w.data[..rows * shape.d], (shard.offset, vocab), shape, &slots, false).0)
+        Ok(self.winners(hidden.data, &w.data[..rows * shape.d], (shard.offset, vocab), shape, &slots, params, false).0)
     }
 
     /// Vocab-parallel sampling simulated in memory: each shard's candidates
@@ -167,6 +167,7 @@ impl CpuBackend {
     /// worker; a worker folds every tile of its range into one running candidate per slot (the merge
     /// is associative and commutative, so this is the kernel's `[B, n_tiles]` candidates reduced),
     /// and the workers' candidates are merged last.
+    #[allow(clippy::too_many_arguments)]
     fn winners(
         &self,
         hidden: &[bf16],
@@ -174,9 +175,11 @@ impl CpuBackend {
         (offset, vocab): (usize, usize),
         shape: Shape,
         slots: &[Slot],
+        params: &SamplingParams,
         want_mass: bool,
     ) -> (Vec<Candidate>, Vec<RowMass>) {
         let (b, d) = (shape.b, shape.d);
+        let row_logits: Vec<_> = (0..b).map(|r| params.row_logits(r)).collect();
         let n = slots.len() / b;
         let v = weight.len() / d; // the rows to score (local)
         debug_assert!(offset + v <= vocab && slots.len() == b * n);
@@ -206,21 +209,21 @@ impl CpuBackend {
                         for (j, l) in logits[..rows].iter_mut().enumerate() {
                             *l = dot(h, &w_chunk[j * d..(j + 1) * d]);
                         }
+                        if want_mass {
+                            logits[..rows].iter().for_each(|&y| mass[row].update_raw(y as f64));
+                        }
+                        // Soft-cap, adjustments, mask: the logits the row samples from.
+                        let process = &row_logits[row];
+                        if !process.is_identity() {
+                            process.apply(&mut logits[..rows], offset + v0);
+                        }
+                        let (first, v_end) = ((offset + v0) as u32, vocab as u32);
                         for (slot, c) in slots[row * n..(row + 1) * n].iter().zip(&mut best[row * n..(row + 1) * n]) {
-                            update_tile(
-                                c,
-                                &logits[..rows],
-                                (offset + v0) as u32,
-                                vocab as u32,
-                                &slot.noise,
-                                &slot.transform,
-                            );
+                            update_tile(c, &logits[..rows], first, v_end, &slot.noise, &slot.transform);
                         }
                         if want_mass {
                             let inv_t = slots[row * n].inv_temperature;
-                            for &y in &logits[..rows] {
-                                mass[row].update(y as f64, inv_t);
-                            }
+                            logits[..rows].iter().for_each(|&z| mass[row].update_processed(z as f64, inv_t));
                         }
                     }
                     v0 += rows;
@@ -293,18 +296,25 @@ struct RowMass {
 impl RowMass {
     const EMPTY: Self = Self { processed: (f64::NEG_INFINITY, 0.0), raw: (f64::NEG_INFINITY, 0.0) };
 
-    fn update(&mut self, y: f64, inv_t: f64) {
-        fn add((max, sum): &mut (f64, f64), x: f64) {
-            if x > *max {
-                *sum = *sum * (*max - x).exp() + 1.0;
-                *max = x;
-            } else if x > f64::NEG_INFINITY {
-                *sum += (x - *max).exp();
-            }
+    fn add((max, sum): &mut (f64, f64), x: f64) {
+        if x > *max {
+            *sum = *sum * (*max - x).exp() + 1.0;
+            *max = x;
+        } else if x > f64::NEG_INFINITY {
+            *sum += (x - *max).exp();
         }
-        add(&mut self.raw, y);
+    }
+
+    /// A raw logit (`T = 1`, nothing applied).
+    fn update_raw(&mut self, y: f64) {
+        Self::add(&mut self.raw, y);
+    }
+
+    /// A processed logit `z` (soft-capped, adjusted, masked) of a row with `1/T = inv_t` (0: greedy,
+    /// no processed distribution).
+    fn update_processed(&mut self, z: f64, inv_t: f64) {
         if inv_t > 0.0 {
-            add(&mut self.processed, y * inv_t);
+            Self::add(&mut self.processed, z * inv_t);
         }
     }
 
@@ -342,9 +352,11 @@ fn add_logprobs(
             raw.push(f32::NAN);
             continue;
         }
-        let y = logit(row, token) as f64;
+        let y = logit(row, token);
+        let z = params.row_logits(row).one(y, token as usize) as f64;
+        let y = y as f64;
         let processed =
-            if slot.inv_temperature > 0.0 { y * slot.inv_temperature - RowMass::lse(mass[row].processed) } else { 0.0 };
+            if slot.inv_temperature > 0.0 { z * slot.inv_temperature - RowMass::lse(mass[row].processed) } else { 0.0 };
         lp.push(processed as f32);
         raw.push((y - RowMass::lse(mass[row].raw)) as f32);
     }

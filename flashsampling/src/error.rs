@@ -79,6 +79,27 @@ pub enum Error {
         /// Its temperature.
         temperature: f32,
     },
+    /// A soft-cap that is not finite and positive.
+    #[error("soft-cap {0} is invalid: it must be finite and > 0")]
+    InvalidSoftcap(f32),
+    /// A token id at or past V in a mask or adjustment list.
+    #[error("row {row}: token id {token} is out of range (V = {v})")]
+    TokenOutOfRange {
+        /// The row.
+        row: usize,
+        /// The token id.
+        token: u32,
+        /// The vocab size.
+        v: usize,
+    },
+    /// Sparse adjustments that are not well formed.
+    #[error("row {row}: invalid logit adjustments: {reason}")]
+    InvalidAdjustments {
+        /// The row.
+        row: usize,
+        /// What is wrong.
+        reason: &'static str,
+    },
     /// Samples per row of 0 or above the limit.
     #[error("{n} samples per row: it must be 1 ..= {max}")]
     InvalidSampleCount {

@@ -34,6 +34,7 @@
 pub mod baselines;
 #[cfg(feature = "checkpoint")]
 pub mod checkpoint;
+pub mod controls;
 pub mod cpu;
 pub mod error;
 pub mod gpu;

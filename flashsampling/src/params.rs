@@ -34,6 +34,14 @@ pub struct SamplingParams {
     pub n: u32,
     /// Which log-probabilities to return with the tokens ([`LogProbs`]). CPU backend only for now.
     pub logprobs: LogProbs,
+    /// Soft-capping of the logits, `cap · tanh(logit / cap)` (Gemma 2), before everything else;
+    /// finite and > 0. CPU backend only for now.
+    pub softcap: Option<f32>,
+    /// Allowed tokens per row ([`crate::controls::TokenMask`]). CPU backend only for now.
+    pub allowed: Option<crate::controls::TokenMask>,
+    /// Sparse per-row logit adjustments ([`crate::controls::SparseAdjustments`]). CPU backend only
+    /// for now.
+    pub adjustments: Option<crate::controls::SparseAdjustments>,
 }
 
 /// Log-probabilities returned with the tokens ([`crate::Samples::logprobs`] and friends).
@@ -65,6 +73,9 @@ impl SamplingParams {
             seeds: None,
             n: 1,
             logprobs: LogProbs::Off,
+            softcap: None,
+            allowed: None,
+            adjustments: None,
         }
     }
 
@@ -109,8 +120,35 @@ impl SamplingParams {
         self
     }
 
+    /// Soft-caps the logits at `cap`.
+    pub fn with_softcap(mut self, cap: f32) -> Self {
+        self.softcap = Some(cap);
+        self
+    }
+
+    /// Sets the allowed-token mask.
+    pub fn with_allowed(mut self, mask: crate::controls::TokenMask) -> Self {
+        self.allowed = Some(mask);
+        self
+    }
+
+    /// Sets the sparse logit adjustments.
+    pub fn with_adjustments(mut self, adjustments: crate::controls::SparseAdjustments) -> Self {
+        self.adjustments = Some(adjustments);
+        self
+    }
+
+    /// What row `row`'s logits go through before the temperature.
+    pub(crate) fn row_logits(&self, row: usize) -> crate::controls::RowLogits<'_> {
+        crate::controls::RowLogits {
+            softcap: self.softcap,
+            mask: self.allowed.as_ref().map(|m| m.row(row)),
+            adjust: self.adjustments.as_ref().map_or((&[][..], &[][..]), |a| a.row(row)),
+        }
+    }
+
     /// The first control set that the GPU kernels do not take yet (per-row temperatures or seeds,
-    /// more than one sample per row, log-probabilities), or `None`.
+    /// more than one sample per row, log-probabilities, soft-capping, a mask, adjustments), or `None`.
     pub fn cpu_only_control(&self) -> Option<&'static str> {
         if self.temperatures.is_some() {
             Some("per-row temperature")
@@ -120,6 +158,12 @@ impl SamplingParams {
             Some("several samples per row")
         } else if self.logprobs != LogProbs::Off {
             Some("log-probabilities")
+        } else if self.softcap.is_some() {
+            Some("soft-capping")
+        } else if self.allowed.is_some() {
+            Some("an allowed-token mask")
+        } else if self.adjustments.is_some() {
+            Some("sparse logit adjustments")
         } else {
             None
         }
@@ -265,6 +309,17 @@ pub(crate) fn validate(
         if let Some(row) = t.iter().position(|t| !t.is_finite() || *t < 0.0) {
             return Err(Error::InvalidRowTemperature { row, temperature: t[row] });
         }
+    }
+    if let Some(cap) = params.softcap {
+        if !(cap.is_finite() && cap > 0.0) {
+            return Err(Error::InvalidSoftcap(cap));
+        }
+    }
+    if let Some(mask) = &params.allowed {
+        mask.validate(b, v)?;
+    }
+    if let Some(adj) = &params.adjustments {
+        adj.validate(b, v)?;
     }
     let transform = params.transform()?;
     Ok((Shape { b, d, v }, transform))

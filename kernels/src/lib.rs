@@ -10,6 +10,7 @@
 //! | [`noise`] | uniform, logarithm, Gumbel noise and the noise key |
 //! | [`epilogue`] | logit transform (temperature) and the tile epilogue |
 //! | [`candidate`] | the per-tile state: `update` and associative `merge` |
+//! | [`logits`] | per-row logit processing before the temperature: soft-cap, sparse adjustments, the allowed-token mask |
 //! | [`logmass`] | online log-sum-exp state (softmax baseline today; fused log-probs next) |
 //! | [`config`] | tile sizes, the typed kernel variants (family, PTX module, thread bound) and their choice per batch size, shared with the host |
 //! | [`params`] | kernel parameter structs, passed by value |
@@ -22,6 +23,7 @@
 pub mod candidate;
 pub mod config;
 pub mod epilogue;
+pub mod logits;
 pub mod logmass;
 pub mod noise;
 pub mod params;
