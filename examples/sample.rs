@@ -14,8 +14,12 @@
 //! cargo run --release --example sample -- [--batch B] [--hidden D] [--vocab V] [--temperature T]
 //!                                         [--seed S] [--backend auto|gpu|cpu]
 //!                                         [--weight FILE [--tensor NAME]] [--hidden-states FILE
-//!                                         [--hidden-tensor NAME]] [--convert]
+//!                                         [--hidden-tensor NAME]] [--convert] [--logprobs]
 //! ```
+//!
+//! `--logprobs` also prints each token's log-probability (under the sampled distribution and under
+//! `softmax(logits)`) and each row's log-sum-exp; they come from the CPU backend for now (the GPU
+//! kernels do not compute them yet), with the same noise, so the tokens are the same.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -39,6 +43,7 @@ struct Args {
     hidden_states: Option<PathBuf>,
     hidden_tensor: Option<String>,
     convert: bool,
+    logprobs: bool,
 }
 
 fn parse() -> Result<Args, String> {
@@ -54,6 +59,7 @@ fn parse() -> Result<Args, String> {
         hidden_states: None,
         hidden_tensor: None,
         convert: false,
+        logprobs: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -77,9 +83,10 @@ fn parse() -> Result<Args, String> {
             "--hidden-states" => a.hidden_states = Some(PathBuf::from(val()?)),
             "--hidden-tensor" => a.hidden_tensor = Some(val()?),
             "--convert" => a.convert = true,
+            "--logprobs" => a.logprobs = true,
             "-h" | "--help" => {
                 println!(
-                    "usage: sample [--batch B] [--hidden D] [--vocab V] [--temperature T] [--seed S] [--backend auto|gpu|cpu]\n              [--weight FILE [--tensor NAME]] [--hidden-states FILE [--hidden-tensor NAME]] [--convert]"
+                    "usage: sample [--batch B] [--hidden D] [--vocab V] [--temperature T] [--seed S] [--backend auto|gpu|cpu]\n              [--weight FILE [--tensor NAME]] [--hidden-states FILE [--hidden-tensor NAME]] [--convert] [--logprobs]"
                 );
                 std::process::exit(0);
             }
@@ -148,6 +155,16 @@ fn run(mut a: Args) -> Result<(), Box<dyn std::error::Error>> {
     let tokens = sampler.sample(h, w, &params)?;
     let wall = start.elapsed();
     println!("tokens: {tokens:?}");
+    if a.logprobs {
+        let with = params.clone().with_logprobs(flashsampling::params::LogProbs::ProcessedAndRaw);
+        let s = CpuBackend::new().sample_scored(h, w, &with)?;
+        println!("log-probs (sampled distribution): {:?}", s.logprobs.unwrap_or_default());
+        println!("log-probs (softmax of the logits): {:?}", s.raw_logprobs.unwrap_or_default());
+        println!("log-sum-exp of logits / T: {:?}", s.logsumexp.unwrap_or_default());
+        if s.tokens != tokens {
+            println!("  (CPU tokens {:?}: rows may differ only on f32 near-ties)", s.tokens);
+        }
+    }
     let what = if matches!(sampler, Sampler::Gpu(_)) { "wall clock, incl. host<->device copies" } else { "wall clock" };
     println!("time ({what}): {:.3} ms", wall.as_secs_f64() * 1e3);
 
