@@ -79,6 +79,16 @@ pub enum Error {
         /// Its temperature.
         temperature: f32,
     },
+    /// A top-p outside `(0, 1]` or a min-p outside `[0, 1]` (NaN included).
+    #[error("row {row}: {what} {value} is out of range (top-p in (0, 1], min-p in [0, 1])")]
+    InvalidTruncation {
+        /// The row.
+        row: usize,
+        /// "top-p" or "min-p".
+        what: &'static str,
+        /// The value.
+        value: f32,
+    },
     /// A soft-cap that is not finite and positive.
     #[error("soft-cap {0} is invalid: it must be finite and > 0")]
     InvalidSoftcap(f32),

@@ -85,15 +85,20 @@ pub struct Samples {
     /// With [`params::LogProbs::ProcessedAndRaw`]: each token's log-probability under
     /// `softmax(logits)` (`T = 1`, nothing applied). Same layout as `tokens`.
     pub raw_logprobs: Option<Vec<f32>>,
-    /// With log-probabilities: each row's log-sum-exp of `logits / T` (`[B]`; NaN for a greedy row,
-    /// where it is not defined).
+    /// With log-probabilities: each row's log-sum-exp of `logits / T` (over the kept tokens when
+    /// the row truncates; `[B]`; NaN for a greedy row, where it is not defined).
     pub logsumexp: Option<Vec<f32>>,
+    /// With [`SamplingParams::top_logprobs`]: each row's most likely tokens, most likely first (ties:
+    /// lower id first), with their log-probabilities under the processed distribution (truncation
+    /// included: at most the kept tokens), or under `softmax(logits)` with
+    /// [`SamplingParams::top_logprobs_raw`].
+    pub top_logprobs: Option<Vec<Vec<(u32, f32)>>>,
 }
 
 impl Samples {
     /// Tokens and scores, no log-probabilities.
     pub fn plain(tokens: Vec<u32>, scores: Vec<f32>) -> Self {
-        Self { tokens, scores, logprobs: None, raw_logprobs: None, logsumexp: None }
+        Self { tokens, scores, logprobs: None, raw_logprobs: None, logsumexp: None, top_logprobs: None }
     }
 }
 

@@ -42,7 +42,22 @@ pub struct SamplingParams {
     /// Sparse per-row logit adjustments ([`crate::controls::SparseAdjustments`]). CPU backend only
     /// for now.
     pub adjustments: Option<crate::controls::SparseAdjustments>,
+    /// Per-row top-k (one per row; `0` or `≥ V`: off). CPU backend only for now.
+    pub top_k: Option<Vec<u32>>,
+    /// Per-row top-p (one per row, in `(0, 1]`; `1`: off). CPU backend only for now.
+    pub top_p: Option<Vec<f32>>,
+    /// Per-row min-p (one per row, in `[0, 1]`; `0`: off). CPU backend only for now.
+    pub min_p: Option<Vec<f32>>,
+    /// Also return each row's `top_logprobs` most likely tokens with their log-probabilities (up to
+    /// [`MAX_TOP_LOGPROBS`]; 0: off): of the processed distribution (the one sampled from,
+    /// truncation included), or of `softmax(logits)` with `top_logprobs_raw`. CPU backend only for now.
+    pub top_logprobs: u32,
+    /// `top_logprobs` of the raw distribution (`softmax(logits)`, nothing applied) instead.
+    pub top_logprobs_raw: bool,
 }
+
+/// Most tokens [`SamplingParams::top_logprobs`] returns per row.
+pub const MAX_TOP_LOGPROBS: u32 = 64;
 
 /// Log-probabilities returned with the tokens ([`crate::Samples::logprobs`] and friends).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -76,6 +91,11 @@ impl SamplingParams {
             softcap: None,
             allowed: None,
             adjustments: None,
+            top_k: None,
+            top_p: None,
+            min_p: None,
+            top_logprobs: 0,
+            top_logprobs_raw: false,
         }
     }
 
@@ -138,6 +158,49 @@ impl SamplingParams {
         self
     }
 
+    /// Per-row top-k (`0` or `≥ V`: off for that row).
+    pub fn with_top_k(mut self, k: Vec<u32>) -> Self {
+        self.top_k = Some(k);
+        self
+    }
+
+    /// Per-row top-p (`1`: off for that row).
+    pub fn with_top_p(mut self, p: Vec<f32>) -> Self {
+        self.top_p = Some(p);
+        self
+    }
+
+    /// Per-row min-p (`0`: off for that row).
+    pub fn with_min_p(mut self, min_p: Vec<f32>) -> Self {
+        self.min_p = Some(min_p);
+        self
+    }
+
+    /// Asks for each row's `n` most likely tokens with their log-probabilities, of the processed
+    /// distribution, or of `softmax(logits)` when `raw`.
+    pub fn with_top_logprobs(mut self, n: u32, raw: bool) -> Self {
+        self.top_logprobs = n;
+        self.top_logprobs_raw = raw;
+        self
+    }
+
+    /// Row `row`'s truncation: (top-k, top-p, min-p), each at its "off" value where not set.
+    pub fn row_truncation(&self, row: usize) -> (u32, f32, f32) {
+        let get = |v: &Option<Vec<f32>>, off: f32| v.as_ref().and_then(|v| v.get(row).copied()).unwrap_or(off);
+        (
+            self.top_k.as_ref().and_then(|k| k.get(row).copied()).unwrap_or(0),
+            get(&self.top_p, 1.0),
+            get(&self.min_p, 0.0),
+        )
+    }
+
+    /// Whether any row truncates its distribution (top-k, top-p or min-p on) for a vocabulary of `v`.
+    pub fn truncates(&self, v: usize) -> bool {
+        self.top_k.as_ref().is_some_and(|k| k.iter().any(|&k| k > 0 && (k as usize) < v))
+            || self.top_p.as_ref().is_some_and(|p| p.iter().any(|&p| p < 1.0))
+            || self.min_p.as_ref().is_some_and(|m| m.iter().any(|&m| m > 0.0))
+    }
+
     /// What row `row`'s logits go through before the temperature.
     pub(crate) fn row_logits(&self, row: usize) -> crate::controls::RowLogits<'_> {
         crate::controls::RowLogits {
@@ -164,6 +227,10 @@ impl SamplingParams {
             Some("an allowed-token mask")
         } else if self.adjustments.is_some() {
             Some("sparse logit adjustments")
+        } else if self.top_k.is_some() || self.top_p.is_some() || self.min_p.is_some() {
+            Some("top-k / top-p / min-p")
+        } else if self.top_logprobs != 0 {
+            Some("top log-probabilities")
         } else {
             None
         }
@@ -309,6 +376,30 @@ pub(crate) fn validate(
         if let Some(row) = t.iter().position(|t| !t.is_finite() || *t < 0.0) {
             return Err(Error::InvalidRowTemperature { row, temperature: t[row] });
         }
+    }
+    for (buffer, len) in [
+        ("per-row top-k", params.top_k.as_ref().map(Vec::len)),
+        ("per-row top-p", params.top_p.as_ref().map(Vec::len)),
+        ("per-row min-p", params.min_p.as_ref().map(Vec::len)),
+    ] {
+        if let Some(actual) = len.filter(|&l| l != b) {
+            return Err(Error::LengthMismatch { buffer, expected: b, actual });
+        }
+    }
+    for (what, values, ok) in [
+        ("top-p", &params.top_p, (|x: f32| x > 0.0 && x <= 1.0) as fn(f32) -> bool),
+        ("min-p", &params.min_p, |x: f32| (0.0..=1.0).contains(&x)),
+    ] {
+        if let Some(row) = values.as_ref().and_then(|v| v.iter().position(|&x| !ok(x))) {
+            return Err(Error::InvalidTruncation { row, what, value: values.as_ref().unwrap()[row] });
+        }
+    }
+    if params.top_logprobs > MAX_TOP_LOGPROBS {
+        return Err(Error::TooLarge {
+            what: "top log-probabilities per row",
+            value: params.top_logprobs as usize,
+            max: MAX_TOP_LOGPROBS as usize,
+        });
     }
     if let Some(cap) = params.softcap {
         if !(cap.is_finite() && cap > 0.0) {

@@ -1,0 +1,205 @@
+//! Exact top-k, top-p and min-p on the CPU backend (issue 13's reference, before the fused kernels'
+//! certificate path): the order vLLM applies them (temperature, top-k, top-p on the renormalized
+//! remainder, min-p), ties at a boundary kept, identities, chi-squared against an independent f64
+//! reference, top-n log-probabilities, typed errors. Runs in CI.
+
+mod common;
+
+use common::*;
+use flashsampling::params::LogProbs;
+use flashsampling::{CpuBackend, Error, Matrix, SamplingParams, VocabShard};
+
+fn bits(s: &[f32]) -> Vec<u32> {
+    s.iter().map(|x| x.to_bits()).collect()
+}
+
+/// An independent f64 reference of the truncated distribution of logits `y` (already processed).
+fn truncated(y: &[f64], t: f64, k: usize, p: f64, min_p: f64) -> Vec<f64> {
+    let v = y.len();
+    let mut order: Vec<usize> = (0..v).collect();
+    order.sort_by(|&a, &b| y[b].partial_cmp(&y[a]).unwrap().then(a.cmp(&b)));
+    let mut keep = vec![true; v];
+    if k > 0 && k < v {
+        let kth = y[order[k - 1]];
+        (0..v).for_each(|i| keep[i] = y[i] >= kth);
+    }
+    let q = |i: usize| ((y[i] - y[order[0]]) / t).exp();
+    if p < 1.0 {
+        let total: f64 = (0..v).filter(|&i| keep[i]).map(q).sum();
+        let mut cum = 0.0;
+        let mut last = y[order[0]];
+        for &i in order.iter().filter(|&&i| keep[i]) {
+            cum += q(i);
+            last = y[i];
+            if cum >= p * total {
+                break;
+            }
+        }
+        (0..v).for_each(|i| keep[i] &= y[i] >= last);
+    }
+    if min_p > 0.0 {
+        (0..v).for_each(|i| keep[i] &= q(i) >= min_p);
+    }
+    let total: f64 = (0..v).filter(|&i| keep[i]).map(q).sum();
+    (0..v).map(|i| if keep[i] { q(i) / total } else { 0.0 }).collect()
+}
+
+#[test]
+fn no_truncation_is_bit_identical_to_plain_sampling() {
+    let cpu = CpuBackend::new();
+    let (b, d, v) = (5usize, 64usize, 1003usize);
+    let mut rng = TestRng::new(0x13_0001);
+    let hidden = rng.normal_bf16(b * d, 1.0);
+    let weight = rng.normal_bf16(v * d, 0.3);
+    let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
+    let p = SamplingParams::new(0.8, 5).with_samples_per_row(3).with_temperatures(vec![0.8, 0.0, 1.5, 0.3, 1.0]);
+    let plain = cpu.sample_scored(h, w, &p).unwrap();
+    let off = p.clone().with_top_k(vec![0, v as u32, 5000, 0, 0]).with_top_p(vec![1.0; b]).with_min_p(vec![0.0; b]);
+    // The "off" values, and the exact path itself (forced by asking for top tokens) with nothing cut.
+    for params in [off, p.clone().with_top_logprobs(3, false)] {
+        let got = cpu.sample_scored(h, w, &params).unwrap();
+        assert_eq!((&got.tokens, bits(&got.scores)), (&plain.tokens, bits(&plain.scores)));
+    }
+}
+
+#[test]
+fn truncated_rows_sample_the_exact_truncated_distribution() {
+    let cpu = CpuBackend::new();
+    let v = 60usize;
+    // (T, top-k, top-p, min-p) per row, mixed in one call: each alone, all three, and a flat row
+    // whose nucleus at p = 0.95 keeps most of the vocabulary.
+    let rows: [(f32, u32, f32, f32); 6] = [
+        (1.0, 7, 1.0, 0.0),
+        (0.8, 0, 0.7, 0.0),
+        (1.2, 0, 1.0, 0.05),
+        (0.9, 20, 0.8, 0.02),
+        (2.0, 0, 0.95, 0.0),
+        (0.5, 3, 0.99, 0.0),
+    ];
+    let b = rows.len();
+    let s = chi_setup(Logits::Spread, v, b, 1.0, 0x13_0002);
+    let y = logits_f64(&s.hidden[..s.d], &s.weight, s.d, 0);
+    let (h, w) = (Matrix::new(&s.hidden, b, s.d), Matrix::new(&s.weight, v, s.d));
+    let (n, rounds) = (64u32, 500u64);
+    let mut counts = vec![vec![0u64; v]; b];
+    for round in 0..rounds {
+        let params = params_round(1.0, 0x70B, b, 100_000 * round)
+            .with_samples_per_row(n)
+            .with_temperatures(rows.iter().map(|r| r.0).collect())
+            .with_top_k(rows.iter().map(|r| r.1).collect())
+            .with_top_p(rows.iter().map(|r| r.2).collect())
+            .with_min_p(rows.iter().map(|r| r.3).collect());
+        let tokens = cpu.sample(h, w, &params).unwrap();
+        for (r, c) in counts.iter_mut().enumerate() {
+            for &t in &tokens[r * n as usize..(r + 1) * n as usize] {
+                c[t as usize] += 1;
+            }
+        }
+    }
+    for (r, &(t, k, p, m)) in rows.iter().enumerate() {
+        let want = truncated(&y, t as f64, k as usize, p as f64, m as f64);
+        let kept = want.iter().filter(|&&q| q > 0.0).count();
+        assert!(counts[r].iter().zip(&want).all(|(&c, &q)| q > 0.0 || c == 0), "row {r}: a token outside the kept set");
+        let (stat, df, pv) = chi_squared(&counts[r], &want);
+        visible(&format!(
+            "truncation row {r} (T {t}, k {k}, p {p}, min-p {m}; {kept} kept): chi-squared {stat:.1} on {df} df, p = {pv:.3}"
+        ));
+        assert!(pv > 1e-4, "row {r}: chi-squared {stat} on {df} df, p = {pv}");
+    }
+}
+
+#[test]
+fn ties_at_a_boundary_are_kept() {
+    let cpu = CpuBackend::new();
+    // Logits 3, 2, 2, 2, 1, 0: top-2 keeps the three tokens tied at 2 as well; top-p 0.5 at T = 1
+    // (the first token holds 0.40 of the mass) reaches into the tie and keeps all of it.
+    let logits = [3.0f32, 2.0, 2.0, 2.0, 1.0, 0.0];
+    let (hidden, weight) = crafted_lm_head(logits.len(), 256, 8, |i| logits[i]);
+    let (h, w) = (Matrix::new(&hidden, 256, 8), Matrix::new(&weight, logits.len(), 8));
+    for params in [
+        SamplingParams::new(1.0, 3).with_top_k(vec![2; 256]),
+        SamplingParams::new(1.0, 3).with_top_p(vec![0.5; 256]),
+        SamplingParams::new(1.0, 3).with_min_p(vec![0.36; 256]), // e^-1 = 0.368 ≥ 0.36: the ties stay
+    ] {
+        let tokens = cpu.sample(h, w, &params).unwrap();
+        let hist = histogram(&tokens, logits.len());
+        assert!(hist[0] > 0 && hist[1] > 0 && hist[2] > 0 && hist[3] > 0, "{hist:?}");
+        assert_eq!(hist[4] + hist[5], 0, "{hist:?}");
+    }
+    // top-k 1 and min-p 1 keep only the maximum: greedy in effect.
+    let tokens = cpu.sample(h, w, &SamplingParams::new(1.0, 3).with_top_k(vec![1; 256])).unwrap();
+    assert!(tokens.iter().all(|&t| t == 0));
+    let tokens = cpu.sample(h, w, &SamplingParams::new(1.0, 3).with_min_p(vec![1.0; 256])).unwrap();
+    assert!(tokens.iter().all(|&t| t == 0));
+}
+
+#[test]
+fn top_logprobs_match_an_f64_reference() {
+    let cpu = CpuBackend::new();
+    let (b, d, v) = (3usize, 64usize, 500usize);
+    let mut rng = TestRng::new(0x13_0003);
+    let hidden = rng.normal_bf16(b * d, 1.0);
+    let weight = rng.normal_bf16(v * d, 0.4);
+    let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
+    let temps = vec![0.7f32, 1.0, 1.3];
+    for raw in [false, true] {
+        let params = SamplingParams::new(1.0, 9)
+            .with_temperatures(temps.clone())
+            .with_top_k(vec![0, 50, 0])
+            .with_top_p(vec![0.9, 1.0, 1.0])
+            .with_logprobs(LogProbs::ProcessedAndRaw)
+            .with_top_logprobs(20, raw);
+        let got = cpu.sample_scored(h, w, &params).unwrap();
+        let top = got.top_logprobs.as_ref().unwrap();
+        for r in 0..b {
+            let y = logits_f64(&hidden, &weight, d, r);
+            let (k, p) = ([0usize, 50, 0][r], [0.9, 1.0, 1.0][r]);
+            let probs = if raw { truncated(&y, 1.0, 0, 1.0, 0.0) } else { truncated(&y, temps[r] as f64, k, p, 0.0) };
+            let mut order: Vec<usize> = (0..v).filter(|&i| probs[i] > 0.0).collect();
+            order.sort_by(|&a, &c| probs[c].partial_cmp(&probs[a]).unwrap().then(a.cmp(&c)));
+            order.truncate(20);
+            assert_eq!(top[r].len(), order.len(), "row {r}");
+            for (&(tok, lp), &want) in top[r].iter().zip(&order) {
+                assert_eq!(tok as usize, want, "row {r}");
+                assert!(
+                    (lp as f64 - probs[want].ln()).abs() < 1e-4,
+                    "row {r} token {tok}: {lp} vs {}",
+                    probs[want].ln()
+                );
+            }
+            // The sampled token's log-probability is that of the truncated distribution.
+            let tok = got.tokens[r] as usize;
+            let sampled = truncated(&y, temps[r] as f64, k, p, 0.0)[tok];
+            assert!((got.logprobs.as_ref().unwrap()[r] as f64 - sampled.ln()).abs() < 1e-4, "row {r}");
+        }
+    }
+}
+
+#[test]
+fn bad_truncation_values_are_typed_errors() {
+    let cpu = CpuBackend::new();
+    let (b, d, v) = (2usize, 8usize, 10usize);
+    let hidden = vec![half::bf16::ONE; b * d];
+    let weight = vec![half::bf16::ONE; v * d];
+    let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
+    let p = SamplingParams::new(1.0, 1);
+    let err = |params: SamplingParams| cpu.sample(h, w, &params).unwrap_err();
+    for bad in [0.0f32, -0.1, 1.5, f32::NAN] {
+        assert!(
+            matches!(err(p.clone().with_top_p(vec![0.9, bad])), Error::InvalidTruncation { row: 1, what: "top-p", .. }),
+            "{bad}"
+        );
+    }
+    for bad in [-0.1f32, 1.01, f32::NAN] {
+        assert!(
+            matches!(err(p.clone().with_min_p(vec![bad, 0.0])), Error::InvalidTruncation { row: 0, what: "min-p", .. }),
+            "{bad}"
+        );
+    }
+    assert!(matches!(err(p.clone().with_top_k(vec![1])), Error::LengthMismatch { buffer: "per-row top-k", .. }));
+    assert!(matches!(err(p.clone().with_top_logprobs(65, false)), Error::TooLarge { .. }));
+    let shards = VocabShard::split(w, &[5, 10]).unwrap();
+    let e = cpu.sample_sharded(h, &shards, v, &p.clone().with_top_k(vec![2, 2])).unwrap_err();
+    assert!(matches!(e, Error::Unsupported { .. }), "{e:?}");
+    assert_eq!(p.with_top_p(vec![0.5, 0.5]).cpu_only_control(), Some("top-k / top-p / min-p"));
+}
