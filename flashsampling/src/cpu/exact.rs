@@ -1,0 +1,206 @@
+//! The exact path for rows that truncate (top-k, top-p, min-p) or ask for their top tokens: each
+//! row's processed logits are materialized, the kept set found exactly, the rest set to `−∞`.
+
+use flashsampling_kernels::Candidate;
+use flashsampling_kernels::epilogue::update_tile;
+use half::bf16;
+
+use super::{CpuBackend, Slot, dot};
+use crate::Samples;
+use crate::params::{LogProbs, SamplingParams, Shape};
+
+impl CpuBackend {
+    /// The exact path for rows that truncate (top-k, top-p, min-p) or ask for their top tokens: each
+    /// row's processed logits are materialized (one row of V floats per worker at a time), the row's
+    /// kept set is found exactly ([`kept_threshold`]), every other token's logit becomes `−∞`, and the
+    /// row is sampled from them with the same noise as everywhere (so a row that keeps everything
+    /// draws exactly what the tiled path draws). Rows are split over the workers.
+    pub(super) fn sample_materialized(
+        &self,
+        hidden: &[bf16],
+        weight: &[bf16],
+        shape: Shape,
+        slots: &[Slot],
+        params: &SamplingParams,
+    ) -> Samples {
+        let Shape { b, d, v } = shape;
+        let n = params.n as usize;
+        let want_raw =
+            params.logprobs == LogProbs::ProcessedAndRaw || (params.top_logprobs > 0 && params.top_logprobs_raw);
+        let row = |r: usize| -> RowResult {
+            let h: Vec<f32> = hidden[r * d..(r + 1) * d].iter().map(|x| x.to_f32()).collect();
+            let mut w = vec![0f32; d];
+            let mut z: Vec<f32> = (0..v)
+                .map(|i| {
+                    for (dst, src) in w.iter_mut().zip(&weight[i * d..(i + 1) * d]) {
+                        *dst = src.to_f32();
+                    }
+                    dot(&h, &w)
+                })
+                .collect();
+            let raw = if want_raw { Some(z.clone()) } else { None };
+            params.row_logits(r).apply(&mut z, 0);
+            let inv_t = slots[r * n].inv_temperature;
+            if inv_t > 0.0 {
+                let (k, p, min_p) = params.row_truncation(r);
+                let t = kept_threshold(&z, 1.0 / inv_t, k, p, min_p);
+                for x in z.iter_mut() {
+                    if (*x as f64) < t {
+                        *x = f32::NEG_INFINITY;
+                    }
+                }
+            }
+            let cands: Vec<Candidate> = slots[r * n..(r + 1) * n]
+                .iter()
+                .map(|slot| {
+                    let mut c = Candidate::EMPTY;
+                    update_tile(&mut c, &z, 0, v as u32, &slot.noise, &slot.transform);
+                    c
+                })
+                .collect();
+            RowResult::of(&z, raw.as_deref(), inv_t, &cands, params)
+        };
+        let threads = self.threads.min(b).max(1);
+        let per = b.div_ceil(threads);
+        let results: Vec<RowResult> = std::thread::scope(|s| {
+            let row = &row;
+            let handles: Vec<_> = (0..threads)
+                .map(|t| {
+                    let rows = (t * per).min(b)..((t + 1) * per).min(b);
+                    std::thread::Builder::new()
+                        .spawn_scoped(s, move || rows.clone().map(row).collect::<Vec<_>>())
+                        .map_err(|_| (t * per).min(b)..((t + 1) * per).min(b))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|h| match h {
+                    Ok(handle) => handle.join().expect("CPU worker panicked"),
+                    Err(rows) => rows.map(row).collect(),
+                })
+                .collect()
+        });
+        let mut samples = Samples::plain(Vec::with_capacity(b * n), Vec::with_capacity(b * n));
+        for r in &results {
+            samples.tokens.extend(r.cands.iter().map(|c| c.token()));
+            samples.scores.extend(r.cands.iter().map(|c| c.score));
+        }
+        if params.logprobs != LogProbs::Off {
+            samples.logprobs = Some(results.iter().flat_map(|r| r.logprobs.clone()).collect());
+            samples.logsumexp = Some(results.iter().map(|r| r.lse).collect());
+            if params.logprobs == LogProbs::ProcessedAndRaw {
+                samples.raw_logprobs = Some(results.iter().flat_map(|r| r.raw_logprobs.clone()).collect());
+            }
+        }
+        if params.top_logprobs > 0 {
+            samples.top_logprobs = Some(results.into_iter().map(|r| r.top).collect());
+        }
+        samples
+    }
+}
+
+/// One row of the materialized path: its candidates and log-probabilities.
+struct RowResult {
+    cands: Vec<Candidate>,
+    logprobs: Vec<f32>,
+    raw_logprobs: Vec<f32>,
+    lse: f32,
+    top: Vec<(u32, f32)>,
+}
+
+impl RowResult {
+    /// From the row's kept processed logits `z` (`−∞` outside the kept set), its raw logits, `1/T`
+    /// (0: greedy) and its candidates.
+    fn of(z: &[f32], raw: Option<&[f32]>, inv_t: f64, cands: &[Candidate], params: &SamplingParams) -> Self {
+        let lse_of = |x: &mut dyn Iterator<Item = f64>| -> f64 {
+            let xs: Vec<f64> = x.collect();
+            let m = xs.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            if m == f64::NEG_INFINITY { m } else { m + xs.iter().map(|&y| (y - m).exp()).sum::<f64>().ln() }
+        };
+        let greedy = inv_t == 0.0;
+        let lse = if greedy { f64::NAN } else { lse_of(&mut z.iter().map(|&x| x as f64 * inv_t)) };
+        let raw_lse = raw.map(|y| lse_of(&mut y.iter().map(|&x| x as f64)));
+        let valid = |c: &Candidate| c.token() != flashsampling_kernels::INVALID_INDEX;
+        let logprobs = cands
+            .iter()
+            .map(|c| match (valid(c), greedy) {
+                (false, _) => f32::NAN,
+                (true, true) => 0.0,
+                (true, false) => (z[c.index as usize] as f64 * inv_t - lse) as f32,
+            })
+            .collect();
+        let raw_logprobs = match (raw, raw_lse) {
+            (Some(y), Some(l)) => cands
+                .iter()
+                .map(|c| if valid(c) { (y[c.index as usize] as f64 - l) as f32 } else { f32::NAN })
+                .collect(),
+            _ => Vec::new(),
+        };
+        let top = if params.top_logprobs == 0 {
+            Vec::new()
+        } else {
+            let (vals, l, scale) = match (params.top_logprobs_raw, raw, raw_lse) {
+                (true, Some(y), Some(l)) => (y, l, 1.0),
+                _ if greedy => (z, 0.0, 0.0),
+                _ => (z, lse, inv_t),
+            };
+            let mut order: Vec<u32> =
+                (0..vals.len() as u32).filter(|&i| vals[i as usize] > f32::NEG_INFINITY).collect();
+            order.sort_by(|&a, &b| vals[b as usize].total_cmp(&vals[a as usize]).then(a.cmp(&b)));
+            if greedy && !params.top_logprobs_raw {
+                // A greedy row's distribution is its argmax, with probability 1.
+                order.truncate(1);
+                order.iter().map(|&i| (i, 0.0)).collect()
+            } else {
+                order.truncate(params.top_logprobs as usize);
+                order.iter().map(|&i| (i, (vals[i as usize] as f64 * scale - l) as f32)).collect()
+            }
+        };
+        Self { cands: cands.to_vec(), logprobs, raw_logprobs, lse: lse as f32, top }
+    }
+}
+
+/// The smallest processed logit a token may have to stay in a row's kept set (`−∞`: all kept), for
+/// temperature `t`, then top-k (`k`; 0 or ≥ V: off), then top-p (`p`; 1: off) on the renormalized
+/// remainder, then min-p (`min_p`; 0: off): the order vLLM's sampler applies them. Every one of them
+/// keeps a top part of the row by logit, so their composition is a threshold on the logit:
+///
+/// - top-k: the k-th largest logit (every token tied with it stays, so ties may keep more than k);
+/// - top-p: the logit of the last token of the smallest most-probable prefix (among the top-k) whose
+///   probability reaches `p` of their mass (tokens tied with it stay);
+/// - min-p: `max + T · ln(min_p)` (probability at least `min_p` times the largest).
+///
+/// Probabilities in f64 from the f32 logits; the most likely token is always kept.
+pub(crate) fn kept_threshold(z: &[f32], t: f64, k: u32, p: f32, min_p: f32) -> f64 {
+    let mut order: Vec<usize> = (0..z.len()).filter(|&i| z[i] > f32::NEG_INFINITY).collect();
+    if order.is_empty() {
+        return f64::NEG_INFINITY;
+    }
+    order.sort_by(|&a, &b| z[b].total_cmp(&z[a]).then(a.cmp(&b)));
+    let zmax = z[order[0]] as f64;
+    let mut threshold = f64::NEG_INFINITY;
+    if k > 0 && (k as usize) < order.len() {
+        threshold = z[order[k as usize - 1]] as f64;
+    }
+    if p < 1.0 {
+        let kept: Vec<f64> = order
+            .iter()
+            .map(|&i| z[i] as f64)
+            .take_while(|&x| x >= threshold)
+            .map(|x| ((x - zmax) / t).exp())
+            .collect();
+        let total: f64 = kept.iter().sum();
+        let mut cum = 0.0;
+        for (j, q) in kept.iter().enumerate() {
+            cum += q;
+            if cum >= p as f64 * total {
+                threshold = threshold.max(z[order[j]] as f64);
+                break;
+            }
+        }
+    }
+    if min_p > 0.0 {
+        threshold = threshold.max(zmax + t * (min_p as f64).ln());
+    }
+    threshold.min(zmax)
+}

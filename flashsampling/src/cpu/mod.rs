@@ -1,0 +1,223 @@
+//! The CPU backend: the same tiles, the same noise, the same epilogue and merge as the GPU kernels
+//! (the kernel crate's own functions), with logits summed in f32 on the host. The embedded default
+//! when no GPU is present, and the reference the GPU tests compare against.
+
+mod exact;
+mod tiled;
+
+use tiled::add_logprobs;
+
+use flashsampling_kernels::config::BLOCK_V;
+use flashsampling_kernels::{Candidate, RowNoise, Transform};
+use half::bf16;
+
+use crate::error::{Error, Result};
+use crate::params::{LogProbs, Matrix, SamplingParams, validate};
+use crate::shard::{VocabShard, merge_shard_candidates, validate_shards};
+use crate::{Samples, check_samples_of};
+
+/// Largest vocab tile [`CpuBackend::with_block_v`] accepts (2¹⁶). Memory does not grow with the tile
+/// (see [`CpuBackend`]); the bound keeps tiles a tiling, not a typo.
+pub const MAX_CPU_BLOCK_V: usize = 1 << 16;
+/// Most worker threads [`CpuBackend::with_threads`] keeps (larger requests are clamped to it).
+pub const MAX_CPU_THREADS: usize = 1024;
+/// f32 weight values a worker converts at once (256 KiB): a chunk of `max(4, 2¹⁶ / D)` vocab rows,
+/// a multiple of 4, never more than the tile (or than V).
+const CHUNK_FLOATS: usize = 1 << 16;
+
+/// CPU backend.
+///
+/// Memory: besides its inputs, a call holds the hidden states in f32 (`4·B·D` bytes), one f32 weight
+/// chunk per worker (`4 · D · max(4, 2¹⁶ / D)` bytes at most, and never more rows than V has), one
+/// running candidate per row per worker (`8·B` bytes), and the outputs. Nothing grows with the vocab
+/// tile or with `B · V`. Calls that truncate (top-k, top-p, min-p) or ask for top log-probs take the
+/// exact path instead: one row's V logits in f32 (and its raw copy for raw log-probs) per worker.
+#[derive(Clone, Debug)]
+pub struct CpuBackend {
+    block_v: usize,
+    threads: usize,
+}
+
+impl Default for CpuBackend {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl CpuBackend {
+    /// The GPU's vocab tile ([`BLOCK_V`]) on all available cores.
+    pub fn new() -> Self {
+        let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        Self { block_v: BLOCK_V as usize, threads: threads.min(MAX_CPU_THREADS) }
+    }
+
+    /// Another vocab tile size: a positive multiple of 4, at most [`MAX_CPU_BLOCK_V`] (else
+    /// [`Error::InvalidTileSize`]). Samples do not depend on it.
+    pub fn with_block_v(mut self, block_v: usize) -> Result<Self> {
+        if block_v == 0 || block_v % 4 != 0 || block_v > MAX_CPU_BLOCK_V {
+            return Err(Error::InvalidTileSize(block_v));
+        }
+        self.block_v = block_v;
+        Ok(self)
+    }
+
+    /// A fixed number of worker threads, clamped to `1 ..= MAX_CPU_THREADS`. Samples do not depend
+    /// on it. A worker the OS refuses to start runs on the calling thread instead.
+    pub fn with_threads(mut self, threads: usize) -> Self {
+        self.threads = threads.clamp(1, MAX_CPU_THREADS);
+        self
+    }
+
+    /// The vocab tile size.
+    pub fn block_v(&self) -> usize {
+        self.block_v
+    }
+
+    /// The worker thread count.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// One token per row of `hidden`.
+    pub fn sample(&self, hidden: Matrix<'_>, weight: Matrix<'_>, params: &SamplingParams) -> Result<Vec<u32>> {
+        Ok(self.sample_scored(hidden, weight, params)?.tokens)
+    }
+
+    /// Tokens and winning perturbed scores (and the log-probabilities `params` asks for).
+    pub fn sample_scored(&self, hidden: Matrix<'_>, weight: Matrix<'_>, params: &SamplingParams) -> Result<Samples> {
+        let (shape, _) = validate(
+            (hidden.rows, hidden.cols, hidden.data.len()),
+            (weight.rows, weight.cols, weight.data.len()),
+            params,
+        )?;
+        let slots = slots(params, shape.b)?;
+        if params.truncates(shape.v) || params.top_logprobs > 0 {
+            let samples = self.sample_materialized(hidden.data, weight.data, shape, &slots, params);
+            check_samples_of(&samples, params.n as usize, hidden, &[weight.data])?;
+            return Ok(samples);
+        }
+        let want_mass = params.logprobs != LogProbs::Off;
+        let (winners, mass) = self.winners(hidden.data, weight.data, (0, shape.v), shape, &slots, params, want_mass);
+        let mut samples = samples_of(&winners);
+        if want_mass {
+            add_logprobs(&mut samples, params, &slots, &mass, |row, token| {
+                let (d, t) = (shape.d, token as usize);
+                let h: Vec<f32> = hidden.data[row * d..(row + 1) * d].iter().map(|x| x.to_f32()).collect();
+                let w: Vec<f32> = weight.data[t * d..(t + 1) * d].iter().map(|x| x.to_f32()).collect();
+                dot(&h, &w)
+            });
+        }
+        check_samples_of(&samples, params.n as usize, hidden, &[weight.data])?;
+        Ok(samples)
+    }
+
+    /// The rank-local step of vocab-parallel sampling ([`crate::shard`]): for every row of `hidden`
+    /// (and sample, `[B, n]`), the best (perturbed score, **global** vocab index) among the shard's
+    /// rows below `vocab` (the model's vocabulary; rows past it are padding). Merged over the shards
+    /// that tile the vocabulary ([`merge_shard_candidates`]), the candidates give
+    /// [`Self::sample_scored`]'s result on the whole weight, bit for bit. A shard entirely past
+    /// `vocab` gives [`Candidate::EMPTY`] rows. Log-probabilities are not available over shards yet.
+    pub fn shard_candidates(
+        &self,
+        hidden: Matrix<'_>,
+        shard: VocabShard<'_>,
+        vocab: usize,
+        params: &SamplingParams,
+    ) -> Result<Vec<Candidate>> {
+        let w = shard.weight;
+        let (shape, _) =
+            validate((hidden.rows, hidden.cols, hidden.data.len()), (w.rows, w.cols, w.data.len()), params)?;
+        if params.logprobs != LogProbs::Off {
+            return Err(Error::Unsupported { control: "log-probabilities", path: "over vocab shards" });
+        }
+        if params.truncates(vocab) || params.top_logprobs > 0 {
+            return Err(Error::Unsupported {
+                control: "top-k / top-p / min-p and top log-probabilities",
+                path: "over vocab shards",
+            });
+        }
+        let max = flashsampling_kernels::config::MAX_DIM as usize;
+        for (what, value) in [("vocab size V", vocab), ("shard end (global vocab row)", shard.end())] {
+            if value > max {
+                return Err(Error::TooLarge { what, value, max });
+            }
+        }
+        if vocab == 0 {
+            return Err(Error::EmptyVocab);
+        }
+        let slots = slots(params, shape.b)?;
+        let rows = w.rows.min(vocab.saturating_sub(shard.offset));
+        if rows == 0 {
+            return Ok(vec![Candidate::EMPTY; slots.len()]);
+        }
+        Ok(self.winners(hidden.data, &w.data[..rows * shape.d], (shard.offset, vocab), shape, &slots, params, false).0)
+    }
+
+    /// Vocab-parallel sampling simulated in memory: each shard's candidates
+    /// ([`Self::shard_candidates`], the ranks' work), then their merge (the exchange). `shards` must
+    /// tile `0 .. vocab` in order ([`validate_shards`]); the result equals [`Self::sample_scored`] on
+    /// the whole weight, tokens and scores bit for bit.
+    pub fn sample_sharded(
+        &self,
+        hidden: Matrix<'_>,
+        shards: &[VocabShard<'_>],
+        vocab: usize,
+        params: &SamplingParams,
+    ) -> Result<Samples> {
+        validate_shards(shards, vocab)?;
+        let parts = shards
+            .iter()
+            .map(|&shard| self.shard_candidates(hidden, shard, vocab, params))
+            .collect::<Result<Vec<_>>>()?;
+        let samples = samples_of(&merge_shard_candidates(&parts)?);
+        let weights: Vec<&[bf16]> = shards.iter().map(|s| s.weight.data).collect();
+        check_samples_of(&samples, params.n as usize, hidden, &weights)?;
+        Ok(samples)
+    }
+}
+
+/// One sample of one batch row: its noise key (seed, stream, sample index) and logit transform.
+struct Slot {
+    noise: RowNoise,
+    transform: Transform,
+    /// `1 / T` in f64 for the log-probabilities (0 for a greedy row: no processed distribution).
+    inv_temperature: f64,
+}
+
+/// The `[B, n]` slots of a validated call: row `r`'s temperature and seed (per-row or the call's),
+/// its stream, sample indices `sample .. sample + n`.
+fn slots(params: &SamplingParams, b: usize) -> Result<Vec<Slot>> {
+    let mut out = Vec::with_capacity(b * params.n as usize);
+    for row in 0..b {
+        // `validate` checked every list's length and every temperature.
+        let t = params.row_temperature(row).expect("validated per-row temperatures");
+        let transform = SamplingParams::new(t, 0).transform()?;
+        let noise = params.row_noise(row).expect("validated stream and seed lists");
+        let inv_temperature = if transform.is_greedy() { 0.0 } else { 1.0 / t as f64 };
+        for j in 0..params.n {
+            out.push(Slot { noise: RowNoise { sample: noise.sample + j, ..noise }, transform, inv_temperature });
+        }
+    }
+    Ok(out)
+}
+
+/// Tokens and scores of the winning candidates.
+fn samples_of(winners: &[Candidate]) -> Samples {
+    Samples::plain(winners.iter().map(|c| c.token()).collect(), winners.iter().map(|c| c.score).collect())
+}
+
+/// f32 dot product with eight interleaved partial sums (fixed order: deterministic, and vectorizable).
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let chunks = a.len() / 8;
+    for c in 0..chunks {
+        for k in 0..8 {
+            acc[k] += a[8 * c + k] * b[8 * c + k];
+        }
+    }
+    let mut tail = 0f32;
+    for i in 8 * chunks..a.len() {
+        tail += a[i] * b[i];
+    }
+    ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) + tail
+}
