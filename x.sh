@@ -4,14 +4,16 @@
 #   ./x.sh sample [ARGS]   the main job: sample a batch from a synthetic LM head or a checkpoint's
 #                          (--weight FILE; GPU if present, else CPU)
 #   ./x.sh test            every test (GPU tests print SKIP without a GPU), then a crate that uses the
-#                          library on stable Rust with the shipped PTX (ci/stable-consumer)
+#                          library on stable Rust with the shipped PTX (ci/stable-consumer), then the
+#                          Python package's wheel and its tests (python/)
 #   ./x.sh ptx             rebuild the shipped PTX (flashsampling/ptx/) from the kernel sources
 #   ./x.sh bench [ARGS]    cargo bench (needs a GPU)
 #   ./x.sh gpu-bundle      build test + bench executables and the PTX into gpu-bundle/ for a GPU machine
 #                          without Rust (see README)
 #
 # Installs: the pinned nightly with rust-src + llvm-tools (rust-toolchain.toml; RUSTUP_AUTO_INSTALL may
-# be off), and ptxas from the PyPI wheel nvidia-cuda-nvcc-cu12 into .tools/ (for the PTX build check).
+# be off), ptxas from the PyPI wheel nvidia-cuda-nvcc-cu12 into .tools/ (for the PTX build check), and
+# for `test` a Python virtual environment in .tools/py (maturin, pytest, NumPy) for the Python package.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -27,6 +29,13 @@ ensure_ptxas() {
     "nvidia-cuda-nvcc-cu12==12.9.86"
 }
 
+# A virtual environment for the Python package's build and tests (maturin, pytest, NumPy from PyPI).
+ensure_python_tools() {
+  [ -x .tools/py/bin/maturin ] && [ -x .tools/py/bin/pytest ] && return
+  python3 -m venv .tools/py
+  .tools/py/bin/pip install --quiet --disable-pip-version-check "maturin==1.16.0" "pytest==9.2.0" "numpy==2.4.6"
+}
+
 cmd="${1:-}"; shift || true
 case "$cmd" in
   sample)
@@ -38,7 +47,13 @@ case "$cmd" in
     FLASHSAMPLING_REQUIRE_PTXAS=1 cargo test --release
     # A downstream crate on stable Rust: no nightly, rust-src or llvm-tools (the PTX ships prebuilt).
     rustup run stable cargo --version >/dev/null 2>&1 || rustup toolchain install stable --profile minimal >/dev/null
-    exec rustup run stable cargo run --release --quiet --manifest-path ci/stable-consumer/Cargo.toml ;;
+    rustup run stable cargo run --release --quiet --manifest-path ci/stable-consumer/Cargo.toml
+    # The Python package: its abi3 wheel, installed into .tools/py, and its tests (NumPy, CPU path).
+    ensure_python_tools
+    rm -rf target/wheels
+    .tools/py/bin/maturin build --release --quiet -m python/Cargo.toml -o target/wheels
+    .tools/py/bin/pip install --quiet --force-reinstall --no-deps target/wheels/flashsampling-*.whl
+    .tools/py/bin/python -m pytest -q -p no:cacheprovider --import-mode=importlib python/tests ;;
   ptx)
     ensure_toolchain
     FLASHSAMPLING_UPDATE_PTX=1 exec cargo test --release --test ptx_prebuilt -- --nocapture ;;
@@ -49,5 +64,5 @@ case "$cmd" in
     ensure_toolchain
     exec scripts/gpu-bundle.sh ;;
   *)
-    sed -n '2,16p' "$0"; exit 2 ;;
+    sed -n '2,19p' "$0"; exit 2 ;;
 esac
