@@ -148,8 +148,7 @@ fn logprobs_match_an_f64_reference() {
 fn bad_controls_are_typed_errors() {
     let cpu = CpuBackend::new();
     let (b, d, v) = (2usize, 8usize, 10usize);
-    let hidden = vec![half::bf16::ONE; b * d];
-    let weight = vec![half::bf16::ONE; v * d];
+    let (hidden, weight) = ones(b, d, v);
     let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
     let p = SamplingParams::new(1.0, 1);
     let err = |params: SamplingParams| cpu.sample(h, w, &params).unwrap_err();
@@ -319,8 +318,7 @@ fn bad_masks_adjustments_and_caps_are_typed_errors() {
     use flashsampling::kernels::logits::Adjustment;
     let cpu = CpuBackend::new();
     let (b, d, v) = (2usize, 8usize, 40usize);
-    let hidden = vec![half::bf16::ONE; b * d];
-    let weight = vec![half::bf16::ONE; v * d];
+    let (hidden, weight) = ones(b, d, v);
     let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
     let p = SamplingParams::new(1.0, 1);
     let err = |params: SamplingParams| cpu.sample(h, w, &params).unwrap_err();

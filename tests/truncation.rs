@@ -179,8 +179,7 @@ fn top_logprobs_match_an_f64_reference() {
 fn bad_truncation_values_are_typed_errors() {
     let cpu = CpuBackend::new();
     let (b, d, v) = (2usize, 8usize, 10usize);
-    let hidden = vec![half::bf16::ONE; b * d];
-    let weight = vec![half::bf16::ONE; v * d];
+    let (hidden, weight) = ones(b, d, v);
     let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
     let p = SamplingParams::new(1.0, 1);
     let err = |params: SamplingParams| cpu.sample(h, w, &params).unwrap_err();

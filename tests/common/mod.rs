@@ -244,6 +244,11 @@ pub fn crafted_lm_head(v: usize, b: usize, d: usize, logit: impl Fn(usize) -> f3
     (hidden, weight)
 }
 
+/// An all-ones problem (`b` hidden rows, `v` weight rows, width `d`) for the tests of bad input.
+pub fn ones(b: usize, d: usize, v: usize) -> (Vec<bf16>, Vec<bf16>) {
+    (vec![bf16::ONE; b * d], vec![bf16::ONE; v * d])
+}
+
 /// Samples on the device API (`hidden` `[b, d]` and `weight` `[v, d]` already on the device) into
 /// `out` and returns the tokens.
 pub fn sample_on_device(
