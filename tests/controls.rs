@@ -351,3 +351,81 @@ fn bad_masks_adjustments_and_caps_are_typed_errors() {
     let bad = RowPenalties { repetition_penalty: -1.0, ..Default::default() };
     assert!(matches!(SparseAdjustments::from_rows(&[bad]), Err(Error::InvalidAdjustments { .. })));
 }
+
+#[test]
+fn fuzzed_controls_never_panic_and_respect_masks() {
+    use flashsampling::controls::{RowPenalties, SparseAdjustments, TokenMask};
+    use std::panic::{AssertUnwindSafe, catch_unwind};
+    let mut rng = TestRng::new(0x12_F022);
+    let (mut oks, mut errors) = (0, 0);
+    for case in 0..3000 {
+        let b = 1 + (rng.next_u64() % 4) as usize;
+        let v = 1 + (rng.next_u64() % 70) as usize;
+        let d = 8 * (1 + (rng.next_u64() % 3) as usize);
+        let hidden = rng.normal_bf16(b * d, 1.0);
+        let weight = rng.normal_bf16(v * d, 1.0);
+        let pick = |rng: &mut TestRng, xs: &[f32]| xs[(rng.next_u64() % xs.len() as u64) as usize];
+        let temps = [0.0f32, 1e-30, 0.3, 1.0, 4.0, -1.0, f32::NAN];
+        let len = |rng: &mut TestRng| if rng.next_u64() % 10 == 0 { b + 1 } else { b };
+        let mut p = SamplingParams::new(1.0, rng.next_u64()).with_samples_per_row(1 + (rng.next_u64() % 3) as u32);
+        if rng.next_u64() % 2 == 0 {
+            let n = len(&mut rng);
+            p = p.with_temperatures((0..n).map(|_| pick(&mut rng, &temps)).collect());
+        }
+        if rng.next_u64() % 3 == 0 {
+            let n = len(&mut rng);
+            p = p.with_top_k((0..n).map(|_| (rng.next_u64() % 8) as u32).collect());
+        }
+        if rng.next_u64() % 3 == 0 {
+            let n = len(&mut rng);
+            p = p.with_top_p((0..n).map(|_| pick(&mut rng, &[0.1, 0.5, 0.99, 1.0, 0.0, 1.5])).collect());
+        }
+        if rng.next_u64() % 3 == 0 {
+            let n = len(&mut rng);
+            p = p.with_min_p((0..n).map(|_| pick(&mut rng, &[0.0, 0.05, 0.5, 1.0, -0.1])).collect());
+        }
+        if rng.next_u64() % 3 == 0 {
+            p = p.with_softcap(pick(&mut rng, &[5.0, 30.0, 0.0]));
+        }
+        let mask_rows: Vec<Vec<u32>> =
+            (0..b).map(|_| (0..v as u32).filter(|_| rng.next_u64() % 3 != 0).collect()).collect();
+        if rng.next_u64() % 2 == 0 {
+            let refs: Vec<&[u32]> = mask_rows.iter().map(Vec::as_slice).collect();
+            p = p.with_allowed(TokenMask::from_allowed(v, &refs).unwrap());
+        }
+        if rng.next_u64() % 3 == 0 {
+            let bias = [(0u32, 3.0f32), ((v as u32).saturating_sub(1), -2.0)];
+            let rows: Vec<RowPenalties<'_>> = (0..b)
+                .map(|_| RowPenalties { logit_bias: &bias, repetition_penalty: 1.2, ..Default::default() })
+                .collect();
+            p = p.with_adjustments(SparseAdjustments::from_rows(&rows).unwrap());
+        }
+        if rng.next_u64() % 4 == 0 {
+            p = p.with_logprobs(LogProbs::ProcessedAndRaw).with_top_logprobs((rng.next_u64() % 4) as u32, false);
+        }
+        let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
+        let got = catch_unwind(AssertUnwindSafe(|| CpuBackend::new().with_threads(2).sample_scored(h, w, &p)))
+            .unwrap_or_else(|_| panic!("case {case}: panicked with {p:?}"));
+        match got {
+            Ok(s) => {
+                oks += 1;
+                let n = p.n as usize;
+                assert_eq!(s.tokens.len(), b * n, "case {case}");
+                for (k, &t) in s.tokens.iter().enumerate() {
+                    assert!((t as usize) < v, "case {case}: token {t} of V = {v}");
+                    if let Some(m) = &p.allowed {
+                        assert!(
+                            flashsampling::kernels::logits::allowed(m.row(k / n), t),
+                            "case {case}: masked token {t}"
+                        );
+                    }
+                }
+                if let Some(lp) = &s.logprobs {
+                    assert!(lp.iter().all(|x| *x <= 1e-5), "case {case}: a log-probability above 0: {lp:?}");
+                }
+            }
+            Err(_) => errors += 1,
+        }
+    }
+    assert!(oks > 100 && errors > 20, "{oks} sampled, {errors} errors: the generator lost its balance");
+}
