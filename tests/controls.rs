@@ -429,3 +429,36 @@ fn fuzzed_controls_never_panic_and_respect_masks() {
     }
     assert!(oks > 100 && errors > 20, "{oks} sampled, {errors} errors: the generator lost its balance");
 }
+
+#[test]
+fn f16_inputs_on_the_cpu_backend() {
+    use half::f16;
+    let cpu = CpuBackend::new();
+    // Values exact in both formats: the same logits, so the same tokens and scores as bf16.
+    let (b, d, v) = (4usize, 16usize, 300usize);
+    let mut rng = TestRng::new(0x12_0F16);
+    let hb: Vec<half::bf16> = (0..b * d).map(|_| half::bf16::from_f32((rng.next_u64() % 9) as f32 - 4.0)).collect();
+    let wb: Vec<half::bf16> =
+        (0..v * d).map(|_| half::bf16::from_f32(((rng.next_u64() % 17) as f32 - 8.0) / 8.0)).collect();
+    let (hf, wf): (Vec<f16>, Vec<f16>) = (
+        hb.iter().map(|x| f16::from_f32(x.to_f32())).collect(),
+        wb.iter().map(|x| f16::from_f32(x.to_f32())).collect(),
+    );
+    let p = SamplingParams::new(0.9, 4).with_samples_per_row(2).with_logprobs(LogProbs::Processed);
+    let a = cpu.sample_scored(Matrix::new(&hb, b, d), Matrix::new(&wb, v, d), &p).unwrap();
+    let c = cpu.sample_scored(Matrix::new(&hf, b, d), Matrix::new(&wf, v, d), &p).unwrap();
+    assert_eq!((&a.tokens, bits(&a.scores)), (&c.tokens, bits(&c.scores)));
+    assert_eq!(a.logprobs, c.logprobs);
+    // f16 keeps what bf16 would round away: logits 1 + 2^-10 and 1 tie in bf16 (the lower id wins)
+    // but not in f16 (the larger wins).
+    let hidden = vec![f16::ONE; 8];
+    let mut weight = vec![f16::ZERO; 2 * 8];
+    weight[0] = f16::ONE;
+    weight[8] = f16::from_f32(1.0 + 1.0 / 1024.0);
+    let t = cpu.sample(Matrix::new(&hidden, 1, 8), Matrix::new(&weight, 2, 8), &SamplingParams::greedy()).unwrap();
+    assert_eq!(t, vec![1]);
+    // NaN inputs are found in f16 too.
+    weight[3] = f16::NAN;
+    let e = cpu.sample(Matrix::new(&hidden, 1, 8), Matrix::new(&weight, 2, 8), &SamplingParams::greedy()).unwrap_err();
+    assert!(matches!(e, Error::NanLogit { row: 0 }), "{e:?}");
+}

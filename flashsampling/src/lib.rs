@@ -50,7 +50,6 @@ pub use error::{Error, Result};
 pub use flashsampling_kernels as kernels;
 pub use flashsampling_kernels::stream_id;
 pub use gpu::{DeviceMatrix, DeviceSamples, GpuBackend, gpu_available};
-use half::bf16;
 pub use params::{Matrix, SamplingParams, Shape};
 pub use shard::{VocabShard, merge_shard_candidates};
 
@@ -111,7 +110,12 @@ pub(crate) fn check_samples(samples: &Samples, hidden: Matrix<'_>, weight: Matri
 }
 
 /// [`check_samples`] for `n` samples per row and a weight held in several parts (vocab shards).
-pub(crate) fn check_samples_of(samples: &Samples, n: usize, hidden: Matrix<'_>, weights: &[&[bf16]]) -> Result<()> {
+pub(crate) fn check_samples_of<T: params::Element>(
+    samples: &Samples,
+    n: usize,
+    hidden: Matrix<'_, T>,
+    weights: &[&[T]],
+) -> Result<()> {
     let Some(slot) = samples.tokens.iter().position(|&t| t == kernels::INVALID_INDEX) else {
         return Ok(());
     };

@@ -286,22 +286,60 @@ impl SamplingParams {
     }
 }
 
-/// A row-major matrix on the host: `rows × cols` bf16 values.
+/// A row-major matrix on the host: `rows × cols` values, bf16 by default; the CPU backend also takes
+/// f16 ([`Element`]; the GPU kernels take bf16).
 #[derive(Clone, Copy, Debug)]
-pub struct Matrix<'a> {
+pub struct Matrix<'a, T = bf16> {
     /// The values, `rows · cols` of them.
-    pub data: &'a [bf16],
+    pub data: &'a [T],
     /// Rows (B for hidden states, V for the LM-head weight).
     pub rows: usize,
     /// Columns (D).
     pub cols: usize,
 }
 
-impl<'a> Matrix<'a> {
+impl<'a, T> Matrix<'a, T> {
     /// A `rows × cols` view of `data`.
-    pub fn new(data: &'a [bf16], rows: usize, cols: usize) -> Self {
+    pub fn new(data: &'a [T], rows: usize, cols: usize) -> Self {
         Self { data, rows, cols }
     }
+}
+
+/// An element type of the host matrices: bf16 (every backend) or f16 (the CPU backend). Products are
+/// accumulated in f32 either way.
+pub trait Element: Copy + Send + Sync + std::fmt::Debug + 'static + private::Sealed {
+    /// The value in f32 (exact for both types).
+    fn to_f32(self) -> f32;
+    /// Whether the value is NaN.
+    fn is_nan(self) -> bool;
+}
+
+impl Element for bf16 {
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        bf16::to_f32(self)
+    }
+    #[inline(always)]
+    fn is_nan(self) -> bool {
+        bf16::is_nan(self)
+    }
+}
+
+impl Element for half::f16 {
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        half::f16::to_f32(self)
+    }
+    #[inline(always)]
+    fn is_nan(self) -> bool {
+        half::f16::is_nan(self)
+    }
+}
+
+mod private {
+    pub trait Sealed {}
+    impl Sealed for half::bf16 {}
+    impl Sealed for half::f16 {}
 }
 
 /// A validated problem shape.

@@ -21,27 +21,28 @@ use flashsampling_kernels::Candidate;
 
 use crate::error::{Error, Result};
 use crate::params::Matrix;
+use half::bf16;
 
 /// One rank's shard of the LM head: `weight` holds global vocab rows `offset .. offset + weight.rows`
 /// (row-major `[V_r, D]`).
 #[derive(Clone, Copy, Debug)]
-pub struct VocabShard<'a> {
+pub struct VocabShard<'a, T = bf16> {
     /// The shard's rows of the weight.
-    pub weight: Matrix<'a>,
+    pub weight: Matrix<'a, T>,
     /// Global vocab index of the shard's first row.
     pub offset: usize,
 }
 
-impl<'a> VocabShard<'a> {
+impl<'a, T> VocabShard<'a, T> {
     /// The shard of `weight.rows` rows starting at global row `offset`.
-    pub fn new(weight: Matrix<'a>, offset: usize) -> Self {
+    pub fn new(weight: Matrix<'a, T>, offset: usize) -> Self {
         Self { weight, offset }
     }
 
     /// Splits a whole `[V, D]` weight into shards at the given global row boundaries
     /// (`ends[k]` = end of shard `k`, increasing, the last one `weight.rows`). For tests and
     /// simulations; a rank holds only its own shard.
-    pub fn split(weight: Matrix<'a>, ends: &[usize]) -> Result<Vec<Self>> {
+    pub fn split(weight: Matrix<'a, T>, ends: &[usize]) -> Result<Vec<Self>> {
         let mut start = 0;
         let mut shards = Vec::with_capacity(ends.len());
         for &end in ends {
@@ -72,7 +73,7 @@ impl<'a> VocabShard<'a> {
 /// Checks that `shards`, in rank order, tile the vocabulary `0 .. vocab`: the first starts at 0,
 /// each starts where the previous one ends, none is empty, and together they reach `vocab` (the
 /// last may go past it: padding). The per-shard shape checks (D, lengths) come with the call.
-pub fn validate_shards(shards: &[VocabShard<'_>], vocab: usize) -> Result<()> {
+pub fn validate_shards<T>(shards: &[VocabShard<'_, T>], vocab: usize) -> Result<()> {
     if vocab == 0 {
         return Err(Error::EmptyVocab);
     }

@@ -3,11 +3,10 @@
 
 use flashsampling_kernels::Candidate;
 use flashsampling_kernels::epilogue::update_tile;
-use half::bf16;
 
 use super::{CpuBackend, Slot, dot};
 use crate::Samples;
-use crate::params::{LogProbs, SamplingParams, Shape};
+use crate::params::{Element, LogProbs, SamplingParams, Shape};
 
 impl CpuBackend {
     /// The exact path for rows that truncate (top-k, top-p, min-p) or ask for their top tokens: each
@@ -15,10 +14,10 @@ impl CpuBackend {
     /// kept set is found exactly ([`kept_threshold`]), every other token's logit becomes `−∞`, and the
     /// row is sampled from them with the same noise as everywhere (so a row that keeps everything
     /// draws exactly what the tiled path draws). Rows are split over the workers.
-    pub(super) fn sample_materialized(
+    pub(super) fn sample_materialized<T: Element>(
         &self,
-        hidden: &[bf16],
-        weight: &[bf16],
+        hidden: &[T],
+        weight: &[T],
         shape: Shape,
         slots: &[Slot],
         params: &SamplingParams,

@@ -9,10 +9,9 @@ use tiled::add_logprobs;
 
 use flashsampling_kernels::config::BLOCK_V;
 use flashsampling_kernels::{Candidate, RowNoise, Transform};
-use half::bf16;
 
 use crate::error::{Error, Result};
-use crate::params::{LogProbs, Matrix, SamplingParams, validate};
+use crate::params::{Element, LogProbs, Matrix, SamplingParams, validate};
 use crate::shard::{VocabShard, merge_shard_candidates, validate_shards};
 use crate::{Samples, check_samples_of};
 
@@ -79,12 +78,22 @@ impl CpuBackend {
     }
 
     /// One token per row of `hidden`.
-    pub fn sample(&self, hidden: Matrix<'_>, weight: Matrix<'_>, params: &SamplingParams) -> Result<Vec<u32>> {
+    pub fn sample<T: Element>(
+        &self,
+        hidden: Matrix<'_, T>,
+        weight: Matrix<'_, T>,
+        params: &SamplingParams,
+    ) -> Result<Vec<u32>> {
         Ok(self.sample_scored(hidden, weight, params)?.tokens)
     }
 
     /// Tokens and winning perturbed scores (and the log-probabilities `params` asks for).
-    pub fn sample_scored(&self, hidden: Matrix<'_>, weight: Matrix<'_>, params: &SamplingParams) -> Result<Samples> {
+    pub fn sample_scored<T: Element>(
+        &self,
+        hidden: Matrix<'_, T>,
+        weight: Matrix<'_, T>,
+        params: &SamplingParams,
+    ) -> Result<Samples> {
         let (shape, _) = validate(
             (hidden.rows, hidden.cols, hidden.data.len()),
             (weight.rows, weight.cols, weight.data.len()),
@@ -117,10 +126,10 @@ impl CpuBackend {
     /// that tile the vocabulary ([`merge_shard_candidates`]), the candidates give
     /// [`Self::sample_scored`]'s result on the whole weight, bit for bit. A shard entirely past
     /// `vocab` gives [`Candidate::EMPTY`] rows. Log-probabilities are not available over shards yet.
-    pub fn shard_candidates(
+    pub fn shard_candidates<T: Element>(
         &self,
-        hidden: Matrix<'_>,
-        shard: VocabShard<'_>,
+        hidden: Matrix<'_, T>,
+        shard: VocabShard<'_, T>,
         vocab: usize,
         params: &SamplingParams,
     ) -> Result<Vec<Candidate>> {
@@ -157,10 +166,10 @@ impl CpuBackend {
     /// ([`Self::shard_candidates`], the ranks' work), then their merge (the exchange). `shards` must
     /// tile `0 .. vocab` in order ([`validate_shards`]); the result equals [`Self::sample_scored`] on
     /// the whole weight, tokens and scores bit for bit.
-    pub fn sample_sharded(
+    pub fn sample_sharded<T: Element>(
         &self,
-        hidden: Matrix<'_>,
-        shards: &[VocabShard<'_>],
+        hidden: Matrix<'_, T>,
+        shards: &[VocabShard<'_, T>],
         vocab: usize,
         params: &SamplingParams,
     ) -> Result<Samples> {
@@ -170,7 +179,7 @@ impl CpuBackend {
             .map(|&shard| self.shard_candidates(hidden, shard, vocab, params))
             .collect::<Result<Vec<_>>>()?;
         let samples = samples_of(&merge_shard_candidates(&parts)?);
-        let weights: Vec<&[bf16]> = shards.iter().map(|s| s.weight.data).collect();
+        let weights: Vec<&[T]> = shards.iter().map(|s| s.weight.data).collect();
         check_samples_of(&samples, params.n as usize, hidden, &weights)?;
         Ok(samples)
     }

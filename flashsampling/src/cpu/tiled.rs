@@ -4,11 +4,10 @@
 
 use flashsampling_kernels::Candidate;
 use flashsampling_kernels::epilogue::update_tile;
-use half::bf16;
 
 use super::{CHUNK_FLOATS, CpuBackend, Slot, dot};
 use crate::Samples;
-use crate::params::{LogProbs, SamplingParams, Shape};
+use crate::params::{Element, LogProbs, SamplingParams, Shape};
 
 impl CpuBackend {
     /// Each slot's winning candidate over the weight rows `weight` (`[rows, D]`), which are global
@@ -20,10 +19,10 @@ impl CpuBackend {
     /// is associative and commutative, so this is the kernel's `[B, n_tiles]` candidates reduced),
     /// and the workers' candidates are merged last.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn winners(
+    pub(super) fn winners<T: Element>(
         &self,
-        hidden: &[bf16],
-        weight: &[bf16],
+        hidden: &[T],
+        weight: &[T],
         (offset, vocab): (usize, usize),
         shape: Shape,
         slots: &[Slot],
