@@ -5,7 +5,8 @@ noise and the same rules as the Rust library. NumPy arrays run on the CPU backen
 (the fused GPU kernels) are not wired yet and raise ``NotImplementedError``.
 
 Arrays: ``hidden`` ``[B, D]`` and ``weight`` ``[V, D]`` as float32 (rounded to bfloat16, ties to even, as
-the kernels take bf16), uint16 holding bfloat16 bits, or ml_dtypes' bfloat16. Errors are ``ValueError``
+the kernels take bf16), uint16 holding bfloat16 bits, ml_dtypes' bfloat16, or float16 (both arrays
+float16: sampled in f16 on the CPU backend, no rounding). Errors are ``ValueError``
 (bad input, the Rust library's message) or ``RuntimeError``.
 """
 
@@ -51,7 +52,11 @@ def sample(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample=0, t
     if _is_torch_cuda(hidden) or _is_torch_cuda(weight):
         raise NotImplementedError("CUDA tensors: the GPU path of the Python package is not wired yet; "
                                   "pass NumPy arrays (tensor.float().cpu().numpy())")
-    h, w = bf16_bits(hidden), bf16_bits(weight)
+    f16 = np.asarray(hidden).dtype == np.float16 and np.asarray(weight).dtype == np.float16
+    if f16:
+        h, w = (np.ascontiguousarray(np.asarray(x)).view(np.uint16) for x in (hidden, weight))
+    else:
+        h, w = bf16_bits(hidden), bf16_bits(weight)
     if h.ndim == 1:
         h = h[None, :]
     if h.ndim != 2 or w.ndim != 2:
@@ -76,7 +81,7 @@ def sample(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample=0, t
         temperature=float(temperature), seed=int(seed), streams=lst(streams), sample=int(sample),
         temperatures=lst(temperatures), seeds=lst(seeds), n=int(n), logprobs=logprobs, top_k=lst(top_k),
         top_p=lst(top_p), min_p=lst(min_p), softcap=softcap, top_logprobs=int(top_logprobs),
-        top_logprobs_raw=bool(top_logprobs_raw), mask_words=mask_words, threads=threads,
+        top_logprobs_raw=bool(top_logprobs_raw), mask_words=mask_words, threads=threads, f16=f16,
     )
     shape = (b,) if n == 1 else (b, n)
     tokens = np.asarray(out["tokens"], dtype=np.uint32).reshape(shape)

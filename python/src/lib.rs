@@ -19,19 +19,14 @@ fn to_py(e: Error) -> PyErr {
     }
 }
 
-/// The bf16 values of a buffer of 16-bit words (NumPy uint16, C-contiguous).
-fn bf16s(py: Python<'_>, bits: &PyBuffer<u16>) -> PyResult<Vec<bf16>> {
-    Ok(bits.to_vec(py)?.into_iter().map(bf16::from_bits).collect())
-}
-
 /// Samples on the CPU backend. `hidden_bits` `[b, hidden_d]` and `weight_bits` `[v, weight_d]` hold
-/// bf16 bits;
+/// bf16 bits (f16 bits with `f16`);
 /// `mask_words` `[b, ceil(v / 32)]` the allowed tokens. Returns a dict of lists.
 #[pyfunction]
 #[pyo3(signature = (
     hidden_bits, b, hidden_d, weight_bits, v, weight_d, *, temperature, seed, streams=None, sample=0, temperatures=None,
     seeds=None, n=1, logprobs="off", top_k=None, top_p=None, min_p=None, softcap=None, top_logprobs=0,
-    top_logprobs_raw=false, mask_words=None, threads=None
+    top_logprobs_raw=false, mask_words=None, threads=None, f16=false
 ))]
 #[allow(clippy::too_many_arguments)]
 fn sample_cpu<'py>(
@@ -58,8 +53,8 @@ fn sample_cpu<'py>(
     top_logprobs_raw: bool,
     mask_words: Option<Vec<u32>>,
     threads: Option<usize>,
+    f16: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let (hidden, weight) = (bf16s(py, &hidden_bits)?, bf16s(py, &weight_bits)?);
     let mut params = SamplingParams::new(temperature, seed).with_sample(sample).with_samples_per_row(n);
     params.streams = streams;
     params.temperatures = temperatures;
@@ -74,7 +69,11 @@ fn sample_cpu<'py>(
         "off" => LogProbs::Off,
         "processed" => LogProbs::Processed,
         "processed_and_raw" => LogProbs::ProcessedAndRaw,
-        other => return Err(PyValueError::new_err(format!("logprobs = {other:?}: one of off, processed, processed_and_raw"))),
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "logprobs = {other:?}: one of off, processed, processed_and_raw"
+            )));
+        }
     };
     if let Some(words) = mask_words {
         params.allowed = Some(TokenMask { words, words_per_row: v.div_ceil(32) });
@@ -83,10 +82,18 @@ fn sample_cpu<'py>(
         Some(t) => CpuBackend::new().with_threads(t),
         None => CpuBackend::new(),
     };
-    // Long calls release the GIL.
-    let out = py
-        .detach(|| cpu.sample_scored(Matrix::new(&hidden, b, hidden_d), Matrix::new(&weight, v, weight_d), &params))
-        .map_err(to_py)?;
+    // The words are bf16 bits, or f16 bits with `f16`. Long calls release the GIL.
+    let (hw, ww) = (hidden_bits.to_vec(py)?, weight_bits.to_vec(py)?);
+    let out = if f16 {
+        let (h, w): (Vec<half::f16>, Vec<half::f16>) =
+            (hw.into_iter().map(half::f16::from_bits).collect(), ww.into_iter().map(half::f16::from_bits).collect());
+        py.detach(|| cpu.sample_scored(Matrix::new(&h, b, hidden_d), Matrix::new(&w, v, weight_d), &params))
+    } else {
+        let (h, w): (Vec<bf16>, Vec<bf16>) =
+            (hw.into_iter().map(bf16::from_bits).collect(), ww.into_iter().map(bf16::from_bits).collect());
+        py.detach(|| cpu.sample_scored(Matrix::new(&h, b, hidden_d), Matrix::new(&w, v, weight_d), &params))
+    }
+    .map_err(to_py)?;
     let dict = PyDict::new(py);
     dict.set_item("tokens", out.tokens)?;
     dict.set_item("scores", out.scores)?;

@@ -137,3 +137,13 @@ def test_bad_input_raises_the_librarys_errors():
 
     with pytest.raises(NotImplementedError, match="CUDA tensors"):
         fs.sample(FakeCuda(), weight)
+
+
+def test_float16_arrays_are_sampled_in_f16():
+    # Logits 1 + 2**-10 and 1: distinct in float16, a tie in bfloat16 (where the lower id would win).
+    hidden = np.zeros((1, 8), dtype=np.float16)
+    hidden[0, 0] = 1
+    weight = np.zeros((2, 8), dtype=np.float16)
+    weight[0, 0], weight[1, 0] = 1, 1 + 2**-10
+    assert fs.sample(hidden, weight, 0.0).tolist() == [1]
+    assert fs.sample(hidden.astype(np.float32), weight.astype(np.float32), 0.0).tolist() == [0]
