@@ -634,3 +634,25 @@ fn arrival_counters_are_zero_after_many_launches() {
         assert_eq!(on_device, host, "B={b} V={v}");
     }
 }
+
+#[test]
+fn controls_the_kernels_do_not_take_yet_are_typed_errors() {
+    let Some(gpu) = gpu_or_skip("controls_the_kernels_do_not_take_yet_are_typed_errors") else { return };
+    // Per-request controls run on the CPU backend for now; the GPU backend says so before any launch.
+    let (b, d, v) = (2usize, 64usize, 100usize);
+    let (hidden, weight) = ones(b, d, v);
+    let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
+    let p = SamplingParams::new(1.0, 1);
+    for params in [
+        p.clone().with_temperatures(vec![1.0, 0.5]),
+        p.clone().with_seeds(vec![1, 2]),
+        p.clone().with_samples_per_row(2),
+        p.clone().with_logprobs(flashsampling::params::LogProbs::Processed),
+        p.clone().with_softcap(30.0),
+        p.clone().with_top_k(vec![5, 5]),
+    ] {
+        let err = gpu.sample(h, w, &params).unwrap_err();
+        assert!(matches!(err, Error::Unsupported { path: "on the GPU backend", .. }), "{err:?}");
+    }
+    assert!(gpu.sample(h, w, &p).is_ok());
+}
