@@ -99,7 +99,7 @@ impl CpuBackend {
             (weight.rows, weight.cols, weight.data.len()),
             params,
         )?;
-        let slots = slots(params, shape.b)?;
+        let slots = slots(params, shape.b);
         if params.truncates(shape.v) || params.top_logprobs > 0 {
             let samples = self.sample_materialized(hidden.data, weight.data, shape, &slots, params);
             check_samples_of(&samples, params.n as usize, hidden, &[weight.data])?;
@@ -154,7 +154,7 @@ impl CpuBackend {
         if vocab == 0 {
             return Err(Error::EmptyVocab);
         }
-        let slots = slots(params, shape.b)?;
+        let slots = slots(params, shape.b);
         let rows = w.rows.min(vocab.saturating_sub(shard.offset));
         if rows == 0 {
             return Ok(vec![Candidate::EMPTY; slots.len()]);
@@ -195,19 +195,19 @@ struct Slot {
 
 /// The `[B, n]` slots of a validated call: row `r`'s temperature and seed (per-row or the call's),
 /// its stream, sample indices `sample .. sample + n`.
-fn slots(params: &SamplingParams, b: usize) -> Result<Vec<Slot>> {
+fn slots(params: &SamplingParams, b: usize) -> Vec<Slot> {
     let mut out = Vec::with_capacity(b * params.n as usize);
     for row in 0..b {
         // `validate` checked every list's length and every temperature.
         let t = params.row_temperature(row).expect("validated per-row temperatures");
-        let transform = SamplingParams::new(t, 0).transform()?;
+        let transform = Transform::from_temperature(t);
         let noise = params.row_noise(row).expect("validated stream and seed lists");
         let inv_temperature = if transform.is_greedy() { 0.0 } else { 1.0 / t as f64 };
         for j in 0..params.n {
             out.push(Slot { noise: RowNoise { sample: noise.sample + j, ..noise }, transform, inv_temperature });
         }
     }
-    Ok(out)
+    out
 }
 
 /// Tokens and scores of the winning candidates.
