@@ -27,6 +27,11 @@
 //!   print a table, write `variants.csv` (how the per-batch choice in `config::variant_for_batch` is
 //!   made; variants that do not support a V are marked n/a); `--only a,b` keeps the variants whose
 //!   entry point contains `a` or `b`. Takes `--shape`, `--batches` and `--quick` like the main run.
+//! - `--controls`: instead of the baselines, time the fused call with per-request controls against
+//!   the plain call at every (config, B) (default B ∈ {1, 8, 16, 32, 64, 128, 256}): per-row
+//!   temperatures + log-probabilities, an allowed-token mask in device memory (half the tokens),
+//!   soft-capping, `n = 8` samples per row, and all of them together; prints a table of medians and
+//!   ratios to the plain call and writes `controls.csv`. Takes `--shape`, `--batches`.
 //!
 //! Device memory at the largest B: the weights (V·D bf16), the hidden states (B·D bf16) and the
 //! baselines' f32 logits and probabilities (2·B·V·4 bytes: 2.5 GB at B = 2048, V = 151936; 4.3 GB at
@@ -58,6 +63,7 @@ struct Args {
     out: PathBuf,
     replot: Option<PathBuf>,
     variants: bool,
+    controls: bool,
     /// `--only a,b`: the sweep times only the variants whose entry contains one of these.
     only: Vec<String>,
     /// `--shape D,V` (repeatable): (config name, D, V); empty = [`CONFIGS`].
@@ -126,6 +132,7 @@ fn args() -> Args {
         out: PathBuf::from("target/flashsampling-bench"),
         replot: None,
         variants: false,
+        controls: false,
         only: Vec::new(),
         shapes: Vec::new(),
         batches: None,
@@ -135,6 +142,7 @@ fn args() -> Args {
         match x.as_str() {
             "--quick" => a.quick = true,
             "--variants" => a.variants = true,
+            "--controls" => a.controls = true,
             "--only" => a.only = it.next().expect("--only a,b").split(',').map(str::to_string).collect(),
             "--shape" => {
                 let shape = parse_shape(&it.next().expect("--shape D,V"));
@@ -187,6 +195,9 @@ fn main() -> R<()> {
     drop((src, dst));
     if a.variants {
         return variant_sweep(&mut gpu, &timer, &a, bandwidth);
+    }
+    if a.controls {
+        return controls(&gpu, &timer, &a, bandwidth);
     }
     let base = Baselines::new(&gpu)?;
     // Tensor-core rate: 8192³ bf16 GEMM on random data, f32 output.
@@ -367,6 +378,74 @@ fn variant_sweep(gpu: &mut GpuBackend, timer: &EventTimer, a: &Args, bandwidth: 
         a.runs,
         bandwidth / 1e12
     );
+    print!("{table}");
+    Ok(())
+}
+
+/// `--controls`: the fused call with per-request controls against the plain call (T = 1), same
+/// method as the main run; the mask lives in device memory (the decode-loop shape).
+fn controls(gpu: &GpuBackend, timer: &EventTimer, a: &Args, bandwidth: f64) -> R<()> {
+    use flashsampling::params::LogProbs;
+    let stream = gpu.stream().clone();
+    let batches = a.batches.clone().unwrap_or_else(|| vec![1, 8, 16, 32, 64, 128, 256]);
+    let bmax = *batches.iter().max().unwrap();
+    let runs = a.runs;
+    let modes = ["plain", "temps+logprobs", "mask", "softcap", "n=8", "all"];
+    let mut table = format!(
+        "| config | B | floor ms | {} |\n|---|---|---|{}\n",
+        modes.iter().map(|m| format!("{m} ms (×plain)")).collect::<Vec<_>>().join(" | "),
+        "---|".repeat(modes.len())
+    );
+    let mut csv = String::from("config,d,v,b,mode,median_ms,min_ms,max_ms,ratio_to_plain\n");
+    for (config, d, v) in a.configs() {
+        let (hidden, weight) = flashsampling::synthetic::lm_head(bmax, d, v, DATA_SEED ^ d as u64);
+        let h_dev = stream.clone_htod(&hidden)?;
+        let w_dev = stream.clone_htod(&weight)?;
+        drop((hidden, weight));
+        let mut rng = SplitMix64::new(DATA_SEED ^ 0x3A5C);
+        let words = v.div_ceil(32);
+        let mask_host: Vec<u32> = (0..bmax * words).map(|_| rng.next_u64() as u32).collect();
+        let mask_dev = stream.clone_htod(&mask_host)?;
+        let floor = (v * d * 2) as f64 / bandwidth * 1e3;
+        for &b in &batches {
+            let hm = DeviceMatrix { data: h_dev.slice(..b * d), rows: b, cols: d };
+            let wm = DeviceMatrix { data: w_dev.slice(..v * d), rows: v, cols: d };
+            let mask = mask_dev.slice(..b * words);
+            let temps: Vec<f32> = (0..b).map(|r| [0.7, 1.0, 0.0, 1.3][r % 4]).collect();
+            let plain = SamplingParams::new(1.0, 7);
+            let tl = plain.clone().with_temperatures(temps.clone()).with_logprobs(LogProbs::Processed);
+            let cap = plain.clone().with_softcap(30.0);
+            let n8 = plain.clone().with_samples_per_row(8);
+            let all = tl.clone().with_softcap(30.0).with_samples_per_row(8);
+            let cases: [(&str, &SamplingParams, bool); 6] = [
+                ("plain", &plain, false),
+                ("temps+logprobs", &tl, false),
+                ("mask", &plain, true),
+                ("softcap", &cap, false),
+                ("n=8", &n8, false),
+                ("all", &all, true),
+            ];
+            let mut out = gpu.alloc_samples(b, v)?;
+            let mut medians = Vec::new();
+            for (mode, params, masked) in cases {
+                let m = masked.then_some(&mask);
+                let s = timer.time(&stream, 10, runs, || Ok(gpu.sample_device_masked(&hm, &wm, params, m, &mut out)?))?;
+                let ratio = s.median / medians.first().copied().unwrap_or(s.median);
+                csv += &format!("{config},{d},{v},{b},{mode},{:.5},{:.5},{:.5},{ratio:.4}\n", s.median, s.min, s.max);
+                medians.push(s.median);
+            }
+            let cells: Vec<String> = medians.iter().map(|m| format!("{m:.4} ({:.3})", m / medians[0])).collect();
+            let line = format!("| {config} | {b} | {floor:.4} | {} |", cells.join(" | "));
+            eprintln!("{line}");
+            table += &line;
+            table.push('\n');
+        }
+    }
+    std::fs::create_dir_all(&a.out)?;
+    let path = a.out.join("controls.csv");
+    std::fs::write(&path, csv)?;
+    println!("wrote {}", path.display());
+    println!("\nfused call with per-request controls, medians of {runs} runs (ms) and ratio to the plain call");
     print!("{table}");
     Ok(())
 }

@@ -1,6 +1,10 @@
 //! Build check: the generated PTX modules assemble with `ptxas -arch=sm_90 -v` and `-arch=sm_90a` (from the PyPI wheel
-//! `nvidia-cuda-nvcc-cu12`, installed by `./x.sh test` into `.tools/`), and the kernels neither spill
-//! nor use a stack frame in the hot kernels. Prints the register / shared memory / spill lines.
+//! `nvidia-cuda-nvcc-cu12`, installed by `./x.sh test` into `.tools/`), within spill budgets: the
+//! plain fused kernels spill at most [`PLAIN_SPILL_BUDGET`] bytes (the `wgmma` N = 64 kernels sit at
+//! the 168-register ceiling of one 384-thread block per SM, and the per-row controls cost them a few
+//! bytes of spill: 8–36 bytes, judged by the same-call A/B in BENCHMARKS.md), the log-probability
+//! kernels at most [`LOGPROBS_SPILL_BUDGET`] (their per-row log-mass does not fit beside the
+//! accumulators at N = 64), the reduction none. Prints the register / shared memory / spill lines.
 //!
 //! ptxas is looked up in `$FLASHSAMPLING_PTXAS`, `.tools/nvcc/nvidia/cuda_nvcc/bin/ptxas`, then `PATH`.
 //! Without it the test prints a SKIP line, or fails when `FLASHSAMPLING_REQUIRE_PTXAS=1`.
@@ -22,12 +26,12 @@ fn find_ptxas() -> Option<PathBuf> {
 }
 
 #[test]
-fn ptx_assembles_for_sm_90_without_spills() {
+fn ptx_assembles_for_sm_90_within_spill_budgets() {
     let Some(ptxas) = find_ptxas() else {
         if std::env::var("FLASHSAMPLING_REQUIRE_PTXAS").is_ok_and(|v| v == "1") {
             panic!("FLASHSAMPLING_REQUIRE_PTXAS=1 but no ptxas found (run ./x.sh test, which installs it)");
         }
-        common::visible("SKIP ptx_assembles_for_sm_90_without_spills: no ptxas (./x.sh test installs it)");
+        common::visible("SKIP ptx_assembles_for_sm_90_within_spill_budgets: no ptxas (./x.sh test installs it)");
         return;
     };
     let mut summary = assemble(&ptxas, flashsampling::PTX, flashsampling::PTX_SM);
@@ -35,14 +39,36 @@ fn ptx_assembles_for_sm_90_without_spills() {
     for s in &summary {
         common::visible(s);
     }
-    for s in summary.iter().filter(|s| s.contains("fused_sample") || s.contains("reduce_candidates")) {
-        if s.contains("spill") {
-            assert!(s.contains("0 bytes spill stores, 0 bytes spill loads"), "register spills: {s}");
-        }
+    for s in summary.iter().filter(|s| s.contains("spill")) {
+        let bytes = spill_bytes(s);
+        let budget = if s.contains("reduce_candidates") || s.contains("expand_rows") {
+            0
+        } else if s.contains("_lp ") {
+            LOGPROBS_SPILL_BUDGET
+        } else if s.contains("fused_sample") {
+            PLAIN_SPILL_BUDGET
+        } else {
+            continue;
+        };
+        assert!(bytes <= budget, "register spills over the budget of {budget} bytes: {s}");
     }
     for variant in flashsampling::kernels::config::FUSED_VARIANTS {
         assert!(summary.iter().any(|s| s.contains(variant.entry)), "no {} in the ptxas report", variant.entry);
     }
+}
+
+/// Spill stores + loads (bytes) a plain fused kernel may have.
+const PLAIN_SPILL_BUDGET: u32 = 64;
+/// Spill stores + loads (bytes) a log-probability kernel may have.
+const LOGPROBS_SPILL_BUDGET: u32 = 3072;
+
+/// Spill stores + spill loads of one ptxas summary line.
+fn spill_bytes(line: &str) -> u32 {
+    let num = |key: &str| -> u32 {
+        let at = line.find(key).unwrap_or_else(|| panic!("no {key:?} in {line}"));
+        line[..at].trim_end().rsplit(' ').next().and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{line}"))
+    };
+    num("bytes spill stores") + num("bytes spill loads")
 }
 
 /// Assembles one PTX module for `arch`; returns its per-entry summary lines (registers, shared

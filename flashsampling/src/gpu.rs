@@ -9,16 +9,18 @@ use cudarc::driver::{
 };
 use cudarc::nvrtc::Ptx;
 use flashsampling_kernels::config::{
-    BLOCK_V, FUSED_VARIANTS, Family, FusedVariant, MAX_DIM, Module, TMA_T_VOCAB_ALIGN, TmaLayout, tma_hidden,
-    tma_weight_rows, tma_weight_tiles, tma_weight_tiles_t, variant_for_batch,
+    BLOCK_V, EXPAND_ENTRY, EXPAND_THREADS, Epilogue, FUSED_VARIANTS, Family, FusedVariant, MAX_DIM, Module,
+    TMA_T_VOCAB_ALIGN, TmaLayout, tma_hidden, tma_weight_rows, tma_weight_tiles, tma_weight_tiles_t, variant_for_batch,
 };
-use flashsampling_kernels::params::{FusedParams, LogitsParams, NoiseTestParams, ReduceParams, TensorMap, TensorMaps};
+use flashsampling_kernels::params::{
+    ExpandParams, FusedParams, LogitsParams, NoiseTestParams, ReduceParams, RowMass, RowParams, TensorMap, TensorMaps,
+};
 use flashsampling_kernels::{Candidate, Transform};
 use half::bf16;
 
 use crate::error::{Error, Result};
-use crate::params::{Matrix, SamplingParams, Shape, validate};
-use crate::{PTX, PTX_SM90A, Samples, check_samples};
+use crate::params::{LogProbs, Matrix, SamplingParams, Shape, validate};
+use crate::{PTX, PTX_SM90A, Samples, check_samples_of};
 
 /// A kernel parameter struct passed by value (`#[repr(C)]`, identical layout on host and device); the
 /// one wrapper for every launch of this crate (here and in `baselines`).
@@ -33,25 +35,52 @@ unsafe impl DeviceRepr for ByValue<ReduceParams> {}
 unsafe impl DeviceRepr for ByValue<NoiseTestParams> {}
 // SAFETY: as above.
 unsafe impl DeviceRepr for ByValue<LogitsParams> {}
+// SAFETY: as above.
+unsafe impl DeviceRepr for ByValue<ExpandParams> {}
+
+/// A [`RowParams`] as the four 64-bit words of its `#[repr(C)]` layout (seed, stream, transform,
+/// sample and request), for the upload.
+fn row_words(r: RowParams) -> [u64; 4] {
+    const _: () = assert!(size_of::<RowParams>() == 32);
+    let t = (r.transform.inv_temperature.to_bits() as u64) | ((r.transform.noise_scale.to_bits() as u64) << 32);
+    [r.seed, r.stream, t, (r.sample as u64) | ((r.request as u64) << 32)]
+}
 
 /// How the fused kernel is launched for one (B, V).
 #[derive(Clone, Copy, Debug)]
 struct LaunchShape {
     /// The kernel variant.
     variant: FusedVariant,
+    /// Its epilogue (log-probabilities or not).
+    epilogue: Epilogue,
     /// Batch tiles.
     n_btiles: u32,
     /// Vocab ranges = candidates per row.
     n_vranges: u32,
 }
 
-/// One loaded fused-kernel variant.
-struct LoadedVariant {
-    variant: &'static FusedVariant,
+/// One loaded kernel of a variant.
+struct LoadedEntry {
     func: CudaFunction,
     /// Resident blocks per multiprocessor (the driver's occupancy for the variant's block and
     /// shared memory): the persistent grid is this times the multiprocessor count.
     per_sm: u32,
+}
+
+/// One loaded fused-kernel variant: its plain and its log-probability kernel.
+struct LoadedVariant {
+    variant: &'static FusedVariant,
+    sample: LoadedEntry,
+    logprobs: LoadedEntry,
+}
+
+impl LoadedVariant {
+    fn entry(&self, e: Epilogue) -> &LoadedEntry {
+        match e {
+            Epilogue::Sample => &self.sample,
+            Epilogue::LogProbs => &self.logprobs,
+        }
+    }
 }
 
 /// A row-major bf16 matrix in device memory.
@@ -65,7 +94,10 @@ pub struct DeviceMatrix<'a> {
     pub cols: usize,
 }
 
-/// Device buffers of one batch: candidates, per-row streams, and the outputs (tokens, scores).
+/// Device buffers of one batch: candidates, per-row parameters, the expanded hidden states of a call
+/// with several samples per row, and the outputs (tokens, scores, log-probabilities). A call with
+/// `n` samples per row over `B` rows uses `B·n` rows of every buffer (row `r·n + j` is row `r`'s
+/// sample `j`).
 /// Reused across calls (a decode loop allocates it once); grows when a larger batch comes.
 ///
 /// **Outputs before and after a launch.** [`GpuBackend::alloc_samples`] fills the tokens with
@@ -103,12 +135,27 @@ pub struct DeviceSamples {
     candidates: CudaSlice<u64>,
     /// Per-batch-tile arrival counters of the fused kernel (zero between launches; see above).
     counters: CudaSlice<u32>,
-    streams: CudaSlice<u64>,
+    /// Per-row parameters ([`RowParams`], four words per row).
+    rows: CudaSlice<u64>,
     tokens: CudaSlice<u32>,
     scores: CudaSlice<f32>,
+    /// Log-probability launches: each (row, vocab range)'s [`RowMass`] (two words), and the outputs.
+    masses: Option<CudaSlice<u64>>,
+    logprobs: Option<CudaSlice<f32>>,
+    raw_logprobs: Option<CudaSlice<f32>>,
+    logsumexp: Option<CudaSlice<f32>>,
+    /// A call's allowed-token mask uploaded from the host.
+    mask: Option<CudaSlice<u32>>,
+    /// The hidden states of a call with several samples per row, `[B·n, D]`.
+    expanded: Option<CudaSlice<bf16>>,
+    /// Rows of the last call (`B·n`).
     b: usize,
-    /// Host copy of the stream ids in `streams` (skips the upload when a call reuses them).
-    uploaded_streams: Vec<u64>,
+    /// Samples per row of the last call.
+    n: usize,
+    /// Whether the last call computed log-probabilities.
+    has_logprobs: bool,
+    /// Host copy of the words in `rows` (skips the upload when a call reuses them).
+    uploaded_rows: Vec<u64>,
     /// The TMA kernels' tensor maps ([`TensorMaps`], 384 bytes: three 128-byte maps) in device memory.
     tensor_maps: CudaSlice<u64>,
     /// What the maps in `tensor_maps` describe; they are re-encoded and uploaded when a launch
@@ -157,20 +204,44 @@ fn encode_tensor_map<const R: usize>(address: u64, layout: TmaLayout<R>) -> Resu
 }
 
 impl DeviceSamples {
-    /// Sampled tokens of the last call, on the device (`[B]`; [`flashsampling_kernels::INVALID_INDEX`]
-    /// for a row whose winning score is NaN).
+    /// Sampled tokens of the last call, on the device (`[B, n]`, row-major;
+    /// [`flashsampling_kernels::INVALID_INDEX`] for a sample without a token: NaN or every token
+    /// masked).
     pub fn tokens(&self) -> CudaView<'_, u32> {
         self.tokens.slice(..self.b)
     }
 
-    /// Winning perturbed scores of the last call, on the device (`[B]`).
+    /// Winning perturbed scores of the last call, on the device (`[B, n]`).
     pub fn scores(&self) -> CudaView<'_, f32> {
         self.scores.slice(..self.b)
     }
 
-    /// Batch rows of the last call (before the first call: the rows it was allocated for).
+    /// Log-probabilities of the last call's tokens under the processed distribution (`[B, n]`), when
+    /// it asked for them ([`SamplingParams::logprobs`]); see [`crate::Samples::logprobs`].
+    pub fn logprobs(&self) -> Option<CudaView<'_, f32>> {
+        self.logprobs.as_ref().filter(|_| self.has_logprobs).map(|l| l.slice(..self.b))
+    }
+
+    /// Log-probabilities of the last call's tokens under `softmax(logits)` (`[B, n]`), when it asked
+    /// for [`LogProbs::ProcessedAndRaw`] (computed with every log-probability call).
+    pub fn raw_logprobs(&self) -> Option<CudaView<'_, f32>> {
+        self.raw_logprobs.as_ref().filter(|_| self.has_logprobs).map(|l| l.slice(..self.b))
+    }
+
+    /// Each sample row's log-sum-exp of `logits / T` (`[B, n]`: the same for the `n` samples of a
+    /// row; NaN for a greedy row), when the last call asked for log-probabilities.
+    pub fn logsumexp(&self) -> Option<CudaView<'_, f32>> {
+        self.logsumexp.as_ref().filter(|_| self.has_logprobs).map(|l| l.slice(..self.b))
+    }
+
+    /// Sample rows of the last call (`B·n`; before the first call: the rows it was allocated for).
     pub fn batch(&self) -> usize {
         self.b
+    }
+
+    /// Samples per row of the last call.
+    pub fn samples_per_row(&self) -> usize {
+        self.n
     }
 
     /// The fused kernel's arrival counters, on the device (tests: all zero between launches).
@@ -182,17 +253,27 @@ impl DeviceSamples {
     /// Capacity: (batch rows, candidates, arrival counters) the buffers hold.
     #[doc(hidden)]
     pub fn capacity(&self) -> (usize, usize, usize) {
-        let rows = self.streams.len().min(self.tokens.len()).min(self.scores.len());
+        let rows = (self.rows.len() / 4).min(self.tokens.len()).min(self.scores.len());
         (rows, self.candidates.len(), self.counters.len())
     }
 
     /// Whether the buffers serve a launch of `b` rows with `launch` on the context `ctx`.
     fn fits(&self, b: usize, launch: &LaunchShape, ctx: &CudaContext) -> bool {
         let n_cands = b.checked_mul(launch.n_vranges as usize);
+        let masses_fit = match launch.epilogue {
+            Epilogue::Sample => true,
+            Epilogue::LogProbs => {
+                n_cands.is_some_and(|n| self.masses.as_ref().is_some_and(|m| m.len() >= 2 * n))
+                    && [&self.logprobs, &self.raw_logprobs, &self.logsumexp]
+                        .iter()
+                        .all(|o| o.as_ref().is_some_and(|l| l.len() >= b))
+            }
+        };
         same_context(self.tokens.context(), ctx)
+            && masses_fit
             && n_cands.is_some_and(|n| self.candidates.len() >= n)
             && self.counters.len() >= launch.n_btiles as usize
-            && self.streams.len() >= b
+            && self.rows.len() >= 4 * b
             && self.tokens.len() >= b
             && self.scores.len() >= b
             && self.tensor_maps.len() * 8 >= size_of::<TensorMaps>()
@@ -202,9 +283,13 @@ impl DeviceSamples {
     /// quiet NaN), stream-ordered.
     fn invalidate(&mut self, stream: &CudaStream) -> Result<()> {
         let (token_bytes, score_bytes) = (self.tokens.num_bytes(), self.scores.num_bytes());
-        for ((address, _guard), bytes) in
-            [(self.tokens.device_ptr_mut(stream), token_bytes), (self.scores.device_ptr_mut(stream), score_bytes)]
-        {
+        let mut targets =
+            vec![(self.tokens.device_ptr_mut(stream), token_bytes), (self.scores.device_ptr_mut(stream), score_bytes)];
+        for out in [&mut self.logprobs, &mut self.raw_logprobs, &mut self.logsumexp].into_iter().flatten() {
+            let bytes = out.num_bytes();
+            targets.push((out.device_ptr_mut(stream), bytes));
+        }
+        for ((address, _guard), bytes) in targets {
             // SAFETY: `address` is a live allocation of `bytes` bytes (the guard keeps its events
             // ordered around this memset); all-ones bytes are a valid u32 and a valid f32.
             unsafe { cudarc::driver::result::memset_d8_async(address, 0xFF, bytes, stream.cu_stream()) }?;
@@ -230,6 +315,8 @@ pub struct GpuBackend {
     /// Every fused-kernel variant, in [`FUSED_VARIANTS`] order; `None` where this GPU cannot run it
     /// (the Hopper module's variants outside compute capability 9.0).
     fused: Vec<Option<LoadedVariant>>,
+    /// The row-expansion kernel (portable module).
+    expand: CudaFunction,
     /// Whether the Hopper (sm_90a) module is loaded.
     sm90a: bool,
     /// Variant forced for every batch size (`FLASHSAMPLING_FUSED_VARIANT` or
@@ -291,26 +378,31 @@ impl GpuBackend {
                     (Module::Hopper, None) => return Ok(None),
                     (Module::Test, _) => unreachable!("no fused kernel is in the test module"),
                 };
-                let func = module.load_function(variant.entry)?;
-                // The staging rings need more than the default 48 KiB of dynamic shared memory.
-                func.set_attribute(
-                    cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    variant.smem_bytes() as i32,
-                )?;
-                let per_sm = func
-                    .occupancy_max_active_blocks_per_multiprocessor(
-                        variant.threads(),
-                        variant.smem_bytes() as usize,
-                        None,
-                    )?
-                    .max(1);
-                Ok(Some(LoadedVariant { variant, func, per_sm }))
+                let load = |e: Epilogue| -> Result<LoadedEntry> {
+                    let func = module.load_function(variant.entry_for(e))?;
+                    // The staging rings need more than the default 48 KiB of dynamic shared memory.
+                    func.set_attribute(
+                        cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                        variant.smem_bytes(e) as i32,
+                    )?;
+                    let per_sm = func
+                        .occupancy_max_active_blocks_per_multiprocessor(
+                            variant.threads(),
+                            variant.smem_bytes(e) as usize,
+                            None,
+                        )?
+                        .max(1);
+                    Ok(LoadedEntry { func, per_sm })
+                };
+                Ok(Some(LoadedVariant { variant, sample: load(Epilogue::Sample)?, logprobs: load(Epilogue::LogProbs)? }))
             })
             .collect::<Result<Vec<_>>>()?;
+        let expand = module.load_function(EXPAND_ENTRY)?;
         let mut gpu = Self {
             variant_override: None,
             sm90a: module_sm90a.is_some(),
             fused,
+            expand,
             stream,
             ctx,
             sm_count,
@@ -331,7 +423,7 @@ impl GpuBackend {
     /// Every fused-kernel variant this GPU runs with its resident blocks per multiprocessor (the
     /// persistent grid's size is that times the multiprocessor count).
     pub fn fused_occupancy(&self) -> Vec<(FusedVariant, u32)> {
-        self.fused.iter().flatten().map(|f| (*f.variant, f.per_sm)).collect()
+        self.fused.iter().flatten().map(|f| (*f.variant, f.sample.per_sm)).collect()
     }
 
     /// The fused-kernel variants this GPU runs, in [`FUSED_VARIANTS`] order.
@@ -391,14 +483,14 @@ impl GpuBackend {
         &self.stream
     }
 
-    /// The launch of the fused kernel for `b` rows and vocab `v`.
-    fn launch_shape(&self, b: usize, v: usize) -> LaunchShape {
+    /// The launch of the fused kernel for `b` rows, vocab `v` and epilogue `epilogue`.
+    fn launch_shape(&self, b: usize, v: usize, epilogue: Epilogue) -> LaunchShape {
         let variant = self.fused_variant_for(b, v);
         let loaded = self.loaded(variant).expect("only loaded variants are chosen");
         let n_btiles = (b as u32).div_ceil(variant.block_b()).max(1);
-        let per_sm = self.blocks_per_sm_override.unwrap_or(loaded.per_sm);
+        let per_sm = self.blocks_per_sm_override.unwrap_or(loaded.entry(epilogue).per_sm);
         let n_vranges = variant.n_vranges(self.sm_count, per_sm, n_btiles, v as u32);
-        LaunchShape { variant, n_btiles, n_vranges }
+        LaunchShape { variant, epilogue, n_btiles, n_vranges }
     }
 
     /// Allocates the per-batch buffers for up to `b` rows and vocab size `v`: `B × n_vranges`
@@ -408,6 +500,12 @@ impl GpuBackend {
     /// ([`Error::EmptyBatch`], [`Error::EmptyVocab`], [`Error::TooLarge`]); a device out of memory is
     /// [`Error::Driver`] with [`Error::is_out_of_memory`].
     pub fn alloc_samples(&self, b: usize, v: usize) -> Result<DeviceSamples> {
+        self.alloc_for(b, v, Epilogue::Sample)
+    }
+
+    /// [`Self::alloc_samples`] for `b` sample rows (`B·n`) and kernels with epilogue `epilogue` (the
+    /// log-probability buffers with [`Epilogue::LogProbs`]).
+    fn alloc_for(&self, b: usize, v: usize, epilogue: Epilogue) -> Result<DeviceSamples> {
         if b == 0 {
             return Err(Error::EmptyBatch);
         }
@@ -420,23 +518,32 @@ impl GpuBackend {
                 return Err(Error::TooLarge { what, value, max });
             }
         }
-        let launch = self.launch_shape(b, v);
-        let n_cands = b.checked_mul(launch.n_vranges as usize).filter(|&n| n <= isize::MAX as usize / 8).ok_or(
+        let launch = self.launch_shape(b, v, epilogue);
+        let n_cands = b.checked_mul(launch.n_vranges as usize).filter(|&n| n <= isize::MAX as usize / 16).ok_or(
             Error::TooLarge { what: "candidates (B × vocab ranges)", value: usize::MAX, max: isize::MAX as usize / 8 },
         )?;
         let counters = b.max(launch.n_btiles as usize);
-        // SAFETY: the candidates, streams and tensor maps are written (by the kernel, an upload or
-        // the tensor-map upload) before they are read; the counters are zeroed and the tokens and
-        // scores filled below, stream-ordered before anything else on the stream.
+        let lp = epilogue == Epilogue::LogProbs;
+        // SAFETY: the candidates, masses, row parameters and tensor maps are written (by the kernel,
+        // an upload or the tensor-map upload) before they are read; the counters are zeroed and the
+        // outputs filled below, stream-ordered before anything else on the stream.
         let mut out = unsafe {
             DeviceSamples {
                 candidates: self.stream.alloc::<u64>(n_cands.max(1))?,
                 counters: self.stream.alloc_zeros::<u32>(counters)?,
-                streams: self.stream.alloc::<u64>(b)?,
+                rows: self.stream.alloc::<u64>(4 * b)?,
                 tokens: self.stream.alloc::<u32>(b)?,
                 scores: self.stream.alloc::<f32>(b)?,
+                masses: if lp { Some(self.stream.alloc::<u64>(2 * n_cands.max(1))?) } else { None },
+                logprobs: if lp { Some(self.stream.alloc::<f32>(b)?) } else { None },
+                raw_logprobs: if lp { Some(self.stream.alloc::<f32>(b)?) } else { None },
+                logsumexp: if lp { Some(self.stream.alloc::<f32>(b)?) } else { None },
+                mask: None,
+                expanded: None,
                 b,
-                uploaded_streams: Vec::new(),
+                n: 1,
+                has_logprobs: false,
+                uploaded_rows: Vec::new(),
                 tensor_maps: self.stream.alloc::<u64>(size_of::<TensorMaps>() / 8)?,
                 tensor_maps_for: None,
             }
@@ -445,14 +552,19 @@ impl GpuBackend {
         Ok(out)
     }
 
-    /// One token per row; host buffers in, host tokens out (uploads, samples, downloads).
+    /// One token per row (`[B, n]` with [`SamplingParams::n`]); host buffers in, host tokens out
+    /// (uploads, samples, downloads).
     pub fn sample(&self, hidden: Matrix<'_>, weight: Matrix<'_>, params: &SamplingParams) -> Result<Vec<u32>> {
         Ok(self.sample_scored(hidden, weight, params)?.tokens)
     }
 
-    /// Tokens and winning perturbed scores; host buffers in and out.
+    /// Tokens, winning perturbed scores and the log-probabilities `params` asks for; host buffers in
+    /// and out.
     pub fn sample_scored(&self, hidden: Matrix<'_>, weight: Matrix<'_>, params: &SamplingParams) -> Result<Samples> {
         validate((hidden.rows, hidden.cols, hidden.data.len()), (weight.rows, weight.cols, weight.data.len()), params)?;
+        if let Some(control) = params.cpu_only_control() {
+            return Err(Error::Unsupported { control, path: "on the GPU backend" });
+        }
         let h = self.stream.clone_htod(hidden.data)?;
         let w = self.stream.clone_htod(weight.data)?;
         let mut out = self.alloc_samples(hidden.rows, weight.rows)?;
@@ -462,14 +574,30 @@ impl GpuBackend {
             params,
             &mut out,
         )?;
-        let samples = Samples::plain(self.stream.clone_dtoh(&out.tokens())?, self.stream.clone_dtoh(&out.scores())?);
-        check_samples(&samples, hidden, weight)?;
+        let n = params.n as usize;
+        let mut samples = Samples::plain(self.stream.clone_dtoh(&out.tokens())?, self.stream.clone_dtoh(&out.scores())?);
+        if params.logprobs != LogProbs::Off {
+            let get = |v: Option<CudaView<'_, f32>>| -> Result<Vec<f32>> {
+                Ok(self.stream.clone_dtoh(&v.expect("a log-probability launch fills them"))?)
+            };
+            samples.logprobs = Some(get(out.logprobs())?);
+            if params.logprobs == LogProbs::ProcessedAndRaw {
+                samples.raw_logprobs = Some(get(out.raw_logprobs())?);
+            }
+            samples.logsumexp = Some(get(out.logsumexp())?.into_iter().step_by(n).collect());
+        }
+        check_samples_of(&samples, n, hidden, &[weight.data])?;
         Ok(samples)
     }
 
-    /// Samples on device buffers: one launch of the fused kernel on [`Self::stream`], asynchronous
-    /// (its last block per batch tile reduces the candidates). Tokens stay on the device in `out` ([`DeviceSamples::tokens`]);
-    /// nothing is copied to the host, so a decode loop needs no host round trip per token.
+    /// Samples on device buffers: one launch of the fused kernel on [`Self::stream`] (two with
+    /// several samples per row: the hidden rows are first copied `n` times, device to device),
+    /// asynchronous (its last block per batch tile reduces the candidates). Tokens stay on the
+    /// device in `out` ([`DeviceSamples::tokens`], and the log-probabilities when asked for);
+    /// nothing is copied to the host, so a decode loop needs no host round trip per token. The
+    /// per-row parameters (`[B·n]` of 32 bytes) are uploaded when they differ from the last call's;
+    /// a host mask ([`SamplingParams::allowed`]) is uploaded every call — a decode loop that keeps
+    /// its masks on the device passes them to [`Self::sample_device_masked`] instead.
     pub fn sample_device(
         &self,
         hidden: &DeviceMatrix<'_>,
@@ -477,13 +605,47 @@ impl GpuBackend {
         params: &SamplingParams,
         out: &mut DeviceSamples,
     ) -> Result<()> {
-        let (shape, transform) = validate(
+        self.sample_device_masked(hidden, weight, params, None, out)
+    }
+
+    /// [`Self::sample_device`] with the allowed-token mask in device memory: `[B, ceil(V / 32)]`
+    /// words (bit `j` of word `w` = token `32w + j`, vLLM's and xgrammar's layout), instead of
+    /// [`SamplingParams::allowed`] (give one or the other). A row with no allowed token gets
+    /// [`flashsampling_kernels::INVALID_INDEX`] and a `−∞` score.
+    pub fn sample_device_masked(
+        &self,
+        hidden: &DeviceMatrix<'_>,
+        weight: &DeviceMatrix<'_>,
+        params: &SamplingParams,
+        mask: Option<&CudaView<'_, u32>>,
+        out: &mut DeviceSamples,
+    ) -> Result<()> {
+        let (shape, _) = validate(
             (hidden.rows, hidden.cols, hidden.data.len()),
             (weight.rows, weight.cols, weight.data.len()),
             params,
         )?;
         if let Some(control) = params.cpu_only_control() {
             return Err(Error::Unsupported { control, path: "on the GPU backend" });
+        }
+        let words_per_row = shape.v.div_ceil(32);
+        if let Some(m) = mask {
+            if params.allowed.is_some() {
+                return Err(Error::Unsupported {
+                    control: "a host mask and a device mask together",
+                    path: "on the GPU backend",
+                });
+            }
+            if m.len() != shape.b * words_per_row {
+                return Err(Error::LengthMismatch {
+                    buffer: "allowed-token mask (B × ceil(V / 32) words)",
+                    expected: shape.b * words_per_row,
+                    actual: m.len(),
+                });
+            }
+            if !same_context(m.stream().context(), &self.ctx) {
+                return Err(Error::ForeignBuffer { buffer: "allowed-token mask" });
+            }
         }
         for (buffer, data) in [("hidden states", &hidden.data), ("LM-head weight", &weight.data)] {
             if !same_context(data.stream().context(), &self.ctx) {
@@ -493,12 +655,26 @@ impl GpuBackend {
         // The guards stay alive until the launch is enqueued (see `device_address`).
         let (hidden_ptr, _hidden_guard) = device_address(&hidden.data, &self.stream);
         let (weight_ptr, _weight_guard) = device_address(&weight.data, &self.stream);
+        let (mask_ptr, _mask_guard) = match mask {
+            Some(m) => {
+                let (ptr, guard) = device_address(m, &self.stream);
+                (ptr, Some(guard))
+            }
+            None => (0, None),
+        };
         for (buffer, address) in [("hidden states", hidden_ptr), ("LM-head weight", weight_ptr)] {
             if address % 16 != 0 {
                 return Err(Error::Misaligned { buffer, address });
             }
         }
-        let launch = self.launch_shape(shape.b, shape.v);
+        // `n` samples per row: the kernel scores B·n rows (row r·n + j is row r's sample j).
+        let n = params.n as usize;
+        let rows = shape.b * n;
+        if rows > MAX_DIM as usize {
+            return Err(Error::TooLarge { what: "sample rows (B × n)", value: rows, max: MAX_DIM as usize });
+        }
+        let epilogue = if params.logprobs == LogProbs::Off { Epilogue::Sample } else { Epilogue::LogProbs };
+        let launch = self.launch_shape(rows, shape.v, epilogue);
         let variant = launch.variant;
         if !variant.supports_vocab(shape.v as u32) {
             return Err(Error::UnsupportedVocab {
@@ -515,63 +691,141 @@ impl GpuBackend {
                 max: i32::MAX as usize,
             });
         }
-        debug_assert!(shape.b <= MAX_DIM as usize);
         // Every buffer the launch touches must be large enough for it (and on this context): else a
         // fresh set, sized by the same launch shape (zeroed counters, invalid tokens).
-        if !out.fits(shape.b, &launch, &self.ctx) {
-            *out = self.alloc_samples(shape.b, shape.v)?;
+        if !out.fits(rows, &launch, &self.ctx) {
+            *out = self.alloc_for(rows, shape.v, epilogue)?;
         }
-        let streams = params.streams_for(shape.b).ok_or_else(|| Error::LengthMismatch {
-            buffer: "streams",
-            expected: shape.b,
-            actual: params.streams.as_ref().map_or(0, Vec::len),
-        })?;
-        out.b = shape.b;
-        let result = self.upload_and_launch(shape, transform, params, (hidden_ptr, weight_ptr), streams, out, launch);
+        let words = self.row_words(params, shape.b)?;
+        out.b = rows;
+        out.n = n;
+        out.has_logprobs = epilogue == Epilogue::LogProbs;
+        let result = self.upload_and_launch(shape, params, (hidden_ptr, weight_ptr, mask_ptr), words, out, launch);
         if result.is_err() {
             // Best effort: no stale tokens after a failed call (see `DeviceSamples`).
             let _ = out.invalidate(&self.stream);
         }
-        // Only now may the read events of hidden and weight be recorded: after the launch.
-        drop((_hidden_guard, _weight_guard));
+        // Only now may the read events of hidden, weight and mask be recorded: after the launch.
+        drop((_hidden_guard, _weight_guard, _mask_guard));
         result
     }
 
-    /// The streams upload (skipped when unchanged) and the launch.
-    #[allow(clippy::too_many_arguments)]
+    /// The per-row parameters of a validated call, `[B·n]`, as upload words.
+    fn row_words(&self, params: &SamplingParams, b: usize) -> Result<Vec<u64>> {
+        let mut words = Vec::with_capacity(4 * b * params.n as usize);
+        for r in 0..b {
+            let lengths = || Error::LengthMismatch {
+                buffer: "streams",
+                expected: b,
+                actual: params.streams.as_ref().map_or(0, Vec::len),
+            };
+            let noise = params.row_noise(r).ok_or_else(lengths)?;
+            // `validate` checked the per-row temperatures (finite, ≥ 0) and the lists' lengths.
+            let transform = Transform::from_temperature(params.row_temperature(r).ok_or_else(lengths)?);
+            for j in 0..params.n {
+                words.extend(row_words(RowParams {
+                    seed: noise.seed,
+                    stream: noise.stream,
+                    transform,
+                    sample: noise.sample + j,
+                    request: r as u32,
+                }));
+            }
+        }
+        Ok(words)
+    }
+
+    /// The uploads (row parameters when changed, a host mask), the row expansion of `n > 1`, and
+    /// the launch.
     fn upload_and_launch(
         &self,
         shape: Shape,
-        transform: Transform,
         params: &SamplingParams,
-        (hidden, weight): (u64, u64),
-        streams: Vec<u64>,
+        (hidden, weight, device_mask): (u64, u64, u64),
+        words: Vec<u64>,
         out: &mut DeviceSamples,
         launch: LaunchShape,
     ) -> Result<()> {
-        if streams != out.uploaded_streams {
-            out.uploaded_streams.clear();
-            self.stream.memcpy_htod(&streams, &mut out.streams.slice_mut(..shape.b))?;
-            out.uploaded_streams = streams;
+        let rows = out.b;
+        if words != out.uploaded_rows {
+            out.uploaded_rows.clear();
+            self.stream.memcpy_htod(&words, &mut out.rows.slice_mut(..4 * rows))?;
+            out.uploaded_rows = words;
         }
-        self.launch_fused(shape, transform, params, hidden, weight, out, launch)
+        let mask_buf = match &params.allowed {
+            Some(m) => {
+                if out.mask.as_ref().is_none_or(|b| b.len() < m.words.len()) {
+                    out.mask = Some(self.stream.alloc_zeros::<u32>(m.words.len().max(1))?);
+                }
+                let buf = out.mask.as_mut().expect("allocated above");
+                self.stream.memcpy_htod(&m.words, &mut buf.slice_mut(..m.words.len()))?;
+                true
+            }
+            None => false,
+        };
+        let hidden = if out.n > 1 {
+            let len = rows * shape.d;
+            if out.expanded.as_ref().is_none_or(|e| e.len() < len) {
+                // SAFETY: written by the expansion below before the fused kernel reads it.
+                out.expanded = Some(unsafe { self.stream.alloc::<bf16>(len) }?);
+            }
+            let expanded = out.expanded.as_mut().expect("allocated above");
+            let (dst, _e) = expanded.device_ptr_mut(&self.stream);
+            let chunks = (shape.d / 8) as u32;
+            let p = ByValue(ExpandParams {
+                hidden: hidden as *const bf16,
+                out: dst as *mut bf16,
+                b: shape.b as u32,
+                chunks,
+                n: out.n as u32,
+                _pad: 0,
+            });
+            let total = rows as u64 * chunks as u64;
+            let cfg = LaunchConfig {
+                grid_dim: (total.div_ceil(EXPAND_THREADS as u64) as u32, 1, 1),
+                block_dim: (EXPAND_THREADS, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            if cfg.grid_dim.0 > i32::MAX as u32 || total.div_ceil(EXPAND_THREADS as u64) > i32::MAX as u64 {
+                return Err(Error::TooLarge {
+                    what: "row-expansion blocks",
+                    value: total as usize,
+                    max: i32::MAX as usize,
+                });
+            }
+            // SAFETY: `hidden` holds B·D bf16 (validated, 16-byte aligned, guarded by the caller),
+            // `dst` B·n·D (allocated above, 256-byte aligned, ours: only this stream writes it);
+            // D % 8 == 0; the grid covers the B·n·D/8 chunks.
+            unsafe { self.stream.launch_builder(&self.expand).arg(&p).launch(cfg) }?;
+            dst
+        } else {
+            hidden
+        };
+        // The mask and expansion buffers are this backend's, written and read on its stream only, so
+        // their guards need not outlive the launch.
+        let mask = if mask_buf {
+            let (ptr, _g) = out.mask.as_ref().expect("uploaded above").device_ptr(&self.stream);
+            ptr
+        } else {
+            device_mask
+        };
+        self.launch_fused(shape, params, (hidden, weight, mask), out, launch)
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn launch_fused(
         &self,
         shape: Shape,
-        transform: Transform,
         params: &SamplingParams,
-        hidden: u64,
-        weight: u64,
+        (hidden, weight, mask): (u64, u64, u64),
         out: &mut DeviceSamples,
         launch: LaunchShape,
     ) -> Result<()> {
         let loaded = self.loaded(launch.variant).expect("only loaded variants are chosen");
+        let entry = loaded.entry(launch.epilogue);
         let variant = launch.variant;
+        let rows = out.b;
         if variant.uses_tma() {
-            let key = TensorMapKey { hidden, weight, b: shape.b, d: shape.d, v: shape.v, variant: launch.variant };
+            let key = TensorMapKey { hidden, weight, b: rows, d: shape.d, v: shape.v, variant: launch.variant };
             if out.tensor_maps_for != Some(key) {
                 let (d, v) = (shape.d as u32, shape.v as u32);
                 let maps = TensorMaps {
@@ -582,7 +836,7 @@ impl GpuBackend {
                         (_, _, None) => TensorMap([0; 16]), // V < 32: no whole tile, never read
                     },
                     weight_rows: encode_tensor_map(weight, tma_weight_rows(d, v))?,
-                    hidden: encode_tensor_map(hidden, tma_hidden(d, shape.b as u32, variant.block_b()))?,
+                    hidden: encode_tensor_map(hidden, tma_hidden(d, rows as u32, variant.block_b()))?,
                 };
                 let words: Vec<u64> =
                     [maps.weight_tiles, maps.weight_rows, maps.hidden].iter().flat_map(|m| m.0).collect();
@@ -591,40 +845,65 @@ impl GpuBackend {
                 out.tensor_maps_for = Some(key);
             }
         }
+        let lp = launch.epilogue == Epilogue::LogProbs;
         let (maps, _m) = out.tensor_maps.device_ptr(&self.stream);
-        let (streams, _s) = out.streams.device_ptr(&self.stream);
+        let (row_params, _s) = out.rows.device_ptr(&self.stream);
         let (cands, _c) = out.candidates.device_ptr_mut(&self.stream);
         let (counters, _n) = out.counters.device_ptr_mut(&self.stream);
         let (tokens, _t) = out.tokens.device_ptr_mut(&self.stream);
         let (scores, _r) = out.scores.device_ptr_mut(&self.stream);
+        let mut lp_ptrs = [0u64; 4];
+        let mut _lp_guards = Vec::new();
+        if lp {
+            for (i, buf) in [
+                out.masses.as_mut().map(|m| m.device_ptr_mut(&self.stream)),
+                out.logprobs.as_mut().map(|m| m.device_ptr_mut(&self.stream)),
+                out.raw_logprobs.as_mut().map(|m| m.device_ptr_mut(&self.stream)),
+                out.logsumexp.as_mut().map(|m| m.device_ptr_mut(&self.stream)),
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                let (ptr, guard) = buf.expect("a log-probability launch's buffers fit (checked before)");
+                lp_ptrs[i] = ptr;
+                _lp_guards.push(guard);
+            }
+        }
         let p = ByValue(FusedParams {
             hidden: hidden as *const bf16,
             weight: weight as *const bf16,
-            streams: streams as *const u64,
+            rows: row_params as *const RowParams,
+            mask: mask as *const u32,
+            masses: lp_ptrs[0] as *mut RowMass,
+            logprobs: lp_ptrs[1] as *mut f32,
+            raw_logprobs: lp_ptrs[2] as *mut f32,
+            logsumexp: lp_ptrs[3] as *mut f32,
             candidates: cands as *mut Candidate,
             counters: counters as *mut u32,
             tokens: tokens as *mut u32,
             scores: scores as *mut f32,
-            seed: params.seed,
-            b: shape.b as u32,
+            b: rows as u32,
             d: shape.d as u32,
             v: shape.v as u32,
             n_vranges: launch.n_vranges,
-            sample: params.sample,
-            transform,
+            mask_words: if mask != 0 { shape.v.div_ceil(32) as u32 } else { 0 },
+            softcap: params.softcap.unwrap_or(0.0),
             tensor_maps: if variant.uses_tma() { maps as *const TensorMaps } else { std::ptr::null() },
             tma_whole_tiles: shape.v as u32 / BLOCK_V,
         });
         let cfg = LaunchConfig {
             grid_dim: (launch.n_btiles * launch.n_vranges, 1, 1),
             block_dim: (loaded.variant.threads(), 1, 1),
-            shared_mem_bytes: loaded.variant.smem_bytes(),
+            shared_mem_bytes: loaded.variant.smem_bytes(launch.epilogue),
         };
-        // SAFETY: shapes validated above; hidden/weight hold B·D and V·D bf16 and are 16-byte aligned;
-        // streams, tokens and scores hold B entries, candidates B·n_vranges, counters ≥ n_btiles zeros
-        // (each launch leaves them zero); the grid matches `FusedParams`; a TMA variant's tensor maps
-        // (256-byte aligned allocation) describe exactly these buffers and shapes.
-        unsafe { self.stream.launch_builder(&loaded.func).arg(&p).launch(cfg) }?;
+        // SAFETY: shapes validated above; hidden (B·n rows: the caller's or the expanded copy) and
+        // weight hold rows·D and V·D bf16 and are 16-byte aligned; the row parameters, tokens and
+        // scores hold `rows` entries, candidates rows·n_vranges, counters ≥ n_btiles zeros (each
+        // launch leaves them zero); a mask (non-null) holds B·ceil(V/32) words, every request index
+        // < B; a log-probability launch's masses hold rows·n_vranges and its outputs `rows` entries;
+        // the grid matches `FusedParams`; a TMA variant's tensor maps (256-byte aligned
+        // allocation) describe exactly these buffers and shapes.
+        unsafe { self.stream.launch_builder(&entry.func).arg(&p).launch(cfg) }?;
         Ok(())
     }
 

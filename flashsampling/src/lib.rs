@@ -104,12 +104,8 @@ impl Samples {
 /// Rows without a token ([`kernels::INVALID_INDEX`]) become errors: a `−∞` winning score is
 /// [`Error::AllLogitsNegInfinite`]; a NaN one is [`Error::NanLogit`] when the inputs hold a NaN (the
 /// row's hidden state or the weight; scanned only on this error path), else [`Error::UndefinedLogit`]
-/// (`∞ − ∞` or `0 · ∞` from infinite inputs or f32 overflow).
-pub(crate) fn check_samples(samples: &Samples, hidden: Matrix<'_>, weight: Matrix<'_>) -> Result<()> {
-    check_samples_of(samples, 1, hidden, &[weight.data])
-}
-
-/// [`check_samples`] for `n` samples per row and a weight held in several parts (vocab shards).
+/// (`∞ − ∞` or `0 · ∞` from infinite inputs or f32 overflow). `n` samples per row; the weight in
+/// one or several parts (vocab shards).
 pub(crate) fn check_samples_of<T: params::Element>(
     samples: &Samples,
     n: usize,

@@ -23,21 +23,21 @@ pub struct SamplingParams {
     /// sample word marks the refinement draws (see [`flashsampling_kernels::noise`]).
     pub sample: u32,
     /// Per-row temperatures (one per batch row), overriding `temperature`; `0` is greedy for that
-    /// row. CPU backend only for now (the GPU backend returns [`Error::Unsupported`]).
+    /// row.
     pub temperatures: Option<Vec<f32>>,
     /// Per-row seeds (one per batch row), overriding `seed`: the noise key of row `r` is
-    /// (`seeds[r]`, its stream, the sample index, the vocab index). CPU backend only for now.
+    /// (`seeds[r]`, its stream, the sample index, the vocab index).
     pub seeds: Option<Vec<u64>>,
     /// Samples per row, `1 ..= MAX_SAMPLES_PER_ROW`: sample `j` of a row uses sample index
     /// `sample + j` and is the token a one-sample call with that index draws. Tokens come out
-    /// `[B, n]`, row-major. CPU backend only for now when above 1.
+    /// `[B, n]`, row-major (on the GPU, one pass over the weights scores the `B·n` rows).
     pub n: u32,
-    /// Which log-probabilities to return with the tokens ([`LogProbs`]). CPU backend only for now.
+    /// Which log-probabilities to return with the tokens ([`LogProbs`]).
     pub logprobs: LogProbs,
     /// Soft-capping of the logits, `cap · tanh(logit / cap)` (Gemma 2), before everything else;
-    /// finite and > 0. CPU backend only for now.
+    /// finite and > 0.
     pub softcap: Option<f32>,
-    /// Allowed tokens per row ([`crate::controls::TokenMask`]). CPU backend only for now.
+    /// Allowed tokens per row ([`crate::controls::TokenMask`]).
     pub allowed: Option<crate::controls::TokenMask>,
     /// Sparse per-row logit adjustments ([`crate::controls::SparseAdjustments`]). CPU backend only
     /// for now.
@@ -210,22 +210,10 @@ impl SamplingParams {
         }
     }
 
-    /// The first control set that the GPU kernels do not take yet (per-row temperatures or seeds,
-    /// more than one sample per row, log-probabilities, soft-capping, a mask, adjustments), or `None`.
+    /// The first control set that the GPU kernels do not take yet (sparse adjustments, top-k /
+    /// top-p / min-p, top log-probabilities), or `None`.
     pub fn cpu_only_control(&self) -> Option<&'static str> {
-        if self.temperatures.is_some() {
-            Some("per-row temperature")
-        } else if self.seeds.is_some() {
-            Some("per-row seed")
-        } else if self.n != 1 {
-            Some("several samples per row")
-        } else if self.logprobs != LogProbs::Off {
-            Some("log-probabilities")
-        } else if self.softcap.is_some() {
-            Some("soft-capping")
-        } else if self.allowed.is_some() {
-            Some("an allowed-token mask")
-        } else if self.adjustments.is_some() {
+        if self.adjustments.is_some() {
             Some("sparse logit adjustments")
         } else if self.top_k.is_some() || self.top_p.is_some() || self.min_p.is_some() {
             Some("top-k / top-p / min-p")

@@ -230,11 +230,37 @@ impl Module {
     }
 }
 
-/// One compiled variant of the fused kernel: its entry point and tile shape, defined once here.
+/// What a fused kernel computes besides the sample: each variant is compiled once per epilogue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Epilogue {
+    /// The sample only (tokens and winning scores): the plain kernels.
+    Sample,
+    /// The sample, and the log-mass of each row (processed and raw, `params::RowMass`) kept per lane
+    /// beside the candidate, merged like it, and turned into the sampled token's log-probabilities
+    /// and the row's log-sum-exp by the reduction.
+    LogProbs,
+}
+
+impl Epilogue {
+    /// Both epilogues.
+    pub const ALL: [Epilogue; 2] = [Epilogue::Sample, Epilogue::LogProbs];
+    /// Bytes of one row's state in the block merge's area: a candidate, and a `RowMass`.
+    #[inline]
+    pub const fn state_bytes(self) -> u32 {
+        match self {
+            Epilogue::Sample => 8,
+            Epilogue::LogProbs => 8 + 16,
+        }
+    }
+}
+
+/// One compiled variant of the fused kernel: its entry points and tile shape, defined once here.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FusedVariant {
-    /// PTX entry point.
+    /// PTX entry point of the plain kernel ([`Epilogue::Sample`]).
     pub entry: &'static str,
+    /// PTX entry point of the log-probability kernel ([`Epilogue::LogProbs`]).
+    pub entry_logprobs: &'static str,
     /// Mainloop, producer and fragment layout.
     pub family: Family,
     /// `NB`: 8-row N tiles per warp ([`Family::MmaSync`]: a warp covers `8·NB` batch rows) or per
@@ -249,19 +275,19 @@ pub struct FusedVariant {
 
 /// Portable, up to 16 rows: 4 warps of 16 batch rows.
 pub const MMA_SYNC_N16: FusedVariant =
-    FusedVariant { entry: "fused_sample_block_nb2", family: Family::MmaSync, n_tiles: 2, warps_b: 1, stages: 4 };
+    FusedVariant { entry: "fused_sample_block_nb2", entry_logprobs: "fused_sample_block_nb2_lp", family: Family::MmaSync, n_tiles: 2, warps_b: 1, stages: 4 };
 /// Portable, up to 32 rows: 4 warps of 32 batch rows.
 pub const MMA_SYNC_N32: FusedVariant =
-    FusedVariant { entry: "fused_sample_block_nb4_s3", family: Family::MmaSync, n_tiles: 4, warps_b: 1, stages: 3 };
+    FusedVariant { entry: "fused_sample_block_nb4_s3", entry_logprobs: "fused_sample_block_nb4_s3_lp", family: Family::MmaSync, n_tiles: 4, warps_b: 1, stages: 3 };
 /// Portable, up to 64 rows: 8 warps, two batch slots of 32 rows.
 pub const MMA_SYNC_N64: FusedVariant =
-    FusedVariant { entry: "fused_sample_block_nb4x2", family: Family::MmaSync, n_tiles: 4, warps_b: 2, stages: 4 };
+    FusedVariant { entry: "fused_sample_block_nb4x2", entry_logprobs: "fused_sample_block_nb4x2_lp", family: Family::MmaSync, n_tiles: 4, warps_b: 2, stages: 4 };
 /// Portable, beyond 64 rows: 16 warps, four batch slots of 32 rows (128-row batch tiles).
 pub const MMA_SYNC_N128: FusedVariant =
-    FusedVariant { entry: "fused_sample_block_nb4x4", family: Family::MmaSync, n_tiles: 4, warps_b: 4, stages: 6 };
+    FusedVariant { entry: "fused_sample_block_nb4x4", entry_logprobs: "fused_sample_block_nb4x4_lp", family: Family::MmaSync, n_tiles: 4, warps_b: 4, stages: 6 };
 /// Hopper, up to 16 rows: weight-as-A `wgmma`, N = 16.
 pub const TMA_N16: FusedVariant = FusedVariant {
-    entry: "fused_sample_wgmma_tma_n16",
+    entry: "fused_sample_wgmma_tma_n16", entry_logprobs: "fused_sample_wgmma_tma_n16_lp",
     family: Family::WgmmaWeightA,
     n_tiles: 2,
     warps_b: 1,
@@ -269,7 +295,7 @@ pub const TMA_N16: FusedVariant = FusedVariant {
 };
 /// Hopper, up to 32 rows: N = 32.
 pub const TMA_N32: FusedVariant = FusedVariant {
-    entry: "fused_sample_wgmma_tma_n32",
+    entry: "fused_sample_wgmma_tma_n32", entry_logprobs: "fused_sample_wgmma_tma_n32_lp",
     family: Family::WgmmaWeightA,
     n_tiles: 4,
     warps_b: 1,
@@ -277,7 +303,7 @@ pub const TMA_N32: FusedVariant = FusedVariant {
 };
 /// Hopper, up to 64 rows: N = 64.
 pub const TMA_N64: FusedVariant = FusedVariant {
-    entry: "fused_sample_wgmma_tma_n64",
+    entry: "fused_sample_wgmma_tma_n64", entry_logprobs: "fused_sample_wgmma_tma_n64_lp",
     family: Family::WgmmaWeightA,
     n_tiles: 8,
     warps_b: 1,
@@ -285,7 +311,7 @@ pub const TMA_N64: FusedVariant = FusedVariant {
 };
 /// Hopper, beyond 64 rows when `V % 16 ≠ 0`: N = 64, the consumers split 128-row batch tiles.
 pub const TMA_N64X2: FusedVariant = FusedVariant {
-    entry: "fused_sample_wgmma_tma_n64x2",
+    entry: "fused_sample_wgmma_tma_n64x2", entry_logprobs: "fused_sample_wgmma_tma_n64x2_lp",
     family: Family::WgmmaWeightA,
     n_tiles: 8,
     warps_b: 2,
@@ -293,7 +319,7 @@ pub const TMA_N64X2: FusedVariant = FusedVariant {
 };
 /// Hopper, 65–128 rows (and 33–64 where its vocab ranges are no longer): hidden-as-A, 64 rows.
 pub const TMAT_N64: FusedVariant = FusedVariant {
-    entry: "fused_sample_wgmma_tmat_n64",
+    entry: "fused_sample_wgmma_tmat_n64", entry_logprobs: "fused_sample_wgmma_tmat_n64_lp",
     family: Family::WgmmaHiddenA,
     n_tiles: 8,
     warps_b: 1,
@@ -301,7 +327,7 @@ pub const TMAT_N64: FusedVariant = FusedVariant {
 };
 /// Hopper, beyond 128 rows: hidden-as-A, the consumers split 128-row batch tiles.
 pub const TMAT_N64X2: FusedVariant = FusedVariant {
-    entry: "fused_sample_wgmma_tmat_n64x2",
+    entry: "fused_sample_wgmma_tmat_n64x2", entry_logprobs: "fused_sample_wgmma_tmat_n64x2_lp",
     family: Family::WgmmaHiddenA,
     n_tiles: 8,
     warps_b: 2,
@@ -353,6 +379,14 @@ impl FusedVariant {
     /// Whether the entry point is `name` (the device entry points assert it at compile time).
     pub const fn is_named(&self, name: &str) -> bool {
         str_eq(self.entry, name)
+    }
+    /// The entry point of the kernel with epilogue `e`.
+    #[inline]
+    pub const fn entry_for(&self, e: Epilogue) -> &'static str {
+        match e {
+            Epilogue::Sample => self.entry,
+            Epilogue::LogProbs => self.entry_logprobs,
+        }
     }
     /// The PTX module the kernel is compiled into.
     #[inline]
@@ -426,21 +460,22 @@ impl FusedVariant {
             Family::WgmmaHiddenA => 2 / self.warps_b,
         }
     }
-    /// Bytes of the block merge's area at the start of the dynamic shared memory: one 8-byte
-    /// candidate per contributor and batch row of the block.
+    /// Bytes of the block merge's area at the start of the dynamic shared memory: one row state
+    /// ([`Epilogue::state_bytes`]: an 8-byte candidate, and its 16-byte log-mass with
+    /// [`Epilogue::LogProbs`]) per contributor and batch row of the block.
     #[inline]
-    pub const fn merge_bytes(&self) -> u32 {
-        8 * self.merge_contributors() * self.block_b()
+    pub const fn merge_bytes(&self, e: Epilogue) -> u32 {
+        e.state_bytes() * self.merge_contributors() * self.block_b()
     }
     /// Dynamic shared memory: the merge area, then (`wgmma`) 1024 bytes of slack for the ring's
     /// 1024-byte alignment and the 8-byte barriers (full and empty per slot, one turn per consumer),
     /// then the ring.
     #[inline]
-    pub const fn smem_bytes(&self) -> u32 {
+    pub const fn smem_bytes(&self, e: Epilogue) -> u32 {
         match self.family {
-            Family::MmaSync => self.merge_bytes() + self.stages * self.stage_bytes(),
+            Family::MmaSync => self.merge_bytes(e) + self.stages * self.stage_bytes(),
             Family::WgmmaWeightA | Family::WgmmaHiddenA => {
-                1024 + self.merge_bytes() + 8 * (2 * self.stages + 2) + self.stages * self.stage_bytes()
+                1024 + self.merge_bytes(e) + 8 * (2 * self.stages + 2) + self.stages * self.stage_bytes()
             }
         }
     }
@@ -508,6 +543,12 @@ pub const fn variant_for_batch(b: u32, v: u32, sm90a: bool, sm_count: u32) -> Fu
     }
 }
 
+/// PTX entry point of the row-expansion kernel (portable module): the hidden states of a launch with
+/// several samples per request (`params::ExpandParams`).
+pub const EXPAND_ENTRY: &str = "expand_rows";
+/// Threads per block of the row-expansion kernel (one 16-byte chunk each).
+pub const EXPAND_THREADS: u32 = 256;
+
 /// PTX entry point of the candidate-reduction kernel (test module; the baselines use it).
 pub const REDUCE_ENTRY: &str = "reduce_candidates";
 /// PTX entry point of the Philox test kernel.
@@ -534,7 +575,8 @@ pub const BASELINE_SMEM_BYTES: u32 = 8 * (BASELINE_THREADS / 32);
 pub fn entry_points() -> impl Iterator<Item = (&'static str, Module, Option<u32>)> {
     FUSED_VARIANTS
         .iter()
-        .map(|v| (v.entry, v.module(), v.max_threads()))
+        .flat_map(|v| Epilogue::ALL.map(|e| (v.entry_for(e), v.module(), v.max_threads())))
+        .chain(core::iter::once((EXPAND_ENTRY, Module::Portable, None)))
         .chain(TEST_ENTRIES.iter().map(|&e| (e, Module::Test, None)))
 }
 
@@ -549,12 +591,16 @@ mod tests {
     #[test]
     fn every_variant_fits_and_is_named_once() {
         for (i, v) in FUSED_VARIANTS.iter().enumerate() {
-            assert!(v.smem_bytes() <= SM90_MAX_SMEM, "{}: {} bytes of shared memory", v.entry, v.smem_bytes());
+            for e in Epilogue::ALL {
+                let bytes = v.smem_bytes(e);
+                assert!(bytes <= SM90_MAX_SMEM, "{} ({e:?}): {bytes} bytes of shared memory", v.entry);
+                // The reduction's flag (8 bytes) reuses the merge area.
+                assert!(v.merge_bytes(e) >= 8);
+            }
+            assert_eq!(v.entry_logprobs.strip_suffix("_lp"), Some(v.entry));
             assert!(FUSED_VARIANTS[..i].iter().all(|w| w.entry != v.entry), "{} listed twice", v.entry);
             assert_eq!(FusedVariant::by_name(v.entry), Some(*v));
             assert!(v.is_named(v.entry) && !v.is_named("fused_sample"));
-            // The reduction's flag (8 bytes) reuses the merge area.
-            assert!(v.merge_bytes() >= 8);
             match v.family {
                 Family::MmaSync => {
                     assert_eq!(v.module(), Module::Portable);
@@ -582,7 +628,7 @@ mod tests {
         for (i, (e, _, _)) in all.iter().enumerate() {
             assert!(all[..i].iter().all(|(f, _, _)| f != e), "{e} listed twice");
         }
-        assert_eq!(all.len(), FUSED_VARIANTS.len() + TEST_ENTRIES.len());
+        assert_eq!(all.len(), 2 * FUSED_VARIANTS.len() + 1 + TEST_ENTRIES.len());
         // Sixteen boxes of 8 rows, 4 apart, cover a 128-row tile's 32 Philox groups.
         assert_eq!(TMA_WEIGHT_BOXES * TMA_WEIGHT_BOX_ROWS, BLOCK_V);
         assert_eq!(TMA_WEIGHT_ROW_STEP * TMA_WEIGHT_BOX_ROWS, WARP_TILE_V);

@@ -29,6 +29,21 @@ impl LogMass {
         }
     }
 
+    /// Takes four more values at once (`−∞` ones add nothing), with one rescale: `max` becomes the
+    /// largest of all, `sum` is rescaled to it and the four terms are added. Branch-free past the
+    /// all-`−∞` test, so lanes of a warp stay converged. (`exp` must map `−∞` to 0.)
+    #[inline(always)]
+    pub fn update4(&mut self, x: [f32; 4], exp: impl Fn(f32) -> f32) {
+        let m4 = x[0].max(x[1]).max(x[2].max(x[3]));
+        let max = if m4 > self.max { m4 } else { self.max };
+        if max == f32::NEG_INFINITY {
+            return;
+        }
+        let terms = (exp(x[0] - max) + exp(x[1] - max)) + (exp(x[2] - max) + exp(x[3] - max));
+        self.sum = self.sum * exp(self.max - max) + terms;
+        self.max = max;
+    }
+
     /// Combines two states with `exp`.
     #[inline(always)]
     pub fn merge_with(self, other: Self, exp: impl Fn(f32) -> f32) -> Self {
@@ -86,5 +101,13 @@ mod tests {
         assert!(((m.sum as f64) - want).abs() < 1e-5 * want, "{} vs {want}", m.sum);
         assert!(((all.sum as f64) - want).abs() < 1e-5 * want);
         assert_eq!(LogMass::EMPTY.merge(m), m);
+        // Four at a time, −∞ entries skipped: the same mass.
+        let mut four = LogMass::EMPTY;
+        four.update4([f32::NEG_INFINITY; 4], exp);
+        assert_eq!(four, LogMass::EMPTY);
+        four.update4([0.5, -3.0, f32::NEG_INFINITY, 2.0], exp);
+        four.update4([7.5, -1.0, 7.5, 0.0], exp);
+        assert_eq!(four.max, 7.5);
+        assert!(((four.sum as f64) - want).abs() < 1e-5 * want, "{} vs {want}", four.sum);
     }
 }

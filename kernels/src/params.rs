@@ -3,7 +3,54 @@
 
 use crate::candidate::Candidate;
 use crate::epilogue::Transform;
+use crate::logmass::LogMass;
 use half::bf16;
+
+/// One batch row's sampling parameters in a fused launch (`FusedParams::rows`, `[B]`): its noise key
+/// (seed, stream, sample index), its temperature's transform and the request it samples for. With
+/// `n` samples per request the launch has `B·n` rows, row `r·n + j` being request `r`'s sample `j`
+/// (sample index `sample + j`, the hidden state of request `r` copied to row `r·n + j`).
+///
+/// `#[repr(C)]`, 32 bytes, 16-byte aligned: two 16-byte loads per row and tile.
+#[repr(C, align(16))]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RowParams {
+    /// Philox key (the row's seed).
+    pub seed: u64,
+    /// The row's stream id.
+    pub stream: u64,
+    /// The row's temperature transform (greedy rows: noise scale 0).
+    pub transform: Transform,
+    /// Sample index of the row's draw (below 2^31).
+    pub sample: u32,
+    /// The request row (row of the allowed-token mask).
+    pub request: u32,
+}
+
+impl RowParams {
+    /// The row's noise key.
+    #[inline(always)]
+    pub fn noise(&self) -> crate::noise::RowNoise {
+        crate::noise::RowNoise { seed: self.seed, stream: self.stream, sample: self.sample }
+    }
+}
+
+/// A row's log-mass over part of the vocabulary, as the log-probability kernels keep it per lane,
+/// block and vocab range: of the processed logits over the temperature (`z / T`; empty for a greedy
+/// row) and of the raw logits (`y`, nothing applied). Merged with [`LogMass::merge_with`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RowMass {
+    /// Log-mass of `z / T` over the allowed tokens.
+    pub processed: LogMass,
+    /// Log-mass of the raw logits `y` over every token.
+    pub raw: LogMass,
+}
+
+impl RowMass {
+    /// Nothing seen.
+    pub const EMPTY: Self = Self { processed: LogMass::EMPTY, raw: LogMass::EMPTY };
+}
 
 /// Parameters of the fused matmul + sampling kernel.
 #[repr(C)]
@@ -13,8 +60,23 @@ pub struct FusedParams {
     pub hidden: *const bf16,
     /// LM-head weight `[V, D]`, bf16, row-major (the checkpoint layout), 16-byte aligned.
     pub weight: *const bf16,
-    /// Per-row stream ids `[B]`.
-    pub streams: *const u64,
+    /// Per-row sampling parameters `[B]` (seed, stream, sample index, temperature, request).
+    pub rows: *const RowParams,
+    /// Allowed-token bitmask `[B / n, mask_words]` (rows by [`RowParams::request`]; bit `j` of
+    /// word `w` = token `32w + j`), or null: every token allowed.
+    pub mask: *const u32,
+    /// Output of the log-probability kernels: each (row, vocab range)'s [`RowMass`], `[B, n_vranges]`
+    /// (null for the plain kernels).
+    pub masses: *mut RowMass,
+    /// Output of the log-probability kernels: each row's sampled token's log-probability under the
+    /// processed distribution (`0` for a greedy row), `[B]`.
+    pub logprobs: *mut f32,
+    /// Output of the log-probability kernels: each row's sampled token's log-probability under
+    /// `softmax(y)` (nothing applied), `[B]`.
+    pub raw_logprobs: *mut f32,
+    /// Output of the log-probability kernels: each row's log-sum-exp of `z / T` (NaN for a greedy
+    /// row), `[B]`.
+    pub logsumexp: *mut f32,
     /// Output: candidates `[B, n_vranges]`, row-major.
     pub candidates: *mut Candidate,
     /// Per-batch-tile arrival counters `[n_btiles]`, zero before the launch; the last block of each
@@ -24,8 +86,6 @@ pub struct FusedParams {
     pub tokens: *mut u32,
     /// Output: winning perturbed score per row `[B]`.
     pub scores: *mut f32,
-    /// Philox key.
-    pub seed: u64,
     /// Batch rows.
     pub b: u32,
     /// Hidden size (multiple of [`crate::config::D_ALIGN`]).
@@ -34,10 +94,10 @@ pub struct FusedParams {
     pub v: u32,
     /// Vocab ranges of the persistent grid: candidates per row.
     pub n_vranges: u32,
-    /// Sample index of the draw (0 for the first sample of a row).
-    pub sample: u32,
-    /// Temperature transform.
-    pub transform: Transform,
+    /// 32-bit words per mask row (`ceil(V / 32)`; 0 without a mask).
+    pub mask_words: u32,
+    /// Soft-cap of the logits, `cap · tanh(y / cap)` before everything else; 0: none.
+    pub softcap: f32,
     /// The TMA descriptors of this launch's weight and hidden states, in device memory; read only
     /// by the `wgmma` kernels ([`FusedVariant::uses_tma`](crate::config::FusedVariant::uses_tma); null for the others).
     pub tensor_maps: *const TensorMaps,
@@ -86,6 +146,25 @@ pub struct ReduceParams {
     pub b: u32,
     /// Candidates per row.
     pub n_candidates: u32,
+}
+
+/// Parameters of the row-expansion kernel (`expand_rows`): `out[r·n + j, :] = hidden[r, :]`, the
+/// hidden states of a launch with `n` samples per request.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ExpandParams {
+    /// Hidden states `[B, D]`, 16-byte aligned.
+    pub hidden: *const bf16,
+    /// Output `[B·n, D]`, 16-byte aligned.
+    pub out: *mut bf16,
+    /// Request rows.
+    pub b: u32,
+    /// 16-byte chunks per row (`D / 8`).
+    pub chunks: u32,
+    /// Copies per row.
+    pub n: u32,
+    /// Padding.
+    pub _pad: u32,
 }
 
 /// Parameters of the Philox / Gumbel test kernels: one Philox call per thread.

@@ -2,8 +2,10 @@
 //! functions pick, for every batch row the lane scores, its logits of four consecutive vocab rows
 //! (one Philox group) and hand them to the ONE lane epilogue, [`lane_epilogue`], which runs the
 //! shared no_std [`update_group4`] (logit transform, Philox noise, argmax into the row's
-//! [`Candidate`]) — the very function the CPU backend runs. A per-row control (temperature, mask,
-//! bias, …) is therefore written once: in [`row_noise`] / [`lane_epilogue`] and the no_std core.
+//! [`Candidate`]) — the very function the CPU backend runs — after the per-row controls (soft-cap,
+//! allowed-token mask; temperature and noise key from [`row_params`]), and, in the log-probability
+//! kernels (`LP`), updates the row's [`RowMass`]. A per-row control is therefore written once: in
+//! [`lane_epilogue`] and the no_std core.
 //!
 //! They also hand the lane's candidates to the block merge ([`put_columns`], [`put_rows`]) with the
 //! shuffle masks that join the lanes holding the same batch row.
@@ -19,25 +21,94 @@
 
 use super::mainloop::{Accumulators, WgmmaShape};
 use super::merge::{MergeArea, put_merged};
+use super::ptx::ex2_approx_ftz_f32;
 use crate::candidate::Candidate;
 use crate::config::{ROWS_PER_LANE, TMA_T_TILE_V};
 use crate::epilogue::update_group4;
-use crate::noise::RowNoise;
-use crate::params::FusedParams;
+use crate::logits::softcap;
+use crate::params::{FusedParams, RowMass, RowParams};
 
-/// The noise key of batch row `b` (`b < B`): the launch's seed and sample index, the row's stream.
-#[inline(always)]
-pub(super) fn row_noise(p: &FusedParams, b: u32) -> RowNoise {
-    // SAFETY: b < B (the caller's contract) and `streams` holds B entries.
-    let stream = unsafe { *p.streams.add(b as usize) };
-    RowNoise { seed: p.seed, stream, sample: p.sample }
+/// Batch row `b`'s parameters (`b < B`), loaded once per row and tile (32 bytes, L1-resident).
+#[derive(Clone, Copy)]
+pub(super) struct RowRef(RowParams);
+
+impl RowRef {
+    /// The row's noise key.
+    #[inline(always)]
+    pub(super) fn noise(self) -> crate::noise::RowNoise {
+        self.0.noise()
+    }
+    /// The row's temperature transform.
+    #[inline(always)]
+    pub(super) fn transform(self) -> crate::epilogue::Transform {
+        self.0.transform
+    }
+    /// The row's request (its mask row).
+    #[inline(always)]
+    pub(super) fn request(self) -> u32 {
+        self.0.request
+    }
 }
 
-/// The lane epilogue: logits of vocab rows `v0 .. v0 + 4` (`v0 % 4 == 0`) of one batch row →
-/// transformed, perturbed scores → the row's candidate. Rows at or past V are skipped.
+/// Batch row `b`'s parameters (`b < B`: the caller's contract).
 #[inline(always)]
-pub(super) fn lane_epilogue(p: &FusedParams, noise: &RowNoise, v0: u32, logits: [f32; 4], cand: &mut Candidate) {
-    update_group4(cand, logits, v0, p.v, noise, &p.transform);
+pub(super) fn row_params(p: &FusedParams, b: u32) -> RowRef {
+    // SAFETY: b < B (the caller's contract) and `rows` holds B entries.
+    RowRef(unsafe { *p.rows.add(b as usize) })
+}
+
+/// e^x for the log-mass: `ex2.approx` of `x·log2(e)` (`−∞` → 0).
+#[inline(always)]
+pub(super) fn exp(x: f32) -> f32 {
+    ex2_approx_ftz_f32(x * core::f32::consts::LOG2_E)
+}
+
+/// The lane epilogue: logits `y` of vocab rows `v0 .. v0 + 4` (`v0 % 4 == 0`) of one batch row →
+/// processed logits `z` (soft-cap, then the allowed-token mask: `−∞` where a token is not allowed)
+/// → transformed, perturbed scores → the row's candidate (the no_std [`update_group4`], which skips
+/// rows at or past V). With `LP`, the row's log-mass takes the raw logits and `z / T` too.
+#[inline(always)]
+pub(super) fn lane_epilogue<const LP: bool>(
+    p: &FusedParams,
+    row: RowRef,
+    v0: u32,
+    y: [f32; 4],
+    cand: &mut Candidate,
+    mass: &mut RowMass,
+) {
+    let mut z = y;
+    if p.softcap > 0.0 {
+        z = [softcap(y[0], p.softcap), softcap(y[1], p.softcap), softcap(y[2], p.softcap), softcap(y[3], p.softcap)];
+    }
+    if !p.mask.is_null() && v0 < p.v {
+        // SAFETY: request < B / n and v0 / 32 < ceil(V / 32) = mask_words: inside the mask. The four
+        // bits of the group are in one word (v0 % 4 == 0).
+        let word = unsafe { *p.mask.add(row.request() as usize * p.mask_words as usize + (v0 / 32) as usize) };
+        let bits = word >> (v0 % 32);
+        for (j, zj) in z.iter_mut().enumerate() {
+            if (bits >> j) & 1 == 0 {
+                *zj = f32::NEG_INFINITY;
+            }
+        }
+    }
+    let transform = row.transform();
+    update_group4(cand, z, v0, p.v, &row.noise(), &transform);
+    if LP {
+        let mut raw = [f32::NEG_INFINITY; 4];
+        let mut processed = [f32::NEG_INFINITY; 4];
+        let inv_t = transform.inv_temperature;
+        for j in 0..4 {
+            if v0 + (j as u32) < p.v {
+                raw[j] = y[j];
+                // Greedy rows have no processed distribution (1/T = ∞): nothing is added.
+                if !transform.is_greedy() {
+                    processed[j] = z[j] * inv_t;
+                }
+            }
+        }
+        mass.raw.update4(raw, exp);
+        mass.processed.update4(processed, exp);
+    }
 }
 
 /// The lane's `ROWS_PER_LANE` logits (consecutive vocab rows) of its batch column `i` (N tile `i / 2`,
@@ -62,19 +133,21 @@ fn column_logits<const NB: usize>(acc: &Accumulators<NB>, i: u32) -> [f32; ROWS_
 /// One heavy iteration (Philox + logs) per column: a real loop, so `column_logits` picks the
 /// column's logits with constant indices, keeping `acc` in registers.
 #[inline(always)]
-pub(super) fn mma_sync_tile<const NB: usize>(
+pub(super) fn mma_sync_tile<const NB: usize, const LP: bool>(
     p: &FusedParams,
     (b0, quad): (u32, u32),
     v0: u32,
     acc: &Accumulators<NB>,
     cands: &mut [Candidate; 16],
+    masses: &mut [RowMass; 16],
 ) {
     for i in 0..2 * NB as u32 {
         // Accumulator element `e` (+2 for MMA row group+8) is batch column 2·quad + e of N tile nt.
         let b = b0 + 8 * (i / 2) + 2 * quad + i % 2;
         if b < p.b {
             let logits = column_logits::<NB>(acc, i);
-            lane_epilogue(p, &row_noise(p, b), v0, logits, &mut cands[i as usize]);
+            let (cand, mass) = (&mut cands[i as usize], &mut masses[i as usize]);
+            lane_epilogue::<LP>(p, row_params(p, b), v0, logits, cand, mass);
         }
     }
 }
@@ -88,12 +161,13 @@ pub(super) fn mma_sync_tile<const NB: usize>(
 /// 16 columns crowded the instruction cache (`tma_n64`, Qwen3-8B B = 64: 0.3233 → 0.3157 ms,
 /// docs/findings).
 #[inline(always)]
-pub(super) fn weight_a_tile<T: WgmmaShape>(
+pub(super) fn weight_a_tile<T: WgmmaShape, const LP: bool>(
     p: &FusedParams,
     (b0, quad): (u32, u32),
     v0: u32,
     acc: &[T::Acc; 2],
     cands: &mut [Candidate; 32],
+    masses: &mut [RowMass; 32],
 ) {
     let cols = T::N as usize / 4;
     for r in 0..cols.div_ceil(8) {
@@ -118,12 +192,30 @@ pub(super) fn weight_a_tile<T: WgmmaShape>(
                         2 => cands[I + 16],
                         _ => cands[I + 24],
                     };
-                    lane_epilogue(p, &row_noise(p, b), v0, logits, &mut cand);
+                    let mut mass = if !LP {
+                        RowMass::EMPTY
+                    } else {
+                        match r {
+                            0 => masses[I],
+                            1 => masses[I + 8],
+                            2 => masses[I + 16],
+                            _ => masses[I + 24],
+                        }
+                    };
+                    lane_epilogue::<LP>(p, row_params(p, b), v0, logits, &mut cand, &mut mass);
                     match r {
                         0 => cands[I] = cand,
                         1 => cands[I + 8] = cand,
                         2 => cands[I + 16] = cand,
                         _ => cands[I + 24] = cand,
+                    }
+                    if LP {
+                        match r {
+                            0 => masses[I] = mass,
+                            1 => masses[I + 8] = mass,
+                            2 => masses[I + 16] = mass,
+                            _ => masses[I + 24] = mass,
+                        }
                     }
                 }
             }
@@ -141,21 +233,23 @@ pub(super) fn weight_a_tile<T: WgmmaShape>(
 /// compile-time indices they can have. Fully unrolled, the code of 32 groups overflows the
 /// instruction cache (ncu: 39% of stalls on instruction fetch, docs/findings).
 #[inline(always)]
-pub(super) fn hidden_a_tile(
+pub(super) fn hidden_a_tile<const LP: bool>(
     p: &FusedParams,
     b: [u32; 2],
     tile: u32,
     q: u32,
     acc: &[f32; 128],
     cands: &mut [Candidate; 2],
+    masses: &mut [RowMass; 2],
 ) {
     let v_lane = tile * TMA_T_TILE_V + 4 * q;
     for r in 0..4u32 {
         let (e, j_hi) = (r % 2, r / 2);
         let row = if e == 0 { b[0] } else { b[1] };
         if row < p.b {
-            let noise = row_noise(p, row);
+            let params = row_params(p, row);
             let mut cand = if e == 0 { cands[0] } else { cands[1] };
+            let mut mass = if e == 0 { masses[0] } else { masses[1] };
             // Accumulator 4j + 2e + c with j = 2J + i, J = 8·j_hi + J_lo: 64·j_hi + 8·J_lo + 4i + 2e + c.
             let pick = |i: usize| match r {
                 0 => acc[i],
@@ -167,12 +261,14 @@ pub(super) fn hidden_a_tile(
                 // Columns 8j + 2q + c for j = 2J, 2J + 1: vocab rows 16J + 4q + 0..4.
                 let logits = [pick(8 * J), pick(8 * J + 1), pick(8 * J + 4), pick(8 * J + 5)];
                 let v0 = v_lane + 16 * (8 * j_hi + J as u32);
-                lane_epilogue(p, &noise, v0, logits, &mut cand);
+                lane_epilogue::<LP>(p, params, v0, logits, &mut cand, &mut mass);
             });
             if e == 0 {
                 cands[0] = cand;
+                masses[0] = mass;
             } else {
                 cands[1] = cand;
+                masses[1] = mass;
             }
         }
     }
@@ -186,12 +282,12 @@ pub(super) fn hidden_a_tile(
 /// # Safety
 /// All 32 lanes of the warp call it together; the slots are inside the merge area.
 #[inline(always)]
-pub(super) unsafe fn put_columns<const C: usize>(
+pub(super) unsafe fn put_columns<const C: usize, const LP: bool>(
     area: MergeArea,
     contributor: u32,
     row0: u32,
     (group, quad): (u32, u32),
-    cands: &[Candidate; C],
+    (cands, masses): (&[Candidate; C], &[RowMass; C]),
     columns: usize,
 ) {
     // Constant indices: `cands` stays in registers.
@@ -199,7 +295,7 @@ pub(super) unsafe fn put_columns<const C: usize>(
         if I < columns && I < C {
             let col = 8 * (I as u32 / 2) + 2 * quad + I as u32 % 2;
             // SAFETY: forwarded contract (all lanes reach this point).
-            unsafe { put_merged(area, contributor, row0 + col, cands[I], [4, 8, 16], group == 0) };
+            unsafe { put_merged::<_, LP>(area, contributor, row0 + col, (cands[I], masses[I]), [4, 8, 16], group == 0) };
         }
     });
 }
@@ -211,9 +307,15 @@ pub(super) unsafe fn put_columns<const C: usize>(
 /// # Safety
 /// As [`put_columns`].
 #[inline(always)]
-pub(super) unsafe fn put_rows(area: MergeArea, contributor: u32, rows: [u32; 2], q: u32, cands: &[Candidate; 2]) {
+pub(super) unsafe fn put_rows<const LP: bool>(
+    area: MergeArea,
+    contributor: u32,
+    rows: [u32; 2],
+    q: u32,
+    (cands, masses): (&[Candidate; 2], &[RowMass; 2]),
+) {
     for e in 0..2 {
         // SAFETY: forwarded contract.
-        unsafe { put_merged(area, contributor, rows[e], cands[e], [1, 2], q == 0) };
+        unsafe { put_merged::<_, LP>(area, contributor, rows[e], (cands[e], masses[e]), [1, 2], q == 0) };
     }
 }

@@ -16,30 +16,54 @@
 
 use core::arch::nvptx::_syncthreads;
 
-use super::ptx::{ld_shared_v2_u32, mov_u32_dynamic_smem, st_shared_v2_u32};
-use super::reduce::{merge_butterfly, reduce_if_last};
+use super::ptx::{ld_shared_v2_u32, ld_shared_v4_u32, mov_u32_dynamic_smem, st_shared_v2_u32, st_shared_v4_u32};
+use super::reduce::{merge_butterfly, merge_mass_butterfly, reduce_if_last};
 use super::schedule::BlockWork;
 use crate::candidate::Candidate;
-use crate::params::FusedParams;
+use crate::params::{FusedParams, RowMass};
 
-/// The merge area at the start of the dynamic shared memory: `contributors × block_rows` candidates
-/// of 8 bytes (`config::FusedVariant::merge_bytes`).
+/// The merge area at the start of the dynamic shared memory (`config::FusedVariant::merge_bytes`):
+/// `contributors × block_rows` candidates of 8 bytes, then (log-probability kernels) as many
+/// [`RowMass`]es of 16 bytes.
 #[derive(Clone, Copy)]
 pub(super) struct MergeArea {
     base: u32,
     block_rows: u32,
+    contributors: u32,
 }
 
 impl MergeArea {
-    /// The area of a block of `block_rows` batch rows.
+    /// The area of a block of `block_rows` batch rows and `contributors` contributors per row.
     #[inline(always)]
-    pub(super) fn new(block_rows: u32) -> Self {
-        MergeArea { base: mov_u32_dynamic_smem(), block_rows }
+    pub(super) fn new(block_rows: u32, contributors: u32) -> Self {
+        MergeArea { base: mov_u32_dynamic_smem(), block_rows, contributors }
     }
 
     #[inline(always)]
     fn slot(self, contributor: u32, row: u32) -> u32 {
         self.base + 8 * (contributor * self.block_rows + row)
+    }
+
+    /// The [`RowMass`] slot (16-byte aligned: `block_rows` is a multiple of 16).
+    #[inline(always)]
+    fn mass_slot(self, contributor: u32, row: u32) -> u32 {
+        self.base + 8 * self.contributors * self.block_rows + 16 * (contributor * self.block_rows + row)
+    }
+}
+
+/// A [`RowMass`] as four words (processed max and sum, raw max and sum).
+#[inline(always)]
+pub(super) fn mass_words(m: RowMass) -> [u32; 4] {
+    [m.processed.max.to_bits(), m.processed.sum.to_bits(), m.raw.max.to_bits(), m.raw.sum.to_bits()]
+}
+
+/// The [`RowMass`] of four words ([`mass_words`]).
+#[inline(always)]
+pub(super) fn mass_of_words(w: [u32; 4]) -> RowMass {
+    use crate::logmass::LogMass;
+    RowMass {
+        processed: LogMass { max: f32::from_bits(w[0]), sum: f32::from_bits(w[1]) },
+        raw: LogMass { max: f32::from_bits(w[2]), sum: f32::from_bits(w[3]) },
     }
 }
 
@@ -51,11 +75,11 @@ impl MergeArea {
 /// All 32 lanes of the warp call it together with the same `masks`; `contributor` and `row` are
 /// inside the area the variant reserves.
 #[inline(always)]
-pub(super) unsafe fn put_merged<const K: usize>(
+pub(super) unsafe fn put_merged<const K: usize, const LP: bool>(
     area: MergeArea,
     contributor: u32,
     row: u32,
-    cand: Candidate,
+    (cand, mass): (Candidate, RowMass),
     masks: [u32; K],
     leader: bool,
 ) {
@@ -64,6 +88,14 @@ pub(super) unsafe fn put_merged<const K: usize>(
     if leader {
         // SAFETY: inside the merge area (the caller's contract).
         unsafe { st_shared_v2_u32(area.slot(contributor, row), [cand.score.to_bits(), cand.index]) };
+    }
+    if LP {
+        // SAFETY: forwarded contract (all lanes, the same masks).
+        let mass = unsafe { merge_mass_butterfly(mass, masks) };
+        if leader {
+            // SAFETY: inside the merge area, which holds the masses in the log-probability kernels.
+            unsafe { st_shared_v4_u32(area.mass_slot(contributor, row), mass_words(mass)) };
+        }
     }
 }
 
@@ -75,14 +107,8 @@ pub(super) unsafe fn put_merged<const K: usize>(
 /// Every thread of the block calls it once, after its lanes' [`put_merged`] calls; every
 /// `[contributor][row]` slot with `contributor < contributors` and `row < block_rows` was stored.
 #[inline(always)]
-pub(super) unsafe fn finish(
-    area: MergeArea,
-    p: &FusedParams,
-    tid: u32,
-    threads: u32,
-    contributors: u32,
-    work: BlockWork,
-) {
+pub(super) unsafe fn finish<const LP: bool>(area: MergeArea, p: &FusedParams, tid: u32, threads: u32, work: BlockWork) {
+    let contributors = area.contributors;
     // SAFETY: every thread of the block reaches it once (the caller's contract).
     unsafe { _syncthreads() };
     let mut r = tid;
@@ -95,11 +121,22 @@ pub(super) unsafe fn finish(
                 let [s, i] = unsafe { ld_shared_v2_u32(area.slot(c, r)) };
                 cand = cand.merge(Candidate { score: f32::from_bits(s), index: i });
             }
+            let at = b as usize * p.n_vranges as usize + work.vrange as usize;
             // SAFETY: b < B, vrange < n_vranges: inside the [B, n_vranges] candidate buffer.
-            unsafe { *p.candidates.add(b as usize * p.n_vranges as usize + work.vrange as usize) = cand };
+            unsafe { *p.candidates.add(at) = cand };
+            if LP {
+                let mut mass = RowMass::EMPTY;
+                for c in 0..contributors {
+                    // SAFETY: stored in step 1 (the log-probability kernels), visible after the barrier.
+                    let m = mass_of_words(unsafe { ld_shared_v4_u32(area.mass_slot(c, r)) });
+                    mass = super::reduce::merge_mass(mass, m);
+                }
+                // SAFETY: the log-probability kernels' `masses` holds [B, n_vranges] entries.
+                unsafe { *p.masses.add(at) = mass };
+            }
         }
         r += threads;
     }
     // SAFETY: every thread of the block calls it, after the candidates are written.
-    unsafe { reduce_if_last(p, tid, threads / 32, work.btile, work.b_first, area.block_rows) };
+    unsafe { reduce_if_last::<LP>(p, tid, threads / 32, work.btile, work.b_first, area.block_rows) };
 }

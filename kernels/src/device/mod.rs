@@ -10,6 +10,7 @@
 //! | [`merge`] | the block merge: lanes' candidates → one per (row, vocab range) |
 //! | [`reduce`] | the reduction: candidates → tokens (the fused kernel's last block; the standalone kernel) |
 //! | `fused` | entry points of the fused kernels, one file per family, composing the roles |
+//! | `rows` | the row expansion of launches with several samples per request |
 //! | `baselines`, `test_kernels` | benchmark baselines and test kernels (their own PTX module) |
 //! | `ptx` | inline PTX: the only `asm!`, one instruction per function |
 //!
@@ -33,6 +34,7 @@ mod pipeline;
 mod producer;
 mod ptx;
 mod reduce;
+mod rows;
 mod schedule;
 mod test_kernels;
 

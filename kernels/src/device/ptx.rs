@@ -95,7 +95,8 @@ pub unsafe fn shfl_sync_up_b32(x: u32, delta: u32) -> u32 {
     r
 }
 
-/// `ex2.approx.ftz.f32`: 2^x (about 2 ulp; used by the benchmark baselines only, never by sampling).
+/// `ex2.approx.ftz.f32`: 2^x (about 2 ulp; the log-mass of the log-probability kernels and the
+/// benchmark baselines, never the sample itself).
 #[inline(always)]
 pub fn ex2_approx_ftz_f32(x: f32) -> f32 {
     let r: f32;
@@ -222,6 +223,49 @@ pub unsafe fn ld_global_cg_v2_u32(ptr: *const u32) -> [u32; 2] {
         asm!("ld.global.cg.v2.u32 {{{0}, {1}}}, [{2}];", out(reg32) x, out(reg32) y, in(reg64) ptr, options(readonly, nostack));
     }
     [x, y]
+}
+
+/// `ld.global.cg.v4.u32`: a 16-byte load cached in L2 only (data other blocks wrote in this launch).
+///
+/// # Safety
+/// `ptr` must be a 16-byte aligned global address of 16 readable bytes.
+#[inline(always)]
+pub unsafe fn ld_global_cg_v4_u32(ptr: *const u32) -> [u32; 4] {
+    let (x, y, z, w): (u32, u32, u32, u32);
+    // SAFETY: the caller guarantees the address.
+    unsafe {
+        asm!(
+            "ld.global.cg.v4.u32 {{{0}, {1}, {2}, {3}}}, [{4}];",
+            out(reg32) x, out(reg32) y, out(reg32) z, out(reg32) w, in(reg64) ptr,
+            options(readonly, nostack),
+        );
+    }
+    [x, y, z, w]
+}
+
+/// `st.shared.v4.u32`: store 16 bytes to shared memory.
+///
+/// # Safety
+/// `addr` must be a 16-byte aligned shared-window address inside the launch's dynamic shared memory.
+#[inline(always)]
+pub unsafe fn st_shared_v4_u32(addr: u32, v: [u32; 4]) {
+    // SAFETY: the caller guarantees the address is inside this block's shared memory.
+    unsafe {
+        asm!(
+            "st.shared.v4.u32 [{0}], {{{1}, {2}, {3}, {4}}};",
+            in(reg32) addr, in(reg32) v[0], in(reg32) v[1], in(reg32) v[2], in(reg32) v[3],
+            options(nostack),
+        );
+    }
+}
+
+/// `lg2.approx.f32`: log2(x) (relative error about 2^-22; the log-probabilities' final logarithm).
+#[inline(always)]
+pub fn lg2_approx_f32(x: f32) -> f32 {
+    let r: f32;
+    // SAFETY: register-only instruction.
+    unsafe { asm!("lg2.approx.f32 {0}, {1};", out(reg32) r, in(reg32) x, options(pure, nomem, nostack)) };
+    r
 }
 
 /// `wgmma.fence.sync.aligned;`: orders this warpgroup's register accesses to accumulators before the

@@ -8,13 +8,16 @@
 
 use core::arch::nvptx::{_block_idx_x, _syncthreads, _thread_idx_x};
 
+use super::fragment::{exp, row_params};
+use super::merge::mass_of_words;
 use super::ptx::{
-    atom_global_add_u32, fence_acq_rel_gpu, ld_global_cg_v2_u32, ld_shared_v2_u32, mov_u32_dynamic_smem,
-    shfl_sync_bfly_b32, st_shared_v2_u32,
+    atom_global_add_u32, fence_acq_rel_gpu, ld_global_cg_v2_u32, ld_global_cg_v4_u32, ld_global_nc_v4_f32,
+    ld_shared_v2_u32, lg2_approx_f32, mov_u32_dynamic_smem, shfl_sync_bfly_b32, st_shared_v2_u32,
 };
 use crate::candidate::Candidate;
 use crate::config::REDUCE_ROWS_PER_BLOCK;
-use crate::params::{FusedParams, ReduceParams};
+use crate::logits::softcap;
+use crate::params::{FusedParams, ReduceParams, RowMass};
 
 /// Merges `c` with the candidates of the lanes `lane ^ m` for each `m` in `masks` (butterfly).
 ///
@@ -28,6 +31,102 @@ pub(super) unsafe fn merge_butterfly<const K: usize>(mut c: Candidate, masks: [u
         c = c.merge(Candidate { score: f32::from_bits(score), index });
     }
     c
+}
+
+/// Merges two [`RowMass`]es with the device's exponential.
+#[inline(always)]
+pub(super) fn merge_mass(a: RowMass, b: RowMass) -> RowMass {
+    RowMass { processed: a.processed.merge_with(b.processed, exp), raw: a.raw.merge_with(b.raw, exp) }
+}
+
+/// Merges `m` with the masses of the lanes `lane ^ k` for each `k` in `masks` (butterfly).
+///
+/// # Safety
+/// All 32 lanes must call it together with the same `masks`.
+#[inline(always)]
+pub(super) unsafe fn merge_mass_butterfly<const K: usize>(mut m: RowMass, masks: [u32; K]) -> RowMass {
+    for k in masks {
+        let w = super::merge::mass_words(m);
+        // SAFETY: every lane executes the same shuffles (the caller's contract).
+        let o = unsafe { w.map(|x| shfl_sync_bfly_b32(x, k)) };
+        m = merge_mass(m, mass_of_words(o));
+    }
+    m
+}
+
+/// `ln x` from `lg2.approx`.
+#[inline(always)]
+fn ln(x: f32) -> f32 {
+    lg2_approx_f32(x) * core::f32::consts::LN_2
+}
+
+/// The log-probability kernels' last step for row `b`, whose merged candidate is `cand`: merges the
+/// row's `n_vranges` masses, recomputes the sampled token's logit `y` (one dot product over the
+/// warp, f32) and writes the token's log-probabilities (processed: `z / T − lse`, `z` = `y`
+/// soft-capped, `0` for a greedy row; raw: `y − lse_raw`) and the row's log-sum-exp of `z / T` (NaN
+/// for a greedy row). A row without a token gets NaN everywhere.
+///
+/// # Safety
+/// All 32 lanes of the warp call it together; `b < B`; `p` is a log-probability launch (`masses`
+/// written by every block of the batch tile, and visible).
+#[inline(always)]
+unsafe fn logprobs_row(p: &FusedParams, b: u32, cand: Candidate, lane: u32) {
+    let n = p.n_vranges;
+    let mut mass = RowMass::EMPTY;
+    let mut i = lane;
+    while i < n {
+        // SAFETY: inside the row's [n_vranges] masses; written in this launch by other blocks (L2).
+        let w = unsafe { ld_global_cg_v4_u32(p.masses.add(b as usize * n as usize + i as usize) as *const u32) };
+        mass = merge_mass(mass, mass_of_words(w));
+        i += 32;
+    }
+    // SAFETY: all 32 lanes (the caller's contract).
+    let mass = unsafe { merge_mass_butterfly(mass, [1, 2, 4, 8, 16]) };
+    let token = cand.token();
+    let valid = token != crate::INVALID_INDEX; // warp-uniform: every lane has the merged candidate
+    let mut y = 0.0f32;
+    if valid {
+        let d = p.d as usize;
+        let (h, w) = (b as usize * d, token as usize * d);
+        let mut k = 8 * lane as usize;
+        while k < d {
+            // SAFETY: k + 8 ≤ D (D % 8 == 0): 16 bytes inside row b of the hidden states and row
+            // `token < V` of the weight, 16-byte aligned (the host checks the bases; D % 8 == 0).
+            let (hv, wv) = unsafe {
+                (ld_global_nc_v4_f32(p.hidden.add(h + k) as *const f32), ld_global_nc_v4_f32(p.weight.add(w + k) as *const f32))
+            };
+            for j in 0..4 {
+                let (hb, wb) = (hv[j].to_bits(), wv[j].to_bits());
+                y += f32::from_bits(hb << 16) * f32::from_bits(wb << 16);
+                y += f32::from_bits(hb & 0xFFFF_0000) * f32::from_bits(wb & 0xFFFF_0000);
+            }
+            k += 256;
+        }
+        for m in [1u32, 2, 4, 8, 16] {
+            // SAFETY: all 32 lanes (the caller's contract; `valid` is warp-uniform).
+            y += f32::from_bits(unsafe { shfl_sync_bfly_b32(y.to_bits(), m) });
+        }
+    }
+    if lane == 0 {
+        let row = row_params(p, b);
+        let lse = mass.processed.max + ln(mass.processed.sum);
+        let lse_raw = mass.raw.max + ln(mass.raw.sum);
+        let transform = row.transform();
+        let greedy = transform.is_greedy();
+        let (lp, raw, lse) = if !valid {
+            (f32::NAN, f32::NAN, if greedy { f32::NAN } else { lse })
+        } else {
+            let z = if p.softcap > 0.0 { softcap(y, p.softcap) } else { y };
+            let lp = if greedy { 0.0 } else { z * transform.inv_temperature - lse };
+            (lp, y - lse_raw, if greedy { f32::NAN } else { lse })
+        };
+        // SAFETY: b < B; the log-probability outputs hold B entries.
+        unsafe {
+            *p.logprobs.add(b as usize) = lp;
+            *p.raw_logprobs.add(b as usize) = raw;
+            *p.logsumexp.add(b as usize) = lse;
+        }
+    }
 }
 
 /// Merges row `b`'s `n` candidates from `candidates[b·n ..]` over the warp and writes its token and
@@ -45,7 +144,7 @@ pub(super) unsafe fn reduce_row(
     tokens: *mut u32,
     scores: *mut f32,
     lane: u32,
-) {
+) -> Candidate {
     let row = b as usize * n as usize;
     let mut c = Candidate::EMPTY;
     let mut i = lane;
@@ -64,18 +163,19 @@ pub(super) unsafe fn reduce_row(
             *scores.add(b as usize) = c.score;
         }
     }
+    c
 }
 
 /// The fused kernels' reduction: the last block of a batch tile to finish (counted with an atomic
 /// after a device-wide fence) reduces that tile's rows `first_row .. first_row + block_rows` (below
-/// B), one warp per row. Deterministic: the merge is order-independent. The counter is reset for the
+/// B), one warp per row (and, with `LP`, computes their log-probabilities). Deterministic: the merge is order-independent. The counter is reset for the
 /// next launch.
 ///
 /// # Safety
 /// Every thread of the block (`warps` warps) calls it, after writing its candidates; the block's
 /// first 8 bytes of dynamic shared memory are free.
 #[inline(always)]
-pub(super) unsafe fn reduce_if_last(
+pub(super) unsafe fn reduce_if_last<const LP: bool>(
     p: &FusedParams,
     tid: u32,
     warps: u32,
@@ -106,7 +206,11 @@ pub(super) unsafe fn reduce_if_last(
             break; // warp-uniform
         }
         // SAFETY: b < B; the whole warp is here (warp-uniform loop).
-        unsafe { reduce_row(p.candidates, p.n_vranges, b, p.tokens, p.scores, lane) };
+        let cand = unsafe { reduce_row(p.candidates, p.n_vranges, b, p.tokens, p.scores, lane) };
+        if LP {
+            // SAFETY: as above; a log-probability launch, every block's masses visible (acquired).
+            unsafe { logprobs_row(p, b, cand, lane) };
+        }
         r += warps;
     }
     if tid == 0 {

@@ -26,7 +26,8 @@
 
 use crate::candidate::Candidate;
 use crate::config::{
-    BLOCK_V, Family, FusedVariant, MMA_SYNC_N16, MMA_SYNC_N32, MMA_SYNC_N64, MMA_SYNC_N128, ROWS_PER_LANE, WARP_TILE_V,
+    BLOCK_V, Epilogue, Family, FusedVariant, MMA_SYNC_N16, MMA_SYNC_N32, MMA_SYNC_N64, MMA_SYNC_N128, ROWS_PER_LANE,
+    WARP_TILE_V, str_eq,
 };
 use crate::device::fragment;
 use crate::device::mainloop::MmaSyncMainloop;
@@ -34,7 +35,7 @@ use crate::device::merge::{self, MergeArea};
 use crate::device::pipeline::BlockRing;
 use crate::device::producer::BlockIssuer;
 use crate::device::schedule::{BlockWork, Thread};
-use crate::params::FusedParams;
+use crate::params::{FusedParams, RowMass};
 
 /// The kernel body for `4·WB` warps of `8·NB` batch rows and an `S`-stage ring (`THREADS = 128·WB`,
 /// `BLOCK_B = 8·NB·WB`, `H` hidden-row copy passes per stage).
@@ -43,16 +44,25 @@ use crate::params::FusedParams;
 /// Launched as documented in the module, with `p` validated by the host (shapes, 16-byte aligned
 /// buffers of the stated sizes, `d % D_ALIGN == 0`).
 #[inline(always)]
-unsafe fn body<const NB: usize, const WB: u32, const S: u32, const THREADS: u32, const BLOCK_B: u32, const H: usize>(
+unsafe fn body<
+    const NB: usize,
+    const WB: u32,
+    const S: u32,
+    const THREADS: u32,
+    const BLOCK_B: u32,
+    const H: usize,
+    const LP: bool,
+>(
     p: FusedParams,
     v: FusedVariant,
 ) {
+    let e = if LP { Epilogue::LogProbs } else { Epilogue::Sample };
     let t = Thread::this();
     let work = BlockWork::of_this_block(&p, BLOCK_B, BLOCK_V);
     let (warp_b, warp_v) = (t.warp % WB, t.warp / WB);
     let b0 = work.b_first + warp_b * 8 * NB as u32; // this warp's first batch row
     let active = b0 < p.b; // warp-uniform: this warp has batch rows to score
-    let ring = BlockRing::new(v.merge_bytes(), BLOCK_B);
+    let ring = BlockRing::new(v.merge_bytes(e), BLOCK_B);
     let w_row0 = warp_v * WARP_TILE_V + ROWS_PER_LANE as u32 * t.group;
     let mut mainloop = MmaSyncMainloop::<THREADS, BLOCK_B, S, H> {
         ring,
@@ -65,34 +75,43 @@ unsafe fn body<const NB: usize, const WB: u32, const S: u32, const THREADS: u32,
     // SAFETY: every thread of the block, before the first tile.
     unsafe { mainloop.prologue(&p) };
     let mut cands = [Candidate::EMPTY; 16];
+    let mut masses = [RowMass::EMPTY; 16]; // read and written only with LP
     let mut tile = work.first;
     while tile < work.end {
         // SAFETY: every thread of the block, for every tile of the range.
         let acc = unsafe { mainloop.tile::<NB>(&p, active) };
         if active {
-            fragment::mma_sync_tile::<NB>(&p, (b0, t.quad), tile * BLOCK_V + w_row0, &acc, &mut cands);
+            let v0 = tile * BLOCK_V + w_row0;
+            fragment::mma_sync_tile::<NB, LP>(&p, (b0, t.quad), v0, &acc, &mut cands, &mut masses);
         }
         tile += 1;
     }
-    let area = MergeArea::new(BLOCK_B);
+    let area = MergeArea::new(BLOCK_B, v.merge_contributors());
     // SAFETY: every thread of the block reaches the block merge and the final reduction; warp `w`
     // contributes vocab rows `w / WB` for batch rows `8·NB·(w % WB) ..` of the block.
     unsafe {
-        fragment::put_columns(area, warp_v, warp_b * 8 * NB as u32, (t.group, t.quad), &cands, 2 * NB);
-        merge::finish(area, &p, t.tid, THREADS, v.merge_contributors(), work);
+        let lanes = (t.group, t.quad);
+        fragment::put_columns::<16, LP>(area, warp_v, warp_b * 8 * NB as u32, lanes, (&cands, &masses), 2 * NB);
+        merge::finish::<LP>(area, &p, t.tid, THREADS, work);
     }
 }
 
 macro_rules! entry {
-    ($name:ident, $variant:expr) => {
-        #[doc = concat!("The fused kernel `", stringify!($variant), "` (`mma.sync`, portable module).")]
+    ($name:ident, $name_lp:ident, $variant:expr) => {
+        entry!(@one $name, $variant, Epilogue::Sample, false);
+        entry!(@one $name_lp, $variant, Epilogue::LogProbs, true);
+    };
+    (@one $name:ident, $variant:expr, $epilogue:expr, $lp:literal) => {
+        #[doc = concat!("The fused kernel `", stringify!($variant), "` (`mma.sync`, portable module), epilogue `", stringify!($epilogue), "`.")]
         ///
         /// # Safety
         /// See the module: the launch the host derives from the variant, with validated parameters.
         #[unsafe(no_mangle)]
         pub unsafe extern "ptx-kernel" fn $name(p: FusedParams) {
             const V: FusedVariant = $variant;
-            const { assert!(V.is_named(stringify!($name)) && matches!(V.family, Family::MmaSync)) };
+            const {
+                assert!(str_eq(V.entry_for($epilogue), stringify!($name)) && matches!(V.family, Family::MmaSync))
+            };
             // SAFETY: forwarded launch contract.
             unsafe {
                 body::<
@@ -102,12 +121,13 @@ macro_rules! entry {
                     { V.threads() },
                     { V.block_b() },
                     { V.block_b().div_ceil(V.threads() / 8) as usize },
+                    $lp,
                 >(p, V)
             }
         }
     };
 }
-entry!(fused_sample_block_nb2, MMA_SYNC_N16);
-entry!(fused_sample_block_nb4_s3, MMA_SYNC_N32);
-entry!(fused_sample_block_nb4x2, MMA_SYNC_N64);
-entry!(fused_sample_block_nb4x4, MMA_SYNC_N128);
+entry!(fused_sample_block_nb2, fused_sample_block_nb2_lp, MMA_SYNC_N16);
+entry!(fused_sample_block_nb4_s3, fused_sample_block_nb4_s3_lp, MMA_SYNC_N32);
+entry!(fused_sample_block_nb4x2, fused_sample_block_nb4x2_lp, MMA_SYNC_N64);
+entry!(fused_sample_block_nb4x4, fused_sample_block_nb4x4_lp, MMA_SYNC_N128);

@@ -34,17 +34,19 @@
 use core::marker::PhantomData;
 
 use crate::candidate::Candidate;
-use crate::config::{BLOCK_V, Family, FusedVariant, STAGE_K, TMA_N16, TMA_N32, TMA_N64, TMA_N64X2, WS_WARPS};
+use crate::config::{
+    BLOCK_V, Epilogue, Family, FusedVariant, STAGE_K, TMA_N16, TMA_N32, TMA_N64, TMA_N64X2, WS_WARPS, str_eq,
+};
 use crate::device::fragment;
 use crate::device::mainloop::{Consumer, N16, N32, N64, WgmmaShape, consume, mma_stage_weight_a};
 use crate::device::merge::{self, MergeArea};
 use crate::device::pipeline::{Pipeline, Ring};
 use crate::device::producer::produce_tma;
 use crate::device::schedule::{BlockWork, Thread};
-use crate::params::FusedParams;
+use crate::params::{FusedParams, RowMass};
 
 /// The consumer: `N` hidden rows from slab row `128 + hidden`, the weight-as-A fragment adapter.
-struct WeightA<'a, T: WgmmaShape> {
+struct WeightA<'a, T: WgmmaShape, const LP: bool> {
     p: &'a FusedParams,
     ring: Ring,
     hidden: u32,
@@ -53,10 +55,12 @@ struct WeightA<'a, T: WgmmaShape> {
     /// Offset of the lane's Philox group in a tile: `4·(8w + g)`.
     v_lane: u32,
     cands: &'a mut [Candidate; 32],
+    /// The rows' log-mass (log-probability kernels only).
+    masses: &'a mut [RowMass; 32],
     shape: PhantomData<T>,
 }
 
-impl<T: WgmmaShape> Consumer for WeightA<'_, T> {
+impl<T: WgmmaShape, const LP: bool> Consumer for WeightA<'_, T, LP> {
     type Acc = [T::Acc; 2];
     const ZERO: Self::Acc = [T::ZERO; 2];
     #[inline(always)]
@@ -66,7 +70,8 @@ impl<T: WgmmaShape> Consumer for WeightA<'_, T> {
     }
     #[inline(always)]
     fn epilogue(&mut self, tile: u32, acc: &Self::Acc) {
-        fragment::weight_a_tile::<T>(self.p, self.b0_quad, tile * BLOCK_V + self.v_lane, acc, self.cands);
+        let v0 = tile * BLOCK_V + self.v_lane;
+        fragment::weight_a_tile::<T, LP>(self.p, self.b0_quad, v0, acc, self.cands, self.masses);
     }
 }
 
@@ -77,8 +82,9 @@ impl<T: WgmmaShape> Consumer for WeightA<'_, T> {
 /// Launched as documented in the module, with `p` validated by the host and `p.tensor_maps`
 /// encoded for this launch.
 #[inline(always)]
-unsafe fn body<T: WgmmaShape, const S: u32, const SPLIT: u32>(p: FusedParams, v: FusedVariant) {
+unsafe fn body<T: WgmmaShape, const S: u32, const SPLIT: u32, const LP: bool>(p: FusedParams, v: FusedVariant) {
     const { assert!(SPLIT == 1 || SPLIT == 2) };
+    let e = if LP { Epilogue::LogProbs } else { Epilogue::Sample };
     let n = T::N;
     let block_b = SPLIT * n;
     let t = Thread::this();
@@ -88,14 +94,15 @@ unsafe fn body<T: WgmmaShape, const S: u32, const SPLIT: u32>(p: FusedParams, v:
     let pipe = unsafe {
         Pipeline::setup::<S>(
             t.tid,
-            v.merge_bytes(),
+            v.merge_bytes(e),
             (BLOCK_V, block_b),
             SPLIT,
             (work.first, work.end, p.d.div_ceil(STAGE_K)),
         )
     };
-    let area = MergeArea::new(block_b);
+    let area = MergeArea::new(block_b, v.merge_contributors());
     let mut cands = [Candidate::EMPTY; 32];
+    let mut masses = [RowMass::EMPTY; 32]; // read and written only with LP
     if wg == 0 {
         if t.warp == 0 {
             // SAFETY: the producer warp; forwarded launch contract (the tensor maps are encoded).
@@ -104,13 +111,14 @@ unsafe fn body<T: WgmmaShape, const S: u32, const SPLIT: u32>(p: FusedParams, v:
     } else {
         let c = wg - 1;
         let slot_b = if SPLIT == 2 { c } else { 0 };
-        let mut consumer = WeightA::<T> {
+        let mut consumer = WeightA::<T, LP> {
             p: &p,
             ring: pipe.ring,
             hidden: slot_b * n,
             b0_quad: (work.b_first + slot_b * n, t.quad),
             v_lane: 4 * (8 * (t.warp % 4) + t.group),
             cands: &mut cands,
+            masses: &mut masses,
             shape: PhantomData,
         };
         // SAFETY: the whole consumer warpgroup, converged; forwarded launch contract.
@@ -118,15 +126,22 @@ unsafe fn body<T: WgmmaShape, const S: u32, const SPLIT: u32>(p: FusedParams, v:
         // Contributors: warp w of each consumer (taking turns: 8 of them), or of both (splitting: 4).
         let contributor = if SPLIT == 2 { t.warp % 4 } else { 4 * c + t.warp % 4 };
         // SAFETY: the whole warp is here (warpgroup-uniform branch); inside the merge area.
-        unsafe { fragment::put_columns(area, contributor, slot_b * n, (t.group, t.quad), &cands, n as usize / 4) };
+        unsafe {
+            let lanes = (t.group, t.quad);
+            fragment::put_columns::<32, LP>(area, contributor, slot_b * n, lanes, (&cands, &masses), n as usize / 4)
+        };
     }
     // SAFETY: every thread of the block reaches the block merge and the final reduction.
-    unsafe { merge::finish(area, &p, t.tid, 32 * WS_WARPS, v.merge_contributors(), work) };
+    unsafe { merge::finish::<LP>(area, &p, t.tid, 32 * WS_WARPS, work) };
 }
 
 macro_rules! entry {
-    ($name:ident, $variant:expr, $shape:ty) => {
-        #[doc = concat!("The fused kernel `", stringify!($variant), "` (`wgmma`, weight as A, sm_90a module).")]
+    ($name:ident, $name_lp:ident, $variant:expr, $shape:ty) => {
+        entry!(@one $name, $variant, $shape, Epilogue::Sample, false);
+        entry!(@one $name_lp, $variant, $shape, Epilogue::LogProbs, true);
+    };
+    (@one $name:ident, $variant:expr, $shape:ty, $epilogue:expr, $lp:literal) => {
+        #[doc = concat!("The fused kernel `", stringify!($variant), "` (`wgmma`, weight as A, sm_90a module), epilogue `", stringify!($epilogue), "`.")]
         ///
         /// # Safety
         /// See the module: the launch the host derives from the variant, with validated parameters.
@@ -134,15 +149,15 @@ macro_rules! entry {
         pub unsafe extern "ptx-kernel" fn $name(p: FusedParams) {
             const V: FusedVariant = $variant;
             const {
-                assert!(V.is_named(stringify!($name)) && matches!(V.family, Family::WgmmaWeightA));
+                assert!(str_eq(V.entry_for($epilogue), stringify!($name)) && matches!(V.family, Family::WgmmaWeightA));
                 assert!(V.threads() == 32 * WS_WARPS && 8 * V.n_tiles == <$shape as WgmmaShape>::N);
             };
             // SAFETY: forwarded launch contract.
-            unsafe { body::<$shape, { V.stages }, { V.warps_b }>(p, V) }
+            unsafe { body::<$shape, { V.stages }, { V.warps_b }, $lp>(p, V) }
         }
     };
 }
-entry!(fused_sample_wgmma_tma_n16, TMA_N16, N16);
-entry!(fused_sample_wgmma_tma_n32, TMA_N32, N32);
-entry!(fused_sample_wgmma_tma_n64, TMA_N64, N64);
-entry!(fused_sample_wgmma_tma_n64x2, TMA_N64X2, N64);
+entry!(fused_sample_wgmma_tma_n16, fused_sample_wgmma_tma_n16_lp, TMA_N16, N16);
+entry!(fused_sample_wgmma_tma_n32, fused_sample_wgmma_tma_n32_lp, TMA_N32, N32);
+entry!(fused_sample_wgmma_tma_n64, fused_sample_wgmma_tma_n64_lp, TMA_N64, N64);
+entry!(fused_sample_wgmma_tma_n64x2, fused_sample_wgmma_tma_n64x2_lp, TMA_N64X2, N64);

@@ -35,7 +35,7 @@
 //! skipped by the lane epilogue.
 
 use crate::candidate::Candidate;
-use crate::config::{Family, FusedVariant, STAGE_K, TMA_T_TILE_V, TMAT_N64, TMAT_N64X2, WS_WARPS};
+use crate::config::{Epilogue, Family, FusedVariant, STAGE_K, TMA_T_TILE_V, TMAT_N64, TMAT_N64X2, WS_WARPS, str_eq};
 use crate::device::fragment;
 use crate::device::mainloop::{Consumer, consume, mma_stage_hidden_a};
 use crate::device::merge::{self, MergeArea};
@@ -43,7 +43,7 @@ use crate::device::pipeline::{Pipeline, Ring};
 use crate::device::producer::produce_tma;
 use crate::device::ptx::{setmaxnreg_dec_sync_aligned_u32, setmaxnreg_inc_sync_aligned_u32};
 use crate::device::schedule::{BlockWork, Thread};
-use crate::params::FusedParams;
+use crate::params::{FusedParams, RowMass};
 
 /// Batch rows per consumer: the M of `wgmma.m64n256k16`.
 const M: u32 = 64;
@@ -56,16 +56,18 @@ const _: () = assert!(PRODUCER_REGS + 2 * CONSUMER_REGS <= 3 * 168);
 
 /// The consumer: its 64 hidden rows from slab row `256 + hidden`, the lane's batch rows `b` and quad
 /// `q`, one candidate per batch row.
-struct HiddenA<'a> {
+struct HiddenA<'a, const LP: bool> {
     p: &'a FusedParams,
     ring: Ring,
     hidden: u32,
     b: [u32; 2],
     q: u32,
     cands: &'a mut [Candidate; 2],
+    /// The rows' log-mass (log-probability kernels only).
+    masses: &'a mut [RowMass; 2],
 }
 
-impl Consumer for HiddenA<'_> {
+impl<const LP: bool> Consumer for HiddenA<'_, LP> {
     type Acc = [f32; 128];
     const ZERO: Self::Acc = [0.0; 128];
     #[inline(always)]
@@ -75,7 +77,7 @@ impl Consumer for HiddenA<'_> {
     }
     #[inline(always)]
     fn epilogue(&mut self, tile: u32, acc: &Self::Acc) {
-        fragment::hidden_a_tile(self.p, self.b, tile, self.q, acc, self.cands);
+        fragment::hidden_a_tile::<LP>(self.p, self.b, tile, self.q, acc, self.cands, self.masses);
     }
 }
 
@@ -86,8 +88,9 @@ impl Consumer for HiddenA<'_> {
 /// Launched as documented in the module, with `p` validated by the host (`V % 16 == 0`) and
 /// `p.tensor_maps` encoded for this launch.
 #[inline(always)]
-unsafe fn body<const S: u32, const SPLIT: u32>(p: FusedParams, v: FusedVariant) {
+unsafe fn body<const S: u32, const SPLIT: u32, const LP: bool>(p: FusedParams, v: FusedVariant) {
     const { assert!(SPLIT == 1 || SPLIT == 2) };
+    let e = if LP { Epilogue::LogProbs } else { Epilogue::Sample };
     let block_b = SPLIT * M;
     let t = Thread::this();
     let work = BlockWork::of_this_block(&p, block_b, TMA_T_TILE_V);
@@ -96,13 +99,13 @@ unsafe fn body<const S: u32, const SPLIT: u32>(p: FusedParams, v: FusedVariant) 
     let pipe = unsafe {
         Pipeline::setup::<S>(
             t.tid,
-            v.merge_bytes(),
+            v.merge_bytes(e),
             (TMA_T_TILE_V, block_b),
             SPLIT,
             (work.first, work.end, p.d.div_ceil(STAGE_K)),
         )
     };
-    let area = MergeArea::new(block_b);
+    let area = MergeArea::new(block_b, v.merge_contributors());
     let threads = 32 * WS_WARPS;
     if wg == 0 {
         // SAFETY: the whole producer warpgroup, converged; the producer needs few registers.
@@ -112,7 +115,7 @@ unsafe fn body<const S: u32, const SPLIT: u32>(p: FusedParams, v: FusedVariant) 
             unsafe { produce_tma::<S, true>(&p, pipe, t.lane, work.b_first) };
         }
         // SAFETY: every thread of the block reaches one `finish` (the consumers theirs).
-        unsafe { merge::finish(area, &p, t.tid, threads, v.merge_contributors(), work) };
+        unsafe { merge::finish::<LP>(area, &p, t.tid, threads, work) };
     } else {
         // SAFETY: the whole consumer warpgroup, converged; the producer's release leaves the pool
         // enough for both consumers (PRODUCER_REGS + 2 · CONSUMER_REGS ≤ 3 · 168).
@@ -122,13 +125,15 @@ unsafe fn body<const S: u32, const SPLIT: u32>(p: FusedParams, v: FusedVariant) 
         // The lane's two batch rows (block-relative).
         let rows = [slot_b * M + 16 * (t.warp % 4) + t.group, slot_b * M + 16 * (t.warp % 4) + t.group + 8];
         let mut cands = [Candidate::EMPTY; 2];
-        let mut consumer = HiddenA {
+        let mut masses = [RowMass::EMPTY; 2]; // read and written only with LP
+        let mut consumer = HiddenA::<LP> {
             p: &p,
             ring: pipe.ring,
             hidden: slot_b * M,
             b: [work.b_first + rows[0], work.b_first + rows[1]],
             q: t.quad,
             cands: &mut cands,
+            masses: &mut masses,
         };
         // SAFETY: the whole consumer warpgroup, converged; forwarded launch contract.
         unsafe { consume::<_, S>(&mut consumer, pipe, c, SPLIT == 2, t.tid) };
@@ -136,15 +141,19 @@ unsafe fn body<const S: u32, const SPLIT: u32>(p: FusedParams, v: FusedVariant) 
         let contributor = if SPLIT == 2 { 0 } else { c };
         // SAFETY: the whole warp is here; inside the merge area. Every thread reaches one `finish`.
         unsafe {
-            fragment::put_rows(area, contributor, rows, t.quad, &cands);
-            merge::finish(area, &p, t.tid, threads, v.merge_contributors(), work);
+            fragment::put_rows::<LP>(area, contributor, rows, t.quad, (&cands, &masses));
+            merge::finish::<LP>(area, &p, t.tid, threads, work);
         }
     }
 }
 
 macro_rules! entry {
-    ($name:ident, $variant:expr) => {
-        #[doc = concat!("The fused kernel `", stringify!($variant), "` (`wgmma`, hidden as A, sm_90a module).")]
+    ($name:ident, $name_lp:ident, $variant:expr) => {
+        entry!(@one $name, $variant, Epilogue::Sample, false);
+        entry!(@one $name_lp, $variant, Epilogue::LogProbs, true);
+    };
+    (@one $name:ident, $variant:expr, $epilogue:expr, $lp:literal) => {
+        #[doc = concat!("The fused kernel `", stringify!($variant), "` (`wgmma`, hidden as A, sm_90a module), epilogue `", stringify!($epilogue), "`.")]
         ///
         /// # Safety
         /// See the module: the launch the host derives from the variant, with validated parameters.
@@ -152,13 +161,13 @@ macro_rules! entry {
         pub unsafe extern "ptx-kernel" fn $name(p: FusedParams) {
             const V: FusedVariant = $variant;
             const {
-                assert!(V.is_named(stringify!($name)) && matches!(V.family, Family::WgmmaHiddenA));
+                assert!(str_eq(V.entry_for($epilogue), stringify!($name)) && matches!(V.family, Family::WgmmaHiddenA));
                 assert!(V.threads() == 32 * WS_WARPS && V.n_tiles == 8);
             };
             // SAFETY: forwarded launch contract.
-            unsafe { body::<{ V.stages }, { V.warps_b }>(p, V) }
+            unsafe { body::<{ V.stages }, { V.warps_b }, $lp>(p, V) }
         }
     };
 }
-entry!(fused_sample_wgmma_tmat_n64, TMAT_N64);
-entry!(fused_sample_wgmma_tmat_n64x2, TMAT_N64X2);
+entry!(fused_sample_wgmma_tmat_n64, fused_sample_wgmma_tmat_n64_lp, TMAT_N64);
+entry!(fused_sample_wgmma_tmat_n64x2, fused_sample_wgmma_tmat_n64x2_lp, TMAT_N64X2);

@@ -1,0 +1,37 @@
+//! The row-expansion kernel of launches with several samples per request: the fused kernel then
+//! scores `B·n` rows, row `r·n + j` being request `r`'s hidden state (sample index `sample + j` in
+//! its `RowParams`), so one pass over the weights draws every sample.
+//!
+//! # Parameters
+//! [`ExpandParams`] by value; launch with `grid = ceil(B·n·D/8 / EXPAND_THREADS)` blocks of
+//! [`EXPAND_THREADS`] threads, no shared memory.
+//!
+//! # Thread mapping
+//! Thread `i` copies the 16-byte chunk `i % (D/8)` of output row `i / (D/8)` from request row
+//! `i / (D/8) / n`.
+
+use core::arch::nvptx::{_block_dim_x, _block_idx_x, _thread_idx_x};
+
+use crate::params::ExpandParams;
+
+#[cfg(doc)]
+use crate::config::EXPAND_THREADS;
+
+/// `out[r·n + j, :] = hidden[r, :]`.
+///
+/// # Safety
+/// Launched as documented in the module; `hidden` holds `B·D` and `out` `B·n·D` bf16, both 16-byte
+/// aligned, not overlapping.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn expand_rows(p: ExpandParams) {
+    // SAFETY: special-register reads.
+    let i = unsafe { _block_idx_x() as u64 * _block_dim_x() as u64 + _thread_idx_x() as u64 };
+    let chunks = p.chunks as u64;
+    let total = p.b as u64 * p.n as u64 * chunks;
+    if i < total {
+        let (row, chunk) = (i / chunks, i % chunks);
+        let src = (row / p.n as u64) * chunks + chunk;
+        // SAFETY: src < B·D/8 and i < B·n·D/8 chunks of 16 bytes, inside the buffers, 16-byte aligned.
+        unsafe { *(p.out as *mut [u32; 4]).add(i as usize) = *(p.hidden as *const [u32; 4]).add(src as usize) };
+    }
+}

@@ -1,0 +1,301 @@
+//! Per-request controls in the fused kernels (issue 12): per-row temperatures and seeds, `n` samples
+//! per row, the allowed-token mask, soft-capping and fused log-probabilities, on the GPU.
+//!
+//! - **GPU == CPU bit for bit** on LM heads whose logits are exact (hidden row `r` is the unit
+//!   vector `e_{r mod D}`, so each logit is one weight entry and any summation order gives it):
+//!   tokens and winning scores equal bit for bit, every control on, every kernel family; the
+//!   log-probabilities within 1e-4 of the CPU's f64 ones, the log-sum-exp within 1e-5 relative.
+//! - **Identities** on random LM heads (real matmuls): per-row lists equal to the scalar call; `n`
+//!   samples equal `n` one-sample calls; an all-ones mask equals none; log-probabilities on do not
+//!   change a token or score.
+//! - **Chi-squared** of a masked, soft-capped, tempered row against its f64 distribution, and each
+//!   sampled token's fused log-probability against the f64 log-probability.
+//! - **Typed errors** before any launch.
+//!
+//! Each test prints a visible SKIP line without a GPU (and fails with `FLASHSAMPLING_REQUIRE_GPU=1`).
+
+mod common;
+
+use common::*;
+use flashsampling::controls::TokenMask;
+use flashsampling::params::LogProbs;
+use flashsampling::{CpuBackend, DeviceMatrix, Error, Matrix, SamplingParams};
+use half::bf16;
+
+fn bits(s: &[f32]) -> Vec<u32> {
+    s.iter().map(|x| x.to_bits()).collect()
+}
+
+/// An LM head with exact logits: hidden row `r` = `e_{r mod d}`, weight `[v, d]` normal with standard
+/// deviation `std` (bf16), so logit `(r, i)` = `weight[i, r mod d]` exactly.
+fn exact_head(b: usize, d: usize, v: usize, std: f64, seed: u64) -> (Vec<bf16>, Vec<bf16>) {
+    let mut rng = TestRng::new(seed);
+    let weight = rng.normal_bf16(v * d, std);
+    let mut hidden = vec![bf16::ZERO; b * d];
+    for r in 0..b {
+        hidden[r * d + r % d] = bf16::ONE;
+    }
+    (hidden, weight)
+}
+
+/// A random mask allowing about `share` of the tokens of each row (at least one).
+fn random_mask(b: usize, v: usize, share: f64, seed: u64) -> TokenMask {
+    let mut rng = TestRng::new(seed);
+    let mut mask = TokenMask { words: vec![0; b * v.div_ceil(32)], words_per_row: v.div_ceil(32) };
+    for r in 0..b {
+        for t in 0..v {
+            if rng.uniform() < share || t == (r * 7919) % v {
+                mask.words[r * mask.words_per_row + t / 32] |= 1 << (t % 32);
+            }
+        }
+    }
+    mask
+}
+
+/// Per-row temperatures with greedy, tiny, below-one and above-one rows.
+fn mixed_temperatures(b: usize) -> Vec<f32> {
+    let t = [0.7, 0.0, 1.0, 1.8, 1e-3, 0.35, 2.5, 1.0];
+    (0..b).map(|r| t[r % t.len()]).collect()
+}
+
+/// Asserts GPU == CPU: tokens and score bits equal; log-probabilities within 1e-4, the log-sum-exp
+/// within 1e-5 relative (NaN where the CPU has NaN: greedy rows).
+fn assert_same(what: &str, g: &flashsampling::Samples, c: &flashsampling::Samples) {
+    assert_eq!(g.tokens, c.tokens, "{what}: tokens");
+    assert_eq!(bits(&g.scores), bits(&c.scores), "{what}: scores");
+    let close = |name: &str, a: &Option<Vec<f32>>, b: &Option<Vec<f32>>, abs: f64, rel: f64| {
+        assert_eq!(a.is_some(), b.is_some(), "{what}: {name} present on one backend only");
+        if let (Some(a), Some(b)) = (a, b) {
+            assert_eq!(a.len(), b.len(), "{what}: {name} length");
+            for (i, (&x, &y)) in a.iter().zip(b).enumerate() {
+                if y.is_nan() {
+                    assert!(x.is_nan(), "{what}: {name}[{i}] = {x}, CPU NaN");
+                    continue;
+                }
+                let tol = abs + rel * (y as f64).abs();
+                assert!(((x - y) as f64).abs() <= tol, "{what}: {name}[{i}] GPU {x} CPU {y} (tolerance {tol:e})");
+            }
+        }
+    };
+    close("log-probabilities", &g.logprobs, &c.logprobs, 1e-4, 0.0);
+    close("raw log-probabilities", &g.raw_logprobs, &c.raw_logprobs, 1e-4, 0.0);
+    close("log-sum-exp", &g.logsumexp, &c.logsumexp, 0.0, 1e-5);
+}
+
+#[test]
+fn every_control_matches_the_cpu_bit_for_bit_on_exact_logits() {
+    let Some(mut gpu) = gpu_or_skip("every_control_matches_the_cpu_bit_for_bit_on_exact_logits") else { return };
+    let cpu = CpuBackend::new();
+    // B around the variants' batch tiles; V not a multiple of 16 or 32 (and one that is).
+    let shapes = [(5usize, 64usize, 1000usize), (37, 64, 3001), (70, 128, 5008), (150, 64, 777)];
+    let entries = gpu.fused_variants();
+    for &(b, d, v) in &shapes {
+        let (hidden, weight) = exact_head(b, d, v, 1.5, 0xC0_0000 ^ (b * 31 + v) as u64);
+        let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
+        let streams: Vec<u64> = (0..b as u64).map(|r| 3 * r + 11).collect();
+        let seeds: Vec<u64> = (0..b as u64).map(|r| 0x5EED ^ (r * 0x9E37)).collect();
+        let base = SamplingParams::new(0.9, 17).with_streams(streams.clone());
+        let cases = [
+            ("per-row temperatures", base.clone().with_temperatures(mixed_temperatures(b))),
+            ("per-row seeds", base.clone().with_seeds(seeds.clone())),
+            ("n = 3 samples", base.clone().with_samples_per_row(3).with_sample(5)),
+            ("mask", base.clone().with_allowed(random_mask(b, v, 0.4, 9))),
+            ("soft-cap 1.25", base.clone().with_softcap(1.25)),
+            ("log-probs", base.clone().with_logprobs(LogProbs::ProcessedAndRaw)),
+            (
+                "everything",
+                base.clone()
+                    .with_temperatures(mixed_temperatures(b))
+                    .with_seeds(seeds.clone())
+                    .with_samples_per_row(4)
+                    .with_allowed(random_mask(b, v, 0.25, 10))
+                    .with_softcap(2.0)
+                    .with_logprobs(LogProbs::ProcessedAndRaw),
+            ),
+        ];
+        for (name, params) in &cases {
+            let c = cpu.sample_scored(h, w, params).unwrap();
+            // Every variant this GPU runs (the portable ones and, on Hopper, the wgmma ones).
+            for &entry in &entries {
+                if !entry.supports_vocab(v as u32) {
+                    continue;
+                }
+                gpu.set_fused_variant(Some(entry)).unwrap();
+                let g = gpu.sample_scored(h, w, params).unwrap();
+                assert_same(&format!("{name}, B={b} D={d} V={v}, {entry}"), &g, &c);
+            }
+            gpu.set_fused_variant(None).unwrap();
+        }
+        visible(&format!("GPU controls == CPU bit for bit: B={b:>3} D={d} V={v:>5}, {} variants", entries.len()));
+    }
+}
+
+#[test]
+fn control_identities_hold_bit_for_bit_on_the_gpu() {
+    let Some(gpu) = gpu_or_skip("control_identities_hold_bit_for_bit_on_the_gpu") else { return };
+    for &(b, d, v) in &[(6usize, 256usize, 20_001usize), (40, 512, 32_000), (100, 256, 5008)] {
+        let mut rng = TestRng::new(0x1D ^ (b * 7 + v) as u64);
+        let hidden = rng.normal_bf16(b * d, 1.0);
+        let weight = rng.normal_bf16(v * d, 2.0 / (d as f64).sqrt());
+        let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
+        let streams: Vec<u64> = (0..b as u64).map(|r| 100 + r).collect();
+        let base = SamplingParams::new(0.8, 42).with_streams(streams.clone());
+        let plain = gpu.sample_scored(h, w, &base).unwrap();
+        let same = |what: &str, p: &SamplingParams| {
+            let got = gpu.sample_scored(h, w, p).unwrap();
+            assert_eq!((&got.tokens, bits(&got.scores)), (&plain.tokens, bits(&plain.scores)), "{what}, B={b} V={v}");
+        };
+        same("per-row lists equal to the call's", &base.clone().with_temperatures(vec![0.8; b]).with_seeds(vec![42; b]));
+        same("an all-ones mask", &base.clone().with_allowed(TokenMask::all(b, v)));
+        same("log-probabilities on", &base.clone().with_logprobs(LogProbs::ProcessedAndRaw));
+        // Per-row temperatures and seeds: row r equals the scalar call with row r's values.
+        let temps = mixed_temperatures(b);
+        let seeds: Vec<u64> = (0..b as u64).map(|r| 7 * r + 1).collect();
+        let mixed = gpu.sample_scored(h, w, &base.clone().with_temperatures(temps.clone()).with_seeds(seeds.clone())).unwrap();
+        for r in [0, 1, b / 2, b - 1] {
+            let one = gpu.sample_scored(h, w, &SamplingParams::new(temps[r], seeds[r]).with_streams(streams.clone())).unwrap();
+            assert_eq!((mixed.tokens[r], mixed.scores[r].to_bits()), (one.tokens[r], one.scores[r].to_bits()), "row {r}");
+        }
+        // n samples: sample j of row r is the one-sample call with sample index 3 + j.
+        let n = 5;
+        let many = gpu.sample_scored(h, w, &base.clone().with_samples_per_row(n).with_sample(3)).unwrap();
+        assert_eq!(many.tokens.len(), b * n as usize);
+        for j in 0..n {
+            let one = gpu.sample_scored(h, w, &base.clone().with_sample(3 + j)).unwrap();
+            for r in 0..b {
+                let i = r * n as usize + j as usize;
+                assert_eq!((many.tokens[i], many.scores[i].to_bits()), (one.tokens[r], one.scores[r].to_bits()), "r {r} j {j}");
+            }
+        }
+        visible(&format!("GPU control identities hold: B={b:>3} D={d} V={v}"));
+    }
+}
+
+#[test]
+fn masked_softcapped_rows_follow_their_distribution_and_log_probs_on_the_gpu() {
+    let Some(gpu) = gpu_or_skip("masked_softcapped_rows_follow_their_distribution_and_log_probs_on_the_gpu") else {
+        return;
+    };
+    let (b, d, v, n) = (4usize, 64usize, 1000usize, 1000u32);
+    let (t, cap) = (0.7f32, 3.0f32);
+    // Every batch row is the same exact-logit row (hidden e_0), so all rows share one distribution.
+    let (mut hidden, weight) = exact_head(b, d, v, 1.2, 0xC41);
+    for r in 0..b {
+        hidden[r * d..(r + 1) * d].fill(bf16::ZERO);
+        hidden[r * d] = bf16::ONE;
+    }
+    let mask = random_mask(1, v, 0.5, 77);
+    let masks = TokenMask { words: mask.words.repeat(b), words_per_row: mask.words_per_row };
+    // The f64 reference: softmax(softcap(y) / T) over the allowed tokens.
+    let z: Vec<f64> = (0..v)
+        .map(|i| {
+            let y = weight[i * d].to_f32() as f64;
+            let allowed = (mask.words[i / 32] >> (i % 32)) & 1 == 1;
+            if allowed { cap as f64 * (y / cap as f64).tanh() / t as f64 } else { f64::NEG_INFINITY }
+        })
+        .collect();
+    let max = z.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    let lse = max + z.iter().map(|&x| (x - max).exp()).sum::<f64>().ln();
+    let probs: Vec<f64> = z.iter().map(|&x| (x - lse).exp()).collect();
+    let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
+    let mut tokens = Vec::new();
+    let mut worst_lp = 0.0f64;
+    for round in 0..5u32 {
+        let params = SamplingParams::new(t, 2026)
+            .with_samples_per_row(n)
+            .with_sample(round * n)
+            .with_allowed(masks.clone())
+            .with_softcap(cap)
+            .with_logprobs(LogProbs::Processed);
+        let s = gpu.sample_scored(h, w, &params).unwrap();
+        for (i, &tok) in s.tokens.iter().enumerate() {
+            assert!(probs[tok as usize] > 0.0, "masked token {tok} sampled");
+            let lp = s.logprobs.as_ref().unwrap()[i] as f64;
+            worst_lp = worst_lp.max((lp - probs[tok as usize].ln()).abs());
+        }
+        for &l in s.logsumexp.as_ref().unwrap() {
+            assert!(((l as f64) - lse).abs() <= 1e-5 * lse.abs(), "log-sum-exp {l} vs f64 {lse}");
+        }
+        tokens.extend(s.tokens);
+    }
+    assert!(worst_lp <= 1e-4, "fused log-probability off the f64 one by {worst_lp:e}");
+    let (stat, df, p) = chi_squared(&histogram(&tokens, v), &probs);
+    visible(&format!(
+        "GPU chi-squared (mask + soft-cap + T={t}, n={n}): {} samples, chi2 = {stat:.1}, df = {df}, p = {p:.4}; \
+         worst |log-prob - f64| = {worst_lp:.2e}",
+        tokens.len()
+    ));
+    assert!(p > 1e-4, "chi-squared p = {p}");
+}
+
+#[test]
+fn rows_with_nothing_allowed_and_device_masks() {
+    let Some(gpu) = gpu_or_skip("rows_with_nothing_allowed_and_device_masks") else { return };
+    let (b, d, v) = (3usize, 64usize, 300usize);
+    let (hidden, weight) = exact_head(b, d, v, 1.0, 5);
+    let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
+    let mut mask = random_mask(b, v, 0.5, 1);
+    // Row 1 allows nothing: the host API says so, the device API gives no token for that row.
+    mask.words[mask.words_per_row..2 * mask.words_per_row].fill(0);
+    let params = SamplingParams::new(1.0, 3).with_allowed(mask.clone());
+    assert!(matches!(gpu.sample_scored(h, w, &params), Err(Error::AllLogitsNegInfinite { row: 1 })));
+    assert!(matches!(CpuBackend::new().sample_scored(h, w, &params), Err(Error::AllLogitsNegInfinite { row: 1 })));
+    let dh = gpu.stream().clone_htod(&hidden).unwrap();
+    let dw = gpu.stream().clone_htod(&weight).unwrap();
+    let dm = gpu.stream().clone_htod(&mask.words).unwrap();
+    let (hm, wm) = (DeviceMatrix { data: dh.as_view(), rows: b, cols: d }, DeviceMatrix { data: dw.as_view(), rows: v, cols: d });
+    let mut out = gpu.alloc_samples(b, v).unwrap();
+    let plain = SamplingParams::new(1.0, 3);
+    gpu.sample_device_masked(&hm, &wm, &plain, Some(&dm.as_view()), &mut out).unwrap();
+    let tokens = gpu.stream().clone_dtoh(&out.tokens()).unwrap();
+    let scores = gpu.stream().clone_dtoh(&out.scores()).unwrap();
+    assert_eq!(tokens[1], flashsampling::kernels::INVALID_INDEX);
+    assert_eq!(scores[1], f32::NEG_INFINITY);
+    // The other rows: the host-mask call's tokens on the CPU.
+    let mut ok = mask.clone();
+    ok.words[ok.words_per_row..2 * ok.words_per_row].fill(u32::MAX);
+    let cpu = CpuBackend::new().sample(h, w, &plain.clone().with_allowed(ok)).unwrap();
+    assert_eq!((tokens[0], tokens[2]), (cpu[0], cpu[2]));
+    // Bad device masks and combinations are typed errors before any launch.
+    let short = gpu.stream().clone_htod(&mask.words[1..]).unwrap();
+    let err = gpu.sample_device_masked(&hm, &wm, &plain, Some(&short.as_view()), &mut out).unwrap_err();
+    assert!(matches!(err, Error::LengthMismatch { .. }), "{err:?}");
+    let both = plain.clone().with_allowed(mask.clone());
+    let err = gpu.sample_device_masked(&hm, &wm, &both, Some(&dm.as_view()), &mut out).unwrap_err();
+    assert!(matches!(err, Error::Unsupported { .. }), "{err:?}");
+}
+
+#[test]
+fn bad_controls_are_typed_errors_on_the_gpu_backend() {
+    let Some(gpu) = gpu_or_skip("bad_controls_are_typed_errors_on_the_gpu_backend") else { return };
+    let (b, d, v) = (2usize, 64usize, 100usize);
+    let (hidden, weight) = ones(b, d, v);
+    let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
+    let p = SamplingParams::new(1.0, 1);
+    let cases: Vec<(SamplingParams, fn(&Error) -> bool)> = vec![
+        (p.clone().with_temperatures(vec![1.0]), |e| matches!(e, Error::LengthMismatch { .. })),
+        (p.clone().with_temperatures(vec![1.0, f32::NAN]), |e| matches!(e, Error::InvalidRowTemperature { row: 1, .. })),
+        (p.clone().with_temperatures(vec![-1.0, 1.0]), |e| matches!(e, Error::InvalidRowTemperature { row: 0, .. })),
+        (p.clone().with_seeds(vec![1, 2, 3]), |e| matches!(e, Error::LengthMismatch { .. })),
+        (p.clone().with_samples_per_row(0), |e| matches!(e, Error::InvalidSampleCount { .. })),
+        (p.clone().with_samples_per_row(100_000), |e| matches!(e, Error::InvalidSampleCount { .. })),
+        (p.clone().with_softcap(0.0), |e| matches!(e, Error::InvalidSoftcap(_))),
+        (p.clone().with_softcap(f32::INFINITY), |e| matches!(e, Error::InvalidSoftcap(_))),
+        (p.clone().with_allowed(TokenMask::all(b, v + 40)), |e| matches!(e, Error::LengthMismatch { .. })),
+        (p.clone().with_top_k(vec![5, 5]), |e| matches!(e, Error::Unsupported { path: "on the GPU backend", .. })),
+    ];
+    for (params, ok) in cases {
+        let err = gpu.sample(h, w, &params).unwrap_err();
+        assert!(ok(&err), "{params:?}: {err:?}");
+    }
+    assert!(gpu.sample(h, w, &p).is_ok());
+    // The last call's log-probability buffers: none after a plain call.
+    let mut out = gpu.alloc_samples(b, v).unwrap();
+    let (dh, dw) = (gpu.stream().clone_htod(&hidden).unwrap(), gpu.stream().clone_htod(&weight).unwrap());
+    sample_on_device(&gpu, (&dh, b), (&dw, v), d, &p, &mut out);
+    assert!(out.logprobs().is_none());
+    sample_on_device(&gpu, (&dh, b), (&dw, v), d, &p.clone().with_logprobs(LogProbs::Processed), &mut out);
+    assert!(out.logprobs().is_some() && out.logsumexp().is_some());
+    sample_on_device(&gpu, (&dh, b), (&dw, v), d, &p, &mut out);
+    assert!(out.logprobs().is_none(), "a plain call after a log-probability call: no stale log-probabilities");
+}
