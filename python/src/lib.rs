@@ -47,9 +47,8 @@ impl Controls<'_> {
     /// The Rust `SamplingParams` for vocab size `v` (the mask has `ceil(v / 32)` words per row). Values
     /// are validated by the backend, not here; only the `logprobs` name is checked.
     fn params(self, v: usize) -> PyResult<SamplingParams> {
-        let mut params = SamplingParams::new(self.temperature, self.seed)
-            .with_sample(self.sample)
-            .with_samples_per_row(self.n);
+        let mut params =
+            SamplingParams::new(self.temperature, self.seed).with_sample(self.sample).with_samples_per_row(self.n);
         params.streams = self.streams;
         params.temperatures = self.temperatures;
         params.seeds = self.seeds;
