@@ -17,7 +17,8 @@
 //! recorded after the output copies makes PyTorch's stream wait for them. So the call behaves like a
 //! PyTorch operation on the current stream: later work on that stream sees the tokens, and memory that
 //! PyTorch's caching allocator hands out again on that stream is reused only after the kernel has read
-//! it.
+//! it. (As for any PyTorch operation, memory freed and reused on *another* stream needs the caller's
+//! `Tensor.record_stream`.)
 
 use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
@@ -215,29 +216,39 @@ pub fn sample_cuda(
                 &params,
                 out,
             )?;
-            let (tokens, scores) = (out.tokens(), out.scores());
-            if tokens.len() != out_len || scores.len() != out_len {
-                return Err(Error::LengthMismatch {
-                    buffer: "output tensors",
-                    expected: tokens.len(),
-                    actual: out_len,
-                });
-            }
-            // SAFETY: `tokens_ptr` and `scores_ptr` are `data_ptr()` of int32 and float32 CUDA tensors
-            // of `out_len` elements on device `ordinal` that Python allocated for this call (from
-            // `torch.empty`, on the current stream, which `inputs_ready` orders before the copies);
-            // they are only written, with u32 (same size as int32) and f32 values.
-            let mut tokens_out = unsafe { Borrowed::<u32>::new(&stream, tokens_ptr, out_len) };
-            // SAFETY: as for `tokens_out`.
-            let mut scores_out = unsafe { Borrowed::<f32>::new(&stream, scores_ptr, out_len) };
-            stream.memcpy_dtod(&tokens, &mut *tokens_out)?;
-            stream.memcpy_dtod(&scores, &mut *scores_out)?;
+            let copied = copy_outputs(&stream, out, (tokens_ptr, scores_ptr), out_len);
+            // Even when a copy failed: the launch reads PyTorch's memory, so PyTorch's stream waits for
+            // everything enqueued here before anything on it can reuse that memory.
             dev.outputs_ready.record(&stream)?;
             torch.wait(&dev.outputs_ready)?;
-            Ok(())
+            copied
         })
     })
     .map_err(to_py)
+}
+
+/// Copies the last launch's tokens (u32) and scores (f32) on `stream` into PyTorch's output tensors at
+/// `tokens_ptr` (int32) and `scores_ptr` (float32), `out_len` elements each.
+fn copy_outputs(
+    stream: &Arc<CudaStream>,
+    out: &DeviceSamples,
+    (tokens_ptr, scores_ptr): (u64, u64),
+    out_len: usize,
+) -> Result<(), Error> {
+    let (tokens, scores) = (out.tokens(), out.scores());
+    if tokens.len() != out_len || scores.len() != out_len {
+        return Err(Error::LengthMismatch { buffer: "output tensors", expected: tokens.len(), actual: out_len });
+    }
+    // SAFETY: `tokens_ptr` and `scores_ptr` are `data_ptr()` of int32 and float32 CUDA tensors of
+    // `out_len` elements on the device of `stream` that Python allocated for this call (`torch.empty` on
+    // the current stream, which `inputs_ready` orders before these copies) and holds during it; they are
+    // only written, with u32 (the size of int32) and f32 values.
+    let mut tokens_out = unsafe { Borrowed::<u32>::new(stream, tokens_ptr, out_len) };
+    // SAFETY: as for `tokens_out`.
+    let mut scores_out = unsafe { Borrowed::<f32>::new(stream, scores_ptr, out_len) };
+    stream.memcpy_dtod(&tokens, &mut *tokens_out)?;
+    stream.memcpy_dtod(&scores, &mut *scores_out)?;
+    Ok(())
 }
 
 /// The device `ordinal` as the GPU backend sees it (opening the backend if needed): its name, PCI
