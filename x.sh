@@ -48,12 +48,13 @@ case "$cmd" in
     # A downstream crate on stable Rust: no nightly, rust-src or llvm-tools (the PTX ships prebuilt).
     rustup run stable cargo --version >/dev/null 2>&1 || rustup toolchain install stable --profile minimal >/dev/null
     rustup run stable cargo run --release --quiet --manifest-path ci/stable-consumer/Cargo.toml
-    # The Python package: its abi3 wheel, installed into .tools/py, and its tests (NumPy, CPU path).
+    # The Python package: its abi3 wheel, installed into .tools/py, and its tests (NumPy, CPU path; the
+    # CUDA tests list their skip reasons without PyTorch or a GPU).
     ensure_python_tools
     rm -rf target/wheels
     .tools/py/bin/maturin build --release --quiet -m python/Cargo.toml -o target/wheels
     .tools/py/bin/pip install --quiet --force-reinstall --no-deps target/wheels/flashsampling-*.whl
-    .tools/py/bin/python -m pytest -q -p no:cacheprovider --import-mode=importlib python/tests ;;
+    .tools/py/bin/python -m pytest -q -rs -p no:cacheprovider --import-mode=importlib python/tests ;;
   ptx)
     ensure_toolchain
     FLASHSAMPLING_UPDATE_PTX=1 exec cargo test --release --test ptx_prebuilt -- --nocapture ;;

@@ -2,19 +2,23 @@
 
 ``sample(hidden, weight, ...)`` draws one token per row (or ``n``) with the Gumbel-max trick, the same
 noise and the same rules as the Rust library. NumPy arrays run on the CPU backend; PyTorch CUDA tensors
-(the fused GPU kernels) are not wired yet and raise ``NotImplementedError``.
+run on the GPU backend (the fused kernels, on the tensors' device and PyTorch's current stream; see
+``sample_cuda``). PyTorch is optional: it is imported only when CUDA tensors come in.
 
 Arrays: ``hidden`` ``[B, D]`` and ``weight`` ``[V, D]`` as float32 (rounded to bfloat16, ties to even, as
 the kernels take bf16), uint16 holding bfloat16 bits, ml_dtypes' bfloat16, or float16 (both arrays
-float16: sampled in f16 on the CPU backend, no rounding). Errors are ``ValueError``
-(bad input, the Rust library's message) or ``RuntimeError``.
-"""
+float16: sampled in f16 on the CPU backend, no rounding); CPU tensors are taken as NumPy arrays
+(bfloat16 as its bits). CUDA tensors: torch.bfloat16 only. Errors are ``ValueError`` (bad input, the Rust
+library's message), ``TypeError`` (a CUDA tensor of another dtype), ``NotImplementedError`` (a control the
+backend does not take yet) or ``RuntimeError`` (CUDA errors)."""
 
 import numpy as np
 
+from ._flashsampling import cuda_device_info as _cuda_device_info
 from ._flashsampling import sample_cpu as _sample_cpu
+from ._flashsampling import sample_cuda as _sample_cuda
 
-__all__ = ["sample", "bf16_bits"]
+__all__ = ["sample", "sample_cuda", "bf16_bits"]
 
 
 def bf16_bits(x):
@@ -32,8 +36,50 @@ def bf16_bits(x):
     return np.where(nan, np.uint16(0x7FC0), rounded)
 
 
+def _is_torch_tensor(x):
+    return type(x).__module__.split(".")[0] == "torch" and hasattr(x, "data_ptr")
+
+
 def _is_torch_cuda(x):
-    return type(x).__module__.startswith("torch") and getattr(getattr(x, "device", None), "type", None) == "cuda"
+    return _is_torch_tensor(x) and getattr(getattr(x, "device", None), "type", None) == "cuda"
+
+
+def _list(x):
+    """A per-row list as plain Python numbers (from a list, a NumPy array or a tensor)."""
+    if x is None:
+        return None
+    if hasattr(x, "tolist"):
+        x = x.tolist()
+    return [y.item() if hasattr(y, "item") else y for y in x]
+
+
+def _mask_words(allowed, b, v):
+    """Allowed tokens as uint32 words (bit j of word w = token 32w + j), a flat list; from a boolean
+    ``[B, V]`` array or ``[B, ceil(V/32)]`` words. A tensor is copied to the host first."""
+    if allowed is None:
+        return None
+    if _is_torch_tensor(allowed):
+        allowed = allowed.detach().cpu().numpy()
+    a = np.asarray(allowed)
+    if a.dtype == np.bool_:
+        if a.shape != (b, v):
+            raise ValueError(f"allowed must be [B, V] = {(b, v)} booleans; got {a.shape}")
+        padded = np.zeros((b, -(-v // 32) * 32), dtype=np.uint64)
+        padded[:, :v] = a
+        # Bit j of word w is token 32w + j.
+        words = (padded.reshape(b, -1, 32) << np.arange(32, dtype=np.uint64)).sum(axis=-1)
+        return words.astype(np.uint32).reshape(-1).tolist()
+    return np.asarray(a, dtype=np.uint32).reshape(-1).tolist()
+
+
+def _cpu_tensor_to_numpy(x):
+    """A CPU tensor as a NumPy array (bfloat16 as its uint16 bits)."""
+    import torch
+
+    x = x.detach().contiguous()
+    if x.dtype == torch.bfloat16:
+        return x.view(torch.int16).numpy().view(np.uint16)
+    return x.numpy()
 
 
 def sample(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample=0, temperatures=None, seeds=None,
@@ -46,12 +92,24 @@ def sample(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample=0, t
     logits; ``allowed`` is a boolean ``[B, V]`` array of allowed tokens (or ``[B, ceil(V/32)]`` uint32 words,
     bit j of word w = token 32w + j). ``logprobs`` is "off", "processed" or "processed_and_raw";
     ``top_logprobs`` asks for each row's most likely tokens. With ``return_dict`` (or any log-probability
-    asked for) the result is a dict of NumPy arrays: tokens, scores, logprobs, raw_logprobs, logsumexp,
-    top_logprobs (a list per row of (token, log-probability) pairs).
+    asked for) the result is a dict: tokens, scores, logprobs, raw_logprobs, logsumexp, top_logprobs (a
+    list per row of (token, log-probability) pairs); entries a backend does not compute are None.
+
+    NumPy arrays (and CPU tensors) run on the CPU backend and give NumPy arrays (tokens uint32). PyTorch
+    CUDA tensors run on the GPU backend, see ``sample_cuda``.
     """
+    controls = dict(temperature=temperature, seed=seed, streams=streams, sample=sample,
+                    temperatures=temperatures, seeds=seeds, n=n, logprobs=logprobs, top_k=top_k, top_p=top_p,
+                    min_p=min_p, softcap=softcap, top_logprobs=top_logprobs, top_logprobs_raw=top_logprobs_raw,
+                    allowed=allowed, return_dict=return_dict)
     if _is_torch_cuda(hidden) or _is_torch_cuda(weight):
-        raise NotImplementedError("CUDA tensors: the GPU path of the Python package is not wired yet; "
-                                  "pass NumPy arrays (tensor.float().cpu().numpy())")
+        if threads is not None:
+            raise ValueError("threads is a CPU backend setting; CUDA tensors run on the GPU backend")
+        return sample_cuda(hidden, weight, **controls)
+    if _is_torch_tensor(hidden):
+        hidden = _cpu_tensor_to_numpy(hidden)
+    if _is_torch_tensor(weight):
+        weight = _cpu_tensor_to_numpy(weight)
     f16 = np.asarray(hidden).dtype == np.float16 and np.asarray(weight).dtype == np.float16
     if f16:
         h, w = (np.ascontiguousarray(np.asarray(x)).view(np.uint16) for x in (hidden, weight))
@@ -62,25 +120,12 @@ def sample(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample=0, t
     if h.ndim != 2 or w.ndim != 2:
         raise ValueError(f"hidden must be [B, D] and weight [V, D]; got shapes {h.shape} and {w.shape}")
     (b, d), (v, wd) = h.shape, w.shape
-    mask_words = None
-    if allowed is not None:
-        a = np.asarray(allowed)
-        if a.dtype == np.bool_:
-            if a.shape != (b, v):
-                raise ValueError(f"allowed must be [B, V] = {(b, v)} booleans; got {a.shape}")
-            padded = np.zeros((b, -(-v // 32) * 32), dtype=np.uint64)
-            padded[:, :v] = a
-            # Bit j of word w is token 32w + j.
-            words = (padded.reshape(b, -1, 32) << np.arange(32, dtype=np.uint64)).sum(axis=-1)
-            mask_words = words.astype(np.uint32).reshape(-1).tolist()
-        else:
-            mask_words = np.asarray(a, dtype=np.uint32).reshape(-1).tolist()
-    lst = lambda x: None if x is None else [*map(lambda y: y.item() if hasattr(y, "item") else y, x)]
+    mask_words = _mask_words(allowed, b, v)
     out = _sample_cpu(
         np.ascontiguousarray(h).reshape(-1), b, d, np.ascontiguousarray(w).reshape(-1), v, wd,
-        temperature=float(temperature), seed=int(seed), streams=lst(streams), sample=int(sample),
-        temperatures=lst(temperatures), seeds=lst(seeds), n=int(n), logprobs=logprobs, top_k=lst(top_k),
-        top_p=lst(top_p), min_p=lst(min_p), softcap=softcap, top_logprobs=int(top_logprobs),
+        temperature=float(temperature), seed=int(seed), streams=_list(streams), sample=int(sample),
+        temperatures=_list(temperatures), seeds=_list(seeds), n=int(n), logprobs=logprobs, top_k=_list(top_k),
+        top_p=_list(top_p), min_p=_list(min_p), softcap=None if softcap is None else float(softcap), top_logprobs=int(top_logprobs),
         top_logprobs_raw=bool(top_logprobs_raw), mask_words=mask_words, threads=threads, f16=f16,
     )
     shape = (b,) if n == 1 else (b, n)
@@ -93,3 +138,105 @@ def sample(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample=0, t
     res["logsumexp"] = None if out["logsumexp"] is None else np.asarray(out["logsumexp"], dtype=np.float32)
     res["top_logprobs"] = out["top_logprobs"]
     return res
+
+
+_checked_devices = set()
+
+
+def _check_device(torch, ordinal):
+    """Opens the GPU backend of device ``ordinal`` once and checks that it is the GPU PyTorch calls
+    ``cuda:ordinal`` (same PCI location), so that a different device order of the CUDA runtime and
+    driver API cannot pair tensors of one GPU with kernels on another."""
+    if ordinal in _checked_devices:
+        return
+    info = _cuda_device_info(ordinal)
+    props = torch.cuda.get_device_properties(ordinal)
+    keys = ("pci_domain_id", "pci_bus_id", "pci_device_id")
+    theirs = tuple(getattr(props, k, None) for k in keys)
+    ours = tuple(info[k] for k in keys)
+    if None not in theirs and tuple(int(x) for x in theirs) != ours:
+        raise RuntimeError(f"cuda:{ordinal} is PCI {theirs} to PyTorch but {ours} to the CUDA driver API "
+                           "(CUDA_DEVICE_ORDER differs?); flashsampling would use another GPU")
+    _checked_devices.add(ordinal)
+
+
+def _check_tensor(torch, name, t):
+    if not _is_torch_tensor(t):
+        raise TypeError(f"{name} is a {type(t).__name__}: with CUDA tensors, hidden and weight must both be "
+                        "PyTorch CUDA tensors on one device (or both NumPy arrays for the CPU backend)")
+    if t.device.type != "cuda":
+        raise ValueError(f"{name} is on {t.device}: hidden and weight must both be CUDA tensors on one device")
+    if t.dtype == torch.float16:
+        raise TypeError(f"{name} is torch.float16: the GPU kernels take bfloat16 today; pass "
+                        f"{name}.to(torch.bfloat16) (or NumPy float16 arrays for the CPU backend's f16 path)")
+    if t.dtype != torch.bfloat16:
+        raise TypeError(f"{name} is {t.dtype}: the GPU kernels take torch.bfloat16")
+
+
+def _check_rows(name, t):
+    rows, cols = t.shape
+    row_stride, col_stride = t.stride()
+    if (cols > 1 and col_stride != 1) or (rows > 1 and row_stride != cols):
+        raise ValueError(f"{name} {tuple(t.shape)} has strides {tuple(t.stride())}: the GPU kernels need "
+                         f"contiguous rows (strides ({cols}, 1)); pass {name}.contiguous()")
+
+
+def sample_cuda(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample=0, temperatures=None,
+                seeds=None, n=1, logprobs="off", top_k=None, top_p=None, min_p=None, softcap=None,
+                top_logprobs=0, top_logprobs_raw=False, allowed=None, return_dict=False):
+    """``sample`` on PyTorch CUDA tensors: the fused GPU kernel, on the tensors' device.
+
+    ``hidden`` ``[B, D]`` (or ``[D]``) and ``weight`` ``[V, D]``: torch.bfloat16 CUDA tensors on one
+    device, with contiguous rows (strides ``(D, 1)``) and 16-byte aligned data (D a multiple of 8).
+    float16 raises TypeError (the GPU kernels take bf16 today). Returns ``tokens``, a torch.int32 tensor
+    ``[B]`` on the same device (a row whose winning score is NaN, e.g. from NaN inputs, gets -1; the
+    CPU path raises instead, which would need a host synchronization here); with ``return_dict`` a dict
+    with ``tokens`` and ``scores`` (float32 ``[B]``, the winning perturbed scores) and None for the
+    log-probability entries, which the GPU backend does not compute yet.
+
+    Stream semantics are PyTorch's: the call is ordered on ``torch.cuda.current_stream(device)``
+    (the kernel waits for the work queued there before the call, and work queued there after the call
+    sees the tokens), without any host synchronization and without copying the inputs (the first call
+    on a device opens the GPU backend, which synchronizes that device once). Not capturable into a CUDA
+    graph yet (RuntimeError while the current stream captures). Per-row controls are passed to the GPU
+    backend as they are; those it does not take yet raise NotImplementedError with the library's
+    message. ``allowed`` may be a CUDA tensor; it is copied to the host (the backend takes host words).
+    """
+    import torch
+
+    _check_tensor(torch, "hidden", hidden)
+    _check_tensor(torch, "weight", weight)
+    if hidden.device != weight.device:
+        raise ValueError(f"hidden is on {hidden.device} and weight on {weight.device}: they must be on one device")
+    if hidden.dim() == 1:
+        hidden = hidden.unsqueeze(0)
+    if hidden.dim() != 2 or weight.dim() != 2:
+        raise ValueError(f"hidden must be [B, D] and weight [V, D]; got shapes {tuple(hidden.shape)} and "
+                         f"{tuple(weight.shape)}")
+    _check_rows("hidden", hidden)
+    _check_rows("weight", weight)
+    (b, d), (v, wd) = hidden.shape, weight.shape
+    device = hidden.device
+    ordinal = device.index if device.index is not None else torch.cuda.current_device()
+    mask_words = _mask_words(allowed, b, v)
+    shape = (b,) if n == 1 else (b, n)
+    with torch.cuda.device(ordinal):
+        if torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("flashsampling.sample cannot be captured into a CUDA graph yet (it launches on "
+                               "its own stream and uploads per-call parameters); call it outside the capture")
+        _check_device(torch, ordinal)
+        tokens = torch.empty(shape, dtype=torch.int32, device=device)
+        scores = torch.empty(shape, dtype=torch.float32, device=device)
+        _sample_cuda(
+            ordinal, torch.cuda.current_stream(ordinal).cuda_stream, hidden.data_ptr(), b, d,
+            weight.data_ptr(), v, wd, tokens.data_ptr(), scores.data_ptr(), tokens.numel(),
+            temperature=float(temperature), seed=int(seed), streams=_list(streams), sample=int(sample),
+            temperatures=_list(temperatures), seeds=_list(seeds), n=int(n), logprobs=logprobs,
+            top_k=_list(top_k), top_p=_list(top_p), min_p=_list(min_p),
+            softcap=None if softcap is None else float(softcap), top_logprobs=int(top_logprobs),
+            top_logprobs_raw=bool(top_logprobs_raw), mask_words=mask_words,
+        )
+    if not return_dict and logprobs == "off" and not top_logprobs:
+        return tokens
+    return {"tokens": tokens, "scores": scores, "logprobs": None, "raw_logprobs": None, "logsumexp": None,
+            "top_logprobs": None}

@@ -1,21 +1,77 @@
 //! `flashsampling._flashsampling`: the native half of the Python package. The Python module
-//! (`flashsampling/__init__.py`) converts arrays to bf16 bits and calls [`sample_cpu`]; this side builds
-//! the Rust `SamplingParams`, samples on the CPU backend and returns plain lists.
+//! (`flashsampling/__init__.py`) converts arrays to bf16 bits and calls [`sample_cpu`] (NumPy arrays, the
+//! CPU backend), or passes PyTorch CUDA tensors' addresses to [`cuda::sample_cuda`] (the GPU backend);
+//! this side builds the Rust `SamplingParams` and samples.
+
+mod cuda;
 
 use flashsampling::controls::TokenMask;
 use flashsampling::params::LogProbs;
 use flashsampling::{CpuBackend, Error, Matrix, SamplingParams};
 use half::bf16;
 use pyo3::buffer::PyBuffer;
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyNotImplementedError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-/// Validation errors become `ValueError`, everything else `RuntimeError`, with the Rust message.
+/// Validation errors become `ValueError`, a control that this backend does not take yet
+/// (`Error::Unsupported`) `NotImplementedError`, CUDA errors `RuntimeError`; all with the Rust message.
 fn to_py(e: Error) -> PyErr {
     match e {
         Error::Driver(_) | Error::Cublas(_) | Error::NoGpu(_) => PyRuntimeError::new_err(e.to_string()),
+        Error::Unsupported { .. } => PyNotImplementedError::new_err(e.to_string()),
         _ => PyValueError::new_err(e.to_string()),
+    }
+}
+
+/// The controls of one call as Python passes them (the keywords of `sample_cpu` and `sample_cuda`).
+struct Controls<'a> {
+    temperature: f32,
+    seed: u64,
+    streams: Option<Vec<u64>>,
+    sample: u32,
+    temperatures: Option<Vec<f32>>,
+    seeds: Option<Vec<u64>>,
+    n: u32,
+    logprobs: &'a str,
+    top_k: Option<Vec<u32>>,
+    top_p: Option<Vec<f32>>,
+    min_p: Option<Vec<f32>>,
+    softcap: Option<f32>,
+    top_logprobs: u32,
+    top_logprobs_raw: bool,
+    mask_words: Option<Vec<u32>>,
+}
+
+impl Controls<'_> {
+    /// The Rust `SamplingParams` for vocab size `v` (the mask has `ceil(v / 32)` words per row). Values
+    /// are validated by the backend, not here; only the `logprobs` name is checked.
+    fn params(self, v: usize) -> PyResult<SamplingParams> {
+        let mut params =
+            SamplingParams::new(self.temperature, self.seed).with_sample(self.sample).with_samples_per_row(self.n);
+        params.streams = self.streams;
+        params.temperatures = self.temperatures;
+        params.seeds = self.seeds;
+        params.top_k = self.top_k;
+        params.top_p = self.top_p;
+        params.min_p = self.min_p;
+        params.softcap = self.softcap;
+        params.top_logprobs = self.top_logprobs;
+        params.top_logprobs_raw = self.top_logprobs_raw;
+        params.logprobs = match self.logprobs {
+            "off" => LogProbs::Off,
+            "processed" => LogProbs::Processed,
+            "processed_and_raw" => LogProbs::ProcessedAndRaw,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "logprobs = {other:?}: one of off, processed, processed_and_raw"
+                )));
+            }
+        };
+        if let Some(words) = self.mask_words {
+            params.allowed = Some(TokenMask { words, words_per_row: v.div_ceil(32) });
+        }
+        Ok(params)
     }
 }
 
@@ -55,29 +111,24 @@ fn sample_cpu<'py>(
     threads: Option<usize>,
     f16: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let mut params = SamplingParams::new(temperature, seed).with_sample(sample).with_samples_per_row(n);
-    params.streams = streams;
-    params.temperatures = temperatures;
-    params.seeds = seeds;
-    params.top_k = top_k;
-    params.top_p = top_p;
-    params.min_p = min_p;
-    params.softcap = softcap;
-    params.top_logprobs = top_logprobs;
-    params.top_logprobs_raw = top_logprobs_raw;
-    params.logprobs = match logprobs {
-        "off" => LogProbs::Off,
-        "processed" => LogProbs::Processed,
-        "processed_and_raw" => LogProbs::ProcessedAndRaw,
-        other => {
-            return Err(PyValueError::new_err(format!(
-                "logprobs = {other:?}: one of off, processed, processed_and_raw"
-            )));
-        }
-    };
-    if let Some(words) = mask_words {
-        params.allowed = Some(TokenMask { words, words_per_row: v.div_ceil(32) });
+    let params = Controls {
+        temperature,
+        seed,
+        streams,
+        sample,
+        temperatures,
+        seeds,
+        n,
+        logprobs,
+        top_k,
+        top_p,
+        min_p,
+        softcap,
+        top_logprobs,
+        top_logprobs_raw,
+        mask_words,
     }
+    .params(v)?;
     let cpu = match threads {
         Some(t) => CpuBackend::new().with_threads(t),
         None => CpuBackend::new(),
@@ -107,5 +158,7 @@ fn sample_cpu<'py>(
 #[pymodule]
 fn _flashsampling(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(sample_cpu, m)?)?;
+    m.add_function(wrap_pyfunction!(cuda::sample_cuda, m)?)?;
+    m.add_function(wrap_pyfunction!(cuda::cuda_device_info, m)?)?;
     Ok(())
 }

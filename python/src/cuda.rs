@@ -1,0 +1,282 @@
+//! The CUDA path: PyTorch CUDA tensors in (their device addresses, from `tensor.data_ptr()`), tokens and
+//! scores written into tensors that Python allocated, all ordered on PyTorch's current stream.
+//!
+//! **Contexts.** `GpuBackend::new(ordinal)` opens the device through cudarc's `CudaContext::new`, which
+//! retains the device's *primary* context (`cuDevicePrimaryCtxRetain`): the context the CUDA runtime,
+//! and so PyTorch, uses. PyTorch's pointers and streams are therefore valid in the backend's context.
+//! One backend per device ordinal is opened on first use and kept for the life of the process.
+//!
+//! **Memory.** PyTorch owns every buffer passed in. They are wrapped for one call as cudarc slices
+//! ([`Borrowed`]) and leaked afterwards, never freed here. No input is copied; the fused kernel writes
+//! its tokens and scores into the backend's own [`DeviceSamples`] (kept per device, reused), and two
+//! device-to-device copies move them into PyTorch's output tensors.
+//!
+//! **Streams.** The backend launches on its own (non-blocking) stream. No host synchronization: an
+//! event recorded on PyTorch's current stream makes the backend's stream wait for the work that
+//! produced the inputs (and for whatever used the output tensors' memory before), and an event
+//! recorded after the output copies makes PyTorch's stream wait for them. So the call behaves like a
+//! PyTorch operation on the current stream: later work on that stream sees the tokens, and memory that
+//! PyTorch's caching allocator hands out again on that stream is reused only after the kernel has read
+//! it. (As for any PyTorch operation, memory freed and reused on *another* stream needs the caller's
+//! `Tensor.record_stream`.)
+
+use std::collections::HashMap;
+use std::ops::{Deref, DerefMut};
+use std::sync::{Arc, LazyLock, Mutex};
+
+use cudarc::driver::sys::{self, CUdevice_attribute};
+use cudarc::driver::{CudaEvent, CudaSlice, CudaStream};
+use flashsampling::{DeviceMatrix, DeviceSamples, Error, GpuBackend};
+use half::bf16;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::{Controls, to_py};
+
+/// One device's backend, its reused output buffers and the two events that order its stream with
+/// PyTorch's.
+struct Device {
+    gpu: GpuBackend,
+    /// The fused kernel's buffers (tokens, scores, candidates, ...); allocated on the first call and
+    /// regrown by `sample_device` when a larger batch comes.
+    out: Option<DeviceSamples>,
+    /// Recorded on PyTorch's stream before each launch; the backend's stream waits on it.
+    inputs_ready: CudaEvent,
+    /// Recorded on the backend's stream after each call's output copies; PyTorch's stream waits on it.
+    outputs_ready: CudaEvent,
+}
+
+impl Device {
+    fn open(ordinal: usize) -> Result<Self, Error> {
+        let gpu = GpuBackend::new(ordinal)?;
+        let inputs_ready = gpu.context().new_event(None)?;
+        let outputs_ready = gpu.context().new_event(None)?;
+        Ok(Self { gpu, out: None, inputs_ready, outputs_ready })
+    }
+}
+
+/// The open devices by ordinal. One lock for all: a call holds it for its host-side work only (the
+/// launches are asynchronous), and it serializes the use of each device's `DeviceSamples`.
+static DEVICES: LazyLock<Mutex<HashMap<usize, Device>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
+
+/// Runs `f` on the device `ordinal`, opening it first if needed (a failed open is not cached: the
+/// next call tries again).
+fn with_device<R>(ordinal: usize, f: impl FnOnce(&mut Device) -> Result<R, Error>) -> Result<R, Error> {
+    // A panic while the lock was held cannot leave a device half-updated in a way that matters: the
+    // next launch re-checks every buffer (`sample_device`), so a poisoned lock is taken over.
+    let mut devices = DEVICES.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let device = match devices.entry(ordinal) {
+        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+        std::collections::hash_map::Entry::Vacant(e) => e.insert(Device::open(ordinal)?),
+    };
+    f(device)
+}
+
+/// Device memory that PyTorch owns, seen for one call as a cudarc slice on the backend's stream. It is
+/// never freed here: dropping it (also on an early error return or a panic) leaks the slice, which
+/// hands the address back and drops only cudarc's bookkeeping (two events).
+struct Borrowed<T>(Option<CudaSlice<T>>);
+
+impl<T> Borrowed<T> {
+    /// Wraps `len` elements of `T` at device address `address`.
+    ///
+    /// # Safety
+    ///
+    /// `address .. address + len · size_of::<T>()` must lie in one live allocation of the context of
+    /// `stream`, hold valid values of `T` wherever it is read, and stay allocated until the work this
+    /// call enqueues on it has completed (the caller keeps the tensor alive and orders its reuse after
+    /// that work through the stream events described in the module documentation).
+    unsafe fn new(stream: &Arc<CudaStream>, address: u64, len: usize) -> Self {
+        // SAFETY: forwarded to the caller (above); the slice is leaked in `drop`, so cudarc never frees
+        // memory it does not own.
+        Self(Some(unsafe { stream.upgrade_device_ptr::<T>(address, len) }))
+    }
+}
+
+impl<T> Deref for Borrowed<T> {
+    type Target = CudaSlice<T>;
+    fn deref(&self) -> &CudaSlice<T> {
+        self.0.as_ref().expect("present until drop")
+    }
+}
+
+impl<T> DerefMut for Borrowed<T> {
+    fn deref_mut(&mut self) -> &mut CudaSlice<T> {
+        self.0.as_mut().expect("present until drop")
+    }
+}
+
+impl<T> Drop for Borrowed<T> {
+    fn drop(&mut self) {
+        if let Some(slice) = self.0.take() {
+            // Not freed: PyTorch owns the memory. (`leak` makes the backend's stream wait on the
+            // slice's own read/write events, which were recorded on that same stream: no effect.)
+            let _ = slice.leak();
+        }
+    }
+}
+
+/// `rows · cols` as a length, or a `ValueError` naming the buffer.
+fn elements(buffer: &str, rows: usize, cols: usize) -> PyResult<usize> {
+    rows.checked_mul(cols)
+        .filter(|&n| n <= isize::MAX as usize / 2)
+        .ok_or_else(|| PyValueError::new_err(format!("{buffer}: {rows} × {cols} elements is too large")))
+}
+
+/// Samples on the GPU backend of device `ordinal` from PyTorch CUDA tensors given by address:
+/// `hidden_ptr` `[b, hidden_d]` and `weight_ptr` `[v, weight_d]` row-major bf16 (16-byte aligned,
+/// rows packed back to back), ordered on `torch_stream` (PyTorch's current stream of that device, the
+/// raw `CUstream`). Writes `tokens_len` u32 tokens (`[B]`, or `[B, n]`) to `tokens_ptr` and as many f32
+/// winning scores to `scores_ptr` (tensors Python allocated on the device), ordered on `torch_stream`
+/// as well. Returns without waiting for the GPU.
+#[pyfunction]
+#[pyo3(signature = (
+    ordinal, torch_stream, hidden_ptr, b, hidden_d, weight_ptr, v, weight_d, tokens_ptr, scores_ptr, out_len, *,
+    temperature, seed, streams=None, sample=0, temperatures=None, seeds=None, n=1, logprobs="off", top_k=None,
+    top_p=None, min_p=None, softcap=None, top_logprobs=0, top_logprobs_raw=false, mask_words=None
+))]
+#[allow(clippy::too_many_arguments)]
+pub fn sample_cuda(
+    py: Python<'_>,
+    ordinal: usize,
+    torch_stream: u64,
+    hidden_ptr: u64,
+    b: usize,
+    hidden_d: usize,
+    weight_ptr: u64,
+    v: usize,
+    weight_d: usize,
+    tokens_ptr: u64,
+    scores_ptr: u64,
+    out_len: usize,
+    temperature: f32,
+    seed: u64,
+    streams: Option<Vec<u64>>,
+    sample: u32,
+    temperatures: Option<Vec<f32>>,
+    seeds: Option<Vec<u64>>,
+    n: u32,
+    logprobs: &str,
+    top_k: Option<Vec<u32>>,
+    top_p: Option<Vec<f32>>,
+    min_p: Option<Vec<f32>>,
+    softcap: Option<f32>,
+    top_logprobs: u32,
+    top_logprobs_raw: bool,
+    mask_words: Option<Vec<u32>>,
+) -> PyResult<()> {
+    let params = Controls {
+        temperature,
+        seed,
+        streams,
+        sample,
+        temperatures,
+        seeds,
+        n,
+        logprobs,
+        top_k,
+        top_p,
+        min_p,
+        softcap,
+        top_logprobs,
+        top_logprobs_raw,
+        mask_words,
+    }
+    .params(v)?;
+    let hidden_len = elements("hidden states", b, hidden_d)?;
+    let weight_len = elements("LM-head weight", v, weight_d)?;
+    // The GIL is not needed from here on (no Python objects); opening a device loads the PTX modules.
+    py.detach(|| {
+        with_device(ordinal, |dev| {
+            let stream = dev.gpu.stream().clone();
+            let ctx = dev.gpu.context().clone();
+            // SAFETY: `torch_stream` is PyTorch's current stream of device `ordinal` (the Python side
+            // reads it from `torch.cuda.current_stream(device)`): a live stream of that device's primary
+            // context, which is `ctx` (see the module documentation); PyTorch keeps it alive during this
+            // call, and the wrapper, which never destroys it, is dropped at the end of this closure. Work
+            // on it is ordered with the backend's stream by the two events below.
+            let torch = unsafe { ctx.wrap_borrowed_stream(torch_stream as usize as sys::CUstream) };
+            dev.inputs_ready.record(&torch)?;
+            stream.wait(&dev.inputs_ready)?;
+            // SAFETY: the Python side passes `data_ptr()` of CUDA tensors of device `ordinal` (checked
+            // there) with exactly these many elements, bf16, contiguous; it holds the tensors during
+            // the call, and PyTorch's stream waits for this call's work (`outputs_ready`) before it
+            // can reuse their memory. `sample_device` validates shapes before it reads anything.
+            let hidden = unsafe { Borrowed::<bf16>::new(&stream, hidden_ptr, hidden_len) };
+            // SAFETY: as for `hidden`.
+            let weight = unsafe { Borrowed::<bf16>::new(&stream, weight_ptr, weight_len) };
+            if dev.out.is_none() {
+                dev.out = Some(dev.gpu.alloc_samples(b, v)?);
+            }
+            let out = dev.out.as_mut().expect("allocated above");
+            dev.gpu.sample_device(
+                &DeviceMatrix { data: hidden.as_view(), rows: b, cols: hidden_d },
+                &DeviceMatrix { data: weight.as_view(), rows: v, cols: weight_d },
+                &params,
+                out,
+            )?;
+            let copied = copy_outputs(&stream, out, (tokens_ptr, scores_ptr), out_len);
+            // Even when a copy failed: the launch reads PyTorch's memory, so PyTorch's stream waits for
+            // everything enqueued here before anything on it can reuse that memory.
+            dev.outputs_ready.record(&stream)?;
+            torch.wait(&dev.outputs_ready)?;
+            copied
+        })
+    })
+    .map_err(to_py)
+}
+
+/// Copies the last launch's tokens (u32) and scores (f32) on `stream` into PyTorch's output tensors at
+/// `tokens_ptr` (int32) and `scores_ptr` (float32), `out_len` elements each.
+fn copy_outputs(
+    stream: &Arc<CudaStream>,
+    out: &DeviceSamples,
+    (tokens_ptr, scores_ptr): (u64, u64),
+    out_len: usize,
+) -> Result<(), Error> {
+    let (tokens, scores) = (out.tokens(), out.scores());
+    if tokens.len() != out_len || scores.len() != out_len {
+        return Err(Error::LengthMismatch { buffer: "output tensors", expected: tokens.len(), actual: out_len });
+    }
+    // SAFETY: `tokens_ptr` and `scores_ptr` are `data_ptr()` of int32 and float32 CUDA tensors of
+    // `out_len` elements on the device of `stream` that Python allocated for this call (`torch.empty` on
+    // the current stream, which `inputs_ready` orders before these copies) and holds during it; they are
+    // only written, with u32 (the size of int32) and f32 values.
+    let mut tokens_out = unsafe { Borrowed::<u32>::new(stream, tokens_ptr, out_len) };
+    // SAFETY: as for `tokens_out`.
+    let mut scores_out = unsafe { Borrowed::<f32>::new(stream, scores_ptr, out_len) };
+    stream.memcpy_dtod(&tokens, &mut *tokens_out)?;
+    stream.memcpy_dtod(&scores, &mut *scores_out)?;
+    Ok(())
+}
+
+/// The device `ordinal` as the GPU backend sees it (opening the backend if needed): its name, PCI
+/// domain, bus and device ids (Python compares them with PyTorch's view of the same ordinal), and
+/// whether the Hopper kernels are loaded.
+#[pyfunction]
+pub fn cuda_device_info(py: Python<'_>, ordinal: usize) -> PyResult<Bound<'_, PyDict>> {
+    let (name, pci, hopper) = py
+        .detach(|| {
+            with_device(ordinal, |dev| {
+                let ctx = dev.gpu.context();
+                let mut pci = [0i32; 3];
+                for (slot, attribute) in pci.iter_mut().zip([
+                    CUdevice_attribute::CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID,
+                    CUdevice_attribute::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID,
+                    CUdevice_attribute::CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID,
+                ]) {
+                    *slot = ctx.attribute(attribute)?;
+                }
+                Ok((dev.gpu.device_name(), pci, dev.gpu.hopper_kernels()))
+            })
+        })
+        .map_err(to_py)?;
+    let dict = PyDict::new(py);
+    dict.set_item("name", name)?;
+    dict.set_item("pci_domain_id", pci[0])?;
+    dict.set_item("pci_bus_id", pci[1])?;
+    dict.set_item("pci_device_id", pci[2])?;
+    dict.set_item("hopper_kernels", hopper)?;
+    Ok(dict)
+}

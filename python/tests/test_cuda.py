@@ -1,0 +1,253 @@
+"""The Python package's CUDA path (PyTorch CUDA tensors, the fused GPU kernels): the same tokens as the
+CPU path, softmax frequencies, PyTorch's stream semantics, and clear errors.
+
+Without PyTorch or a CUDA device every test is skipped with the reason (``pytest -rs`` lists them);
+with ``FLASHSAMPLING_REQUIRE_GPU=1`` they fail instead."""
+
+import math
+import os
+
+import numpy as np
+import pytest
+
+import flashsampling as fs
+
+REQUIRE_GPU = os.environ.get("FLASHSAMPLING_REQUIRE_GPU") == "1"
+
+try:
+    import torch
+except ImportError as e:  # PyTorch is optional for the package
+    torch = None
+    NO_CUDA = f"PyTorch is not installed ({e})"
+else:
+    NO_CUDA = None if torch.cuda.is_available() else "torch.cuda.is_available() is False"
+
+
+@pytest.fixture(scope="module")
+def dev():
+    """The CUDA device the tests run on (cuda:0), or a visible skip (a failure with REQUIRE_GPU)."""
+    if NO_CUDA is not None:
+        if REQUIRE_GPU:
+            pytest.fail(f"FLASHSAMPLING_REQUIRE_GPU=1 but no CUDA: {NO_CUDA}")
+        pytest.skip(f"SKIP CUDA tests: {NO_CUDA}")
+    return torch.device("cuda", 0)
+
+
+def lm_head(b, d, v, seed, dev, integer=False):
+    """bf16 hidden states [B, D] and weight [V, D] on `dev`. With `integer`, values whose dot products
+    are exact in f32 in any summation order (hidden in {-2..2}, weight in {-2..2}/16): the GPU and the
+    CPU then compute identical logits, so tokens and scores must agree bit for bit."""
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    if integer:
+        hidden = torch.randint(-2, 3, (b, d), generator=g).float()
+        weight = torch.randint(-2, 3, (v, d), generator=g).float() / 16
+    else:
+        hidden = torch.randn(b, d, generator=g)
+        weight = torch.randn(v, d, generator=g) * (2.0 / math.sqrt(d))
+    return hidden.to(dev, torch.bfloat16), weight.to(dev, torch.bfloat16)
+
+
+def chi2_ok(counts, probs, alpha=1e-4):
+    """Pearson chi-squared with bins of expected count < 5 pooled; p-value by Wilson-Hilferty."""
+    n = counts.sum()
+    e = probs * n
+    big = e >= 5
+    stat = (((counts[big] - e[big]) ** 2) / e[big]).sum()
+    if e[~big].sum() >= 5:
+        stat += (counts[~big].sum() - e[~big].sum()) ** 2 / e[~big].sum()
+        dof = big.sum()
+    else:
+        dof = big.sum() - 1
+    z = ((stat / dof) ** (1 / 3) - (1 - 2 / (9 * dof))) / math.sqrt(2 / (9 * dof))
+    p = 0.5 * math.erfc(z / math.sqrt(2))
+    return p > alpha, stat, dof, p
+
+
+def on_cpu(hidden, weight, **kw):
+    """The CPU path on the same bf16 values (CPU tensors go to the CPU backend as bf16 bits)."""
+    return fs.sample(hidden.cpu(), weight.cpu(), return_dict=True, **kw)
+
+
+@pytest.mark.parametrize("d,v", [(256, 1000), (128, 4096)])
+@pytest.mark.parametrize("b", [1, 7, 64, 200])
+@pytest.mark.parametrize("t", [1.0, 0.7, 0.0])
+def test_tokens_and_scores_equal_the_cpu_path_bit_for_bit(dev, b, d, v, t):
+    hidden, weight = lm_head(b, d, v, seed=b * 7919 + v, dev=dev, integer=True)
+    kw = dict(temperature=t, seed=12345 + v, streams=[31 * i + 5 for i in range(b)], sample=3)
+    got = fs.sample(hidden, weight, return_dict=True, **kw)
+    want = on_cpu(hidden, weight, **kw)
+    assert got["tokens"].device == dev and got["tokens"].dtype == torch.int32 and got["tokens"].shape == (b,)
+    assert got["scores"].device == dev and got["scores"].dtype == torch.float32
+    tokens = got["tokens"].cpu().numpy()
+    assert np.array_equal(tokens.astype(np.uint32), want["tokens"]), (tokens, want["tokens"])
+    assert np.array_equal(got["scores"].cpu().numpy().view(np.uint32), want["scores"].view(np.uint32))
+
+
+@pytest.mark.parametrize("d,v,batches", [(256, 1000, [1, 7, 64, 200]), (4096, 151936, [1, 7])])
+def test_tokens_equal_the_cpu_path_up_to_f32_near_ties(dev, d, v, batches):
+    # Random bf16 values: the tensor cores and the CPU sum the products in different orders, so a row
+    # may differ only where its two best perturbed scores are within f32 rounding of each other.
+    for b in batches:
+        hidden, weight = lm_head(b, d, v, seed=b + d + v, dev=dev)
+        kw = dict(temperature=1.0, seed=99, streams=[7 * i + 1 for i in range(b)])
+        got = fs.sample(hidden, weight, return_dict=True, **kw)
+        want = on_cpu(hidden, weight, **kw)
+        tokens, scores = got["tokens"].cpu().numpy().astype(np.int64), got["scores"].cpu().numpy()
+        assert ((tokens >= 0) & (tokens < v)).all()
+        differ = tokens != want["tokens"].astype(np.int64)
+        tol = 1e-4 * max(1.0, float(np.abs(want["scores"]).max()))
+        assert np.allclose(scores, want["scores"], rtol=0, atol=tol), "winning scores differ beyond f32 rounding"
+        assert differ.sum() <= max(1, b // 100), f"B={b}: {differ.sum()} of {b} rows differ from the CPU path"
+
+
+@pytest.mark.parametrize("t", [1.0, 0.6])
+def test_samples_of_one_row_follow_torch_softmax(dev, t):
+    d, v, rows, calls = 64, 200, 1024, 64  # 65536 draws of one row
+    hidden, weight = lm_head(1, d, v, seed=11, dev=dev)
+    logits = hidden.double() @ weight.double().T  # bf16 values, exact products in f64
+    probs = torch.softmax(logits[0] / t, dim=0).cpu().numpy()
+    h = hidden.expand(rows, d).contiguous()
+    counts = torch.zeros(v, dtype=torch.int64, device=dev)
+    for c in range(calls):
+        if c % 2:  # half the draws from other streams, half from other sample indices
+            tok = fs.sample(h, weight, t, seed=2024, streams=list(range(c * rows, (c + 1) * rows)))
+        else:
+            tok = fs.sample(h, weight, t, seed=2024, sample=c)
+        counts += torch.bincount(tok.long(), minlength=v)
+    ok, stat, dof, p = chi2_ok(counts.cpu().numpy(), probs)
+    assert ok, f"chi-squared {stat:.1f} on {dof} degrees of freedom, p = {p:.2e}"
+
+
+def test_result_is_on_the_device_and_follows_the_current_stream(dev):
+    # A weight large enough that the kernel takes a while (65536 x 4096 bf16, 512 MiB).
+    b, d, v = 64, 4096, 65536
+    hidden, weight = lm_head(b, d, v, seed=5, dev=dev)
+    kw = dict(temperature=0.8, seed=77, streams=list(range(1000, 1000 + b)))
+    want = fs.sample(hidden, weight, **kw)
+    torch.cuda.synchronize(dev)
+    assert want.device == dev and want.dtype == torch.int32
+    s = torch.cuda.Stream(dev)
+    s.wait_stream(torch.cuda.current_stream(dev))
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            # The input is written on `s` only after a spin of the GPU: without the event that makes the
+            # kernel wait for `s`, it would read zeros. The copy that follows the call on `s` must see
+            # the tokens, not the empty tensor's bytes.
+            h = torch.zeros_like(hidden)
+            torch.cuda._sleep(20_000_000)
+            h.copy_(hidden)
+            got = fs.sample(h, weight, **kw)
+            seen = got.clone()
+            s.synchronize()
+            assert torch.equal(seen, want)
+            assert torch.equal(got, want)
+    # Back on the default stream: the same tokens again.
+    assert torch.equal(fs.sample(hidden, weight, **kw), want)
+
+
+def test_buffers_follow_changing_batches(dev):
+    for b in [3, 300, 1, 64]:
+        hidden, weight = lm_head(b, 64, 500, seed=b, dev=dev, integer=True)
+        got = fs.sample(hidden, weight, 1.0, seed=b)
+        want = on_cpu(hidden, weight, temperature=1.0, seed=b)["tokens"]
+        assert np.array_equal(got.cpu().numpy().astype(np.uint32), want)
+    one = fs.sample(hidden[0], weight, 1.0, seed=b)  # a [D] hidden state is one row
+    assert one.shape == (1,) and one.item() == got[0].item()
+
+
+def test_a_second_device(dev):
+    if torch.cuda.device_count() < 2:
+        pytest.skip("SKIP second-device test: one CUDA device")
+    other = torch.device("cuda", 1)
+    hidden, weight = lm_head(8, 64, 500, seed=8, dev=dev, integer=True)
+    a = fs.sample(hidden, weight, 1.0, seed=8)
+    c = fs.sample(hidden.to(other), weight.to(other), 1.0, seed=8)
+    assert c.device == other and torch.equal(a.cpu(), c.cpu())
+    with pytest.raises(ValueError, match="one device"):
+        fs.sample(hidden, weight.to(other))
+
+
+def test_nan_rows_get_token_minus_one(dev):
+    hidden, weight = lm_head(4, 64, 100, seed=3, dev=dev)
+    hidden[2, 5] = float("nan")
+    out = fs.sample(hidden, weight, 1.0, return_dict=True)
+    tokens = out["tokens"].cpu().tolist()
+    assert tokens[2] == -1 and all(0 <= t < 100 for i, t in enumerate(tokens) if i != 2)
+    assert math.isnan(out["scores"][2].item())
+
+
+def test_clear_errors(dev):
+    hidden, weight = lm_head(4, 64, 100, seed=4, dev=dev)
+    with pytest.raises(ValueError, match="hidden is on cpu"):
+        fs.sample(hidden.cpu(), weight)
+    with pytest.raises(ValueError, match="weight is on cpu"):
+        fs.sample(hidden, weight.cpu())
+    with pytest.raises(TypeError, match="NumPy|ndarray"):
+        fs.sample(hidden.cpu().float().numpy(), weight)
+    with pytest.raises(TypeError, match="GPU kernels take bfloat16 today"):
+        fs.sample(hidden.half(), weight.half())
+    with pytest.raises(TypeError, match="GPU kernels take bfloat16 today"):
+        fs.sample(hidden, weight.half())
+    with pytest.raises(TypeError, match="torch.float32"):
+        fs.sample(hidden.float(), weight)
+    with pytest.raises(ValueError, match="hidden size mismatch: hidden states have D = 64, the LM-head weight has D = 32"):
+        fs.sample(hidden, weight[:, :32].contiguous())
+    with pytest.raises(ValueError, match="contiguous rows"):
+        fs.sample(hidden, weight[:, :32])  # rows of 32 with a stride of 64
+    with pytest.raises(ValueError, match="contiguous rows"):
+        fs.sample(hidden.T.contiguous().T, weight)  # column-major
+    with pytest.raises(ValueError, match="contiguous rows"):
+        fs.sample(hidden[::2], weight)
+    flat = torch.zeros(4 * 64 + 1, dtype=torch.bfloat16, device=dev)
+    with pytest.raises(ValueError, match="not 16-byte aligned"):
+        fs.sample(flat[1:].view(4, 64), weight)
+    with pytest.raises(ValueError, match="temperature -1 is invalid"):
+        fs.sample(hidden, weight, -1.0)
+    with pytest.raises(ValueError, match="logprobs"):
+        fs.sample(hidden, weight, logprobs="yes")
+    with pytest.raises(ValueError, match="threads"):
+        fs.sample(hidden, weight, threads=2)
+    # Still usable after the errors.
+    assert fs.sample(hidden, weight, 0.0).shape == (4,)
+
+
+def test_graph_capture_is_refused_clearly(dev):
+    hidden, weight = lm_head(2, 64, 100, seed=9, dev=dev)
+    fs.sample(hidden, weight)  # the backend is open before the capture
+    torch.cuda.synchronize(dev)
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(RuntimeError, match="CUDA graph"):
+        with torch.cuda.graph(graph):
+            fs.sample(hidden, weight)
+    torch.cuda.synchronize(dev)
+    assert fs.sample(hidden, weight, 0.0).shape == (2,)
+
+
+@pytest.mark.parametrize("control", [
+    dict(temperatures=[0.5, 1.0, 0.0, 2.0]),
+    dict(seeds=[1, 2, 3, 4]),
+    dict(n=3),
+    dict(logprobs="processed"),
+    dict(softcap=30.0),
+    dict(top_k=[5, 0, 1, 10]),
+    dict(top_p=[0.9, 1.0, 0.5, 0.99]),
+    dict(min_p=[0.1, 0.0, 0.2, 0.05]),
+    dict(top_logprobs=3),
+    dict(allowed="mask"),
+])
+def test_per_row_controls_reach_the_gpu_backend(dev, control):
+    """Passed through to the Rust GPU backend: today it raises NotImplementedError for them (the kernels
+    do not take them yet); once it takes one, its tokens must equal the CPU path's."""
+    hidden, weight = lm_head(4, 64, 100, seed=6, dev=dev, integer=True)
+    if control.get("allowed") == "mask":
+        allowed = torch.zeros(4, 100, dtype=torch.bool, device=dev)
+        allowed[:, ::3] = True
+        control = dict(allowed=allowed)
+    try:
+        got = fs.sample(hidden, weight, 0.9, seed=5, return_dict=True, **control)
+    except NotImplementedError as e:
+        assert "not available on the GPU backend yet" in str(e), str(e)
+        return
+    want = on_cpu(hidden, weight, temperature=0.9, seed=5,
+                  **{k: (x.cpu().numpy() if hasattr(x, "cpu") else x) for k, x in control.items()})
+    assert np.array_equal(got["tokens"].cpu().numpy().astype(np.uint32), want["tokens"])
