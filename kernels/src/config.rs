@@ -410,14 +410,11 @@ impl FusedVariant {
         32 * self.warps()
     }
     /// The thread bound the link step writes into the PTX entry (`.maxntid`), so ptxas budgets
-    /// registers for exactly one block of that size per multiprocessor; `None` where ptxas may
-    /// choose (several blocks per multiprocessor).
+    /// registers for at least one block of that size per multiprocessor (a block of 512 threads
+    /// cannot launch with more than 128 registers per thread: `CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES`).
     #[inline]
     pub const fn max_threads(&self) -> Option<u32> {
-        match self.family {
-            Family::MmaSync => None,
-            Family::WgmmaWeightA | Family::WgmmaHiddenA => Some(self.threads()),
-        }
+        Some(self.threads())
     }
     /// Whether the kernel copies with TMA and so needs the launch's tensor maps.
     #[inline]
@@ -604,7 +601,7 @@ mod tests {
             match v.family {
                 Family::MmaSync => {
                     assert_eq!(v.module(), Module::Portable);
-                    assert_eq!(v.max_threads(), None);
+                    assert_eq!(v.max_threads(), Some(v.threads()));
                     assert!(v.warps_b <= 4 && 8 * v.n_tiles <= 32, "{}", v.entry);
                 }
                 Family::WgmmaWeightA | Family::WgmmaHiddenA => {

@@ -66,9 +66,12 @@ pub(super) fn exp(x: f32) -> f32 {
 /// The lane epilogue: logits `y` of vocab rows `v0 .. v0 + 4` (`v0 % 4 == 0`) of one batch row →
 /// processed logits `z` (soft-cap, then the allowed-token mask: `−∞` where a token is not allowed)
 /// → transformed, perturbed scores → the row's candidate (the no_std [`update_group4`], which skips
-/// rows at or past V). With `LP`, the row's log-mass takes the raw logits and `z / T` too.
+/// rows at or past V). With `LP`, the row's log-mass takes the raw logits and `z / T` too. `SC`:
+/// the launch soft-caps (`p.softcap > 0`); the adapters are instantiated with and without it, and
+/// the kernels pick one per tile, so the soft-cap's code stays out of the plain path's loop (its
+/// instruction footprint decides speed there).
 #[inline(always)]
-pub(super) fn lane_epilogue<const LP: bool>(
+pub(super) fn lane_epilogue<const LP: bool, const SC: bool>(
     p: &FusedParams,
     row: RowRef,
     v0: u32,
@@ -77,7 +80,7 @@ pub(super) fn lane_epilogue<const LP: bool>(
     mass: &mut RowMass,
 ) {
     let mut z = y;
-    if p.softcap > 0.0 {
+    if SC {
         z = [softcap(y[0], p.softcap), softcap(y[1], p.softcap), softcap(y[2], p.softcap), softcap(y[3], p.softcap)];
     }
     if !p.mask.is_null() && v0 < p.v {
@@ -133,7 +136,7 @@ fn column_logits<const NB: usize>(acc: &Accumulators<NB>, i: u32) -> [f32; ROWS_
 /// One heavy iteration (Philox + logs) per column: a real loop, so `column_logits` picks the
 /// column's logits with constant indices, keeping `acc` in registers.
 #[inline(always)]
-pub(super) fn mma_sync_tile<const NB: usize, const LP: bool>(
+pub(super) fn mma_sync_tile<const NB: usize, const LP: bool, const SC: bool>(
     p: &FusedParams,
     (b0, quad): (u32, u32),
     v0: u32,
@@ -147,7 +150,7 @@ pub(super) fn mma_sync_tile<const NB: usize, const LP: bool>(
         if b < p.b {
             let logits = column_logits::<NB>(acc, i);
             let (cand, mass) = (&mut cands[i as usize], &mut masses[i as usize]);
-            lane_epilogue::<LP>(p, row_params(p, b), v0, logits, cand, mass);
+            lane_epilogue::<LP, SC>(p, row_params(p, b), v0, logits, cand, mass);
         }
     }
 }
@@ -161,7 +164,7 @@ pub(super) fn mma_sync_tile<const NB: usize, const LP: bool>(
 /// 16 columns crowded the instruction cache (`tma_n64`, Qwen3-8B B = 64: 0.3233 → 0.3157 ms,
 /// docs/findings).
 #[inline(always)]
-pub(super) fn weight_a_tile<T: WgmmaShape, const LP: bool>(
+pub(super) fn weight_a_tile<T: WgmmaShape, const LP: bool, const SC: bool>(
     p: &FusedParams,
     (b0, quad): (u32, u32),
     v0: u32,
@@ -202,7 +205,7 @@ pub(super) fn weight_a_tile<T: WgmmaShape, const LP: bool>(
                             _ => masses[I + 24],
                         }
                     };
-                    lane_epilogue::<LP>(p, row_params(p, b), v0, logits, &mut cand, &mut mass);
+                    lane_epilogue::<LP, SC>(p, row_params(p, b), v0, logits, &mut cand, &mut mass);
                     match r {
                         0 => cands[I] = cand,
                         1 => cands[I + 8] = cand,
@@ -233,7 +236,7 @@ pub(super) fn weight_a_tile<T: WgmmaShape, const LP: bool>(
 /// compile-time indices they can have. Fully unrolled, the code of 32 groups overflows the
 /// instruction cache (ncu: 39% of stalls on instruction fetch, docs/findings).
 #[inline(always)]
-pub(super) fn hidden_a_tile<const LP: bool>(
+pub(super) fn hidden_a_tile<const LP: bool, const SC: bool>(
     p: &FusedParams,
     b: [u32; 2],
     tile: u32,
@@ -261,7 +264,7 @@ pub(super) fn hidden_a_tile<const LP: bool>(
                 // Columns 8j + 2q + c for j = 2J, 2J + 1: vocab rows 16J + 4q + 0..4.
                 let logits = [pick(8 * J), pick(8 * J + 1), pick(8 * J + 4), pick(8 * J + 5)];
                 let v0 = v_lane + 16 * (8 * j_hi + J as u32);
-                lane_epilogue::<LP>(p, params, v0, logits, &mut cand, &mut mass);
+                lane_epilogue::<LP, SC>(p, params, v0, logits, &mut cand, &mut mass);
             });
             if e == 0 {
                 cands[0] = cand;
