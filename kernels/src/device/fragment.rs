@@ -67,11 +67,11 @@ pub(super) fn exp(x: f32) -> f32 {
 /// processed logits `z` (soft-cap, then the allowed-token mask: `−∞` where a token is not allowed)
 /// → transformed, perturbed scores → the row's candidate (the no_std [`update_group4`], which skips
 /// rows at or past V). With `LP`, the row's log-mass takes the raw logits and `z / T` too. `SC`:
-/// the launch soft-caps (`p.softcap > 0`); the adapters are instantiated with and without it, and
-/// the kernels pick one per tile, so the soft-cap's code stays out of the plain path's loop (its
-/// instruction footprint decides speed there).
+/// the launch soft-caps (`p.softcap > 0`); `MK`: it has a mask. The adapters are instantiated for
+/// each and pick one per tile ([`controls_dispatch`]), so the controls' code stays out of the plain
+/// path's unrolled loop, whose instruction footprint decides its speed (docs/findings/13).
 #[inline(always)]
-pub(super) fn lane_epilogue<const LP: bool, const SC: bool>(
+pub(super) fn lane_epilogue<const LP: bool, const SC: bool, const MK: bool>(
     p: &FusedParams,
     row: RowRef,
     v0: u32,
@@ -83,7 +83,7 @@ pub(super) fn lane_epilogue<const LP: bool, const SC: bool>(
     if SC {
         z = [softcap(y[0], p.softcap), softcap(y[1], p.softcap), softcap(y[2], p.softcap), softcap(y[3], p.softcap)];
     }
-    if !p.mask.is_null() && v0 < p.v {
+    if MK && v0 < p.v {
         // SAFETY: request < B / n and v0 / 32 < ceil(V / 32) = mask_words: inside the mask. The four
         // bits of the group are in one word (v0 % 4 == 0).
         let word = unsafe { *p.mask.add(row.request() as usize * p.mask_words as usize + (v0 / 32) as usize) };
@@ -114,6 +114,19 @@ pub(super) fn lane_epilogue<const LP: bool, const SC: bool>(
     }
 }
 
+/// Calls `$f::<…, SC, MK>` for this launch's soft-cap (`SC`) and mask (`MK`): one uniform branch
+/// per tile, four instantiations of the tile's epilogue.
+macro_rules! controls_dispatch {
+    ($p:expr, $f:ident::<$($g:tt),*>($($arg:expr),*)) => {
+        match ($p.softcap > 0.0, !$p.mask.is_null()) {
+            (false, false) => $f::<$($g,)* false, false>($($arg),*),
+            (true, false) => $f::<$($g,)* true, false>($($arg),*),
+            (false, true) => $f::<$($g,)* false, true>($($arg),*),
+            (true, true) => $f::<$($g,)* true, true>($($arg),*),
+        }
+    };
+}
+
 /// The lane's `ROWS_PER_LANE` logits (consecutive vocab rows) of its batch column `i` (N tile `i / 2`,
 /// element `i % 2`): lane row `j = 2·mt + h` is MMA row `group + 8h` of M tile `mt`.
 #[inline(always)]
@@ -136,7 +149,7 @@ fn column_logits<const NB: usize>(acc: &Accumulators<NB>, i: u32) -> [f32; ROWS_
 /// One heavy iteration (Philox + logs) per column: a real loop, so `column_logits` picks the
 /// column's logits with constant indices, keeping `acc` in registers.
 #[inline(always)]
-pub(super) fn mma_sync_tile<const NB: usize, const LP: bool, const SC: bool>(
+fn mma_sync_tile_with<const NB: usize, const LP: bool, const SC: bool, const MK: bool>(
     p: &FusedParams,
     (b0, quad): (u32, u32),
     v0: u32,
@@ -150,7 +163,7 @@ pub(super) fn mma_sync_tile<const NB: usize, const LP: bool, const SC: bool>(
         if b < p.b {
             let logits = column_logits::<NB>(acc, i);
             let (cand, mass) = (&mut cands[i as usize], &mut masses[i as usize]);
-            lane_epilogue::<LP, SC>(p, row_params(p, b), v0, logits, cand, mass);
+            lane_epilogue::<LP, SC, MK>(p, row_params(p, b), v0, logits, cand, mass);
         }
     }
 }
@@ -164,7 +177,7 @@ pub(super) fn mma_sync_tile<const NB: usize, const LP: bool, const SC: bool>(
 /// 16 columns crowded the instruction cache (`tma_n64`, Qwen3-8B B = 64: 0.3233 → 0.3157 ms,
 /// docs/findings).
 #[inline(always)]
-pub(super) fn weight_a_tile<T: WgmmaShape, const LP: bool, const SC: bool>(
+fn weight_a_tile_with<T: WgmmaShape, const LP: bool, const SC: bool, const MK: bool>(
     p: &FusedParams,
     (b0, quad): (u32, u32),
     v0: u32,
@@ -205,7 +218,7 @@ pub(super) fn weight_a_tile<T: WgmmaShape, const LP: bool, const SC: bool>(
                             _ => masses[I + 24],
                         }
                     };
-                    lane_epilogue::<LP, SC>(p, row_params(p, b), v0, logits, &mut cand, &mut mass);
+                    lane_epilogue::<LP, SC, MK>(p, row_params(p, b), v0, logits, &mut cand, &mut mass);
                     match r {
                         0 => cands[I] = cand,
                         1 => cands[I + 8] = cand,
@@ -236,7 +249,7 @@ pub(super) fn weight_a_tile<T: WgmmaShape, const LP: bool, const SC: bool>(
 /// compile-time indices they can have. Fully unrolled, the code of 32 groups overflows the
 /// instruction cache (ncu: 39% of stalls on instruction fetch, docs/findings).
 #[inline(always)]
-pub(super) fn hidden_a_tile<const LP: bool, const SC: bool>(
+fn hidden_a_tile_with<const LP: bool, const SC: bool, const MK: bool>(
     p: &FusedParams,
     b: [u32; 2],
     tile: u32,
@@ -264,7 +277,7 @@ pub(super) fn hidden_a_tile<const LP: bool, const SC: bool>(
                 // Columns 8j + 2q + c for j = 2J, 2J + 1: vocab rows 16J + 4q + 0..4.
                 let logits = [pick(8 * J), pick(8 * J + 1), pick(8 * J + 4), pick(8 * J + 5)];
                 let v0 = v_lane + 16 * (8 * j_hi + J as u32);
-                lane_epilogue::<LP, SC>(p, params, v0, logits, &mut cand, &mut mass);
+                lane_epilogue::<LP, SC, MK>(p, params, v0, logits, &mut cand, &mut mass);
             });
             if e == 0 {
                 cands[0] = cand;
@@ -275,6 +288,46 @@ pub(super) fn hidden_a_tile<const LP: bool, const SC: bool>(
             }
         }
     }
+}
+
+/// [`mma_sync_tile_with`] for this launch's controls.
+#[inline(always)]
+pub(super) fn mma_sync_tile<const NB: usize, const LP: bool>(
+    p: &FusedParams,
+    lane: (u32, u32),
+    v0: u32,
+    acc: &Accumulators<NB>,
+    cands: &mut [Candidate; 16],
+    masses: &mut [RowMass; 16],
+) {
+    controls_dispatch!(p, mma_sync_tile_with::<NB, LP>(p, lane, v0, acc, cands, masses))
+}
+
+/// [`weight_a_tile_with`] for this launch's controls.
+#[inline(always)]
+pub(super) fn weight_a_tile<T: WgmmaShape, const LP: bool>(
+    p: &FusedParams,
+    lane: (u32, u32),
+    v0: u32,
+    acc: &[T::Acc; 2],
+    cands: &mut [Candidate; 32],
+    masses: &mut [RowMass; 32],
+) {
+    controls_dispatch!(p, weight_a_tile_with::<T, LP>(p, lane, v0, acc, cands, masses))
+}
+
+/// [`hidden_a_tile_with`] for this launch's controls.
+#[inline(always)]
+pub(super) fn hidden_a_tile<const LP: bool>(
+    p: &FusedParams,
+    b: [u32; 2],
+    tile: u32,
+    q: u32,
+    acc: &[f32; 128],
+    cands: &mut [Candidate; 2],
+    masses: &mut [RowMass; 2],
+) {
+    controls_dispatch!(p, hidden_a_tile_with::<LP>(p, b, tile, q, acc, cands, masses))
 }
 
 /// Block merge, step 1, for the column layouts of [`mma_sync_tile`] and [`weight_a_tile`]: the

@@ -82,11 +82,7 @@ unsafe fn body<
         let acc = unsafe { mainloop.tile::<NB>(&p, active) };
         if active {
             let v0 = tile * BLOCK_V + w_row0;
-            if p.softcap > 0.0 {
-                fragment::mma_sync_tile::<NB, LP, true>(&p, (b0, t.quad), v0, &acc, &mut cands, &mut masses);
-            } else {
-                fragment::mma_sync_tile::<NB, LP, false>(&p, (b0, t.quad), v0, &acc, &mut cands, &mut masses);
-            }
+            fragment::mma_sync_tile::<NB, LP>(&p, (b0, t.quad), v0, &acc, &mut cands, &mut masses);
         }
         tile += 1;
     }

@@ -71,11 +71,7 @@ impl<T: WgmmaShape, const LP: bool> Consumer for WeightA<'_, T, LP> {
     #[inline(always)]
     fn epilogue(&mut self, tile: u32, acc: &Self::Acc) {
         let v0 = tile * BLOCK_V + self.v_lane;
-        if self.p.softcap > 0.0 {
-            fragment::weight_a_tile::<T, LP, true>(self.p, self.b0_quad, v0, acc, self.cands, self.masses);
-        } else {
-            fragment::weight_a_tile::<T, LP, false>(self.p, self.b0_quad, v0, acc, self.cands, self.masses);
-        }
+        fragment::weight_a_tile::<T, LP>(self.p, self.b0_quad, v0, acc, self.cands, self.masses);
     }
 }
 

@@ -77,11 +77,7 @@ impl<const LP: bool> Consumer for HiddenA<'_, LP> {
     }
     #[inline(always)]
     fn epilogue(&mut self, tile: u32, acc: &Self::Acc) {
-        if self.p.softcap > 0.0 {
-            fragment::hidden_a_tile::<LP, true>(self.p, self.b, tile, self.q, acc, self.cands, self.masses);
-        } else {
-            fragment::hidden_a_tile::<LP, false>(self.p, self.b, tile, self.q, acc, self.cands, self.masses);
-        }
+        fragment::hidden_a_tile::<LP>(self.p, self.b, tile, self.q, acc, self.cands, self.masses);
     }
 }
 
