@@ -429,7 +429,8 @@ fn controls(gpu: &GpuBackend, timer: &EventTimer, a: &Args, bandwidth: f64) -> R
             let mut medians = Vec::new();
             for (mode, params, masked) in cases {
                 let m = masked.then_some(&mask);
-                let s = timer.time(&stream, 10, runs, || Ok(gpu.sample_device_masked(&hm, &wm, params, m, &mut out)?))?;
+                let s =
+                    timer.time(&stream, 10, runs, || Ok(gpu.sample_device_masked(&hm, &wm, params, m, &mut out)?))?;
                 let ratio = s.median / medians.first().copied().unwrap_or(s.median);
                 csv += &format!("{config},{d},{v},{b},{mode},{:.5},{:.5},{:.5},{ratio:.4}\n", s.median, s.min, s.max);
                 medians.push(s.median);

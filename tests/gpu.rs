@@ -644,7 +644,8 @@ fn controls_the_kernels_do_not_take_yet_are_typed_errors() {
     let (hidden, weight) = ones(b, d, v);
     let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
     let p = SamplingParams::new(1.0, 1);
-    let bias = flashsampling::kernels::logits::Adjustment { bias: 1.0, ..flashsampling::kernels::logits::Adjustment::NONE };
+    let bias =
+        flashsampling::kernels::logits::Adjustment { bias: 1.0, ..flashsampling::kernels::logits::Adjustment::NONE };
     let adjustments =
         flashsampling::controls::SparseAdjustments { offsets: vec![0, 1, 1], tokens: vec![3], adjustments: vec![bias] };
     for params in [

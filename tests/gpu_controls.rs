@@ -145,16 +145,26 @@ fn control_identities_hold_bit_for_bit_on_the_gpu() {
             let got = gpu.sample_scored(h, w, p).unwrap();
             assert_eq!((&got.tokens, bits(&got.scores)), (&plain.tokens, bits(&plain.scores)), "{what}, B={b} V={v}");
         };
-        same("per-row lists equal to the call's", &base.clone().with_temperatures(vec![0.8; b]).with_seeds(vec![42; b]));
+        same(
+            "per-row lists equal to the call's",
+            &base.clone().with_temperatures(vec![0.8; b]).with_seeds(vec![42; b]),
+        );
         same("an all-ones mask", &base.clone().with_allowed(TokenMask::all(b, v)));
         same("log-probabilities on", &base.clone().with_logprobs(LogProbs::ProcessedAndRaw));
         // Per-row temperatures and seeds: row r equals the scalar call with row r's values.
         let temps = mixed_temperatures(b);
         let seeds: Vec<u64> = (0..b as u64).map(|r| 7 * r + 1).collect();
-        let mixed = gpu.sample_scored(h, w, &base.clone().with_temperatures(temps.clone()).with_seeds(seeds.clone())).unwrap();
+        let mixed =
+            gpu.sample_scored(h, w, &base.clone().with_temperatures(temps.clone()).with_seeds(seeds.clone())).unwrap();
         for r in [0, 1, b / 2, b - 1] {
-            let one = gpu.sample_scored(h, w, &SamplingParams::new(temps[r], seeds[r]).with_streams(streams.clone())).unwrap();
-            assert_eq!((mixed.tokens[r], mixed.scores[r].to_bits()), (one.tokens[r], one.scores[r].to_bits()), "row {r}");
+            let one = gpu
+                .sample_scored(h, w, &SamplingParams::new(temps[r], seeds[r]).with_streams(streams.clone()))
+                .unwrap();
+            assert_eq!(
+                (mixed.tokens[r], mixed.scores[r].to_bits()),
+                (one.tokens[r], one.scores[r].to_bits()),
+                "row {r}"
+            );
         }
         // n samples: sample j of row r is the one-sample call with sample index 3 + j.
         let n = 5;
@@ -164,7 +174,11 @@ fn control_identities_hold_bit_for_bit_on_the_gpu() {
             let one = gpu.sample_scored(h, w, &base.clone().with_sample(3 + j)).unwrap();
             for r in 0..b {
                 let i = r * n as usize + j as usize;
-                assert_eq!((many.tokens[i], many.scores[i].to_bits()), (one.tokens[r], one.scores[r].to_bits()), "r {r} j {j}");
+                assert_eq!(
+                    (many.tokens[i], many.scores[i].to_bits()),
+                    (one.tokens[r], one.scores[r].to_bits()),
+                    "r {r} j {j}"
+                );
             }
         }
         visible(&format!("GPU control identities hold: B={b:>3} D={d} V={v}"));
@@ -243,7 +257,8 @@ fn rows_with_nothing_allowed_and_device_masks() {
     let dh = gpu.stream().clone_htod(&hidden).unwrap();
     let dw = gpu.stream().clone_htod(&weight).unwrap();
     let dm = gpu.stream().clone_htod(&mask.words).unwrap();
-    let (hm, wm) = (DeviceMatrix { data: dh.as_view(), rows: b, cols: d }, DeviceMatrix { data: dw.as_view(), rows: v, cols: d });
+    let (hm, wm) =
+        (DeviceMatrix { data: dh.as_view(), rows: b, cols: d }, DeviceMatrix { data: dw.as_view(), rows: v, cols: d });
     let mut out = gpu.alloc_samples(b, v).unwrap();
     let plain = SamplingParams::new(1.0, 3);
     gpu.sample_device_masked(&hm, &wm, &plain, Some(&dm.as_view()), &mut out).unwrap();
@@ -274,7 +289,9 @@ fn bad_controls_are_typed_errors_on_the_gpu_backend() {
     let p = SamplingParams::new(1.0, 1);
     let cases: Vec<(SamplingParams, fn(&Error) -> bool)> = vec![
         (p.clone().with_temperatures(vec![1.0]), |e| matches!(e, Error::LengthMismatch { .. })),
-        (p.clone().with_temperatures(vec![1.0, f32::NAN]), |e| matches!(e, Error::InvalidRowTemperature { row: 1, .. })),
+        (p.clone().with_temperatures(vec![1.0, f32::NAN]), |e| {
+            matches!(e, Error::InvalidRowTemperature { row: 1, .. })
+        }),
         (p.clone().with_temperatures(vec![-1.0, 1.0]), |e| matches!(e, Error::InvalidRowTemperature { row: 0, .. })),
         (p.clone().with_seeds(vec![1, 2, 3]), |e| matches!(e, Error::LengthMismatch { .. })),
         (p.clone().with_samples_per_row(0), |e| matches!(e, Error::InvalidSampleCount { .. })),

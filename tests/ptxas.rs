@@ -60,7 +60,7 @@ fn ptx_assembles_for_sm_90_within_spill_budgets() {
 /// Spill stores + loads (bytes) a plain fused kernel may have.
 const PLAIN_SPILL_BUDGET: u32 = 128;
 /// Spill stores + loads (bytes) a log-probability kernel may have.
-const LOGPROBS_SPILL_BUDGET: u32 = 4096;
+const LOGPROBS_SPILL_BUDGET: u32 = 8192;
 
 /// Spill stores + spill loads of one ptxas summary line.
 fn spill_bytes(line: &str) -> u32 {

@@ -394,7 +394,11 @@ impl GpuBackend {
                         .max(1);
                     Ok(LoadedEntry { func, per_sm })
                 };
-                Ok(Some(LoadedVariant { variant, sample: load(Epilogue::Sample)?, logprobs: load(Epilogue::LogProbs)? }))
+                Ok(Some(LoadedVariant {
+                    variant,
+                    sample: load(Epilogue::Sample)?,
+                    logprobs: load(Epilogue::LogProbs)?,
+                }))
             })
             .collect::<Result<Vec<_>>>()?;
         let expand = module.load_function(EXPAND_ENTRY)?;
@@ -575,7 +579,8 @@ impl GpuBackend {
             &mut out,
         )?;
         let n = params.n as usize;
-        let mut samples = Samples::plain(self.stream.clone_dtoh(&out.tokens())?, self.stream.clone_dtoh(&out.scores())?);
+        let mut samples =
+            Samples::plain(self.stream.clone_dtoh(&out.tokens())?, self.stream.clone_dtoh(&out.scores())?);
         if params.logprobs != LogProbs::Off {
             let get = |v: Option<CudaView<'_, f32>>| -> Result<Vec<f32>> {
                 Ok(self.stream.clone_dtoh(&v.expect("a log-probability launch fills them"))?)

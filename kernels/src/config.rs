@@ -274,20 +274,45 @@ pub struct FusedVariant {
 }
 
 /// Portable, up to 16 rows: 4 warps of 16 batch rows.
-pub const MMA_SYNC_N16: FusedVariant =
-    FusedVariant { entry: "fused_sample_block_nb2", entry_logprobs: "fused_sample_block_nb2_lp", family: Family::MmaSync, n_tiles: 2, warps_b: 1, stages: 4 };
+pub const MMA_SYNC_N16: FusedVariant = FusedVariant {
+    entry: "fused_sample_block_nb2",
+    entry_logprobs: "fused_sample_block_nb2_lp",
+    family: Family::MmaSync,
+    n_tiles: 2,
+    warps_b: 1,
+    stages: 4,
+};
 /// Portable, up to 32 rows: 4 warps of 32 batch rows.
-pub const MMA_SYNC_N32: FusedVariant =
-    FusedVariant { entry: "fused_sample_block_nb4_s3", entry_logprobs: "fused_sample_block_nb4_s3_lp", family: Family::MmaSync, n_tiles: 4, warps_b: 1, stages: 3 };
+pub const MMA_SYNC_N32: FusedVariant = FusedVariant {
+    entry: "fused_sample_block_nb4_s3",
+    entry_logprobs: "fused_sample_block_nb4_s3_lp",
+    family: Family::MmaSync,
+    n_tiles: 4,
+    warps_b: 1,
+    stages: 3,
+};
 /// Portable, up to 64 rows: 8 warps, two batch slots of 32 rows.
-pub const MMA_SYNC_N64: FusedVariant =
-    FusedVariant { entry: "fused_sample_block_nb4x2", entry_logprobs: "fused_sample_block_nb4x2_lp", family: Family::MmaSync, n_tiles: 4, warps_b: 2, stages: 4 };
+pub const MMA_SYNC_N64: FusedVariant = FusedVariant {
+    entry: "fused_sample_block_nb4x2",
+    entry_logprobs: "fused_sample_block_nb4x2_lp",
+    family: Family::MmaSync,
+    n_tiles: 4,
+    warps_b: 2,
+    stages: 4,
+};
 /// Portable, beyond 64 rows: 16 warps, four batch slots of 32 rows (128-row batch tiles).
-pub const MMA_SYNC_N128: FusedVariant =
-    FusedVariant { entry: "fused_sample_block_nb4x4", entry_logprobs: "fused_sample_block_nb4x4_lp", family: Family::MmaSync, n_tiles: 4, warps_b: 4, stages: 6 };
+pub const MMA_SYNC_N128: FusedVariant = FusedVariant {
+    entry: "fused_sample_block_nb4x4",
+    entry_logprobs: "fused_sample_block_nb4x4_lp",
+    family: Family::MmaSync,
+    n_tiles: 4,
+    warps_b: 4,
+    stages: 6,
+};
 /// Hopper, up to 16 rows: weight-as-A `wgmma`, N = 16.
 pub const TMA_N16: FusedVariant = FusedVariant {
-    entry: "fused_sample_wgmma_tma_n16", entry_logprobs: "fused_sample_wgmma_tma_n16_lp",
+    entry: "fused_sample_wgmma_tma_n16",
+    entry_logprobs: "fused_sample_wgmma_tma_n16_lp",
     family: Family::WgmmaWeightA,
     n_tiles: 2,
     warps_b: 1,
@@ -295,7 +320,8 @@ pub const TMA_N16: FusedVariant = FusedVariant {
 };
 /// Hopper, up to 32 rows: N = 32.
 pub const TMA_N32: FusedVariant = FusedVariant {
-    entry: "fused_sample_wgmma_tma_n32", entry_logprobs: "fused_sample_wgmma_tma_n32_lp",
+    entry: "fused_sample_wgmma_tma_n32",
+    entry_logprobs: "fused_sample_wgmma_tma_n32_lp",
     family: Family::WgmmaWeightA,
     n_tiles: 4,
     warps_b: 1,
@@ -303,7 +329,8 @@ pub const TMA_N32: FusedVariant = FusedVariant {
 };
 /// Hopper, up to 64 rows: N = 64.
 pub const TMA_N64: FusedVariant = FusedVariant {
-    entry: "fused_sample_wgmma_tma_n64", entry_logprobs: "fused_sample_wgmma_tma_n64_lp",
+    entry: "fused_sample_wgmma_tma_n64",
+    entry_logprobs: "fused_sample_wgmma_tma_n64_lp",
     family: Family::WgmmaWeightA,
     n_tiles: 8,
     warps_b: 1,
@@ -311,7 +338,8 @@ pub const TMA_N64: FusedVariant = FusedVariant {
 };
 /// Hopper, beyond 64 rows when `V % 16 ≠ 0`: N = 64, the consumers split 128-row batch tiles.
 pub const TMA_N64X2: FusedVariant = FusedVariant {
-    entry: "fused_sample_wgmma_tma_n64x2", entry_logprobs: "fused_sample_wgmma_tma_n64x2_lp",
+    entry: "fused_sample_wgmma_tma_n64x2",
+    entry_logprobs: "fused_sample_wgmma_tma_n64x2_lp",
     family: Family::WgmmaWeightA,
     n_tiles: 8,
     warps_b: 2,
@@ -319,7 +347,8 @@ pub const TMA_N64X2: FusedVariant = FusedVariant {
 };
 /// Hopper, 65–128 rows (and 33–64 where its vocab ranges are no longer): hidden-as-A, 64 rows.
 pub const TMAT_N64: FusedVariant = FusedVariant {
-    entry: "fused_sample_wgmma_tmat_n64", entry_logprobs: "fused_sample_wgmma_tmat_n64_lp",
+    entry: "fused_sample_wgmma_tmat_n64",
+    entry_logprobs: "fused_sample_wgmma_tmat_n64_lp",
     family: Family::WgmmaHiddenA,
     n_tiles: 8,
     warps_b: 1,
@@ -327,7 +356,8 @@ pub const TMAT_N64: FusedVariant = FusedVariant {
 };
 /// Hopper, beyond 128 rows: hidden-as-A, the consumers split 128-row batch tiles.
 pub const TMAT_N64X2: FusedVariant = FusedVariant {
-    entry: "fused_sample_wgmma_tmat_n64x2", entry_logprobs: "fused_sample_wgmma_tmat_n64x2_lp",
+    entry: "fused_sample_wgmma_tmat_n64x2",
+    entry_logprobs: "fused_sample_wgmma_tmat_n64x2_lp",
     family: Family::WgmmaHiddenA,
     n_tiles: 8,
     warps_b: 2,

@@ -93,7 +93,10 @@ unsafe fn logprobs_row(p: &FusedParams, b: u32, cand: Candidate, lane: u32) {
             // SAFETY: k + 8 ≤ D (D % 8 == 0): 16 bytes inside row b of the hidden states and row
             // `token < V` of the weight, 16-byte aligned (the host checks the bases; D % 8 == 0).
             let (hv, wv) = unsafe {
-                (ld_global_nc_v4_f32(p.hidden.add(h + k) as *const f32), ld_global_nc_v4_f32(p.weight.add(w + k) as *const f32))
+                (
+                    ld_global_nc_v4_f32(p.hidden.add(h + k) as *const f32),
+                    ld_global_nc_v4_f32(p.weight.add(w + k) as *const f32),
+                )
             };
             for j in 0..4 {
                 let (hb, wb) = (hv[j].to_bits(), wv[j].to_bits());
