@@ -785,19 +785,19 @@ impl GpuBackend {
                 n: out.n as u32,
                 _pad: 0,
             });
-            let total = rows as u64 * chunks as u64;
-            let cfg = LaunchConfig {
-                grid_dim: (total.div_ceil(EXPAND_THREADS as u64) as u32, 1, 1),
-                block_dim: (EXPAND_THREADS, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            if cfg.grid_dim.0 > i32::MAX as u32 || total.div_ceil(EXPAND_THREADS as u64) > i32::MAX as u64 {
+            let blocks = (rows as u64 * chunks as u64).div_ceil(EXPAND_THREADS as u64);
+            if blocks > i32::MAX as u64 {
                 return Err(Error::TooLarge {
                     what: "row-expansion blocks",
-                    value: total as usize,
+                    value: blocks as usize,
                     max: i32::MAX as usize,
                 });
             }
+            let cfg = LaunchConfig {
+                grid_dim: (blocks as u32, 1, 1),
+                block_dim: (EXPAND_THREADS, 1, 1),
+                shared_mem_bytes: 0,
+            };
             // SAFETY: `hidden` holds B·D bf16 (validated, 16-byte aligned, guarded by the caller),
             // `dst` B·n·D (allocated above, 256-byte aligned, ours: only this stream writes it);
             // D % 8 == 0; the grid covers the B·n·D/8 chunks.
