@@ -124,3 +124,42 @@ fn shards_that_do_not_tile_the_vocabulary_are_typed_errors() {
     // The valid tiling of the same parts works.
     assert!(cpu.sample_sharded(h, &[part(0, 5), part(5, 12)], v, &params).is_ok());
 }
+
+#[test]
+fn sharded_sampling_with_serving_controls_is_bit_identical() {
+    // Per-row temperatures (greedy rows too) and seeds, n samples, an allowed-token mask over the
+    // whole vocabulary (global token ids), soft-capping and sparse adjustments: each rank applies
+    // them to its own rows by global index, and the merge gives the whole head's samples.
+    use flashsampling::controls::TokenMask;
+    let cpu = CpuBackend::new();
+    let mut rng = TestRng::new(0x5_4A7E);
+    let (b, d, v) = (6usize, 64usize, 3001usize);
+    let hidden = rng.normal_bf16(b * d, 1.0);
+    let weight = rng.normal_bf16(v * d, 2.0 / (d as f64).sqrt());
+    let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
+    let words = v.div_ceil(32);
+    let mut mask = TokenMask { words: vec![0; b * words], words_per_row: words };
+    for r in 0..b {
+        for t in 0..v {
+            if rng.uniform() < 0.3 || t == 11 * r {
+                mask.words[r * words + t / 32] |= 1 << (t % 32);
+            }
+        }
+    }
+    let params = SamplingParams::new(1.0, 0xFEED)
+        .with_temperatures(vec![0.7, 0.0, 1.3, 1.0, 0.2, 2.0])
+        .with_seeds((0..b as u64).map(|r| 99 + r).collect())
+        .with_samples_per_row(2)
+        .with_allowed(mask)
+        .with_softcap(3.0);
+    let whole = cpu.sample_scored(h, w, &params).unwrap();
+    for g in 1..=5 {
+        for _ in 0..4 {
+            let ends = uneven_ends(v, g, &mut rng);
+            let shards = VocabShard::split(w, &ends).unwrap();
+            let got = cpu.sample_sharded(h, &shards, v, &params).unwrap();
+            assert_eq!(got.tokens, whole.tokens, "shards ending at {ends:?}");
+            assert_eq!(bits(&got.scores), bits(&whole.scores), "shards ending at {ends:?}");
+        }
+    }
+}

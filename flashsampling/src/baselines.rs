@@ -38,6 +38,38 @@ pub struct UnfusedBuffers {
     pub streams: CudaSlice<u64>,
     b: usize,
     v: usize,
+    /// Slabs of `logits` the Gumbel baseline reads (`[slabs, B, V]`: the all-gathered logits of
+    /// `slabs` vocab shards of `V` entries each); 1 otherwise.
+    slabs: usize,
+    /// Global vocab index of slab 0's first entry (a rank's shard offset).
+    v_offset: usize,
+}
+
+impl UnfusedBuffers {
+    /// The logits the Gumbel baseline reads are `[slabs, B, V]` (all-gathered shards) and start at
+    /// global vocab index `v_offset`; `logits` must hold that many. For the tensor-parallel baselines.
+    pub fn set_slabs(&mut self, slabs: usize, v_offset: usize) -> Result<()> {
+        let n = slabs * self.b * self.v;
+        if slabs == 0 || self.logits.len() < n {
+            return Err(Error::LengthMismatch { buffer: "baseline logits", expected: n, actual: self.logits.len() });
+        }
+        let n_chunks = self.v.div_ceil(LOGITS_CHUNK as usize);
+        if self.candidates.len() < slabs * self.b * n_chunks {
+            self.candidates = self.stream_alloc_like(slabs * self.b * n_chunks)?;
+        }
+        self.slabs = slabs;
+        self.v_offset = v_offset;
+        Ok(())
+    }
+
+    fn stream_alloc_like(&self, n: usize) -> Result<CudaSlice<u64>> {
+        Ok(self.candidates.stream().alloc_zeros(n)?)
+    }
+
+    /// Batch rows.
+    pub fn batch(&self) -> usize {
+        self.b
+    }
 }
 
 /// The baselines: a cuBLAS handle and the baseline kernels, on the fused backend's stream.
@@ -68,6 +100,11 @@ impl Baselines {
 
     /// Buffers for batch `b`, vocab `v` (`v % 4 == 0`) with the row streams of `params`.
     pub fn alloc(&self, b: usize, v: usize, params: &SamplingParams) -> Result<UnfusedBuffers> {
+        self.alloc_slabs(b, v, 1, params)
+    }
+
+    /// [`Self::alloc`] with logits for `slabs` shards of `v` entries each (`[slabs, B, V]`).
+    pub fn alloc_slabs(&self, b: usize, v: usize, slabs: usize, params: &SamplingParams) -> Result<UnfusedBuffers> {
         if v % 4 != 0 {
             return Err(Error::HiddenNotAligned { d: v, multiple: 4 });
         }
@@ -77,15 +114,18 @@ impl Baselines {
             expected: b,
             actual: params.streams.as_ref().map_or(0, Vec::len),
         })?;
+        let slabs = slabs.max(1);
         Ok(UnfusedBuffers {
-            logits: self.stream.alloc_zeros(b * v)?,
+            logits: self.stream.alloc_zeros(slabs * b * v)?,
             probs: self.stream.alloc_zeros(b * v)?,
-            candidates: self.stream.alloc_zeros(b * n_chunks)?,
+            candidates: self.stream.alloc_zeros(slabs * b * n_chunks)?,
             tokens: self.stream.alloc_zeros(b)?,
             scores: self.stream.alloc_zeros(b)?,
             streams: self.stream.clone_htod(&streams)?,
             b,
             v,
+            slabs: 1,
+            v_offset: 0,
         })
     }
 
@@ -123,6 +163,8 @@ impl Baselines {
             n_chunks: buf.v.div_ceil(LOGITS_CHUNK as usize) as u32,
             sample: params.sample,
             transform,
+            slabs: buf.slabs as u32,
+            v_offset: buf.v_offset as u32,
         })
     }
 
@@ -144,20 +186,39 @@ impl Baselines {
 
     /// Gumbel-max kernel over the logits (candidates per chunk), then the candidate reduction.
     pub fn gumbel_over_logits(&self, buf: &mut UnfusedBuffers, params: &SamplingParams) -> Result<()> {
+        let (tokens, _t) = buf.tokens.device_ptr_mut(&self.stream);
+        let (scores, _s) = buf.scores.device_ptr_mut(&self.stream);
+        // The guards are dropped before the launch (it borrows `buf` again): the buffers are this
+        // stream's only, so the launch stays ordered after their last use without their events.
+        drop((_t, _s));
+        // SAFETY: the buffer's own tokens and scores, B entries each, on this stream.
+        unsafe { self.gumbel_over_logits_into(buf, params, tokens, scores) }
+    }
+
+    /// [`Self::gumbel_over_logits`] writing the tokens and scores to `tokens` and `scores`.
+    ///
+    /// # Safety
+    /// `tokens` and `scores` are device addresses of `B` u32 / f32 on this stream's context, not
+    /// in use by another stream.
+    pub unsafe fn gumbel_over_logits_into(
+        &self,
+        buf: &mut UnfusedBuffers,
+        params: &SamplingParams,
+        tokens: u64,
+        scores: u64,
+    ) -> Result<()> {
         let p = self.params(buf, params)?;
         let cfg = LaunchConfig {
-            grid_dim: (buf.b as u32 * p.n_chunks, 1, 1),
+            grid_dim: (buf.slabs as u32 * buf.b as u32 * p.n_chunks, 1, 1),
             block_dim: (BASELINE_THREADS, 1, 1),
             shared_mem_bytes: BASELINE_SMEM_BYTES,
         };
-        let (tokens, _t) = buf.tokens.device_ptr_mut(&self.stream);
-        let (scores, _s) = buf.scores.device_ptr_mut(&self.stream);
         let r = ByValue(ReduceParams {
             candidates: p.candidates,
             tokens: tokens as *mut u32,
             scores: scores as *mut f32,
             b: buf.b as u32,
-            n_candidates: p.n_chunks,
+            n_candidates: p.slabs * p.n_chunks,
         });
         let rcfg = LaunchConfig {
             grid_dim: ((buf.b as u32).div_ceil(REDUCE_ROWS_PER_BLOCK), 1, 1),
@@ -165,7 +226,8 @@ impl Baselines {
             shared_mem_bytes: 0,
         };
         let p = ByValue(p);
-        // SAFETY: as in `softmax_multinomial`; candidates hold B · n_chunks.
+        // SAFETY: as in `softmax_multinomial`; logits hold slabs · B · V, candidates B · slabs ·
+        // n_chunks; the outputs B (the caller's contract).
         unsafe {
             self.stream.launch_builder(&self.gumbel).arg(&p).launch(cfg)?;
             self.stream.launch_builder(&self.reduce).arg(&r).launch(rcfg)?;

@@ -181,6 +181,55 @@ pub enum Error {
         /// Required multiple.
         multiple: usize,
     },
+    /// Ranks of a tensor-parallel group disagree on something they must share (V, D, dtype, world
+    /// size, the exchange's protocol).
+    #[error("rank {rank} disagrees on the {what}: expected {expected}, got {actual}")]
+    RankMismatch {
+        /// The rank whose value differs (from the reporting rank's view).
+        rank: usize,
+        /// What differs.
+        what: &'static str,
+        /// This rank's value.
+        expected: usize,
+        /// The other rank's.
+        actual: usize,
+    },
+    /// A rank index outside `0 .. world`.
+    #[error("rank {rank} is not in 0..{world}")]
+    InvalidRank {
+        /// The rank.
+        rank: usize,
+        /// The world size.
+        world: usize,
+    },
+    /// An NCCL unique id that is not 256 hexadecimal digits (its first characters).
+    #[error("not an NCCL unique id (256 hexadecimal digits): {0:?}…")]
+    InvalidCommId(String),
+    /// The NCCL library cannot be opened.
+    #[error("NCCL is not available: {0}")]
+    NoNccl(String),
+    /// An NCCL call failed.
+    #[error("NCCL error in {call} (code {code}): {message}")]
+    Nccl {
+        /// The NCCL function.
+        call: &'static str,
+        /// Its `ncclResult_t`.
+        code: i32,
+        /// NCCL's last error message.
+        message: String,
+    },
+    /// Peers did not take part within the timeout (a rank that failed, died or never joined): the
+    /// communicator was aborted.
+    #[error("timed out after {ms} ms waiting for the other ranks ({what}); the communicator was aborted")]
+    Timeout {
+        /// What was waited for.
+        what: &'static str,
+        /// The timeout.
+        ms: u64,
+    },
+    /// The rank's communicator was aborted by an earlier failure; form a new group.
+    #[error("the NCCL communicator was aborted by an earlier failure; create a new rank or group")]
+    CommAborted,
     /// No usable CUDA GPU (no driver library, no device, or context creation failed).
     #[error("no CUDA GPU available: {0}")]
     NoGpu(String),

@@ -13,13 +13,14 @@ use flashsampling_kernels::config::{
     TMA_T_VOCAB_ALIGN, TmaLayout, tma_hidden, tma_weight_rows, tma_weight_tiles, tma_weight_tiles_t, variant_for_batch,
 };
 use flashsampling_kernels::params::{
-    ExpandParams, FusedParams, LogitsParams, NoiseTestParams, ReduceParams, RowMass, RowParams, TensorMap, TensorMaps,
+    ExpandParams, FusedParams, LogitsParams, MergeRanksParams, NoiseTestParams, ReduceParams, RowMass, RowParams,
+    TensorMap, TensorMaps,
 };
 use flashsampling_kernels::{Candidate, Transform};
 use half::bf16;
 
 use crate::error::{Error, Result};
-use crate::params::{LogProbs, Matrix, SamplingParams, Shape, validate};
+use crate::params::{LogProbs, Matrix, SamplingParams, Shape, validate, validate_in_vocab};
 use crate::{PTX, PTX_SM90A, Samples, check_samples_of};
 
 /// A kernel parameter struct passed by value (`#[repr(C)]`, identical layout on host and device); the
@@ -37,6 +38,8 @@ unsafe impl DeviceRepr for ByValue<NoiseTestParams> {}
 unsafe impl DeviceRepr for ByValue<LogitsParams> {}
 // SAFETY: as above.
 unsafe impl DeviceRepr for ByValue<ExpandParams> {}
+// SAFETY: as above.
+unsafe impl DeviceRepr for ByValue<MergeRanksParams> {}
 
 /// A [`RowParams`] as the four 64-bit words of its `#[repr(C)]` layout (seed, stream, transform,
 /// sample and request), for the upload.
@@ -44,6 +47,38 @@ fn row_words(r: RowParams) -> [u64; 4] {
     const _: () = assert!(size_of::<RowParams>() == 32);
     let t = (r.transform.inv_temperature.to_bits() as u64) | ((r.transform.noise_scale.to_bits() as u64) << 32);
     [r.seed, r.stream, t, (r.sample as u64) | ((r.request as u64) << 32)]
+}
+
+/// Where a launch's weight sits in the vocabulary: global rows `offset ..` of a `vocab`-entry head
+/// (`offset = 0`, `vocab = V` for a whole head).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct VocabRange {
+    /// Global vocab index of the weight's row 0.
+    pub offset: usize,
+    /// The model's vocabulary size.
+    pub vocab: usize,
+}
+
+/// Vocab shards on the GPU start at multiples of this many rows (one Philox counter and one mask
+/// word hold four consecutive tokens; Megatron and vLLM pad shards to multiples of 64 or 128).
+pub const SHARD_OFFSET_ALIGN: usize = 4;
+
+/// A launch's vocab range and, for a rank, its exchange buffer's device address.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Ranged {
+    range: VocabRange,
+    staging: Option<u64>,
+}
+
+/// Device addresses of a call's outputs (and cudarc's guards, to drop after the launch that writes
+/// them); 0 for the log-probability outputs when not asked for.
+pub(crate) struct OutputPtrs<'a> {
+    pub tokens: u64,
+    pub scores: u64,
+    pub logprobs: u64,
+    pub raw_logprobs: u64,
+    pub logsumexp: u64,
+    _guards: Vec<SyncOnDrop<'a>>,
 }
 
 /// How the fused kernel is launched for one (B, V).
@@ -279,6 +314,35 @@ impl DeviceSamples {
             && self.tensor_maps.len() * 8 >= size_of::<TensorMaps>()
     }
 
+    /// Records a call of `rows` sample rows (`n` per request) that wrote these outputs by other
+    /// means than the fused launch (a rank's merge).
+    pub(crate) fn set_call(&mut self, rows: usize, n: usize, logprobs: bool) {
+        self.b = rows;
+        self.n = n;
+        self.has_logprobs = logprobs;
+    }
+
+    /// The outputs' device addresses for a write on `stream` (the log-probability ones with
+    /// `logprobs`; they must exist: [`GpuBackend::ensure_outputs`]).
+    pub(crate) fn output_ptrs<'a>(&'a mut self, stream: &'a CudaStream, logprobs: bool) -> OutputPtrs<'a> {
+        let mut guards = Vec::new();
+        let (tokens, g) = self.tokens.device_ptr_mut(stream);
+        guards.push(g);
+        let (scores, g) = self.scores.device_ptr_mut(stream);
+        guards.push(g);
+        let mut lp = [0u64; 3];
+        if logprobs {
+            for (i, buf) in [&mut self.logprobs, &mut self.raw_logprobs, &mut self.logsumexp].into_iter().enumerate() {
+                if let Some(b) = buf.as_mut() {
+                    let (ptr, g) = b.device_ptr_mut(stream);
+                    lp[i] = ptr;
+                    guards.push(g);
+                }
+            }
+        }
+        OutputPtrs { tokens, scores, logprobs: lp[0], raw_logprobs: lp[1], logsumexp: lp[2], _guards: guards }
+    }
+
     /// Fills the tokens with `INVALID_INDEX` and the scores with NaN (all bits set: `u32::MAX`, and a
     /// quiet NaN), stream-ordered.
     fn invalidate(&mut self, stream: &CudaStream) -> Result<()> {
@@ -487,9 +551,13 @@ impl GpuBackend {
         &self.stream
     }
 
-    /// The launch of the fused kernel for `b` rows, vocab `v` and epilogue `epilogue`.
-    fn launch_shape(&self, b: usize, v: usize, epilogue: Epilogue) -> LaunchShape {
-        let variant = self.fused_variant_for(b, v);
+    /// The launch of the fused kernel for `v` weight rows of a `vocab`-entry head (`v = vocab` for a
+    /// whole head) and epilogue `epilogue`: the variant is the one the
+    /// whole head would get (so a vocab shard sums its logits like the one-GPU call and its samples
+    /// are bit-identical), unless it cannot run `v` rows (hidden-as-A kernels need `v % 16 == 0`).
+    fn launch_shape_in(&self, b: usize, v: usize, vocab: usize, epilogue: Epilogue) -> LaunchShape {
+        let whole = self.fused_variant_for(b, vocab);
+        let variant = if whole.supports_vocab(v as u32) { whole } else { self.fused_variant_for(b, v) };
         let loaded = self.loaded(variant).expect("only loaded variants are chosen");
         let n_btiles = (b as u32).div_ceil(variant.block_b()).max(1);
         let per_sm = self.blocks_per_sm_override.unwrap_or(loaded.entry(epilogue).per_sm);
@@ -510,6 +578,12 @@ impl GpuBackend {
     /// [`Self::alloc_samples`] for `b` sample rows (`B·n`) and kernels with epilogue `epilogue` (the
     /// log-probability buffers with [`Epilogue::LogProbs`]).
     fn alloc_for(&self, b: usize, v: usize, epilogue: Epilogue) -> Result<DeviceSamples> {
+        self.alloc_for_in(b, v, v, epilogue)
+    }
+
+    /// [`Self::alloc_for`] for `v` weight rows of a `vocab`-entry head (the launch
+    /// [`Self::launch_shape_in`] makes).
+    fn alloc_for_in(&self, b: usize, v: usize, vocab: usize, epilogue: Epilogue) -> Result<DeviceSamples> {
         if b == 0 {
             return Err(Error::EmptyBatch);
         }
@@ -522,7 +596,7 @@ impl GpuBackend {
                 return Err(Error::TooLarge { what, value, max });
             }
         }
-        let launch = self.launch_shape(b, v, epilogue);
+        let launch = self.launch_shape_in(b, v, vocab.max(v), epilogue);
         let n_cands = b.checked_mul(launch.n_vranges as usize).filter(|&n| n <= isize::MAX as usize / 16).ok_or(
             Error::TooLarge { what: "candidates (B × vocab ranges)", value: usize::MAX, max: isize::MAX as usize / 8 },
         )?;
@@ -625,15 +699,123 @@ impl GpuBackend {
         mask: Option<&CudaView<'_, u32>>,
         out: &mut DeviceSamples,
     ) -> Result<()> {
-        let (shape, _) = validate(
+        let whole = VocabRange { offset: 0, vocab: weight.rows };
+        self.sample_device_in(hidden, weight, params, mask, out, whole, None)
+    }
+
+    /// [`Self::sample_device_masked`] for a weight holding global vocab rows `range.offset ..` of a
+    /// `range.vocab`-entry head (rows at or past `range.vocab` are padding, never scored). With
+    /// `staging` (a rank's exchange buffer, `[6, B·n]` words), the launch writes its per-row results
+    /// there ([`flashsampling_kernels::params::MergeRanksParams`]'s layout) instead of into `out`.
+    pub(crate) fn sample_device_in(
+        &self,
+        hidden: &DeviceMatrix<'_>,
+        weight: &DeviceMatrix<'_>,
+        params: &SamplingParams,
+        mask: Option<&CudaView<'_, u32>>,
+        out: &mut DeviceSamples,
+        range: VocabRange,
+        staging: Option<u64>,
+    ) -> Result<()> {
+        let mut shape = self.validate_call(hidden, weight, params, mask, range)?;
+        if range.offset >= range.vocab {
+            return Err(Error::InvalidShards { reason: "the shard starts at or past V", at: range.offset });
+        }
+        // Rows past the model's vocabulary are padding: not scored (nor read).
+        shape.v = weight.rows.min(range.vocab - range.offset);
+        // The guards stay alive until the launch is enqueued (see `device_address`).
+        let (hidden_ptr, _hidden_guard) = device_address(&hidden.data, &self.stream);
+        let (weight_ptr, _weight_guard) = device_address(&weight.data, &self.stream);
+        let (mask_ptr, _mask_guard) = match mask {
+            Some(m) => {
+                let (ptr, guard) = device_address(m, &self.stream);
+                (ptr, Some(guard))
+            }
+            None => (0, None),
+        };
+        for (buffer, address) in [("hidden states", hidden_ptr), ("LM-head weight", weight_ptr)] {
+            if address % 16 != 0 {
+                return Err(Error::Misaligned { buffer, address });
+            }
+        }
+        // `n` samples per row: the kernel scores B·n rows (row r·n + j is row r's sample j).
+        let n = params.n as usize;
+        let rows = shape.b * n;
+        if rows > MAX_DIM as usize {
+            return Err(Error::TooLarge { what: "sample rows (B × n)", value: rows, max: MAX_DIM as usize });
+        }
+        let epilogue = if params.logprobs == LogProbs::Off { Epilogue::Sample } else { Epilogue::LogProbs };
+        let launch = self.launch_shape_in(rows, shape.v, range.vocab, epilogue);
+        let variant = launch.variant;
+        if !variant.supports_vocab(shape.v as u32) {
+            return Err(Error::UnsupportedVocab {
+                variant: variant.entry,
+                v: shape.v,
+                multiple: TMA_T_VOCAB_ALIGN as usize,
+            });
+        }
+        let blocks = launch.n_btiles as usize * launch.n_vranges as usize;
+        if blocks > i32::MAX as usize {
+            return Err(Error::TooLarge {
+                what: "grid blocks (B tiles × V ranges)",
+                value: blocks,
+                max: i32::MAX as usize,
+            });
+        }
+        // Every buffer the launch touches must be large enough for it (and on this context): else a
+        // fresh set, sized by the same launch shape (zeroed counters, invalid tokens).
+        if !out.fits(rows, &launch, &self.ctx) {
+            *out = self.alloc_for_in(rows, shape.v, range.vocab, epilogue)?;
+        }
+        let words = self.row_words(params, shape.b)?;
+        out.b = rows;
+        out.n = n;
+        out.has_logprobs = epilogue == Epilogue::LogProbs;
+        let ranged = Ranged { range, staging };
+        let result =
+            self.upload_and_launch(shape, params, (hidden_ptr, weight_ptr, mask_ptr), words, out, launch, ranged);
+        if result.is_err() {
+            // Best effort: no stale tokens after a failed call (see `DeviceSamples`).
+            let _ = out.invalidate(&self.stream);
+        }
+        // Only now may the read events of hidden, weight and mask be recorded: after the launch.
+        drop((_hidden_guard, _weight_guard, _mask_guard));
+        result
+    }
+
+    /// Every check of [`Self::sample_device_in`] before it touches a buffer: shapes, parameters,
+    /// the vocab range, the mask's length, every buffer on this context and 16-byte aligned.
+    pub(crate) fn validate_call(
+        &self,
+        hidden: &DeviceMatrix<'_>,
+        weight: &DeviceMatrix<'_>,
+        params: &SamplingParams,
+        mask: Option<&CudaView<'_, u32>>,
+        range: VocabRange,
+    ) -> Result<Shape> {
+        let (shape, _) = validate_in_vocab(
             (hidden.rows, hidden.cols, hidden.data.len()),
             (weight.rows, weight.cols, weight.data.len()),
             params,
+            range.vocab,
         )?;
         if let Some(control) = params.cpu_only_control() {
             return Err(Error::Unsupported { control, path: "on the GPU backend" });
         }
-        let words_per_row = shape.v.div_ceil(32);
+        if range.offset % SHARD_OFFSET_ALIGN != 0 {
+            return Err(Error::InvalidShards {
+                reason: "a shard on the GPU must start at a multiple of 4 vocab rows",
+                at: range.offset,
+            });
+        }
+        if range.offset + weight.rows > MAX_DIM as usize {
+            return Err(Error::TooLarge {
+                what: "shard end (global vocab row)",
+                value: range.offset + weight.rows,
+                max: MAX_DIM as usize,
+            });
+        }
+        let words_per_row = range.vocab.div_ceil(32);
         if let Some(m) = mask {
             if params.allowed.is_some() {
                 return Err(Error::Unsupported {
@@ -657,62 +839,31 @@ impl GpuBackend {
                 return Err(Error::ForeignBuffer { buffer });
             }
         }
-        // The guards stay alive until the launch is enqueued (see `device_address`).
-        let (hidden_ptr, _hidden_guard) = device_address(&hidden.data, &self.stream);
-        let (weight_ptr, _weight_guard) = device_address(&weight.data, &self.stream);
-        let (mask_ptr, _mask_guard) = match mask {
-            Some(m) => {
-                let (ptr, guard) = device_address(m, &self.stream);
-                (ptr, Some(guard))
-            }
-            None => (0, None),
-        };
-        for (buffer, address) in [("hidden states", hidden_ptr), ("LM-head weight", weight_ptr)] {
+        for (buffer, data) in [("hidden states", &hidden.data), ("LM-head weight", &weight.data)] {
+            let (address, _g) = device_address(data, &self.stream);
             if address % 16 != 0 {
                 return Err(Error::Misaligned { buffer, address });
             }
         }
-        // `n` samples per row: the kernel scores B·n rows (row r·n + j is row r's sample j).
-        let n = params.n as usize;
-        let rows = shape.b * n;
-        if rows > MAX_DIM as usize {
-            return Err(Error::TooLarge { what: "sample rows (B × n)", value: rows, max: MAX_DIM as usize });
+        Ok(shape)
+    }
+
+    /// Makes `out` hold `rows` sample rows of outputs (and the log-probability outputs with
+    /// `logprobs`) on this context, replacing it by a fresh set when it does not.
+    pub(crate) fn ensure_outputs(&self, out: &mut DeviceSamples, rows: usize, logprobs: bool) -> Result<()> {
+        let lp_fit = !logprobs
+            || [&out.logprobs, &out.raw_logprobs, &out.logsumexp]
+                .iter()
+                .all(|o| o.as_ref().is_some_and(|l| l.len() >= rows));
+        if !(same_context(out.tokens.context(), &self.ctx)
+            && out.tokens.len() >= rows
+            && out.scores.len() >= rows
+            && lp_fit)
+        {
+            let epilogue = if logprobs { Epilogue::LogProbs } else { Epilogue::Sample };
+            *out = self.alloc_for(rows, 1, epilogue)?;
         }
-        let epilogue = if params.logprobs == LogProbs::Off { Epilogue::Sample } else { Epilogue::LogProbs };
-        let launch = self.launch_shape(rows, shape.v, epilogue);
-        let variant = launch.variant;
-        if !variant.supports_vocab(shape.v as u32) {
-            return Err(Error::UnsupportedVocab {
-                variant: variant.entry,
-                v: shape.v,
-                multiple: TMA_T_VOCAB_ALIGN as usize,
-            });
-        }
-        let blocks = launch.n_btiles as usize * launch.n_vranges as usize;
-        if blocks > i32::MAX as usize {
-            return Err(Error::TooLarge {
-                what: "grid blocks (B tiles × V ranges)",
-                value: blocks,
-                max: i32::MAX as usize,
-            });
-        }
-        // Every buffer the launch touches must be large enough for it (and on this context): else a
-        // fresh set, sized by the same launch shape (zeroed counters, invalid tokens).
-        if !out.fits(rows, &launch, &self.ctx) {
-            *out = self.alloc_for(rows, shape.v, epilogue)?;
-        }
-        let words = self.row_words(params, shape.b)?;
-        out.b = rows;
-        out.n = n;
-        out.has_logprobs = epilogue == Epilogue::LogProbs;
-        let result = self.upload_and_launch(shape, params, (hidden_ptr, weight_ptr, mask_ptr), words, out, launch);
-        if result.is_err() {
-            // Best effort: no stale tokens after a failed call (see `DeviceSamples`).
-            let _ = out.invalidate(&self.stream);
-        }
-        // Only now may the read events of hidden, weight and mask be recorded: after the launch.
-        drop((_hidden_guard, _weight_guard, _mask_guard));
-        result
+        Ok(())
     }
 
     /// The per-row parameters of a validated call, `[B·n]`, as upload words.
@@ -750,6 +901,7 @@ impl GpuBackend {
         words: Vec<u64>,
         out: &mut DeviceSamples,
         launch: LaunchShape,
+        ranged: Ranged,
     ) -> Result<()> {
         let rows = out.b;
         if words != out.uploaded_rows {
@@ -814,7 +966,7 @@ impl GpuBackend {
         } else {
             device_mask
         };
-        self.launch_fused(shape, params, (hidden, weight, mask), out, launch)
+        self.launch_fused(shape, params, (hidden, weight, mask), out, launch, ranged)
     }
 
     fn launch_fused(
@@ -824,6 +976,7 @@ impl GpuBackend {
         (hidden, weight, mask): (u64, u64, u64),
         out: &mut DeviceSamples,
         launch: LaunchShape,
+        ranged: Ranged,
     ) -> Result<()> {
         let loaded = self.loaded(launch.variant).expect("only loaded variants are chosen");
         let entry = loaded.entry(launch.epilogue);
@@ -857,7 +1010,7 @@ impl GpuBackend {
         let (counters, _n) = out.counters.device_ptr_mut(&self.stream);
         let (tokens, _t) = out.tokens.device_ptr_mut(&self.stream);
         let (scores, _r) = out.scores.device_ptr_mut(&self.stream);
-        let mut lp_ptrs = [0u64; 4];
+        let mut lp_ptrs = [0u64; 5];
         let mut _lp_guards = Vec::new();
         if lp {
             for (i, buf) in [
@@ -874,6 +1027,17 @@ impl GpuBackend {
                 _lp_guards.push(guard);
             }
         }
+        // A rank's launch writes its results into the exchange buffer, `[6, rows]` words.
+        let (tokens, scores) = match ranged.staging {
+            Some(base) => {
+                let field = |k: u64| base + 4 * k * rows as u64;
+                if lp {
+                    lp_ptrs[1..].copy_from_slice(&[field(2), field(3), field(4), field(5)]);
+                }
+                (field(0), field(1))
+            }
+            None => (tokens, scores),
+        };
         let p = ByValue(FusedParams {
             hidden: hidden as *const bf16,
             weight: weight as *const bf16,
@@ -883,6 +1047,7 @@ impl GpuBackend {
             logprobs: lp_ptrs[1] as *mut f32,
             raw_logprobs: lp_ptrs[2] as *mut f32,
             logsumexp: lp_ptrs[3] as *mut f32,
+            raw_logsumexp: lp_ptrs[4] as *mut f32,
             candidates: cands as *mut Candidate,
             counters: counters as *mut u32,
             tokens: tokens as *mut u32,
@@ -890,8 +1055,10 @@ impl GpuBackend {
             b: rows as u32,
             d: shape.d as u32,
             v: shape.v as u32,
+            v_offset: ranged.range.offset as u32,
+            v_end: (ranged.range.offset + shape.v) as u32,
             n_vranges: launch.n_vranges,
-            mask_words: if mask != 0 { shape.v.div_ceil(32) as u32 } else { 0 },
+            mask_words: if mask != 0 { ranged.range.vocab.div_ceil(32) as u32 } else { 0 },
             softcap: params.softcap.unwrap_or(0.0),
             tensor_maps: if variant.uses_tma() { maps as *const TensorMaps } else { std::ptr::null() },
             tma_whole_tiles: shape.v as u32 / BLOCK_V,

@@ -44,6 +44,7 @@ pub mod shard;
 pub mod synthetic;
 #[cfg(feature = "internals")]
 pub mod timing;
+pub mod tp;
 
 pub use cpu::CpuBackend;
 pub use error::{Error, Result};
@@ -52,6 +53,7 @@ pub use flashsampling_kernels::stream_id;
 pub use gpu::{DeviceMatrix, DeviceSamples, GpuBackend, gpu_available};
 pub use params::{Matrix, SamplingParams, Shape};
 pub use shard::{VocabShard, merge_shard_candidates};
+pub use tp::{CommId, ShardLayout, TpGroup, TpRank};
 
 /// The portable PTX module ([`kernels::config::Module::Portable`]: the `mma.sync` kernels), built
 /// by build.rs for the architecture `FLASHSAMPLING_SM` names at build time (default sm_90; see

@@ -346,9 +346,20 @@ pub const MAX_SAMPLE: u32 = flashsampling_kernels::noise::REFINE_SAMPLE_BIT;
 
 /// Validates shapes, lengths and parameters; `hidden_len`/`weight_len` are the buffers' lengths.
 pub(crate) fn validate(
+    hidden: (usize, usize, usize),
+    weight: (usize, usize, usize),
+    params: &SamplingParams,
+) -> Result<(Shape, Transform)> {
+    validate_in_vocab(hidden, weight, params, weight.0)
+}
+
+/// [`validate`] for a weight that is a vocab shard of a `vocab`-entry head: the per-token controls
+/// (mask, adjustments) are validated against the whole vocabulary (their indices are global).
+pub(crate) fn validate_in_vocab(
     (b, hd, hidden_len): (usize, usize, usize),
     (v, wd, weight_len): (usize, usize, usize),
     params: &SamplingParams,
+    vocab: usize,
 ) -> Result<(Shape, Transform)> {
     if b == 0 {
         return Err(Error::EmptyBatch);
@@ -432,11 +443,17 @@ pub(crate) fn validate(
             return Err(Error::InvalidSoftcap(cap));
         }
     }
+    if vocab == 0 {
+        return Err(Error::EmptyVocab);
+    }
+    if vocab > max {
+        return Err(Error::TooLarge { what: "vocab size V", value: vocab, max });
+    }
     if let Some(mask) = &params.allowed {
-        mask.validate(b, v)?;
+        mask.validate(b, vocab)?;
     }
     if let Some(adj) = &params.adjustments {
-        adj.validate(b, v)?;
+        adj.validate(b, vocab)?;
     }
     let transform = params.transform()?;
     Ok((Shape { b, d, v }, transform))

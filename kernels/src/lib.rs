@@ -28,6 +28,7 @@ pub mod logmass;
 pub mod noise;
 pub mod params;
 pub mod philox;
+pub mod ranks;
 
 #[cfg(target_arch = "nvptx64")]
 mod device;

@@ -77,6 +77,9 @@ pub struct FusedParams {
     /// Output of the log-probability kernels: each row's log-sum-exp of `z / T` (NaN for a greedy
     /// row), `[B]`.
     pub logsumexp: *mut f32,
+    /// Output of the log-probability kernels when not null: each row's log-sum-exp of the raw
+    /// logits `y`, `[B]` (what a vocab-parallel merge needs to rescale the raw log-probabilities).
+    pub raw_logsumexp: *mut f32,
     /// Output: candidates `[B, n_vranges]`, row-major.
     pub candidates: *mut Candidate,
     /// Per-batch-tile arrival counters `[n_btiles]`, zero before the launch; the last block of each
@@ -90,11 +93,17 @@ pub struct FusedParams {
     pub b: u32,
     /// Hidden size (multiple of [`crate::config::D_ALIGN`]).
     pub d: u32,
-    /// Vocab size.
+    /// Weight rows scored (the vocab size; a vocab shard's rows below the model's vocabulary).
     pub v: u32,
+    /// Global vocab index of weight row 0 (a multiple of 4; 0 unless the weight is a vocab shard):
+    /// noise, mask bits and candidate indices use `v_offset + row`, so a shard's samples are the
+    /// whole head's (`crate::shard`).
+    pub v_offset: u32,
+    /// `v_offset + v`: the global vocab index one past the launch's last scored row.
+    pub v_end: u32,
     /// Vocab ranges of the persistent grid: candidates per row.
     pub n_vranges: u32,
-    /// 32-bit words per mask row (`ceil(V / 32)`; 0 without a mask).
+    /// 32-bit words per mask row (`ceil(V / 32)` of the whole vocabulary; 0 without a mask).
     pub mask_words: u32,
     /// Soft-cap of the logits, `cap · tanh(y / cap)` before everything else; 0: none.
     pub softcap: f32,
@@ -148,6 +157,36 @@ pub struct ReduceParams {
     pub n_candidates: u32,
 }
 
+/// Parameters of the vocab-parallel merge kernel (`merge_ranks`): per row, the ranks' results
+/// folded into the whole head's ([`crate::ranks::merge_rank_row`]). A rank's results are `K` words
+/// per row, laid out `[K, B]`: tokens, scores (f32 bits), and with log-probabilities (`K = 6`) the
+/// processed and raw log-probabilities and the processed and raw log-sum-exps — what the fused
+/// kernel writes for one rank, gathered `[G, K, B]` (an NCCL all-gather's output, rank-major).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct MergeRanksParams {
+    /// The ranks' results `[G, K, B]` (32-bit words).
+    pub gathered: *const u32,
+    /// Output: tokens `[B]`.
+    pub tokens: *mut u32,
+    /// Output: scores `[B]`.
+    pub scores: *mut f32,
+    /// Output with `K = 6`: processed log-probabilities `[B]`.
+    pub logprobs: *mut f32,
+    /// Output with `K = 6`: raw log-probabilities `[B]`.
+    pub raw_logprobs: *mut f32,
+    /// Output with `K = 6`: processed log-sum-exps `[B]`.
+    pub logsumexp: *mut f32,
+    /// Rows.
+    pub b: u32,
+    /// Ranks.
+    pub g: u32,
+    /// Words per row and rank: 2 (tokens, scores) or 6 (with log-probabilities).
+    pub k: u32,
+    /// Padding (keeps the struct's size a multiple of 8 on host and device).
+    pub _pad: u32,
+}
+
 /// Parameters of the row-expansion kernel (`expand_rows`): `out[r·n + j, :] = hidden[r, :]`, the
 /// hidden states of a launch with `n` samples per request.
 #[repr(C)]
@@ -187,11 +226,12 @@ pub struct NoiseTestParams {
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct LogitsParams {
-    /// Logits `[B, V]`, f32, row-major, `V % 4 == 0`.
+    /// Logits `[slabs, B, V]`, f32, row-major, `V % 4 == 0`: one slab per vocab shard (an
+    /// all-gather's output), or one.
     pub logits: *const f32,
     /// Softmax output / multinomial input `[B, V]`.
     pub probs: *mut f32,
-    /// Gumbel baseline output: candidates `[B, n_chunks]`.
+    /// Gumbel baseline output: candidates `[B, slabs · n_chunks]`.
     pub candidates: *mut Candidate,
     /// Multinomial output: tokens `[B]`.
     pub tokens: *mut u32,
@@ -201,12 +241,17 @@ pub struct LogitsParams {
     pub seed: u64,
     /// Batch rows.
     pub b: u32,
-    /// Vocab size.
+    /// Vocab entries per slab and row.
     pub v: u32,
-    /// Chunks per row of the Gumbel baseline.
+    /// Chunks per row and slab of the Gumbel baseline.
     pub n_chunks: u32,
     /// Sample index.
     pub sample: u32,
+    /// Slabs of the logits (Gumbel baseline; 1 for the others).
+    pub slabs: u32,
+    /// Global vocab index of slab 0's entry 0 (a multiple of 4); slab `s`'s entry `j` is
+    /// `v_offset + s·V + j` (Gumbel baseline).
+    pub v_offset: u32,
     /// Temperature transform.
     pub transform: Transform,
 }

@@ -11,7 +11,7 @@ use flashsampling_kernels::config::BLOCK_V;
 use flashsampling_kernels::{Candidate, RowNoise, Transform};
 
 use crate::error::{Error, Result};
-use crate::params::{Element, LogProbs, Matrix, SamplingParams, validate};
+use crate::params::{Element, LogProbs, Matrix, SamplingParams, validate, validate_in_vocab};
 use crate::shard::{VocabShard, merge_shard_candidates, validate_shards};
 use crate::{Samples, check_samples_of};
 
@@ -134,8 +134,12 @@ impl CpuBackend {
         params: &SamplingParams,
     ) -> Result<Vec<Candidate>> {
         let w = shard.weight;
-        let (shape, _) =
-            validate((hidden.rows, hidden.cols, hidden.data.len()), (w.rows, w.cols, w.data.len()), params)?;
+        let (shape, _) = validate_in_vocab(
+            (hidden.rows, hidden.cols, hidden.data.len()),
+            (w.rows, w.cols, w.data.len()),
+            params,
+            vocab,
+        )?;
         if params.logprobs != LogProbs::Off {
             return Err(Error::Unsupported { control: "log-probabilities", path: "over vocab shards" });
         }

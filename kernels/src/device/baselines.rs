@@ -6,7 +6,7 @@
 //!
 //! | kernel | grid | block | what |
 //! |---|---|---|---|
-//! | `gumbel_logits` | `B · n_chunks` | [`BASELINE_THREADS`] | Gumbel-max per chunk of [`LOGITS_CHUNK`] → candidates (then `reduce_candidates`) |
+//! | `gumbel_logits` | `slabs · B · n_chunks` | [`BASELINE_THREADS`] | Gumbel-max per chunk of [`LOGITS_CHUNK`] → candidates (then `reduce_candidates`) |
 //! | `softmax_rows` | `B` | [`BASELINE_THREADS`] | online max/sum pass, then `probs = softmax(logits / T)` written |
 //! | `multinomial_rows` | `B` | [`BASELINE_THREADS`] | inverse-CDF draw over `probs`, block-wide scans, early exit |
 //! | `reduce_candidates` | `ceil(B / REDUCE_ROWS_PER_BLOCK)` | `REDUCE_THREADS_PER_BLOCK` | the candidate reduction of `gumbel_logits` (`device::reduce`) |
@@ -43,9 +43,12 @@ const WARPS: u32 = BASELINE_THREADS / 32;
 unsafe fn gumbel_logits_body(p: LogitsParams) {
     // SAFETY: special-register reads.
     let (tid, blk) = unsafe { (_thread_idx_x(), _block_idx_x()) };
-    let (row, chunk) = (blk / p.n_chunks, blk % p.n_chunks);
-    // SAFETY: row < B: the row start is inside [B, V].
-    let logits = unsafe { p.logits.add(row as usize * p.v as usize) };
+    let (slab_row, chunk) = (blk / p.n_chunks, blk % p.n_chunks);
+    let (slab, row) = (slab_row / p.b, slab_row % p.b);
+    // SAFETY: slab < slabs, row < B: the row start is inside [slabs, B, V].
+    let logits = unsafe { p.logits.add((slab as usize * p.b as usize + row as usize) * p.v as usize) };
+    // Global vocab index of the slab's entry 0.
+    let base = p.v_offset + slab * p.v;
     // SAFETY: row < B.
     let noise = RowNoise { seed: p.seed, stream: unsafe { *p.streams.add(row as usize) }, sample: p.sample };
     let mut cand = Candidate::EMPTY;
@@ -55,15 +58,15 @@ unsafe fn gumbel_logits_body(p: LogitsParams) {
         if v0 < p.v {
             // SAFETY: v0 + 4 <= V (V % 4 == 0), 16-byte aligned.
             let x = unsafe { ld_global_nc_v4_f32(logits.add(v0 as usize)) };
-            update_group4(&mut cand, x, v0, p.v, &noise, &p.transform);
+            update_group4(&mut cand, x, base + v0, base + p.v, &noise, &p.transform);
         }
         k += 1;
     }
     // SAFETY: block-uniform; 8·WARPS bytes of dynamic shared memory.
     let cand = unsafe { merge_candidates(cand, mov_u32_dynamic_smem(), tid, WARPS) };
     if tid == 0 {
-        // SAFETY: inside [B, n_chunks].
-        unsafe { *p.candidates.add((row * p.n_chunks + chunk) as usize) = cand };
+        // SAFETY: inside [B, slabs · n_chunks].
+        unsafe { *p.candidates.add(((row * p.slabs + slab) * p.n_chunks + chunk) as usize) = cand };
     }
 }
 

@@ -63,11 +63,12 @@ pub(super) fn exp(x: f32) -> f32 {
     ex2_approx_ftz_f32(x * core::f32::consts::LOG2_E)
 }
 
-/// The lane epilogue: logits `y` of vocab rows `v0 .. v0 + 4` (`v0 % 4 == 0`) of one batch row →
+/// The lane epilogue: logits `y` of weight rows `v0 .. v0 + 4` (`v0 % 4 == 0`; global vocab indices
+/// from `v0 + v_offset`) of one batch row →
 /// processed logits `z` (soft-cap, then the allowed-token mask: `−∞` where a token is not allowed)
 /// → transformed, perturbed scores → the row's candidate (the no_std [`update_group4`], which skips
 /// rows at or past V). With `LP`, the row's log-mass takes the raw logits and `z / T` too. `SC`:
-/// the launch soft-caps (`p.softcap > 0`); `MK`: it has a mask. The adapters are instantiated for
+/// the launch soft-caps (`p.softcap > 0`); `MK`: it has a mask or a vocab offset (a shard). The adapters are instantiated for
 /// each and pick one per tile ([`controls_dispatch`]), so the controls' code stays out of the plain
 /// path's unrolled loop, whose instruction footprint decides its speed (docs/findings/13).
 #[inline(always)]
@@ -79,15 +80,19 @@ pub(super) fn lane_epilogue<const LP: bool, const SC: bool, const MK: bool>(
     cand: &mut Candidate,
     mass: &mut RowMass,
 ) {
+    // The global vocab index of the group: a vocab shard's rows start at `v_offset` (a multiple of
+    // 4, so the group stays one Philox counter and one mask word). Only the `MK` instantiation adds
+    // it (a shard's launch takes that path, see `controls_dispatch`): the plain loop is unchanged.
+    let (g0, g_end) = if MK { (v0 + p.v_offset, p.v_end) } else { (v0, p.v) };
     let mut z = y;
     if SC {
         z = [softcap(y[0], p.softcap), softcap(y[1], p.softcap), softcap(y[2], p.softcap), softcap(y[3], p.softcap)];
     }
-    if MK && v0 < p.v {
-        // SAFETY: request < B / n and v0 / 32 < ceil(V / 32) = mask_words: inside the mask. The four
-        // bits of the group are in one word (v0 % 4 == 0).
-        let word = unsafe { *p.mask.add(row.request() as usize * p.mask_words as usize + (v0 / 32) as usize) };
-        let bits = word >> (v0 % 32);
+    if MK && v0 < p.v && !p.mask.is_null() {
+        // SAFETY: request < B / n and g0 / 32 < ceil(V_global / 32) = mask_words (g0 < v_offset + v ≤
+        // the model's V): inside the mask. The four bits of the group are in one word (g0 % 4 == 0).
+        let word = unsafe { *p.mask.add(row.request() as usize * p.mask_words as usize + (g0 / 32) as usize) };
+        let bits = word >> (g0 % 32);
         for (j, zj) in z.iter_mut().enumerate() {
             if (bits >> j) & 1 == 0 {
                 *zj = f32::NEG_INFINITY;
@@ -95,7 +100,7 @@ pub(super) fn lane_epilogue<const LP: bool, const SC: bool, const MK: bool>(
         }
     }
     let transform = row.transform();
-    update_group4(cand, z, v0, p.v, &row.noise(), &transform);
+    update_group4(cand, z, g0, g_end, &row.noise(), &transform);
     if LP {
         let mut raw = [f32::NEG_INFINITY; 4];
         let mut processed = [f32::NEG_INFINITY; 4];
@@ -114,11 +119,11 @@ pub(super) fn lane_epilogue<const LP: bool, const SC: bool, const MK: bool>(
     }
 }
 
-/// Calls `$f::<…, SC, MK>` for this launch's soft-cap (`SC`) and mask (`MK`): one uniform branch
-/// per tile, four instantiations of the tile's epilogue.
+/// Calls `$f::<…, SC, MK>` for this launch's soft-cap (`SC`) and mask or vocab offset (`MK`): one
+/// uniform branch per tile, four instantiations of the tile's epilogue.
 macro_rules! controls_dispatch {
     ($p:expr, $f:ident::<$($g:tt),*>($($arg:expr),*)) => {
-        match ($p.softcap > 0.0, !$p.mask.is_null()) {
+        match ($p.softcap > 0.0, !$p.mask.is_null() || $p.v_offset != 0) {
             (false, false) => $f::<$($g,)* false, false>($($arg),*),
             (true, false) => $f::<$($g,)* true, false>($($arg),*),
             (false, true) => $f::<$($g,)* false, true>($($arg),*),

@@ -87,11 +87,12 @@ unsafe fn logprobs_row(p: &FusedParams, b: u32, cand: Candidate, lane: u32) {
     let mut y = 0.0f32;
     if valid {
         let d = p.d as usize;
-        let (h, w) = (b as usize * d, token as usize * d);
+        // The token's weight row: its global index minus the shard's first (`v_offset ≤ token`).
+        let (h, w) = (b as usize * d, (token - p.v_offset) as usize * d);
         let mut k = 8 * lane as usize;
         while k < d {
             // SAFETY: k + 8 ≤ D (D % 8 == 0): 16 bytes inside row b of the hidden states and row
-            // `token < V` of the weight, 16-byte aligned (the host checks the bases; D % 8 == 0).
+            // `token − v_offset < V` of the weight, 16-byte aligned (the host checks the bases; D % 8 == 0).
             let (hv, wv) = unsafe {
                 (
                     ld_global_nc_v4_f32(p.hidden.add(h + k) as *const f32),
@@ -123,11 +124,14 @@ unsafe fn logprobs_row(p: &FusedParams, b: u32, cand: Candidate, lane: u32) {
             let lp = if greedy { 0.0 } else { z * transform.inv_temperature - lse };
             (lp, y - lse_raw, if greedy { f32::NAN } else { lse })
         };
-        // SAFETY: b < B; the log-probability outputs hold B entries.
+        // SAFETY: b < B; the log-probability outputs hold B entries (`raw_logsumexp` when not null).
         unsafe {
             *p.logprobs.add(b as usize) = lp;
             *p.raw_logprobs.add(b as usize) = raw;
             *p.logsumexp.add(b as usize) = lse;
+            if !p.raw_logsumexp.is_null() {
+                *p.raw_logsumexp.add(b as usize) = lse_raw;
+            }
         }
     }
 }

@@ -1,0 +1,919 @@
+//! Tensor-parallel sampling over a vocab-sharded LM head, through NCCL.
+//!
+//! Rank `r` holds global vocab rows `offset_r .. offset_r + rows_r` of the weight (`[V_r, D]`, the
+//! layout of Megatron's and vLLM's vocab-parallel LM heads; the last shard may run past V: padding,
+//! never scored). Each rank runs the fused kernel on its shard with its global offset — the noise of
+//! token `i` is keyed by `i` — so its per-row winner is the whole head's restricted to its rows
+//! ([`crate::shard`]). The ranks then all-gather, per row, only that result: token and score
+//! (8 bytes), plus four floats with log-probabilities — never the logits — and every rank merges the
+//! gathered results in rank order ([`flashsampling_kernels::ranks`], the `merge_ranks` kernel). Every
+//! rank ends with the same tokens on its device, bit-identical to the one-GPU call with the same
+//! seeds, streams and sample indices.
+//!
+//! Two ways to run it:
+//! - [`TpGroup`]: one process driving several local GPUs (tests, benchmarks);
+//! - [`TpRank`]: one process per GPU, with rank, world size and the NCCL id ([`CommId`]) supplied by
+//!   the caller — how serving engines run (`examples/tp_ranks.rs` starts two processes).
+//!
+//! **Failures do not hang.** Communicators are created non-blocking and every wait has a deadline
+//! ([`TpRank::set_timeout`], default [`DEFAULT_TIMEOUT`]): a peer that never joins, fails before the
+//! exchange or dies makes the others return [`Error::Timeout`] (their communicator is then aborted
+//! and every later call returns [`Error::CommAborted`]). Inputs are validated on every rank before
+//! any launch, and shard layouts (tiling, D, dtype, V) are checked across ranks when the group is
+//! formed, so a bad layout is a typed error on every rank.
+//!
+//! **NVLink multicast.** Keep `NCCL_NVLS_ENABLE=0` in the environment of every process that uses
+//! this module on machines where NVLink SHARP must stay off (this project's GPU hosts); the library
+//! never creates multicast objects itself.
+
+use std::ffi::{CStr, c_void};
+use std::time::{Duration, Instant};
+
+use cudarc::driver::{
+    CudaEvent, CudaFunction, CudaSlice, CudaView, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg, sys as cu,
+};
+use cudarc::nccl::sys as nccl;
+use cudarc::nvrtc::Ptx;
+use flashsampling_kernels::config::{MAX_DIM, MERGE_RANKS_ENTRY, MERGE_RANKS_THREADS};
+use flashsampling_kernels::params::MergeRanksParams;
+
+use crate::error::{Error, Result};
+use crate::gpu::{ByValue, DeviceMatrix, DeviceSamples, GpuBackend, SHARD_OFFSET_ALIGN, VocabRange};
+use crate::params::{LogProbs, Matrix, SamplingParams};
+use crate::{PTX, Samples, VocabShard};
+
+/// How long a rank waits for its peers (joining the group, the exchange) before it gives up.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Words per row and rank in the exchange: tokens, scores, and with log-probabilities the processed
+/// and raw log-probabilities and log-sum-exps.
+const WORDS_PLAIN: usize = 2;
+const WORDS_LOGPROBS: usize = 6;
+
+/// An NCCL unique id: one rank (or the launcher) makes it, every rank of the group gets a copy.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct CommId([u8; 128]);
+
+impl std::fmt::Debug for CommId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CommId({}…)", &self.to_hex()[..16])
+    }
+}
+
+impl CommId {
+    /// A fresh id (`ncclGetUniqueId`; it also opens the NCCL library). The calling process runs
+    /// NCCL's bootstrap root for it: it must stay alive until every rank has joined.
+    pub fn new() -> Result<Self> {
+        ensure_nccl()?;
+        let mut id = nccl::ncclUniqueId { internal: [0; 128] };
+        // SAFETY: `id` is a valid out-pointer to a 128-byte id.
+        check(unsafe { nccl::ncclGetUniqueId(&mut id) }, "ncclGetUniqueId", None)?;
+        Ok(Self(id.internal.map(|c| c as u8)))
+    }
+
+    /// The id's 128 bytes.
+    pub fn as_bytes(&self) -> &[u8; 128] {
+        &self.0
+    }
+
+    /// An id from its 128 bytes (as another process made it).
+    pub fn from_bytes(bytes: [u8; 128]) -> Self {
+        Self(bytes)
+    }
+
+    /// The id as 256 hexadecimal digits (to pass it in an environment variable or argument).
+    pub fn to_hex(&self) -> String {
+        self.0.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Parses [`Self::to_hex`]'s output.
+    pub fn from_hex(s: &str) -> Result<Self> {
+        let bad = || Error::InvalidCommId(s.chars().take(16).collect());
+        if s.len() != 256 || !s.is_ascii() {
+            return Err(bad());
+        }
+        let mut out = [0u8; 128];
+        for (i, o) in out.iter_mut().enumerate() {
+            *o = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
+        }
+        Ok(Self(out))
+    }
+
+    fn raw(&self) -> nccl::ncclUniqueId {
+        nccl::ncclUniqueId { internal: self.0.map(|b| b as std::ffi::c_char) }
+    }
+}
+
+/// Whether the NCCL library can be opened (cudarc panics on a missing library, so this is checked
+/// before any NCCL call).
+pub fn nccl_available() -> bool {
+    // SAFETY: only probes whether the library can be opened.
+    unsafe { nccl::is_culib_present() }
+}
+
+fn ensure_nccl() -> Result<()> {
+    if nccl_available() {
+        Ok(())
+    } else {
+        Err(Error::NoNccl(
+            "libnccl.so not found on the loader path (cudarc opens libnccl.so; where only libnccl.so.2 \
+             exists, e.g. from the nvidia-nccl wheel, put a libnccl.so symlink to it on LD_LIBRARY_PATH)"
+                .into(),
+        ))
+    }
+}
+
+/// NCCL's result as ours (`ncclInProgress` is not an error here: the caller polls).
+fn check(r: nccl::ncclResult_t, call: &'static str, comm: Option<nccl::ncclComm_t>) -> Result<()> {
+    use nccl::ncclResult_t as R;
+    if matches!(r, R::ncclSuccess | R::ncclInProgress) {
+        return Ok(());
+    }
+    // SAFETY: NCCL returns static C strings (or null) for these.
+    let message = unsafe {
+        let s = match comm {
+            Some(c) => nccl::ncclGetLastError(c),
+            None => nccl::ncclGetErrorString(r),
+        };
+        if s.is_null() { String::new() } else { CStr::from_ptr(s).to_string_lossy().into_owned() }
+    };
+    Err(Error::Nccl { call, code: r as i32, message })
+}
+
+/// The shard a rank holds: global vocab rows `offset .. offset + rows` of a `vocab`-entry head with
+/// hidden size `d` (bf16).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShardLayout {
+    /// Global vocab index of the shard's first row (a multiple of [`SHARD_OFFSET_ALIGN`]).
+    pub offset: usize,
+    /// Rows of the shard's weight (the last shard's may run past `vocab`: padding).
+    pub rows: usize,
+    /// The model's vocabulary size V.
+    pub vocab: usize,
+    /// Hidden size D.
+    pub d: usize,
+}
+
+impl ShardLayout {
+    /// The even split Megatron and vLLM use: `ceil(V / G)` rows per rank rounded up to a multiple
+    /// of `pad` (≥ 4, a multiple of 4), the last shard padded past V.
+    pub fn even(vocab: usize, d: usize, ranks: usize, pad: usize) -> Result<Vec<Self>> {
+        if ranks == 0 || pad == 0 || pad % SHARD_OFFSET_ALIGN != 0 {
+            return Err(Error::InvalidShards { reason: "ranks and padding must be positive multiples of 4", at: 0 });
+        }
+        let rows = vocab.div_ceil(ranks).div_ceil(pad) * pad;
+        Ok((0..ranks).map(|r| Self { offset: r * rows, rows, vocab, d }).collect())
+    }
+
+    fn words(&self, rank: usize, world: usize) -> [u64; 8] {
+        const DTYPE_BF16: u64 = 1;
+        const MAGIC: u64 = 0x666c_6173_6873_6d70; // "flashsmp"
+        [
+            MAGIC,
+            rank as u64,
+            world as u64,
+            self.offset as u64,
+            self.rows as u64,
+            self.vocab as u64,
+            self.d as u64,
+            DTYPE_BF16,
+        ]
+    }
+}
+
+/// Checks that `layouts` (in rank order) tile `0 .. V` with shards on the GPU's alignment, agree on
+/// V and D, and that the ranks agree on the dtype (`words` from the exchange). The same verdict on
+/// every rank.
+fn validate_layouts(layouts: &[ShardLayout]) -> Result<()> {
+    let first = layouts.first().ok_or(Error::InvalidShards { reason: "no shards", at: 0 })?;
+    let mut next = 0;
+    for (rank, l) in layouts.iter().enumerate() {
+        for (what, expected, actual) in [("vocab size V", first.vocab, l.vocab), ("hidden size D", first.d, l.d)] {
+            if expected != actual {
+                return Err(Error::RankMismatch { rank, what, expected, actual });
+            }
+        }
+        if l.rows == 0 {
+            return Err(Error::InvalidShards { reason: "an empty shard", at: l.offset });
+        }
+        if l.offset != next {
+            let reason = if l.offset > next { "a gap between shards" } else { "overlapping shards" };
+            return Err(Error::InvalidShards { reason, at: next.min(l.offset) });
+        }
+        if l.offset % SHARD_OFFSET_ALIGN != 0 {
+            return Err(Error::InvalidShards {
+                reason: "a shard on the GPU must start at a multiple of 4 vocab rows",
+                at: l.offset,
+            });
+        }
+        next = l.offset + l.rows;
+    }
+    if first.vocab == 0 {
+        return Err(Error::EmptyVocab);
+    }
+    if next < first.vocab {
+        return Err(Error::InvalidShards { reason: "the shards end before V", at: next });
+    }
+    if next > MAX_DIM as usize {
+        return Err(Error::TooLarge { what: "vocab rows of all shards", value: next, max: MAX_DIM as usize });
+    }
+    Ok(())
+}
+
+/// One NCCL communicator (non-blocking), owned: aborted when dropped.
+struct Comm {
+    raw: nccl::ncclComm_t,
+    aborted: bool,
+}
+
+// SAFETY: an NCCL communicator may be used from any thread as long as calls on it are not
+// concurrent; `Comm` is only used through `&mut`/owned access of one rank.
+unsafe impl Send for Comm {}
+
+impl Comm {
+    /// The communicator's pending state: `Ok(true)` ready, `Ok(false)` in progress.
+    fn poll(&self) -> Result<bool> {
+        let mut state = nccl::ncclResult_t::ncclSuccess;
+        // SAFETY: a live communicator; `state` is a valid out-pointer.
+        check(unsafe { nccl::ncclCommGetAsyncError(self.raw, &mut state) }, "ncclCommGetAsyncError", Some(self.raw))?;
+        match state {
+            nccl::ncclResult_t::ncclSuccess => Ok(true),
+            nccl::ncclResult_t::ncclInProgress => Ok(false),
+            e => check(e, "NCCL (asynchronous error)", Some(self.raw)).map(|_| false),
+        }
+    }
+
+    fn abort(&mut self) {
+        if !self.aborted && !self.raw.is_null() {
+            // SAFETY: a live communicator, not used after this.
+            let _ = unsafe { nccl::ncclCommAbort(self.raw) };
+            self.aborted = true;
+        }
+    }
+}
+
+impl Drop for Comm {
+    fn drop(&mut self) {
+        self.abort();
+    }
+}
+
+/// The non-blocking configuration (NCCL's `NCCL_CONFIG_INITIALIZER` with `blocking = 0`).
+fn nonblocking_config() -> nccl::ncclConfig_t {
+    let undef = i32::MIN; // NCCL_CONFIG_UNDEF_INT
+    nccl::ncclConfig_t {
+        size: size_of::<nccl::ncclConfig_t>(),
+        magic: 0xcafe_beef,
+        version: 22800, // NCCL_VERSION(2, 28, 0): the struct's layout (cudarc's nccl-02028 bindings)
+        blocking: 0,
+        cgaClusterSize: undef,
+        minCTAs: undef,
+        maxCTAs: undef,
+        netName: std::ptr::null(),
+        splitShare: undef,
+        trafficClass: undef,
+        commName: std::ptr::null(),
+        collnetEnable: undef,
+        CTAPolicy: undef,
+        shrinkShare: undef,
+        nvlsCTAs: undef,
+        nChannelsPerNetPeer: undef,
+        nvlinkCentricSched: undef,
+    }
+}
+
+/// Starts `ncclCommInitRankConfig` for `rank` on the calling thread's current device (returns
+/// before the peers joined: poll the communicator).
+fn start_init(gpu: &GpuBackend, rank: usize, world: usize, id: &CommId) -> Result<Comm> {
+    gpu.context().bind_to_thread()?;
+    let mut raw: nccl::ncclComm_t = std::ptr::null_mut();
+    let mut config = nonblocking_config();
+    // SAFETY: valid out-pointer and config; rank < world (checked by the callers).
+    let r = unsafe { nccl::ncclCommInitRankConfig(&mut raw, world as i32, id.raw(), rank as i32, &mut config) };
+    let comm = Comm { raw, aborted: false };
+    check(r, "ncclCommInitRankConfig", None)?;
+    Ok(comm)
+}
+
+/// The pause between two polls of a wait that has lasted `waited`: none (a spin) for the first
+/// 200 µs — the usual wait, an NCCL enqueue or a kernel of a decode step — then short sleeps.
+fn backoff(waited: Duration) {
+    if waited < Duration::from_micros(200) {
+        std::hint::spin_loop();
+    } else if waited < Duration::from_millis(5) {
+        std::thread::yield_now();
+    } else {
+        std::thread::sleep(Duration::from_micros(50));
+    }
+}
+
+/// Polls `comms` until every one is ready or the deadline passes (then aborts them all).
+fn wait_ready(comms: &mut [&mut Comm], deadline: Instant, what: &'static str, timeout: Duration) -> Result<()> {
+    let start = Instant::now();
+    loop {
+        let mut ready = true;
+        for i in 0..comms.len() {
+            if comms[i].aborted {
+                return Err(Error::CommAborted);
+            }
+            match comms[i].poll() {
+                Ok(r) => ready &= r,
+                Err(e) => {
+                    // A communicator with an asynchronous error is unusable: abort them all.
+                    comms.iter_mut().for_each(|c| c.abort());
+                    return Err(e);
+                }
+            }
+        }
+        if ready {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            comms.iter_mut().for_each(|c| c.abort());
+            return Err(Error::Timeout { what, ms: timeout.as_millis() as u64 });
+        }
+        backoff(start.elapsed());
+    }
+}
+
+/// One rank's device buffers of the exchange.
+struct Exchange {
+    /// This rank's results `[K, rows]` (the fused launch writes them).
+    staging: CudaSlice<u32>,
+    /// Every rank's results `[G, K, rows]` (the all-gather writes them).
+    gathered: CudaSlice<u32>,
+}
+
+/// One rank of a vocab-parallel sampler: its GPU, its shard's layout and its NCCL communicator.
+pub struct TpRank {
+    gpu: GpuBackend,
+    comm: Comm,
+    rank: usize,
+    world: usize,
+    layout: ShardLayout,
+    exchange: Option<Exchange>,
+    merge: CudaFunction,
+    done: CudaEvent,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for TpRank {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TpRank")
+            .field("rank", &self.rank)
+            .field("world", &self.world)
+            .field("layout", &self.layout)
+            .finish()
+    }
+}
+
+/// A call's shape as a rank sees it.
+struct CallShape {
+    /// Sample rows `B·n`.
+    rows: usize,
+    /// Exchange words per row.
+    k: usize,
+}
+
+impl TpRank {
+    /// Joins the group as rank `rank` of `world` on GPU `ordinal` (one process per GPU): every rank
+    /// calls it with the same `id`, in any order, within `timeout` of each other. The ranks'
+    /// layouts are then exchanged and checked (they must tile the vocabulary in rank order, agree on
+    /// V and D): a bad layout is the same typed error on every rank.
+    pub fn new(
+        ordinal: usize,
+        rank: usize,
+        world: usize,
+        id: &CommId,
+        layout: ShardLayout,
+        timeout: Duration,
+    ) -> Result<Self> {
+        ensure_nccl()?;
+        if world == 0 || rank >= world {
+            return Err(Error::InvalidRank { rank, world });
+        }
+        let gpu = GpuBackend::new(ordinal)?;
+        let comm = start_init(&gpu, rank, world, id)?;
+        let mut me = Self::from_parts(gpu, comm, rank, world, layout, timeout)?;
+        let deadline = Instant::now() + timeout;
+        wait_ready(&mut [&mut me.comm], deadline, "joining the NCCL group", timeout)?;
+        let layouts = me.exchange_layouts(deadline)?;
+        validate_layouts(&layouts)?;
+        Ok(me)
+    }
+
+    fn from_parts(
+        gpu: GpuBackend,
+        comm: Comm,
+        rank: usize,
+        world: usize,
+        layout: ShardLayout,
+        timeout: Duration,
+    ) -> Result<Self> {
+        let module = gpu.context().load_module(Ptx::from_src(PTX))?;
+        let merge = module.load_function(MERGE_RANKS_ENTRY)?;
+        let done = gpu.context().new_event(None)?;
+        Ok(Self { gpu, comm, rank, world, layout, exchange: None, merge, done, timeout })
+    }
+
+    /// All-gathers every rank's layout words (blocking, with the deadline).
+    fn exchange_layouts(&mut self, deadline: Instant) -> Result<Vec<ShardLayout>> {
+        let stream = self.gpu.stream().clone();
+        let send = stream.clone_htod(&self.layout.words(self.rank, self.world))?;
+        let mut recv = stream.alloc_zeros::<u64>(8 * self.world)?;
+        {
+            let (s, _s) = send.device_ptr(&stream);
+            let (r, _r) = recv.device_ptr_mut(&stream);
+            // SAFETY: 8 u64 sent, 8·G received, on this rank's stream.
+            let res = unsafe {
+                nccl::ncclAllGather(
+                    s as *const c_void,
+                    r as *mut c_void,
+                    8,
+                    nccl::ncclDataType_t::ncclUint64,
+                    self.comm.raw,
+                    stream.cu_stream() as _,
+                )
+            };
+            check(res, "ncclAllGather", Some(self.comm.raw))?;
+        }
+        wait_ready(&mut [&mut self.comm], deadline, "exchanging shard layouts", self.timeout)?;
+        self.done.record(&stream)?;
+        self.wait_event(deadline, "exchanging shard layouts")?;
+        let words = stream.clone_dtoh(&recv)?;
+        words
+            .chunks(8)
+            .enumerate()
+            .map(|(rank, w)| {
+                let expected = self.layout.words(rank, self.world);
+                // Magic, rank, world and dtype must match what this rank would send for `rank`.
+                for (i, what) in [(0, "protocol"), (1, "rank"), (2, "world size"), (7, "dtype")] {
+                    if w[i] != expected[i] {
+                        return Err(Error::RankMismatch {
+                            rank,
+                            what,
+                            expected: expected[i] as usize,
+                            actual: w[i] as usize,
+                        });
+                    }
+                }
+                Ok(ShardLayout { offset: w[3] as usize, rows: w[4] as usize, vocab: w[5] as usize, d: w[6] as usize })
+            })
+            .collect()
+    }
+
+    /// Polls `done` until it completes or the deadline passes (then aborts the communicator).
+    fn wait_event(&mut self, deadline: Instant, what: &'static str) -> Result<()> {
+        let start = Instant::now();
+        loop {
+            if self.comm.aborted {
+                return Err(Error::CommAborted);
+            }
+            // SAFETY: a live event of this rank's context.
+            match unsafe { cu::cuEventQuery(self.done.cu_event()) } {
+                cu::CUresult::CUDA_SUCCESS => return Ok(()),
+                cu::CUresult::CUDA_ERROR_NOT_READY => {}
+                e => return Err(Error::Driver(cudarc::driver::DriverError(e))),
+            }
+            if let Err(e) = self.comm.poll() {
+                self.comm.abort();
+                return Err(e);
+            }
+            if Instant::now() >= deadline {
+                self.comm.abort();
+                return Err(Error::Timeout { what, ms: self.timeout.as_millis() as u64 });
+            }
+            backoff(start.elapsed());
+        }
+    }
+
+    /// How long waits for peers last (joining, the exchange, [`Self::synchronize`]).
+    pub fn set_timeout(&mut self, timeout: Duration) {
+        self.timeout = timeout;
+    }
+
+    /// This rank's index.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// Ranks in the group.
+    pub fn world(&self) -> usize {
+        self.world
+    }
+
+    /// This rank's shard.
+    pub fn layout(&self) -> ShardLayout {
+        self.layout
+    }
+
+    /// This rank's GPU backend (its context and stream: allocate the shard, hidden states and
+    /// outputs there).
+    pub fn gpu(&self) -> &GpuBackend {
+        &self.gpu
+    }
+
+    /// Samples: the fused kernel on this rank's shard, the all-gather of the per-row results and
+    /// their merge, all on this rank's stream, asynchronous. Every rank of the group must call it
+    /// with the same hidden states and parameters (the same batch); afterwards `out` holds the
+    /// whole head's tokens (and log-probabilities) on every rank. Wait with [`Self::synchronize`]
+    /// (which has a deadline) rather than synchronizing the stream directly, so that a failed peer
+    /// is an error and not a hang.
+    pub fn sample_device(
+        &mut self,
+        hidden: &DeviceMatrix<'_>,
+        weight: &DeviceMatrix<'_>,
+        params: &SamplingParams,
+        mask: Option<&CudaView<'_, u32>>,
+        out: &mut DeviceSamples,
+    ) -> Result<()> {
+        let call = self.launch_local(hidden, weight, params, mask, out)?;
+        self.enqueue_exchange(&call)?;
+        let deadline = Instant::now() + self.timeout;
+        wait_ready(&mut [&mut self.comm], deadline, "the vocab-parallel exchange", self.timeout)?;
+        self.launch_merge(&call, out)
+    }
+
+    /// Waits until this rank's last call finished, at most the timeout; a peer that does not take
+    /// part in the exchange makes it [`Error::Timeout`] (and aborts the communicator).
+    pub fn synchronize(&mut self) -> Result<()> {
+        let deadline = Instant::now() + self.timeout;
+        self.wait_event(deadline, "the vocab-parallel exchange")
+    }
+
+    /// Validation and the rank-local launch into the exchange buffer.
+    fn launch_local(
+        &mut self,
+        hidden: &DeviceMatrix<'_>,
+        weight: &DeviceMatrix<'_>,
+        params: &SamplingParams,
+        mask: Option<&CudaView<'_, u32>>,
+        out: &mut DeviceSamples,
+    ) -> Result<CallShape> {
+        if self.comm.aborted {
+            return Err(Error::CommAborted);
+        }
+        let l = self.layout;
+        if weight.rows != l.rows || weight.cols != l.d {
+            return Err(Error::LengthMismatch {
+                buffer: "rank's weight shard (rows)",
+                expected: l.rows,
+                actual: weight.rows,
+            });
+        }
+        let rows = hidden.rows.checked_mul(params.n as usize).filter(|&r| r > 0 && r <= MAX_DIM as usize);
+        let rows = rows.ok_or(Error::TooLarge {
+            what: "sample rows (B × n)",
+            value: hidden.rows * params.n as usize,
+            max: MAX_DIM as usize,
+        })?;
+        let k = if params.logprobs == LogProbs::Off { WORDS_PLAIN } else { WORDS_LOGPROBS };
+        self.ensure_exchange(rows)?;
+        let staging = self.exchange.as_mut().expect("allocated above");
+        let (base, _guard) = staging.staging.device_ptr_mut(self.gpu.stream());
+        let range = VocabRange { offset: l.offset, vocab: l.vocab };
+        if l.offset >= l.vocab {
+            // A shard entirely past V (padding only): no token, no mass.
+            self.gpu.validate_call(hidden, weight, params, mask, range)?;
+            self.gpu.ensure_outputs(out, rows, k == WORDS_LOGPROBS)?;
+            let fill = [
+                u32::MAX,
+                f32::NEG_INFINITY.to_bits(),
+                f32::NAN.to_bits(),
+                f32::NAN.to_bits(),
+                f32::NEG_INFINITY.to_bits(),
+                f32::NEG_INFINITY.to_bits(),
+            ];
+            for (field, value) in fill.iter().enumerate().take(k) {
+                // SAFETY: `rows` words of the staging buffer (it holds 6·rows), on this stream.
+                unsafe {
+                    cu::cuMemsetD32Async(base + 4 * (field * rows) as u64, *value, rows, self.gpu.stream().cu_stream())
+                }
+                .result()?;
+            }
+            out.set_call(rows, params.n as usize, k == WORDS_LOGPROBS);
+        } else {
+            self.gpu.sample_device_in(hidden, weight, params, mask, out, range, Some(base))?;
+        }
+        Ok(CallShape { rows, k })
+    }
+
+    fn ensure_exchange(&mut self, rows: usize) -> Result<()> {
+        if self.exchange.as_ref().is_some_and(|e| e.staging.len() >= WORDS_LOGPROBS * rows) {
+            return Ok(());
+        }
+        let stream = self.gpu.stream();
+        let cap = WORDS_LOGPROBS * rows;
+        self.exchange =
+            Some(Exchange { staging: stream.alloc_zeros(cap)?, gathered: stream.alloc_zeros(cap * self.world)? });
+        Ok(())
+    }
+
+    /// Enqueues the all-gather of `[K, rows]` words per rank on this rank's stream (inside an
+    /// NCCL group when a [`TpGroup`] drives several ranks).
+    fn enqueue_exchange(&mut self, call: &CallShape) -> Result<()> {
+        let stream = self.gpu.stream().clone();
+        self.gpu.context().bind_to_thread()?;
+        let ex = self.exchange.as_mut().expect("allocated by launch_local");
+        let (s, _s) = ex.staging.device_ptr(&stream);
+        let (r, _r) = ex.gathered.device_ptr_mut(&stream);
+        let count = call.k * call.rows;
+        // SAFETY: `count` ≤ 6·rows words sent from the staging buffer, G·count received; both on
+        // this rank's stream and context.
+        let res = unsafe {
+            nccl::ncclAllGather(
+                s as *const c_void,
+                r as *mut c_void,
+                count,
+                nccl::ncclDataType_t::ncclUint32,
+                self.comm.raw,
+                stream.cu_stream() as _,
+            )
+        };
+        check(res, "ncclAllGather", Some(self.comm.raw))
+    }
+
+    /// The merge kernel: gathered results → `out`'s tokens, scores (and log-probabilities).
+    fn launch_merge(&mut self, call: &CallShape, out: &mut DeviceSamples) -> Result<()> {
+        let stream = self.gpu.stream().clone();
+        let ex = self.exchange.as_ref().expect("allocated by launch_local");
+        let (g, _g) = ex.gathered.device_ptr(&stream);
+        let outs = out.output_ptrs(&stream, call.k == WORDS_LOGPROBS);
+        let p = ByValue(MergeRanksParams {
+            gathered: g as *const u32,
+            tokens: outs.tokens as *mut u32,
+            scores: outs.scores as *mut f32,
+            logprobs: outs.logprobs as *mut f32,
+            raw_logprobs: outs.raw_logprobs as *mut f32,
+            logsumexp: outs.logsumexp as *mut f32,
+            b: call.rows as u32,
+            g: self.world as u32,
+            k: call.k as u32,
+            _pad: 0,
+        });
+        let cfg = LaunchConfig {
+            grid_dim: ((call.rows as u32).div_ceil(MERGE_RANKS_THREADS), 1, 1),
+            block_dim: (MERGE_RANKS_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: `gathered` holds G·K·rows words (allocated for ≥ 6·rows per rank); the outputs
+        // hold `rows` entries each (`out` was sized by the local launch), the log-probability ones
+        // when K = 6.
+        unsafe { stream.launch_builder(&self.merge).arg(&p).launch(cfg) }?;
+        drop(outs);
+        self.done.record(&stream)?;
+        Ok(())
+    }
+
+    /// All-gathers `send` (`n` f32 on this rank) into `recv` (`G·n`, rank-major) on this rank's
+    /// stream: the benchmark's "all-gather the logits" baseline.
+    #[cfg(feature = "internals")]
+    pub fn all_gather_f32(&mut self, send: &CudaView<'_, f32>, recv: &mut CudaSlice<f32>) -> Result<()> {
+        let stream = self.gpu.stream().clone();
+        if recv.len() < send.len() * self.world {
+            return Err(Error::LengthMismatch {
+                buffer: "all-gather output",
+                expected: send.len() * self.world,
+                actual: recv.len(),
+            });
+        }
+        self.gpu.context().bind_to_thread()?;
+        let (s, _s) = send.device_ptr(&stream);
+        let (r, _r) = recv.device_ptr_mut(&stream);
+        // SAFETY: n floats sent, G·n received (checked), on this rank's stream.
+        let res = unsafe {
+            nccl::ncclAllGather(
+                s as *const c_void,
+                r as *mut c_void,
+                send.len(),
+                nccl::ncclDataType_t::ncclFloat32,
+                self.comm.raw,
+                stream.cu_stream() as _,
+            )
+        };
+        check(res, "ncclAllGather", Some(self.comm.raw))?;
+        // Non-blocking: the all-gather is on the stream only once the communicator is ready.
+        let deadline = Instant::now() + self.timeout;
+        wait_ready(&mut [&mut self.comm], deadline, "an all-gather", self.timeout)
+    }
+
+    /// Exchanges and merges per-row results that something other than the fused kernel computed
+    /// (`tokens`, `scores` of `rows` rows on this rank, global indices): the benchmark's "Gumbel pass
+    /// over the shard's logits, then all-gather the per-row maxima" baseline, with this module's
+    /// exchange. The results land in `out`'s tokens and scores.
+    #[cfg(feature = "internals")]
+    pub fn exchange_results(&mut self, tokens: u64, scores: u64, rows: usize, out: &mut DeviceSamples) -> Result<()> {
+        self.ensure_exchange(rows)?;
+        let stream = self.gpu.stream().clone();
+        {
+            let ex = self.exchange.as_mut().expect("allocated above");
+            let (base, _b) = ex.staging.device_ptr_mut(&stream);
+            for (field, src) in [(0u64, tokens), (1, scores)] {
+                // SAFETY: `rows` words from the caller's device buffers into the staging buffer.
+                unsafe { cu::cuMemcpyDtoDAsync_v2(base + 4 * field * rows as u64, src, 4 * rows, stream.cu_stream()) }
+                    .result()?;
+            }
+        }
+        self.gpu.ensure_outputs(out, rows, false)?;
+        out.set_call(rows, 1, false);
+        let call = CallShape { rows, k: WORDS_PLAIN };
+        self.enqueue_exchange(&call)?;
+        let deadline = Instant::now() + self.timeout;
+        wait_ready(&mut [&mut self.comm], deadline, "the vocab-parallel exchange", self.timeout)?;
+        self.launch_merge(&call, out)
+    }
+
+    /// The exchange alone (all-gather + merge of the last call's staged results): what the
+    /// benchmark times as the exchange.
+    #[cfg(feature = "internals")]
+    pub fn exchange_only(&mut self, rows: usize, logprobs: bool, out: &mut DeviceSamples) -> Result<()> {
+        let call = CallShape { rows, k: if logprobs { WORDS_LOGPROBS } else { WORDS_PLAIN } };
+        self.ensure_exchange(rows)?;
+        self.enqueue_exchange(&call)?;
+        let deadline = Instant::now() + self.timeout;
+        wait_ready(&mut [&mut self.comm], deadline, "the vocab-parallel exchange", self.timeout)?;
+        self.launch_merge(&call, out)
+    }
+}
+
+/// Several local GPUs driven by one process: one [`TpRank`] per GPU, their collectives grouped.
+pub struct TpGroup {
+    ranks: Vec<TpRank>,
+}
+
+impl std::fmt::Debug for TpGroup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.ranks.iter()).finish()
+    }
+}
+
+impl TpGroup {
+    /// One rank per entry of `ordinals` (distinct GPUs), rank `r` holding `layouts[r]`; the
+    /// layouts are checked first (tiling, V, D, alignment).
+    pub fn new(ordinals: &[usize], layouts: &[ShardLayout], timeout: Duration) -> Result<Self> {
+        ensure_nccl()?;
+        if ordinals.len() != layouts.len() || ordinals.is_empty() {
+            return Err(Error::LengthMismatch {
+                buffer: "shard layouts (one per GPU)",
+                expected: ordinals.len(),
+                actual: layouts.len(),
+            });
+        }
+        validate_layouts(layouts)?;
+        let world = ordinals.len();
+        let id = CommId::new()?;
+        let gpus = ordinals.iter().map(|&o| GpuBackend::new(o)).collect::<Result<Vec<_>>>()?;
+        // Several ranks from one thread: their inits are one NCCL group.
+        // SAFETY: paired with the group end below.
+        check(unsafe { nccl::ncclGroupStart() }, "ncclGroupStart", None)?;
+        let comms: Vec<Result<Comm>> = gpus.iter().enumerate().map(|(r, g)| start_init(g, r, world, &id)).collect();
+        // SAFETY: ends the group started above.
+        check(unsafe { nccl::ncclGroupEnd() }, "ncclGroupEnd", None)?;
+        let comms = comms.into_iter().collect::<Result<Vec<_>>>()?;
+        let mut ranks = gpus
+            .into_iter()
+            .zip(comms)
+            .enumerate()
+            .map(|(r, (gpu, comm))| TpRank::from_parts(gpu, comm, r, world, layouts[r], timeout))
+            .collect::<Result<Vec<_>>>()?;
+        let deadline = Instant::now() + timeout;
+        let mut comms: Vec<&mut Comm> = ranks.iter_mut().map(|r| &mut r.comm).collect();
+        wait_ready(&mut comms, deadline, "forming the NCCL group", timeout)?;
+        Ok(Self { ranks })
+    }
+
+    /// The ranks (rank `r` at index `r`).
+    pub fn ranks(&self) -> &[TpRank] {
+        &self.ranks
+    }
+
+    /// Mutable access to the ranks (their GPUs' buffers, timeouts).
+    pub fn ranks_mut(&mut self) -> &mut [TpRank] {
+        &mut self.ranks
+    }
+
+    /// Samples on every rank: `hidden[r]`, `weights[r]`, `outs[r]` on rank `r`'s GPU (the same
+    /// batch on every rank). Every rank's inputs are validated before any launch; then the local
+    /// launches, the grouped all-gather and the merges are enqueued, asynchronous.
+    pub fn sample_device(
+        &mut self,
+        hidden: &[DeviceMatrix<'_>],
+        weights: &[DeviceMatrix<'_>],
+        params: &SamplingParams,
+        masks: Option<&[CudaView<'_, u32>]>,
+        outs: &mut [DeviceSamples],
+    ) -> Result<()> {
+        let g = self.ranks.len();
+        for (buffer, len) in [
+            ("hidden states (one per rank)", hidden.len()),
+            ("weight shards (one per rank)", weights.len()),
+            ("outputs (one per rank)", outs.len()),
+            ("masks (one per rank)", masks.map_or(g, <[_]>::len)),
+        ] {
+            if len != g {
+                return Err(Error::LengthMismatch { buffer, expected: g, actual: len });
+            }
+        }
+        if let Some(h) = hidden.iter().find(|h| (h.rows, h.cols) != (hidden[0].rows, hidden[0].cols)) {
+            return Err(Error::LengthMismatch {
+                buffer: "hidden states (the same batch on every rank)",
+                expected: hidden[0].rows,
+                actual: h.rows,
+            });
+        }
+        for (r, rank) in self.ranks.iter().enumerate() {
+            rank.gpu.validate_call(
+                &hidden[r],
+                &weights[r],
+                params,
+                masks.map(|m| &m[r]),
+                VocabRange { offset: rank.layout.offset, vocab: rank.layout.vocab },
+            )?;
+        }
+        let mut calls = Vec::with_capacity(g);
+        for (r, rank) in self.ranks.iter_mut().enumerate() {
+            calls.push(rank.launch_local(&hidden[r], &weights[r], params, masks.map(|m| &m[r]), &mut outs[r])?);
+        }
+        // SAFETY: paired with the group end below.
+        check(unsafe { nccl::ncclGroupStart() }, "ncclGroupStart", None)?;
+        let enq: Result<()> =
+            self.ranks.iter_mut().zip(&calls).try_for_each(|(rank, call)| rank.enqueue_exchange(call));
+        // SAFETY: ends the group started above.
+        let end = check(unsafe { nccl::ncclGroupEnd() }, "ncclGroupEnd", None);
+        enq?;
+        end?;
+        let timeout = self.ranks[0].timeout;
+        let deadline = Instant::now() + timeout;
+        let mut comms: Vec<&mut Comm> = self.ranks.iter_mut().map(|r| &mut r.comm).collect();
+        wait_ready(&mut comms, deadline, "the vocab-parallel exchange", timeout)?;
+        for ((rank, call), out) in self.ranks.iter_mut().zip(&calls).zip(outs.iter_mut()) {
+            rank.launch_merge(call, out)?;
+        }
+        Ok(())
+    }
+
+    /// Waits for every rank's last call (each with its deadline).
+    pub fn synchronize(&mut self) -> Result<()> {
+        self.ranks.iter_mut().try_for_each(TpRank::synchronize)
+    }
+
+    /// Host buffers in and out, for tests and small tools: uploads `hidden` to every GPU and
+    /// `shards[r]` to rank `r`, samples, and returns every rank's [`Samples`] (identical by
+    /// construction; the tests check it).
+    pub fn sample(
+        &mut self,
+        hidden: Matrix<'_>,
+        shards: &[VocabShard<'_>],
+        params: &SamplingParams,
+    ) -> Result<Vec<Samples>> {
+        if shards.len() != self.ranks.len() {
+            return Err(Error::LengthMismatch {
+                buffer: "weight shards (one per rank)",
+                expected: self.ranks.len(),
+                actual: shards.len(),
+            });
+        }
+        for (rank, s) in self.ranks.iter().zip(shards) {
+            if s.offset != rank.layout.offset || s.weight.rows != rank.layout.rows {
+                return Err(Error::InvalidShards { reason: "a shard differs from its rank's layout", at: s.offset });
+            }
+        }
+        let mut h = Vec::new();
+        let mut w = Vec::new();
+        let mut outs = Vec::new();
+        for (rank, s) in self.ranks.iter().zip(shards) {
+            let stream = rank.gpu.stream();
+            h.push(stream.clone_htod(hidden.data)?);
+            w.push(stream.clone_htod(s.weight.data)?);
+            outs.push(rank.gpu.alloc_samples(hidden.rows * params.n as usize, s.weight.rows)?);
+        }
+        let hv: Vec<DeviceMatrix<'_>> =
+            h.iter().map(|d| DeviceMatrix { data: d.as_view(), rows: hidden.rows, cols: hidden.cols }).collect();
+        let wv: Vec<DeviceMatrix<'_>> = w
+            .iter()
+            .zip(shards)
+            .map(|(d, s)| DeviceMatrix { data: d.as_view(), rows: s.weight.rows, cols: s.weight.cols })
+            .collect();
+        self.sample_device(&hv, &wv, params, None, &mut outs)?;
+        self.synchronize()?;
+        self.ranks
+            .iter()
+            .zip(&outs)
+            .map(|(rank, out)| {
+                let s = rank.gpu.stream();
+                let mut samples = Samples::plain(s.clone_dtoh(&out.tokens())?, s.clone_dtoh(&out.scores())?);
+                if params.logprobs != LogProbs::Off {
+                    let get = |v: Option<CudaView<'_, f32>>| -> Result<Vec<f32>> {
+                        Ok(s.clone_dtoh(&v.expect("a log-probability call fills them"))?)
+                    };
+                    samples.logprobs = Some(get(out.logprobs())?);
+                    if params.logprobs == LogProbs::ProcessedAndRaw {
+                        samples.raw_logprobs = Some(get(out.raw_logprobs())?);
+                    }
+                    samples.logsumexp = Some(get(out.logsumexp())?.into_iter().step_by(params.n as usize).collect());
+                }
+                Ok(samples)
+            })
+            .collect()
+    }
+}

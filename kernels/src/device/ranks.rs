@@ -1,0 +1,60 @@
+//! The vocab-parallel merge kernel: after the ranks' results are all-gathered (NCCL), every rank
+//! folds them into the whole head's tokens, scores and log-probabilities with the no_std
+//! [`merge_rank_row`] — in rank order, so every rank writes the same bits.
+//!
+//! # Parameters
+//! [`MergeRanksParams`] by value; launch with `grid = ceil(B / MERGE_RANKS_THREADS)` blocks of
+//! [`MERGE_RANKS_THREADS`] threads, no shared memory.
+//!
+//! # Thread mapping
+//! Thread `i` merges row `i` over the `G` ranks.
+
+use core::arch::nvptx::{_block_dim_x, _block_idx_x, _thread_idx_x};
+
+use super::fragment::exp;
+use super::ptx::lg2_approx_f32;
+#[cfg(doc)]
+use crate::config::MERGE_RANKS_THREADS;
+use crate::params::MergeRanksParams;
+use crate::ranks::{RankLogProbs, RankRow, merge_rank_row};
+
+/// Merges row `i` of the gathered results.
+///
+/// # Safety
+/// Launched as documented in the module; `gathered` holds `G·K·B` words; the outputs hold `B`
+/// entries (the log-probability ones when `K = 6`).
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn merge_ranks(p: MergeRanksParams) {
+    // SAFETY: special-register reads.
+    let i = unsafe { _block_idx_x() * _block_dim_x() + _thread_idx_x() };
+    if i >= p.b {
+        return;
+    }
+    let (b, k) = (p.b as usize, p.k as usize);
+    let word = |rank: u32, field: usize| -> u32 {
+        // SAFETY: rank < G, field < K, i < B: inside [G, K, B].
+        unsafe { *p.gathered.add((rank as usize * k + field) * b + i as usize) }
+    };
+    let rows = (0..p.g).map(|r| RankRow {
+        token: word(r, 0),
+        score: f32::from_bits(word(r, 1)),
+        logprobs: (k == 6).then(|| RankLogProbs {
+            logprob: f32::from_bits(word(r, 2)),
+            raw_logprob: f32::from_bits(word(r, 3)),
+            logsumexp: f32::from_bits(word(r, 4)),
+            raw_logsumexp: f32::from_bits(word(r, 5)),
+        }),
+    });
+    let ln = |x: f32| lg2_approx_f32(x) * core::f32::consts::LN_2;
+    let m = merge_rank_row(rows, exp, ln);
+    // SAFETY: i < B: inside the outputs (the log-probability ones exist when K = 6).
+    unsafe {
+        *p.tokens.add(i as usize) = m.token;
+        *p.scores.add(i as usize) = m.score;
+        if let Some(l) = m.logprobs {
+            *p.logprobs.add(i as usize) = l.logprob;
+            *p.raw_logprobs.add(i as usize) = l.raw_logprob;
+            *p.logsumexp.add(i as usize) = l.logsumexp;
+        }
+    }
+}

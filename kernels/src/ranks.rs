@@ -1,0 +1,171 @@
+//! The vocab-parallel merge: each rank of a vocabulary-sharded LM head samples over its own rows
+//! (noise keyed by the **global** vocab index, so its candidate is the whole head's restricted to
+//! its rows) and the ranks exchange, per row, only their result: the winning (score, token), and
+//! with log-probabilities the local log-probabilities and log-sum-exps. [`merge_rank_row`] folds
+//! the ranks' results in rank order into the whole head's: the token is the [`Candidate`] merge
+//! (order-independent, so bit-identical to one GPU), the log-sum-exps are log-mass merges, and the
+//! winner's log-probabilities are rescaled from its shard's log-sum-exp to the global one.
+//!
+//! Used by the GPU's `merge_ranks` kernel (after an NCCL all-gather) and by the CPU backend's
+//! in-memory simulation of ranks.
+
+use crate::candidate::{Candidate, INVALID_INDEX};
+use crate::logmass::LogMass;
+
+/// One rank's result for one row: what the ranks exchange.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RankRow {
+    /// The rank's winning token (global index; [`INVALID_INDEX`] when none) and score.
+    pub token: u32,
+    /// Its perturbed score (NaN for a NaN logit, `−∞` when every token of the shard is masked).
+    pub score: f32,
+    /// Log-probabilities, when the launch computed them.
+    pub logprobs: Option<RankLogProbs>,
+}
+
+/// A rank's log-probability outputs for one row, over its own shard.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RankLogProbs {
+    /// The rank's token's processed log-probability over the shard (`0` for a greedy row).
+    pub logprob: f32,
+    /// Its raw log-probability over the shard.
+    pub raw_logprob: f32,
+    /// The shard's log-sum-exp of `z / T` (NaN for a greedy row, `−∞` when nothing is allowed).
+    pub logsumexp: f32,
+    /// The shard's log-sum-exp of the raw logits.
+    pub raw_logsumexp: f32,
+}
+
+impl RankRow {
+    /// The row's candidate: (score, token). A rank without a token (NaN or `−∞` score) loses to
+    /// every rank with one and merges to no token with every rank without one — the candidate's
+    /// own semantics, so the merged token equals the merge of the ranks' full candidates.
+    #[inline(always)]
+    pub fn candidate(&self) -> Candidate {
+        Candidate { score: self.score, index: self.token }
+    }
+}
+
+/// The whole head's row from the ranks' rows (any count, taken in the order given).
+///
+/// Tokens and scores: the candidate merge, so the same as one GPU's bit for bit. Log-probabilities
+/// (when every rank has them): the global log-sum-exps are the log-mass merge of the ranks'
+/// (each rank's `lse` is a mass `(lse, 1)`), and the winning rank's log-probabilities are shifted by
+/// its shard's log-sum-exp minus the global one. `exp`/`ln` are the backend's.
+#[inline(always)]
+pub fn merge_rank_row(
+    rows: impl Iterator<Item = RankRow>,
+    exp: impl Fn(f32) -> f32 + Copy,
+    ln: impl Fn(f32) -> f32,
+) -> RankRow {
+    let mut best = Candidate::EMPTY;
+    let mut winner: Option<RankLogProbs> = None;
+    let (mut mass, mut raw_mass) = (LogMass::EMPTY, LogMass::EMPTY);
+    let mut greedy = false;
+    let mut all_lp = true;
+    let mut any = false;
+    for r in rows {
+        any = true;
+        let c = r.candidate();
+        let wins = c.beats(best);
+        if wins {
+            best = c;
+        }
+        match r.logprobs {
+            Some(l) => {
+                if wins {
+                    winner = Some(l);
+                }
+                greedy |= l.logsumexp.is_nan();
+                mass = mass.merge_with(LogMass { max: l.logsumexp, sum: 1.0 }, exp);
+                raw_mass = raw_mass.merge_with(LogMass { max: l.raw_logsumexp, sum: 1.0 }, exp);
+            }
+            None => all_lp = false,
+        }
+    }
+    let token = best.token();
+    let logprobs = if all_lp && any {
+        let lse_of = |m: LogMass| if m.max == f32::NEG_INFINITY { f32::NEG_INFINITY } else { m.max + ln(m.sum) };
+        let (lse, raw_lse) = (if greedy { f32::NAN } else { lse_of(mass) }, lse_of(raw_mass));
+        Some(match (token != INVALID_INDEX, winner) {
+            (true, Some(w)) => RankLogProbs {
+                logprob: if greedy { 0.0 } else { (w.logprob + w.logsumexp) - lse },
+                raw_logprob: (w.raw_logprob + w.raw_logsumexp) - raw_lse,
+                logsumexp: lse,
+                raw_logsumexp: raw_lse,
+            },
+            _ => RankLogProbs { logprob: f32::NAN, raw_logprob: f32::NAN, logsumexp: lse, raw_logsumexp: raw_lse },
+        })
+    } else {
+        None
+    };
+    RankRow { token, score: best.score, logprobs }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+    use crate::logmass::exp;
+
+    fn ln(x: f32) -> f32 {
+        (x as f64).ln() as f32
+    }
+
+    fn lp(logprob: f32, lse: f32, raw: f32, raw_lse: f32) -> Option<RankLogProbs> {
+        Some(RankLogProbs { logprob, raw_logprob: raw, logsumexp: lse, raw_logsumexp: raw_lse })
+    }
+
+    #[test]
+    fn the_token_is_the_candidate_merge_in_any_order() {
+        let a = RankRow { token: 7, score: 1.5, logprobs: None };
+        let b = RankRow { token: 900, score: 2.5, logprobs: None };
+        let none = RankRow { token: INVALID_INDEX, score: f32::NEG_INFINITY, logprobs: None };
+        for order in [[a, b, none], [none, b, a], [b, none, a]] {
+            let m = merge_rank_row(order.into_iter(), exp, ln);
+            assert_eq!((m.token, m.score), (900, 2.5));
+        }
+        let m = merge_rank_row([none, none].into_iter(), exp, ln);
+        assert_eq!(m.token, INVALID_INDEX);
+        let nan = RankRow { token: INVALID_INDEX, score: f32::NAN, logprobs: None };
+        assert_eq!(merge_rank_row([b, nan].into_iter(), exp, ln).token, INVALID_INDEX);
+        // Ties go to the lower index, as on one GPU.
+        let tie = RankRow { token: 3, score: 2.5, logprobs: None };
+        assert_eq!(merge_rank_row([b, tie].into_iter(), exp, ln).token, 3);
+    }
+
+    #[test]
+    fn log_probabilities_are_rescaled_to_the_global_mass() {
+        // Two shards with processed lse 1.0 and 2.0 → global ln(e + e²); the winner (rank 1, its
+        // token with z/T = 1.5) has local lp 1.5 − 2.0.
+        let r0 = RankRow { token: 1, score: 0.5, logprobs: lp(0.2 - 1.0, 1.0, 0.3 - 3.0, 3.0) };
+        let r1 = RankRow { token: 40, score: 0.9, logprobs: lp(1.5 - 2.0, 2.0, 1.7 - 4.0, 4.0) };
+        let m = merge_rank_row([r0, r1].into_iter(), exp, ln);
+        let l = m.logprobs.unwrap();
+        let lse = (1f64.exp() + 2f64.exp()).ln();
+        let raw_lse = (3f64.exp() + 4f64.exp()).ln();
+        assert_eq!(m.token, 40);
+        assert!((l.logsumexp as f64 - lse).abs() < 1e-5);
+        assert!((l.logprob as f64 - (1.5 - lse)).abs() < 1e-5);
+        assert!((l.raw_logprob as f64 - (1.7 - raw_lse)).abs() < 1e-5);
+        // A greedy row: NaN processed lse everywhere, log-probability 0, raw still defined.
+        let g0 = RankRow { token: 1, score: 0.5, logprobs: lp(0.0, f32::NAN, 0.3 - 3.0, 3.0) };
+        let g1 = RankRow { token: 40, score: 0.9, logprobs: lp(0.0, f32::NAN, 1.7 - 4.0, 4.0) };
+        let g = merge_rank_row([g0, g1].into_iter(), exp, ln).logprobs.unwrap();
+        assert_eq!(g.logprob, 0.0);
+        assert!(g.logsumexp.is_nan());
+        assert!((g.raw_logprob as f64 - (1.7 - raw_lse)).abs() < 1e-5);
+        // A shard with everything masked contributes no processed mass.
+        let masked = RankRow {
+            token: INVALID_INDEX,
+            score: f32::NEG_INFINITY,
+            logprobs: lp(f32::NAN, f32::NEG_INFINITY, 0.0, 3.0),
+        };
+        let l = merge_rank_row([masked, r1].into_iter(), exp, ln).logprobs.unwrap();
+        assert!((l.logsumexp - 2.0).abs() < 1e-6 && (l.logprob - (1.5 - 2.0)).abs() < 1e-6);
+        // Nothing allowed anywhere: no token, NaN log-probabilities.
+        let none = merge_rank_row([masked, masked].into_iter(), exp, ln);
+        assert_eq!(none.token, INVALID_INDEX);
+        assert!(none.logprobs.unwrap().logprob.is_nan());
+    }
+}

@@ -1,0 +1,306 @@
+//! Tensor-parallel sampling over a vocab-sharded LM head on several GPUs, through NCCL
+//! (`flashsampling::tp`):
+//!
+//! - **Bit-identical to one GPU**: every rank's tokens and scores equal the one-GPU call's on the
+//!   whole head, bit for bit, for even (padded) and uneven shards, with every GPU control on
+//!   (per-row temperatures with greedy rows, per-row seeds, `n` samples, a mask, soft-capping);
+//!   padding rows past V, holding the largest logits, are never sampled. Log-probabilities within
+//!   1e-4 of the one-GPU call's, the log-sum-exp within 1e-5 relative.
+//! - **Both ways to run**: a [`TpGroup`] (one process, all GPUs) and one [`TpRank`] per thread with
+//!   a shared [`CommId`] (the one-process-per-GPU shape, here in threads).
+//! - **Failures**: a rank that never takes part makes the others return `Error::Timeout`, not hang;
+//!   bad layouts, mismatched D across ranks and unequal batches are typed errors before any launch.
+//!
+//! Needs two GPUs and NCCL: each test prints a visible SKIP line otherwise (and fails with
+//! `FLASHSAMPLING_REQUIRE_GPUS=2`). `NCCL_NVLS_ENABLE=0` must be set (NVLink multicast stays off).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use flashsampling::controls::TokenMask;
+use flashsampling::params::LogProbs;
+use flashsampling::tp::nccl_available;
+use flashsampling::{
+    CommId, DeviceMatrix, Error, GpuBackend, Matrix, SamplingParams, ShardLayout, TpGroup, TpRank, VocabShard,
+};
+use half::bf16;
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The number of GPUs when at least `n` are present with NCCL; else a visible SKIP (or a failure
+/// with `FLASHSAMPLING_REQUIRE_GPUS=n`).
+fn gpus_or_skip(test: &str, n: usize) -> bool {
+    let require = std::env::var("FLASHSAMPLING_REQUIRE_GPUS").ok().and_then(|v| v.parse::<usize>().ok());
+    let count =
+        if flashsampling::gpu_available() { cudarc::driver::CudaContext::device_count().unwrap_or(0) } else { 0 };
+    let reason = if (count as usize) < n {
+        Some(format!("{count} GPUs, needs {n}"))
+    } else if !nccl_available() {
+        Some("no NCCL library (libnccl.so)".to_string())
+    } else {
+        None
+    };
+    match reason {
+        Some(r) if require.is_some_and(|m| m >= n) => panic!("FLASHSAMPLING_REQUIRE_GPUS={require:?} but {r}"),
+        Some(r) => {
+            visible(&format!("SKIP {test}: {r}; set FLASHSAMPLING_REQUIRE_GPUS={n} to fail instead"));
+            false
+        }
+        None => {
+            assert_eq!(
+                std::env::var("NCCL_NVLS_ENABLE").as_deref(),
+                Ok("0"),
+                "NCCL_NVLS_ENABLE=0 must be set on multi-GPU hosts (NVLink multicast stays off)"
+            );
+            true
+        }
+    }
+}
+
+fn bits(s: &[f32]) -> Vec<u32> {
+    s.iter().map(|x| x.to_bits()).collect()
+}
+
+/// A random head `[padded, D]` whose padding rows (≥ `v`) hold the largest logits by far (each
+/// hidden row has a positive first entry; padding weight rows are large there).
+fn padded_head(b: usize, d: usize, v: usize, padded: usize, seed: u64) -> (Vec<bf16>, Vec<bf16>) {
+    let mut rng = TestRng::new(seed);
+    let mut hidden = rng.normal_bf16(b * d, 1.0);
+    for r in 0..b {
+        hidden[r * d] = bf16::from_f32(4.0);
+    }
+    let mut weight = rng.normal_bf16(padded * d, 2.0 / (d as f64).sqrt());
+    for row in v..padded {
+        weight[row * d] = bf16::from_f32(64.0);
+    }
+    (hidden, weight)
+}
+
+/// Layouts from shard ends (offsets multiples of 4), the last running to `padded`.
+fn layouts(ends: &[usize], vocab: usize, d: usize) -> Vec<ShardLayout> {
+    let mut start = 0;
+    ends.iter()
+        .map(|&e| {
+            let l = ShardLayout { offset: start, rows: e - start, vocab, d };
+            start = e;
+            l
+        })
+        .collect()
+}
+
+fn shards<'a>(weight: &'a [bf16], ls: &[ShardLayout]) -> Vec<VocabShard<'a>> {
+    ls.iter()
+        .map(|l| {
+            VocabShard::new(Matrix::new(&weight[l.offset * l.d..(l.offset + l.rows) * l.d], l.rows, l.d), l.offset)
+        })
+        .collect()
+}
+
+/// A random mask over `v` tokens allowing about half of each row (and token `7r mod v`).
+fn half_mask(b: usize, v: usize, seed: u64) -> TokenMask {
+    let mut rng = TestRng::new(seed);
+    let words = v.div_ceil(32);
+    let mut m = TokenMask { words: vec![0; b * words], words_per_row: words };
+    for r in 0..b {
+        for t in 0..v {
+            if rng.uniform() < 0.5 || t == (7 * r) % v {
+                m.words[r * words + t / 32] |= 1 << (t % 32);
+            }
+        }
+    }
+    m
+}
+
+#[test]
+fn tensor_parallel_samples_are_bit_identical_to_one_gpu() {
+    if !gpus_or_skip("tensor_parallel_samples_are_bit_identical_to_one_gpu", 2) {
+        return;
+    }
+    let d = 256;
+    let mut compared = 0;
+    for &(v, b) in &[(50_003usize, 9usize), (32_000, 64), (151_936, 130)] {
+        // Even (Megatron/vLLM: padded to 64 per rank) and uneven shards.
+        let even = ShardLayout::even(v, d, 2, 64).unwrap();
+        let padded = even.last().map(|l| l.offset + l.rows).unwrap();
+        // Uneven: at B ≤ 32 an offset ≡ 8 (mod 16); above, a multiple of 16, so the shard runs the
+        // whole head's kernel family (hidden-as-A kernels need V_r % 16 == 0).
+        let cut = if b <= 32 { 4 * (v / 12) } else { 16 * (v / 48) };
+        let uneven = layouts(&[cut, padded], v, d);
+        let (hidden, weight) = padded_head(b, d, v, padded, 0x7A_0001 ^ v as u64);
+        let h = Matrix::new(&hidden, b, d);
+        let one = GpuBackend::new(0).unwrap();
+        let temps: Vec<f32> = (0..b).map(|r| [0.7, 0.0, 1.0, 1.6][r % 4]).collect();
+        let seeds: Vec<u64> = (0..b as u64).map(|r| 0xABC0 + 17 * r).collect();
+        let base = SamplingParams::new(1.0, 0x5EED ^ v as u64).with_streams((0..b as u64).map(|r| 5 * r + 2).collect());
+        let cases = [
+            ("plain", base.clone()),
+            ("per-row T and seeds", base.clone().with_temperatures(temps.clone()).with_seeds(seeds.clone())),
+            ("n = 3", base.clone().with_samples_per_row(3).with_sample(40)),
+            ("mask + soft-cap", base.clone().with_allowed(half_mask(b, v, 11)).with_softcap(20.0)),
+            ("log-probs", base.clone().with_temperatures(temps).with_logprobs(LogProbs::ProcessedAndRaw)),
+        ];
+        for (name, ls) in [("even", &even), ("uneven", &uneven)] {
+            let mut group = TpGroup::new(&[0, 1], ls, TIMEOUT).unwrap();
+            let sh = shards(&weight, ls);
+            for (case, params) in &cases {
+                let whole = one.sample_scored(h, Matrix::new(&weight[..v * d], v, d), params).unwrap();
+                let ranks = group.sample(h, &sh, params).unwrap();
+                for (r, got) in ranks.iter().enumerate() {
+                    let at = format!("V={v} B={b} {name} shards, {case}, rank {r}");
+                    assert!(got.tokens.iter().all(|&t| (t as usize) < v), "{at}: a padding row was sampled");
+                    assert_eq!(got.tokens, whole.tokens, "{at}: tokens");
+                    assert_eq!(bits(&got.scores), bits(&whole.scores), "{at}: scores");
+                    if let Some(lp) = &whole.logprobs {
+                        let close = |a: &[f32], b: &[f32], tol: f32, rel: bool| {
+                            a.iter().zip(b).all(|(x, y)| {
+                                (x.is_nan() && y.is_nan())
+                                    || (x - y).abs() <= if rel { tol * y.abs().max(1.0) } else { tol }
+                            })
+                        };
+                        assert!(close(got.logprobs.as_ref().unwrap(), lp, 1e-4, false), "{at}: log-probabilities");
+                        let raw = whole.raw_logprobs.as_ref().unwrap();
+                        assert!(
+                            close(got.raw_logprobs.as_ref().unwrap(), raw, 1e-4, false),
+                            "{at}: raw log-probabilities"
+                        );
+                        let lse = whole.logsumexp.as_ref().unwrap();
+                        assert!(close(got.logsumexp.as_ref().unwrap(), lse, 1e-5, true), "{at}: log-sum-exp");
+                    }
+                    compared += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(compared, 3 * 2 * 5 * 2);
+}
+
+#[test]
+fn one_rank_per_thread_with_a_shared_id_matches_the_group() {
+    if !gpus_or_skip("one_rank_per_thread_with_a_shared_id_matches_the_group", 2) {
+        return;
+    }
+    let (b, d, v) = (16usize, 512usize, 100_003usize);
+    let ls = ShardLayout::even(v, d, 2, 128).unwrap();
+    let padded = ls[1].offset + ls[1].rows;
+    let (hidden, weight) = padded_head(b, d, v, padded, 0x7A_0002);
+    let params = SamplingParams::new(0.9, 77).with_streams((0..b as u64).collect());
+    let whole = GpuBackend::new(0)
+        .unwrap()
+        .sample(Matrix::new(&hidden, b, d), Matrix::new(&weight[..v * d], v, d), &params)
+        .unwrap();
+    let id = CommId::new().unwrap();
+    let id = CommId::from_hex(&id.to_hex()).unwrap(); // as another process would receive it
+    let tokens: Vec<Vec<u32>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..2)
+            .map(|r| {
+                let (hidden, weight, params, l) = (&hidden, &weight, &params, ls[r]);
+                s.spawn(move || {
+                    let mut rank = TpRank::new(r, r, 2, &id, l, TIMEOUT).unwrap();
+                    let stream = rank.gpu().stream().clone();
+                    let hd = stream.clone_htod(hidden).unwrap();
+                    let wd = stream.clone_htod(&weight[l.offset * d..(l.offset + l.rows) * d]).unwrap();
+                    let mut out = rank.gpu().alloc_samples(b, l.rows).unwrap();
+                    let hm = DeviceMatrix { data: hd.as_view(), rows: b, cols: d };
+                    let wm = DeviceMatrix { data: wd.as_view(), rows: l.rows, cols: d };
+                    rank.sample_device(&hm, &wm, params, None, &mut out).unwrap();
+                    rank.synchronize().unwrap();
+                    stream.clone_dtoh(&out.tokens()).unwrap()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(tokens[0], whole);
+    assert_eq!(tokens[1], whole);
+}
+
+#[test]
+fn a_rank_that_never_samples_makes_the_others_time_out() {
+    if !gpus_or_skip("a_rank_that_never_samples_makes_the_others_time_out", 2) {
+        return;
+    }
+    let (b, d, v) = (4usize, 256usize, 8192usize);
+    let ls = ShardLayout::even(v, d, 2, 64).unwrap();
+    let (hidden, weight) = padded_head(b, d, v, v, 0x7A_0003);
+    let id = CommId::new().unwrap();
+    let (result, elapsed) = std::thread::scope(|s| {
+        // Rank 1 joins the group, then leaves without sampling (a failed peer).
+        let quitter = s.spawn(|| TpRank::new(1, 1, 2, &id, ls[1], TIMEOUT).map(|r| r.rank()));
+        let mut rank = TpRank::new(0, 0, 2, &id, ls[0], TIMEOUT).unwrap();
+        assert_eq!(quitter.join().unwrap().unwrap(), 1);
+        rank.set_timeout(Duration::from_secs(3));
+        let stream = rank.gpu().stream().clone();
+        let hd = stream.clone_htod(&hidden).unwrap();
+        let wd = stream.clone_htod(&weight[..ls[0].rows * d]).unwrap();
+        let mut out = rank.gpu().alloc_samples(b, ls[0].rows).unwrap();
+        let hm = DeviceMatrix { data: hd.as_view(), rows: b, cols: d };
+        let wm = DeviceMatrix { data: wd.as_view(), rows: ls[0].rows, cols: d };
+        let t0 = Instant::now();
+        let r =
+            rank.sample_device(&hm, &wm, &SamplingParams::new(1.0, 1), None, &mut out).and_then(|_| rank.synchronize());
+        let elapsed = t0.elapsed();
+        // The communicator is gone: later calls fail at once.
+        let again = rank.sample_device(&hm, &wm, &SamplingParams::new(1.0, 1), None, &mut out);
+        assert!(matches!(again, Err(Error::CommAborted)), "{again:?}");
+        (r, elapsed)
+    });
+    assert!(matches!(result, Err(Error::Timeout { .. }) | Err(Error::Nccl { .. })), "{result:?}");
+    assert!(elapsed < Duration::from_secs(30), "returned after {elapsed:?}");
+}
+
+#[test]
+fn bad_layouts_and_batches_are_typed_errors_before_any_launch() {
+    if !gpus_or_skip("bad_layouts_and_batches_are_typed_errors_before_any_launch", 2) {
+        return;
+    }
+    let (d, v) = (128usize, 4096usize);
+    let l = |offset, rows| ShardLayout { offset, rows, vocab: v, d };
+    let err = |ls: &[ShardLayout]| TpGroup::new(&[0, 1], ls, TIMEOUT).unwrap_err();
+    assert!(matches!(
+        err(&[l(0, 2000), l(2004, 2092)]),
+        Error::InvalidShards { reason: "a gap between shards", at: 2000 }
+    ));
+    assert!(matches!(err(&[l(0, 2002), l(2002, 2094)]), Error::InvalidShards { at: 2002, .. }));
+    assert!(matches!(
+        err(&[l(0, 2000), l(2000, 1000)]),
+        Error::InvalidShards { reason: "the shards end before V", .. }
+    ));
+    let other_d = ShardLayout { d: 256, ..l(2048, 2048) };
+    assert!(matches!(err(&[l(0, 2048), other_d]), Error::RankMismatch { rank: 1, what: "hidden size D", .. }));
+    assert!(matches!(TpGroup::new(&[0, 1], &[l(0, v)], TIMEOUT), Err(Error::LengthMismatch { .. })));
+    assert!(matches!(CommId::from_hex("zz"), Err(Error::InvalidCommId(_))));
+    assert!(matches!(
+        TpRank::new(0, 2, 2, &CommId::new().unwrap(), l(0, v), TIMEOUT),
+        Err(Error::InvalidRank { rank: 2, world: 2 })
+    ));
+
+    // A group that works, then calls with bad inputs: typed errors, and the group still works.
+    let ls = [l(0, 2048), l(2048, 2048)];
+    let mut group = TpGroup::new(&[0, 1], &ls, TIMEOUT).unwrap();
+    let (hidden, weight) = padded_head(8, d, v, v, 0x7A_0004);
+    let sh = shards(&weight, &ls);
+    let params = SamplingParams::new(1.0, 3);
+    let bad_t = params.clone().with_temperatures(vec![f32::NAN; 8]);
+    assert!(matches!(group.sample(Matrix::new(&hidden, 8, d), &sh, &bad_t), Err(Error::InvalidRowTemperature { .. })));
+    let short_mask = params.clone().with_allowed(TokenMask { words: vec![u32::MAX; 8 * 10], words_per_row: 10 });
+    assert!(group.sample(Matrix::new(&hidden, 8, d), &sh, &short_mask).is_err());
+    assert!(matches!(group.sample(Matrix::new(&hidden, 8, d), &sh[..1], &params), Err(Error::LengthMismatch { .. })));
+    // Unequal batches on the two ranks.
+    let streams: Vec<_> = group.ranks().iter().map(|r| r.gpu().stream().clone()).collect();
+    let hd: Vec<_> = streams.iter().map(|s| s.clone_htod(&hidden).unwrap()).collect();
+    let wd: Vec<_> = streams.iter().zip(&sh).map(|(s, x)| s.clone_htod(x.weight.data).unwrap()).collect();
+    let hm = [
+        DeviceMatrix { data: hd[0].as_view(), rows: 8, cols: d },
+        DeviceMatrix { data: hd[1].slice(..4 * d), rows: 4, cols: d },
+    ];
+    let wm: Vec<_> = wd.iter().map(|w| DeviceMatrix { data: w.as_view(), rows: 2048, cols: d }).collect();
+    let mut outs: Vec<_> = group.ranks().iter().map(|r| r.gpu().alloc_samples(8, 2048).unwrap()).collect();
+    assert!(matches!(group.sample_device(&hm, &wm, &params, None, &mut outs), Err(Error::LengthMismatch { .. })));
+    let ok = group.sample(Matrix::new(&hidden, 8, d), &sh, &params).unwrap();
+    let whole =
+        GpuBackend::new(0).unwrap().sample(Matrix::new(&hidden, 8, d), Matrix::new(&weight, v, d), &params).unwrap();
+    assert_eq!(ok[0].tokens, whole);
+    assert_eq!(ok[1].tokens, whole);
+}
