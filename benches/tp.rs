@@ -57,7 +57,7 @@
 //! GPU hosts, so the bench refuses to start (exit 1) unless the variable is set to 0 — run it as
 //! `NCCL_NVLS_ENABLE=0 cargo bench --bench tp`. Nothing here creates multicast objects.
 //! With fewer than G GPUs or without NCCL it prints `SKIP tp bench: …` and exits 0 (fails with
-//! `FLASHSAMPLING_REQUIRE_GPU=1`).
+//! `FLASHSAMPLING_REQUIRE_GPUS=G`).
 //!
 //! Device memory per GPU at B = 256: the shard (V/G·D bf16), on GPU 0 also the whole weight (2.1 GB
 //! for Llama-3-70B), the gathered logits of the baseline (G·B·V/G·4 bytes, up to 156 MB) and the
@@ -297,8 +297,13 @@ fn main() -> R<()> {
     let a = args();
     let g = a.ranks;
     if let Some(reason) = missing(g) {
-        if std::env::var("FLASHSAMPLING_REQUIRE_GPU").is_ok_and(|v| v == "1") {
-            return Err(format!("FLASHSAMPLING_REQUIRE_GPU=1 but the tp bench cannot run: {reason}").into());
+        let required = std::env::var("FLASHSAMPLING_REQUIRE_GPUS").ok().and_then(|v| v.parse::<usize>().ok());
+        if required.is_some_and(|n| n >= g) {
+            return Err(format!(
+                "FLASHSAMPLING_REQUIRE_GPUS={} but the tp bench cannot run: {reason}",
+                required.unwrap()
+            )
+            .into());
         }
         println!("SKIP tp bench: {reason}");
         return Ok(());

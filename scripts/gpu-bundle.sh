@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds everything a GPU machine without Rust needs into gpu-bundle/:
-#   bin/        release test executables (cpu, gpu, ptxas, unit tests), the bench and the example
+#   bin/        release test executables (cpu, gpu, tp, ptxas, unit tests), the benches (lm_head, tp) and the
+#               examples (sample, tp_ranks)
 #   flashsampling{,_sm90a,_test}.ptx  the PTX modules the binaries embed (for inspection)
 #   run.sh      runs the tests (FLASHSAMPLING_REQUIRE_GPU=1), compute-sanitizer memcheck + racecheck,
 #               the example and the bench; prints a short table last
@@ -33,8 +34,8 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and "bench" in m["target"]["kind"]:
         shutil.copy(m["executable"], sys.argv[1] + "/bench-" + m["target"]["name"]); print("bundled bench", m["target"]["name"])
 ' "$out/bin"
-cargo build --release --example sample
-cp target/release/examples/sample "$out/bin/sample"
+cargo build --release --example sample --example tp_ranks
+cp target/release/examples/sample target/release/examples/tp_ranks "$out/bin/"
 for module in flashsampling flashsampling_sm90a flashsampling_test; do
   cp "$(ls -t target/release/build/flashsampling-*/out/$module.ptx | head -1)" "$out/$module.ptx"
 done

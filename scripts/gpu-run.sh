@@ -15,6 +15,8 @@ bin="$here/bin"
 out="${OUT:-/tmp/flashsampling-gpu}"; mkdir -p "$out"
 what="${1:-all}"
 export FLASHSAMPLING_REQUIRE_GPU=1
+# NVLink multicast stays off on multi-GPU hosts (tensor-parallel tests, bench and example).
+export NCCL_NVLS_ENABLE=0
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 command -v ptxas >/dev/null || export PATH="/usr/local/cuda/bin:$PATH"
 command -v ptxas >/dev/null && export FLASHSAMPLING_PTXAS="$(command -v ptxas)"
