@@ -30,7 +30,8 @@
 //! - `--controls`: instead of the baselines, time the fused call with per-request controls against
 //!   the plain call at every (config, B) (default B ∈ {1, 8, 16, 32, 64, 128, 256}): per-row
 //!   temperatures + log-probabilities, an allowed-token mask in device memory (half the tokens),
-//!   soft-capping, `n = 8` samples per row, and all of them together; prints a table of medians and
+//!   soft-capping, `n = 8` samples per row, sparse adjustments (32 penalized tokens per row), and all of
+//!   them together; prints a table of medians and
 //!   ratios to the plain call and writes `controls.csv`. Takes `--shape`, `--batches`.
 //!
 //! Device memory at the largest B: the weights (V·D bf16), the hidden states (B·D bf16) and the
@@ -390,7 +391,7 @@ fn controls(gpu: &GpuBackend, timer: &EventTimer, a: &Args, bandwidth: f64) -> R
     let batches = a.batches.clone().unwrap_or_else(|| vec![1, 8, 16, 32, 64, 128, 256]);
     let bmax = *batches.iter().max().unwrap();
     let runs = a.runs;
-    let modes = ["plain", "temps+logprobs", "mask", "softcap", "n=8", "all"];
+    let modes = ["plain", "temps+logprobs", "mask", "softcap", "n=8", "adjust", "all"];
     let mut table = format!(
         "| config | B | floor ms | {} |\n|---|---|---|{}\n",
         modes.iter().map(|m| format!("{m} ms (×plain)")).collect::<Vec<_>>().join(" | "),
@@ -416,13 +417,31 @@ fn controls(gpu: &GpuBackend, timer: &EventTimer, a: &Args, bandwidth: f64) -> R
             let tl = plain.clone().with_temperatures(temps.clone()).with_logprobs(LogProbs::Processed);
             let cap = plain.clone().with_softcap(30.0);
             let n8 = plain.clone().with_samples_per_row(8);
-            let all = tl.clone().with_softcap(30.0).with_samples_per_row(8);
-            let cases: [(&str, &SamplingParams, bool); 6] = [
+            // 32 adjusted tokens per row (a penalized history: repetition 1.2, frequency 0.3).
+            let mut adj = flashsampling::controls::SparseAdjustments::none(0);
+            for r in 0..b {
+                let mut t: Vec<u32> = (0..32u64).map(|k| ((r as u64 * 7919 + k * 4099) % v as u64) as u32).collect();
+                t.sort_unstable();
+                t.dedup();
+                for tok in t {
+                    adj.tokens.push(tok);
+                    adj.adjustments.push(flashsampling::kernels::logits::Adjustment {
+                        bias: 0.0,
+                        repetition: 1.2,
+                        subtract: 0.3,
+                    });
+                }
+                adj.offsets.push(adj.tokens.len());
+            }
+            let adjusted = plain.clone().with_adjustments(adj.clone());
+            let all = tl.clone().with_softcap(30.0).with_samples_per_row(8).with_adjustments(adj);
+            let cases: [(&str, &SamplingParams, bool); 7] = [
                 ("plain", &plain, false),
                 ("temps+logprobs", &tl, false),
                 ("mask", &plain, true),
                 ("softcap", &cap, false),
                 ("n=8", &n8, false),
+                ("adjust", &adjusted, false),
                 ("all", &all, true),
             ];
             let mut out = gpu.alloc_samples(b, v)?;

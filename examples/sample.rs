@@ -18,14 +18,17 @@
 //! ```
 //!
 //! `--logprobs` also prints each token's log-probability (under the sampled distribution and under
-//! `softmax(logits)`) and each row's log-sum-exp; they come from the CPU backend for now (the GPU
-//! kernels do not compute them yet), with the same noise, so the tokens are the same.
+//! `softmax(logits)`) and each row's log-sum-exp, from the backend that sampled: on the GPU the fused
+//! kernel computes them in the same launch as the tokens (no `[B, V]` logits in memory), on the CPU the
+//! CPU backend. Asking for them does not change the tokens (same noise); on the GPU they are also
+//! checked against the CPU backend's.
 
 use std::path::PathBuf;
 use std::time::Instant;
 
 use flashsampling::checkpoint::{Loaded, load_hidden, load_safetensors};
 
+use flashsampling::params::LogProbs;
 use flashsampling::timing::EventTimer;
 use flashsampling::{BackendChoice, CpuBackend, DeviceMatrix, Matrix, Sampler, SamplingParams};
 
@@ -156,13 +159,33 @@ fn run(mut a: Args) -> Result<(), Box<dyn std::error::Error>> {
     let wall = start.elapsed();
     println!("tokens: {tokens:?}");
     if a.logprobs {
-        let with = params.clone().with_logprobs(flashsampling::params::LogProbs::ProcessedAndRaw);
-        let s = CpuBackend::new().sample_scored(h, w, &with)?;
-        println!("log-probs (sampled distribution): {:?}", s.logprobs.unwrap_or_default());
-        println!("log-probs (softmax of the logits): {:?}", s.raw_logprobs.unwrap_or_default());
-        println!("log-sum-exp of logits / T: {:?}", s.logsumexp.unwrap_or_default());
+        // The same call with log-probabilities, on the same backend: the GPU's fused values there.
+        let with = params.clone().with_logprobs(LogProbs::ProcessedAndRaw);
+        let s = sampler.sample_scored(h, w, &with)?;
+        let from = if matches!(sampler, Sampler::Gpu(_)) { "GPU, fused" } else { "CPU backend" };
+        println!("log-probs (sampled distribution; {from}): {:?}", s.logprobs.as_deref().unwrap_or_default());
+        println!("log-probs (softmax of the logits; {from}): {:?}", s.raw_logprobs.as_deref().unwrap_or_default());
+        println!("log-sum-exp of logits / T ({from}): {:?}", s.logsumexp.as_deref().unwrap_or_default());
         if s.tokens != tokens {
-            println!("  (CPU tokens {:?}: rows may differ only on f32 near-ties)", s.tokens);
+            println!("  (tokens with log-probs on {:?} differ from {tokens:?}: they should not)", s.tokens);
+        }
+        if matches!(sampler, Sampler::Gpu(_)) {
+            let c = CpuBackend::new().sample_scored(h, w, &with)?;
+            // Rows where both backends drew the same token (they differ only on f32 near-ties).
+            let same: Vec<usize> = (0..a.b).filter(|&r| c.tokens[r] == s.tokens[r]).collect();
+            let max_diff = |g: &Option<Vec<f32>>, c: &Option<Vec<f32>>| -> f32 {
+                let (Some(g), Some(c)) = (g, c) else { return f32::NAN };
+                same.iter().map(|&r| (g[r] - c[r]).abs()).filter(|d| !d.is_nan()).fold(0.0, f32::max)
+            };
+            println!(
+                "  vs the CPU backend on {}/{} rows with the same token: log-probs max |diff| {:.2e}, raw {:.2e}, \
+                 log-sum-exp {:.2e}",
+                same.len(),
+                a.b,
+                max_diff(&s.logprobs, &c.logprobs),
+                max_diff(&s.raw_logprobs, &c.raw_logprobs),
+                max_diff(&s.logsumexp, &c.logsumexp),
+            );
         }
     }
     let what = if matches!(sampler, Sampler::Gpu(_)) { "wall clock, incl. host<->device copies" } else { "wall clock" };

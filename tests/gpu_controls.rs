@@ -1,12 +1,13 @@
 //! Per-request controls in the fused kernels (issue 12): per-row temperatures and seeds, `n` samples
-//! per row, the allowed-token mask, soft-capping and fused log-probabilities, on the GPU.
+//! per row, the allowed-token mask, soft-capping, sparse logit adjustments and fused
+//! log-probabilities, on the GPU.
 //!
 //! - **GPU == CPU bit for bit** on LM heads whose logits are exact (hidden row `r` is the unit
 //!   vector `e_{r mod D}`, so each logit is one weight entry and any summation order gives it):
 //!   tokens and winning scores equal bit for bit, every control on, every kernel family; the
 //!   log-probabilities within 1e-4 of the CPU's f64 ones, the log-sum-exp within 1e-5 relative.
 //! - **Identities** on random LM heads (real matmuls): per-row lists equal to the scalar call; `n`
-//!   samples equal `n` one-sample calls; an all-ones mask equals none; log-probabilities on do not
+//!   samples equal `n` one-sample calls; an all-ones mask and an empty adjustment list equal none; log-probabilities on do not
 //!   change a token or score.
 //! - **Chi-squared** of a masked, soft-capped, tempered row against its f64 distribution, and each
 //!   sampled token's fused log-probability against the f64 log-probability.
@@ -17,7 +18,8 @@
 mod common;
 
 use common::*;
-use flashsampling::controls::TokenMask;
+use flashsampling::controls::{SparseAdjustments, TokenMask};
+use flashsampling::kernels::logits::Adjustment;
 use flashsampling::params::LogProbs;
 use flashsampling::{CpuBackend, DeviceMatrix, Error, Matrix, SamplingParams};
 use half::bf16;
@@ -50,6 +52,31 @@ fn random_mask(b: usize, v: usize, share: f64, seed: u64) -> TokenMask {
         }
     }
     mask
+}
+
+/// Sparse adjustments on about `per_row` random tokens of each row (at least one; none on row 1):
+/// biases of both signs (some large enough to make the token win), repetition penalties above and
+/// below one, frequency/presence subtractions.
+fn random_adjustments(b: usize, v: usize, per_row: usize, seed: u64) -> SparseAdjustments {
+    let mut rng = TestRng::new(seed);
+    let mut adj = SparseAdjustments::none(0);
+    for r in 0..b {
+        let mut tokens: Vec<u32> =
+            if r == 1 { Vec::new() } else { (0..per_row.max(1)).map(|_| (rng.next_u64() % v as u64) as u32).collect() };
+        tokens.sort_unstable();
+        tokens.dedup();
+        for &t in &tokens {
+            let k = rng.next_u64() % 4;
+            adj.tokens.push(t);
+            adj.adjustments.push(Adjustment {
+                bias: [0.0, 3.5, -2.0, 25.0][k as usize],
+                repetition: [1.0, 1.3, 0.8, 1.0][(rng.next_u64() % 4) as usize],
+                subtract: [0.0, 0.4, 1.5, 0.0][(rng.next_u64() % 4) as usize],
+            });
+        }
+        adj.offsets.push(adj.tokens.len());
+    }
+    adj
 }
 
 /// Per-row temperatures with greedy, tiny, below-one and above-one rows.
@@ -102,6 +129,16 @@ fn every_control_matches_the_cpu_bit_for_bit_on_exact_logits() {
             ("mask", base.clone().with_allowed(random_mask(b, v, 0.4, 9))),
             ("soft-cap 1.25", base.clone().with_softcap(1.25)),
             ("log-probs", base.clone().with_logprobs(LogProbs::ProcessedAndRaw)),
+            ("sparse adjustments", base.clone().with_adjustments(random_adjustments(b, v, 6, 21))),
+            (
+                "adjustments + mask + soft-cap + log-probs",
+                base.clone()
+                    .with_adjustments(random_adjustments(b, v, 40, 22))
+                    .with_allowed(random_mask(b, v, 0.5, 23))
+                    .with_softcap(1.5)
+                    .with_temperatures(mixed_temperatures(b))
+                    .with_logprobs(LogProbs::ProcessedAndRaw),
+            ),
             (
                 "everything",
                 base.clone()
@@ -110,6 +147,7 @@ fn every_control_matches_the_cpu_bit_for_bit_on_exact_logits() {
                     .with_samples_per_row(4)
                     .with_allowed(random_mask(b, v, 0.25, 10))
                     .with_softcap(2.0)
+                    .with_adjustments(random_adjustments(b, v, 8, 24))
                     .with_logprobs(LogProbs::ProcessedAndRaw),
             ),
         ];
@@ -150,6 +188,8 @@ fn control_identities_hold_bit_for_bit_on_the_gpu() {
             &base.clone().with_temperatures(vec![0.8; b]).with_seeds(vec![42; b]),
         );
         same("an all-ones mask", &base.clone().with_allowed(TokenMask::all(b, v)));
+        same("an empty adjustment list", &base.clone().with_adjustments(SparseAdjustments::none(b)));
+
         same("log-probabilities on", &base.clone().with_logprobs(LogProbs::ProcessedAndRaw));
         // Per-row temperatures and seeds: row r equals the scalar call with row r's values.
         let temps = mixed_temperatures(b);

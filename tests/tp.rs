@@ -3,7 +3,8 @@
 //!
 //! - **Bit-identical to one GPU**: every rank's tokens and scores equal the one-GPU call's on the
 //!   whole head, bit for bit, for even (padded) and uneven shards, with every GPU control on
-//!   (per-row temperatures with greedy rows, per-row seeds, `n` samples, a mask, soft-capping);
+//!   (per-row temperatures with greedy rows, per-row seeds, `n` samples, a mask, soft-capping, sparse
+//!   adjustments on tokens of both shards);
 //!   padding rows past V, holding the largest logits, are never sampled. Log-probabilities within
 //!   1e-4 of the one-GPU call's, the log-sum-exp within 1e-5 relative.
 //! - **Both ways to run**: a [`TpGroup`] (one process, all GPUs) and one [`TpRank`] per thread with
@@ -19,7 +20,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use flashsampling::controls::TokenMask;
+use flashsampling::controls::{SparseAdjustments, TokenMask};
+use flashsampling::kernels::logits::Adjustment;
 use flashsampling::params::LogProbs;
 use flashsampling::tp::nccl_available;
 use flashsampling::{
@@ -113,6 +115,26 @@ fn half_mask(b: usize, v: usize, seed: u64) -> TokenMask {
     m
 }
 
+/// Sparse adjustments on tokens of both shards: a large bias on one token near each end of the
+/// vocabulary (so the adjusted tokens often win), a penalty on a third.
+fn cross_shard_adjustments(b: usize, v: usize) -> SparseAdjustments {
+    let mut adj = SparseAdjustments::none(0);
+    for r in 0..b {
+        let mut row = [((r * 13) % (v / 2)) as u32, (v / 2 + 5) as u32, (v - 1 - r % 7) as u32];
+        row.sort_unstable();
+        for (i, &t) in row.iter().enumerate() {
+            adj.tokens.push(t);
+            adj.adjustments.push(Adjustment {
+                bias: [6.0, 0.0, 5.0][i],
+                repetition: [1.0, 1.5, 1.0][i],
+                subtract: [0.0, 0.5, 0.2][i],
+            });
+        }
+        adj.offsets.push(adj.tokens.len());
+    }
+    adj
+}
+
 #[test]
 fn tensor_parallel_samples_are_bit_identical_to_one_gpu() {
     if !gpus_or_skip("tensor_parallel_samples_are_bit_identical_to_one_gpu", 2) {
@@ -139,7 +161,14 @@ fn tensor_parallel_samples_are_bit_identical_to_one_gpu() {
             ("per-row T and seeds", base.clone().with_temperatures(temps.clone()).with_seeds(seeds.clone())),
             ("n = 3", base.clone().with_samples_per_row(3).with_sample(40)),
             ("mask + soft-cap", base.clone().with_allowed(half_mask(b, v, 11)).with_softcap(20.0)),
-            ("log-probs", base.clone().with_temperatures(temps).with_logprobs(LogProbs::ProcessedAndRaw)),
+            ("log-probs", base.clone().with_temperatures(temps.clone()).with_logprobs(LogProbs::ProcessedAndRaw)),
+            (
+                "sparse adjustments + log-probs",
+                base.clone()
+                    .with_adjustments(cross_shard_adjustments(b, v))
+                    .with_temperatures(temps)
+                    .with_logprobs(LogProbs::Processed),
+            ),
         ];
         for (name, ls) in [("even", &even), ("uneven", &uneven)] {
             let mut group = TpGroup::new(&[0, 1], ls, TIMEOUT).unwrap();
@@ -153,18 +182,33 @@ fn tensor_parallel_samples_are_bit_identical_to_one_gpu() {
                     assert_eq!(got.tokens, whole.tokens, "{at}: tokens");
                     assert_eq!(bits(&got.scores), bits(&whole.scores), "{at}: scores");
                     if let Some(lp) = &whole.logprobs {
+                        // The first row outside the tolerance (TP value, one-GPU value), if any.
+                        let off = |a: &[f32], b: &[f32], tol: f32, rel: bool| {
+                            a.iter()
+                                .zip(b)
+                                .enumerate()
+                                .find(|(_, (x, y))| {
+                                    !((x.is_nan() && y.is_nan())
+                                        || (*x - *y).abs() <= if rel { tol * y.abs().max(1.0) } else { tol })
+                                })
+                                .map(|(i, (x, y))| (i, *x, *y, got.tokens[i]))
+                        };
                         let close = |a: &[f32], b: &[f32], tol: f32, rel: bool| {
-                            a.iter().zip(b).all(|(x, y)| {
-                                (x.is_nan() && y.is_nan())
-                                    || (x - y).abs() <= if rel { tol * y.abs().max(1.0) } else { tol }
-                            })
+                            let o = off(a, b, tol, rel);
+                            if let Some(o) = o {
+                                visible(&format!("{at}: row {} TP {} one GPU {} (token {})", o.0, o.1, o.2, o.3));
+                            }
+                            o.is_none()
                         };
                         assert!(close(got.logprobs.as_ref().unwrap(), lp, 1e-4, false), "{at}: log-probabilities");
-                        let raw = whole.raw_logprobs.as_ref().unwrap();
-                        assert!(
-                            close(got.raw_logprobs.as_ref().unwrap(), raw, 1e-4, false),
+                        assert_eq!(
+                            got.raw_logprobs.is_some(),
+                            whole.raw_logprobs.is_some(),
                             "{at}: raw log-probabilities"
                         );
+                        if let (Some(g), Some(w)) = (&got.raw_logprobs, &whole.raw_logprobs) {
+                            assert!(close(g, w, 1e-4, false), "{at}: raw log-probabilities");
+                        }
                         let lse = whole.logsumexp.as_ref().unwrap();
                         assert!(close(got.logsumexp.as_ref().unwrap(), lse, 1e-5, true), "{at}: log-sum-exp");
                     }
@@ -173,7 +217,7 @@ fn tensor_parallel_samples_are_bit_identical_to_one_gpu() {
             }
         }
     }
-    assert_eq!(compared, 3 * 2 * 5 * 2);
+    assert_eq!(compared, 3 * 2 * 6 * 2);
 }
 
 #[test]

@@ -9,12 +9,14 @@ use cudarc::driver::{
 };
 use cudarc::nvrtc::Ptx;
 use flashsampling_kernels::config::{
-    BLOCK_V, EXPAND_ENTRY, EXPAND_THREADS, Epilogue, FUSED_VARIANTS, Family, FusedVariant, MAX_DIM, Module,
-    TMA_T_VOCAB_ALIGN, TmaLayout, tma_hidden, tma_weight_rows, tma_weight_tiles, tma_weight_tiles_t, variant_for_batch,
+    ADJUST_ENTRY, ADJUST_THREADS, BLOCK_V, EXPAND_ENTRY, EXPAND_THREADS, Epilogue, FUSED_VARIANTS, Family,
+    FusedVariant, MAX_DIM, Module, TMA_T_VOCAB_ALIGN, TmaLayout, tma_hidden, tma_weight_rows, tma_weight_tiles,
+    tma_weight_tiles_t, variant_for_batch,
 };
+use flashsampling_kernels::logits::Adjustment;
 use flashsampling_kernels::params::{
-    ExpandParams, FusedParams, LogitsParams, MergeRanksParams, NoiseTestParams, ReduceParams, RowMass, RowParams,
-    TensorMap, TensorMaps,
+    AdjustParams, AdjustedToken, ExpandParams, FusedParams, LogitsParams, MergeRanksParams, NoiseTestParams,
+    ReduceParams, RowMass, RowParams, TensorMap, TensorMaps,
 };
 use flashsampling_kernels::{Candidate, Transform};
 use half::bf16;
@@ -40,6 +42,8 @@ unsafe impl DeviceRepr for ByValue<LogitsParams> {}
 unsafe impl DeviceRepr for ByValue<ExpandParams> {}
 // SAFETY: as above.
 unsafe impl DeviceRepr for ByValue<MergeRanksParams> {}
+// SAFETY: as above.
+unsafe impl DeviceRepr for ByValue<AdjustParams> {}
 
 /// A [`RowParams`] as the four 64-bit words of its `#[repr(C)]` layout (seed, stream, transform,
 /// sample and request), for the upload.
@@ -183,6 +187,10 @@ pub struct DeviceSamples {
     mask: Option<CudaSlice<u32>>,
     /// The hidden states of a call with several samples per row, `[B·n, D]`.
     expanded: Option<CudaSlice<bf16>>,
+    /// A call's sparse adjustments (CSR offsets, entry rows, tokens, adjustments as words).
+    adj: Option<CudaSlice<u32>>,
+    /// The adjusted tokens' results (`AdjustedToken`, four words each, `[entries, n]`).
+    adjusted: Option<CudaSlice<u32>>,
     /// Rows of the last call (`B·n`).
     b: usize,
     /// Samples per row of the last call.
@@ -381,6 +389,8 @@ pub struct GpuBackend {
     fused: Vec<Option<LoadedVariant>>,
     /// The row-expansion kernel (portable module).
     expand: CudaFunction,
+    /// The sparse-adjustment kernel (portable module).
+    adjust: CudaFunction,
     /// Whether the Hopper (sm_90a) module is loaded.
     sm90a: bool,
     /// Variant forced for every batch size (`FLASHSAMPLING_FUSED_VARIANT` or
@@ -466,11 +476,13 @@ impl GpuBackend {
             })
             .collect::<Result<Vec<_>>>()?;
         let expand = module.load_function(EXPAND_ENTRY)?;
+        let adjust = module.load_function(ADJUST_ENTRY)?;
         let mut gpu = Self {
             variant_override: None,
             sm90a: module_sm90a.is_some(),
             fused,
             expand,
+            adjust,
             stream,
             ctx,
             sm_count,
@@ -618,6 +630,8 @@ impl GpuBackend {
                 logsumexp: if lp { Some(self.stream.alloc::<f32>(b)?) } else { None },
                 mask: None,
                 expanded: None,
+                adj: None,
+                adjusted: None,
                 b,
                 n: 1,
                 has_logprobs: false,
@@ -909,7 +923,7 @@ impl GpuBackend {
             self.stream.memcpy_htod(&words, &mut out.rows.slice_mut(..4 * rows))?;
             out.uploaded_rows = words;
         }
-        let mask_buf = match &params.allowed {
+        let mut mask_buf = match &params.allowed {
             Some(m) => {
                 if out.mask.as_ref().is_none_or(|b| b.len() < m.words.len()) {
                     out.mask = Some(self.stream.alloc_zeros::<u32>(m.words.len().max(1))?);
@@ -919,6 +933,34 @@ impl GpuBackend {
                 true
             }
             None => false,
+        };
+        // Sparse adjustments: the adjusted tokens leave the fused pass through the mask (this call's
+        // own copy: the host mask just uploaded, the caller's device mask copied, or all ones) and
+        // are scored by `adjust_tokens`.
+        let adjustments = params.adjustments.as_ref().filter(|a| !a.tokens.is_empty());
+        if adjustments.is_some() && !mask_buf {
+            let len = shape.b * ranged.range.vocab.div_ceil(32);
+            if out.mask.as_ref().is_none_or(|b| b.len() < len) {
+                out.mask = Some(self.stream.alloc_zeros::<u32>(len.max(1))?);
+            }
+            let buf = out.mask.as_mut().expect("allocated above");
+            let (dst, _g) = buf.device_ptr_mut(&self.stream);
+            // SAFETY: `dst` holds ≥ len words (ours, this stream's); a device mask (validated: B ×
+            // ceil(V/32) words, guarded by the caller until after the launch) holds len words.
+            unsafe {
+                if device_mask != 0 {
+                    sys::cuMemcpyDtoDAsync_v2(dst, device_mask, 4 * len, self.stream.cu_stream()).result()?;
+                } else {
+                    sys::cuMemsetD32Async(dst, u32::MAX, len, self.stream.cu_stream()).result()?;
+                }
+            }
+            mask_buf = true;
+        }
+        let adjusted = match adjustments {
+            Some(a) => {
+                Some(self.launch_adjust(shape, a, params.softcap.unwrap_or(0.0), (hidden, weight), out, ranged)?)
+            }
+            None => None,
         };
         let hidden = if out.n > 1 {
             let len = rows * shape.d;
@@ -966,7 +1008,84 @@ impl GpuBackend {
         } else {
             device_mask
         };
-        self.launch_fused(shape, params, (hidden, weight, mask), out, launch, ranged)
+        self.launch_fused(shape, params, (hidden, weight, mask), out, launch, ranged, adjusted)
+    }
+
+    /// Uploads a call's sparse adjustments (CSR offsets, each entry's request row, tokens,
+    /// adjustments) and launches `adjust_tokens`: each adjusted token's mask bit is cleared in the
+    /// call's own mask (`out.mask`, ready) and its results for the `n` samples are written to
+    /// `out.adjusted`. Returns the device addresses of the offsets and the results.
+    fn launch_adjust(
+        &self,
+        shape: Shape,
+        adj: &crate::controls::SparseAdjustments,
+        softcap: f32,
+        (hidden, weight): (u64, u64),
+        out: &mut DeviceSamples,
+        ranged: Ranged,
+    ) -> Result<(u64, u64)> {
+        let (b, e, n) = (shape.b, adj.tokens.len(), out.n);
+        if e.checked_mul(n).is_none_or(|x| x > u32::MAX as usize / 4) {
+            return Err(Error::TooLarge {
+                what: "adjusted tokens × samples per row",
+                value: e * n,
+                max: u32::MAX as usize / 4,
+            });
+        }
+        // [offsets (B + 1) | entry rows (E) | tokens (E) | adjustments (3E: bias, repetition, subtract)]
+        let mut pack: Vec<u32> = Vec::with_capacity(b + 1 + 5 * e);
+        pack.extend(adj.offsets.iter().map(|&o| o as u32));
+        for r in 0..b {
+            pack.extend(std::iter::repeat_n(r as u32, adj.offsets[r + 1] - adj.offsets[r]));
+        }
+        pack.extend(&adj.tokens);
+        for a in &adj.adjustments {
+            pack.extend([a.bias.to_bits(), a.repetition.to_bits(), a.subtract.to_bits()]);
+        }
+        if out.adj.as_ref().is_none_or(|x| x.len() < pack.len()) {
+            out.adj = Some(self.stream.alloc_zeros::<u32>(pack.len())?);
+        }
+        if out.adjusted.as_ref().is_none_or(|x| x.len() < 4 * e * n) {
+            // SAFETY: written by the kernel below before the fused kernel reads it.
+            out.adjusted = Some(unsafe { self.stream.alloc::<u32>(4 * e * n) }?);
+        }
+        let pack_buf = out.adj.as_mut().expect("allocated above");
+        self.stream.memcpy_htod(&pack, &mut pack_buf.slice_mut(..pack.len()))?;
+        let (base, _p) = pack_buf.device_ptr(&self.stream);
+        let (results, _r) = out.adjusted.as_mut().expect("allocated above").device_ptr_mut(&self.stream);
+        let (mask, _m) = out.mask.as_mut().expect("made by the caller").device_ptr_mut(&self.stream);
+        let (rows, _s) = out.rows.device_ptr(&self.stream);
+        let at = |words: usize| base + 4 * words as u64;
+        let p = ByValue(AdjustParams {
+            hidden: hidden as *const bf16,
+            weight: weight as *const bf16,
+            rows: rows as *const RowParams,
+            mask: mask as *mut u32,
+            entry_rows: at(b + 1) as *const u32,
+            tokens: at(b + 1 + e) as *const u32,
+            adjustments: at(b + 1 + 2 * e) as *const Adjustment,
+            out: results as *mut AdjustedToken,
+            entries: e as u32,
+            n: n as u32,
+            d: shape.d as u32,
+            v_offset: ranged.range.offset as u32,
+            v_end: (ranged.range.offset + shape.v) as u32,
+            mask_words: ranged.range.vocab.div_ceil(32) as u32,
+            softcap,
+            _pad: 0,
+        });
+        let warps = ADJUST_THREADS / 32;
+        let cfg = LaunchConfig {
+            grid_dim: ((e as u32).div_ceil(warps), 1, 1),
+            block_dim: (ADJUST_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: `hidden` holds B·D and `weight` the launch's rows × D bf16 (validated, 16-byte
+        // aligned, guarded by the caller); the pack holds what the pointers above say (`validate`
+        // checked the CSR: rows < B, tokens < V, entries consistent); `rows` holds B·n row
+        // parameters (uploaded above), the mask B × ceil(V/32) words, the results E·n entries.
+        unsafe { self.stream.launch_builder(&self.adjust).arg(&p).launch(cfg) }?;
+        Ok((base, results))
     }
 
     fn launch_fused(
@@ -977,6 +1096,7 @@ impl GpuBackend {
         out: &mut DeviceSamples,
         launch: LaunchShape,
         ranged: Ranged,
+        adjusted: Option<(u64, u64)>,
     ) -> Result<()> {
         let loaded = self.loaded(launch.variant).expect("only loaded variants are chosen");
         let entry = loaded.entry(launch.epilogue);
@@ -1048,6 +1168,8 @@ impl GpuBackend {
             raw_logprobs: lp_ptrs[2] as *mut f32,
             logsumexp: lp_ptrs[3] as *mut f32,
             raw_logsumexp: lp_ptrs[4] as *mut f32,
+            adj_offsets: adjusted.map_or(0, |a| a.0) as *const u32,
+            adjusted: adjusted.map_or(0, |a| a.1) as *const AdjustedToken,
             candidates: cands as *mut Candidate,
             counters: counters as *mut u32,
             tokens: tokens as *mut u32,
@@ -1057,6 +1179,7 @@ impl GpuBackend {
             v: shape.v as u32,
             v_offset: ranged.range.offset as u32,
             v_end: (ranged.range.offset + shape.v) as u32,
+            samples: out.n as u32,
             n_vranges: launch.n_vranges,
             mask_words: if mask != 0 { ranged.range.vocab.div_ceil(32) as u32 } else { 0 },
             softcap: params.softcap.unwrap_or(0.0),

@@ -210,12 +210,10 @@ impl SamplingParams {
         }
     }
 
-    /// The first control set that the GPU kernels do not take yet (sparse adjustments, top-k /
-    /// top-p / min-p, top log-probabilities), or `None`.
+    /// The first control set that the GPU kernels do not take yet (top-k / top-p / min-p, top
+    /// log-probabilities), or `None`.
     pub fn cpu_only_control(&self) -> Option<&'static str> {
-        if self.adjustments.is_some() {
-            Some("sparse logit adjustments")
-        } else if self.top_k.is_some() || self.top_p.is_some() || self.min_p.is_some() {
+        if self.top_k.is_some() || self.top_p.is_some() || self.min_p.is_some() {
             Some("top-k / top-p / min-p")
         } else if self.top_logprobs != 0 {
             Some("top log-probabilities")

@@ -576,6 +576,12 @@ pub const EXPAND_ENTRY: &str = "expand_rows";
 /// Threads per block of the row-expansion kernel (one 16-byte chunk each).
 pub const EXPAND_THREADS: u32 = 256;
 
+/// PTX entry point of the sparse-adjustment kernel (portable module): adjusted tokens scored
+/// apart from the fused pass (`params::AdjustParams`).
+pub const ADJUST_ENTRY: &str = "adjust_tokens";
+/// Threads per block of the sparse-adjustment kernel (one warp per adjusted token).
+pub const ADJUST_THREADS: u32 = 256;
+
 /// PTX entry point of the vocab-parallel merge kernel (portable module): the ranks' gathered
 /// results → the whole head's (`params::MergeRanksParams`, `crate::ranks`).
 pub const MERGE_RANKS_ENTRY: &str = "merge_ranks";
@@ -609,7 +615,11 @@ pub fn entry_points() -> impl Iterator<Item = (&'static str, Module, Option<u32>
     FUSED_VARIANTS
         .iter()
         .flat_map(|v| Epilogue::ALL.map(|e| (v.entry_for(e), v.module(), v.max_threads())))
-        .chain([(EXPAND_ENTRY, Module::Portable, None), (MERGE_RANKS_ENTRY, Module::Portable, None)])
+        .chain([
+            (EXPAND_ENTRY, Module::Portable, None),
+            (MERGE_RANKS_ENTRY, Module::Portable, None),
+            (ADJUST_ENTRY, Module::Portable, None),
+        ])
         .chain(TEST_ENTRIES.iter().map(|&e| (e, Module::Test, None)))
 }
 
@@ -661,7 +671,7 @@ mod tests {
         for (i, (e, _, _)) in all.iter().enumerate() {
             assert!(all[..i].iter().all(|(f, _, _)| f != e), "{e} listed twice");
         }
-        assert_eq!(all.len(), 2 * FUSED_VARIANTS.len() + 2 + TEST_ENTRIES.len());
+        assert_eq!(all.len(), 2 * FUSED_VARIANTS.len() + 3 + TEST_ENTRIES.len());
         // Sixteen boxes of 8 rows, 4 apart, cover a 128-row tile's 32 Philox groups.
         assert_eq!(TMA_WEIGHT_BOXES * TMA_WEIGHT_BOX_ROWS, BLOCK_V);
         assert_eq!(TMA_WEIGHT_ROW_STEP * TMA_WEIGHT_BOX_ROWS, WARP_TILE_V);

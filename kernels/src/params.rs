@@ -80,6 +80,12 @@ pub struct FusedParams {
     /// Output of the log-probability kernels when not null: each row's log-sum-exp of the raw
     /// logits `y`, `[B]` (what a vocab-parallel merge needs to rescale the raw log-probabilities).
     pub raw_logsumexp: *mut f32,
+    /// Sparse adjustments (or null): the `[B/n + 1]` CSR offsets of the request rows' adjusted
+    /// tokens; their results for every sample row are in `adjusted`.
+    pub adj_offsets: *const u32,
+    /// The adjusted tokens' results (`adjust_tokens`), `[entries, n]`: entry `e` of a request, its
+    /// sample `j` at `e·n + j` (null without adjustments).
+    pub adjusted: *const AdjustedToken,
     /// Output: candidates `[B, n_vranges]`, row-major.
     pub candidates: *mut Candidate,
     /// Per-batch-tile arrival counters `[n_btiles]`, zero before the launch; the last block of each
@@ -101,6 +107,8 @@ pub struct FusedParams {
     pub v_offset: u32,
     /// `v_offset + v`: the global vocab index one past the launch's last scored row.
     pub v_end: u32,
+    /// Samples per request (`n`): sample row `b` is request `b / n`'s sample `b % n`.
+    pub samples: u32,
     /// Vocab ranges of the persistent grid: candidates per row.
     pub n_vranges: u32,
     /// 32-bit words per mask row (`ceil(V / 32)` of the whole vocabulary; 0 without a mask).
@@ -184,6 +192,61 @@ pub struct MergeRanksParams {
     /// Words per row and rank: 2 (tokens, scores) or 6 (with log-probabilities).
     pub k: u32,
     /// Padding (keeps the struct's size a multiple of 8 on host and device).
+    pub _pad: u32,
+}
+
+/// One adjusted token's result for one sample row (the `adjust_tokens` kernel's output): its
+/// candidate and, for the log-probabilities, its processed logit.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdjustedToken {
+    /// Perturbed score of the adjusted logit (`−∞` when the mask disallows the token; `−∞` with
+    /// index [`crate::INVALID_INDEX`] when the token is not in this launch's rows).
+    pub score: f32,
+    /// The token (global index).
+    pub token: u32,
+    /// `z' / T`: the adjusted logit over the temperature (`−∞` when disallowed or greedy).
+    pub scaled: f32,
+    /// The adjusted logit `z'` (soft-capped, then adjusted; `−∞` when disallowed).
+    pub z: f32,
+}
+
+/// Parameters of the sparse-adjustment kernel (`adjust_tokens`): one warp per adjusted token.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct AdjustParams {
+    /// Hidden states `[B, D]` of the request rows (not expanded), 16-byte aligned.
+    pub hidden: *const bf16,
+    /// The launch's weight rows `[V, D]`, 16-byte aligned.
+    pub weight: *const bf16,
+    /// Per-sample-row parameters `[B·n]`.
+    pub rows: *const RowParams,
+    /// The launch's allowed-token mask `[B, mask_words]` (this call's own copy): each adjusted
+    /// token's bit is cleared, so the fused pass skips it.
+    pub mask: *mut u32,
+    /// Request row of each entry `[entries]`.
+    pub entry_rows: *const u32,
+    /// Token of each entry `[entries]` (global index).
+    pub tokens: *const u32,
+    /// Adjustment of each entry `[entries]`.
+    pub adjustments: *const crate::logits::Adjustment,
+    /// Output `[entries, n]`.
+    pub out: *mut AdjustedToken,
+    /// Entries.
+    pub entries: u32,
+    /// Samples per request.
+    pub n: u32,
+    /// Hidden size.
+    pub d: u32,
+    /// Global index of weight row 0.
+    pub v_offset: u32,
+    /// `v_offset` + weight rows scored.
+    pub v_end: u32,
+    /// Words per mask row.
+    pub mask_words: u32,
+    /// Soft-cap (0: none).
+    pub softcap: f32,
+    /// Padding.
     pub _pad: u32,
 }
 

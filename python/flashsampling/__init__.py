@@ -189,10 +189,14 @@ def sample_cuda(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample
     ``hidden`` ``[B, D]`` (or ``[D]``) and ``weight`` ``[V, D]``: torch.bfloat16 CUDA tensors on one
     device, with contiguous rows (strides ``(D, 1)``) and 16-byte aligned data (D a multiple of 8).
     float16 raises TypeError (the GPU kernels take bf16 today). Returns ``tokens``, a torch.int32 tensor
-    ``[B]`` on the same device (a row whose winning score is NaN, e.g. from NaN inputs, gets -1; the
-    CPU path raises instead, which would need a host synchronization here); with ``return_dict`` a dict
-    with ``tokens`` and ``scores`` (float32 ``[B]``, the winning perturbed scores) and None for the
-    log-probability entries, which the GPU backend does not compute yet.
+    ``[B]`` (``[B, n]`` with ``n``) on the same device (a row whose winning score is NaN, e.g. from NaN
+    inputs, gets -1; the CPU path raises instead, which would need a host synchronization here); with
+    ``return_dict`` (or ``logprobs`` on) a dict with ``tokens`` and ``scores`` (float32, the winning
+    perturbed scores). With ``logprobs`` "processed" or "processed_and_raw" it also holds the GPU
+    kernel's fused log-probabilities, the same entries as the CPU path's but as float32 CUDA tensors on
+    the same device: ``logprobs`` (shaped like ``tokens``; 0 for a greedy row), ``raw_logprobs``
+    (under ``softmax(logits)``; None with "processed") and ``logsumexp`` (``[B]``, of ``logits / T``;
+    NaN for a greedy row). ``top_logprobs`` is None (the GPU backend does not take it yet, see below).
 
     Stream semantics are PyTorch's: the call is ordered on ``torch.cuda.current_stream(device)``
     (the kernel waits for the work queued there before the call, and work queued there after the call
@@ -227,6 +231,11 @@ def sample_cuda(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample
         _check_device(torch, ordinal)
         tokens = torch.empty(shape, dtype=torch.int32, device=device)
         scores = torch.empty(shape, dtype=torch.float32, device=device)
+        # Log-probability outputs (an unknown option name is reported by the native side).
+        lp = logprobs != "off"
+        lps = torch.empty(shape, dtype=torch.float32, device=device) if lp else None
+        raw = torch.empty(shape, dtype=torch.float32, device=device) if logprobs == "processed_and_raw" else None
+        lse = torch.empty((b * n,), dtype=torch.float32, device=device) if lp else None  # per sample row
         _sample_cuda(
             ordinal, torch.cuda.current_stream(ordinal).cuda_stream, hidden.data_ptr(), b, d,
             weight.data_ptr(), v, wd, tokens.data_ptr(), scores.data_ptr(), tokens.numel(),
@@ -235,8 +244,15 @@ def sample_cuda(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample
             top_k=_list(top_k), top_p=_list(top_p), min_p=_list(min_p),
             softcap=None if softcap is None else float(softcap), top_logprobs=int(top_logprobs),
             top_logprobs_raw=bool(top_logprobs_raw), mask_words=mask_words,
+            logprobs_ptr=None if lps is None else lps.data_ptr(),
+            raw_logprobs_ptr=None if raw is None else raw.data_ptr(),
+            logsumexp_ptr=None if lse is None else lse.data_ptr(),
         )
+        if lse is not None and n != 1:
+            # The same value for the n samples of a row: one per request row, as on the CPU path (a
+            # copy on the current stream, ordered after the native call's outputs).
+            lse = lse.view(b, n)[:, 0].contiguous()
     if not return_dict and logprobs == "off" and not top_logprobs:
         return tokens
-    return {"tokens": tokens, "scores": scores, "logprobs": None, "raw_logprobs": None, "logsumexp": None,
+    return {"tokens": tokens, "scores": scores, "logprobs": lps, "raw_logprobs": raw, "logsumexp": lse,
             "top_logprobs": None}

@@ -8,8 +8,9 @@
 //!
 //! **Memory.** PyTorch owns every buffer passed in. They are wrapped for one call as cudarc slices
 //! ([`Borrowed`]) and leaked afterwards, never freed here. No input is copied; the fused kernel writes
-//! its tokens and scores into the backend's own [`DeviceSamples`] (kept per device, reused), and two
-//! device-to-device copies move them into PyTorch's output tensors.
+//! its tokens and scores (and, when asked for, the fused log-probabilities, raw log-probabilities and
+//! log-sum-exps) into the backend's own [`DeviceSamples`] (kept per device, reused), and
+//! device-to-device copies move them into PyTorch's output tensors: nothing goes through the host.
 //!
 //! **Streams.** The backend launches on its own (non-blocking) stream. No host synchronization: an
 //! event recorded on PyTorch's current stream makes the backend's stream wait for the work that
@@ -26,6 +27,7 @@ use std::sync::{Arc, LazyLock, Mutex};
 
 use cudarc::driver::sys::{self, CUdevice_attribute};
 use cudarc::driver::{CudaEvent, CudaSlice, CudaStream};
+use flashsampling::params::LogProbs;
 use flashsampling::{DeviceMatrix, DeviceSamples, Error, GpuBackend};
 use half::bf16;
 use pyo3::exceptions::PyValueError;
@@ -124,17 +126,60 @@ fn elements(buffer: &str, rows: usize, cols: usize) -> PyResult<usize> {
         .ok_or_else(|| PyValueError::new_err(format!("{buffer}: {rows} × {cols} elements is too large")))
 }
 
+/// PyTorch's output tensors of one call, by device address: `len` elements each (`B·n`), int32 tokens
+/// and float32 for the rest. The log-probability ones are given exactly when the call asks for them.
+struct Outputs {
+    tokens: u64,
+    scores: u64,
+    /// Processed log-probabilities (with `LogProbs::Processed` or more).
+    logprobs: Option<u64>,
+    /// Raw log-probabilities (with `LogProbs::ProcessedAndRaw`).
+    raw_logprobs: Option<u64>,
+    /// Each sample row's log-sum-exp (`[B·n]`, as the backend writes it; Python keeps one per request
+    /// row).
+    logsumexp: Option<u64>,
+    len: usize,
+}
+
+impl Outputs {
+    /// Checks that the log-probability tensors given are the ones `logprobs` fills (a `ValueError`
+    /// otherwise): none when off, processed ones and log-sum-exps with `Processed`, raw ones too with
+    /// `ProcessedAndRaw`.
+    fn check(&self, logprobs: LogProbs) -> PyResult<()> {
+        let (option, wanted) = match logprobs {
+            LogProbs::Off => ("off", [false, false, false]),
+            LogProbs::Processed => ("processed", [true, false, true]),
+            LogProbs::ProcessedAndRaw => ("processed_and_raw", [true, true, true]),
+        };
+        let given = [self.logprobs, self.raw_logprobs, self.logsumexp].map(|p| p.is_some());
+        let names = ["logprobs_ptr", "raw_logprobs_ptr", "logsumexp_ptr"];
+        for ((name, want), have) in names.into_iter().zip(wanted).zip(given) {
+            if want != have {
+                let verb = if want { "needs" } else { "does not fill" };
+                return Err(PyValueError::new_err(format!("{name}: logprobs = {option:?} {verb} this output tensor")));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Samples on the GPU backend of device `ordinal` from PyTorch CUDA tensors given by address:
 /// `hidden_ptr` `[b, hidden_d]` and `weight_ptr` `[v, weight_d]` row-major bf16 (16-byte aligned,
 /// rows packed back to back), ordered on `torch_stream` (PyTorch's current stream of that device, the
-/// raw `CUstream`). Writes `tokens_len` u32 tokens (`[B]`, or `[B, n]`) to `tokens_ptr` and as many f32
+/// raw `CUstream`). Writes `out_len` u32 tokens (`[B]`, or `[B, n]`) to `tokens_ptr` and as many f32
 /// winning scores to `scores_ptr` (tensors Python allocated on the device), ordered on `torch_stream`
-/// as well. Returns without waiting for the GPU.
+/// as well. With `logprobs` other than "off", also `out_len` f32 processed log-probabilities to
+/// `logprobs_ptr`, the sample rows' log-sum-exps of `logits / T` to `logsumexp_ptr` (`[B·n]`: the
+/// same value for the `n` samples of a row, NaN for a greedy row) and, with "processed_and_raw", the
+/// raw log-probabilities to `raw_logprobs_ptr`: the GPU backend's fused values, copied device to
+/// device (these tensors must be given exactly when the option fills them). Returns without waiting
+/// for the GPU.
 #[pyfunction]
 #[pyo3(signature = (
     ordinal, torch_stream, hidden_ptr, b, hidden_d, weight_ptr, v, weight_d, tokens_ptr, scores_ptr, out_len, *,
     temperature, seed, streams=None, sample=0, temperatures=None, seeds=None, n=1, logprobs="off", top_k=None,
-    top_p=None, min_p=None, softcap=None, top_logprobs=0, top_logprobs_raw=false, mask_words=None
+    top_p=None, min_p=None, softcap=None, top_logprobs=0, top_logprobs_raw=false, mask_words=None,
+    logprobs_ptr=None, raw_logprobs_ptr=None, logsumexp_ptr=None
 ))]
 #[allow(clippy::too_many_arguments)]
 pub fn sample_cuda(
@@ -165,6 +210,9 @@ pub fn sample_cuda(
     top_logprobs: u32,
     top_logprobs_raw: bool,
     mask_words: Option<Vec<u32>>,
+    logprobs_ptr: Option<u64>,
+    raw_logprobs_ptr: Option<u64>,
+    logsumexp_ptr: Option<u64>,
 ) -> PyResult<()> {
     let params = Controls {
         temperature,
@@ -184,6 +232,15 @@ pub fn sample_cuda(
         mask_words,
     }
     .params(v)?;
+    let outputs = Outputs {
+        tokens: tokens_ptr,
+        scores: scores_ptr,
+        logprobs: logprobs_ptr,
+        raw_logprobs: raw_logprobs_ptr,
+        logsumexp: logsumexp_ptr,
+        len: out_len,
+    };
+    outputs.check(params.logprobs)?;
     let hidden_len = elements("hidden states", b, hidden_d)?;
     let weight_len = elements("LM-head weight", v, weight_d)?;
     // The GIL is not needed from here on (no Python objects); opening a device loads the PTX modules.
@@ -209,6 +266,8 @@ pub fn sample_cuda(
             if dev.out.is_none() {
                 dev.out = Some(dev.gpu.alloc_samples(b, v)?);
             }
+            // A log-probability call regrows the buffers itself (`sample_device`: they lack the
+            // log-probability outputs until the first such call).
             let out = dev.out.as_mut().expect("allocated above");
             dev.gpu.sample_device(
                 &DeviceMatrix { data: hidden.as_view(), rows: b, cols: hidden_d },
@@ -216,7 +275,7 @@ pub fn sample_cuda(
                 &params,
                 out,
             )?;
-            let copied = copy_outputs(&stream, out, (tokens_ptr, scores_ptr), out_len);
+            let copied = copy_outputs(&stream, out, &outputs);
             // Even when a copy failed: the launch reads PyTorch's memory, so PyTorch's stream waits for
             // everything enqueued here before anything on it can reuse that memory.
             dev.outputs_ready.record(&stream)?;
@@ -227,27 +286,42 @@ pub fn sample_cuda(
     .map_err(to_py)
 }
 
-/// Copies the last launch's tokens (u32) and scores (f32) on `stream` into PyTorch's output tensors at
-/// `tokens_ptr` (int32) and `scores_ptr` (float32), `out_len` elements each.
-fn copy_outputs(
-    stream: &Arc<CudaStream>,
-    out: &DeviceSamples,
-    (tokens_ptr, scores_ptr): (u64, u64),
-    out_len: usize,
-) -> Result<(), Error> {
+/// Copies the last launch's tokens (u32), scores (f32) and the log-probability outputs `to` asks for
+/// (f32) on `stream` into PyTorch's output tensors (int32 tokens, float32 for the rest), `to.len`
+/// elements each.
+fn copy_outputs(stream: &Arc<CudaStream>, out: &DeviceSamples, to: &Outputs) -> Result<(), Error> {
+    let len = to.len;
     let (tokens, scores) = (out.tokens(), out.scores());
-    if tokens.len() != out_len || scores.len() != out_len {
-        return Err(Error::LengthMismatch { buffer: "output tensors", expected: tokens.len(), actual: out_len });
+    if tokens.len() != len || scores.len() != len {
+        return Err(Error::LengthMismatch { buffer: "output tensors", expected: tokens.len(), actual: len });
     }
-    // SAFETY: `tokens_ptr` and `scores_ptr` are `data_ptr()` of int32 and float32 CUDA tensors of
-    // `out_len` elements on the device of `stream` that Python allocated for this call (`torch.empty` on
-    // the current stream, which `inputs_ready` orders before these copies) and holds during it; they are
+    // SAFETY: `to.tokens` and `to.scores` are `data_ptr()` of int32 and float32 CUDA tensors of `len`
+    // elements on the device of `stream` that Python allocated for this call (`torch.empty` on the
+    // current stream, which `inputs_ready` orders before these copies) and holds during it; they are
     // only written, with u32 (the size of int32) and f32 values.
-    let mut tokens_out = unsafe { Borrowed::<u32>::new(stream, tokens_ptr, out_len) };
+    let mut tokens_out = unsafe { Borrowed::<u32>::new(stream, to.tokens, len) };
     // SAFETY: as for `tokens_out`.
-    let mut scores_out = unsafe { Borrowed::<f32>::new(stream, scores_ptr, out_len) };
+    let mut scores_out = unsafe { Borrowed::<f32>::new(stream, to.scores, len) };
     stream.memcpy_dtod(&tokens, &mut *tokens_out)?;
     stream.memcpy_dtod(&scores, &mut *scores_out)?;
+    for (buffer, address, source) in [
+        ("log-probabilities", to.logprobs, out.logprobs()),
+        ("raw log-probabilities", to.raw_logprobs, out.raw_logprobs()),
+        ("log-sum-exps", to.logsumexp, out.logsumexp()),
+    ] {
+        let Some(address) = address else { continue };
+        // Present whenever the launch computed log-probabilities, which `Outputs::check` tied to these
+        // tensors being given; and `[B·n]` like the tokens.
+        let source = source.ok_or(Error::LengthMismatch { buffer, expected: len, actual: 0 })?;
+        if source.len() != len {
+            return Err(Error::LengthMismatch { buffer, expected: source.len(), actual: len });
+        }
+        // SAFETY: as for `tokens_out`: `address` is `data_ptr()` of a float32 CUDA tensor of `len`
+        // elements on this device that Python allocated for this call and holds during it, only
+        // written here, with f32 values.
+        let mut dst = unsafe { Borrowed::<f32>::new(stream, address, len) };
+        stream.memcpy_dtod(&source, &mut *dst)?;
+    }
     Ok(())
 }
 

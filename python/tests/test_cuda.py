@@ -1,8 +1,9 @@
 """The Python package's CUDA path (PyTorch CUDA tensors, the fused GPU kernels): the same tokens as the
-CPU path, softmax frequencies, PyTorch's stream semantics, and clear errors.
+CPU path, softmax frequencies, the fused log-probabilities against torch.log_softmax and the CPU path,
+PyTorch's stream semantics, and clear errors.
 
-Without PyTorch or a CUDA device every test is skipped with the reason (``pytest -rs`` lists them);
-with ``FLASHSAMPLING_REQUIRE_GPU=1`` they fail instead."""
+Without PyTorch or a CUDA device every test that needs one is skipped with the reason (``pytest -rs``
+lists them); with ``FLASHSAMPLING_REQUIRE_GPU=1`` they fail instead."""
 
 import math
 import os
@@ -251,3 +252,202 @@ def test_per_row_controls_reach_the_gpu_backend(dev, control):
     want = on_cpu(hidden, weight, temperature=0.9, seed=5,
                   **{k: (x.cpu().numpy() if hasattr(x, "cpu") else x) for k, x in control.items()})
     assert np.array_equal(got["tokens"].cpu().numpy().astype(np.uint32), want["tokens"])
+
+
+# Fused log-probabilities (logprobs="processed" / "processed_and_raw"): the GPU kernel's values, as
+# float32 CUDA tensors.
+
+
+def reference(hidden, weight, temps, tokens):
+    """f64 references from the bf16 values: each token's log-probability under softmax(logits / T_r)
+    (None where T_r = 0) and under softmax(logits), and each row's log-sum-exp of logits / T_r.
+    `temps` [B] (Python floats), `tokens` [B, n] int64 on the device."""
+    logits = hidden.double() @ weight.double().T  # exact products of bf16 values, f64 sums
+    t = torch.tensor([x if x > 0 else 1.0 for x in temps], dtype=torch.float64, device=logits.device)
+    scaled = logits / t[:, None]
+    processed = torch.log_softmax(scaled, dim=1).gather(1, tokens)
+    raw = torch.log_softmax(logits, dim=1).gather(1, tokens)
+    return processed, raw, torch.logsumexp(scaled, dim=1)
+
+
+def assert_logprob_outputs(got, b, n, dev, raw=True):
+    shape = (b,) if n == 1 else (b, n)
+    keys = ("logprobs", "raw_logprobs") if raw else ("logprobs",)
+    for key in keys:
+        x = got[key]
+        assert x.device == dev and x.dtype == torch.float32 and tuple(x.shape) == shape, (key, x)
+    if not raw:
+        assert got["raw_logprobs"] is None
+    lse = got["logsumexp"]
+    assert lse.device == dev and lse.dtype == torch.float32 and tuple(lse.shape) == (b,) and lse.is_contiguous()
+    assert got["top_logprobs"] is None
+
+
+def assert_lse_close(got, want, what):
+    """Within 1e-5 relative (of max(1, |want|)); NaN exactly where `want` is NaN."""
+    got, want = got.double().cpu(), want.double().cpu()
+    assert torch.equal(got.isnan(), want.isnan()), f"{what}: NaN rows differ: {got} vs {want}"
+    ok = ~want.isnan()
+    err = (got[ok] - want[ok]).abs() / want[ok].abs().clamp(min=1.0)
+    assert err.numel() == 0 or err.max().item() <= 1e-5, f"{what}: relative error {err.max().item():.2e}"
+
+
+@pytest.mark.parametrize("b,d,v", [(7, 256, 1000), (64, 128, 4096), (3, 4096, 32000)])
+@pytest.mark.parametrize("t", [1.0, 0.6, 1.7])
+@pytest.mark.parametrize("n", [1, 3])
+def test_logprobs_match_torch_log_softmax(dev, b, d, v, t, n):
+    hidden, weight = lm_head(b, d, v, seed=31 * b + v, dev=dev)
+    got = fs.sample(hidden, weight, t, seed=4242, streams=[5 * i + 2 for i in range(b)], n=n,
+                    logprobs="processed_and_raw")
+    assert_logprob_outputs(got, b, n, dev)
+    tokens = got["tokens"].long().view(b, n)
+    assert ((tokens >= 0) & (tokens < v)).all()
+    processed, raw, lse = reference(hidden, weight, [t] * b, tokens)
+    err = (got["logprobs"].double().view(b, n) - processed).abs().max().item()
+    assert err <= 1e-4, f"processed log-probabilities off by {err:.2e}"
+    err = (got["raw_logprobs"].double().view(b, n) - raw).abs().max().item()
+    assert err <= 1e-4, f"raw log-probabilities off by {err:.2e}"
+    assert_lse_close(got["logsumexp"], lse, "log-sum-exp")
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_greedy_rows_have_logprob_zero_and_nan_logsumexp(dev, n):
+    b, d, v = 6, 256, 3000
+    temps = [1.0, 0.0, 0.7, 0.0, 1.3, 0.0]
+    hidden, weight = lm_head(b, d, v, seed=77, dev=dev)
+    got = fs.sample(hidden, weight, seed=8, temperatures=temps, n=n, logprobs="processed_and_raw")
+    assert_logprob_outputs(got, b, n, dev)
+    tokens = got["tokens"].long().view(b, n)
+    lps = got["logprobs"].view(b, n).cpu()
+    processed, raw, lse = reference(hidden, weight, temps, tokens)
+    greedy = torch.tensor([x == 0 for x in temps])
+    assert (lps[greedy] == 0).all(), lps  # the argmax has probability 1
+    assert (tokens[greedy.to(dev)] == tokens[greedy.to(dev)][:, :1]).all()  # every sample of a greedy row
+    err = (lps[~greedy].double() - processed.cpu()[~greedy]).abs().max().item()
+    assert err <= 1e-4, f"sampled rows' log-probabilities off by {err:.2e}"
+    # Raw log-probabilities are defined for greedy rows too: log_softmax(logits) at the argmax.
+    err = (got["raw_logprobs"].double().view(b, n) - raw).abs().max().item()
+    assert err <= 1e-4, f"raw log-probabilities off by {err:.2e}"
+    assert_lse_close(got["logsumexp"], torch.where(greedy.to(dev), float("nan"), lse), "log-sum-exp")
+    # A global temperature of 0: every row greedy.
+    got = fs.sample(hidden, weight, 0.0, n=n, logprobs="processed")
+    assert_logprob_outputs(got, b, n, dev, raw=False)
+    assert (got["logprobs"] == 0).all() and got["logsumexp"].isnan().all()
+
+
+@pytest.mark.parametrize("n", [1, 4])
+def test_logprobs_do_not_change_tokens_or_scores(dev, n):
+    b, d, v = 64, 256, 4096
+    hidden, weight = lm_head(b, d, v, seed=123, dev=dev)
+    kw = dict(seed=99, streams=[3 * i + 1 for i in range(b)], sample=2, n=n,
+              temperatures=[[0.8, 0.0, 1.0, 1.9][i % 4] for i in range(b)], return_dict=True)
+    plain = fs.sample(hidden, weight, **kw)
+    assert plain["logprobs"] is None and plain["raw_logprobs"] is None and plain["logsumexp"] is None
+    both = fs.sample(hidden, weight, logprobs="processed_and_raw", **kw)
+    processed = fs.sample(hidden, weight, logprobs="processed", **kw)
+    for got in (both, processed):
+        assert torch.equal(got["tokens"], plain["tokens"])
+        assert torch.equal(got["scores"].view(torch.int32), plain["scores"].view(torch.int32))
+    assert_logprob_outputs(processed, b, n, dev, raw=False)
+    # One kernel computes both: the processed values do not depend on asking for the raw ones too.
+    assert torch.equal(processed["logprobs"], both["logprobs"])
+    assert torch.equal(processed["logsumexp"].isnan(), both["logsumexp"].isnan())
+    ok = ~both["logsumexp"].isnan()
+    assert torch.equal(processed["logsumexp"][ok], both["logsumexp"][ok])
+
+
+def assert_close_to_cpu(got, want, b, n, same):
+    """GPU and CPU log-probabilities on the rows (`same`, a [B] bool array) whose tokens agree:
+    within 1e-4; log-sum-exp within 1e-5 relative, NaN where the CPU has NaN."""
+    for key in ("logprobs", "raw_logprobs"):
+        g = got[key].cpu().numpy().astype(np.float64).reshape(b, n)[same]
+        c = np.asarray(want[key], dtype=np.float64).reshape(b, n)[same]
+        assert np.array_equal(np.isnan(g), np.isnan(c)), key
+        diff = np.abs(g - c)[~np.isnan(c)]
+        err = diff.max() if diff.size else 0.0
+        assert err <= 1e-4, f"{key}: GPU and CPU differ by {err:.2e}"
+    assert_lse_close(got["logsumexp"].cpu()[torch.from_numpy(same)],
+                     torch.from_numpy(np.asarray(want["logsumexp"])[same]), "log-sum-exp vs the CPU")
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_logprobs_equal_the_cpu_path_on_exact_logits(dev, n):
+    # Integer heads: identical logits on both backends, so tokens and scores agree bit for bit.
+    b, d, v = 37, 128, 3001
+    hidden, weight = lm_head(b, d, v, seed=2718, dev=dev, integer=True)
+    kw = dict(seed=31, streams=[11 * i + 3 for i in range(b)], n=n, logprobs="processed_and_raw",
+              temperatures=[[0.7, 0.0, 1.0, 1.8, 0.35][i % 5] for i in range(b)])
+    got = fs.sample(hidden, weight, **kw)
+    want = on_cpu(hidden, weight, **kw)
+    assert_logprob_outputs(got, b, n, dev)
+    tokens = got["tokens"].cpu().numpy().astype(np.uint32)
+    assert np.array_equal(tokens, want["tokens"])
+    assert np.array_equal(got["scores"].cpu().numpy().view(np.uint32), want["scores"].view(np.uint32))
+    assert_close_to_cpu(got, want, b, n, np.ones(b, dtype=bool))
+
+
+def test_logprobs_agree_with_the_cpu_path_on_random_heads(dev):
+    # Random bf16 values: different summation orders, so a row may differ on an f32 near-tie; the
+    # project's standard is tokens equal on at least 99.9 % of the rows.
+    b, d, v = 2048, 256, 8192
+    hidden, weight = lm_head(b, d, v, seed=1618, dev=dev)
+    kw = dict(seed=5, streams=[7 * i + 1 for i in range(b)], logprobs="processed_and_raw",
+              temperatures=[[1.0, 0.6, 0.0, 1.4][i % 4] for i in range(b)])
+    got = fs.sample(hidden, weight, **kw)
+    want = on_cpu(hidden, weight, **kw)
+    assert_logprob_outputs(got, b, 1, dev)
+    same = got["tokens"].cpu().numpy().astype(np.int64) == want["tokens"].astype(np.int64)
+    assert same.mean() >= 0.999, f"{(~same).sum()} of {b} rows differ from the CPU path"
+    assert_close_to_cpu(got, want, b, 1, same)
+
+
+def test_logprobs_follow_the_current_stream(dev):
+    b, d, v, n = 64, 4096, 65536, 2  # a kernel that takes a while; n = 2: the log-sum-exp is reduced
+    hidden, weight = lm_head(b, d, v, seed=15, dev=dev)
+    kw = dict(temperature=0.9, seed=3, streams=list(range(b)), n=n, logprobs="processed_and_raw")
+    want = fs.sample(hidden, weight, **kw)
+    torch.cuda.synchronize(dev)
+    s = torch.cuda.Stream(dev)
+    s.wait_stream(torch.cuda.current_stream(dev))
+    with torch.cuda.stream(s):
+        h = torch.zeros_like(hidden)
+        torch.cuda._sleep(20_000_000)
+        h.copy_(hidden)
+        got = fs.sample(h, weight, **kw)
+        seen = {k: got[k].clone() for k in ("tokens", "logprobs", "raw_logprobs", "logsumexp")}
+        s.synchronize()
+    for k, x in seen.items():
+        assert torch.equal(x.view(torch.int32), want[k].view(torch.int32)), k
+
+
+@pytest.mark.parametrize("control", [
+    dict(top_k=[5, 0, 1, 10]),
+    dict(top_p=[0.9, 1.0, 0.5, 0.99]),
+    dict(min_p=[0.1, 0.0, 0.2, 0.05]),
+    dict(top_logprobs=3),
+])
+def test_unsupported_controls_still_raise_with_logprobs(dev, control):
+    hidden, weight = lm_head(4, 64, 100, seed=6, dev=dev)
+    with pytest.raises(NotImplementedError, match="not available on the GPU backend yet"):
+        fs.sample(hidden, weight, 0.9, logprobs="processed_and_raw", **control)
+    assert fs.sample(hidden, weight, 0.9, logprobs="processed")["logprobs"].shape == (4,)
+
+
+def test_native_call_checks_the_logprob_outputs():
+    # The native entry point refuses log-probability output tensors that do not match the option, before
+    # it touches a device (so this runs without CUDA; the addresses are never used).
+    args = (0, 0, 0, 1, 8, 0, 16, 8, 0, 0, 1)
+    kw = dict(temperature=1.0, seed=0)
+    with pytest.raises(ValueError, match="logprobs_ptr"):
+        fs._sample_cuda(*args, logprobs="processed", **kw)
+    with pytest.raises(ValueError, match="logsumexp_ptr"):
+        fs._sample_cuda(*args, logprobs="processed", logprobs_ptr=256, **kw)
+    with pytest.raises(ValueError, match="raw_logprobs_ptr"):
+        fs._sample_cuda(*args, logprobs="processed_and_raw", logprobs_ptr=256, logsumexp_ptr=512, **kw)
+    with pytest.raises(ValueError, match="raw_logprobs_ptr"):
+        fs._sample_cuda(*args, logprobs="processed", logprobs_ptr=256, raw_logprobs_ptr=512, logsumexp_ptr=768,
+                        **kw)
+    with pytest.raises(ValueError, match="logprobs_ptr"):
+        fs._sample_cuda(*args, logprobs="off", logprobs_ptr=256, **kw)
+    with pytest.raises(ValueError, match="off, processed, processed_and_raw"):
+        fs._sample_cuda(*args, logprobs="raw", **kw)

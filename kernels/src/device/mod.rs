@@ -11,6 +11,7 @@
 //! | [`reduce`] | the reduction: candidates → tokens (the fused kernel's last block; the standalone kernel) |
 //! | `fused` | entry points of the fused kernels, one file per family, composing the roles |
 //! | `rows` | the row expansion of launches with several samples per request |
+//! | `adjust` | the sparse logit adjustments: adjusted tokens scored apart from the fused pass |
 //! | `ranks` | the vocab-parallel merge of the ranks' gathered results (tensor parallelism) |
 //! | `baselines`, `test_kernels` | benchmark baselines and test kernels (their own PTX module) |
 //! | `ptx` | inline PTX: the only `asm!`, one instruction per function |
@@ -26,6 +27,7 @@ macro_rules! unrolled {
     };
 }
 
+mod adjust;
 mod baselines;
 mod fragment;
 mod fused;

@@ -211,6 +211,20 @@ pub unsafe fn atom_global_add_u32(ptr: *mut u32, v: u32) -> u32 {
     old
 }
 
+/// `atom.global.and.b32`: atomically ands `v` into `*ptr` and returns the old value.
+///
+/// # Safety
+/// `ptr` must be a 4-byte aligned global address.
+#[inline(always)]
+pub unsafe fn atom_global_and_b32(ptr: *mut u32, v: u32) -> u32 {
+    let old: u32;
+    // SAFETY: the caller guarantees the address.
+    unsafe {
+        asm!("atom.global.and.b32 {0}, [{1}], {2};", out(reg32) old, in(reg64) ptr, in(reg32) v, options(nostack))
+    };
+    old
+}
+
 /// `ld.global.cg.v2.u32`: an 8-byte load cached in L2 only (data other blocks wrote in this launch).
 ///
 /// # Safety

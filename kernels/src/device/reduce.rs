@@ -17,7 +17,7 @@ use super::ptx::{
 use crate::candidate::Candidate;
 use crate::config::REDUCE_ROWS_PER_BLOCK;
 use crate::logits::softcap;
-use crate::params::{FusedParams, ReduceParams, RowMass};
+use crate::params::{AdjustedToken, FusedParams, ReduceParams, RowMass};
 
 /// Merges `c` with the candidates of the lanes `lane ^ m` for each `m` in `masks` (butterfly).
 ///
@@ -54,6 +54,46 @@ pub(super) unsafe fn merge_mass_butterfly<const K: usize>(mut m: RowMass, masks:
     m
 }
 
+/// A sample row's adjusted tokens (sparse adjustments, `adjust_tokens`): entries `start .. end` of
+/// its request, its sample `j` of `n` each; empty without adjustments.
+#[derive(Clone, Copy)]
+pub(super) struct AdjRows {
+    ptr: *const AdjustedToken,
+    start: u32,
+    end: u32,
+    n: u32,
+    j: u32,
+}
+
+impl AdjRows {
+    /// No adjusted token.
+    pub(super) const NONE: Self = Self { ptr: core::ptr::null(), start: 0, end: 0, n: 1, j: 0 };
+
+    /// Sample row `b`'s adjusted tokens in the launch `p`.
+    ///
+    /// # Safety
+    /// `b < B`; with adjustments, `p.adj_offsets` holds `B / n + 1` offsets.
+    #[inline(always)]
+    pub(super) unsafe fn of(p: &FusedParams, b: u32) -> Self {
+        if p.adjusted.is_null() {
+            return Self::NONE;
+        }
+        let n = p.samples.max(1);
+        let r = (b / n) as usize;
+        // SAFETY: r < B / n: inside the offsets (the caller's contract).
+        let (start, end) = unsafe { (*p.adj_offsets.add(r), *p.adj_offsets.add(r + 1)) };
+        Self { ptr: p.adjusted, start, end, n, j: b % n }
+    }
+
+    /// Entry `i` (`start ≤ i < end`) for this sample row.
+    #[inline(always)]
+    fn get(&self, i: u32) -> AdjustedToken {
+        // SAFETY: start ≤ i < end ≤ entries: inside `[entries, n]` (the kernel wrote it before this
+        // launch, on the same stream).
+        unsafe { *self.ptr.add((i * self.n + self.j) as usize) }
+    }
+}
+
 /// `ln x` from `lg2.approx`.
 #[inline(always)]
 fn ln(x: f32) -> f32 {
@@ -70,7 +110,7 @@ fn ln(x: f32) -> f32 {
 /// All 32 lanes of the warp call it together; `b < B`; `p` is a log-probability launch (`masses`
 /// written by every block of the batch tile, and visible).
 #[inline(always)]
-unsafe fn logprobs_row(p: &FusedParams, b: u32, cand: Candidate, lane: u32) {
+unsafe fn logprobs_row(p: &FusedParams, b: u32, cand: Candidate, lane: u32, adj: AdjRows) {
     let n = p.n_vranges;
     let mut mass = RowMass::EMPTY;
     let mut i = lane;
@@ -78,6 +118,15 @@ unsafe fn logprobs_row(p: &FusedParams, b: u32, cand: Candidate, lane: u32) {
         // SAFETY: inside the row's [n_vranges] masses; written in this launch by other blocks (L2).
         let w = unsafe { ld_global_cg_v4_u32(p.masses.add(b as usize * n as usize + i as usize) as *const u32) };
         mass = merge_mass(mass, mass_of_words(w));
+        i += 32;
+    }
+    // The adjusted tokens' processed mass (their raw logits are in the fused pass's raw mass).
+    let mut i = adj.start + lane;
+    while i < adj.end {
+        let x = adj.get(i).scaled;
+        if x != f32::NEG_INFINITY {
+            mass.processed.update(x, exp);
+        }
         i += 32;
     }
     // SAFETY: all 32 lanes (the caller's contract).
@@ -120,7 +169,14 @@ unsafe fn logprobs_row(p: &FusedParams, b: u32, cand: Candidate, lane: u32) {
         let (lp, raw, lse) = if !valid {
             (f32::NAN, f32::NAN, if greedy { f32::NAN } else { lse })
         } else {
-            let z = if p.softcap > 0.0 { softcap(y, p.softcap) } else { y };
+            let mut z = if p.softcap > 0.0 { softcap(y, p.softcap) } else { y };
+            // An adjusted token won as its entry: its processed logit is the adjusted one.
+            for i in adj.start..adj.end {
+                let a = adj.get(i);
+                if a.token == token {
+                    z = a.z;
+                }
+            }
             let lp = if greedy { 0.0 } else { z * transform.inv_temperature - lse };
             (lp, y - lse_raw, if greedy { f32::NAN } else { lse })
         };
@@ -151,6 +207,7 @@ pub(super) unsafe fn reduce_row(
     tokens: *mut u32,
     scores: *mut f32,
     lane: u32,
+    adj: AdjRows,
 ) -> Candidate {
     let row = b as usize * n as usize;
     let mut c = Candidate::EMPTY;
@@ -159,6 +216,13 @@ pub(super) unsafe fn reduce_row(
         // SAFETY: i < n: inside the row (the caller's contract).
         let [s, idx] = unsafe { ld_global_cg_v2_u32(candidates.add(row + i as usize) as *const u32) };
         c = c.merge(Candidate { score: f32::from_bits(s), index: idx });
+        i += 32;
+    }
+    // The row's adjusted tokens compete with their adjusted scores (the fused pass skipped them).
+    let mut i = adj.start + lane;
+    while i < adj.end {
+        let a = adj.get(i);
+        c = c.merge(Candidate { score: a.score, index: a.token });
         i += 32;
     }
     // SAFETY: all 32 lanes of this warp are here (the caller's contract).
@@ -212,11 +276,13 @@ pub(super) unsafe fn reduce_if_last<const LP: bool>(
         if b >= p.b {
             break; // warp-uniform
         }
+        // SAFETY: b < B (and the offsets hold B / n + 1 entries with adjustments).
+        let adj = unsafe { AdjRows::of(p, b) };
         // SAFETY: b < B; the whole warp is here (warp-uniform loop).
-        let cand = unsafe { reduce_row(p.candidates, p.n_vranges, b, p.tokens, p.scores, lane) };
+        let cand = unsafe { reduce_row(p.candidates, p.n_vranges, b, p.tokens, p.scores, lane, adj) };
         if LP {
             // SAFETY: as above; a log-probability launch, every block's masses visible (acquired).
-            unsafe { logprobs_row(p, b, cand, lane) };
+            unsafe { logprobs_row(p, b, cand, lane, adj) };
         }
         r += warps;
     }
@@ -238,6 +304,6 @@ pub(super) unsafe fn reduce_candidates(p: ReduceParams) {
     let row = blk * REDUCE_ROWS_PER_BLOCK + tid / 32;
     if row < p.b {
         // SAFETY: row < B; the early exit is per warp, so the whole warp is here.
-        unsafe { reduce_row(p.candidates, p.n_candidates, row, p.tokens, p.scores, tid % 32) };
+        unsafe { reduce_row(p.candidates, p.n_candidates, row, p.tokens, p.scores, tid % 32, AdjRows::NONE) };
     }
 }
