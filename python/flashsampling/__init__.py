@@ -72,6 +72,93 @@ def _mask_words(allowed, b, v):
     return np.asarray(a, dtype=np.uint32).reshape(-1).tolist()
 
 
+def _per_row_floats(x, b):
+    """A per-row float control: a number applies to every row; a list (array, tensor) is taken as it is
+    (its length is checked natively)."""
+    if x is None:
+        return None
+    if isinstance(x, (int, float, np.number)) or getattr(x, "ndim", None) == 0:
+        return [float(x)] * b
+    return [float(y) for y in _list(x)]
+
+
+def _token_ids(row, what):
+    """A row's token ids (a list, NumPy array or tensor of integers) as a list of Python ints; negative
+    ids, ids past uint32 and non-integers raise ValueError (ids ≥ V are reported natively)."""
+    if _is_torch_tensor(row):
+        row = row.detach().cpu().numpy()
+    a = np.asarray(row)
+    if a.ndim != 1:
+        raise ValueError(f"{what} has shape {a.shape}: each row is a 1-D list of token ids (or None)")
+    if a.size == 0:
+        return []
+    if a.dtype.kind not in "iu":
+        raise ValueError(f"{what}: token ids must be integers; got {a.dtype}")
+    lo, hi = int(a.min()), int(a.max())
+    if lo < 0 or hi >= 2**32:
+        raise ValueError(f"{what}: token id {lo if lo < 0 else hi} is out of range")
+    return a.tolist()
+
+
+def _token_rows(rows, name):
+    """Per-row token lists (B entries, each a list, array or tensor of ids, or None = empty) in the native
+    side's flat form: (lengths [B], ids concatenated). The number of rows is checked natively."""
+    if rows is None:
+        return None
+    if _is_torch_tensor(rows):
+        rows = rows.detach().cpu().numpy()
+    lengths, flat = [], []
+    for r, row in enumerate(rows):
+        ids = [] if row is None else _token_ids(row, f"{name}[{r}]")
+        lengths.append(len(ids))
+        flat.extend(ids)
+    return lengths, flat
+
+
+def _bias_token(t, what):
+    """A logit_bias key: an integer token id, or its decimal string (as in OpenAI's JSON)."""
+    if isinstance(t, str) and t.strip().isdigit():
+        t = int(t)
+    if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer)):
+        raise ValueError(f"{what}: token id {t!r} is not an integer")
+    if not 0 <= int(t) < 2**32:
+        raise ValueError(f"{what}: token id {int(t)} is out of range")
+    return int(t)
+
+
+def _logit_bias(logit_bias, b):
+    """OpenAI-style biases: B dicts {token id: bias} (None = no bias on that row; a single dict applies to
+    every row), in the native side's flat form: (lengths [B], ids, biases)."""
+    if logit_bias is None:
+        return None
+    if isinstance(logit_bias, dict):
+        logit_bias = [logit_bias] * b
+    lengths, ids, values = [], [], []
+    for r, row in enumerate(logit_bias):
+        row = {} if row is None else row
+        if not isinstance(row, dict):
+            raise ValueError(f"logit_bias[{r}] is a {type(row).__name__}: each row is a dict {{token id: bias}} "
+                             "(or None)")
+        lengths.append(len(row))
+        for t, x in row.items():
+            ids.append(_bias_token(t, f"logit_bias[{r}]"))
+            values.append(float(x))
+    return lengths, ids, values
+
+
+def _penalties(b, logit_bias=None, repetition_penalty=None, frequency_penalty=None, presence_penalty=None,
+               prompt_tokens=None, output_tokens=None):
+    """The logit bias and penalty keywords in the native side's form (each None when not given)."""
+    return dict(
+        logit_bias=_logit_bias(logit_bias, b),
+        repetition_penalty=_per_row_floats(repetition_penalty, b),
+        frequency_penalty=_per_row_floats(frequency_penalty, b),
+        presence_penalty=_per_row_floats(presence_penalty, b),
+        prompt_tokens=_token_rows(prompt_tokens, "prompt_tokens"),
+        output_tokens=_token_rows(output_tokens, "output_tokens"),
+    )
+
+
 def _cpu_tensor_to_numpy(x):
     """A CPU tensor as a NumPy array (bfloat16 as its uint16 bits)."""
     import torch
@@ -84,13 +171,22 @@ def _cpu_tensor_to_numpy(x):
 
 def sample(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample=0, temperatures=None, seeds=None,
            n=1, logprobs="off", top_k=None, top_p=None, min_p=None, softcap=None, top_logprobs=0,
-           top_logprobs_raw=False, allowed=None, threads=None, return_dict=False):
+           top_logprobs_raw=False, allowed=None, logit_bias=None, repetition_penalty=None, frequency_penalty=None,
+           presence_penalty=None, prompt_tokens=None, output_tokens=None, threads=None, return_dict=False):
     """Tokens drawn from softmax(hidden @ weight.T / T), one per row (``[B]``) or ``n`` per row (``[B, n]``).
 
     Per-row controls (lists of length B): ``temperatures`` (0 = greedy for that row), ``seeds``,
     ``streams``, ``top_k`` (0 = off), ``top_p`` (1 = off), ``min_p`` (0 = off). ``softcap`` soft-caps the
     logits; ``allowed`` is a boolean ``[B, V]`` array of allowed tokens (or ``[B, ceil(V/32)]`` uint32 words,
-    bit j of word w = token 32w + j). ``logprobs`` is "off", "processed" or "processed_and_raw";
+    bit j of word w = token 32w + j). Sparse logit adjustments, with vLLM's definitions (applied after
+    ``softcap``, before ``allowed`` and the temperature): ``logit_bias`` is a list of B dicts
+    ``{token_id: bias}`` (None: none on that row; one dict: every row), added to the logits;
+    ``repetition_penalty`` (> 0, 1 = off; 0 is read as 1) divides a positive and multiplies a negative
+    logit of every token in the row's ``prompt_tokens`` or ``output_tokens``; ``frequency_penalty``
+    subtracts its value times the token's count in ``output_tokens``, ``presence_penalty`` its value once
+    for a token in ``output_tokens``. The penalties are numbers (every row) or lists of length B; the token
+    lists are B lists (arrays, tensors) of ids, or None entries. Bias first, then the repetition penalty,
+    then frequency and presence. ``logprobs`` is "off", "processed" or "processed_and_raw";
     ``top_logprobs`` asks for each row's most likely tokens. With ``return_dict`` (or any log-probability
     asked for) the result is a dict: tokens, scores, logprobs, raw_logprobs, logsumexp, top_logprobs (a
     list per row of (token, log-probability) pairs); entries a backend does not compute are None.
@@ -101,7 +197,9 @@ def sample(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample=0, t
     controls = dict(temperature=temperature, seed=seed, streams=streams, sample=sample,
                     temperatures=temperatures, seeds=seeds, n=n, logprobs=logprobs, top_k=top_k, top_p=top_p,
                     min_p=min_p, softcap=softcap, top_logprobs=top_logprobs, top_logprobs_raw=top_logprobs_raw,
-                    allowed=allowed, return_dict=return_dict)
+                    allowed=allowed, logit_bias=logit_bias, repetition_penalty=repetition_penalty,
+                    frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
+                    prompt_tokens=prompt_tokens, output_tokens=output_tokens, return_dict=return_dict)
     if _is_torch_cuda(hidden) or _is_torch_cuda(weight):
         if threads is not None:
             raise ValueError("threads is a CPU backend setting; CUDA tensors run on the GPU backend")
@@ -127,6 +225,8 @@ def sample(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample=0, t
         temperatures=_list(temperatures), seeds=_list(seeds), n=int(n), logprobs=logprobs, top_k=_list(top_k),
         top_p=_list(top_p), min_p=_list(min_p), softcap=None if softcap is None else float(softcap), top_logprobs=int(top_logprobs),
         top_logprobs_raw=bool(top_logprobs_raw), mask_words=mask_words, threads=threads, f16=f16,
+        **_penalties(b, logit_bias, repetition_penalty, frequency_penalty, presence_penalty, prompt_tokens,
+                     output_tokens),
     )
     shape = (b,) if n == 1 else (b, n)
     tokens = np.asarray(out["tokens"], dtype=np.uint32).reshape(shape)
@@ -183,7 +283,9 @@ def _check_rows(name, t):
 
 def sample_cuda(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample=0, temperatures=None,
                 seeds=None, n=1, logprobs="off", top_k=None, top_p=None, min_p=None, softcap=None,
-                top_logprobs=0, top_logprobs_raw=False, allowed=None, return_dict=False):
+                top_logprobs=0, top_logprobs_raw=False, allowed=None, logit_bias=None, repetition_penalty=None,
+                frequency_penalty=None, presence_penalty=None, prompt_tokens=None, output_tokens=None,
+                return_dict=False):
     """``sample`` on PyTorch CUDA tensors: the fused GPU kernel, on the tensors' device.
 
     ``hidden`` ``[B, D]`` (or ``[D]``) and ``weight`` ``[V, D]``: torch.bfloat16 CUDA tensors on one
@@ -204,7 +306,9 @@ def sample_cuda(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample
     on a device opens the GPU backend, which synchronizes that device once). Not capturable into a CUDA
     graph yet (RuntimeError while the current stream captures). Per-row controls are passed to the GPU
     backend as they are; those it does not take yet raise NotImplementedError with the library's
-    message. ``allowed`` may be a CUDA tensor; it is copied to the host (the backend takes host words).
+    message. ``allowed`` may be a CUDA tensor; it is copied to the host (the backend takes host words),
+    and so are token lists given as CUDA tensors (the logit bias and penalties go to the backend as host
+    data, which uploads the sparse adjustments they make).
     """
     import torch
 
@@ -223,6 +327,8 @@ def sample_cuda(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample
     device = hidden.device
     ordinal = device.index if device.index is not None else torch.cuda.current_device()
     mask_words = _mask_words(allowed, b, v)
+    penalties = _penalties(b, logit_bias, repetition_penalty, frequency_penalty, presence_penalty, prompt_tokens,
+                           output_tokens)
     shape = (b,) if n == 1 else (b, n)
     with torch.cuda.device(ordinal):
         if torch.cuda.is_current_stream_capturing():
@@ -246,7 +352,7 @@ def sample_cuda(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample
             top_logprobs_raw=bool(top_logprobs_raw), mask_words=mask_words,
             logprobs_ptr=None if lps is None else lps.data_ptr(),
             raw_logprobs_ptr=None if raw is None else raw.data_ptr(),
-            logsumexp_ptr=None if lse is None else lse.data_ptr(),
+            logsumexp_ptr=None if lse is None else lse.data_ptr(), **penalties,
         )
         if lse is not None and n != 1:
             # The same value for the n samples of a row: one per request row, as on the CPU path (a

@@ -34,7 +34,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::{Controls, to_py};
+use crate::{Controls, FlatRows, Penalties, to_py};
 
 /// One device's backend, its reused output buffers and the two events that order its stream with
 /// PyTorch's.
@@ -172,14 +172,16 @@ impl Outputs {
 /// `logprobs_ptr`, the sample rows' log-sum-exps of `logits / T` to `logsumexp_ptr` (`[B·n]`: the
 /// same value for the `n` samples of a row, NaN for a greedy row) and, with "processed_and_raw", the
 /// raw log-probabilities to `raw_logprobs_ptr`: the GPU backend's fused values, copied device to
-/// device (these tensors must be given exactly when the option fills them). Returns without waiting
-/// for the GPU.
+/// device (these tensors must be given exactly when the option fills them). `logit_bias`, the three
+/// penalties and the token lists are host data, as for `sample_cpu` (`Penalties`): the backend uploads
+/// the sparse adjustments they make. Returns without waiting for the GPU.
 #[pyfunction]
 #[pyo3(signature = (
     ordinal, torch_stream, hidden_ptr, b, hidden_d, weight_ptr, v, weight_d, tokens_ptr, scores_ptr, out_len, *,
     temperature, seed, streams=None, sample=0, temperatures=None, seeds=None, n=1, logprobs="off", top_k=None,
     top_p=None, min_p=None, softcap=None, top_logprobs=0, top_logprobs_raw=false, mask_words=None,
-    logprobs_ptr=None, raw_logprobs_ptr=None, logsumexp_ptr=None
+    logprobs_ptr=None, raw_logprobs_ptr=None, logsumexp_ptr=None, logit_bias=None,
+    repetition_penalty=None, frequency_penalty=None, presence_penalty=None, prompt_tokens=None, output_tokens=None
 ))]
 #[allow(clippy::too_many_arguments)]
 pub fn sample_cuda(
@@ -213,6 +215,12 @@ pub fn sample_cuda(
     logprobs_ptr: Option<u64>,
     raw_logprobs_ptr: Option<u64>,
     logsumexp_ptr: Option<u64>,
+    logit_bias: Option<(Vec<usize>, Vec<u32>, Vec<f32>)>,
+    repetition_penalty: Option<Vec<f32>>,
+    frequency_penalty: Option<Vec<f32>>,
+    presence_penalty: Option<Vec<f32>>,
+    prompt_tokens: Option<FlatRows<u32>>,
+    output_tokens: Option<FlatRows<u32>>,
 ) -> PyResult<()> {
     let params = Controls {
         temperature,
@@ -230,6 +238,16 @@ pub fn sample_cuda(
         top_logprobs,
         top_logprobs_raw,
         mask_words,
+        adjustments: Penalties {
+            logit_bias,
+            repetition_penalty,
+            frequency_penalty,
+            presence_penalty,
+            prompt_tokens,
+            output_tokens,
+        }
+        .build(b, v)
+        .map_err(to_py)?,
     }
     .params(v)?;
     let outputs = Outputs {

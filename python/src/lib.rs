@@ -5,7 +5,7 @@
 
 mod cuda;
 
-use flashsampling::controls::TokenMask;
+use flashsampling::controls::{RowPenalties, SparseAdjustments, TokenMask};
 use flashsampling::params::LogProbs;
 use flashsampling::{CpuBackend, Error, Matrix, SamplingParams};
 use half::bf16;
@@ -41,6 +41,8 @@ struct Controls<'a> {
     top_logprobs: u32,
     top_logprobs_raw: bool,
     mask_words: Option<Vec<u32>>,
+    /// Sparse logit adjustments built from [`Penalties`] (`None`: no entry on any row).
+    adjustments: Option<SparseAdjustments>,
 }
 
 impl Controls<'_> {
@@ -71,18 +73,135 @@ impl Controls<'_> {
         if let Some(words) = self.mask_words {
             params.allowed = Some(TokenMask { words, words_per_row: v.div_ceil(32) });
         }
+        params.adjustments = self.adjustments;
         Ok(params)
+    }
+}
+
+/// Per-row token lists in flat form, as Python passes them: each row's length (`[B]`) and the rows'
+/// ids concatenated.
+type FlatRows<T> = (Vec<usize>, Vec<T>);
+
+/// The logit bias and penalties of one call as Python passes them (the keywords `logit_bias`,
+/// `repetition_penalty`, `frequency_penalty`, `presence_penalty`, `prompt_tokens`, `output_tokens` of
+/// `sample_cpu` and `sample_cuda`): per-row values of length B, token lists in flat form. Turned into
+/// one [`SparseAdjustments`] through [`RowPenalties`], so the semantics are the library's.
+struct Penalties {
+    /// `(lengths [B], token ids, biases)`: row `r`'s `(token, bias)` pairs are the next `lengths[r]`
+    /// of the ids and biases.
+    logit_bias: Option<(Vec<usize>, Vec<u32>, Vec<f32>)>,
+    repetition_penalty: Option<Vec<f32>>,
+    frequency_penalty: Option<Vec<f32>>,
+    presence_penalty: Option<Vec<f32>>,
+    prompt_tokens: Option<FlatRows<u32>>,
+    output_tokens: Option<FlatRows<u32>>,
+}
+
+/// Splits `flat` into `b` rows of `lengths` (a length mismatch otherwise, naming `buffer`).
+fn split_rows<'a, T>(buffer: &'static str, lengths: &[usize], flat: &'a [T], b: usize) -> Result<Vec<&'a [T]>, Error> {
+    if lengths.len() != b {
+        return Err(Error::LengthMismatch { buffer, expected: b, actual: lengths.len() });
+    }
+    let total = lengths.iter().try_fold(0usize, |a, &l| a.checked_add(l));
+    if total != Some(flat.len()) {
+        return Err(Error::LengthMismatch { buffer, expected: total.unwrap_or(usize::MAX), actual: flat.len() });
+    }
+    let mut start = 0;
+    Ok(lengths
+        .iter()
+        .map(|&l| {
+            start += l;
+            &flat[start - l..start]
+        })
+        .collect())
+}
+
+impl Penalties {
+    /// Whether no keyword was given (then no adjustments are passed at all).
+    fn is_empty(&self) -> bool {
+        self.logit_bias.is_none()
+            && self.repetition_penalty.is_none()
+            && self.frequency_penalty.is_none()
+            && self.presence_penalty.is_none()
+            && self.prompt_tokens.is_none()
+            && self.output_tokens.is_none()
+    }
+
+    /// The sparse adjustments of `b` rows over a vocabulary of `v`, built with
+    /// [`SparseAdjustments::from_rows`]; `None` when nothing was given or no row has an entry (the
+    /// same tokens as no adjustments). Every token id given (bias, prompt, output) must be below `v`,
+    /// also where no penalty counts it.
+    fn build(self, b: usize, v: usize) -> Result<Option<SparseAdjustments>, Error> {
+        if self.is_empty() {
+            return Ok(None);
+        }
+        let bias: Vec<(u32, f32)> = match &self.logit_bias {
+            Some((_, tokens, values)) => {
+                if tokens.len() != values.len() {
+                    return Err(Error::LengthMismatch {
+                        buffer: "logit-bias values (one per token id)",
+                        expected: tokens.len(),
+                        actual: values.len(),
+                    });
+                }
+                tokens.iter().copied().zip(values.iter().copied()).collect()
+            }
+            None => Vec::new(),
+        };
+        let bias_rows = match &self.logit_bias {
+            Some((lengths, ..)) => Some(split_rows("per-row logit biases", lengths, &bias, b)?),
+            None => None,
+        };
+        let prompt_rows = match &self.prompt_tokens {
+            Some((lengths, flat)) => Some(split_rows("per-row prompt tokens", lengths, flat, b)?),
+            None => None,
+        };
+        let output_rows = match &self.output_tokens {
+            Some((lengths, flat)) => Some(split_rows("per-row output tokens", lengths, flat, b)?),
+            None => None,
+        };
+        let per_row = |buffer, values: &Option<Vec<f32>>, default: f32| -> Result<Vec<f32>, Error> {
+            match values {
+                Some(x) if x.len() != b => Err(Error::LengthMismatch { buffer, expected: b, actual: x.len() }),
+                Some(x) => Ok(x.clone()),
+                None => Ok(vec![default; b]),
+            }
+        };
+        let repetition = per_row("per-row repetition penalties", &self.repetition_penalty, 1.0)?;
+        let frequency = per_row("per-row frequency penalties", &self.frequency_penalty, 0.0)?;
+        let presence = per_row("per-row presence penalties", &self.presence_penalty, 0.0)?;
+        let mut rows = Vec::with_capacity(b);
+        for row in 0..b {
+            let p = RowPenalties {
+                logit_bias: bias_rows.as_ref().map_or(&[][..], |r| r[row]),
+                repetition_penalty: repetition[row],
+                frequency_penalty: frequency[row],
+                presence_penalty: presence[row],
+                prompt: prompt_rows.as_ref().map_or(&[][..], |r| r[row]),
+                output: output_rows.as_ref().map_or(&[][..], |r| r[row]),
+            };
+            let ids =
+                p.logit_bias.iter().map(|&(t, _)| t).chain(p.prompt.iter().copied()).chain(p.output.iter().copied());
+            if let Some(token) = ids.into_iter().find(|&t| t as usize >= v) {
+                return Err(Error::TokenOutOfRange { row, token, v });
+            }
+            rows.push(p);
+        }
+        let adjustments = SparseAdjustments::from_rows(&rows)?;
+        Ok(if adjustments.tokens.is_empty() { None } else { Some(adjustments) })
     }
 }
 
 /// Samples on the CPU backend. `hidden_bits` `[b, hidden_d]` and `weight_bits` `[v, weight_d]` hold
 /// bf16 bits (f16 bits with `f16`);
-/// `mask_words` `[b, ceil(v / 32)]` the allowed tokens. Returns a dict of lists.
+/// `mask_words` `[b, ceil(v / 32)]` the allowed tokens; `logit_bias`, the three penalties and the
+/// token lists as in [`Penalties`]. Returns a dict of lists.
 #[pyfunction]
 #[pyo3(signature = (
     hidden_bits, b, hidden_d, weight_bits, v, weight_d, *, temperature, seed, streams=None, sample=0, temperatures=None,
     seeds=None, n=1, logprobs="off", top_k=None, top_p=None, min_p=None, softcap=None, top_logprobs=0,
-    top_logprobs_raw=false, mask_words=None, threads=None, f16=false
+    top_logprobs_raw=false, mask_words=None, threads=None, f16=false, logit_bias=None,
+    repetition_penalty=None, frequency_penalty=None, presence_penalty=None, prompt_tokens=None, output_tokens=None
 ))]
 #[allow(clippy::too_many_arguments)]
 fn sample_cpu<'py>(
@@ -110,6 +229,12 @@ fn sample_cpu<'py>(
     mask_words: Option<Vec<u32>>,
     threads: Option<usize>,
     f16: bool,
+    logit_bias: Option<(Vec<usize>, Vec<u32>, Vec<f32>)>,
+    repetition_penalty: Option<Vec<f32>>,
+    frequency_penalty: Option<Vec<f32>>,
+    presence_penalty: Option<Vec<f32>>,
+    prompt_tokens: Option<FlatRows<u32>>,
+    output_tokens: Option<FlatRows<u32>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let params = Controls {
         temperature,
@@ -127,6 +252,16 @@ fn sample_cpu<'py>(
         top_logprobs,
         top_logprobs_raw,
         mask_words,
+        adjustments: Penalties {
+            logit_bias,
+            repetition_penalty,
+            frequency_penalty,
+            presence_penalty,
+            prompt_tokens,
+            output_tokens,
+        }
+        .build(b, v)
+        .map_err(to_py)?,
     }
     .params(v)?;
     let cpu = match threads {

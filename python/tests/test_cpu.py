@@ -149,3 +149,170 @@ def test_cpu_tensors_run_on_the_cpu_backend():
     got = fs.sample(torch.from_numpy(hidden).to(torch.bfloat16), torch.from_numpy(weight).to(torch.bfloat16), 0.9,
                     seed=3)
     assert isinstance(got, np.ndarray) and np.array_equal(got, want)
+
+
+# Sparse logit adjustments: logit_bias and the repetition / frequency / presence penalties.
+
+
+def integer_head(b, d, v, seed):
+    """Hidden states in {-8..8} and weights in {-8..8}/64: bf16 values whose dot products are exact in f32,
+    so the backend's logits equal the float64 ones exactly."""
+    rng = np.random.default_rng(seed)
+    hidden = rng.integers(-8, 9, (b, d)).astype(np.float32)
+    weight = (rng.integers(-8, 9, (v, d)) / 64).astype(np.float32)
+    return hidden, weight
+
+
+def adjusted_logits(y, logit_bias, repetition, frequency, presence, prompt, output):
+    """vLLM's definitions on float64 logits [B, V], per row: the bias added, then the repetition penalty
+    (r = 0 read as 1) over the tokens in prompt or output (x / r if x > 0 else x * r), then
+    frequency · count + presence · [count > 0] over the output's counts subtracted."""
+    y = y.astype(np.float64).copy()
+    for r in range(y.shape[0]):
+        for t, x in (logit_bias[r] or {}).items():
+            y[r, t] += x
+        rep = repetition[r] or 1.0
+        seen = sorted(set(prompt[r]) | set(output[r]))
+        x = y[r, seen]
+        y[r, seen] = np.where(x > 0, x / rep, x * rep)
+        counts = np.bincount(np.asarray(output[r], dtype=np.int64), minlength=y.shape[1])
+        y[r] -= frequency[r] * counts + presence[r] * (counts > 0)
+    return y
+
+
+def penalty_case(b, v, y, seed):
+    """Per-row biases, penalties and token lists that move each row's argmax around: each row's six best
+    tokens are in its output (1 to 3 times), the next three in its prompt."""
+    rng = np.random.default_rng(seed)
+    top = np.argsort(-y, axis=1, kind="stable")
+    logit_bias, prompt, output = [], [], []
+    for r in range(b):
+        bias = {int(t): float(x) for t, x in zip(rng.choice(v, 4, replace=False), rng.uniform(-2, 2, 4))}
+        bias[int(top[r, 0])] = -0.5
+        logit_bias.append(None if r % 7 == 3 else bias)
+        prompt.append(rng.choice(v, 12).tolist() + top[r, 6:9].tolist())
+        repeated = [int(t) for i, t in enumerate(top[r, :6]) for _ in range(1 + (r + i) % 3)]
+        output.append(rng.choice(v, 8).tolist() + repeated)
+    repetition = [[1.0, 1.3, 2.0, 0.0, 0.7, 0.5][r % 6] for r in range(b)]
+    frequency = [[0.0, 0.5, 0.25, 0.1][r % 4] for r in range(b)]
+    presence = [[0.0, 0.75, -0.5][r % 3] for r in range(b)]
+    return dict(logit_bias=logit_bias, repetition_penalty=repetition, frequency_penalty=frequency,
+                presence_penalty=presence, prompt_tokens=prompt, output_tokens=output)
+
+
+def test_logit_bias_forces_or_bans_a_token():
+    hidden, weight = lm_head(64, 64, 500, 21)
+    forced = fs.sample(hidden, weight, 1.0, seed=3, logit_bias=[{123: 100.0}] * 64)
+    assert forced.tolist() == [123] * 64
+    assert fs.sample(hidden, weight, 1.0, seed=3, logit_bias={"123": 100.0}).tolist() == [123] * 64  # one dict
+    assert (fs.sample(hidden, weight, 1.0, seed=3, n=3, logit_bias=[{123: 100.0}] * 64) == 123).all()
+    # A large negative bias on each row's most likely token: never drawn, over many draws.
+    y = logits(hidden, weight)
+    best = y.argmax(axis=1)
+    plain = fs.sample(hidden, weight, 1.0, seed=3)
+    hit = np.zeros(64, dtype=bool)
+    for s in range(20):
+        t = fs.sample(hidden, weight, 1.0, seed=3, sample=s, logit_bias=[{int(x): -100.0} for x in best])
+        assert not (t == best).any()
+        hit |= fs.sample(hidden, weight, 1.0, seed=3, sample=s) == best
+    assert hit.sum() > 10  # without the bias the best token does come up
+    # A row without a bias (None) draws exactly what it draws without the keyword.
+    rows = [None if r % 2 else {int(best[r]): -100.0} for r in range(64)]
+    t = fs.sample(hidden, weight, 1.0, seed=3, logit_bias=rows)
+    assert np.array_equal(t[1::2], plain[1::2])
+
+
+def test_penalties_match_a_float64_reference_on_greedy_rows():
+    b, d, v = 100, 64, 300
+    hidden, weight = integer_head(b, d, v, 22)
+    y = logits(hidden, weight)
+    case = penalty_case(b, v, y, 23)
+    got = fs.sample(hidden, weight, 0.0, **case)
+    want = adjusted_logits(y, case["logit_bias"], case["repetition_penalty"], case["frequency_penalty"],
+                           case["presence_penalty"], case["prompt_tokens"], case["output_tokens"])
+    rows = np.arange(b)
+    # The backend adjusts in f32: its winner is the float64 argmax wherever the top two are clearly apart.
+    assert (want[rows, got] >= want.max(axis=1) - 1e-5).all()
+    top2 = np.sort(want, axis=1)[:, -2:]
+    clear = top2[:, 1] - top2[:, 0] > 1e-4
+    assert clear.sum() >= b - 5
+    assert np.array_equal(got[clear], want.argmax(axis=1)[clear])
+    assert (got != y.argmax(axis=1)).sum() >= b // 3  # the adjustments do move the argmax
+    # NumPy arrays and per-row arrays work as lists do; scalars apply to every row.
+    arrays = dict(case, prompt_tokens=[np.asarray(p, dtype=np.int64) for p in case["prompt_tokens"]],
+                  output_tokens=[np.asarray(o, dtype=np.uint32) for o in case["output_tokens"]],
+                  repetition_penalty=np.asarray(case["repetition_penalty"], dtype=np.float32))
+    assert np.array_equal(fs.sample(hidden, weight, 0.0, **arrays), got)
+    scalar = fs.sample(hidden, weight, 0.0, repetition_penalty=1.3, frequency_penalty=0.5, presence_penalty=0.25,
+                       prompt_tokens=case["prompt_tokens"], output_tokens=case["output_tokens"])
+    want = adjusted_logits(y, [None] * b, [1.3] * b, [0.5] * b, [0.25] * b, case["prompt_tokens"],
+                           case["output_tokens"])
+    assert (want[rows, scalar] >= want.max(axis=1) - 1e-5).all()
+
+
+def test_penalised_samples_follow_the_adjusted_softmax():
+    hidden, weight = lm_head(1, 64, 50, 24)
+    y = logits(hidden, weight)
+    kw = dict(logit_bias=[{3: 1.5, 7: -2.0}], repetition_penalty=1.4, frequency_penalty=0.3, presence_penalty=0.2,
+              prompt_tokens=[[1, 2, 3, 40]], output_tokens=[[int(y.argmax()), int(y.argmax()), 5, 9, 9, 9]])
+    z = adjusted_logits(y, kw["logit_bias"], [1.4], [0.3], [0.2], kw["prompt_tokens"], kw["output_tokens"])[0]
+    h = np.repeat(hidden, 256, axis=0)
+    rows = {k: x * 256 if isinstance(x, list) else x for k, x in kw.items()}
+    counts = np.zeros(50, dtype=np.int64)
+    for r in range(40):
+        t = fs.sample(h, weight, 0.8, seed=7, streams=list(range(r * 256, (r + 1) * 256)), **rows)
+        counts += np.bincount(t, minlength=50)
+    probs = np.exp((z - z.max()) / 0.8)
+    ok, stat, dof, p = chi2_ok(counts, probs / probs.sum())
+    assert ok, (stat, dof, p)
+
+
+def test_empty_adjustments_change_nothing():
+    b = 6
+    hidden, weight = lm_head(b, 64, 400, 25)
+    kw = dict(seed=11, temperatures=[1.0, 0.0, 0.7, 1.3, 0.0, 2.0], n=3, logprobs="processed_and_raw",
+              return_dict=True)
+    plain = fs.sample(hidden, weight, **kw)
+    for adj in [
+        dict(logit_bias=[None] * b),
+        dict(logit_bias=[{}] * b),
+        dict(logit_bias=[{5: 0.0}] * b),
+        dict(prompt_tokens=[[]] * b, output_tokens=[None] * b),
+        dict(repetition_penalty=1.0, frequency_penalty=0.0, presence_penalty=[0.0] * b),
+        dict(repetition_penalty=0.0, prompt_tokens=[[1, 2, 3]] * b),  # 0 is read as 1: off
+        dict(repetition_penalty=1.5, frequency_penalty=2.0, presence_penalty=1.0),  # no tokens to count
+        dict(frequency_penalty=0.0, presence_penalty=0.0, output_tokens=[[7, 7, 8]] * b),
+    ]:
+        got = fs.sample(hidden, weight, **kw, **adj)
+        for key in ("tokens", "scores", "logprobs", "raw_logprobs", "logsumexp"):
+            assert got[key].tobytes() == plain[key].tobytes(), (adj, key)
+
+
+def test_bad_adjustments_raise_the_librarys_errors():
+    hidden, weight = lm_head(2, 64, 100, 26)
+    bad = [
+        (dict(logit_bias=[{100: 1.0}, None]), r"row 0: token id 100 is out of range \(V = 100\)"),
+        (dict(prompt_tokens=[[1], [2, 100]]), r"row 1: token id 100 is out of range \(V = 100\)"),
+        (dict(output_tokens=[[5], [250]], frequency_penalty=1.0), "row 1: token id 250 is out of range"),
+        (dict(logit_bias=[{1: float("nan")}, None]), "row 0: invalid logit adjustments: bias and penalties"),
+        (dict(logit_bias=[None, {1: float("inf")}]), "row 1: invalid logit adjustments"),
+        (dict(repetition_penalty=[1.0, -1.0]), "row 1: invalid logit adjustments: penalties must be finite"),
+        (dict(frequency_penalty=float("inf")), "row 0: invalid logit adjustments"),
+        (dict(presence_penalty=[0.0, float("nan")]), "row 1: invalid logit adjustments"),
+        (dict(logit_bias=[None] * 3), "per-row logit biases has 3 elements, but its shape needs 2"),
+        (dict(repetition_penalty=[1.0, 1.1, 1.2]), "per-row repetition penalties has 3 elements"),
+        (dict(frequency_penalty=[1.0]), "per-row frequency penalties has 1 elements"),
+        (dict(presence_penalty=[]), "per-row presence penalties has 0 elements"),
+        (dict(prompt_tokens=[[1]]), "per-row prompt tokens has 1 elements"),
+        (dict(output_tokens=[[1], [2], [3]]), "per-row output tokens has 3 elements"),
+        (dict(prompt_tokens=[[-1], []]), "token id -1 is out of range"),
+        (dict(output_tokens=[[1.5], []]), "token ids must be integers"),
+        (dict(output_tokens=[3, 4]), "each row is a 1-D list"),
+        (dict(logit_bias=[{-2: 1.0}, None]), "token id -2 is out of range"),
+        (dict(logit_bias=[{"x": 1.0}, None]), "is not an integer"),
+        (dict(logit_bias=[[1, 2], None]), "each row is a dict"),
+    ]
+    for kw, message in bad:
+        with pytest.raises(ValueError, match=message):
+            fs.sample(hidden, weight, 1.0, **kw)
+    assert fs.sample(hidden, weight, 0.0, logit_bias=[{1: 50.0}, {2: 50.0}]).tolist() == [1, 2]

@@ -235,10 +235,14 @@ def test_graph_capture_is_refused_clearly(dev):
     dict(min_p=[0.1, 0.0, 0.2, 0.05]),
     dict(top_logprobs=3),
     dict(allowed="mask"),
+    dict(logit_bias=[{3: 2.0}, None, {7: -1.5, 50: 1.0}, {}]),
+    dict(repetition_penalty=[1.3, 1.0, 0.7, 2.0], prompt_tokens=[[1, 2], [3], [], [4, 5, 6]]),
+    dict(frequency_penalty=0.5, presence_penalty=[0.0, 0.3, -0.2, 1.0], output_tokens=[[1, 1, 2], [], [9], [4] * 3]),
 ])
 def test_per_row_controls_reach_the_gpu_backend(dev, control):
-    """Passed through to the Rust GPU backend: today it raises NotImplementedError for them (the kernels
-    do not take them yet); once it takes one, its tokens must equal the CPU path's."""
+    """Passed through to the Rust GPU backend: it raises NotImplementedError for those the kernels do not
+    take yet; the ones it takes must give the CPU path's tokens. The logit bias and the penalties (sparse
+    adjustments) are taken: they must not raise."""
     hidden, weight = lm_head(4, 64, 100, seed=6, dev=dev, integer=True)
     if control.get("allowed") == "mask":
         allowed = torch.zeros(4, 100, dtype=torch.bool, device=dev)
@@ -247,12 +251,102 @@ def test_per_row_controls_reach_the_gpu_backend(dev, control):
     try:
         got = fs.sample(hidden, weight, 0.9, seed=5, return_dict=True, **control)
     except NotImplementedError as e:
+        assert not ADJUSTMENT_KEYWORDS & control.keys(), f"the GPU backend takes sparse adjustments: {e}"
         assert "not available on the GPU backend yet" in str(e), str(e)
         return
     want = on_cpu(hidden, weight, temperature=0.9, seed=5,
                   **{k: (x.cpu().numpy() if hasattr(x, "cpu") else x) for k, x in control.items()})
     assert np.array_equal(got["tokens"].cpu().numpy().astype(np.uint32), want["tokens"])
 
+
+
+# Sparse logit adjustments (logit_bias, repetition / frequency / presence penalties): the GPU kernels
+# score the adjusted tokens apart and merge them; on exact logits, the same tokens and scores as the CPU.
+
+ADJUSTMENT_KEYWORDS = {"logit_bias", "repetition_penalty", "frequency_penalty", "presence_penalty", "prompt_tokens",
+                       "output_tokens"}
+
+
+def penalty_controls(hidden, weight, seed):
+    """Per-row logit biases, penalties and token lists that touch each row's likely tokens: the best three
+    in the output (1 to 3 times), the next three in the prompt, a bias on the best and the seventh, random
+    ones besides; some rows without a bias."""
+    b, v = hidden.shape[0], weight.shape[0]
+    top = torch.argsort(hidden.double() @ weight.double().T, dim=1, descending=True, stable=True)[:, :8].cpu()
+    rng = np.random.default_rng(seed)
+    logit_bias, prompt, output = [], [], []
+    for r in range(b):
+        best = top[r].tolist()
+        bias = {int(t): float(x) for t, x in zip(rng.choice(v, 4, replace=False), rng.uniform(-3, 3, 4))}
+        bias.update({best[0]: -0.75, best[6]: 1.5})
+        logit_bias.append(None if r % 5 == 2 else bias)
+        prompt.append(rng.choice(v, 16).tolist() + best[3:6])
+        repeated = [t for i, t in enumerate(best[:3]) for _ in range(1 + (r + i) % 3)]
+        output.append(rng.choice(v, 6).tolist() + repeated)
+    return dict(logit_bias=logit_bias, prompt_tokens=prompt, output_tokens=output,
+                repetition_penalty=[[1.0, 1.3, 0.8, 2.0, 0.0][r % 5] for r in range(b)],
+                frequency_penalty=[[0.0, 0.4, 1.0][r % 3] for r in range(b)],
+                presence_penalty=[[0.0, 0.6, -0.3, 0.2][r % 4] for r in range(b)])
+
+
+@pytest.mark.parametrize("b,d,v", [(7, 256, 1000), (64, 128, 4096)])
+@pytest.mark.parametrize("t", [1.0, 0.7, 0.0])
+@pytest.mark.parametrize("n", [1, 3])
+def test_logit_bias_and_penalties_equal_the_cpu_path(dev, b, d, v, t, n):
+    hidden, weight = lm_head(b, d, v, seed=41 * b + v, dev=dev, integer=True)
+    adj = penalty_controls(hidden, weight, seed=b + v)
+    kw = dict(temperature=t, seed=777, streams=[13 * i + 2 for i in range(b)], n=n)
+    got = fs.sample(hidden, weight, return_dict=True, **kw, **adj)
+    want = on_cpu(hidden, weight, **kw, **adj)
+    tokens = got["tokens"].cpu().numpy().astype(np.uint32)
+    assert np.array_equal(tokens, want["tokens"]), (tokens, want["tokens"])
+    assert np.array_equal(got["scores"].cpu().numpy().view(np.uint32), want["scores"].view(np.uint32))
+    if t == 0.0:  # the adjustments move the greedy rows' winners
+        plain = on_cpu(hidden, weight, **kw)["tokens"]
+        assert (plain != want["tokens"]).any()
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_logit_bias_and_penalties_with_logprobs_equal_the_cpu_path(dev, n):
+    b, d, v = 37, 128, 3001
+    hidden, weight = lm_head(b, d, v, seed=1414, dev=dev, integer=True)
+    adj = penalty_controls(hidden, weight, seed=3)
+    kw = dict(seed=17, streams=[5 * i + 1 for i in range(b)], n=n, logprobs="processed_and_raw",
+              temperatures=[[0.7, 0.0, 1.0, 1.8, 0.35][i % 5] for i in range(b)])
+    got = fs.sample(hidden, weight, **kw, **adj)
+    want = on_cpu(hidden, weight, **kw, **adj)
+    assert_logprob_outputs(got, b, n, dev)
+    assert np.array_equal(got["tokens"].cpu().numpy().astype(np.uint32), want["tokens"])
+    assert np.array_equal(got["scores"].cpu().numpy().view(np.uint32), want["scores"].view(np.uint32))
+    assert_close_to_cpu(got, want, b, n, np.ones(b, dtype=bool))
+
+
+def test_adjustment_inputs_on_the_cuda_path(dev):
+    b, v = 6, 500
+    hidden, weight = lm_head(b, 64, v, seed=12, dev=dev, integer=True)
+    kw = dict(temperature=1.0, seed=4, streams=list(range(b)))
+    plain = fs.sample(hidden, weight, return_dict=True, **kw)
+    # Empty and neutral keywords: the same tokens and scores as none.
+    for adj in [dict(logit_bias=[None] * b), dict(logit_bias=[{}] * b, prompt_tokens=[[]] * b),
+                dict(repetition_penalty=1.0, frequency_penalty=0.0, presence_penalty=0.0, output_tokens=[[1, 2]] * b)]:
+        got = fs.sample(hidden, weight, return_dict=True, **kw, **adj)
+        assert torch.equal(got["tokens"], plain["tokens"]), adj
+        assert torch.equal(got["scores"].view(torch.int32), plain["scores"].view(torch.int32)), adj
+    # Token lists as CUDA tensors (copied to the host), a bias that forces a token.
+    rows = [torch.tensor([3, 4, 4, 9], device=dev)] * b
+    got = fs.sample(hidden, weight, output_tokens=rows, frequency_penalty=0.5, presence_penalty=0.25, **kw)
+    want = on_cpu(hidden, weight, output_tokens=[[3, 4, 4, 9]] * b, frequency_penalty=0.5, presence_penalty=0.25,
+                  **kw)["tokens"]
+    assert np.array_equal(got.cpu().numpy().astype(np.uint32), want)
+    assert fs.sample(hidden, weight, logit_bias={42: 100.0}, **kw).tolist() == [42] * b
+    # Bad input: the library's messages, and the device stays usable.
+    with pytest.raises(ValueError, match=r"token id 500 is out of range \(V = 500\)"):
+        fs.sample(hidden, weight, logit_bias=[{500: 1.0}] + [None] * (b - 1), **kw)
+    with pytest.raises(ValueError, match="invalid logit adjustments"):
+        fs.sample(hidden, weight, repetition_penalty=-1.0, **kw)
+    with pytest.raises(ValueError, match="per-row presence penalties has 2 elements"):
+        fs.sample(hidden, weight, presence_penalty=[0.1, 0.2], **kw)
+    assert torch.equal(fs.sample(hidden, weight, **kw), plain["tokens"])
 
 # Fused log-probabilities (logprobs="processed" / "processed_and_raw"): the GPU kernel's values, as
 # float32 CUDA tensors.
@@ -451,3 +545,24 @@ def test_native_call_checks_the_logprob_outputs():
         fs._sample_cuda(*args, logprobs="off", logprobs_ptr=256, **kw)
     with pytest.raises(ValueError, match="off, processed, processed_and_raw"):
         fs._sample_cuda(*args, logprobs="raw", **kw)
+
+
+def test_native_call_builds_the_adjustments_first():
+    # The native entry point turns the flat logit-bias and penalty arguments into the library's sparse
+    # adjustments before it touches a device (so this runs without CUDA; the addresses are never used).
+    args = (0, 0, 0, 1, 8, 0, 16, 8, 0, 0, 1)  # B = 1, D = 8, V = 16
+    kw = dict(temperature=1.0, seed=0)
+    with pytest.raises(ValueError, match=r"row 0: token id 20 is out of range \(V = 16\)"):
+        fs._sample_cuda(*args, logit_bias=([1], [20], [1.0]), **kw)
+    with pytest.raises(ValueError, match=r"row 0: token id 16 is out of range \(V = 16\)"):
+        fs._sample_cuda(*args, prompt_tokens=([2], [3, 16]), **kw)
+    with pytest.raises(ValueError, match="penalties must be finite, repetition > 0"):
+        fs._sample_cuda(*args, repetition_penalty=[-1.0], **kw)
+    with pytest.raises(ValueError, match="per-row output tokens has 2 elements, but its shape needs 1"):
+        fs._sample_cuda(*args, output_tokens=([1, 1], [3, 4]), **kw)
+    with pytest.raises(ValueError, match="per-row frequency penalties has 2 elements"):
+        fs._sample_cuda(*args, frequency_penalty=[0.5, 0.5], **kw)
+    with pytest.raises(ValueError, match="logit-bias values"):
+        fs._sample_cuda(*args, logit_bias=([2], [3, 4], [1.0]), **kw)
+    with pytest.raises(ValueError, match="per-row prompt tokens has 2 elements, but its shape needs 3"):
+        fs._sample_cuda(*args, prompt_tokens=([3], [3, 4]), **kw)
