@@ -63,6 +63,9 @@
 //! for Llama-3-70B), the gathered logits of the baseline (G·B·V/G·4 bytes, up to 156 MB) and the
 //! 2 GiB memset buffer.
 
+mod cli;
+
+use cli::{parse_batches, parse_shape};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -105,45 +108,13 @@ struct Args {
 impl Args {
     /// The (config, D, V) list of the run.
     fn configs(&self) -> Vec<(String, usize, usize)> {
-        if self.shapes.is_empty() {
-            CONFIGS.iter().map(|&(c, d, v)| (c.to_string(), d, v)).collect()
-        } else {
-            self.shapes.clone()
-        }
+        cli::configs(&self.shapes, &CONFIGS)
     }
 
     /// The B list.
     fn batches(&self) -> Vec<usize> {
-        match (&self.batches, self.quick) {
-            (Some(b), _) => b.clone(),
-            (None, true) => QUICK_BATCHES.to_vec(),
-            (None, false) => BATCHES.to_vec(),
-        }
+        cli::batch_list(&self.batches, self.quick, &QUICK_BATCHES, &BATCHES)
     }
-}
-
-/// `--shape D,V` → (`d{D}-v{V}`, D, V); panics with the reason on a bad shape.
-fn parse_shape(s: &str) -> (String, usize, usize) {
-    let dims: Vec<usize> =
-        s.split(',').map(|x| x.trim().parse::<usize>().ok()).collect::<Option<_>>().unwrap_or_default();
-    let [d, v] = dims[..] else { panic!("--shape D,V: two positive integers, got {s:?}") };
-    let align = flashsampling::kernels::config::D_ALIGN as usize;
-    let max = flashsampling::kernels::config::MAX_DIM as usize;
-    assert!(d > 0 && v > 0 && d <= max && v <= max, "--shape {s}: D and V in 1..={max}");
-    assert!(d % align == 0, "--shape {s}: D must be a multiple of {align}");
-    (format!("d{d}-v{v}"), d, v)
-}
-
-/// `--batches 1,2,…` → the sorted B list without repeats; panics with the reason on a bad list.
-fn parse_batches(s: &str) -> Vec<usize> {
-    let mut b: Vec<usize> = s
-        .split(',')
-        .map(|x| x.trim().parse::<usize>().ok().filter(|&b| b > 0))
-        .collect::<Option<_>>()
-        .unwrap_or_else(|| panic!("--batches 1,2,…: positive integers, got {s:?}"));
-    b.sort_unstable();
-    b.dedup();
-    b
 }
 
 fn args() -> Args {

@@ -243,6 +243,34 @@ impl Comm {
         }
     }
 
+    /// Enqueues `ncclAllGather` of `count` elements of `dtype` from `send` into `recv` (rank-major)
+    /// on `stream`; a non-blocking communicator may still be enqueueing it when this returns (poll).
+    ///
+    /// # Safety
+    /// `send` holds `count` and `recv` `G · count` elements, device addresses of `stream`'s context,
+    /// alive until the all-gather completes.
+    unsafe fn all_gather(
+        &self,
+        send: u64,
+        recv: u64,
+        count: usize,
+        dtype: nccl::ncclDataType_t,
+        stream: &cudarc::driver::CudaStream,
+    ) -> Result<()> {
+        // SAFETY: the caller's contract; a live communicator.
+        let res = unsafe {
+            nccl::ncclAllGather(
+                send as *const c_void,
+                recv as *mut c_void,
+                count,
+                dtype,
+                self.raw,
+                stream.cu_stream() as _,
+            )
+        };
+        check(res, "ncclAllGather", Some(self.raw))
+    }
+
     fn abort(&mut self) {
         if !self.aborted && !self.raw.is_null() {
             // SAFETY: a live communicator, not used after this.
@@ -425,17 +453,7 @@ impl TpRank {
             let (s, _s) = send.device_ptr(&stream);
             let (r, _r) = recv.device_ptr_mut(&stream);
             // SAFETY: 8 u64 sent, 8·G received, on this rank's stream.
-            let res = unsafe {
-                nccl::ncclAllGather(
-                    s as *const c_void,
-                    r as *mut c_void,
-                    8,
-                    nccl::ncclDataType_t::ncclUint64,
-                    self.comm.raw,
-                    stream.cu_stream() as _,
-                )
-            };
-            check(res, "ncclAllGather", Some(self.comm.raw))?;
+            unsafe { self.comm.all_gather(s, r, 8, nccl::ncclDataType_t::ncclUint64, &stream) }?;
         }
         wait_ready(&mut [&mut self.comm], deadline, "exchanging shard layouts", self.timeout)?;
         self.done.record(&stream)?;
@@ -620,17 +638,7 @@ impl TpRank {
         let count = call.k * call.rows;
         // SAFETY: `count` ≤ 6·rows words sent from the staging buffer, G·count received; both on
         // this rank's stream and context.
-        let res = unsafe {
-            nccl::ncclAllGather(
-                s as *const c_void,
-                r as *mut c_void,
-                count,
-                nccl::ncclDataType_t::ncclUint32,
-                self.comm.raw,
-                stream.cu_stream() as _,
-            )
-        };
-        check(res, "ncclAllGather", Some(self.comm.raw))
+        unsafe { self.comm.all_gather(s, r, count, nccl::ncclDataType_t::ncclUint32, &stream) }
     }
 
     /// The merge kernel: gathered results → `out`'s tokens, scores (and log-probabilities).
@@ -681,17 +689,7 @@ impl TpRank {
         let (s, _s) = send.device_ptr(&stream);
         let (r, _r) = recv.device_ptr_mut(&stream);
         // SAFETY: n floats sent, G·n received (checked), on this rank's stream.
-        let res = unsafe {
-            nccl::ncclAllGather(
-                s as *const c_void,
-                r as *mut c_void,
-                send.len(),
-                nccl::ncclDataType_t::ncclFloat32,
-                self.comm.raw,
-                stream.cu_stream() as _,
-            )
-        };
-        check(res, "ncclAllGather", Some(self.comm.raw))?;
+        unsafe { self.comm.all_gather(s, r, send.len(), nccl::ncclDataType_t::ncclFloat32, &stream) }?;
         // Non-blocking: the all-gather is on the stream only once the communicator is ready.
         let deadline = Instant::now() + self.timeout;
         wait_ready(&mut [&mut self.comm], deadline, "an all-gather", self.timeout)
