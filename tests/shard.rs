@@ -1,6 +1,7 @@
 //! Vocab-parallel sampling simulated on the CPU backend (`flashsampling::shard`): G ranks' shards of
 //! the LM head, each rank's candidates with global noise keys, merged — bit-identical to the unsharded
-//! call for every G, uneven shards, padded vocabularies and any merge order. Runs in CI (no GPU).
+//! call for every G, uneven shards, padded vocabularies and any merge order, with serving controls and
+//! log-probabilities (merged like the GPU ranks'). Runs in CI (no GPU).
 
 mod common;
 
@@ -160,6 +161,51 @@ fn sharded_sampling_with_serving_controls_is_bit_identical() {
             let got = cpu.sample_sharded(h, &shards, v, &params).unwrap();
             assert_eq!(got.tokens, whole.tokens, "shards ending at {ends:?}");
             assert_eq!(bits(&got.scores), bits(&whole.scores), "shards ending at {ends:?}");
+        }
+    }
+}
+
+#[test]
+fn sharded_log_probabilities_match_the_whole_head() {
+    // The ranks' log-probabilities and log-sum-exps over their shards, merged with the kernel crate's
+    // merge_rank_row (the GPU merge kernel's function): the whole head's log-probabilities within the
+    // f32 rounding of the merge; tokens and scores bit for bit.
+    use flashsampling::controls::TokenMask;
+    use flashsampling::params::LogProbs;
+    let cpu = CpuBackend::new();
+    let mut rng = TestRng::new(0x5_4A7F);
+    for &(b, d, v) in &[(5usize, 64usize, 2003usize), (3, 32, 700)] {
+        let hidden = rng.normal_bf16(b * d, 1.0);
+        let weight = rng.normal_bf16(v * d, 2.0 / (d as f64).sqrt());
+        let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
+        let words = v.div_ceil(32);
+        let mut mask = TokenMask { words: vec![u32::MAX; b * words], words_per_row: words };
+        for t in (0..v).step_by(3) {
+            mask.words[t / 32] &= !(1 << (t % 32)); // row 0 loses every third token
+        }
+        let temps: Vec<f32> = (0..b).map(|r| [0.8, 0.0, 1.4][r % 3]).collect();
+        let base = SamplingParams::new(1.0, 0xBEE).with_temperatures(temps).with_logprobs(LogProbs::ProcessedAndRaw);
+        for params in [base.clone(), base.clone().with_allowed(mask).with_softcap(4.0).with_samples_per_row(2)] {
+            let whole = cpu.sample_scored(h, w, &params).unwrap();
+            for g in 1..=5 {
+                let ends = uneven_ends(v, g, &mut rng);
+                let got = cpu.sample_sharded(h, &VocabShard::split(w, &ends).unwrap(), v, &params).unwrap();
+                let at = format!("B={b} V={v} shards ending at {ends:?}");
+                assert_eq!(got.tokens, whole.tokens, "{at}");
+                assert_eq!(bits(&got.scores), bits(&whole.scores), "{at}");
+                for (name, a, e, tol) in [
+                    ("log-probs", &got.logprobs, &whole.logprobs, 1e-5),
+                    ("raw log-probs", &got.raw_logprobs, &whole.raw_logprobs, 1e-5),
+                    ("log-sum-exp", &got.logsumexp, &whole.logsumexp, 1e-5),
+                ] {
+                    let (a, e) = (a.as_ref().unwrap(), e.as_ref().unwrap());
+                    assert_eq!(a.len(), e.len(), "{at}: {name}");
+                    for (i, (x, y)) in a.iter().zip(e).enumerate() {
+                        let ok = (x.is_nan() && y.is_nan()) || (x - y).abs() <= tol * y.abs().max(1.0);
+                        assert!(ok, "{at}: {name}[{i}] sharded {x} whole {y}");
+                    }
+                }
+            }
         }
     }
 }

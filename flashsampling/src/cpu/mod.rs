@@ -12,7 +12,9 @@ use flashsampling_kernels::{Candidate, RowNoise, Transform};
 
 use crate::error::{Error, Result};
 use crate::params::{Element, LogProbs, Matrix, SamplingParams, validate, validate_in_vocab};
-use crate::shard::{VocabShard, merge_shard_candidates, validate_shards};
+use crate::shard::{VocabShard, validate_shards};
+use flashsampling_kernels::INVALID_INDEX;
+use flashsampling_kernels::ranks::{RankLogProbs, RankRow, merge_rank_row};
 use crate::{Samples, check_samples_of};
 
 /// Largest vocab tile [`CpuBackend::with_block_v`] accepts (2¹⁶). Memory does not grow with the tile
@@ -125,7 +127,8 @@ impl CpuBackend {
     /// rows below `vocab` (the model's vocabulary; rows past it are padding). Merged over the shards
     /// that tile the vocabulary ([`merge_shard_candidates`]), the candidates give
     /// [`Self::sample_scored`]'s result on the whole weight, bit for bit. A shard entirely past
-    /// `vocab` gives [`Candidate::EMPTY`] rows. Log-probabilities are not available over shards yet.
+    /// `vocab` gives [`Candidate::EMPTY`] rows. With log-probabilities, a rank sends
+    /// [`Self::shard_results`] instead.
     pub fn shard_candidates<T: Element>(
         &self,
         hidden: Matrix<'_, T>,
@@ -166,10 +169,91 @@ impl CpuBackend {
         Ok(self.winners(hidden.data, &w.data[..rows * shape.d], (shard.offset, vocab), shape, &slots, params, false).0)
     }
 
-    /// Vocab-parallel sampling simulated in memory: each shard's candidates
-    /// ([`Self::shard_candidates`], the ranks' work), then their merge (the exchange). `shards` must
-    /// tile `0 .. vocab` in order ([`validate_shards`]); the result equals [`Self::sample_scored`] on
-    /// the whole weight, tokens and scores bit for bit.
+    /// The rank-local step with log-probabilities: per row and sample, what a rank sends in the
+    /// exchange ([`RankRow`]: its winner among the shard's rows below `vocab`, global index, and with
+    /// [`SamplingParams::logprobs`] its log-probabilities and log-sum-exps over the shard, in f64
+    /// rounded to f32). [`merge_rank_row`] of the shards' rows (the GPU's `merge_ranks` runs the same
+    /// function) gives the whole head's result.
+    pub fn shard_results<T: Element>(
+        &self,
+        hidden: Matrix<'_, T>,
+        shard: VocabShard<'_, T>,
+        vocab: usize,
+        params: &SamplingParams,
+    ) -> Result<Vec<RankRow>> {
+        let w = shard.weight;
+        let (shape, _) = validate_in_vocab(
+            (hidden.rows, hidden.cols, hidden.data.len()),
+            (w.rows, w.cols, w.data.len()),
+            params,
+            vocab,
+        )?;
+        if params.truncates(vocab) || params.top_logprobs > 0 {
+            return Err(Error::Unsupported {
+                control: "top-k / top-p / min-p and top log-probabilities",
+                path: "over vocab shards",
+            });
+        }
+        let max = flashsampling_kernels::config::MAX_DIM as usize;
+        if shard.end() > max {
+            return Err(Error::TooLarge { what: "shard end (global vocab row)", value: shard.end(), max });
+        }
+        let slots = slots(params, shape.b);
+        let want_mass = params.logprobs != LogProbs::Off;
+        let rows = w.rows.min(vocab.saturating_sub(shard.offset));
+        if rows == 0 {
+            let none = RankLogProbs {
+                logprob: f32::NAN,
+                raw_logprob: f32::NAN,
+                logsumexp: f32::NEG_INFINITY,
+                raw_logsumexp: f32::NEG_INFINITY,
+            };
+            let row = RankRow { token: INVALID_INDEX, score: f32::NEG_INFINITY, logprobs: want_mass.then_some(none) };
+            return Ok(vec![row; slots.len()]);
+        }
+        let d = shape.d;
+        let (winners, mass) =
+            self.winners(hidden.data, &w.data[..rows * d], (shard.offset, vocab), shape, &slots, params, want_mass);
+        let n = params.n as usize;
+        Ok(winners
+            .iter()
+            .zip(&slots)
+            .enumerate()
+            .map(|(i, (c, slot))| {
+                let (row, token) = (i / n, c.token());
+                let logprobs = want_mass.then(|| {
+                    let m = &mass[row];
+                    let greedy = slot.inv_temperature == 0.0;
+                    let (lse, raw_lse) = (m.processed_lse(), m.raw_lse());
+                    let (logprob, raw_logprob) = if token == INVALID_INDEX {
+                        (f32::NAN, f32::NAN)
+                    } else {
+                        let t = token as usize - shard.offset;
+                        let h: Vec<f32> = hidden.data[row * d..(row + 1) * d].iter().map(|x| x.to_f32()).collect();
+                        let wt: Vec<f32> = w.data[t * d..(t + 1) * d].iter().map(|x| x.to_f32()).collect();
+                        let y = dot(&h, &wt);
+                        let z = params.row_logits(row).one(y, token as usize) as f64;
+                        let lp = if greedy { 0.0 } else { z * slot.inv_temperature - lse };
+                        (lp as f32, (y as f64 - raw_lse) as f32)
+                    };
+                    RankLogProbs {
+                        logprob,
+                        raw_logprob,
+                        logsumexp: if greedy { f32::NAN } else { lse as f32 },
+                        raw_logsumexp: raw_lse as f32,
+                    }
+                });
+                RankRow { token, score: c.score, logprobs }
+            })
+            .collect())
+    }
+
+    /// Vocab-parallel sampling simulated in memory: each shard's results
+    /// ([`Self::shard_results`], the ranks' work), then their merge in rank order with the kernel
+    /// crate's [`merge_rank_row`] (the exchange; the GPU's merge kernel runs the same function).
+    /// `shards` must tile `0 .. vocab` in order ([`validate_shards`]); the result equals
+    /// [`Self::sample_scored`] on the whole weight, tokens and scores bit for bit, log-probabilities
+    /// within f32 rounding of the merge.
     pub fn sample_sharded<T: Element>(
         &self,
         hidden: Matrix<'_, T>,
@@ -180,9 +264,22 @@ impl CpuBackend {
         validate_shards(shards, vocab)?;
         let parts = shards
             .iter()
-            .map(|&shard| self.shard_candidates(hidden, shard, vocab, params))
+            .map(|&shard| self.shard_results(hidden, shard, vocab, params))
             .collect::<Result<Vec<_>>>()?;
-        let samples = samples_of(&merge_shard_candidates(&parts)?);
+        let slots = parts.first().map_or(0, Vec::len);
+        let exp = |x: f32| (x as f64).exp() as f32;
+        let ln = |x: f32| (x as f64).ln() as f32;
+        let merged: Vec<RankRow> =
+            (0..slots).map(|i| merge_rank_row(parts.iter().map(|p| p[i]), exp, ln)).collect();
+        let mut samples = Samples::plain(merged.iter().map(|r| r.token).collect(), merged.iter().map(|r| r.score).collect());
+        if params.logprobs != LogProbs::Off {
+            let lp: Vec<RankLogProbs> = merged.iter().map(|r| r.logprobs.expect("every shard computed them")).collect();
+            samples.logprobs = Some(lp.iter().map(|l| l.logprob).collect());
+            if params.logprobs == LogProbs::ProcessedAndRaw {
+                samples.raw_logprobs = Some(lp.iter().map(|l| l.raw_logprob).collect());
+            }
+            samples.logsumexp = Some(lp.iter().step_by(params.n as usize).map(|l| l.logsumexp).collect());
+        }
         let weights: Vec<&[T]> = shards.iter().map(|s| s.weight.data).collect();
         check_samples_of(&samples, params.n as usize, hidden, &weights)?;
         Ok(samples)

@@ -158,6 +158,16 @@ impl RowMass {
     fn lse((max, sum): (f64, f64)) -> f64 {
         max + sum.ln()
     }
+
+    /// The log-sum-exp of the processed logits over the temperature (`−∞` when none was seen).
+    pub(super) fn processed_lse(&self) -> f64 {
+        Self::lse(self.processed)
+    }
+
+    /// The log-sum-exp of the raw logits.
+    pub(super) fn raw_lse(&self) -> f64 {
+        Self::lse(self.raw)
+    }
 }
 
 /// Fills the log-probabilities of `samples` from the rows' log-mass and each sampled token's logit
