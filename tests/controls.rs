@@ -170,13 +170,15 @@ fn bad_controls_are_typed_errors() {
     assert!(matches!(err(p.clone().with_samples_per_row(MAX_SAMPLES_PER_ROW + 1)), Error::InvalidSampleCount { .. }));
     assert!(matches!(err(p.clone().with_sample((1 << 31) - 2).with_samples_per_row(3)), Error::InvalidSample(_)));
     assert!(cpu.sample(h, w, &p.clone().with_sample((1 << 31) - 3).with_samples_per_row(3)).is_ok());
-    // Not yet on the GPU (top-k and friends), nor over shards (log-probabilities): said before any work.
+    // Not yet on the GPU (top-k and friends), nor over shards (truncation): said before any work.
     assert_eq!(p.cpu_only_control(), None);
     assert_eq!(p.clone().with_seeds(vec![1, 2]).with_samples_per_row(2).cpu_only_control(), None);
     assert_eq!(p.clone().with_top_k(vec![1, 2]).cpu_only_control(), Some("top-k / top-p / min-p"));
     let shards = VocabShard::split(w, &[5, 10]).unwrap();
-    let e = cpu.sample_sharded(h, &shards, v, &p.with_logprobs(LogProbs::Processed)).unwrap_err();
-    assert!(matches!(e, Error::Unsupported { control: "log-probabilities", .. }), "{e:?}");
+    let e = cpu.sample_sharded(h, &shards, v, &p.clone().with_top_k(vec![3, 3])).unwrap_err();
+    assert!(matches!(e, Error::Unsupported { path: "over vocab shards", .. }), "{e:?}");
+    // Log-probabilities over shards work (tests/shard.rs compares them with the whole head).
+    assert!(cpu.sample_sharded(h, &shards, v, &p.with_logprobs(LogProbs::Processed)).is_ok());
 }
 
 /// f64 reference of processed logits: soft-cap, adjustments (as `Adjustment::apply`), mask.
