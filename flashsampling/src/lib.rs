@@ -25,8 +25,8 @@
 //! ```
 //!
 //! The cargo feature `internals` adds what this repository's tests, benches and example use and a
-//! library user does not need: the benchmark baselines ([`baselines`]), synthetic LM heads
-//! ([`synthetic`]), CUDA-event timing ([`timing`]) and device test hooks (`GpuBackend::
+//! library user does not need: the benchmark baselines (`baselines`), synthetic LM heads
+//! (`synthetic`), CUDA-event timing (`timing`) and device test hooks (`GpuBackend::
 //! philox_on_device`, `gumbel_on_device`), with the test PTX module they load.
 #![warn(missing_docs)]
 

@@ -125,7 +125,7 @@ impl CpuBackend {
     /// The rank-local step of vocab-parallel sampling ([`crate::shard`]): for every row of `hidden`
     /// (and sample, `[B, n]`), the best (perturbed score, **global** vocab index) among the shard's
     /// rows below `vocab` (the model's vocabulary; rows past it are padding). Merged over the shards
-    /// that tile the vocabulary ([`merge_shard_candidates`]), the candidates give
+    /// that tile the vocabulary ([`crate::shard::merge_shard_candidates`]), the candidates give
     /// [`Self::sample_scored`]'s result on the whole weight, bit for bit. A shard entirely past
     /// `vocab` gives [`Candidate::EMPTY`] rows. With log-probabilities, a rank sends
     /// [`Self::shard_results`] instead.
