@@ -13,9 +13,9 @@ use flashsampling_kernels::{Candidate, RowNoise, Transform};
 use crate::error::{Error, Result};
 use crate::params::{Element, LogProbs, Matrix, SamplingParams, validate, validate_in_vocab};
 use crate::shard::{VocabShard, validate_shards};
+use crate::{Samples, check_samples_of};
 use flashsampling_kernels::INVALID_INDEX;
 use flashsampling_kernels::ranks::{RankLogProbs, RankRow, merge_rank_row};
-use crate::{Samples, check_samples_of};
 
 /// Largest vocab tile [`CpuBackend::with_block_v`] accepts (2¹⁶). Memory does not grow with the tile
 /// (see [`CpuBackend`]); the bound keeps tiles a tiling, not a typo.
@@ -137,30 +137,7 @@ impl CpuBackend {
         params: &SamplingParams,
     ) -> Result<Vec<Candidate>> {
         let w = shard.weight;
-        let (shape, _) = validate_in_vocab(
-            (hidden.rows, hidden.cols, hidden.data.len()),
-            (w.rows, w.cols, w.data.len()),
-            params,
-            vocab,
-        )?;
-        if params.logprobs != LogProbs::Off {
-            return Err(Error::Unsupported { control: "log-probabilities", path: "over vocab shards" });
-        }
-        if params.truncates(vocab) || params.top_logprobs > 0 {
-            return Err(Error::Unsupported {
-                control: "top-k / top-p / min-p and top log-probabilities",
-                path: "over vocab shards",
-            });
-        }
-        let max = flashsampling_kernels::config::MAX_DIM as usize;
-        for (what, value) in [("vocab size V", vocab), ("shard end (global vocab row)", shard.end())] {
-            if value > max {
-                return Err(Error::TooLarge { what, value, max });
-            }
-        }
-        if vocab == 0 {
-            return Err(Error::EmptyVocab);
-        }
+        let shape = validate_shard(hidden, shard, vocab, params, false)?;
         let slots = slots(params, shape.b);
         let rows = w.rows.min(vocab.saturating_sub(shard.offset));
         if rows == 0 {
@@ -182,22 +159,7 @@ impl CpuBackend {
         params: &SamplingParams,
     ) -> Result<Vec<RankRow>> {
         let w = shard.weight;
-        let (shape, _) = validate_in_vocab(
-            (hidden.rows, hidden.cols, hidden.data.len()),
-            (w.rows, w.cols, w.data.len()),
-            params,
-            vocab,
-        )?;
-        if params.truncates(vocab) || params.top_logprobs > 0 {
-            return Err(Error::Unsupported {
-                control: "top-k / top-p / min-p and top log-probabilities",
-                path: "over vocab shards",
-            });
-        }
-        let max = flashsampling_kernels::config::MAX_DIM as usize;
-        if shard.end() > max {
-            return Err(Error::TooLarge { what: "shard end (global vocab row)", value: shard.end(), max });
-        }
+        let shape = validate_shard(hidden, shard, vocab, params, true)?;
         let slots = slots(params, shape.b);
         let want_mass = params.logprobs != LogProbs::Off;
         let rows = w.rows.min(vocab.saturating_sub(shard.offset));
@@ -262,16 +224,14 @@ impl CpuBackend {
         params: &SamplingParams,
     ) -> Result<Samples> {
         validate_shards(shards, vocab)?;
-        let parts = shards
-            .iter()
-            .map(|&shard| self.shard_results(hidden, shard, vocab, params))
-            .collect::<Result<Vec<_>>>()?;
+        let parts =
+            shards.iter().map(|&shard| self.shard_results(hidden, shard, vocab, params)).collect::<Result<Vec<_>>>()?;
         let slots = parts.first().map_or(0, Vec::len);
         let exp = |x: f32| (x as f64).exp() as f32;
         let ln = |x: f32| (x as f64).ln() as f32;
-        let merged: Vec<RankRow> =
-            (0..slots).map(|i| merge_rank_row(parts.iter().map(|p| p[i]), exp, ln)).collect();
-        let mut samples = Samples::plain(merged.iter().map(|r| r.token).collect(), merged.iter().map(|r| r.score).collect());
+        let merged: Vec<RankRow> = (0..slots).map(|i| merge_rank_row(parts.iter().map(|p| p[i]), exp, ln)).collect();
+        let mut samples =
+            Samples::plain(merged.iter().map(|r| r.token).collect(), merged.iter().map(|r| r.score).collect());
         if params.logprobs != LogProbs::Off {
             let lp: Vec<RankLogProbs> = merged.iter().map(|r| r.logprobs.expect("every shard computed them")).collect();
             samples.logprobs = Some(lp.iter().map(|l| l.logprob).collect());
@@ -284,6 +244,39 @@ impl CpuBackend {
         check_samples_of(&samples, params.n as usize, hidden, &weights)?;
         Ok(samples)
     }
+}
+
+/// The checks of a rank-local step: shapes and parameters against the whole vocabulary (`vocab`:
+/// V > 0 and within the kernels' limit), log-probabilities only where the step sends them
+/// (`logprobs`), no truncation (it cannot be exchanged yet), the shard's end within the limit.
+fn validate_shard<T: Element>(
+    hidden: Matrix<'_, T>,
+    shard: VocabShard<'_, T>,
+    vocab: usize,
+    params: &SamplingParams,
+    logprobs: bool,
+) -> Result<crate::params::Shape> {
+    let w = shard.weight;
+    let (shape, _) = validate_in_vocab(
+        (hidden.rows, hidden.cols, hidden.data.len()),
+        (w.rows, w.cols, w.data.len()),
+        params,
+        vocab,
+    )?;
+    if !logprobs && params.logprobs != LogProbs::Off {
+        return Err(Error::Unsupported { control: "log-probabilities", path: "over vocab shards" });
+    }
+    if params.truncates(vocab) || params.top_logprobs > 0 {
+        return Err(Error::Unsupported {
+            control: "top-k / top-p / min-p and top log-probabilities",
+            path: "over vocab shards",
+        });
+    }
+    let max = flashsampling_kernels::config::MAX_DIM as usize;
+    if shard.end() > max {
+        return Err(Error::TooLarge { what: "shard end (global vocab row)", value: shard.end(), max });
+    }
+    Ok(shape)
 }
 
 /// One sample of one batch row: its noise key (seed, stream, sample index) and logit transform.
