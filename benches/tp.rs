@@ -269,6 +269,10 @@ fn main() -> R<()> {
     let g = a.ranks;
     if let Some(reason) = missing(g) {
         let required = std::env::var("FLASHSAMPLING_REQUIRE_GPUS").ok().and_then(|v| v.parse::<usize>().ok());
+        let require_any = std::env::var("FLASHSAMPLING_REQUIRE_GPU").is_ok_and(|v| v == "1");
+        if require_any && !flashsampling::gpu_available() {
+            return Err(format!("FLASHSAMPLING_REQUIRE_GPU=1 but the tp bench cannot run: {reason}").into());
+        }
         if required.is_some_and(|n| n >= g) {
             return Err(format!(
                 "FLASHSAMPLING_REQUIRE_GPUS={} but the tp bench cannot run: {reason}",

@@ -13,7 +13,7 @@
 //!   bad layouts, mismatched D across ranks and unequal batches are typed errors before any launch.
 //!
 //! Needs two GPUs and NCCL: each test prints a visible SKIP line otherwise (and fails with
-//! `FLASHSAMPLING_REQUIRE_GPUS=2`). `NCCL_NVLS_ENABLE=0` must be set (NVLink multicast stays off).
+//! `FLASHSAMPLING_REQUIRE_GPUS=2`, or with `FLASHSAMPLING_REQUIRE_GPU=1` when there is no GPU at all). `NCCL_NVLS_ENABLE=0` must be set (NVLink multicast stays off).
 
 mod common;
 
@@ -44,8 +44,12 @@ fn gpus_or_skip(test: &str, n: usize) -> bool {
     } else {
         None
     };
+    // FLASHSAMPLING_REQUIRE_GPU=1 (a GPU machine's run) fails without any GPU; with one GPU these
+    // tests skip unless FLASHSAMPLING_REQUIRE_GPUS asks for n.
+    let require_any = std::env::var("FLASHSAMPLING_REQUIRE_GPU").is_ok_and(|v| v == "1");
     match reason {
         Some(r) if require.is_some_and(|m| m >= n) => panic!("FLASHSAMPLING_REQUIRE_GPUS={require:?} but {r}"),
+        Some(r) if require_any && count == 0 => panic!("FLASHSAMPLING_REQUIRE_GPU=1 but {r}"),
         Some(r) => {
             visible(&format!("SKIP {test}: {r}; set FLASHSAMPLING_REQUIRE_GPUS={n} to fail instead"));
             false

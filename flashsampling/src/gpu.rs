@@ -370,6 +370,17 @@ impl DeviceSamples {
     }
 }
 
+/// `Error::Misaligned` unless the hidden states' and the weight's device addresses are 16-byte
+/// aligned (the kernels' 16-byte loads and the TMA boxes need it).
+fn check_aligned(hidden: u64, weight: u64) -> Result<()> {
+    for (buffer, address) in [("hidden states", hidden), ("LM-head weight", weight)] {
+        if address % 16 != 0 {
+            return Err(Error::Misaligned { buffer, address });
+        }
+    }
+    Ok(())
+}
+
 /// Whether two contexts are the same CUDA context (two `CudaContext::new` of one ordinal share the
 /// primary context).
 fn same_context(a: &CudaContext, b: &CudaContext) -> bool {
@@ -747,11 +758,7 @@ impl GpuBackend {
             }
             None => (0, None),
         };
-        for (buffer, address) in [("hidden states", hidden_ptr), ("LM-head weight", weight_ptr)] {
-            if address % 16 != 0 {
-                return Err(Error::Misaligned { buffer, address });
-            }
-        }
+        check_aligned(hidden_ptr, weight_ptr)?;
         // `n` samples per row: the kernel scores B·n rows (row r·n + j is row r's sample j).
         let n = params.n as usize;
         let rows = shape.b * n;
@@ -797,8 +804,8 @@ impl GpuBackend {
         result
     }
 
-    /// Every check of [`Self::sample_device_in`] before it touches a buffer: shapes, parameters,
-    /// the vocab range, the mask's length, every buffer on this context and 16-byte aligned.
+    /// The checks of [`Self::sample_device_in`] that need no device address: shapes, parameters,
+    /// the vocab range, the mask's length, every buffer on this context.
     pub(crate) fn validate_call(
         &self,
         hidden: &DeviceMatrix<'_>,
@@ -853,12 +860,24 @@ impl GpuBackend {
                 return Err(Error::ForeignBuffer { buffer });
             }
         }
-        for (buffer, data) in [("hidden states", &hidden.data), ("LM-head weight", &weight.data)] {
-            let (address, _g) = device_address(data, &self.stream);
-            if address % 16 != 0 {
-                return Err(Error::Misaligned { buffer, address });
-            }
-        }
+        Ok(shape)
+    }
+
+    /// [`Self::validate_call`] and the alignment of the hidden states and the weight: every check a
+    /// launch makes, for callers that validate several launches before making any (a
+    /// [`crate::TpGroup`]). A single launch checks the alignment on the addresses it takes anyway.
+    pub(crate) fn validate_launch(
+        &self,
+        hidden: &DeviceMatrix<'_>,
+        weight: &DeviceMatrix<'_>,
+        params: &SamplingParams,
+        mask: Option<&CudaView<'_, u32>>,
+        range: VocabRange,
+    ) -> Result<Shape> {
+        let shape = self.validate_call(hidden, weight, params, mask, range)?;
+        let (h, _h) = device_address(&hidden.data, &self.stream);
+        let (w, _w) = device_address(&weight.data, &self.stream);
+        check_aligned(h, w)?;
         Ok(shape)
     }
 

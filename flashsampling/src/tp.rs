@@ -546,10 +546,16 @@ impl TpRank {
         out: &mut DeviceSamples,
     ) -> Result<()> {
         let call = self.launch_local(hidden, weight, params, mask, out)?;
-        self.enqueue_exchange(&call)?;
+        self.exchange(&call, out)
+    }
+
+    /// The exchange of a staged call: the all-gather (once the communicator has taken it: it is
+    /// non-blocking), then the merge into `out`.
+    fn exchange(&mut self, call: &CallShape, out: &mut DeviceSamples) -> Result<()> {
+        self.enqueue_exchange(call)?;
         let deadline = Instant::now() + self.timeout;
         wait_ready(&mut [&mut self.comm], deadline, "the vocab-parallel exchange", self.timeout)?;
-        self.launch_merge(&call, out)
+        self.launch_merge(call, out)
     }
 
     /// Waits until this rank's last call finished, at most the timeout; a peer that does not take
@@ -592,7 +598,7 @@ impl TpRank {
         let range = VocabRange { offset: l.offset, vocab: l.vocab };
         if l.offset >= l.vocab {
             // A shard entirely past V (padding only): no token, no mass.
-            self.gpu.validate_call(hidden, weight, params, mask, range)?;
+            self.gpu.validate_launch(hidden, weight, params, mask, range)?;
             self.gpu.ensure_outputs(out, rows, k == WORDS_LOGPROBS)?;
             let fill = [
                 u32::MAX,
@@ -715,10 +721,7 @@ impl TpRank {
         self.gpu.ensure_outputs(out, rows, false)?;
         out.set_call(rows, 1, false);
         let call = CallShape { rows, k: WORDS_PLAIN };
-        self.enqueue_exchange(&call)?;
-        let deadline = Instant::now() + self.timeout;
-        wait_ready(&mut [&mut self.comm], deadline, "the vocab-parallel exchange", self.timeout)?;
-        self.launch_merge(&call, out)
+        self.exchange(&call, out)
     }
 
     /// The exchange alone (all-gather + merge of the last call's staged results): what the
@@ -727,10 +730,7 @@ impl TpRank {
     pub fn exchange_only(&mut self, rows: usize, logprobs: bool, out: &mut DeviceSamples) -> Result<()> {
         let call = CallShape { rows, k: if logprobs { WORDS_LOGPROBS } else { WORDS_PLAIN } };
         self.ensure_exchange(rows)?;
-        self.enqueue_exchange(&call)?;
-        let deadline = Instant::now() + self.timeout;
-        wait_ready(&mut [&mut self.comm], deadline, "the vocab-parallel exchange", self.timeout)?;
-        self.launch_merge(&call, out)
+        self.exchange(&call, out)
     }
 }
 
@@ -820,7 +820,7 @@ impl TpGroup {
             });
         }
         for (r, rank) in self.ranks.iter().enumerate() {
-            rank.gpu.validate_call(
+            rank.gpu.validate_launch(
                 &hidden[r],
                 &weights[r],
                 params,
