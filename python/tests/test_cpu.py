@@ -2,11 +2,16 @@
 against NumPy references. Run by `./x.sh test` (pytest) after building the wheel."""
 
 import math
+import os
+import sys
 
 import numpy as np
 import pytest
 
 import flashsampling as fs
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _stats import chi2_ok  # noqa: E402  (the tests' own helper module, beside this file)
 
 
 def bf16_values(bits):
@@ -22,22 +27,6 @@ def lm_head(b, d, v, seed):
 
 def logits(hidden, weight):
     return bf16_values(fs.bf16_bits(hidden)) @ bf16_values(fs.bf16_bits(weight)).T
-
-
-def chi2_ok(counts, probs, alpha=1e-4):
-    """Pearson chi-squared with bins of expected count < 5 pooled; p-value by Wilson-Hilferty."""
-    n = counts.sum()
-    e = probs * n
-    big = e >= 5
-    stat = (((counts[big] - e[big]) ** 2) / e[big]).sum()
-    if e[~big].sum() >= 5:
-        stat += (counts[~big].sum() - e[~big].sum()) ** 2 / e[~big].sum()
-        dof = big.sum()
-    else:
-        dof = big.sum() - 1
-    z = ((stat / dof) ** (1 / 3) - (1 - 2 / (9 * dof))) / math.sqrt(2 / (9 * dof))
-    p = 0.5 * math.erfc(z / math.sqrt(2))
-    return p > alpha, stat, dof, p
 
 
 def test_bf16_rounding_is_to_nearest_even():
