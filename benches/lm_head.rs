@@ -33,6 +33,12 @@
 //!   soft-capping, `n = 8` samples per row, sparse adjustments (32 penalized tokens per row), and all of
 //!   them together; prints a table of medians and
 //!   ratios to the plain call and writes `controls.csv`. Takes `--shape`, `--batches`.
+//! - `--truncation`: instead of the baselines, time top-k (50) + top-p (0.9) per row in the fused
+//!   call (the certificate path, its fallback when needed) against the plain fused call and against
+//!   cuBLAS GEMM + the unfused top-k / top-p sampler over the logits (the fallback's exact per-row
+//!   threshold search, every row), at every (config, B) (default B ∈ {1, 8, 16, 32, 64, 128, 256,
+//!   512}); prints a table with each row's fallback share and writes `truncation.csv`. Takes
+//!   `--shape`, `--batches`.
 //!
 //! Device memory at the largest B: the weights (V·D bf16), the hidden states (B·D bf16) and the
 //! baselines' f32 logits and probabilities (2·B·V·4 bytes: 2.5 GB at B = 2048, V = 151936; 4.3 GB at
@@ -67,6 +73,7 @@ struct Args {
     replot: Option<PathBuf>,
     variants: bool,
     controls: bool,
+    truncation: bool,
     /// `--only a,b`: the sweep times only the variants whose entry contains one of these.
     only: Vec<String>,
     /// `--shape D,V` (repeatable): (config name, D, V); empty = [`CONFIGS`].
@@ -104,6 +111,7 @@ fn args() -> Args {
         replot: None,
         variants: false,
         controls: false,
+        truncation: false,
         only: Vec::new(),
         shapes: Vec::new(),
         batches: None,
@@ -114,6 +122,7 @@ fn args() -> Args {
             "--quick" => a.quick = true,
             "--variants" => a.variants = true,
             "--controls" => a.controls = true,
+            "--truncation" => a.truncation = true,
             "--only" => a.only = it.next().expect("--only a,b").split(',').map(str::to_string).collect(),
             "--shape" => {
                 let shape = parse_shape(&it.next().expect("--shape D,V"));
@@ -169,6 +178,9 @@ fn main() -> R<()> {
     }
     if a.controls {
         return controls(&gpu, &timer, &a, bandwidth);
+    }
+    if a.truncation {
+        return truncation(&gpu, &timer, &a, bandwidth);
     }
     let base = Baselines::new(&gpu)?;
     // Tensor-core rate: 8192³ bf16 GEMM on random data, f32 output.
@@ -436,6 +448,105 @@ fn controls(gpu: &GpuBackend, timer: &EventTimer, a: &Args, bandwidth: f64) -> R
     std::fs::write(&path, csv)?;
     println!("wrote {}", path.display());
     println!("\nfused call with per-request controls, medians of {runs} runs (ms) and ratio to the plain call");
+    print!("{table}");
+    Ok(())
+}
+
+/// `--truncation`: top-k 50 + top-p 0.9 per row in the fused call (certificate, and the fallback for
+/// the rows it leaves) against the plain fused call and against cuBLAS GEMM + the unfused top-k /
+/// top-p sampler over the logits (every row through the exact threshold search), same method as the
+/// main run. Also reports the share of rows that took the fallback, and whether the fused and the
+/// unfused tokens agree (they sample the same distribution with the same noise; they differ where
+/// the logits' summation orders round differently).
+fn truncation(gpu: &GpuBackend, timer: &EventTimer, a: &Args, bandwidth: f64) -> R<()> {
+    let stream = gpu.stream().clone();
+    let base = Baselines::new(gpu)?;
+    let batches = a.batches.clone().unwrap_or_else(|| vec![1, 8, 16, 32, 64, 128, 256, 512]);
+    let bmax = *batches.iter().max().unwrap();
+    let runs = a.runs;
+    let mut table = String::from(
+        "| config | B | floor ms | plain ms | top-k/top-p ms (×plain) | back to back: plain, top-k/top-p ms (×) | GEMM + unfused top-k/top-p ms (×ours) | fallback rows | tokens equal |\n|---|---|---|---|---|---|---|---|---|\n",
+    );
+    let mut csv = String::from(
+        "config,d,v,b,plain_ms,truncated_ms,plain_b2b_ms,truncated_b2b_ms,unfused_ms,gemm_ms,fallback_share,equal_share\n",
+    );
+    for (config, d, v) in a.configs() {
+        let (hidden, weight) = flashsampling::synthetic::lm_head(bmax, d, v, DATA_SEED ^ d as u64);
+        let h_dev = stream.clone_htod(&hidden)?;
+        let w_dev = stream.clone_htod(&weight)?;
+        drop((hidden, weight));
+        let floor = (v * d * 2) as f64 / bandwidth * 1e3;
+        for &b in &batches {
+            let hm = DeviceMatrix { data: h_dev.slice(..b * d), rows: b, cols: d };
+            let wm = DeviceMatrix { data: w_dev.slice(..v * d), rows: v, cols: d };
+            let plain = SamplingParams::new(1.0, 7);
+            let cut = plain.clone().with_top_k(vec![50; b]).with_top_p(vec![0.9; b]);
+            let mut out = gpu.alloc_samples(b, v)?;
+            let p = timer.time(&stream, 10, runs, || Ok(gpu.sample_device(&hm, &wm, &plain, &mut out)?))?;
+            let p10 = timer.time(&stream, 2, runs, || {
+                for _ in 0..10 {
+                    gpu.sample_device(&hm, &wm, &plain, &mut out)?;
+                }
+                Ok(())
+            })?;
+            let t = timer.time(&stream, 10, runs, || Ok(gpu.sample_device(&hm, &wm, &cut, &mut out)?))?;
+            // Ten calls between two events (a decode loop's back-to-back calls: the host enqueues
+            // the next call's launches while the GPU runs), per call.
+            let t10 = timer.time(&stream, 2, runs, || {
+                for _ in 0..10 {
+                    gpu.sample_device(&hm, &wm, &cut, &mut out)?;
+                }
+                Ok(())
+            })?;
+
+            let fused_tokens = stream.clone_dtoh(&out.tokens())?;
+            let flags = stream.clone_dtoh(&out.truncation_fallback().expect("a truncating call"))?;
+            let fallback = flags.iter().filter(|&&f| f != 0).count() as f64 / b as f64;
+            if v % 4 != 0 {
+                eprintln!("{config}: V % 4 != 0: no unfused baseline (its GEMM buffers need V % 4 == 0)");
+                continue;
+            }
+            let mut buf = base.alloc(b, v, &plain)?;
+            let mut out_u = gpu.alloc_samples(b, v)?;
+            let gemm = timer.time(&stream, 10, runs, || Ok(base.gemm(&hm.data, &wm.data, d, &mut buf)?))?;
+            let u = timer.time(&stream, 10, runs, || {
+                base.gemm(&hm.data, &wm.data, d, &mut buf)?;
+                Ok(gpu.sample_truncated_logits(&mut buf.logits, (b, v), &cut, &mut out_u)?)
+            })?;
+            let unfused_tokens = stream.clone_dtoh(&out_u.tokens())?;
+            let equal = fused_tokens.iter().zip(&unfused_tokens).filter(|(a, b)| a == b).count() as f64 / b as f64;
+            csv += &format!(
+                "{config},{d},{v},{b},{:.5},{:.5},{:.5},{:.5},{:.5},{:.5},{fallback:.4},{equal:.4}\n",
+                p.median,
+                t.median,
+                p10.median / 10.0,
+                t10.median / 10.0,
+                u.median,
+                gemm.median
+            );
+            let line = format!(
+                "| {config} | {b} | {floor:.4} | {:.4} | {:.4} ({:.3}) | {:.4}, {:.4} ({:.3}) | {:.4} ({:.2}) | {:.1} % | {:.1} % |",
+                p.median,
+                t.median,
+                t.median / p.median,
+                p10.median / 10.0,
+                t10.median / 10.0,
+                t10.median / p10.median,
+                u.median,
+                u.median / t.median,
+                100.0 * fallback,
+                100.0 * equal
+            );
+            eprintln!("{line}");
+            table += &line;
+            table.push('\n');
+        }
+    }
+    std::fs::create_dir_all(&a.out)?;
+    let path = a.out.join("truncation.csv");
+    std::fs::write(&path, csv)?;
+    println!("wrote {}", path.display());
+    println!("\ntop-k 50 + top-p 0.9 per row, medians of {runs} runs (ms)");
     print!("{table}");
     Ok(())
 }

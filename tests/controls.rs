@@ -9,10 +9,6 @@ use common::*;
 use flashsampling::params::{LogProbs, MAX_SAMPLES_PER_ROW};
 use flashsampling::{CpuBackend, Error, Matrix, SamplingParams, VocabShard};
 
-fn bits(s: &[f32]) -> Vec<u32> {
-    s.iter().map(|x| x.to_bits()).collect()
-}
-
 #[test]
 fn per_row_temperatures_and_seeds_equal_the_scalar_calls_bit_for_bit() {
     let cpu = CpuBackend::new();
@@ -170,10 +166,11 @@ fn bad_controls_are_typed_errors() {
     assert!(matches!(err(p.clone().with_samples_per_row(MAX_SAMPLES_PER_ROW + 1)), Error::InvalidSampleCount { .. }));
     assert!(matches!(err(p.clone().with_sample((1 << 31) - 2).with_samples_per_row(3)), Error::InvalidSample(_)));
     assert!(cpu.sample(h, w, &p.clone().with_sample((1 << 31) - 3).with_samples_per_row(3)).is_ok());
-    // Not yet on the GPU (top-k and friends), nor over shards (truncation): said before any work.
+    // Not yet on the GPU (top log-probabilities), nor over shards (truncation): said before any work.
     assert_eq!(p.cpu_only_control(), None);
     assert_eq!(p.clone().with_seeds(vec![1, 2]).with_samples_per_row(2).cpu_only_control(), None);
-    assert_eq!(p.clone().with_top_k(vec![1, 2]).cpu_only_control(), Some("top-k / top-p / min-p"));
+    assert_eq!(p.clone().with_top_k(vec![1, 2]).cpu_only_control(), None);
+    assert_eq!(p.clone().with_top_logprobs(3, false).cpu_only_control(), Some("top log-probabilities"));
     let shards = VocabShard::split(w, &[5, 10]).unwrap();
     let e = cpu.sample_sharded(h, &shards, v, &p.clone().with_top_k(vec![3, 3])).unwrap_err();
     assert!(matches!(e, Error::Unsupported { path: "over vocab shards", .. }), "{e:?}");

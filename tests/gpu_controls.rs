@@ -19,95 +19,9 @@ mod common;
 
 use common::*;
 use flashsampling::controls::{SparseAdjustments, TokenMask};
-use flashsampling::kernels::logits::Adjustment;
 use flashsampling::params::LogProbs;
 use flashsampling::{CpuBackend, DeviceMatrix, Error, Matrix, SamplingParams};
 use half::bf16;
-
-fn bits(s: &[f32]) -> Vec<u32> {
-    s.iter().map(|x| x.to_bits()).collect()
-}
-
-/// An LM head with exact logits: hidden row `r` = `e_{r mod d}`, weight `[v, d]` normal with standard
-/// deviation `std` (bf16), so logit `(r, i)` = `weight[i, r mod d]` exactly.
-fn exact_head(b: usize, d: usize, v: usize, std: f64, seed: u64) -> (Vec<bf16>, Vec<bf16>) {
-    let mut rng = TestRng::new(seed);
-    let weight = rng.normal_bf16(v * d, std);
-    let mut hidden = vec![bf16::ZERO; b * d];
-    for r in 0..b {
-        hidden[r * d + r % d] = bf16::ONE;
-    }
-    (hidden, weight)
-}
-
-/// A random mask allowing about `share` of the tokens of each row (at least one).
-fn random_mask(b: usize, v: usize, share: f64, seed: u64) -> TokenMask {
-    let mut rng = TestRng::new(seed);
-    let mut mask = TokenMask { words: vec![0; b * v.div_ceil(32)], words_per_row: v.div_ceil(32) };
-    for r in 0..b {
-        for t in 0..v {
-            if rng.uniform() < share || t == (r * 7919) % v {
-                mask.words[r * mask.words_per_row + t / 32] |= 1 << (t % 32);
-            }
-        }
-    }
-    mask
-}
-
-/// Sparse adjustments on about `per_row` random tokens of each row (at least one; none on row 1):
-/// biases of both signs (some large enough to make the token win), repetition penalties above and
-/// below one, frequency/presence subtractions.
-fn random_adjustments(b: usize, v: usize, per_row: usize, seed: u64) -> SparseAdjustments {
-    let mut rng = TestRng::new(seed);
-    let mut adj = SparseAdjustments::none(0);
-    for r in 0..b {
-        let mut tokens: Vec<u32> =
-            if r == 1 { Vec::new() } else { (0..per_row.max(1)).map(|_| (rng.next_u64() % v as u64) as u32).collect() };
-        tokens.sort_unstable();
-        tokens.dedup();
-        for &t in &tokens {
-            let k = rng.next_u64() % 4;
-            adj.tokens.push(t);
-            adj.adjustments.push(Adjustment {
-                bias: [0.0, 3.5, -2.0, 25.0][k as usize],
-                repetition: [1.0, 1.3, 0.8, 1.0][(rng.next_u64() % 4) as usize],
-                subtract: [0.0, 0.4, 1.5, 0.0][(rng.next_u64() % 4) as usize],
-            });
-        }
-        adj.offsets.push(adj.tokens.len());
-    }
-    adj
-}
-
-/// Per-row temperatures with greedy, tiny, below-one and above-one rows.
-fn mixed_temperatures(b: usize) -> Vec<f32> {
-    let t = [0.7, 0.0, 1.0, 1.8, 1e-3, 0.35, 2.5, 1.0];
-    (0..b).map(|r| t[r % t.len()]).collect()
-}
-
-/// Asserts GPU == CPU: tokens and score bits equal; log-probabilities within 1e-4, the log-sum-exp
-/// within 1e-5 relative (NaN where the CPU has NaN: greedy rows).
-fn assert_same(what: &str, g: &flashsampling::Samples, c: &flashsampling::Samples) {
-    assert_eq!(g.tokens, c.tokens, "{what}: tokens");
-    assert_eq!(bits(&g.scores), bits(&c.scores), "{what}: scores");
-    let close = |name: &str, a: &Option<Vec<f32>>, b: &Option<Vec<f32>>, abs: f64, rel: f64| {
-        assert_eq!(a.is_some(), b.is_some(), "{what}: {name} present on one backend only");
-        if let (Some(a), Some(b)) = (a, b) {
-            assert_eq!(a.len(), b.len(), "{what}: {name} length");
-            for (i, (&x, &y)) in a.iter().zip(b).enumerate() {
-                if y.is_nan() {
-                    assert!(x.is_nan(), "{what}: {name}[{i}] = {x}, CPU NaN");
-                    continue;
-                }
-                let tol = abs + rel * (y as f64).abs();
-                assert!(((x - y) as f64).abs() <= tol, "{what}: {name}[{i}] GPU {x} CPU {y} (tolerance {tol:e})");
-            }
-        }
-    };
-    close("log-probabilities", &g.logprobs, &c.logprobs, 1e-4, 0.0);
-    close("raw log-probabilities", &g.raw_logprobs, &c.raw_logprobs, 1e-4, 0.0);
-    close("log-sum-exp", &g.logsumexp, &c.logsumexp, 0.0, 1e-5);
-}
 
 #[test]
 fn every_control_matches_the_cpu_bit_for_bit_on_exact_logits() {
@@ -339,7 +253,8 @@ fn bad_controls_are_typed_errors_on_the_gpu_backend() {
         (p.clone().with_softcap(0.0), |e| matches!(e, Error::InvalidSoftcap(_))),
         (p.clone().with_softcap(f32::INFINITY), |e| matches!(e, Error::InvalidSoftcap(_))),
         (p.clone().with_allowed(TokenMask::all(b, v + 40)), |e| matches!(e, Error::LengthMismatch { .. })),
-        (p.clone().with_top_k(vec![5, 5]), |e| matches!(e, Error::Unsupported { path: "on the GPU backend", .. })),
+        (p.clone().with_top_logprobs(2, false), |e| matches!(e, Error::Unsupported { path: "on the GPU backend", .. })),
+        (p.clone().with_top_p(vec![0.5, f32::NAN]), |e| matches!(e, Error::InvalidTruncation { row: 1, .. })),
     ];
     for (params, ok) in cases {
         let err = gpu.sample(h, w, &params).unwrap_err();

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{TestRng, crafted_lm_head};
+use common::{TestRng, bits, crafted_lm_head};
 use flashsampling::kernels::Candidate;
 use flashsampling::shard::validate_shards;
 use flashsampling::{CpuBackend, Error, Matrix, SamplingParams, VocabShard, merge_shard_candidates};
@@ -30,10 +30,6 @@ fn uneven_ends(v: usize, g: usize, rng: &mut TestRng) -> Vec<usize> {
     cuts.sort_unstable();
     cuts.push(v);
     cuts
-}
-
-fn bits(s: &[f32]) -> Vec<u32> {
-    s.iter().map(|x| x.to_bits()).collect()
 }
 
 #[test]

@@ -65,10 +65,6 @@ fn gpus_or_skip(test: &str, n: usize) -> bool {
     }
 }
 
-fn bits(s: &[f32]) -> Vec<u32> {
-    s.iter().map(|x| x.to_bits()).collect()
-}
-
 /// A random head `[padded, D]` whose padding rows (≥ `v`) hold the largest logits by far (each
 /// hidden row has a positive first entry; padding weight rows are large there).
 fn padded_head(b: usize, d: usize, v: usize, padded: usize, seed: u64) -> (Vec<bf16>, Vec<bf16>) {

@@ -1,5 +1,5 @@
-//! Exact top-k, top-p and min-p on the CPU backend (issue 13's reference, before the fused kernels'
-//! certificate path): the order vLLM applies them (temperature, top-k, top-p on the renormalized
+//! Exact top-k, top-p and min-p on the CPU backend (issue 13's reference for the fused kernels'
+//! certificate path, `tests/gpu_truncation.rs`): the order vLLM applies them (temperature, top-k, top-p on the renormalized
 //! remainder, min-p), ties at a boundary kept, identities, chi-squared against an independent f64
 //! reference, top-n log-probabilities, typed errors. Runs in CI.
 
@@ -8,41 +8,6 @@ mod common;
 use common::*;
 use flashsampling::params::LogProbs;
 use flashsampling::{CpuBackend, Error, Matrix, SamplingParams, VocabShard};
-
-fn bits(s: &[f32]) -> Vec<u32> {
-    s.iter().map(|x| x.to_bits()).collect()
-}
-
-/// An independent f64 reference of the truncated distribution of logits `y` (already processed).
-fn truncated(y: &[f64], t: f64, k: usize, p: f64, min_p: f64) -> Vec<f64> {
-    let v = y.len();
-    let mut order: Vec<usize> = (0..v).collect();
-    order.sort_by(|&a, &b| y[b].partial_cmp(&y[a]).unwrap().then(a.cmp(&b)));
-    let mut keep = vec![true; v];
-    if k > 0 && k < v {
-        let kth = y[order[k - 1]];
-        (0..v).for_each(|i| keep[i] = y[i] >= kth);
-    }
-    let q = |i: usize| ((y[i] - y[order[0]]) / t).exp();
-    if p < 1.0 {
-        let total: f64 = (0..v).filter(|&i| keep[i]).map(q).sum();
-        let mut cum = 0.0;
-        let mut last = y[order[0]];
-        for &i in order.iter().filter(|&&i| keep[i]) {
-            cum += q(i);
-            last = y[i];
-            if cum >= p * total {
-                break;
-            }
-        }
-        (0..v).for_each(|i| keep[i] &= y[i] >= last);
-    }
-    if min_p > 0.0 {
-        (0..v).for_each(|i| keep[i] &= q(i) >= min_p);
-    }
-    let total: f64 = (0..v).filter(|&i| keep[i]).map(q).sum();
-    (0..v).map(|i| if keep[i] { q(i) / total } else { 0.0 }).collect()
-}
 
 #[test]
 fn no_truncation_is_bit_identical_to_plain_sampling() {
@@ -200,5 +165,7 @@ fn bad_truncation_values_are_typed_errors() {
     let shards = VocabShard::split(w, &[5, 10]).unwrap();
     let e = cpu.sample_sharded(h, &shards, v, &p.clone().with_top_k(vec![2, 2])).unwrap_err();
     assert!(matches!(e, Error::Unsupported { .. }), "{e:?}");
-    assert_eq!(p.with_top_p(vec![0.5, 0.5]).cpu_only_control(), Some("top-k / top-p / min-p"));
+    // The GPU backend takes truncation (tests/gpu_truncation.rs); top log-probabilities are CPU-only.
+    assert_eq!(p.clone().with_top_p(vec![0.5, 0.5]).cpu_only_control(), None);
+    assert_eq!(p.with_top_logprobs(2, true).cpu_only_control(), Some("top log-probabilities"));
 }

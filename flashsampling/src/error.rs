@@ -118,9 +118,9 @@ pub enum Error {
         /// The limit.
         max: u32,
     },
-    /// A control not available on this path yet: on the GPU backend, top-k / top-p / min-p and top
-    /// log-probabilities (the CPU backend has them); over vocab shards (`shard_candidates` without
-    /// log-probabilities, truncation anywhere), what the path cannot exchange.
+    /// A control not available on this path yet: on the GPU backend, top log-probabilities (the CPU
+    /// backend has them); over vocab shards (`shard_candidates` without log-probabilities, truncation
+    /// anywhere, tensor parallelism with truncation), what the path cannot exchange.
     #[error("{control} is not available {path} yet")]
     Unsupported {
         /// The control.

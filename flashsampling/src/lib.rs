@@ -94,12 +94,25 @@ pub struct Samples {
     /// included: at most the kept tokens), or under `softmax(logits)` with
     /// [`SamplingParams::top_logprobs_raw`].
     pub top_logprobs: Option<Vec<Vec<(u32, f32)>>>,
+    /// GPU backend, when the call truncated (top-k, top-p, min-p): per sample (`[B, n]`), whether the
+    /// certificate could not decide the row's kept set from the fused pass and the exact fallback
+    /// sampled it (its logits materialized). The CPU backend always samples truncating rows from
+    /// their materialized logits and leaves this `None`.
+    pub truncation_fallback: Option<Vec<bool>>,
 }
 
 impl Samples {
     /// Tokens and scores, no log-probabilities.
     pub fn plain(tokens: Vec<u32>, scores: Vec<f32>) -> Self {
-        Self { tokens, scores, logprobs: None, raw_logprobs: None, logsumexp: None, top_logprobs: None }
+        Self {
+            tokens,
+            scores,
+            logprobs: None,
+            raw_logprobs: None,
+            logsumexp: None,
+            top_logprobs: None,
+            truncation_fallback: None,
+        }
     }
 }
 

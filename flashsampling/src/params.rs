@@ -42,11 +42,11 @@ pub struct SamplingParams {
     /// Sparse per-row logit adjustments ([`crate::controls::SparseAdjustments`]). CPU backend only
     /// for now.
     pub adjustments: Option<crate::controls::SparseAdjustments>,
-    /// Per-row top-k (one per row; `0` or `≥ V`: off). CPU backend only for now.
+    /// Per-row top-k (one per row; `0` or `≥ V`: off).
     pub top_k: Option<Vec<u32>>,
-    /// Per-row top-p (one per row, in `(0, 1]`; `1`: off). CPU backend only for now.
+    /// Per-row top-p (one per row, in `(0, 1]`; `1`: off).
     pub top_p: Option<Vec<f32>>,
-    /// Per-row min-p (one per row, in `[0, 1]`; `0`: off). CPU backend only for now.
+    /// Per-row min-p (one per row, in `[0, 1]`; `0`: off).
     pub min_p: Option<Vec<f32>>,
     /// Also return each row's `top_logprobs` most likely tokens with their log-probabilities (up to
     /// [`MAX_TOP_LOGPROBS`]; 0: off): of the processed distribution (the one sampled from,
@@ -210,16 +210,9 @@ impl SamplingParams {
         }
     }
 
-    /// The first control set that the GPU kernels do not take yet (top-k / top-p / min-p, top
-    /// log-probabilities), or `None`.
+    /// The first control set that the GPU kernels do not take yet (top log-probabilities), or `None`.
     pub fn cpu_only_control(&self) -> Option<&'static str> {
-        if self.top_k.is_some() || self.top_p.is_some() || self.min_p.is_some() {
-            Some("top-k / top-p / min-p")
-        } else if self.top_logprobs != 0 {
-            Some("top log-probabilities")
-        } else {
-            None
-        }
+        if self.top_logprobs != 0 { Some("top log-probabilities") } else { None }
     }
 
     /// The temperature of row `row` (the per-row list's entry, else the call's); `None` past the end

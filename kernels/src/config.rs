@@ -239,18 +239,27 @@ pub enum Epilogue {
     /// beside the candidate, merged like it, and turned into the sampled token's log-probabilities
     /// and the row's log-sum-exp by the reduction.
     LogProbs,
+    /// [`Epilogue::LogProbs`], and each lane's top list of processed logits per row
+    /// ([`crate::truncate::TopList`]), written per (row, vocab range, unit) for the truncation step
+    /// (top-k, top-p, min-p; `device::truncate`).
+    Truncate,
 }
 
 impl Epilogue {
-    /// Both epilogues.
-    pub const ALL: [Epilogue; 2] = [Epilogue::Sample, Epilogue::LogProbs];
+    /// Every epilogue.
+    pub const ALL: [Epilogue; 3] = [Epilogue::Sample, Epilogue::LogProbs, Epilogue::Truncate];
     /// Bytes of one row's state in the block merge's area: a candidate, and a `RowMass`.
     #[inline]
     pub const fn state_bytes(self) -> u32 {
         match self {
             Epilogue::Sample => 8,
-            Epilogue::LogProbs => 8 + 16,
+            Epilogue::LogProbs | Epilogue::Truncate => 8 + 16,
         }
+    }
+    /// Whether the kernel keeps the log-mass (and writes the log-probabilities).
+    #[inline]
+    pub const fn has_logprobs(self) -> bool {
+        !matches!(self, Epilogue::Sample)
     }
 }
 
@@ -261,6 +270,8 @@ pub struct FusedVariant {
     pub entry: &'static str,
     /// PTX entry point of the log-probability kernel ([`Epilogue::LogProbs`]).
     pub entry_logprobs: &'static str,
+    /// PTX entry point of the truncation kernel ([`Epilogue::Truncate`]).
+    pub entry_truncate: &'static str,
     /// Mainloop, producer and fragment layout.
     pub family: Family,
     /// `NB`: 8-row N tiles per warp ([`Family::MmaSync`]: a warp covers `8·NB` batch rows) or per
@@ -277,6 +288,7 @@ pub struct FusedVariant {
 pub const MMA_SYNC_N16: FusedVariant = FusedVariant {
     entry: "fused_sample_block_nb2",
     entry_logprobs: "fused_sample_block_nb2_lp",
+    entry_truncate: "fused_sample_block_nb2_tk",
     family: Family::MmaSync,
     n_tiles: 2,
     warps_b: 1,
@@ -286,6 +298,7 @@ pub const MMA_SYNC_N16: FusedVariant = FusedVariant {
 pub const MMA_SYNC_N32: FusedVariant = FusedVariant {
     entry: "fused_sample_block_nb4_s3",
     entry_logprobs: "fused_sample_block_nb4_s3_lp",
+    entry_truncate: "fused_sample_block_nb4_s3_tk",
     family: Family::MmaSync,
     n_tiles: 4,
     warps_b: 1,
@@ -295,6 +308,7 @@ pub const MMA_SYNC_N32: FusedVariant = FusedVariant {
 pub const MMA_SYNC_N64: FusedVariant = FusedVariant {
     entry: "fused_sample_block_nb4x2",
     entry_logprobs: "fused_sample_block_nb4x2_lp",
+    entry_truncate: "fused_sample_block_nb4x2_tk",
     family: Family::MmaSync,
     n_tiles: 4,
     warps_b: 2,
@@ -304,6 +318,7 @@ pub const MMA_SYNC_N64: FusedVariant = FusedVariant {
 pub const MMA_SYNC_N128: FusedVariant = FusedVariant {
     entry: "fused_sample_block_nb4x4",
     entry_logprobs: "fused_sample_block_nb4x4_lp",
+    entry_truncate: "fused_sample_block_nb4x4_tk",
     family: Family::MmaSync,
     n_tiles: 4,
     warps_b: 4,
@@ -313,6 +328,7 @@ pub const MMA_SYNC_N128: FusedVariant = FusedVariant {
 pub const TMA_N16: FusedVariant = FusedVariant {
     entry: "fused_sample_wgmma_tma_n16",
     entry_logprobs: "fused_sample_wgmma_tma_n16_lp",
+    entry_truncate: "fused_sample_wgmma_tma_n16_tk",
     family: Family::WgmmaWeightA,
     n_tiles: 2,
     warps_b: 1,
@@ -322,6 +338,7 @@ pub const TMA_N16: FusedVariant = FusedVariant {
 pub const TMA_N32: FusedVariant = FusedVariant {
     entry: "fused_sample_wgmma_tma_n32",
     entry_logprobs: "fused_sample_wgmma_tma_n32_lp",
+    entry_truncate: "fused_sample_wgmma_tma_n32_tk",
     family: Family::WgmmaWeightA,
     n_tiles: 4,
     warps_b: 1,
@@ -331,6 +348,7 @@ pub const TMA_N32: FusedVariant = FusedVariant {
 pub const TMA_N64: FusedVariant = FusedVariant {
     entry: "fused_sample_wgmma_tma_n64",
     entry_logprobs: "fused_sample_wgmma_tma_n64_lp",
+    entry_truncate: "fused_sample_wgmma_tma_n64_tk",
     family: Family::WgmmaWeightA,
     n_tiles: 8,
     warps_b: 1,
@@ -340,6 +358,7 @@ pub const TMA_N64: FusedVariant = FusedVariant {
 pub const TMA_N64X2: FusedVariant = FusedVariant {
     entry: "fused_sample_wgmma_tma_n64x2",
     entry_logprobs: "fused_sample_wgmma_tma_n64x2_lp",
+    entry_truncate: "fused_sample_wgmma_tma_n64x2_tk",
     family: Family::WgmmaWeightA,
     n_tiles: 8,
     warps_b: 2,
@@ -349,6 +368,7 @@ pub const TMA_N64X2: FusedVariant = FusedVariant {
 pub const TMAT_N64: FusedVariant = FusedVariant {
     entry: "fused_sample_wgmma_tmat_n64",
     entry_logprobs: "fused_sample_wgmma_tmat_n64_lp",
+    entry_truncate: "fused_sample_wgmma_tmat_n64_tk",
     family: Family::WgmmaHiddenA,
     n_tiles: 8,
     warps_b: 1,
@@ -358,6 +378,7 @@ pub const TMAT_N64: FusedVariant = FusedVariant {
 pub const TMAT_N64X2: FusedVariant = FusedVariant {
     entry: "fused_sample_wgmma_tmat_n64x2",
     entry_logprobs: "fused_sample_wgmma_tmat_n64x2_lp",
+    entry_truncate: "fused_sample_wgmma_tmat_n64x2_tk",
     family: Family::WgmmaHiddenA,
     n_tiles: 8,
     warps_b: 2,
@@ -416,6 +437,7 @@ impl FusedVariant {
         match e {
             Epilogue::Sample => self.entry,
             Epilogue::LogProbs => self.entry_logprobs,
+            Epilogue::Truncate => self.entry_truncate,
         }
     }
     /// The PTX module the kernel is compiled into.
@@ -485,6 +507,17 @@ impl FusedVariant {
             Family::WgmmaWeightA => 8 / self.warps_b,
             // The consumers: both when taking turns, one per row when splitting.
             Family::WgmmaHiddenA => 2 / self.warps_b,
+        }
+    }
+    /// Top-list units per batch row of a block in the truncation kernels: the lanes that score the
+    /// row with different vocab rows (`device::fragment::put_tops_columns`, `put_tops_rows`) — the
+    /// 8 lane groups of each contributing warp (column layouts), the 4 lanes of a group (hidden-as-A),
+    /// each of whose lists is stored as 4 units (`truncate::LANE_TOP_WIDE`).
+    #[inline]
+    pub const fn top_units(&self) -> u32 {
+        match self.family {
+            Family::MmaSync | Family::WgmmaWeightA => 8 * self.merge_contributors(),
+            Family::WgmmaHiddenA => 16 * self.merge_contributors(),
         }
     }
     /// Bytes of the block merge's area at the start of the dynamic shared memory: one row state
@@ -588,6 +621,31 @@ pub const MERGE_RANKS_ENTRY: &str = "merge_ranks";
 /// Threads per block of the vocab-parallel merge kernel (one row each).
 pub const MERGE_RANKS_THREADS: u32 = 128;
 
+/// PTX entry point of the truncation step (portable module): per sample row, the certificate over
+/// the fused pass's top lists and the sample within the kept set (`params::TruncateParams`).
+pub const TRUNCATE_ENTRY: &str = "truncate_rows";
+/// Threads per block of the truncation step (one block per sample row).
+pub const TRUNCATE_THREADS: u32 = 256;
+/// Dynamic shared memory of the truncation step: every thread's list (8 values, 8 indices, the
+/// bound: 80 bytes), then the walking warp's prefix, 16 bytes per entry.
+pub const TRUNCATE_SMEM: u32 = TRUNCATE_THREADS * 80 + 16 * crate::truncate::MAX_KEPT as u32;
+/// PTX entry point of the fallback's logits (portable module): the raw logits of the rows the
+/// certificate left (`params::FallbackParams`).
+pub const FALLBACK_LOGITS_ENTRY: &str = "fallback_logits";
+/// Threads per block of `fallback_logits` (one warp per vocab row at a time).
+pub const FALLBACK_LOGITS_THREADS: u32 = 256;
+/// Vocab rows per block of `fallback_logits`.
+pub const FALLBACK_LOGITS_ROWS: u32 = 64;
+/// PTX entry point of the fallback's sampler (portable module): exact threshold search over one
+/// row's materialized logits per block (`params::FallbackParams`).
+pub const FALLBACK_SAMPLE_ENTRY: &str = "fallback_sample";
+/// Threads per block of `fallback_sample` (its entry carries this bound, so ptxas keeps a block's
+/// registers within the multiprocessor's 64 K).
+pub const FALLBACK_SAMPLE_THREADS: u32 = 512;
+/// Dynamic shared memory of `fallback_sample`: 32 reduction slots of 8 bytes, then one histogram of
+/// 256 bins of 8 bytes per warp (its radix selects).
+pub const FALLBACK_SAMPLE_SMEM: u32 = 32 * 8 + (FALLBACK_SAMPLE_THREADS / 32) * 256 * 8;
+
 /// PTX entry point of the candidate-reduction kernel (test module; the baselines use it).
 pub const REDUCE_ENTRY: &str = "reduce_candidates";
 /// PTX entry point of the Philox test kernel.
@@ -619,6 +677,9 @@ pub fn entry_points() -> impl Iterator<Item = (&'static str, Module, Option<u32>
             (EXPAND_ENTRY, Module::Portable, None),
             (MERGE_RANKS_ENTRY, Module::Portable, None),
             (ADJUST_ENTRY, Module::Portable, None),
+            (TRUNCATE_ENTRY, Module::Portable, None),
+            (FALLBACK_LOGITS_ENTRY, Module::Portable, None),
+            (FALLBACK_SAMPLE_ENTRY, Module::Portable, Some(FALLBACK_SAMPLE_THREADS)),
         ])
         .chain(TEST_ENTRIES.iter().map(|&e| (e, Module::Test, None)))
 }
@@ -641,6 +702,7 @@ mod tests {
                 assert!(v.merge_bytes(e) >= 8);
             }
             assert_eq!(v.entry_logprobs.strip_suffix("_lp"), Some(v.entry));
+            assert_eq!(v.entry_truncate.strip_suffix("_tk"), Some(v.entry));
             assert!(FUSED_VARIANTS[..i].iter().all(|w| w.entry != v.entry), "{} listed twice", v.entry);
             assert_eq!(FusedVariant::by_name(v.entry), Some(*v));
             assert!(v.is_named(v.entry) && !v.is_named("fused_sample"));
@@ -671,7 +733,7 @@ mod tests {
         for (i, (e, _, _)) in all.iter().enumerate() {
             assert!(all[..i].iter().all(|(f, _, _)| f != e), "{e} listed twice");
         }
-        assert_eq!(all.len(), 2 * FUSED_VARIANTS.len() + 3 + TEST_ENTRIES.len());
+        assert_eq!(all.len(), Epilogue::ALL.len() * FUSED_VARIANTS.len() + 6 + TEST_ENTRIES.len());
         // Sixteen boxes of 8 rows, 4 apart, cover a 128-row tile's 32 Philox groups.
         assert_eq!(TMA_WEIGHT_BOXES * TMA_WEIGHT_BOX_ROWS, BLOCK_V);
         assert_eq!(TMA_WEIGHT_ROW_STEP * TMA_WEIGHT_BOX_ROWS, WARP_TILE_V);

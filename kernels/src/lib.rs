@@ -14,6 +14,7 @@
 //! | [`logmass`] | online log-sum-exp state (softmax baseline today; fused log-probs next) |
 //! | [`config`] | tile sizes, the typed kernel variants (family, PTX module, thread bound) and their choice per batch size, shared with the host |
 //! | [`params`] | kernel parameter structs, passed by value |
+//! | [`truncate`] | top-k / top-p / min-p: per-unit top lists, the certificate, the kept set |
 //! | `device` | (nvptx64 only) the kernels, by role: scheduler, pipeline, producers, mainloops, fragment adapters, block merge, reduction, entry points; baselines and test kernels |
 #![no_std]
 #![cfg_attr(target_arch = "nvptx64", feature(abi_ptx, stdarch_nvptx, asm_experimental_arch))]
@@ -29,6 +30,7 @@ pub mod noise;
 pub mod params;
 pub mod philox;
 pub mod ranks;
+pub mod truncate;
 
 #[cfg(target_arch = "nvptx64")]
 mod device;

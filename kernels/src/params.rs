@@ -4,6 +4,7 @@
 use crate::candidate::Candidate;
 use crate::epilogue::Transform;
 use crate::logmass::LogMass;
+use crate::truncate::{StoredTop, Truncation};
 use half::bf16;
 
 /// One batch row's sampling parameters in a fused launch (`FusedParams::rows`, `[B]`): its noise key
@@ -95,6 +96,9 @@ pub struct FusedParams {
     pub tokens: *mut u32,
     /// Output: winning perturbed score per row `[B]`.
     pub scores: *mut f32,
+    /// Output of the truncation kernels: each lane's top list per (row, vocab range, unit),
+    /// `[B, n_vranges, top_units]` (null for the others).
+    pub tops: *mut StoredTop,
     /// Batch rows.
     pub b: u32,
     /// Hidden size (multiple of [`crate::config::D_ALIGN`]).
@@ -121,6 +125,9 @@ pub struct FusedParams {
     /// Vocab tiles `0 .. tma_whole_tiles` (`V / 128`, rounded down) are copied with the one-box
     /// [`TensorMaps::weight_tiles`] map, the rest with [`TensorMaps::weight_rows`] (TMA kernels only).
     pub tma_whole_tiles: u32,
+    /// Top-list units per (row, vocab range) of the truncation kernels
+    /// ([`FusedVariant::top_units`](crate::config::FusedVariant::top_units)).
+    pub top_units: u32,
 }
 
 /// One CUDA tensor map (`CUtensorMap`): an opaque 128-byte TMA descriptor that the host encodes
@@ -317,4 +324,105 @@ pub struct LogitsParams {
     pub v_offset: u32,
     /// Temperature transform.
     pub transform: Transform,
+}
+
+/// Parameters of the truncation step (`truncate_rows`): per sample row, the certificate over the
+/// fused pass's top lists, the sample within the kept set, and the rows left to the fallback.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct TruncateParams {
+    /// The fused pass's top lists, `[B, units]`.
+    pub tops: *const StoredTop,
+    /// Per-sample-row parameters `[B]`.
+    pub rows: *const RowParams,
+    /// Per-request truncation `[B / n]`.
+    pub truncation: *const Truncation,
+    /// Sparse adjustments (or null), as in [`FusedParams`].
+    pub adj_offsets: *const u32,
+    /// The adjusted tokens' results, as in [`FusedParams`].
+    pub adjusted: *const AdjustedToken,
+    /// Hidden states of the launch `[B, D]` (the raw logit of a changed token).
+    pub hidden: *const bf16,
+    /// Weight `[V, D]`.
+    pub weight: *const bf16,
+    /// In and out: the plain sample's token and score `[B]`, replaced by the truncated one.
+    pub tokens: *mut u32,
+    /// See `tokens`.
+    pub scores: *mut f32,
+    /// In and out: log-probabilities `[B]` (processed, raw), the processed log-sum-exp `[B]`.
+    pub logprobs: *mut f32,
+    /// See `logprobs`.
+    pub raw_logprobs: *mut f32,
+    /// See `logprobs` (in: over every allowed token; out: over the kept ones).
+    pub logsumexp: *mut f32,
+    /// In: the raw log-sum-exp `[B]`.
+    pub raw_logsumexp: *const f32,
+    /// Out: 1 where the row needs the fallback, else 0, `[B]`.
+    pub flags: *mut u32,
+    /// Out: the fallback's rows: `[0]` their count (zero before the launch), then the rows.
+    pub fallback: *mut u32,
+    /// Sample rows.
+    pub b: u32,
+    /// Units per row (`n_vranges · top_units`).
+    pub units: u32,
+    /// Vocab size.
+    pub v: u32,
+    /// Hidden size.
+    pub d: u32,
+    /// Samples per request.
+    pub samples: u32,
+    /// Padding.
+    pub _pad: u32,
+}
+
+/// Parameters of the exact fallback (`fallback_logits`, `fallback_sample`) for the rows the
+/// certificate could not decide — and, over all rows of materialized logits, the benchmark's unfused
+/// top-k / top-p sampler.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct FallbackParams {
+    /// The rows: `[0]` their count, then the sample rows.
+    pub list: *const u32,
+    /// Logits of each listed row, `[count, v]` (slot-major), f32: the raw logits written by
+    /// `fallback_logits` (or the benchmark's GEMM), turned into the processed ones in place by
+    /// `fallback_sample`.
+    pub logits: *mut f32,
+    /// Hidden states `[B, D]`.
+    pub hidden: *const bf16,
+    /// Weight `[V, D]`.
+    pub weight: *const bf16,
+    /// Allowed-token mask (or null), as in [`FusedParams`] (adjusted tokens' bits cleared).
+    pub mask: *const u32,
+    /// Per-sample-row parameters `[B]`.
+    pub rows: *const RowParams,
+    /// Per-request truncation `[B / n]`.
+    pub truncation: *const Truncation,
+    /// Sparse adjustments (or null), as in [`FusedParams`].
+    pub adj_offsets: *const u32,
+    /// See `adj_offsets`.
+    pub adjusted: *const AdjustedToken,
+    /// Outputs `[B]`, as in [`TruncateParams`] (null log-probability pointers: none).
+    pub tokens: *mut u32,
+    /// See `tokens`.
+    pub scores: *mut f32,
+    /// See `tokens`.
+    pub logprobs: *mut f32,
+    /// See `tokens`.
+    pub raw_logprobs: *mut f32,
+    /// See `tokens`.
+    pub logsumexp: *mut f32,
+    /// In: the raw log-sum-exp `[B]` (with `raw_logprobs`).
+    pub raw_logsumexp: *const f32,
+    /// Vocab size.
+    pub v: u32,
+    /// Hidden size.
+    pub d: u32,
+    /// Samples per request.
+    pub samples: u32,
+    /// Words per mask row.
+    pub mask_words: u32,
+    /// Soft-cap (0: none).
+    pub softcap: f32,
+    /// Padding.
+    pub _pad: u32,
 }

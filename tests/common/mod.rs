@@ -4,7 +4,9 @@
 
 use std::io::Write;
 
+use flashsampling::controls::{SparseAdjustments, TokenMask};
 use flashsampling::kernels::RowNoise;
+use flashsampling::kernels::logits::Adjustment;
 use flashsampling::{GpuBackend, Matrix, SamplingParams};
 use half::bf16;
 
@@ -335,4 +337,120 @@ pub fn far_tail_reach_case(stream: u64, sample: impl Fn(Matrix<'_>, Matrix<'_>, 
         assert_eq!(got, vec![want], "stream {stream}, gap {gap} (noise margin {margin})");
     }
     eighths
+}
+
+/// An independent f64 reference of the truncated distribution of logits `y` (already processed).
+pub fn truncated(y: &[f64], t: f64, k: usize, p: f64, min_p: f64) -> Vec<f64> {
+    let v = y.len();
+    let mut order: Vec<usize> = (0..v).collect();
+    order.sort_by(|&a, &b| y[b].partial_cmp(&y[a]).unwrap().then(a.cmp(&b)));
+    let mut keep = vec![true; v];
+    if k > 0 && k < v {
+        let kth = y[order[k - 1]];
+        (0..v).for_each(|i| keep[i] = y[i] >= kth);
+    }
+    let q = |i: usize| ((y[i] - y[order[0]]) / t).exp();
+    if p < 1.0 {
+        let total: f64 = (0..v).filter(|&i| keep[i]).map(q).sum();
+        let mut cum = 0.0;
+        let mut last = y[order[0]];
+        for &i in order.iter().filter(|&&i| keep[i]) {
+            cum += q(i);
+            last = y[i];
+            if cum >= p * total {
+                break;
+            }
+        }
+        (0..v).for_each(|i| keep[i] &= y[i] >= last);
+    }
+    if min_p > 0.0 {
+        (0..v).for_each(|i| keep[i] &= q(i) >= min_p);
+    }
+    let total: f64 = (0..v).filter(|&i| keep[i]).map(q).sum();
+    (0..v).map(|i| if keep[i] { q(i) / total } else { 0.0 }).collect()
+}
+
+pub fn bits(s: &[f32]) -> Vec<u32> {
+    s.iter().map(|x| x.to_bits()).collect()
+}
+
+/// An LM head with exact logits: hidden row `r` = `e_{r mod d}`, weight `[v, d]` normal with standard
+/// deviation `std` (bf16), so logit `(r, i)` = `weight[i, r mod d]` exactly.
+pub fn exact_head(b: usize, d: usize, v: usize, std: f64, seed: u64) -> (Vec<bf16>, Vec<bf16>) {
+    let mut rng = TestRng::new(seed);
+    let weight = rng.normal_bf16(v * d, std);
+    let mut hidden = vec![bf16::ZERO; b * d];
+    for r in 0..b {
+        hidden[r * d + r % d] = bf16::ONE;
+    }
+    (hidden, weight)
+}
+
+/// A random mask allowing about `share` of the tokens of each row (at least one).
+pub fn random_mask(b: usize, v: usize, share: f64, seed: u64) -> TokenMask {
+    let mut rng = TestRng::new(seed);
+    let mut mask = TokenMask { words: vec![0; b * v.div_ceil(32)], words_per_row: v.div_ceil(32) };
+    for r in 0..b {
+        for t in 0..v {
+            if rng.uniform() < share || t == (r * 7919) % v {
+                mask.words[r * mask.words_per_row + t / 32] |= 1 << (t % 32);
+            }
+        }
+    }
+    mask
+}
+
+/// Sparse adjustments on about `per_row` random tokens of each row (at least one; none on row 1):
+/// biases of both signs (some large enough to make the token win), repetition penalties above and
+/// below one, frequency/presence subtractions.
+pub fn random_adjustments(b: usize, v: usize, per_row: usize, seed: u64) -> SparseAdjustments {
+    let mut rng = TestRng::new(seed);
+    let mut adj = SparseAdjustments::none(0);
+    for r in 0..b {
+        let mut tokens: Vec<u32> =
+            if r == 1 { Vec::new() } else { (0..per_row.max(1)).map(|_| (rng.next_u64() % v as u64) as u32).collect() };
+        tokens.sort_unstable();
+        tokens.dedup();
+        for &t in &tokens {
+            let k = rng.next_u64() % 4;
+            adj.tokens.push(t);
+            adj.adjustments.push(Adjustment {
+                bias: [0.0, 3.5, -2.0, 25.0][k as usize],
+                repetition: [1.0, 1.3, 0.8, 1.0][(rng.next_u64() % 4) as usize],
+                subtract: [0.0, 0.4, 1.5, 0.0][(rng.next_u64() % 4) as usize],
+            });
+        }
+        adj.offsets.push(adj.tokens.len());
+    }
+    adj
+}
+
+/// Per-row temperatures with greedy, tiny, below-one and above-one rows.
+pub fn mixed_temperatures(b: usize) -> Vec<f32> {
+    let t = [0.7, 0.0, 1.0, 1.8, 1e-3, 0.35, 2.5, 1.0];
+    (0..b).map(|r| t[r % t.len()]).collect()
+}
+
+/// Asserts GPU == CPU: tokens and score bits equal; log-probabilities within 1e-4, the log-sum-exp
+/// within 1e-5 relative (NaN where the CPU has NaN: greedy rows).
+pub fn assert_same(what: &str, g: &flashsampling::Samples, c: &flashsampling::Samples) {
+    assert_eq!(g.tokens, c.tokens, "{what}: tokens");
+    assert_eq!(bits(&g.scores), bits(&c.scores), "{what}: scores");
+    let close = |name: &str, a: &Option<Vec<f32>>, b: &Option<Vec<f32>>, abs: f64, rel: f64| {
+        assert_eq!(a.is_some(), b.is_some(), "{what}: {name} present on one backend only");
+        if let (Some(a), Some(b)) = (a, b) {
+            assert_eq!(a.len(), b.len(), "{what}: {name} length");
+            for (i, (&x, &y)) in a.iter().zip(b).enumerate() {
+                if y.is_nan() {
+                    assert!(x.is_nan(), "{what}: {name}[{i}] = {x}, CPU NaN");
+                    continue;
+                }
+                let tol = abs + rel * (y as f64).abs();
+                assert!(((x - y) as f64).abs() <= tol, "{what}: {name}[{i}] GPU {x} CPU {y} (tolerance {tol:e})");
+            }
+        }
+    };
+    close("log-probabilities", &g.logprobs, &c.logprobs, 1e-4, 0.0);
+    close("raw log-probabilities", &g.raw_logprobs, &c.raw_logprobs, 1e-4, 0.0);
+    close("log-sum-exp", &g.logsumexp, &c.logsumexp, 0.0, 1e-5);
 }

@@ -15,7 +15,8 @@
 
 use core::arch::nvptx::{_block_dim_x, _block_idx_x, _thread_idx_x};
 
-use super::ptx::{atom_global_and_b32, ld_global_nc_v4_f32, shfl_sync_bfly_b32};
+use super::dot::warp_dot;
+use super::ptx::atom_global_and_b32;
 #[cfg(doc)]
 use crate::config::ADJUST_THREADS;
 use crate::logits::{Adjustment, softcap};
@@ -43,27 +44,9 @@ pub unsafe extern "ptx-kernel" fn adjust_tokens(p: AdjustParams) {
     if mine {
         let d = p.d as usize;
         let (h, w) = (r as usize * d, (t - p.v_offset) as usize * d);
-        let mut k = 8 * lane as usize;
-        while k < d {
-            // SAFETY: k + 8 ≤ D (D % 8 == 0): inside hidden row r and weight row t − v_offset, 16-byte
-            // aligned.
-            let (hv, wv) = unsafe {
-                (
-                    ld_global_nc_v4_f32(p.hidden.add(h + k) as *const f32),
-                    ld_global_nc_v4_f32(p.weight.add(w + k) as *const f32),
-                )
-            };
-            for j in 0..4 {
-                let (hb, wb) = (hv[j].to_bits(), wv[j].to_bits());
-                y += f32::from_bits(hb << 16) * f32::from_bits(wb << 16);
-                y += f32::from_bits(hb & 0xFFFF_0000) * f32::from_bits(wb & 0xFFFF_0000);
-            }
-            k += 256;
-        }
-        for m in [1u32, 2, 4, 8, 16] {
-            // SAFETY: all 32 lanes (`mine` is warp-uniform).
-            y += f32::from_bits(unsafe { shfl_sync_bfly_b32(y.to_bits(), m) });
-        }
+        // SAFETY: all 32 lanes (`mine` is warp-uniform); hidden row r and weight row t − v_offset hold
+        // D bf16, 16-byte aligned (the host checks the bases; D % 8 == 0).
+        y = unsafe { warp_dot(p.hidden.add(h), p.weight.add(w), d, lane) };
     }
     if lane != 0 {
         return;

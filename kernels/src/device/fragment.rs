@@ -27,6 +27,7 @@ use crate::config::{ROWS_PER_LANE, TMA_T_TILE_V};
 use crate::epilogue::update_group4;
 use crate::logits::softcap;
 use crate::params::{FusedParams, RowMass, RowParams};
+use crate::truncate::{LANE_TOP, LANE_TOP_WIDE, StoredTop, TopList};
 
 /// Batch row `b`'s parameters (`b < B`), loaded once per row and tile (32 bytes, L1-resident).
 #[derive(Clone, Copy)]
@@ -67,18 +68,19 @@ pub(super) fn exp(x: f32) -> f32 {
 /// from `v0 + v_offset`) of one batch row →
 /// processed logits `z` (soft-cap, then the allowed-token mask: `−∞` where a token is not allowed)
 /// → transformed, perturbed scores → the row's candidate (the no_std [`update_group4`], which skips
-/// rows at or past V). With `LP`, the row's log-mass takes the raw logits and `z / T` too. `SC`:
+/// rows at or past V). With `LP`, the row's log-mass takes the raw logits and `z / T` too; with
+/// `TOP`, the row's top list takes `z` (the truncation kernels). `SC`:
 /// the launch soft-caps (`p.softcap > 0`); `MK`: it has a mask or a vocab offset (a shard). The adapters are instantiated for
 /// each and pick one per tile ([`controls_dispatch`]), so the controls' code stays out of the plain
 /// path's unrolled loop, whose instruction footprint decides its speed (docs/findings/13).
 #[inline(always)]
-pub(super) fn lane_epilogue<const LP: bool, const SC: bool, const MK: bool>(
+pub(super) fn lane_epilogue<const LP: bool, const TOP: bool, const SC: bool, const MK: bool, const L: usize>(
     p: &FusedParams,
     row: RowRef,
     v0: u32,
     y: [f32; 4],
     cand: &mut Candidate,
-    mass: &mut RowMass,
+    (mass, top): (&mut RowMass, &mut TopList<L>),
 ) {
     // The global vocab index of the group: a vocab shard's rows start at `v_offset` (a multiple of
     // 4, so the group stays one Philox counter and one mask word). Only the `MK` instantiation adds
@@ -117,6 +119,14 @@ pub(super) fn lane_epilogue<const LP: bool, const SC: bool, const MK: bool>(
         mass.raw.update4(raw, exp);
         mass.processed.update4(processed, exp);
     }
+    if TOP {
+        // The truncation kernels: the row's largest processed logits (masked ones are −∞: skipped).
+        for (j, &zj) in z.iter().enumerate() {
+            if v0 + (j as u32) < p.v {
+                top.update(zj, g0 + j as u32);
+            }
+        }
+    }
 }
 
 /// Calls `$f::<…, SC, MK>` for this launch's soft-cap (`SC`) and mask or vocab offset (`MK`): one
@@ -154,21 +164,21 @@ fn column_logits<const NB: usize>(acc: &Accumulators<NB>, i: u32) -> [f32; ROWS_
 /// One heavy iteration (Philox + logs) per column: a real loop, so `column_logits` picks the
 /// column's logits with constant indices, keeping `acc` in registers.
 #[inline(always)]
-fn mma_sync_tile_with<const NB: usize, const LP: bool, const SC: bool, const MK: bool>(
+fn mma_sync_tile_with<const NB: usize, const LP: bool, const TOP: bool, const SC: bool, const MK: bool>(
     p: &FusedParams,
     (b0, quad): (u32, u32),
     v0: u32,
     acc: &Accumulators<NB>,
     cands: &mut [Candidate; 16],
-    masses: &mut [RowMass; 16],
+    (masses, tops): (&mut [RowMass; 16], &mut [TopList<LANE_TOP>; 16]),
 ) {
     for i in 0..2 * NB as u32 {
         // Accumulator element `e` (+2 for MMA row group+8) is batch column 2·quad + e of N tile nt.
         let b = b0 + 8 * (i / 2) + 2 * quad + i % 2;
         if b < p.b {
             let logits = column_logits::<NB>(acc, i);
-            let (cand, mass) = (&mut cands[i as usize], &mut masses[i as usize]);
-            lane_epilogue::<LP, SC, MK>(p, row_params(p, b), v0, logits, cand, mass);
+            let (cand, mass, top) = (&mut cands[i as usize], &mut masses[i as usize], &mut tops[i as usize]);
+            lane_epilogue::<LP, TOP, SC, MK, LANE_TOP>(p, row_params(p, b), v0, logits, cand, (mass, top));
         }
     }
 }
@@ -182,13 +192,13 @@ fn mma_sync_tile_with<const NB: usize, const LP: bool, const SC: bool, const MK:
 /// 16 columns crowded the instruction cache (`tma_n64`, Qwen3-8B B = 64: 0.3233 → 0.3157 ms,
 /// docs/findings).
 #[inline(always)]
-fn weight_a_tile_with<T: WgmmaShape, const LP: bool, const SC: bool, const MK: bool>(
+fn weight_a_tile_with<T: WgmmaShape, const LP: bool, const TOP: bool, const SC: bool, const MK: bool>(
     p: &FusedParams,
     (b0, quad): (u32, u32),
     v0: u32,
     acc: &[T::Acc; 2],
     cands: &mut [Candidate; 32],
-    masses: &mut [RowMass; 32],
+    (masses, tops): (&mut [RowMass; 32], &mut [TopList<LANE_TOP>; 32]),
 ) {
     let cols = T::N as usize / 4;
     for r in 0..cols.div_ceil(8) {
@@ -223,7 +233,25 @@ fn weight_a_tile_with<T: WgmmaShape, const LP: bool, const SC: bool, const MK: b
                             _ => masses[I + 24],
                         }
                     };
-                    lane_epilogue::<LP, SC, MK>(p, row_params(p, b), v0, logits, &mut cand, &mut mass);
+                    let mut top = if !TOP {
+                        TopList::EMPTY
+                    } else {
+                        match r {
+                            0 => tops[I],
+                            1 => tops[I + 8],
+                            2 => tops[I + 16],
+                            _ => tops[I + 24],
+                        }
+                    };
+                    lane_epilogue::<LP, TOP, SC, MK, LANE_TOP>(p, row_params(p, b), v0, logits, &mut cand, (&mut mass, &mut top));
+                    if TOP {
+                        match r {
+                            0 => tops[I] = top,
+                            1 => tops[I + 8] = top,
+                            2 => tops[I + 16] = top,
+                            _ => tops[I + 24] = top,
+                        }
+                    }
                     match r {
                         0 => cands[I] = cand,
                         1 => cands[I + 8] = cand,
@@ -254,14 +282,14 @@ fn weight_a_tile_with<T: WgmmaShape, const LP: bool, const SC: bool, const MK: b
 /// compile-time indices they can have. Fully unrolled, the code of 32 groups overflows the
 /// instruction cache (ncu: 39% of stalls on instruction fetch, docs/findings).
 #[inline(always)]
-fn hidden_a_tile_with<const LP: bool, const SC: bool, const MK: bool>(
+fn hidden_a_tile_with<const LP: bool, const TOP: bool, const SC: bool, const MK: bool>(
     p: &FusedParams,
     b: [u32; 2],
     tile: u32,
     q: u32,
     acc: &[f32; 128],
     cands: &mut [Candidate; 2],
-    masses: &mut [RowMass; 2],
+    (masses, tops): (&mut [RowMass; 2], &mut [TopList<LANE_TOP_WIDE>; 2]),
 ) {
     let v_lane = tile * TMA_T_TILE_V + 4 * q;
     for r in 0..4u32 {
@@ -271,6 +299,7 @@ fn hidden_a_tile_with<const LP: bool, const SC: bool, const MK: bool>(
             let params = row_params(p, row);
             let mut cand = if e == 0 { cands[0] } else { cands[1] };
             let mut mass = if e == 0 { masses[0] } else { masses[1] };
+            let mut top = if e == 0 { tops[0] } else { tops[1] };
             // Accumulator 4j + 2e + c with j = 2J + i, J = 8·j_hi + J_lo: 64·j_hi + 8·J_lo + 4i + 2e + c.
             let pick = |i: usize| match r {
                 0 => acc[i],
@@ -282,14 +311,16 @@ fn hidden_a_tile_with<const LP: bool, const SC: bool, const MK: bool>(
                 // Columns 8j + 2q + c for j = 2J, 2J + 1: vocab rows 16J + 4q + 0..4.
                 let logits = [pick(8 * J), pick(8 * J + 1), pick(8 * J + 4), pick(8 * J + 5)];
                 let v0 = v_lane + 16 * (8 * j_hi + J as u32);
-                lane_epilogue::<LP, SC, MK>(p, params, v0, logits, &mut cand, &mut mass);
+                lane_epilogue::<LP, TOP, SC, MK, LANE_TOP_WIDE>(p, params, v0, logits, &mut cand, (&mut mass, &mut top));
             });
             if e == 0 {
                 cands[0] = cand;
                 masses[0] = mass;
+                tops[0] = top;
             } else {
                 cands[1] = cand;
                 masses[1] = mass;
+                tops[1] = top;
             }
         }
     }
@@ -297,42 +328,42 @@ fn hidden_a_tile_with<const LP: bool, const SC: bool, const MK: bool>(
 
 /// [`mma_sync_tile_with`] for this launch's controls.
 #[inline(always)]
-pub(super) fn mma_sync_tile<const NB: usize, const LP: bool>(
+pub(super) fn mma_sync_tile<const NB: usize, const LP: bool, const TOP: bool>(
     p: &FusedParams,
     lane: (u32, u32),
     v0: u32,
     acc: &Accumulators<NB>,
     cands: &mut [Candidate; 16],
-    masses: &mut [RowMass; 16],
+    state: (&mut [RowMass; 16], &mut [TopList<LANE_TOP>; 16]),
 ) {
-    controls_dispatch!(p, mma_sync_tile_with::<NB, LP>(p, lane, v0, acc, cands, masses))
+    controls_dispatch!(p, mma_sync_tile_with::<NB, LP, TOP>(p, lane, v0, acc, cands, state))
 }
 
 /// [`weight_a_tile_with`] for this launch's controls.
 #[inline(always)]
-pub(super) fn weight_a_tile<T: WgmmaShape, const LP: bool>(
+pub(super) fn weight_a_tile<T: WgmmaShape, const LP: bool, const TOP: bool>(
     p: &FusedParams,
     lane: (u32, u32),
     v0: u32,
     acc: &[T::Acc; 2],
     cands: &mut [Candidate; 32],
-    masses: &mut [RowMass; 32],
+    state: (&mut [RowMass; 32], &mut [TopList<LANE_TOP>; 32]),
 ) {
-    controls_dispatch!(p, weight_a_tile_with::<T, LP>(p, lane, v0, acc, cands, masses))
+    controls_dispatch!(p, weight_a_tile_with::<T, LP, TOP>(p, lane, v0, acc, cands, state))
 }
 
 /// [`hidden_a_tile_with`] for this launch's controls.
 #[inline(always)]
-pub(super) fn hidden_a_tile<const LP: bool>(
+pub(super) fn hidden_a_tile<const LP: bool, const TOP: bool>(
     p: &FusedParams,
     b: [u32; 2],
     tile: u32,
     q: u32,
     acc: &[f32; 128],
     cands: &mut [Candidate; 2],
-    masses: &mut [RowMass; 2],
+    state: (&mut [RowMass; 2], &mut [TopList<LANE_TOP_WIDE>; 2]),
 ) {
-    controls_dispatch!(p, hidden_a_tile_with::<LP>(p, b, tile, q, acc, cands, masses))
+    controls_dispatch!(p, hidden_a_tile_with::<LP, TOP>(p, b, tile, q, acc, cands, state))
 }
 
 /// Block merge, step 1, for the column layouts of [`mma_sync_tile`] and [`weight_a_tile`]: the
@@ -378,5 +409,66 @@ pub(super) unsafe fn put_rows<const LP: bool>(
     for e in 0..2 {
         // SAFETY: forwarded contract.
         unsafe { put_merged::<_, LP>(area, contributor, rows[e], (cands[e], masses[e]), [1, 2], q == 0) };
+    }
+}
+
+/// The truncation kernels' top lists, column layouts ([`mma_sync_tile`], [`weight_a_tile`]): the
+/// lane's list `I < columns` (batch column `8·(I/2) + 2·quad + I%2` from block row `row0`) is
+/// written to unit `contributor·8 + group` of its (row, vocab range) in `p.tops`.
+///
+/// # Safety
+/// `p` is a truncation launch (`tops` holds `[B, n_vranges, top_units]`), `work` this block's,
+/// `contributor·8 + group < top_units`.
+#[inline(always)]
+pub(super) unsafe fn put_tops_columns<const C: usize>(
+    p: &FusedParams,
+    work: &super::schedule::BlockWork,
+    (contributor, row0): (u32, u32),
+    (group, quad): (u32, u32),
+    tops: &[TopList<LANE_TOP>; C],
+    columns: usize,
+) {
+    unrolled!(I in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] {
+        if I < columns && I < C {
+            let b = work.b_first + row0 + 8 * (I as u32 / 2) + 2 * quad + I as u32 % 2;
+            // SAFETY: forwarded contract.
+            unsafe { put_top(p, work, b, 8 * contributor + group, tops[I]) };
+        }
+    });
+}
+
+/// The truncation kernels' top lists, [`hidden_a_tile`]: each of the lane's two rows (block rows
+/// `rows[e]`) goes to units `16·contributor + 4·q ..` as four parts ([`TopList::part`]).
+///
+/// # Safety
+/// As [`put_tops_columns`], with `16·contributor + 4·q + 3 < top_units`.
+#[inline(always)]
+pub(super) unsafe fn put_tops_rows(
+    p: &FusedParams,
+    work: &super::schedule::BlockWork,
+    contributor: u32,
+    rows: [u32; 2],
+    q: u32,
+    tops: &[TopList<LANE_TOP_WIDE>; 2],
+) {
+    for e in 0..2 {
+        for j in 0..LANE_TOP_WIDE / LANE_TOP {
+            let unit = 16 * contributor + 4 * q + j as u32;
+            // SAFETY: forwarded contract.
+            unsafe { put_top(p, work, work.b_first + rows[e], unit, tops[e].part::<LANE_TOP>(j)) };
+        }
+    }
+}
+
+/// Stores `list` as row `b`'s unit `unit` of this block's vocab range (rows at or past B: nothing).
+///
+/// # Safety
+/// As [`put_tops_columns`].
+#[inline(always)]
+unsafe fn put_top(p: &FusedParams, work: &super::schedule::BlockWork, b: u32, unit: u32, list: TopList<LANE_TOP>) {
+    if b < p.b {
+        let at = (b as usize * p.n_vranges as usize + work.vrange as usize) * p.top_units as usize + unit as usize;
+        // SAFETY: b < B, vrange < n_vranges, unit < top_units: inside `tops` (the caller's contract).
+        unsafe { *p.tops.add(at) = StoredTop { list, _pad: 0 } };
     }
 }

@@ -12,6 +12,8 @@
 //! | `fused` | entry points of the fused kernels, one file per family, composing the roles |
 //! | `rows` | the row expansion of launches with several samples per request |
 //! | `adjust` | the sparse logit adjustments: adjusted tokens scored apart from the fused pass |
+//! | `truncate` | top-k / top-p / min-p: the truncation step over the fused pass's top lists, and its exact fallback |
+//! | `dot` | the warp dot product of the few logits recomputed outside the fused pass |
 //! | `ranks` | the vocab-parallel merge of the ranks' gathered results (tensor parallelism) |
 //! | `baselines`, `test_kernels` | benchmark baselines and test kernels (their own PTX module) |
 //! | `ptx` | inline PTX: the only `asm!`, one instruction per function |
@@ -29,6 +31,7 @@ macro_rules! unrolled {
 
 mod adjust;
 mod baselines;
+mod dot;
 mod fragment;
 mod fused;
 mod mainloop;
@@ -41,6 +44,7 @@ mod reduce;
 mod rows;
 mod schedule;
 mod test_kernels;
+mod truncate;
 
 #[panic_handler]
 fn panic(_: &core::panic::PanicInfo) -> ! {

@@ -211,6 +211,70 @@ pub unsafe fn atom_global_add_u32(ptr: *mut u32, v: u32) -> u32 {
     old
 }
 
+/// `red.shared.add.u32`: atomically adds `v` to the shared word at `addr` (no result).
+///
+/// # Safety
+/// `addr` must be a 4-byte aligned shared-memory address.
+#[inline(always)]
+pub unsafe fn red_shared_add_u32(addr: u32, v: u32) {
+    // SAFETY: the caller guarantees the address.
+    unsafe { asm!("red.shared.add.u32 [{0}], {1};", in(reg32) addr, in(reg32) v, options(nostack)) };
+}
+
+/// `red.shared.add.u64`: atomically adds `v` to the shared double word at `addr` (no result).
+///
+/// # Safety
+/// `addr` must be an 8-byte aligned shared-memory address.
+#[inline(always)]
+pub unsafe fn red_shared_add_u64(addr: u32, v: u64) {
+    // SAFETY: the caller guarantees the address.
+    unsafe { asm!("red.shared.add.u64 [{0}], {1};", in(reg32) addr, in(reg64) v, options(nostack)) };
+}
+
+/// `st.shared.u32`: stores one word.
+///
+/// # Safety
+/// `addr` must be a 4-byte aligned shared-memory address.
+#[inline(always)]
+pub unsafe fn st_shared_u32(addr: u32, v: u32) {
+    // SAFETY: the caller guarantees the address.
+    unsafe { asm!("st.shared.u32 [{0}], {1};", in(reg32) addr, in(reg32) v, options(nostack)) };
+}
+
+/// `ld.shared.u32`: loads one word.
+///
+/// # Safety
+/// `addr` must be a 4-byte aligned shared-memory address.
+#[inline(always)]
+pub unsafe fn ld_shared_u32(addr: u32) -> u32 {
+    let v: u32;
+    // SAFETY: the caller guarantees the address.
+    unsafe { asm!("ld.shared.u32 {0}, [{1}];", out(reg32) v, in(reg32) addr, options(nostack, readonly)) };
+    v
+}
+
+/// `st.shared.u64`: stores one double word.
+///
+/// # Safety
+/// `addr` must be an 8-byte aligned shared-memory address.
+#[inline(always)]
+pub unsafe fn st_shared_u64(addr: u32, v: u64) {
+    // SAFETY: the caller guarantees the address.
+    unsafe { asm!("st.shared.u64 [{0}], {1};", in(reg32) addr, in(reg64) v, options(nostack)) };
+}
+
+/// `ld.shared.u64`: loads one double word.
+///
+/// # Safety
+/// `addr` must be an 8-byte aligned shared-memory address.
+#[inline(always)]
+pub unsafe fn ld_shared_u64(addr: u32) -> u64 {
+    let v: u64;
+    // SAFETY: the caller guarantees the address.
+    unsafe { asm!("ld.shared.u64 {0}, [{1}];", out(reg64) v, in(reg32) addr, options(nostack, readonly)) };
+    v
+}
+
 /// `atom.global.and.b32`: atomically ands `v` into `*ptr` and returns the old value.
 ///
 /// # Safety

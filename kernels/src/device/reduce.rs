@@ -8,11 +8,12 @@
 
 use core::arch::nvptx::{_block_idx_x, _syncthreads, _thread_idx_x};
 
+use super::dot::warp_dot;
 use super::fragment::{exp, row_params};
 use super::merge::mass_of_words;
 use super::ptx::{
-    atom_global_add_u32, fence_acq_rel_gpu, ld_global_cg_v2_u32, ld_global_cg_v4_u32, ld_global_nc_v4_f32,
-    ld_shared_v2_u32, lg2_approx_f32, mov_u32_dynamic_smem, shfl_sync_bfly_b32, st_shared_v2_u32,
+    atom_global_add_u32, fence_acq_rel_gpu, ld_global_cg_v2_u32, ld_global_cg_v4_u32, ld_shared_v2_u32, lg2_approx_f32,
+    mov_u32_dynamic_smem, shfl_sync_bfly_b32, st_shared_v2_u32,
 };
 use crate::candidate::Candidate;
 use crate::config::REDUCE_ROWS_PER_BLOCK;
@@ -75,19 +76,36 @@ impl AdjRows {
     /// `b < B`; with adjustments, `p.adj_offsets` holds `B / n + 1` offsets.
     #[inline(always)]
     pub(super) unsafe fn of(p: &FusedParams, b: u32) -> Self {
-        if p.adjusted.is_null() {
+        // SAFETY: forwarded contract.
+        unsafe { Self::from_parts(p.adj_offsets, p.adjusted, p.samples, b) }
+    }
+
+    /// Sample row `b`'s adjusted tokens given the CSR `offsets` and the results `adjusted` (null:
+    /// none) of a launch with `samples` samples per request.
+    ///
+    /// # Safety
+    /// `b < B`; with adjustments, `offsets` holds `B / n + 1` offsets and `adjusted` their results.
+    #[inline(always)]
+    pub(super) unsafe fn from_parts(offsets: *const u32, adjusted: *const AdjustedToken, samples: u32, b: u32) -> Self {
+        if adjusted.is_null() {
             return Self::NONE;
         }
-        let n = p.samples.max(1);
+        let n = samples.max(1);
         let r = (b / n) as usize;
         // SAFETY: r < B / n: inside the offsets (the caller's contract).
-        let (start, end) = unsafe { (*p.adj_offsets.add(r), *p.adj_offsets.add(r + 1)) };
-        Self { ptr: p.adjusted, start, end, n, j: b % n }
+        let (start, end) = unsafe { (*offsets.add(r), *offsets.add(r + 1)) };
+        Self { ptr: adjusted, start, end, n, j: b % n }
+    }
+
+    /// The entries `start .. end` of this sample row.
+    #[inline(always)]
+    pub(super) fn range(&self) -> core::ops::Range<u32> {
+        self.start..self.end
     }
 
     /// Entry `i` (`start ≤ i < end`) for this sample row.
     #[inline(always)]
-    fn get(&self, i: u32) -> AdjustedToken {
+    pub(super) fn get(&self, i: u32) -> AdjustedToken {
         // SAFETY: start ≤ i < end ≤ entries: inside `[entries, n]` (the kernel wrote it before this
         // launch, on the same stream).
         unsafe { *self.ptr.add((i * self.n + self.j) as usize) }
@@ -96,7 +114,7 @@ impl AdjRows {
 
 /// `ln x` from `lg2.approx`.
 #[inline(always)]
-fn ln(x: f32) -> f32 {
+pub(super) fn ln(x: f32) -> f32 {
     lg2_approx_f32(x) * core::f32::consts::LN_2
 }
 
@@ -138,27 +156,9 @@ unsafe fn logprobs_row(p: &FusedParams, b: u32, cand: Candidate, lane: u32, adj:
         let d = p.d as usize;
         // The token's weight row: its global index minus the shard's first (`v_offset ≤ token`).
         let (h, w) = (b as usize * d, (token - p.v_offset) as usize * d);
-        let mut k = 8 * lane as usize;
-        while k < d {
-            // SAFETY: k + 8 ≤ D (D % 8 == 0): 16 bytes inside row b of the hidden states and row
-            // `token − v_offset < V` of the weight, 16-byte aligned (the host checks the bases; D % 8 == 0).
-            let (hv, wv) = unsafe {
-                (
-                    ld_global_nc_v4_f32(p.hidden.add(h + k) as *const f32),
-                    ld_global_nc_v4_f32(p.weight.add(w + k) as *const f32),
-                )
-            };
-            for j in 0..4 {
-                let (hb, wb) = (hv[j].to_bits(), wv[j].to_bits());
-                y += f32::from_bits(hb << 16) * f32::from_bits(wb << 16);
-                y += f32::from_bits(hb & 0xFFFF_0000) * f32::from_bits(wb & 0xFFFF_0000);
-            }
-            k += 256;
-        }
-        for m in [1u32, 2, 4, 8, 16] {
-            // SAFETY: all 32 lanes (the caller's contract; `valid` is warp-uniform).
-            y += f32::from_bits(unsafe { shfl_sync_bfly_b32(y.to_bits(), m) });
-        }
+        // SAFETY: all 32 lanes (the caller's contract; `valid` is warp-uniform); row b of the hidden
+        // states and row `token − v_offset < V` of the weight hold D bf16, 16-byte aligned.
+        y = unsafe { warp_dot(p.hidden.add(h), p.weight.add(w), d, lane) };
     }
     if lane == 0 {
         let row = row_params(p, b);

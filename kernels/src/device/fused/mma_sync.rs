@@ -36,6 +36,7 @@ use crate::device::pipeline::BlockRing;
 use crate::device::producer::BlockIssuer;
 use crate::device::schedule::{BlockWork, Thread};
 use crate::params::{FusedParams, RowMass};
+use crate::truncate::{LANE_TOP, TopList};
 
 /// The kernel body for `4·WB` warps of `8·NB` batch rows and an `S`-stage ring (`THREADS = 128·WB`,
 /// `BLOCK_B = 8·NB·WB`, `H` hidden-row copy passes per stage).
@@ -52,11 +53,17 @@ unsafe fn body<
     const BLOCK_B: u32,
     const H: usize,
     const LP: bool,
+    const TOP: bool,
 >(
     p: FusedParams,
     v: FusedVariant,
 ) {
-    let e = if LP { Epilogue::LogProbs } else { Epilogue::Sample };
+    const { assert!(LP || !TOP) };
+    let e = match (LP, TOP) {
+        (_, true) => Epilogue::Truncate,
+        (true, false) => Epilogue::LogProbs,
+        _ => Epilogue::Sample,
+    };
     let t = Thread::this();
     let work = BlockWork::of_this_block(&p, BLOCK_B, BLOCK_V);
     let (warp_b, warp_v) = (t.warp % WB, t.warp / WB);
@@ -76,13 +83,14 @@ unsafe fn body<
     unsafe { mainloop.prologue(&p) };
     let mut cands = [Candidate::EMPTY; 16];
     let mut masses = [RowMass::EMPTY; 16]; // read and written only with LP
+    let mut tops = [TopList::<LANE_TOP>::EMPTY; 16]; // read and written only with TOP
     let mut tile = work.first;
     while tile < work.end {
         // SAFETY: every thread of the block, for every tile of the range.
         let acc = unsafe { mainloop.tile::<NB>(&p, active) };
         if active {
             let v0 = tile * BLOCK_V + w_row0;
-            fragment::mma_sync_tile::<NB, LP>(&p, (b0, t.quad), v0, &acc, &mut cands, &mut masses);
+            fragment::mma_sync_tile::<NB, LP, TOP>(&p, (b0, t.quad), v0, &acc, &mut cands, (&mut masses, &mut tops));
         }
         tile += 1;
     }
@@ -92,16 +100,20 @@ unsafe fn body<
     unsafe {
         let lanes = (t.group, t.quad);
         fragment::put_columns::<16, LP>(area, warp_v, warp_b * 8 * NB as u32, lanes, (&cands, &masses), 2 * NB);
+        if TOP && active {
+            fragment::put_tops_columns::<16>(&p, &work, (warp_v, warp_b * 8 * NB as u32), lanes, &tops, 2 * NB);
+        }
         merge::finish::<LP>(area, &p, t.tid, THREADS, work);
     }
 }
 
 macro_rules! entry {
-    ($name:ident, $name_lp:ident, $variant:expr) => {
-        entry!(@one $name, $variant, Epilogue::Sample, false);
-        entry!(@one $name_lp, $variant, Epilogue::LogProbs, true);
+    ($name:ident, $name_lp:ident, $name_tk:ident, $variant:expr) => {
+        entry!(@one $name, $variant, Epilogue::Sample, false, false);
+        entry!(@one $name_lp, $variant, Epilogue::LogProbs, true, false);
+        entry!(@one $name_tk, $variant, Epilogue::Truncate, true, true);
     };
-    (@one $name:ident, $variant:expr, $epilogue:expr, $lp:literal) => {
+    (@one $name:ident, $variant:expr, $epilogue:expr, $lp:literal, $top:literal) => {
         #[doc = concat!("The fused kernel `", stringify!($variant), "` (`mma.sync`, portable module), epilogue `", stringify!($epilogue), "`.")]
         ///
         /// # Safety
@@ -122,12 +134,13 @@ macro_rules! entry {
                     { V.block_b() },
                     { V.block_b().div_ceil(V.threads() / 8) as usize },
                     $lp,
+                    $top,
                 >(p, V)
             }
         }
     };
 }
-entry!(fused_sample_block_nb2, fused_sample_block_nb2_lp, MMA_SYNC_N16);
-entry!(fused_sample_block_nb4_s3, fused_sample_block_nb4_s3_lp, MMA_SYNC_N32);
-entry!(fused_sample_block_nb4x2, fused_sample_block_nb4x2_lp, MMA_SYNC_N64);
-entry!(fused_sample_block_nb4x4, fused_sample_block_nb4x4_lp, MMA_SYNC_N128);
+entry!(fused_sample_block_nb2, fused_sample_block_nb2_lp, fused_sample_block_nb2_tk, MMA_SYNC_N16);
+entry!(fused_sample_block_nb4_s3, fused_sample_block_nb4_s3_lp, fused_sample_block_nb4_s3_tk, MMA_SYNC_N32);
+entry!(fused_sample_block_nb4x2, fused_sample_block_nb4x2_lp, fused_sample_block_nb4x2_tk, MMA_SYNC_N64);
+entry!(fused_sample_block_nb4x4, fused_sample_block_nb4x4_lp, fused_sample_block_nb4x4_tk, MMA_SYNC_N128);

@@ -44,9 +44,10 @@ use crate::device::pipeline::{Pipeline, Ring};
 use crate::device::producer::produce_tma;
 use crate::device::schedule::{BlockWork, Thread};
 use crate::params::{FusedParams, RowMass};
+use crate::truncate::{LANE_TOP, TopList};
 
 /// The consumer: `N` hidden rows from slab row `128 + hidden`, the weight-as-A fragment adapter.
-struct WeightA<'a, T: WgmmaShape, const LP: bool> {
+struct WeightA<'a, T: WgmmaShape, const LP: bool, const TOP: bool> {
     p: &'a FusedParams,
     ring: Ring,
     hidden: u32,
@@ -57,10 +58,12 @@ struct WeightA<'a, T: WgmmaShape, const LP: bool> {
     cands: &'a mut [Candidate; 32],
     /// The rows' log-mass (log-probability kernels only).
     masses: &'a mut [RowMass; 32],
+    /// The rows' top lists (truncation kernels only).
+    tops: &'a mut [TopList<LANE_TOP>; 32],
     shape: PhantomData<T>,
 }
 
-impl<T: WgmmaShape, const LP: bool> Consumer for WeightA<'_, T, LP> {
+impl<T: WgmmaShape, const LP: bool, const TOP: bool> Consumer for WeightA<'_, T, LP, TOP> {
     type Acc = [T::Acc; 2];
     const ZERO: Self::Acc = [T::ZERO; 2];
     #[inline(always)]
@@ -71,7 +74,7 @@ impl<T: WgmmaShape, const LP: bool> Consumer for WeightA<'_, T, LP> {
     #[inline(always)]
     fn epilogue(&mut self, tile: u32, acc: &Self::Acc) {
         let v0 = tile * BLOCK_V + self.v_lane;
-        fragment::weight_a_tile::<T, LP>(self.p, self.b0_quad, v0, acc, self.cands, self.masses);
+        fragment::weight_a_tile::<T, LP, TOP>(self.p, self.b0_quad, v0, acc, self.cands, (self.masses, self.tops));
     }
 }
 
@@ -82,9 +85,16 @@ impl<T: WgmmaShape, const LP: bool> Consumer for WeightA<'_, T, LP> {
 /// Launched as documented in the module, with `p` validated by the host and `p.tensor_maps`
 /// encoded for this launch.
 #[inline(always)]
-unsafe fn body<T: WgmmaShape, const S: u32, const SPLIT: u32, const LP: bool>(p: FusedParams, v: FusedVariant) {
-    const { assert!(SPLIT == 1 || SPLIT == 2) };
-    let e = if LP { Epilogue::LogProbs } else { Epilogue::Sample };
+unsafe fn body<T: WgmmaShape, const S: u32, const SPLIT: u32, const LP: bool, const TOP: bool>(
+    p: FusedParams,
+    v: FusedVariant,
+) {
+    const { assert!((SPLIT == 1 || SPLIT == 2) && (LP || !TOP)) };
+    let e = match (LP, TOP) {
+        (_, true) => Epilogue::Truncate,
+        (true, false) => Epilogue::LogProbs,
+        _ => Epilogue::Sample,
+    };
     let n = T::N;
     let block_b = SPLIT * n;
     let t = Thread::this();
@@ -103,6 +113,7 @@ unsafe fn body<T: WgmmaShape, const S: u32, const SPLIT: u32, const LP: bool>(p:
     let area = MergeArea::new(block_b, v.merge_contributors());
     let mut cands = [Candidate::EMPTY; 32];
     let mut masses = [RowMass::EMPTY; 32]; // read and written only with LP
+    let mut tops = [TopList::<LANE_TOP>::EMPTY; 32]; // read and written only with TOP
     if wg == 0 {
         if t.warp == 0 {
             // SAFETY: the producer warp; forwarded launch contract (the tensor maps are encoded).
@@ -111,7 +122,7 @@ unsafe fn body<T: WgmmaShape, const S: u32, const SPLIT: u32, const LP: bool>(p:
     } else {
         let c = wg - 1;
         let slot_b = if SPLIT == 2 { c } else { 0 };
-        let mut consumer = WeightA::<T, LP> {
+        let mut consumer = WeightA::<T, LP, TOP> {
             p: &p,
             ring: pipe.ring,
             hidden: slot_b * n,
@@ -119,6 +130,7 @@ unsafe fn body<T: WgmmaShape, const S: u32, const SPLIT: u32, const LP: bool>(p:
             v_lane: 4 * (8 * (t.warp % 4) + t.group),
             cands: &mut cands,
             masses: &mut masses,
+            tops: &mut tops,
             shape: PhantomData,
         };
         // SAFETY: the whole consumer warpgroup, converged; forwarded launch contract.
@@ -128,7 +140,10 @@ unsafe fn body<T: WgmmaShape, const S: u32, const SPLIT: u32, const LP: bool>(p:
         // SAFETY: the whole warp is here (warpgroup-uniform branch); inside the merge area.
         unsafe {
             let lanes = (t.group, t.quad);
-            fragment::put_columns::<32, LP>(area, contributor, slot_b * n, lanes, (&cands, &masses), n as usize / 4)
+            fragment::put_columns::<32, LP>(area, contributor, slot_b * n, lanes, (&cands, &masses), n as usize / 4);
+            if TOP {
+                fragment::put_tops_columns::<32>(&p, &work, (contributor, slot_b * n), lanes, &tops, n as usize / 4);
+            }
         };
     }
     // SAFETY: every thread of the block reaches the block merge and the final reduction.
@@ -136,11 +151,12 @@ unsafe fn body<T: WgmmaShape, const S: u32, const SPLIT: u32, const LP: bool>(p:
 }
 
 macro_rules! entry {
-    ($name:ident, $name_lp:ident, $variant:expr, $shape:ty) => {
-        entry!(@one $name, $variant, $shape, Epilogue::Sample, false);
-        entry!(@one $name_lp, $variant, $shape, Epilogue::LogProbs, true);
+    ($name:ident, $name_lp:ident, $name_tk:ident, $variant:expr, $shape:ty) => {
+        entry!(@one $name, $variant, $shape, Epilogue::Sample, false, false);
+        entry!(@one $name_lp, $variant, $shape, Epilogue::LogProbs, true, false);
+        entry!(@one $name_tk, $variant, $shape, Epilogue::Truncate, true, true);
     };
-    (@one $name:ident, $variant:expr, $shape:ty, $epilogue:expr, $lp:literal) => {
+    (@one $name:ident, $variant:expr, $shape:ty, $epilogue:expr, $lp:literal, $top:literal) => {
         #[doc = concat!("The fused kernel `", stringify!($variant), "` (`wgmma`, weight as A, sm_90a module), epilogue `", stringify!($epilogue), "`.")]
         ///
         /// # Safety
@@ -153,11 +169,11 @@ macro_rules! entry {
                 assert!(V.threads() == 32 * WS_WARPS && 8 * V.n_tiles == <$shape as WgmmaShape>::N);
             };
             // SAFETY: forwarded launch contract.
-            unsafe { body::<$shape, { V.stages }, { V.warps_b }, $lp>(p, V) }
+            unsafe { body::<$shape, { V.stages }, { V.warps_b }, $lp, $top>(p, V) }
         }
     };
 }
-entry!(fused_sample_wgmma_tma_n16, fused_sample_wgmma_tma_n16_lp, TMA_N16, N16);
-entry!(fused_sample_wgmma_tma_n32, fused_sample_wgmma_tma_n32_lp, TMA_N32, N32);
-entry!(fused_sample_wgmma_tma_n64, fused_sample_wgmma_tma_n64_lp, TMA_N64, N64);
-entry!(fused_sample_wgmma_tma_n64x2, fused_sample_wgmma_tma_n64x2_lp, TMA_N64X2, N64);
+entry!(fused_sample_wgmma_tma_n16, fused_sample_wgmma_tma_n16_lp, fused_sample_wgmma_tma_n16_tk, TMA_N16, N16);
+entry!(fused_sample_wgmma_tma_n32, fused_sample_wgmma_tma_n32_lp, fused_sample_wgmma_tma_n32_tk, TMA_N32, N32);
+entry!(fused_sample_wgmma_tma_n64, fused_sample_wgmma_tma_n64_lp, fused_sample_wgmma_tma_n64_tk, TMA_N64, N64);
+entry!(fused_sample_wgmma_tma_n64x2, fused_sample_wgmma_tma_n64x2_lp, fused_sample_wgmma_tma_n64x2_tk, TMA_N64X2, N64);

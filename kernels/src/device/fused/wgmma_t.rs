@@ -44,6 +44,7 @@ use crate::device::producer::produce_tma;
 use crate::device::ptx::{setmaxnreg_dec_sync_aligned_u32, setmaxnreg_inc_sync_aligned_u32};
 use crate::device::schedule::{BlockWork, Thread};
 use crate::params::{FusedParams, RowMass};
+use crate::truncate::{LANE_TOP_WIDE, TopList};
 
 /// Batch rows per consumer: the M of `wgmma.m64n256k16`.
 const M: u32 = 64;
@@ -56,7 +57,7 @@ const _: () = assert!(PRODUCER_REGS + 2 * CONSUMER_REGS <= 3 * 168);
 
 /// The consumer: its 64 hidden rows from slab row `256 + hidden`, the lane's batch rows `b` and quad
 /// `q`, one candidate per batch row.
-struct HiddenA<'a, const LP: bool> {
+struct HiddenA<'a, const LP: bool, const TOP: bool> {
     p: &'a FusedParams,
     ring: Ring,
     hidden: u32,
@@ -65,9 +66,11 @@ struct HiddenA<'a, const LP: bool> {
     cands: &'a mut [Candidate; 2],
     /// The rows' log-mass (log-probability kernels only).
     masses: &'a mut [RowMass; 2],
+    /// The rows' top lists (truncation kernels only).
+    tops: &'a mut [TopList<LANE_TOP_WIDE>; 2],
 }
 
-impl<const LP: bool> Consumer for HiddenA<'_, LP> {
+impl<const LP: bool, const TOP: bool> Consumer for HiddenA<'_, LP, TOP> {
     type Acc = [f32; 128];
     const ZERO: Self::Acc = [0.0; 128];
     #[inline(always)]
@@ -77,7 +80,7 @@ impl<const LP: bool> Consumer for HiddenA<'_, LP> {
     }
     #[inline(always)]
     fn epilogue(&mut self, tile: u32, acc: &Self::Acc) {
-        fragment::hidden_a_tile::<LP>(self.p, self.b, tile, self.q, acc, self.cands, self.masses);
+        fragment::hidden_a_tile::<LP, TOP>(self.p, self.b, tile, self.q, acc, self.cands, (self.masses, self.tops));
     }
 }
 
@@ -88,9 +91,13 @@ impl<const LP: bool> Consumer for HiddenA<'_, LP> {
 /// Launched as documented in the module, with `p` validated by the host (`V % 16 == 0`) and
 /// `p.tensor_maps` encoded for this launch.
 #[inline(always)]
-unsafe fn body<const S: u32, const SPLIT: u32, const LP: bool>(p: FusedParams, v: FusedVariant) {
-    const { assert!(SPLIT == 1 || SPLIT == 2) };
-    let e = if LP { Epilogue::LogProbs } else { Epilogue::Sample };
+unsafe fn body<const S: u32, const SPLIT: u32, const LP: bool, const TOP: bool>(p: FusedParams, v: FusedVariant) {
+    const { assert!((SPLIT == 1 || SPLIT == 2) && (LP || !TOP)) };
+    let e = match (LP, TOP) {
+        (_, true) => Epilogue::Truncate,
+        (true, false) => Epilogue::LogProbs,
+        _ => Epilogue::Sample,
+    };
     let block_b = SPLIT * M;
     let t = Thread::this();
     let work = BlockWork::of_this_block(&p, block_b, TMA_T_TILE_V);
@@ -126,7 +133,8 @@ unsafe fn body<const S: u32, const SPLIT: u32, const LP: bool>(p: FusedParams, v
         let rows = [slot_b * M + 16 * (t.warp % 4) + t.group, slot_b * M + 16 * (t.warp % 4) + t.group + 8];
         let mut cands = [Candidate::EMPTY; 2];
         let mut masses = [RowMass::EMPTY; 2]; // read and written only with LP
-        let mut consumer = HiddenA::<LP> {
+        let mut tops = [TopList::<LANE_TOP_WIDE>::EMPTY; 2]; // read and written only with TOP
+        let mut consumer = HiddenA::<LP, TOP> {
             p: &p,
             ring: pipe.ring,
             hidden: slot_b * M,
@@ -134,6 +142,7 @@ unsafe fn body<const S: u32, const SPLIT: u32, const LP: bool>(p: FusedParams, v
             q: t.quad,
             cands: &mut cands,
             masses: &mut masses,
+            tops: &mut tops,
         };
         // SAFETY: the whole consumer warpgroup, converged; forwarded launch contract.
         unsafe { consume::<_, S>(&mut consumer, pipe, c, SPLIT == 2, t.tid) };
@@ -142,17 +151,21 @@ unsafe fn body<const S: u32, const SPLIT: u32, const LP: bool>(p: FusedParams, v
         // SAFETY: the whole warp is here; inside the merge area. Every thread reaches one `finish`.
         unsafe {
             fragment::put_rows::<LP>(area, contributor, rows, t.quad, (&cands, &masses));
+            if TOP {
+                fragment::put_tops_rows(&p, &work, contributor, rows, t.quad, &tops);
+            }
             merge::finish::<LP>(area, &p, t.tid, threads, work);
         }
     }
 }
 
 macro_rules! entry {
-    ($name:ident, $name_lp:ident, $variant:expr) => {
-        entry!(@one $name, $variant, Epilogue::Sample, false);
-        entry!(@one $name_lp, $variant, Epilogue::LogProbs, true);
+    ($name:ident, $name_lp:ident, $name_tk:ident, $variant:expr) => {
+        entry!(@one $name, $variant, Epilogue::Sample, false, false);
+        entry!(@one $name_lp, $variant, Epilogue::LogProbs, true, false);
+        entry!(@one $name_tk, $variant, Epilogue::Truncate, true, true);
     };
-    (@one $name:ident, $variant:expr, $epilogue:expr, $lp:literal) => {
+    (@one $name:ident, $variant:expr, $epilogue:expr, $lp:literal, $top:literal) => {
         #[doc = concat!("The fused kernel `", stringify!($variant), "` (`wgmma`, hidden as A, sm_90a module), epilogue `", stringify!($epilogue), "`.")]
         ///
         /// # Safety
@@ -165,9 +178,9 @@ macro_rules! entry {
                 assert!(V.threads() == 32 * WS_WARPS && V.n_tiles == 8);
             };
             // SAFETY: forwarded launch contract.
-            unsafe { body::<{ V.stages }, { V.warps_b }, $lp>(p, V) }
+            unsafe { body::<{ V.stages }, { V.warps_b }, $lp, $top>(p, V) }
         }
     };
 }
-entry!(fused_sample_wgmma_tmat_n64, fused_sample_wgmma_tmat_n64_lp, TMAT_N64);
-entry!(fused_sample_wgmma_tmat_n64x2, fused_sample_wgmma_tmat_n64x2_lp, TMAT_N64X2);
+entry!(fused_sample_wgmma_tmat_n64, fused_sample_wgmma_tmat_n64_lp, fused_sample_wgmma_tmat_n64_tk, TMAT_N64);
+entry!(fused_sample_wgmma_tmat_n64x2, fused_sample_wgmma_tmat_n64x2_lp, fused_sample_wgmma_tmat_n64x2_tk, TMAT_N64X2);

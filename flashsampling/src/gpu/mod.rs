@@ -9,9 +9,9 @@ use cudarc::driver::{
 };
 use cudarc::nvrtc::Ptx;
 use flashsampling_kernels::config::{
-    ADJUST_ENTRY, ADJUST_THREADS, BLOCK_V, EXPAND_ENTRY, EXPAND_THREADS, Epilogue, FUSED_VARIANTS, Family,
-    FusedVariant, MAX_DIM, Module, TMA_T_VOCAB_ALIGN, TmaLayout, tma_hidden, tma_weight_rows, tma_weight_tiles,
-    tma_weight_tiles_t, variant_for_batch,
+    ADJUST_ENTRY, ADJUST_THREADS, BLOCK_V, EXPAND_ENTRY, EXPAND_THREADS, Epilogue, FALLBACK_LOGITS_ENTRY,
+    FALLBACK_SAMPLE_ENTRY, FUSED_VARIANTS, Family, FusedVariant, MAX_DIM, Module, TMA_T_VOCAB_ALIGN, TRUNCATE_ENTRY,
+    TmaLayout, tma_hidden, tma_weight_rows, tma_weight_tiles, tma_weight_tiles_t, variant_for_batch,
 };
 use flashsampling_kernels::logits::Adjustment;
 use flashsampling_kernels::params::{
@@ -24,6 +24,9 @@ use half::bf16;
 use crate::error::{Error, Result};
 use crate::params::{LogProbs, Matrix, SamplingParams, Shape, validate, validate_in_vocab};
 use crate::{PTX, PTX_SM90A, Samples, check_samples_of};
+
+mod truncate;
+use truncate::TruncationBuffers;
 
 /// A kernel parameter struct passed by value (`#[repr(C)]`, identical layout on host and device); the
 /// one wrapper for every launch of this crate (here and in `baselines`).
@@ -111,6 +114,7 @@ struct LoadedVariant {
     variant: &'static FusedVariant,
     sample: LoadedEntry,
     logprobs: LoadedEntry,
+    truncate: LoadedEntry,
 }
 
 impl LoadedVariant {
@@ -118,6 +122,7 @@ impl LoadedVariant {
         match e {
             Epilogue::Sample => &self.sample,
             Epilogue::LogProbs => &self.logprobs,
+            Epilogue::Truncate => &self.truncate,
         }
     }
 }
@@ -191,6 +196,10 @@ pub struct DeviceSamples {
     adj: Option<CudaSlice<u32>>,
     /// The adjusted tokens' results (`AdjustedToken`, four words each, `[entries, n]`).
     adjusted: Option<CudaSlice<u32>>,
+    /// Truncating calls' buffers (top-k, top-p, min-p).
+    truncation: Option<TruncationBuffers>,
+    /// Whether the last call truncated (its fallback flags are valid).
+    has_truncation: bool,
     /// Rows of the last call (`B·n`).
     b: usize,
     /// Samples per row of the last call.
@@ -277,6 +286,12 @@ impl DeviceSamples {
         self.logsumexp.as_ref().filter(|_| self.has_logprobs).map(|l| l.slice(..self.b))
     }
 
+    /// Per sample row of the last call when it truncated (top-k, top-p or min-p): 1 where the
+    /// certificate could not decide the row and the exact fallback sampled it, else 0 (`[B, n]`).
+    pub fn truncation_fallback(&self) -> Option<CudaView<'_, u32>> {
+        self.truncation.as_ref().filter(|_| self.has_truncation).map(|t| t.flags.slice(..self.b))
+    }
+
     /// Sample rows of the last call (`B·n`; before the first call: the rows it was allocated for).
     pub fn batch(&self) -> usize {
         self.b
@@ -305,7 +320,7 @@ impl DeviceSamples {
         let n_cands = b.checked_mul(launch.n_vranges as usize);
         let masses_fit = match launch.epilogue {
             Epilogue::Sample => true,
-            Epilogue::LogProbs => {
+            Epilogue::LogProbs | Epilogue::Truncate => {
                 n_cands.is_some_and(|n| self.masses.as_ref().is_some_and(|m| m.len() >= 2 * n))
                     && [&self.logprobs, &self.raw_logprobs, &self.logsumexp]
                         .iter()
@@ -402,6 +417,10 @@ pub struct GpuBackend {
     expand: CudaFunction,
     /// The sparse-adjustment kernel (portable module).
     adjust: CudaFunction,
+    /// The truncation step and the fallback's two kernels (portable module).
+    truncate: CudaFunction,
+    fallback_logits: CudaFunction,
+    fallback_sample: CudaFunction,
     /// Whether the Hopper (sm_90a) module is loaded.
     sm90a: bool,
     /// Variant forced for every batch size (`FLASHSAMPLING_FUSED_VARIANT` or
@@ -483,12 +502,19 @@ impl GpuBackend {
                     variant,
                     sample: load(Epilogue::Sample)?,
                     logprobs: load(Epilogue::LogProbs)?,
+                    truncate: load(Epilogue::Truncate)?,
                 }))
             })
             .collect::<Result<Vec<_>>>()?;
         let expand = module.load_function(EXPAND_ENTRY)?;
         let adjust = module.load_function(ADJUST_ENTRY)?;
+        let truncate = module.load_function(TRUNCATE_ENTRY)?;
+        let fallback_logits = module.load_function(FALLBACK_LOGITS_ENTRY)?;
+        let fallback_sample = module.load_function(FALLBACK_SAMPLE_ENTRY)?;
         let mut gpu = Self {
+            truncate,
+            fallback_logits,
+            fallback_sample,
             variant_override: None,
             sm90a: module_sm90a.is_some(),
             fused,
@@ -624,7 +650,7 @@ impl GpuBackend {
             Error::TooLarge { what: "candidates (B × vocab ranges)", value: usize::MAX, max: isize::MAX as usize / 8 },
         )?;
         let counters = b.max(launch.n_btiles as usize);
-        let lp = epilogue == Epilogue::LogProbs;
+        let lp = epilogue.has_logprobs();
         // SAFETY: the candidates, masses, row parameters and tensor maps are written (by the kernel,
         // an upload or the tensor-map upload) before they are read; the counters are zeroed and the
         // outputs filled below, stream-ordered before anything else on the stream.
@@ -643,6 +669,8 @@ impl GpuBackend {
                 expanded: None,
                 adj: None,
                 adjusted: None,
+                truncation: None,
+                has_truncation: false,
                 b,
                 n: 1,
                 has_logprobs: false,
@@ -689,6 +717,9 @@ impl GpuBackend {
                 samples.raw_logprobs = Some(get(out.raw_logprobs())?);
             }
             samples.logsumexp = Some(get(out.logsumexp())?.into_iter().step_by(n).collect());
+        }
+        if let Some(flags) = out.truncation_fallback() {
+            samples.truncation_fallback = Some(self.stream.clone_dtoh(&flags)?.into_iter().map(|f| f != 0).collect());
         }
         check_samples_of(&samples, n, hidden, &[weight.data])?;
         Ok(samples)
@@ -765,7 +796,15 @@ impl GpuBackend {
         if rows > MAX_DIM as usize {
             return Err(Error::TooLarge { what: "sample rows (B × n)", value: rows, max: MAX_DIM as usize });
         }
-        let epilogue = if params.logprobs == LogProbs::Off { Epilogue::Sample } else { Epilogue::LogProbs };
+        let truncates = params.truncates(range.vocab);
+        let epilogue = match (truncates, params.logprobs) {
+            (true, _) => Epilogue::Truncate,
+            (false, LogProbs::Off) => Epilogue::Sample,
+            (false, _) => Epilogue::LogProbs,
+        };
+        if truncates && (staging.is_some() || range.offset != 0 || shape.v != range.vocab) {
+            return Err(Error::Unsupported { control: "top-k / top-p / min-p over vocab shards", path: "yet" });
+        }
         let launch = self.launch_shape_in(rows, shape.v, range.vocab, epilogue);
         let variant = launch.variant;
         if !variant.supports_vocab(shape.v as u32) {
@@ -788,10 +827,15 @@ impl GpuBackend {
         if !out.fits(rows, &launch, &self.ctx) {
             *out = self.alloc_for_in(rows, shape.v, range.vocab, epilogue)?;
         }
+        if truncates {
+            let units = launch.n_vranges as usize * variant.top_units() as usize;
+            self.ensure_truncation(out, rows, units, shape.v)?;
+        }
         let words = self.row_words(params, shape.b)?;
         out.b = rows;
         out.n = n;
-        out.has_logprobs = epilogue == Epilogue::LogProbs;
+        out.has_logprobs = epilogue.has_logprobs() && params.logprobs != LogProbs::Off;
+        out.has_truncation = truncates;
         let ranged = Ranged { range, staging };
         let result =
             self.upload_and_launch(shape, params, (hidden_ptr, weight_ptr, mask_ptr), words, out, launch, ranged);
@@ -1027,7 +1071,12 @@ impl GpuBackend {
         } else {
             device_mask
         };
-        self.launch_fused(shape, params, (hidden, weight, mask), out, launch, ranged, adjusted)
+        self.launch_fused(shape, params, (hidden, weight, mask), out, launch, ranged, adjusted)?;
+        if launch.epilogue == Epilogue::Truncate {
+            let units = launch.n_vranges as usize * launch.variant.top_units() as usize;
+            self.launch_truncation(params, (shape.b, shape.d, shape.v), (hidden, weight, mask), units, adjusted, out)?;
+        }
+        Ok(())
     }
 
     /// Uploads a call's sparse adjustments (CSR offsets, each entry's request row, tokens,
@@ -1142,7 +1191,15 @@ impl GpuBackend {
                 out.tensor_maps_for = Some(key);
             }
         }
-        let lp = launch.epilogue == Epilogue::LogProbs;
+        let lp = launch.epilogue.has_logprobs();
+        let (tops, raw_lse) = match (&mut out.truncation, launch.epilogue) {
+            (Some(t), Epilogue::Truncate) => {
+                let (tops, _t) = t.tops.device_ptr_mut(&self.stream);
+                let (raw, _r) = t.raw_lse.device_ptr_mut(&self.stream);
+                (tops, raw) // this backend's buffers, on its stream only
+            }
+            _ => (0, 0),
+        };
         let (maps, _m) = out.tensor_maps.device_ptr(&self.stream);
         let (row_params, _s) = out.rows.device_ptr(&self.stream);
         let (cands, _c) = out.candidates.device_ptr_mut(&self.stream);
@@ -1177,6 +1234,9 @@ impl GpuBackend {
             }
             None => (tokens, scores),
         };
+        if raw_lse != 0 {
+            lp_ptrs[4] = raw_lse;
+        }
         let p = ByValue(FusedParams {
             hidden: hidden as *const bf16,
             weight: weight as *const bf16,
@@ -1193,6 +1253,7 @@ impl GpuBackend {
             counters: counters as *mut u32,
             tokens: tokens as *mut u32,
             scores: scores as *mut f32,
+            tops: tops as *mut flashsampling_kernels::truncate::StoredTop,
             b: rows as u32,
             d: shape.d as u32,
             v: shape.v as u32,
@@ -1204,6 +1265,7 @@ impl GpuBackend {
             softcap: params.softcap.unwrap_or(0.0),
             tensor_maps: if variant.uses_tma() { maps as *const TensorMaps } else { std::ptr::null() },
             tma_whole_tiles: shape.v as u32 / BLOCK_V,
+            top_units: variant.top_units(),
         });
         let cfg = LaunchConfig {
             grid_dim: (launch.n_btiles * launch.n_vranges, 1, 1),

@@ -1,0 +1,287 @@
+//! Top-k, top-p and min-p in the fused pass on the GPU (issue 13): the certificate over the fused
+//! pass's top lists, the sample within the kept set, and the exact fallback.
+//!
+//! - **GPU == CPU** on LM heads with exact logits (any summation order gives them), every kernel
+//!   variant, mixed per-row truncations with per-row temperatures, `n` samples, the mask, soft-cap,
+//!   sparse adjustments and log-probabilities: tokens and scores equal on at least 99.9 % of the
+//!   rows (a top-p boundary within f32 rounding of `p` may differ; none does in these rows),
+//!   log-probabilities within 1e-4.
+//! - **Identities**: rows whose truncation keeps everything draw the plain call's sample bit for bit,
+//!   also mixed into a truncating batch; top-k = 1 and min-p = 1 are greedy.
+//! - **Chi-squared** of truncated rows (peaked and flat, ties) against an f64 reference.
+//! - **The fallback**: flat rows whose nucleus is too large for the certificate are flagged, and
+//!   stay exact (equal to the CPU, chi-squared).
+//! - **Typed errors** for NaN and out-of-range top-p / min-p.
+//!
+//! Each test prints a visible SKIP line without a GPU (and fails with `FLASHSAMPLING_REQUIRE_GPU=1`).
+
+mod common;
+
+use common::*;
+use flashsampling::params::LogProbs;
+use flashsampling::{CpuBackend, Error, Matrix, SamplingParams};
+
+/// Per-row truncations cycling through every combination the issue names (k from 1 to 64 and V,
+/// p from 0.1 to 0.99, min-p), with some rows off.
+fn row_truncations(b: usize, v: u32) -> (Vec<u32>, Vec<f32>, Vec<f32>) {
+    let ks = [0, 1, 5, 50, 64, v, 20, 0, 3];
+    let ps = [1.0, 0.1, 0.5, 0.9, 0.99, 0.9, 1.0];
+    let ms = [0.0, 0.0, 0.05, 0.0, 0.2];
+    (
+        (0..b).map(|r| ks[r % ks.len()]).collect(),
+        (0..b).map(|r| ps[r % ps.len()]).collect(),
+        (0..b).map(|r| ms[r % ms.len()]).collect(),
+    )
+}
+
+/// Counts the rows where GPU and CPU disagree (token or score bits), and checks the log-probabilities
+/// of the rows that agree.
+fn mismatches(what: &str, g: &flashsampling::Samples, c: &flashsampling::Samples) -> usize {
+    assert_eq!(g.tokens.len(), c.tokens.len(), "{what}");
+    let mut bad = 0;
+    for i in 0..g.tokens.len() {
+        if g.tokens[i] != c.tokens[i] || g.scores[i].to_bits() != c.scores[i].to_bits() {
+            visible(&format!(
+                "{what}: row {i} GPU {} ({}) CPU {} ({})",
+                g.tokens[i], g.scores[i], c.tokens[i], c.scores[i]
+            ));
+            bad += 1;
+            continue;
+        }
+        for (name, a, b) in
+            [("log-probability", &g.logprobs, &c.logprobs), ("raw log-probability", &g.raw_logprobs, &c.raw_logprobs)]
+        {
+            if let (Some(a), Some(b)) = (a, b) {
+                let (x, y) = (a[i], b[i]);
+                assert!(
+                    y.is_nan() == x.is_nan() && (y.is_nan() || (x - y).abs() <= 1e-4),
+                    "{what}: {name}[{i}] GPU {x} CPU {y}"
+                );
+            }
+        }
+    }
+    bad
+}
+
+#[test]
+fn truncation_matches_the_cpu_on_exact_logits() {
+    let Some(mut gpu) = gpu_or_skip("truncation_matches_the_cpu_on_exact_logits") else { return };
+    let cpu = CpuBackend::new();
+    let entries = gpu.fused_variants();
+    let (mut rows, mut bad, mut fell_back) = (0usize, 0usize, 0usize);
+    for &(b, d, v) in &[(5usize, 64usize, 1000usize), (37, 64, 3001), (70, 128, 5008), (150, 64, 777)] {
+        let (hidden, weight) = exact_head(b, d, v, 1.5, 0x13_0000 ^ (b * 31 + v) as u64);
+        let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
+        let (k, p, m) = row_truncations(b, v as u32);
+        let base = SamplingParams::new(0.9, 17)
+            .with_streams((0..b as u64).map(|r| 3 * r + 11).collect())
+            .with_temperatures(mixed_temperatures(b))
+            .with_top_k(k)
+            .with_top_p(p)
+            .with_min_p(m);
+        let cases = [
+            ("truncation", base.clone()),
+            (
+                "truncation, n = 3, log-probs",
+                base.clone().with_samples_per_row(3).with_logprobs(LogProbs::ProcessedAndRaw),
+            ),
+            (
+                "truncation + mask + soft-cap + adjustments + log-probs",
+                base.clone()
+                    .with_allowed(random_mask(b, v, 0.5, 23))
+                    .with_softcap(1.5)
+                    .with_adjustments(random_adjustments(b, v, 20, 22))
+                    .with_logprobs(LogProbs::ProcessedAndRaw),
+            ),
+        ];
+        for (name, params) in &cases {
+            let c = cpu.sample_scored(h, w, params).unwrap();
+            for &entry in &entries {
+                if !entry.supports_vocab(v as u32) {
+                    continue;
+                }
+                gpu.set_fused_variant(Some(entry)).unwrap();
+                let g = gpu.sample_scored(h, w, params).unwrap();
+                let flags = g.truncation_fallback.as_ref().expect("a truncating GPU call reports its fallback rows");
+                assert_eq!(flags.len(), g.tokens.len());
+                fell_back += flags.iter().filter(|&&f| f).count();
+                rows += g.tokens.len();
+                bad += mismatches(&format!("{name}, B={b} D={d} V={v}, {entry}"), &g, &c);
+            }
+            gpu.set_fused_variant(None).unwrap();
+        }
+        visible(&format!("GPU truncation == CPU: B={b:>3} D={d} V={v:>5}, {} variants", entries.len()));
+    }
+    visible(&format!("GPU truncation: {rows} sample rows, {bad} differ from the CPU, {fell_back} took the fallback"));
+    assert!(bad * 1000 <= rows, "{bad} of {rows} rows differ from the CPU");
+}
+
+#[test]
+fn rows_that_keep_everything_draw_the_plain_sample() {
+    let Some(gpu) = gpu_or_skip("rows_that_keep_everything_draw_the_plain_sample") else { return };
+    for &(b, d, v) in &[(6usize, 256usize, 20_001usize), (40, 512, 32_000), (100, 256, 5008)] {
+        let mut rng = TestRng::new(0x13_1D ^ (b * 7 + v) as u64);
+        let hidden = rng.normal_bf16(b * d, 1.0);
+        let weight = rng.normal_bf16(v * d, 2.0 / (d as f64).sqrt());
+        let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
+        let base = SamplingParams::new(0.8, 42).with_streams((0..b as u64).map(|r| 100 + r).collect());
+        let plain = gpu.sample_scored(h, w, &base).unwrap();
+        // Every "off" value: the plain path.
+        for (what, p) in [
+            ("top-k = V", base.clone().with_top_k(vec![v as u32; b])),
+            ("top-k = 0", base.clone().with_top_k(vec![0; b])),
+            ("top-p = 1", base.clone().with_top_p(vec![1.0; b])),
+            ("min-p = 0", base.clone().with_min_p(vec![0.0; b])),
+        ] {
+            let got = gpu.sample_scored(h, w, &p).unwrap();
+            assert_eq!((&got.tokens, bits(&got.scores)), (&plain.tokens, bits(&plain.scores)), "{what}, B={b} V={v}");
+        }
+        // Mixed into a truncating batch (the truncation kernels): the rows that keep everything are
+        // the plain call's bit for bit, with and without log-probabilities.
+        let k: Vec<u32> = (0..b).map(|r| if r % 2 == 0 { 0 } else { 40 }).collect();
+        let p: Vec<f32> = (0..b).map(|r| if r % 2 == 0 { 1.0 } else { 0.9 }).collect();
+        for lp in [LogProbs::Off, LogProbs::ProcessedAndRaw] {
+            let got = gpu
+                .sample_scored(h, w, &base.clone().with_top_k(k.clone()).with_top_p(p.clone()).with_logprobs(lp))
+                .unwrap();
+            for r in (0..b).step_by(2) {
+                assert_eq!(
+                    (got.tokens[r], got.scores[r].to_bits()),
+                    (plain.tokens[r], plain.scores[r].to_bits()),
+                    "row {r}, B={b} V={v}"
+                );
+            }
+        }
+        // Top-k = 1 and min-p = 1 keep the argmax only: the greedy call's token.
+        let greedy = gpu.sample(h, w, &SamplingParams::greedy()).unwrap();
+        for p in [base.clone().with_top_k(vec![1; b]), base.clone().with_min_p(vec![1.0; b])] {
+            assert_eq!(gpu.sample(h, w, &p).unwrap(), greedy, "B={b} V={v}");
+        }
+        visible(&format!("GPU truncation identities hold: B={b:>3} D={d} V={v}"));
+    }
+}
+
+#[test]
+fn truncated_rows_pass_chi_squared_on_the_gpu() {
+    let Some(gpu) = gpu_or_skip("truncated_rows_pass_chi_squared_on_the_gpu") else { return };
+    // (T, top-k, top-p, min-p) per row, mixed in one call; a small V (every token in one tile) and a
+    // larger one whose top tokens spread over vocab ranges.
+    let rows: [(f32, u32, f32, f32); 6] = [
+        (1.0, 7, 1.0, 0.0),
+        (0.8, 0, 0.7, 0.0),
+        (1.2, 0, 1.0, 0.05),
+        (0.9, 20, 0.8, 0.02),
+        (2.0, 0, 0.95, 0.0),
+        (0.5, 3, 0.99, 0.0),
+    ];
+    for (kind, v, rounds) in [(Logits::Spread, 60usize, 300u64), (Logits::Peaked, 3001, 300)] {
+        let b = rows.len();
+        let s = chi_setup(kind, v, b, 1.0, 0x13_0C00 ^ v as u64);
+        let y = logits_f64(&s.hidden[..s.d], &s.weight, s.d, 0);
+        let (h, w) = (Matrix::new(&s.hidden, b, s.d), Matrix::new(&s.weight, v, s.d));
+        let n = 64u32;
+        let mut counts = vec![vec![0u64; v]; b];
+        let mut fell_back = 0usize;
+        for round in 0..rounds {
+            let params = params_round(1.0, 0x70B, b, 100_000 * round)
+                .with_samples_per_row(n)
+                .with_temperatures(rows.iter().map(|r| r.0).collect())
+                .with_top_k(rows.iter().map(|r| r.1).collect())
+                .with_top_p(rows.iter().map(|r| r.2).collect())
+                .with_min_p(rows.iter().map(|r| r.3).collect());
+            let got = gpu.sample_scored(h, w, &params).unwrap();
+            fell_back += got.truncation_fallback.unwrap().iter().filter(|&&f| f).count();
+            for (r, c) in counts.iter_mut().enumerate() {
+                for &t in &got.tokens[r * n as usize..(r + 1) * n as usize] {
+                    c[t as usize] += 1;
+                }
+            }
+        }
+        for (r, &(t, k, p, m)) in rows.iter().enumerate() {
+            let want = truncated(&y, t as f64, k as usize, p as f64, m as f64);
+            let kept = want.iter().filter(|&&q| q > 0.0).count();
+            assert!(
+                counts[r].iter().zip(&want).all(|(&c, &q)| q > 0.0 || c == 0),
+                "V={v} row {r}: a token outside the kept set"
+            );
+            let (stat, df, pv) = chi_squared(&counts[r], &want);
+            visible(&format!(
+                "GPU truncation V={v} row {r} (T {t}, k {k}, p {p}, min-p {m}; {kept} kept): chi-squared {stat:.1} on {df} df, p = {pv:.3}"
+            ));
+            assert!(pv > 1e-4, "V={v} row {r}: chi-squared {stat} on {df} df, p = {pv}");
+        }
+        visible(&format!(
+            "GPU truncation V={v}: {fell_back} of {} samples took the fallback",
+            rounds as usize * b * n as usize
+        ));
+    }
+}
+
+#[test]
+fn flat_rows_take_the_exact_fallback() {
+    let Some(gpu) = gpu_or_skip("flat_rows_take_the_exact_fallback") else { return };
+    let cpu = CpuBackend::new();
+    // Nearly flat rows: the nucleus at p = 0.99 holds thousands of tokens, more than the certified
+    // path keeps; ties: logits on a coarse grid, so top-k's boundary is a tie of many tokens.
+    let v = 4000usize;
+    for (what, logit) in [
+        ("flat", Box::new(|i: usize| ((i * 7919) % 1000) as f32 * 1e-3) as Box<dyn Fn(usize) -> f32>),
+        ("ties", Box::new(|i: usize| ((i * 7919) % 5) as f32 * 0.5)),
+    ] {
+        let b = 8;
+        let (hidden, weight) = crafted_lm_head(v, b, 8, &logit);
+        let (h, w) = (Matrix::new(&hidden, b, 8), Matrix::new(&weight, v, 8));
+        let params = SamplingParams::new(1.0, 5)
+            .with_top_p(vec![0.99, 0.99, 0.995, 0.9, 1.0, 0.99, 0.95, 0.999])
+            .with_top_k(vec![0, 100, 0, 0, 64, 0, 500, 3])
+            .with_samples_per_row(16)
+            .with_logprobs(LogProbs::Processed);
+        let g = gpu.sample_scored(h, w, &params).unwrap();
+        let c = cpu.sample_scored(h, w, &params).unwrap();
+        let flags = g.truncation_fallback.clone().unwrap();
+        let n_fell = flags.iter().filter(|&&f| f).count();
+        let bad = mismatches(&format!("{what} rows"), &g, &c);
+        visible(&format!(
+            "GPU truncation, {what} rows: {n_fell} of {} samples took the fallback; {bad} differ from the CPU",
+            flags.len()
+        ));
+        assert!(n_fell > 0, "{what}: no row needed the fallback");
+        assert!(bad * 1000 <= flags.len().max(1000), "{what}: {bad} rows differ from the CPU");
+        // The distribution of a fallback row: chi-squared against the f64 reference.
+        let y: Vec<f64> = (0..v).map(|i| bf16_round(logit(i)) as f64).collect();
+        let mut counts = vec![0u64; v];
+        for round in 0..100u64 {
+            let p = params_round(1.0, 0xF1A7, b, 10_000 * round).with_top_p(vec![0.99; b]).with_samples_per_row(64);
+            for t in gpu.sample(h, w, &p).unwrap() {
+                counts[t as usize] += 1;
+            }
+        }
+        let want = truncated(&y, 1.0, 0, 0.99, 0.0);
+        assert!(counts.iter().zip(&want).all(|(&c, &q)| q > 0.0 || c == 0), "{what}: a token outside the nucleus");
+        let (stat, df, pv) = chi_squared(&counts, &want);
+        visible(&format!("GPU fallback, {what} rows, p = 0.99: chi-squared {stat:.1} on {df} df, p = {pv:.3}"));
+        assert!(pv > 1e-4, "{what}: chi-squared {stat} on {df} df, p = {pv}");
+    }
+}
+
+fn bf16_round(x: f32) -> f32 {
+    half::bf16::from_f32(x).to_f32()
+}
+
+#[test]
+fn bad_truncation_values_are_typed_errors_on_the_gpu() {
+    let Some(gpu) = gpu_or_skip("bad_truncation_values_are_typed_errors_on_the_gpu") else { return };
+    let (hidden, weight) = ones(2, 8, 100);
+    let (h, w) = (Matrix::new(&hidden, 2, 8), Matrix::new(&weight, 100, 8));
+    for p in [f32::NAN, 0.0, -0.5, 1.5] {
+        let e = gpu.sample(h, w, &SamplingParams::new(1.0, 0).with_top_p(vec![0.9, p])).unwrap_err();
+        assert!(matches!(e, Error::InvalidTruncation { row: 1, what: "top-p", .. }), "{e}");
+    }
+    for m in [f32::NAN, -0.1, 1.01] {
+        let e = gpu.sample(h, w, &SamplingParams::new(1.0, 0).with_min_p(vec![m, 0.0])).unwrap_err();
+        assert!(matches!(e, Error::InvalidTruncation { row: 0, what: "min-p", .. }), "{e}");
+    }
+    let e = gpu.sample(h, w, &SamplingParams::new(1.0, 0).with_top_k(vec![3])).unwrap_err();
+    assert!(matches!(e, Error::LengthMismatch { .. }), "{e}");
+    visible("GPU truncation: bad values are typed errors");
+}
