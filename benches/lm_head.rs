@@ -443,13 +443,13 @@ fn controls(gpu: &GpuBackend, timer: &EventTimer, a: &Args, bandwidth: f64) -> R
             table.push('\n');
         }
     }
-    std::fs::create_dir_all(&a.out)?;
-    let path = a.out.join("controls.csv");
-    std::fs::write(&path, csv)?;
-    println!("wrote {}", path.display());
-    println!("\nfused call with per-request controls, medians of {runs} runs (ms) and ratio to the plain call");
-    print!("{table}");
-    Ok(())
+    finish_mode(
+        a,
+        "controls.csv",
+        &csv,
+        &format!("fused call with per-request controls, medians of {runs} runs (ms) and ratio to the plain call"),
+        &table,
+    )
 }
 
 /// `--truncation`: top-k 50 + top-p 0.9 per row in the fused call (certificate, and the fallback for
@@ -542,11 +542,22 @@ fn truncation(gpu: &GpuBackend, timer: &EventTimer, a: &Args, bandwidth: f64) ->
             table.push('\n');
         }
     }
+    finish_mode(
+        a,
+        "truncation.csv",
+        &csv,
+        &format!("top-k 50 + top-p 0.9 per row, medians of {runs} runs (ms)"),
+        &table,
+    )
+}
+
+/// Writes a mode's CSV into the output folder, then prints its title and table (last, as the main run).
+fn finish_mode(a: &Args, file: &str, csv: &str, title: &str, table: &str) -> R<()> {
     std::fs::create_dir_all(&a.out)?;
-    let path = a.out.join("truncation.csv");
+    let path = a.out.join(file);
     std::fs::write(&path, csv)?;
     println!("wrote {}", path.display());
-    println!("\ntop-k 50 + top-p 0.9 per row, medians of {runs} runs (ms)");
+    println!("\n{title}");
     print!("{table}");
     Ok(())
 }
