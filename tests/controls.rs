@@ -172,7 +172,12 @@ fn bad_controls_are_typed_errors() {
     assert_eq!(p.clone().with_top_k(vec![1, 2]).cpu_only_control(), None);
     assert_eq!(p.clone().with_top_logprobs(3, false).cpu_only_control(), Some("top log-probabilities"));
     let shards = VocabShard::split(w, &[5, 10]).unwrap();
-    let e = cpu.sample_sharded(h, &shards, v, &p.clone().with_top_k(vec![3, 3])).unwrap_err();
+    // Truncation over shards runs through the exchanged top lists (tests/shard.rs); a rank-local step
+    // cannot send them, and top log-probabilities are not exchanged.
+    assert!(cpu.sample_sharded(h, &shards, v, &p.clone().with_top_k(vec![3, 3])).is_ok());
+    let e = cpu.shard_results(h, shards[0], v, &p.clone().with_top_k(vec![3, 3])).unwrap_err();
+    assert!(matches!(e, Error::Unsupported { path: "over vocab shards", .. }), "{e:?}");
+    let e = cpu.sample_sharded(h, &shards, v, &p.clone().with_top_logprobs(2, false)).unwrap_err();
     assert!(matches!(e, Error::Unsupported { path: "over vocab shards", .. }), "{e:?}");
     // Log-probabilities over shards work (tests/shard.rs compares them with the whole head).
     assert!(cpu.sample_sharded(h, &shards, v, &p.with_logprobs(LogProbs::Processed)).is_ok());

@@ -205,3 +205,78 @@ fn sharded_log_probabilities_match_the_whole_head() {
         }
     }
 }
+
+#[test]
+fn truncation_over_shards_equals_the_whole_head() {
+    // Top-k / top-p / min-p over G = 1..8 uneven shards: each shard sends its 64 largest processed
+    // logits with a bound (the no_std TopList), the merged lists go through the certificate
+    // (KeptWalk), uncertain rows through the exact fallback: the whole head's tokens and scores bit for
+    // bit, log-probabilities within f32 rounding, with both paths taken.
+    use flashsampling::controls::TokenMask;
+    use flashsampling::params::LogProbs;
+    let cpu = CpuBackend::new();
+    let mut rng = TestRng::new(0x5_7C0F);
+    let (b, d, v) = (9usize, 64usize, 2003usize);
+    let hidden = rng.normal_bf16(b * d, 1.0);
+    let mut weight = rng.normal_bf16(v * d, 2.0 / (d as f64).sqrt());
+    // Row 8's hidden state picks weight column 0, which is flat: its nucleus at p = 0.99 is most of
+    // the vocabulary, more than the lists hold (the fallback).
+    let mut hidden = hidden;
+    for k in 0..d {
+        hidden[8 * d + k] = half::bf16::from_f32(if k == 0 { 1.0 } else { 0.0 });
+    }
+    for i in 0..v {
+        weight[i * d] = half::bf16::from_f32(((i * 7919) % 97) as f32 * 1e-3);
+    }
+    let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
+    let words = v.div_ceil(32);
+    let mut mask = TokenMask { words: vec![u32::MAX; b * words], words_per_row: words };
+    for t in (0..v).step_by(5) {
+        mask.words[3 * words + t / 32] &= !(1 << (t % 32));
+    }
+    let base = SamplingParams::new(1.0, 0x7C)
+        .with_temperatures(vec![0.8, 0.0, 1.3, 1.0, 0.6, 2.0, 1.0, 0.9, 1.0])
+        .with_top_k(vec![50, 5, 0, 1, 20, 0, 64, 0, 0])
+        .with_top_p(vec![0.9, 0.5, 0.7, 1.0, 1.0, 0.95, 0.8, 0.99, 0.99])
+        .with_min_p(vec![0.0, 0.0, 0.05, 0.0, 0.1, 0.0, 0.0, 0.0, 0.0])
+        .with_samples_per_row(2);
+    let cases = [
+        base.clone(),
+        base.clone().with_logprobs(LogProbs::ProcessedAndRaw),
+        base.clone().with_allowed(mask).with_softcap(3.0).with_logprobs(LogProbs::Processed),
+    ];
+    let (mut certified, mut fell_back) = (0usize, 0usize);
+    for params in &cases {
+        let whole = cpu.sample_scored(h, w, params).unwrap();
+        for g in 1..=8 {
+            let ends = uneven_ends(v, g, &mut rng);
+            let got = cpu.sample_sharded(h, &VocabShard::split(w, &ends).unwrap(), v, params).unwrap();
+            let at = format!("shards ending at {ends:?}");
+            assert_eq!(got.tokens, whole.tokens, "{at}");
+            assert_eq!(bits(&got.scores), bits(&whole.scores), "{at}");
+            for (name, a, e) in [
+                ("log-probs", &got.logprobs, &whole.logprobs),
+                ("raw log-probs", &got.raw_logprobs, &whole.raw_logprobs),
+                ("log-sum-exp", &got.logsumexp, &whole.logsumexp),
+            ] {
+                assert_eq!(a.is_some(), e.is_some(), "{at}: {name}");
+                if let (Some(a), Some(e)) = (a, e) {
+                    for (x, y) in a.iter().zip(e) {
+                        assert!(
+                            (x.is_nan() && y.is_nan()) || (x - y).abs() <= 1e-5 * y.abs().max(1.0),
+                            "{at}: {name} {x} vs {y}"
+                        );
+                    }
+                }
+            }
+            let flags = got.truncation_fallback.expect("a truncating sharded call reports its fallback rows");
+            // Rows 1 (greedy) and those that keep everything never walk; row 8 is flat.
+            assert!(flags[16] && flags[17], "{at}: the flat row must take the fallback");
+            fell_back += flags.iter().filter(|&&f| f).count();
+            certified += flags.len() - flags.iter().filter(|&&f| f).count();
+        }
+    }
+    common::visible(&format!(
+        "truncation over shards: {certified} sample rows without the fallback, {fell_back} with it"
+    ));
+}

@@ -163,7 +163,7 @@ fn bad_truncation_values_are_typed_errors() {
     assert!(matches!(err(p.clone().with_top_k(vec![1])), Error::LengthMismatch { buffer: "per-row top-k", .. }));
     assert!(matches!(err(p.clone().with_top_logprobs(65, false)), Error::TooLarge { .. }));
     let shards = VocabShard::split(w, &[5, 10]).unwrap();
-    let e = cpu.sample_sharded(h, &shards, v, &p.clone().with_top_k(vec![2, 2])).unwrap_err();
+    let e = cpu.shard_candidates(h, shards[0], v, &p.clone().with_top_k(vec![2, 2])).unwrap_err();
     assert!(matches!(e, Error::Unsupported { .. }), "{e:?}");
     // The GPU backend takes truncation (tests/gpu_truncation.rs); top log-probabilities are CPU-only.
     assert_eq!(p.clone().with_top_p(vec![0.5, 0.5]).cpu_only_control(), None);

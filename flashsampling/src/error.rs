@@ -119,8 +119,9 @@ pub enum Error {
         max: u32,
     },
     /// A control not available on this path yet: on the GPU backend, top log-probabilities (the CPU
-    /// backend has them); over vocab shards (`shard_candidates` without log-probabilities, truncation
-    /// anywhere, tensor parallelism with truncation), what the path cannot exchange.
+    /// backend has them); over vocab shards, what the path cannot exchange (`shard_candidates`
+    /// without log-probabilities; truncation in the rank-local steps and in tensor parallelism, top
+    /// log-probabilities anywhere).
     #[error("{control} is not available {path} yet")]
     Unsupported {
         /// The control.

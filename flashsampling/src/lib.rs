@@ -94,10 +94,11 @@ pub struct Samples {
     /// included: at most the kept tokens), or under `softmax(logits)` with
     /// [`SamplingParams::top_logprobs_raw`].
     pub top_logprobs: Option<Vec<Vec<(u32, f32)>>>,
-    /// GPU backend, when the call truncated (top-k, top-p, min-p): per sample (`[B, n]`), whether the
-    /// certificate could not decide the row's kept set from the fused pass and the exact fallback
-    /// sampled it (its logits materialized). The CPU backend always samples truncating rows from
-    /// their materialized logits and leaves this `None`.
+    /// When the call truncated (top-k, top-p, min-p) on the GPU backend or over vocab shards
+    /// (`CpuBackend::sample_sharded`): per sample (`[B, n]`), whether the certificate could not
+    /// decide the row's kept set from the top lists and the exact fallback sampled it (its logits
+    /// materialized). The CPU backend's whole-head calls sample truncating rows from their
+    /// materialized logits and leave this `None`.
     pub truncation_fallback: Option<Vec<bool>>,
 }
 

@@ -3,10 +3,12 @@
 
 use flashsampling_kernels::Candidate;
 use flashsampling_kernels::epilogue::update_tile;
+use flashsampling_kernels::truncate::{KeptWalk, Step, TopList, Truncation, sample_kept};
 
 use super::{CpuBackend, Slot, dot};
 use crate::Samples;
-use crate::params::{Element, LogProbs, SamplingParams, Shape};
+use crate::params::{Element, LogProbs, Matrix, SamplingParams, Shape};
+use crate::shard::VocabShard;
 
 impl CpuBackend {
     /// The exact path for rows that truncate (top-k, top-p, min-p) or ask for their top tokens: each
@@ -202,4 +204,151 @@ pub(crate) fn kept_threshold(z: &[f32], t: f64, k: u32, p: f32, min_p: f32) -> f
         threshold = threshold.max(zmax + t * (min_p as f64).ln());
     }
     threshold.min(zmax)
+}
+
+/// Entries each shard sends per row in the simulated exchange of a truncating sharded call.
+pub(crate) const SHARD_TOP: usize = 64;
+
+/// `ln Σ exp(x)` in f64 over `xs` (`−∞` when empty or all `−∞`).
+fn lse_f64(xs: impl Iterator<Item = f64> + Clone) -> f64 {
+    let m = xs.clone().fold(f64::NEG_INFINITY, f64::max);
+    if m == f64::NEG_INFINITY { m } else { m + xs.map(|x| (x - m).exp()).sum::<f64>().ln() }
+}
+
+impl CpuBackend {
+    /// Truncation (top-k, top-p, min-p) over vocab shards, simulated: each shard sends per row its
+    /// [`SHARD_TOP`] largest processed logits with a bound ([`TopList`]) — what a rank would
+    /// exchange — and the merged lists go through the certificate ([`KeptWalk`]) with the row's
+    /// log-sum-exp; a certified row is sampled over its kept prefix with the same noise
+    /// ([`sample_kept`]), an uncertain one from its logits gathered from the shards (the exact
+    /// fallback). The result equals [`Self::sample_scored`] on the whole weight, tokens and scores
+    /// bit for bit; [`Samples::truncation_fallback`] says which rows took the fallback.
+    pub(super) fn sample_sharded_truncated<T: Element>(
+        &self,
+        hidden: Matrix<'_, T>,
+        shards: &[VocabShard<'_, T>],
+        vocab: usize,
+        params: &SamplingParams,
+    ) -> Samples {
+        let (b, d, n) = (hidden.rows, hidden.cols, params.n as usize);
+        let slots = super::slots(params, b);
+        let (mut tokens, mut scores, mut lps, mut raws, mut lses, mut fell) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for r in 0..b {
+            let h: Vec<f32> = hidden.data[r * d..(r + 1) * d].iter().map(|x| x.to_f32()).collect();
+            let mut w = vec![0f32; d];
+            // Each shard: its raw and processed logits and its list (the rank's part of the exchange).
+            let (mut y, mut z) = (Vec::with_capacity(vocab), Vec::with_capacity(vocab));
+            let mut list = TopList::<SHARD_TOP>::EMPTY;
+            for shard in shards {
+                let ys: Vec<f32> = (0..shard.weight.rows)
+                    .map(|i| {
+                        for (dst, src) in w.iter_mut().zip(&shard.weight.data[i * d..(i + 1) * d]) {
+                            *dst = src.to_f32();
+                        }
+                        dot(&h, &w)
+                    })
+                    .collect();
+                let mut zs = ys.clone();
+                params.row_logits(r).apply(&mut zs, shard.offset);
+                let mut part = TopList::<SHARD_TOP>::EMPTY;
+                for (i, &x) in zs.iter().enumerate() {
+                    part.update(x, (shard.offset + i) as u32);
+                }
+                list.merge(&part);
+                y.extend(ys);
+                z.extend(zs);
+            }
+            let inv_t = slots[r * n].inv_temperature;
+            let (k, p, min_p) = params.row_truncation(r);
+            let t = Truncation { top_k: k, top_p: p, min_p, _pad: 0 };
+            let raw_lse = lse_f64(y.iter().map(|&x| x as f64));
+            // The kept prefix from the certificate, or `None`: the fallback.
+            let mut certified: Option<Vec<(f32, u32)>> = None;
+            let mut fallback = false;
+            if inv_t > 0.0 && !t.is_off(vocab as u32) {
+                let lse = lse_f64(z.iter().map(|&x| x as f64 * inv_t));
+                let entries: Vec<(f32, u32)> =
+                    (0..SHARD_TOP).map(|j| (list.z[j], list.index[j])).filter(|e| e.0 > list.bound).collect();
+                let exp = |x: f32| (x as f64).exp() as f32;
+                let mut walk = KeptWalk::new(t, inv_t as f32, lse as f32, vocab as u32);
+                let mut cums: Vec<f32> = Vec::new();
+                loop {
+                    let j = cums.len();
+                    let (x, exhausted) = if j < entries.len() { (entries[j].0, false) } else { (list.bound, true) };
+                    match walk.next(x, exhausted, exp, |i| (entries[i as usize].0, cums[i as usize])) {
+                        Step::More => cums.push(walk.mass()),
+                        Step::Kept { count, .. } => {
+                            certified = Some(entries[..count as usize].to_vec());
+                            break;
+                        }
+                        Step::Uncertain => {
+                            fallback = true;
+                            break;
+                        }
+                    }
+                }
+                if fallback {
+                    let tau = kept_threshold(&z, 1.0 / inv_t, k, p, min_p);
+                    for x in z.iter_mut() {
+                        if (*x as f64) < tau {
+                            *x = f32::NEG_INFINITY;
+                        }
+                    }
+                }
+            }
+            let row_slots = &slots[r * n..(r + 1) * n];
+            let cands: Vec<Candidate> = row_slots
+                .iter()
+                .map(|slot| match &certified {
+                    Some(kept) => sample_kept(kept.len() as u32, |j| kept[j as usize], &slot.noise, &slot.transform),
+                    None => {
+                        let mut c = Candidate::EMPTY;
+                        update_tile(&mut c, &z, 0, vocab as u32, &slot.noise, &slot.transform);
+                        c
+                    }
+                })
+                .collect();
+            // Log-probabilities over the kept tokens (the certified prefix, or the masked row).
+            let lse = if inv_t == 0.0 {
+                f64::NAN
+            } else {
+                match &certified {
+                    Some(kept) => lse_f64(kept.iter().map(|e| e.0 as f64 * inv_t)),
+                    None => lse_f64(z.iter().map(|&x| x as f64 * inv_t)),
+                }
+            };
+            for c in &cands {
+                let valid = c.token() != flashsampling_kernels::INVALID_INDEX;
+                tokens.push(c.token());
+                scores.push(c.score);
+                lps.push(match (valid, inv_t == 0.0) {
+                    (false, _) => f32::NAN,
+                    (true, true) => 0.0,
+                    (true, false) => (z_of(&certified, &z, c.index) as f64 * inv_t - lse) as f32,
+                });
+                raws.push(if valid { (y[c.index as usize] as f64 - raw_lse) as f32 } else { f32::NAN });
+                fell.push(fallback);
+            }
+            lses.push(lse as f32);
+        }
+        let mut samples = Samples::plain(tokens, scores);
+        if params.logprobs != LogProbs::Off {
+            samples.logprobs = Some(lps);
+            samples.logsumexp = Some(lses);
+            if params.logprobs == LogProbs::ProcessedAndRaw {
+                samples.raw_logprobs = Some(raws);
+            }
+        }
+        samples.truncation_fallback = Some(fell);
+        samples
+    }
+}
+
+/// Token `index`'s processed logit: from the certified prefix, else the (masked) row.
+fn z_of(certified: &Option<Vec<(f32, u32)>>, z: &[f32], index: u32) -> f32 {
+    match certified {
+        Some(kept) => kept.iter().find(|e| e.1 == index).map_or(f32::NAN, |e| e.0),
+        None => z[index as usize],
+    }
 }

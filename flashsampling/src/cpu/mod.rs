@@ -215,7 +215,10 @@ impl CpuBackend {
     /// crate's [`merge_rank_row`] (the exchange; the GPU's merge kernel runs the same function).
     /// `shards` must tile `0 .. vocab` in order ([`validate_shards`]); the result equals
     /// [`Self::sample_scored`] on the whole weight, tokens and scores bit for bit, log-probabilities
-    /// within f32 rounding of the merge.
+    /// within f32 rounding of the merge. With top-k / top-p / min-p the shards exchange their top
+    /// lists instead (the certificate, and the exact fallback for the rows it leaves:
+    /// [`Samples::truncation_fallback`]); top log-probabilities are not exchanged
+    /// ([`Error::Unsupported`]).
     pub fn sample_sharded<T: Element>(
         &self,
         hidden: Matrix<'_, T>,
@@ -224,6 +227,22 @@ impl CpuBackend {
         params: &SamplingParams,
     ) -> Result<Samples> {
         validate_shards(shards, vocab)?;
+        if params.truncates(vocab) && params.top_logprobs == 0 {
+            // Truncation: the shards exchange their top lists (simulated); see `exact.rs`.
+            for &shard in shards {
+                let w = shard.weight;
+                validate_in_vocab(
+                    (hidden.rows, hidden.cols, hidden.data.len()),
+                    (w.rows, w.cols, w.data.len()),
+                    params,
+                    vocab,
+                )?;
+            }
+            let samples = self.sample_sharded_truncated(hidden, shards, vocab, params);
+            let weights: Vec<&[T]> = shards.iter().map(|s| s.weight.data).collect();
+            check_samples_of(&samples, params.n as usize, hidden, &weights)?;
+            return Ok(samples);
+        }
         let parts =
             shards.iter().map(|&shard| self.shard_results(hidden, shard, vocab, params)).collect::<Result<Vec<_>>>()?;
         let slots = parts.first().map_or(0, Vec::len);
