@@ -13,9 +13,9 @@ use cudarc::nvrtc::Ptx;
 use flashsampling_kernels::Candidate;
 use flashsampling_kernels::config::{
     BASELINE_SMEM_BYTES, BASELINE_THREADS, GUMBEL_LOGITS_ENTRY, LOGITS_CHUNK, MULTINOMIAL_ENTRY, REDUCE_ENTRY,
-    REDUCE_ROWS_PER_BLOCK, REDUCE_THREADS_PER_BLOCK, SOFTMAX_ENTRY,
+    REDUCE_ROWS_PER_BLOCK, REDUCE_THREADS_PER_BLOCK, SOFTMAX_ENTRY, STREAM_READ_ENTRY, STREAM_READ_THREADS,
 };
-use flashsampling_kernels::params::{LogitsParams, ReduceParams};
+use flashsampling_kernels::params::{LogitsParams, ReduceParams, StreamReadParams};
 use half::bf16;
 
 use crate::error::{Error, Result};
@@ -80,7 +80,11 @@ pub struct Baselines {
     softmax: CudaFunction,
     multinomial: CudaFunction,
     reduce: CudaFunction,
+    stream_read: CudaFunction,
 }
+
+// SAFETY: `#[repr(C)]`, `Copy`, plain integers and device addresses (as `ByValue`'s others).
+unsafe impl cudarc::driver::DeviceRepr for ByValue<StreamReadParams> {}
 
 impl Baselines {
     /// Creates the cuBLAS handle (needs libcublas at run time) and loads the baseline kernels.
@@ -94,8 +98,38 @@ impl Baselines {
             softmax: module.load_function(SOFTMAX_ENTRY)?,
             multinomial: module.load_function(MULTINOMIAL_ENTRY)?,
             reduce: module.load_function(REDUCE_ENTRY)?,
+            stream_read: module.load_function(STREAM_READ_ENTRY)?,
             stream,
         })
+    }
+
+    /// Reads `src` once (the read-only streaming kernel: 16-byte loads, four in flight per thread,
+    /// `blocks` blocks), folding it into one word per block of `out` (at least `blocks` words).
+    /// `src` is used in whole 16-byte chunks.
+    pub fn stream_read(&self, src: &CudaSlice<u8>, out: &mut CudaSlice<u32>, blocks: u32) -> Result<()> {
+        if out.len() < blocks as usize || blocks == 0 {
+            return Err(Error::LengthMismatch {
+                buffer: "stream_read output",
+                expected: blocks as usize,
+                actual: out.len(),
+            });
+        }
+        let (s, _s) = src.device_ptr(&self.stream);
+        let (o, _o) = out.device_ptr_mut(&self.stream);
+        let p = ByValue(StreamReadParams {
+            src: s as *const [u32; 4],
+            out: o as *mut u32,
+            chunks: (src.len() / 16) as u64,
+        });
+        let cfg = LaunchConfig {
+            grid_dim: (blocks, 1, 1),
+            block_dim: (STREAM_READ_THREADS, 1, 1),
+            shared_mem_bytes: 8 * STREAM_READ_THREADS / 32,
+        };
+        // SAFETY: `src` holds `chunks` 16-byte chunks (a cudarc allocation: 256-byte aligned), `out`
+        // `blocks` words; both this stream's.
+        unsafe { self.stream.launch_builder(&self.stream_read).arg(&p).launch(cfg) }?;
+        Ok(())
     }
 
     /// Buffers for batch `b`, vocab `v` (`v % 4 == 0`) with the row streams of `params`.

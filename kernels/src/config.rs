@@ -659,8 +659,20 @@ pub const SOFTMAX_ENTRY: &str = "softmax_rows";
 /// Inverse-CDF multinomial baseline.
 pub const MULTINOMIAL_ENTRY: &str = "multinomial_rows";
 /// Every entry point of the test module.
-pub const TEST_ENTRIES: [&str; 6] =
-    [PHILOX_ENTRY, GUMBEL_ENTRY, GUMBEL_LOGITS_ENTRY, SOFTMAX_ENTRY, MULTINOMIAL_ENTRY, REDUCE_ENTRY];
+pub const TEST_ENTRIES: [&str; 7] = [
+    PHILOX_ENTRY,
+    GUMBEL_ENTRY,
+    GUMBEL_LOGITS_ENTRY,
+    SOFTMAX_ENTRY,
+    MULTINOMIAL_ENTRY,
+    REDUCE_ENTRY,
+    STREAM_READ_ENTRY,
+];
+/// PTX entry point of the read-only streaming kernel (`params::StreamReadParams`): the benchmark's
+/// second bandwidth floor, every byte read once and folded, nothing written but one word per block.
+pub const STREAM_READ_ENTRY: &str = "stream_read";
+/// Threads per block of the read-only streaming kernel.
+pub const STREAM_READ_THREADS: u32 = 512;
 /// Threads per block of the baseline kernels.
 pub const BASELINE_THREADS: u32 = 512;
 /// Logits per block of the Gumbel-over-logits baseline (one candidate per row per chunk).

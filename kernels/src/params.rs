@@ -276,6 +276,19 @@ pub struct ExpandParams {
     pub _pad: u32,
 }
 
+/// Parameters of the read-only streaming kernel (`stream_read`): reads `chunks` 16-byte chunks
+/// once, each thread folding its words with XOR, and writes one word per block.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct StreamReadParams {
+    /// The data, `chunks` × 16 bytes, 16-byte aligned.
+    pub src: *const [u32; 4],
+    /// Output: one word per block (so the loads cannot be elided).
+    pub out: *mut u32,
+    /// 16-byte chunks.
+    pub chunks: u64,
+}
+
 /// Parameters of the Philox / Gumbel test kernels: one Philox call per thread.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]

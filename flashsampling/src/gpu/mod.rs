@@ -585,6 +585,11 @@ impl GpuBackend {
         self.sm90a
     }
 
+    /// Multiprocessors of the device.
+    pub fn sm_count(&self) -> u32 {
+        self.sm_count
+    }
+
     /// The device's name.
     pub fn device_name(&self) -> String {
         self.ctx.name().unwrap_or_else(|_| "unknown CUDA device".into())

@@ -19,11 +19,11 @@ use super::ptx::{
 };
 use super::reduce::{self, merge_butterfly};
 use crate::candidate::Candidate;
-use crate::config::{BASELINE_THREADS, LOGITS_CHUNK};
+use crate::config::{BASELINE_THREADS, LOGITS_CHUNK, STREAM_READ_THREADS};
 use crate::epilogue::update_group4;
 use crate::logmass::LogMass;
 use crate::noise::{RowNoise, uniform_open};
-use crate::params::{LogitsParams, ReduceParams};
+use crate::params::{LogitsParams, ReduceParams, StreamReadParams};
 use crate::philox::philox4x32_10;
 
 /// e^x on the device (`ex2.approx.ftz`): the baselines' softmax exponential.
@@ -174,6 +174,63 @@ macro_rules! logits_entry {
 logits_entry!(gumbel_logits, gumbel_logits_body);
 logits_entry!(softmax_rows, softmax_rows_body);
 logits_entry!(multinomial_rows, multinomial_rows_body);
+
+/// The read-only streaming kernel: thread `t` of the grid's `T` threads reads chunks `t, t + T, …`
+/// (four in flight), folds their words with XOR, the block folds its threads', and thread 0 writes
+/// the block's word. One pass over the data: its time is the read floor of the machine.
+///
+/// # Safety
+/// `p.src` holds `p.chunks` 16-byte chunks, 16-byte aligned; `p.out` one word per block; launched
+/// with `STREAM_READ_THREADS` threads per block.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn stream_read(p: StreamReadParams) {
+    // SAFETY: special-register reads.
+    let (tid, blk, blocks) = unsafe { (_thread_idx_x(), _block_idx_x(), core::arch::nvptx::_grid_dim_x()) };
+    let stride = blocks as u64 * STREAM_READ_THREADS as u64;
+    let mut i = blk as u64 * STREAM_READ_THREADS as u64 + tid as u64;
+    let mut acc = 0u32;
+    while i + 3 * stride < p.chunks {
+        // SAFETY: i + 3·stride < chunks: four chunks inside the data.
+        let c = unsafe {
+            [
+                ld_global_nc_v4_f32(p.src.add(i as usize) as *const f32),
+                ld_global_nc_v4_f32(p.src.add((i + stride) as usize) as *const f32),
+                ld_global_nc_v4_f32(p.src.add((i + 2 * stride) as usize) as *const f32),
+                ld_global_nc_v4_f32(p.src.add((i + 3 * stride) as usize) as *const f32),
+            ]
+        };
+        for v in c {
+            acc ^= v[0].to_bits() ^ v[1].to_bits() ^ v[2].to_bits() ^ v[3].to_bits();
+        }
+        i += 4 * stride;
+    }
+    while i < p.chunks {
+        // SAFETY: i < chunks.
+        let v = unsafe { ld_global_nc_v4_f32(p.src.add(i as usize) as *const f32) };
+        acc ^= v[0].to_bits() ^ v[1].to_bits() ^ v[2].to_bits() ^ v[3].to_bits();
+        i += stride;
+    }
+    for m in [1u32, 2, 4, 8, 16] {
+        // SAFETY: all lanes of every warp reach this point.
+        acc ^= unsafe { shfl_sync_bfly_b32(acc, m) };
+    }
+    let smem = mov_u32_dynamic_smem();
+    // SAFETY: block-uniform barriers; STREAM_READ_THREADS / 32 slots of 8 bytes in the launch's
+    // dynamic shared memory; `out` holds one word per block.
+    unsafe {
+        if tid % 32 == 0 {
+            st_shared_v2_u32(smem + 8 * (tid / 32), [acc, 0]);
+        }
+        _syncthreads();
+        if tid == 0 {
+            let mut block = 0u32;
+            for w in 0..STREAM_READ_THREADS / 32 {
+                block ^= ld_shared_v2_u32(smem + 8 * w)[0];
+            }
+            *p.out.add(blk as usize) = block;
+        }
+    }
+}
 
 /// The standalone candidate reduction (after `gumbel_logits`).
 ///
