@@ -48,6 +48,14 @@ elif command -v compute-sanitizer >/dev/null; then
       "$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer-$tool.log" | tail -1)" \
       "$(grep -E '^test result:' "$out/sanitizer-$tool.log" | tail -1)")"
   done
+  # The truncation step and its fallback (the tests that finish in seconds under memcheck).
+  if [ -x "$bin/test-gpu_truncation" ]; then
+    compute-sanitizer --tool memcheck "$bin/test-gpu_truncation" --test-threads=1 flat_rows rows_that_keep bad_truncation \
+      > "$out/sanitizer-memcheck-truncation.log" 2>&1; rc=$?
+    note "$(printf 'compute-sanitizer memcheck (truncation) rc=%d  %s | %s' "$rc" \
+      "$(grep -E 'ERROR SUMMARY' "$out/sanitizer-memcheck-truncation.log" | tail -1)" \
+      "$(grep -E '^test result:' "$out/sanitizer-memcheck-truncation.log" | tail -1)")"
+  fi
 else
   note "compute-sanitizer: not found"
 fi
