@@ -183,19 +183,9 @@ fn truncated_rows_pass_chi_squared_on_the_gpu() {
         let mut counts = vec![vec![0u64; v]; b];
         let mut fell_back = 0usize;
         for round in 0..rounds {
-            let params = params_round(1.0, 0x70B, b, 100_000 * round)
-                .with_samples_per_row(n)
-                .with_temperatures(rows.iter().map(|r| r.0).collect())
-                .with_top_k(rows.iter().map(|r| r.1).collect())
-                .with_top_p(rows.iter().map(|r| r.2).collect())
-                .with_min_p(rows.iter().map(|r| r.3).collect());
-            let got = gpu.sample_scored(h, w, &params).unwrap();
+            let got = gpu.sample_scored(h, w, &truncation_round(&rows, n, round)).unwrap();
             fell_back += got.truncation_fallback.unwrap().iter().filter(|&&f| f).count();
-            for (r, c) in counts.iter_mut().enumerate() {
-                for &t in &got.tokens[r * n as usize..(r + 1) * n as usize] {
-                    c[t as usize] += 1;
-                }
-            }
+            count_rows(&mut counts, &got.tokens, n as usize);
         }
         for (r, &(t, k, p, m)) in rows.iter().enumerate() {
             let want = truncated(&y, t as f64, k as usize, p as f64, m as f64);

@@ -48,18 +48,8 @@ fn truncated_rows_sample_the_exact_truncated_distribution() {
     let (n, rounds) = (64u32, 500u64);
     let mut counts = vec![vec![0u64; v]; b];
     for round in 0..rounds {
-        let params = params_round(1.0, 0x70B, b, 100_000 * round)
-            .with_samples_per_row(n)
-            .with_temperatures(rows.iter().map(|r| r.0).collect())
-            .with_top_k(rows.iter().map(|r| r.1).collect())
-            .with_top_p(rows.iter().map(|r| r.2).collect())
-            .with_min_p(rows.iter().map(|r| r.3).collect());
-        let tokens = cpu.sample(h, w, &params).unwrap();
-        for (r, c) in counts.iter_mut().enumerate() {
-            for &t in &tokens[r * n as usize..(r + 1) * n as usize] {
-                c[t as usize] += 1;
-            }
-        }
+        let tokens = cpu.sample(h, w, &truncation_round(&rows, n, round)).unwrap();
+        count_rows(&mut counts, &tokens, n as usize);
     }
     for (r, &(t, k, p, m)) in rows.iter().enumerate() {
         let want = truncated(&y, t as f64, k as usize, p as f64, m as f64);

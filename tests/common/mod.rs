@@ -454,3 +454,23 @@ pub fn assert_same(what: &str, g: &flashsampling::Samples, c: &flashsampling::Sa
     close("raw log-probabilities", &g.raw_logprobs, &c.raw_logprobs, 1e-4, 0.0);
     close("log-sum-exp", &g.logsumexp, &c.logsumexp, 0.0, 1e-5);
 }
+
+/// Round `round` of a truncation chi-squared test: `n` samples of each row with its (T, top-k,
+/// top-p, min-p), fresh streams per round.
+pub fn truncation_round(rows: &[(f32, u32, f32, f32)], n: u32, round: u64) -> SamplingParams {
+    params_round(1.0, 0x70B, rows.len(), 100_000 * round)
+        .with_samples_per_row(n)
+        .with_temperatures(rows.iter().map(|r| r.0).collect())
+        .with_top_k(rows.iter().map(|r| r.1).collect())
+        .with_top_p(rows.iter().map(|r| r.2).collect())
+        .with_min_p(rows.iter().map(|r| r.3).collect())
+}
+
+/// Adds row `r`'s `n` tokens of `tokens` (`[rows, n]`) to `counts[r]`.
+pub fn count_rows(counts: &mut [Vec<u64>], tokens: &[u32], n: usize) {
+    for (r, c) in counts.iter_mut().enumerate() {
+        for &t in &tokens[r * n..(r + 1) * n] {
+            c[t as usize] += 1;
+        }
+    }
+}
