@@ -492,6 +492,81 @@ mod tests {
         assert!(certified * 2 > total, "{certified} of {total} certified");
     }
 
+    /// The walk over a strided partition (unit `u` holds tokens `u, u + units, …`, as a lane holds
+    /// every `units`-th group of a vocab range) with lists of `L`.
+    fn walk_strided<const L: usize>(z: &[f32], units: usize, t: Truncation, inv_t: f32) -> Option<u32> {
+        let mut lists = std::vec![TopList::<L>::EMPTY; units];
+        for (i, &x) in z.iter().enumerate() {
+            lists[i % units].update(x, i as u32);
+        }
+        // Merge in an arbitrary grouping (pairs, then the rest): the merge is associative.
+        let mut merged = TopList::<64>::EMPTY;
+        for pair in lists.chunks(2) {
+            let mut m = pair[0];
+            if pair.len() > 1 {
+                m.merge(&pair[1]);
+            }
+            merged.merge(&m);
+        }
+        let beta = merged.bound;
+        let all: Vec<(f32, u32)> = (0..64).map(|j| (merged.z[j], merged.index[j])).filter(|e| e.0 > beta).collect();
+        let m = z.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+        let lse = m * inv_t + z.iter().map(|&x| exp(x * inv_t - m * inv_t)).sum::<f32>().ln();
+        let mut w = KeptWalk::new(t, inv_t, lse, z.len() as u32);
+        let mut cums: Vec<f32> = Vec::new();
+        loop {
+            let j = cums.len();
+            let (x, exhausted) = if j < all.len() { (all[j].0, false) } else { (beta, true) };
+            match w.next(x, exhausted, exp, |i| (all[i as usize].0, cums[i as usize])) {
+                Step::More => cums.push(w.mass()),
+                Step::Kept { count, .. } => return Some(count),
+                Step::Uncertain => return None,
+            }
+        }
+    }
+
+    #[test]
+    fn certified_counts_hold_for_any_partition_and_list_size() {
+        let mut g = Mix(29);
+        let (mut certified, mut total) = (0, 0);
+        for case in 0..300 {
+            let v = 200 + (g.next() * 3000.0) as usize;
+            let z: Vec<f32> = (0..v)
+                .map(|_| match case % 3 {
+                    0 => -(g.next() * 30.0) as f32,
+                    1 => (g.next() * 3.0) as f32,
+                    _ => ((g.next() * 12.0).floor() * 0.5) as f32, // ties
+                })
+                .collect();
+            let t = Truncation {
+                top_k: [0, 1, 3, 10, 40, 64][(g.next() * 6.0) as usize],
+                top_p: [1.0, 0.2, 0.6, 0.9, 0.97][(g.next() * 5.0) as usize],
+                min_p: [0.0, 0.0, 0.01, 0.3][(g.next() * 4.0) as usize],
+                _pad: 0,
+            };
+            if t.is_off(v as u32) {
+                continue;
+            }
+            let inv_t = [1.0f32, 2.0, 0.5][case % 3];
+            let tau = reference_tau(&z, &t, inv_t);
+            let want = z.iter().filter(|&&x| x >= tau).count() as u32;
+            let units = 1 + (g.next() * 200.0) as usize;
+            for got in [
+                walk_strided::<1>(&z, units, t, inv_t),
+                walk_strided::<2>(&z, units, t, inv_t),
+                walk_strided::<8>(&z, units, t, inv_t),
+            ] {
+                total += 1;
+                if let Some(count) = got {
+                    certified += 1;
+                    assert_eq!(count, want, "case {case}: {t:?}, {units} units");
+                }
+            }
+        }
+        std::eprintln!("{certified} of {total} certified");
+        assert!(certified * 3 > total, "{certified} of {total} certified");
+    }
+
     #[test]
     fn exhausted_lists_are_uncertain_and_ties_at_the_bound_are_never_certified() {
         // All tokens equal: top-k = 3 keeps all of them (ties), which no small list can prove.
