@@ -81,22 +81,7 @@ impl CpuBackend {
                 })
                 .collect()
         });
-        let mut samples = Samples::plain(Vec::with_capacity(b * n), Vec::with_capacity(b * n));
-        for r in &results {
-            samples.tokens.extend(r.cands.iter().map(|c| c.token()));
-            samples.scores.extend(r.cands.iter().map(|c| c.score));
-        }
-        if params.logprobs != LogProbs::Off {
-            samples.logprobs = Some(results.iter().flat_map(|r| r.logprobs.clone()).collect());
-            samples.logsumexp = Some(results.iter().map(|r| r.lse).collect());
-            if params.logprobs == LogProbs::ProcessedAndRaw {
-                samples.raw_logprobs = Some(results.iter().flat_map(|r| r.raw_logprobs.clone()).collect());
-            }
-        }
-        if params.top_logprobs > 0 {
-            samples.top_logprobs = Some(results.into_iter().map(|r| r.top).collect());
-        }
-        samples
+        RowResult::samples(results, params)
     }
 }
 
@@ -110,17 +95,31 @@ struct RowResult {
 }
 
 impl RowResult {
+    /// The call's samples from its rows' results (in row order).
+    fn samples(results: Vec<RowResult>, params: &SamplingParams) -> Samples {
+        let mut samples = Samples::plain(
+            results.iter().flat_map(|r| r.cands.iter().map(|c| c.token())).collect(),
+            results.iter().flat_map(|r| r.cands.iter().map(|c| c.score)).collect(),
+        );
+        if params.logprobs != LogProbs::Off {
+            samples.logprobs = Some(results.iter().flat_map(|r| r.logprobs.clone()).collect());
+            samples.logsumexp = Some(results.iter().map(|r| r.lse).collect());
+            if params.logprobs == LogProbs::ProcessedAndRaw {
+                samples.raw_logprobs = Some(results.iter().flat_map(|r| r.raw_logprobs.clone()).collect());
+            }
+        }
+        if params.top_logprobs > 0 {
+            samples.top_logprobs = Some(results.into_iter().map(|r| r.top).collect());
+        }
+        samples
+    }
+
     /// From the row's kept processed logits `z` (`−∞` outside the kept set), its raw logits, `1/T`
     /// (0: greedy) and its candidates.
     fn of(z: &[f32], raw: Option<&[f32]>, inv_t: f64, cands: &[Candidate], params: &SamplingParams) -> Self {
-        let lse_of = |x: &mut dyn Iterator<Item = f64>| -> f64 {
-            let xs: Vec<f64> = x.collect();
-            let m = xs.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-            if m == f64::NEG_INFINITY { m } else { m + xs.iter().map(|&y| (y - m).exp()).sum::<f64>().ln() }
-        };
         let greedy = inv_t == 0.0;
-        let lse = if greedy { f64::NAN } else { lse_of(&mut z.iter().map(|&x| x as f64 * inv_t)) };
-        let raw_lse = raw.map(|y| lse_of(&mut y.iter().map(|&x| x as f64)));
+        let lse = if greedy { f64::NAN } else { lse_f64(z.iter().map(|&x| x as f64 * inv_t)) };
+        let raw_lse = raw.map(|y| lse_f64(y.iter().map(|&x| x as f64)));
         let valid = |c: &Candidate| c.token() != flashsampling_kernels::INVALID_INDEX;
         let logprobs = cands
             .iter()
@@ -232,8 +231,8 @@ impl CpuBackend {
     ) -> Samples {
         let (b, d, n) = (hidden.rows, hidden.cols, params.n as usize);
         let slots = super::slots(params, b);
-        let (mut tokens, mut scores, mut lps, mut raws, mut lses, mut fell) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let want_raw = params.logprobs == LogProbs::ProcessedAndRaw;
+        let (mut results, mut fell) = (Vec::with_capacity(b), Vec::with_capacity(b * n));
         for r in 0..b {
             let h: Vec<f32> = hidden.data[r * d..(r + 1) * d].iter().map(|x| x.to_f32()).collect();
             let mut w = vec![0f32; d];
@@ -262,8 +261,7 @@ impl CpuBackend {
             let inv_t = slots[r * n].inv_temperature;
             let (k, p, min_p) = params.row_truncation(r);
             let t = Truncation { top_k: k, top_p: p, min_p, _pad: 0 };
-            let raw_lse = lse_f64(y.iter().map(|&x| x as f64));
-            // The kept prefix from the certificate, or `None`: the fallback.
+            // The kept prefix from the certificate, or `None` (nothing cut, or the fallback).
             let mut certified: Option<Vec<(f32, u32)>> = None;
             let mut fallback = false;
             if inv_t > 0.0 && !t.is_off(vocab as u32) {
@@ -288,19 +286,22 @@ impl CpuBackend {
                         }
                     }
                 }
-                if fallback {
-                    let tau = kept_threshold(&z, 1.0 / inv_t, k, p, min_p);
-                    for x in z.iter_mut() {
-                        if (*x as f64) < tau {
-                            *x = f32::NEG_INFINITY;
-                        }
+                // The kept set is `{z ≥ τ}`: the certified prefix's last value (every tie of it is in
+                // the prefix), or the fallback's exact threshold.
+                let tau = match &certified {
+                    Some(kept) => kept.last().map_or(f64::NEG_INFINITY, |e| e.0 as f64),
+                    None => kept_threshold(&z, 1.0 / inv_t, k, p, min_p),
+                };
+                for x in z.iter_mut() {
+                    if (*x as f64) < tau {
+                        *x = f32::NEG_INFINITY;
                     }
                 }
             }
-            let row_slots = &slots[r * n..(r + 1) * n];
-            let cands: Vec<Candidate> = row_slots
+            let cands: Vec<Candidate> = slots[r * n..(r + 1) * n]
                 .iter()
                 .map(|slot| match &certified {
+                    // The sample over the kept prefix alone: what a rank holds after the exchange.
                     Some(kept) => sample_kept(kept.len() as u32, |j| kept[j as usize], &slot.noise, &slot.transform),
                     None => {
                         let mut c = Candidate::EMPTY;
@@ -309,46 +310,11 @@ impl CpuBackend {
                     }
                 })
                 .collect();
-            // Log-probabilities over the kept tokens (the certified prefix, or the masked row).
-            let lse = if inv_t == 0.0 {
-                f64::NAN
-            } else {
-                match &certified {
-                    Some(kept) => lse_f64(kept.iter().map(|e| e.0 as f64 * inv_t)),
-                    None => lse_f64(z.iter().map(|&x| x as f64 * inv_t)),
-                }
-            };
-            for c in &cands {
-                let valid = c.token() != flashsampling_kernels::INVALID_INDEX;
-                tokens.push(c.token());
-                scores.push(c.score);
-                lps.push(match (valid, inv_t == 0.0) {
-                    (false, _) => f32::NAN,
-                    (true, true) => 0.0,
-                    (true, false) => (z_of(&certified, &z, c.index) as f64 * inv_t - lse) as f32,
-                });
-                raws.push(if valid { (y[c.index as usize] as f64 - raw_lse) as f32 } else { f32::NAN });
-                fell.push(fallback);
-            }
-            lses.push(lse as f32);
+            fell.extend(std::iter::repeat_n(fallback, n));
+            results.push(RowResult::of(&z, want_raw.then_some(&y[..]), inv_t, &cands, params));
         }
-        let mut samples = Samples::plain(tokens, scores);
-        if params.logprobs != LogProbs::Off {
-            samples.logprobs = Some(lps);
-            samples.logsumexp = Some(lses);
-            if params.logprobs == LogProbs::ProcessedAndRaw {
-                samples.raw_logprobs = Some(raws);
-            }
-        }
+        let mut samples = RowResult::samples(results, params);
         samples.truncation_fallback = Some(fell);
         samples
-    }
-}
-
-/// Token `index`'s processed logit: from the certified prefix, else the (masked) row.
-fn z_of(certified: &Option<Vec<(f32, u32)>>, z: &[f32], index: u32) -> f32 {
-    match certified {
-        Some(kept) => kept.iter().find(|e| e.1 == index).map_or(f32::NAN, |e| e.0),
-        None => z[index as usize],
     }
 }
