@@ -102,11 +102,7 @@ impl GpuBackend {
         adjusted: Option<(u64, u64)>,
         out: &mut DeviceSamples,
     ) -> Result<()> {
-        let mut words = Vec::with_capacity(4 * b);
-        for r in 0..b {
-            let (top_k, top_p, min_p) = params.row_truncation(r);
-            words.extend([top_k, top_p.to_bits(), min_p.to_bits(), 0]);
-        }
+        let words = truncation_words(params, b);
         // The row parameters and outputs are this backend's, written and read on its stream only.
         let row_params = {
             let (ptr, _s) = out.rows.device_ptr(&self.stream);
@@ -222,13 +218,8 @@ impl GpuBackend {
         // SAFETY: the list (count and rows < B·n) was written by the truncation step before, on this
         // stream; the logits hold `rows × V` floats; hidden and weight as above.
         unsafe { self.stream.launch_builder(&self.fallback_logits).arg(&f).launch(cfg) }?;
-        let cfg = LaunchConfig {
-            grid_dim: (rows as u32, 1, 1),
-            block_dim: (FALLBACK_SAMPLE_THREADS, 1, 1),
-            shared_mem_bytes: FALLBACK_SAMPLE_SMEM,
-        };
         // SAFETY: as above; the mask (non-null) holds B × ceil(V/32) words, the outputs `rows`.
-        unsafe { self.stream.launch_builder(&self.fallback_sample).arg(&f).launch(cfg) }?;
+        unsafe { self.launch_fallback_sample(&f, rows) }?;
         Ok(())
     }
 }
@@ -268,11 +259,7 @@ impl GpuBackend {
         out.n = 1;
         out.has_logprobs = false;
         out.has_truncation = false;
-        let mut trunc = Vec::with_capacity(4 * b);
-        for r in 0..b {
-            let (top_k, top_p, min_p) = params.row_truncation(r);
-            trunc.extend([top_k, top_p.to_bits(), min_p.to_bits(), 0]);
-        }
+        let trunc = truncation_words(params, b);
         let list: Vec<u32> = std::iter::once(b as u32).chain(0..b as u32).collect();
         let row_params = {
             let (ptr, _s) = out.rows.device_ptr(&self.stream);
@@ -316,18 +303,42 @@ impl GpuBackend {
                 softcap: 0.0,
                 _pad: 0,
             });
-            let cfg = LaunchConfig {
-                grid_dim: (b as u32, 1, 1),
-                block_dim: (FALLBACK_SAMPLE_THREADS, 1, 1),
-                shared_mem_bytes: FALLBACK_SAMPLE_SMEM,
-            };
             // SAFETY: the list holds b rows (uploaded above), the logits `b × v` floats (checked), the
             // row parameters and truncation `b` entries, the outputs `b`; no mask, adjustments or
             // log-probability outputs (null), so hidden and weight are never read.
-            unsafe { self.stream.launch_builder(&self.fallback_sample).arg(&f).launch(cfg) }?;
+            unsafe { self.launch_fallback_sample(&f, b) }?;
             Ok(())
         })();
         out.truncation = taken;
         result
     }
+}
+
+impl GpuBackend {
+    /// Launches `fallback_sample`: one block per slot of the list, `slots` ≥ the list's count.
+    ///
+    /// # Safety
+    /// `f`'s buffers hold what [`FallbackParams`] states for a list of at most `slots` rows, on this
+    /// stream.
+    unsafe fn launch_fallback_sample(&self, f: &ByValue<FallbackParams>, slots: usize) -> Result<()> {
+        let cfg = LaunchConfig {
+            grid_dim: (slots as u32, 1, 1),
+            block_dim: (FALLBACK_SAMPLE_THREADS, 1, 1),
+            shared_mem_bytes: FALLBACK_SAMPLE_SMEM,
+        };
+        // SAFETY: forwarded contract.
+        unsafe { self.stream.launch_builder(&self.fallback_sample).arg(f).launch(cfg) }?;
+        Ok(())
+    }
+}
+
+/// The per-request truncation words the kernels read ([`Truncation`]'s layout: top-k, top-p and
+/// min-p bits, padding), `[b, 4]`.
+fn truncation_words(params: &SamplingParams, b: usize) -> Vec<u32> {
+    (0..b)
+        .flat_map(|r| {
+            let (top_k, top_p, min_p) = params.row_truncation(r);
+            [top_k, top_p.to_bits(), min_p.to_bits(), 0]
+        })
+        .collect()
 }
