@@ -53,7 +53,7 @@ mod report;
 use cli::{parse_batches, parse_shape};
 use std::path::PathBuf;
 
-use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use flashsampling::baselines::{Baselines, gemm_bf16_f32};
 use flashsampling::synthetic::SplitMix64;
 use flashsampling::timing::{EventTimer, Stats};
@@ -228,10 +228,7 @@ fn main() -> R<()> {
         if vb != v {
             eprintln!("{config}: V % 4 != 0, the baselines run on V = {vb} (ours on V = {v})");
         }
-        let (hidden, weight) = flashsampling::synthetic::lm_head(bmax, d, vb, DATA_SEED ^ d as u64);
-        let h_dev = stream.clone_htod(&hidden)?;
-        let w_dev = stream.clone_htod(&weight)?;
-        drop((hidden, weight));
+        let (h_dev, w_dev) = device_head(&stream, bmax, d, vb)?;
         let weight_bytes = (v * d * 2) as f64;
         for &b in &batches {
             let hm = DeviceMatrix { data: h_dev.slice(..b * d), rows: b, cols: d };
@@ -315,10 +312,7 @@ fn variant_sweep(gpu: &mut GpuBackend, timer: &EventTimer, a: &Args, bandwidth: 
     let batches = a.variant_batches();
     let bmax = *batches.iter().max().unwrap();
     for (config, d, v) in a.configs() {
-        let (hidden, weight) = flashsampling::synthetic::lm_head(bmax, d, v, DATA_SEED ^ d as u64);
-        let h_dev = stream.clone_htod(&hidden)?;
-        let w_dev = stream.clone_htod(&weight)?;
-        drop((hidden, weight));
+        let (h_dev, w_dev) = device_head(&stream, bmax, d, v)?;
         let floor = (v * d * 2) as f64 / bandwidth * 1e3;
         for &b in &batches {
             let hm = DeviceMatrix { data: h_dev.slice(..b * d), rows: b, cols: d };
@@ -393,10 +387,7 @@ fn controls(gpu: &GpuBackend, timer: &EventTimer, a: &Args, bandwidth: f64) -> R
     );
     let mut csv = String::from("config,d,v,b,mode,median_ms,min_ms,max_ms,ratio_to_plain\n");
     for (config, d, v) in a.configs() {
-        let (hidden, weight) = flashsampling::synthetic::lm_head(bmax, d, v, DATA_SEED ^ d as u64);
-        let h_dev = stream.clone_htod(&hidden)?;
-        let w_dev = stream.clone_htod(&weight)?;
-        drop((hidden, weight));
+        let (h_dev, w_dev) = device_head(&stream, bmax, d, v)?;
         let mut rng = SplitMix64::new(DATA_SEED ^ 0x3A5C);
         let words = v.div_ceil(32);
         let mask_host: Vec<u32> = (0..bmax * words).map(|_| rng.next_u64() as u32).collect();
@@ -483,10 +474,7 @@ fn truncation(gpu: &GpuBackend, timer: &EventTimer, a: &Args, bandwidth: f64) ->
         "config,d,v,b,plain_ms,truncated_ms,plain_b2b_ms,truncated_b2b_ms,unfused_ms,gemm_ms,fallback_share,equal_share\n",
     );
     for (config, d, v) in a.configs() {
-        let (hidden, weight) = flashsampling::synthetic::lm_head(bmax, d, v, DATA_SEED ^ d as u64);
-        let h_dev = stream.clone_htod(&hidden)?;
-        let w_dev = stream.clone_htod(&weight)?;
-        drop((hidden, weight));
+        let (h_dev, w_dev) = device_head(&stream, bmax, d, v)?;
         let floor = (v * d * 2) as f64 / bandwidth * 1e3;
         for &b in &batches {
             let hm = DeviceMatrix { data: h_dev.slice(..b * d), rows: b, cols: d };
@@ -561,6 +549,18 @@ fn truncation(gpu: &GpuBackend, timer: &EventTimer, a: &Args, bandwidth: f64) ->
         &format!("top-k 50 + top-p 0.9 per row, medians of {runs} runs (ms)"),
         &table,
     )
+}
+
+/// The run's synthetic LM head for `bmax` rows, hidden size `d` and `v` weight rows, uploaded to the
+/// device (the host copies are freed before the next configuration's are made).
+fn device_head(
+    stream: &std::sync::Arc<CudaStream>,
+    bmax: usize,
+    d: usize,
+    v: usize,
+) -> R<(CudaSlice<half::bf16>, CudaSlice<half::bf16>)> {
+    let (hidden, weight) = flashsampling::synthetic::lm_head(bmax, d, v, DATA_SEED ^ d as u64);
+    Ok((stream.clone_htod(&hidden)?, stream.clone_htod(&weight)?))
 }
 
 /// Writes a mode's CSV into the output folder, then prints its title and table (last, as the main run).
