@@ -67,16 +67,9 @@ fn every_control_matches_the_cpu_bit_for_bit_on_exact_logits() {
         ];
         for (name, params) in &cases {
             let c = cpu.sample_scored(h, w, params).unwrap();
-            // Every variant this GPU runs (the portable ones and, on Hopper, the wgmma ones).
-            for &entry in &entries {
-                if !entry.supports_vocab(v as u32) {
-                    continue;
-                }
-                gpu.set_fused_variant(Some(entry)).unwrap();
-                let g = gpu.sample_scored(h, w, params).unwrap();
-                assert_same(&format!("{name}, B={b} D={d} V={v}, {entry}"), &g, &c);
-            }
-            gpu.set_fused_variant(None).unwrap();
+            on_every_variant(&mut gpu, (h, w), params, |entry, g| {
+                assert_same(&format!("{name}, B={b} D={d} V={v}, {entry}"), &g, &c)
+            });
         }
         visible(&format!("GPU controls == CPU bit for bit: B={b:>3} D={d} V={v:>5}, {} variants", entries.len()));
     }

@@ -96,19 +96,13 @@ fn truncation_matches_the_cpu_on_exact_logits() {
         ];
         for (name, params) in &cases {
             let c = cpu.sample_scored(h, w, params).unwrap();
-            for &entry in &entries {
-                if !entry.supports_vocab(v as u32) {
-                    continue;
-                }
-                gpu.set_fused_variant(Some(entry)).unwrap();
-                let g = gpu.sample_scored(h, w, params).unwrap();
+            on_every_variant(&mut gpu, (h, w), params, |entry, g| {
                 let flags = g.truncation_fallback.as_ref().expect("a truncating GPU call reports its fallback rows");
                 assert_eq!(flags.len(), g.tokens.len());
                 fell_back += flags.iter().filter(|&&f| f).count();
                 rows += g.tokens.len();
                 bad += mismatches(&format!("{name}, B={b} D={d} V={v}, {entry}"), &g, &c);
-            }
-            gpu.set_fused_variant(None).unwrap();
+            });
         }
         visible(&format!("GPU truncation == CPU: B={b:>3} D={d} V={v:>5}, {} variants", entries.len()));
     }

@@ -474,3 +474,22 @@ pub fn count_rows(counts: &mut [Vec<u64>], tokens: &[u32], n: usize) {
         }
     }
 }
+
+/// `gpu.sample_scored(h, w, params)` on every fused-kernel variant this GPU runs that supports V
+/// (the portable ones and, on Hopper, the `wgmma` ones), handed to `check` with the variant; the
+/// library's own choice is restored afterwards.
+pub fn on_every_variant(
+    gpu: &mut GpuBackend,
+    (h, w): (Matrix<'_>, Matrix<'_>),
+    params: &SamplingParams,
+    mut check: impl FnMut(flashsampling::kernels::config::FusedVariant, flashsampling::Samples),
+) {
+    for entry in gpu.fused_variants() {
+        if !entry.supports_vocab(w.rows as u32) {
+            continue;
+        }
+        gpu.set_fused_variant(Some(entry)).unwrap();
+        check(entry, gpu.sample_scored(h, w, params).unwrap());
+    }
+    gpu.set_fused_variant(None).unwrap();
+}
