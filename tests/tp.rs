@@ -25,9 +25,10 @@ use flashsampling::kernels::logits::Adjustment;
 use flashsampling::params::LogProbs;
 use flashsampling::tp::nccl_available;
 use flashsampling::{
-    CommId, DeviceMatrix, Error, GpuBackend, Matrix, SamplingParams, ShardLayout, TpGroup, TpRank, VocabShard,
+    CommId, DeviceMatrix, ElementType, Error, GpuBackend, Matrix, SamplingParams, ShardLayout, TpGroup, TpRank,
+    VocabShard,
 };
-use half::bf16;
+use half::{bf16, f16};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -85,7 +86,7 @@ fn layouts(ends: &[usize], vocab: usize, d: usize) -> Vec<ShardLayout> {
     let mut start = 0;
     ends.iter()
         .map(|&e| {
-            let l = ShardLayout { offset: start, rows: e - start, vocab, d };
+            let l = ShardLayout { offset: start, rows: e - start, vocab, d, elem: ElementType::Bf16 };
             start = e;
             l
         })
@@ -133,6 +134,42 @@ fn cross_shard_adjustments(b: usize, v: usize) -> SparseAdjustments {
         adj.offsets.push(adj.tokens.len());
     }
     adj
+}
+
+#[test]
+fn f16_shards_are_bit_identical_to_one_gpu() {
+    if !gpus_or_skip("f16_shards_are_bit_identical_to_one_gpu", 2) {
+        return;
+    }
+    let (d, v, b) = (256usize, 50_003usize, 9usize);
+    let ls: Vec<ShardLayout> =
+        ShardLayout::even(v, d, 2, 64).unwrap().into_iter().map(|l| l.with_elem(ElementType::F16)).collect();
+    let padded = ls[1].offset + ls[1].rows;
+    let (hidden, weight) = padded_head(b, d, v, padded, 0x7A_F016);
+    let (hidden, weight): (Vec<f16>, Vec<f16>) = (
+        hidden.iter().map(|x| f16::from_f32(x.to_f32())).collect(),
+        weight.iter().map(|x| f16::from_f32(x.to_f32() * 1.0009765625)).collect(), // f16, not bf16, values
+    );
+    let sh: Vec<VocabShard<'_, f16>> = ls
+        .iter()
+        .map(|l| VocabShard::new(Matrix::new(&weight[l.offset * d..(l.offset + l.rows) * d], l.rows, d), l.offset))
+        .collect();
+    let params = SamplingParams::new(0.9, 0xF16)
+        .with_streams((0..b as u64).map(|r| 5 * r + 2).collect())
+        .with_logprobs(LogProbs::Processed);
+    let whole = GpuBackend::new(0)
+        .unwrap()
+        .sample_scored(Matrix::new(&hidden, b, d), Matrix::new(&weight[..v * d], v, d), &params)
+        .unwrap();
+    let mut group = TpGroup::new(&[0, 1], &ls, TIMEOUT).unwrap();
+    for (r, got) in group.sample(Matrix::new(&hidden, b, d), &sh, &params).unwrap().iter().enumerate() {
+        assert_eq!(got.tokens, whole.tokens, "f16 rank {r}: tokens");
+        assert_eq!(bits(&got.scores), bits(&whole.scores), "f16 rank {r}: scores");
+        for (x, y) in got.logprobs.as_ref().unwrap().iter().zip(whole.logprobs.as_ref().unwrap()) {
+            assert!((x - y).abs() <= 1e-4, "f16 rank {r}: log-probability {x} against {y}");
+        }
+    }
+    visible(&format!("f16 TP=2 V={v} B={b}: tokens and scores equal one GPU on both ranks"));
 }
 
 #[test]
@@ -300,7 +337,7 @@ fn bad_layouts_and_batches_are_typed_errors_before_any_launch() {
         return;
     }
     let (d, v) = (128usize, 4096usize);
-    let l = |offset, rows| ShardLayout { offset, rows, vocab: v, d };
+    let l = |offset, rows| ShardLayout { offset, rows, vocab: v, d, elem: ElementType::Bf16 };
     let err = |ls: &[ShardLayout]| TpGroup::new(&[0, 1], ls, TIMEOUT).unwrap_err();
     assert!(matches!(
         err(&[l(0, 2000), l(2004, 2092)]),
@@ -313,6 +350,8 @@ fn bad_layouts_and_batches_are_typed_errors_before_any_launch() {
     ));
     let other_d = ShardLayout { d: 256, ..l(2048, 2048) };
     assert!(matches!(err(&[l(0, 2048), other_d]), Error::RankMismatch { rank: 1, what: "hidden size D", .. }));
+    let f16_shard = l(2048, 2048).with_elem(ElementType::F16);
+    assert!(matches!(err(&[l(0, 2048), f16_shard]), Error::RankMismatch { rank: 1, expected: 1, actual: 2, .. }));
     assert!(matches!(TpGroup::new(&[0, 1], &[l(0, v)], TIMEOUT), Err(Error::LengthMismatch { .. })));
     assert!(matches!(CommId::from_hex("zz"), Err(Error::InvalidCommId(_))));
     assert!(matches!(
@@ -342,6 +381,16 @@ fn bad_layouts_and_batches_are_typed_errors_before_any_launch() {
     let wm: Vec<_> = wd.iter().map(|w| DeviceMatrix { data: w.as_view(), rows: 2048, cols: d }).collect();
     let mut outs: Vec<_> = group.ranks().iter().map(|r| r.gpu().alloc_samples(8, 2048).unwrap()).collect();
     assert!(matches!(group.sample_device(&hm, &wm, &params, None, &mut outs), Err(Error::LengthMismatch { .. })));
+    // f16 elements on a bf16 group.
+    let hidden16: Vec<f16> = hidden.iter().map(|x| f16::from_f32(x.to_f32())).collect();
+    let sh16: Vec<Vec<f16>> =
+        sh.iter().map(|x| x.weight.data.iter().map(|w| f16::from_f32(w.to_f32())).collect()).collect();
+    let shards16: Vec<_> =
+        sh16.iter().zip(&sh).map(|(w, x)| VocabShard::new(Matrix::new(w, x.weight.rows, d), x.offset)).collect();
+    assert!(matches!(
+        group.sample(Matrix::new(&hidden16, 8, d), &shards16, &params),
+        Err(Error::RankMismatch { rank: 0, expected: 1, actual: 2, .. })
+    ));
     let ok = group.sample(Matrix::new(&hidden, 8, d), &sh, &params).unwrap();
     let whole =
         GpuBackend::new(0).unwrap().sample(Matrix::new(&hidden, 8, d), Matrix::new(&weight, v, d), &params).unwrap();

@@ -51,7 +51,7 @@ pub use error::{Error, Result};
 pub use flashsampling_kernels as kernels;
 pub use flashsampling_kernels::stream_id;
 pub use gpu::{DeviceMatrix, DeviceSamples, GpuBackend, gpu_available};
-pub use params::{Matrix, SamplingParams, Shape};
+pub use params::{Element, ElementType, Matrix, SamplingParams, Shape};
 pub use shard::{VocabShard, merge_shard_candidates};
 pub use tp::{CommId, ShardLayout, TpGroup, TpRank};
 

@@ -1,6 +1,7 @@
 //! Sampling parameters, shapes and their validation.
 
 use flashsampling_kernels::config::{D_ALIGN, MAX_DIM};
+pub use flashsampling_kernels::params::ElementType;
 use flashsampling_kernels::{RowNoise, Transform};
 use half::bf16;
 
@@ -265,8 +266,7 @@ impl SamplingParams {
     }
 }
 
-/// A row-major matrix on the host: `rows × cols` values, bf16 by default; the CPU backend also takes
-/// f16 ([`Element`]; the GPU kernels take bf16).
+/// A row-major matrix on the host: `rows × cols` values, bf16 by default, or f16 ([`Element`]).
 #[derive(Clone, Copy, Debug)]
 pub struct Matrix<'a, T = bf16> {
     /// The values, `rows · cols` of them.
@@ -284,9 +284,14 @@ impl<'a, T> Matrix<'a, T> {
     }
 }
 
-/// An element type of the host matrices: bf16 (every backend) or f16 (the CPU backend). Products are
-/// accumulated in f32 either way.
-pub trait Element: Copy + Send + Sync + std::fmt::Debug + 'static + private::Sealed {
+/// An element type of the hidden states and the LM-head weight: bf16 or f16, on every backend (the
+/// GPU kernels pick their MMA instruction by [`Element::TYPE`]). Products are accumulated in f32
+/// either way.
+pub trait Element:
+    Copy + Send + Sync + std::fmt::Debug + 'static + cudarc::driver::DeviceRepr + private::Sealed
+{
+    /// The kernels' tag of this type.
+    const TYPE: ElementType;
     /// The value in f32 (exact for both types).
     fn to_f32(self) -> f32;
     /// Whether the value is NaN.
@@ -294,6 +299,7 @@ pub trait Element: Copy + Send + Sync + std::fmt::Debug + 'static + private::Sea
 }
 
 impl Element for bf16 {
+    const TYPE: ElementType = ElementType::Bf16;
     #[inline(always)]
     fn to_f32(self) -> f32 {
         bf16::to_f32(self)
@@ -305,6 +311,7 @@ impl Element for bf16 {
 }
 
 impl Element for half::f16 {
+    const TYPE: ElementType = ElementType::F16;
     #[inline(always)]
     fn to_f32(self) -> f32 {
         half::f16::to_f32(self)

@@ -39,7 +39,7 @@ use flashsampling_kernels::params::MergeRanksParams;
 
 use crate::error::{Error, Result};
 use crate::gpu::{ByValue, DeviceMatrix, DeviceSamples, GpuBackend, SHARD_OFFSET_ALIGN, VocabRange};
-use crate::params::{LogProbs, Matrix, SamplingParams};
+use crate::params::{Element, ElementType, LogProbs, Matrix, SamplingParams};
 use crate::{PTX, Samples, VocabShard};
 
 /// How long a rank waits for its peers (joining the group, the exchange) before it gives up.
@@ -141,7 +141,7 @@ fn check(r: nccl::ncclResult_t, call: &'static str, comm: Option<nccl::ncclComm_
 }
 
 /// The shard a rank holds: global vocab rows `offset .. offset + rows` of a `vocab`-entry head with
-/// hidden size `d` (bf16).
+/// hidden size `d`, its weight and the hidden states of element type `elem`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ShardLayout {
     /// Global vocab index of the shard's first row (a multiple of [`SHARD_OFFSET_ALIGN`]).
@@ -152,21 +152,51 @@ pub struct ShardLayout {
     pub vocab: usize,
     /// Hidden size D.
     pub d: usize,
+    /// Element type of the weight shard and the hidden states (the same on every rank; a call
+    /// with other elements is refused).
+    pub elem: ElementType,
 }
 
 impl ShardLayout {
     /// The even split Megatron and vLLM use: `ceil(V / G)` rows per rank rounded up to a multiple
-    /// of `pad` (≥ 4, a multiple of 4), the last shard padded past V.
+    /// of `pad` (≥ 4, a multiple of 4), the last shard padded past V; bf16 elements
+    /// ([`Self::with_elem`] for others).
     pub fn even(vocab: usize, d: usize, ranks: usize, pad: usize) -> Result<Vec<Self>> {
         if ranks == 0 || pad == 0 || pad % SHARD_OFFSET_ALIGN != 0 {
             return Err(Error::InvalidShards { reason: "ranks and padding must be positive multiples of 4", at: 0 });
         }
         let rows = vocab.div_ceil(ranks).div_ceil(pad) * pad;
-        Ok((0..ranks).map(|r| Self { offset: r * rows, rows, vocab, d }).collect())
+        Ok((0..ranks).map(|r| Self { offset: r * rows, rows, vocab, d, elem: ElementType::Bf16 }).collect())
+    }
+
+    /// The layout with element type `elem`.
+    pub fn with_elem(self, elem: ElementType) -> Self {
+        Self { elem, ..self }
+    }
+
+    /// The exchange's word for the element type (1 = bf16, 2 = f16).
+    fn elem_word(elem: ElementType) -> u64 {
+        match elem {
+            ElementType::Bf16 => 1,
+            ElementType::F16 => 2,
+        }
+    }
+
+    /// `Error::RankMismatch` (from rank `rank`'s view) unless a call's elements `elem` are the
+    /// layout's.
+    fn check_elem(&self, rank: usize, elem: ElementType) -> Result<()> {
+        if elem != self.elem {
+            return Err(Error::RankMismatch {
+                rank,
+                what: "element type (1 = bf16, 2 = f16) of this call's hidden states and weight",
+                expected: Self::elem_word(self.elem) as usize,
+                actual: Self::elem_word(elem) as usize,
+            });
+        }
+        Ok(())
     }
 
     fn words(&self, rank: usize, world: usize) -> [u64; 8] {
-        const DTYPE_BF16: u64 = 1;
         const MAGIC: u64 = 0x666c_6173_6873_6d70; // "flashsmp"
         [
             MAGIC,
@@ -176,7 +206,7 @@ impl ShardLayout {
             self.rows as u64,
             self.vocab as u64,
             self.d as u64,
-            DTYPE_BF16,
+            Self::elem_word(self.elem),
         ]
     }
 }
@@ -188,7 +218,12 @@ fn validate_layouts(layouts: &[ShardLayout]) -> Result<()> {
     let first = layouts.first().ok_or(Error::InvalidShards { reason: "no shards", at: 0 })?;
     let mut next = 0;
     for (rank, l) in layouts.iter().enumerate() {
-        for (what, expected, actual) in [("vocab size V", first.vocab, l.vocab), ("hidden size D", first.d, l.d)] {
+        let elem = |l: &ShardLayout| ShardLayout::elem_word(l.elem) as usize;
+        for (what, expected, actual) in [
+            ("vocab size V", first.vocab, l.vocab),
+            ("hidden size D", first.d, l.d),
+            ("element type (1 = bf16, 2 = f16)", elem(first), elem(l)),
+        ] {
             if expected != actual {
                 return Err(Error::RankMismatch { rank, what, expected, actual });
             }
@@ -465,7 +500,9 @@ impl TpRank {
             .map(|(rank, w)| {
                 let expected = self.layout.words(rank, self.world);
                 // Magic, rank, world and dtype must match what this rank would send for `rank`.
-                for (i, what) in [(0, "protocol"), (1, "rank"), (2, "world size"), (7, "dtype")] {
+                for (i, what) in
+                    [(0, "protocol"), (1, "rank"), (2, "world size"), (7, "element type (1 = bf16, 2 = f16)")]
+                {
                     if w[i] != expected[i] {
                         return Err(Error::RankMismatch {
                             rank,
@@ -475,7 +512,8 @@ impl TpRank {
                         });
                     }
                 }
-                Ok(ShardLayout { offset: w[3] as usize, rows: w[4] as usize, vocab: w[5] as usize, d: w[6] as usize })
+                let (offset, rows, vocab, d) = (w[3] as usize, w[4] as usize, w[5] as usize, w[6] as usize);
+                Ok(ShardLayout { offset, rows, vocab, d, elem: self.layout.elem })
             })
             .collect()
     }
@@ -537,10 +575,10 @@ impl TpRank {
     /// whole head's tokens (and log-probabilities) on every rank. Wait with [`Self::synchronize`]
     /// (which has a deadline) rather than synchronizing the stream directly, so that a failed peer
     /// is an error and not a hang.
-    pub fn sample_device(
+    pub fn sample_device<T: Element>(
         &mut self,
-        hidden: &DeviceMatrix<'_>,
-        weight: &DeviceMatrix<'_>,
+        hidden: &DeviceMatrix<'_, T>,
+        weight: &DeviceMatrix<'_, T>,
         params: &SamplingParams,
         mask: Option<&CudaView<'_, u32>>,
         out: &mut DeviceSamples,
@@ -566,10 +604,10 @@ impl TpRank {
     }
 
     /// Validation and the rank-local launch into the exchange buffer.
-    fn launch_local(
+    fn launch_local<T: Element>(
         &mut self,
-        hidden: &DeviceMatrix<'_>,
-        weight: &DeviceMatrix<'_>,
+        hidden: &DeviceMatrix<'_, T>,
+        weight: &DeviceMatrix<'_, T>,
         params: &SamplingParams,
         mask: Option<&CudaView<'_, u32>>,
         out: &mut DeviceSamples,
@@ -578,6 +616,7 @@ impl TpRank {
             return Err(Error::CommAborted);
         }
         let l = self.layout;
+        l.check_elem(self.rank, T::TYPE)?;
         if weight.rows != l.rows || weight.cols != l.d {
             return Err(Error::LengthMismatch {
                 buffer: "rank's weight shard (rows)",
@@ -793,10 +832,10 @@ impl TpGroup {
     /// Samples on every rank: `hidden[r]`, `weights[r]`, `outs[r]` on rank `r`'s GPU (the same
     /// batch on every rank). Every rank's inputs are validated before any launch; then the local
     /// launches, the grouped all-gather and the merges are enqueued, asynchronous.
-    pub fn sample_device(
+    pub fn sample_device<T: Element>(
         &mut self,
-        hidden: &[DeviceMatrix<'_>],
-        weights: &[DeviceMatrix<'_>],
+        hidden: &[DeviceMatrix<'_, T>],
+        weights: &[DeviceMatrix<'_, T>],
         params: &SamplingParams,
         masks: Option<&[CudaView<'_, u32>]>,
         outs: &mut [DeviceSamples],
@@ -820,6 +859,7 @@ impl TpGroup {
             });
         }
         for (r, rank) in self.ranks.iter().enumerate() {
+            rank.layout.check_elem(r, T::TYPE)?;
             rank.gpu.validate_launch(
                 &hidden[r],
                 &weights[r],
@@ -858,10 +898,10 @@ impl TpGroup {
     /// Host buffers in and out, for tests and small tools: uploads `hidden` to every GPU and
     /// `shards[r]` to rank `r`, samples, and returns every rank's [`Samples`] (identical by
     /// construction; the tests check it).
-    pub fn sample(
+    pub fn sample<T: Element>(
         &mut self,
-        hidden: Matrix<'_>,
-        shards: &[VocabShard<'_>],
+        hidden: Matrix<'_, T>,
+        shards: &[VocabShard<'_, T>],
         params: &SamplingParams,
     ) -> Result<Vec<Samples>> {
         if shards.len() != self.ranks.len() {
@@ -885,9 +925,9 @@ impl TpGroup {
             w.push(stream.clone_htod(s.weight.data)?);
             outs.push(rank.gpu.alloc_samples(hidden.rows * params.n as usize, s.weight.rows)?);
         }
-        let hv: Vec<DeviceMatrix<'_>> =
+        let hv: Vec<DeviceMatrix<'_, T>> =
             h.iter().map(|d| DeviceMatrix { data: d.as_view(), rows: hidden.rows, cols: hidden.cols }).collect();
-        let wv: Vec<DeviceMatrix<'_>> = w
+        let wv: Vec<DeviceMatrix<'_, T>> = w
             .iter()
             .zip(shards)
             .map(|(d, s)| DeviceMatrix { data: d.as_view(), rows: s.weight.rows, cols: s.weight.cols })

@@ -5,7 +5,34 @@ use crate::candidate::Candidate;
 use crate::epilogue::Transform;
 use crate::logmass::LogMass;
 use crate::truncate::{StoredTop, Truncation};
-use half::bf16;
+
+/// The element type of the hidden states and the LM-head weight (both the same): 16-bit floats whose
+/// products the tensor cores accumulate in f32. The kernels take the operands as raw 16-bit words
+/// (`*const u16`) and this tag; loads, copies and TMA boxes do not depend on it, only the MMA
+/// instruction and the few scalar dot products (`device::dot`) do.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ElementType {
+    /// bfloat16 (8 exponent bits, 7 mantissa bits).
+    Bf16 = 0,
+    /// IEEE half precision (5 exponent bits, 10 mantissa bits).
+    F16 = 1,
+}
+
+impl ElementType {
+    /// Whether the elements are IEEE halves.
+    #[inline(always)]
+    pub const fn is_f16(self) -> bool {
+        matches!(self, ElementType::F16)
+    }
+    /// The name used in messages (`"bf16"`, `"f16"`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            ElementType::Bf16 => "bf16",
+            ElementType::F16 => "f16",
+        }
+    }
+}
 
 /// One batch row's sampling parameters in a fused launch (`FusedParams::rows`, `[B]`): its noise key
 /// (seed, stream, sample index), its temperature's transform and the request it samples for. With
@@ -57,10 +84,10 @@ impl RowMass {
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct FusedParams {
-    /// Hidden states `[B, D]`, bf16, row-major, 16-byte aligned.
-    pub hidden: *const bf16,
-    /// LM-head weight `[V, D]`, bf16, row-major (the checkpoint layout), 16-byte aligned.
-    pub weight: *const bf16,
+    /// Hidden states `[B, D]`, [`Self::elem`], row-major, 16-byte aligned.
+    pub hidden: *const u16,
+    /// LM-head weight `[V, D]`, [`Self::elem`], row-major (the checkpoint layout), 16-byte aligned.
+    pub weight: *const u16,
     /// Per-row sampling parameters `[B]` (seed, stream, sample index, temperature, request).
     pub rows: *const RowParams,
     /// Allowed-token bitmask `[B / n, mask_words]` (rows by [`RowParams::request`]; bit `j` of
@@ -128,6 +155,8 @@ pub struct FusedParams {
     /// Top-list units per (row, vocab range) of the truncation kernels
     /// ([`FusedVariant::top_units`](crate::config::FusedVariant::top_units)).
     pub top_units: u32,
+    /// Element type of `hidden` and `weight` (selects the MMA instruction per stage).
+    pub elem: ElementType,
 }
 
 /// One CUDA tensor map (`CUtensorMap`): an opaque 128-byte TMA descriptor that the host encodes
@@ -141,13 +170,13 @@ pub struct TensorMap(pub [u64; 16]);
 #[repr(C, align(128))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TensorMaps {
-    /// The weight rows `0 .. 32·⌊V/32⌋` as a 5-D bf16 tensor whose one box is a whole 128-row tile
+    /// The weight rows `0 .. 32·⌊V/32⌋` as a 5-D tensor of 16-bit elements whose one box is a whole 128-row tile
     /// in the `wgmma` slab order: dimensions (innermost first) D (box 64), `g` (8, stride 4 rows),
     /// `e` (2, stride 1 row), `w` (`⌊V/32⌋`, stride 32 rows), `h` (2, stride 2 rows), so box element
     /// `(k, g, e, w, h)` of the tile at `w = 4·tile` is vocab row `tile·128 + 32w + 2h + e + 4g` at
     /// slab row `64h + 16w + 8e + g`. Zeros when V < 32 (then unused).
     pub weight_tiles: TensorMap,
-    /// The weight `[V, D]` as a 2-D bf16 tensor (D innermost), box `64 × 32` with element strides
+    /// The weight `[V, D]` as a 2-D tensor of 16-bit elements (D innermost), box `64 × 32` with element strides
     /// `1 × 4`: [`TMA_WEIGHT_BOX_ROWS`](crate::config::TMA_WEIGHT_BOX_ROWS) rows that are
     /// [`TMA_WEIGHT_ROW_STEP`](crate::config::TMA_WEIGHT_ROW_STEP) apart, rows past V zeros; 16 boxes
     /// make the last, partial tile.
@@ -223,9 +252,9 @@ pub struct AdjustedToken {
 #[derive(Clone, Copy, Debug)]
 pub struct AdjustParams {
     /// Hidden states `[B, D]` of the request rows (not expanded), 16-byte aligned.
-    pub hidden: *const bf16,
+    pub hidden: *const u16,
     /// The launch's weight rows `[V, D]`, 16-byte aligned.
-    pub weight: *const bf16,
+    pub weight: *const u16,
     /// Per-sample-row parameters `[B·n]`.
     pub rows: *const RowParams,
     /// The launch's allowed-token mask `[B, mask_words]` (this call's own copy): each adjusted
@@ -253,8 +282,8 @@ pub struct AdjustParams {
     pub mask_words: u32,
     /// Soft-cap (0: none).
     pub softcap: f32,
-    /// Padding.
-    pub _pad: u32,
+    /// Element type of `hidden` and `weight`.
+    pub elem: ElementType,
 }
 
 /// Parameters of the row-expansion kernel (`expand_rows`): `out[r·n + j, :] = hidden[r, :]`, the
@@ -263,9 +292,9 @@ pub struct AdjustParams {
 #[derive(Clone, Copy, Debug)]
 pub struct ExpandParams {
     /// Hidden states `[B, D]`, 16-byte aligned.
-    pub hidden: *const bf16,
+    pub hidden: *const u16,
     /// Output `[B·n, D]`, 16-byte aligned.
-    pub out: *mut bf16,
+    pub out: *mut u16,
     /// Request rows.
     pub b: u32,
     /// 16-byte chunks per row (`D / 8`).
@@ -355,9 +384,9 @@ pub struct TruncateParams {
     /// The adjusted tokens' results, as in [`FusedParams`].
     pub adjusted: *const AdjustedToken,
     /// Hidden states of the launch `[B, D]` (the raw logit of a changed token).
-    pub hidden: *const bf16,
+    pub hidden: *const u16,
     /// Weight `[V, D]`.
-    pub weight: *const bf16,
+    pub weight: *const u16,
     /// In and out: the plain sample's token and score `[B]`, replaced by the truncated one.
     pub tokens: *mut u32,
     /// See `tokens`.
@@ -384,8 +413,8 @@ pub struct TruncateParams {
     pub d: u32,
     /// Samples per request.
     pub samples: u32,
-    /// Padding.
-    pub _pad: u32,
+    /// Element type of `hidden` and `weight`.
+    pub elem: ElementType,
 }
 
 /// Parameters of the exact fallback (`fallback_logits`, `fallback_sample`) for the rows the
@@ -401,9 +430,9 @@ pub struct FallbackParams {
     /// `fallback_sample`.
     pub logits: *mut f32,
     /// Hidden states `[B, D]`.
-    pub hidden: *const bf16,
+    pub hidden: *const u16,
     /// Weight `[V, D]`.
-    pub weight: *const bf16,
+    pub weight: *const u16,
     /// Allowed-token mask (or null), as in [`FusedParams`] (adjusted tokens' bits cleared).
     pub mask: *const u32,
     /// Per-sample-row parameters `[B]`.
@@ -436,6 +465,6 @@ pub struct FallbackParams {
     pub mask_words: u32,
     /// Soft-cap (0: none).
     pub softcap: f32,
-    /// Padding.
-    pub _pad: u32,
+    /// Element type of `hidden` and `weight`.
+    pub elem: ElementType,
 }

@@ -7,23 +7,23 @@ use std::io::Write;
 use flashsampling::controls::{SparseAdjustments, TokenMask};
 use flashsampling::kernels::RowNoise;
 use flashsampling::kernels::logits::Adjustment;
-use flashsampling::{GpuBackend, Matrix, SamplingParams};
+use flashsampling::{Element, GpuBackend, Matrix, SamplingParams};
 use half::bf16;
 
 /// Test data generator (the library's SplitMix64).
 pub type TestRng = flashsampling::synthetic::SplitMix64;
 
-/// f64 logits `hidden[row] · weight[v]` for every v (exact products of bf16, f64 sums).
-pub fn logits_f64(hidden: &[bf16], weight: &[bf16], d: usize, row: usize) -> Vec<f64> {
+/// f64 logits `hidden[row] · weight[v]` for every v (exact products of bf16 or f16, f64 sums).
+pub fn logits_f64<T: Element>(hidden: &[T], weight: &[T], d: usize, row: usize) -> Vec<f64> {
     let h = &hidden[row * d..(row + 1) * d];
-    weight.chunks(d).map(|w| h.iter().zip(w).map(|(a, b)| a.to_f64() * b.to_f64()).sum()).collect()
+    weight.chunks(d).map(|w| h.iter().zip(w).map(|(a, b)| a.to_f32() as f64 * b.to_f32() as f64).sum()).collect()
 }
 
 /// `Σ_d |h_d · w_d|` for one (row, v): scales the f32 summation error bound.
-pub fn abs_dot(hidden: &[bf16], weight: &[bf16], d: usize, row: usize, v: usize) -> f64 {
+pub fn abs_dot<T: Element>(hidden: &[T], weight: &[T], d: usize, row: usize, v: usize) -> f64 {
     let h = &hidden[row * d..(row + 1) * d];
     let w = &weight[v * d..(v + 1) * d];
-    h.iter().zip(w).map(|(a, b)| (a.to_f64() * b.to_f64()).abs()).sum()
+    h.iter().zip(w).map(|(a, b)| (a.to_f32() as f64 * b.to_f32() as f64).abs()).sum()
 }
 
 /// A bound on |f32 dot − exact dot| for D terms summed in f32 in any order (both sides),
@@ -478,9 +478,9 @@ pub fn count_rows(counts: &mut [Vec<u64>], tokens: &[u32], n: usize) {
 /// `gpu.sample_scored(h, w, params)` on every fused-kernel variant this GPU runs that supports V
 /// (the portable ones and, on Hopper, the `wgmma` ones), handed to `check` with the variant; the
 /// library's own choice is restored afterwards.
-pub fn on_every_variant(
+pub fn on_every_variant<T: Element>(
     gpu: &mut GpuBackend,
-    (h, w): (Matrix<'_>, Matrix<'_>),
+    (h, w): (Matrix<'_, T>, Matrix<'_, T>),
     params: &SamplingParams,
     mut check: impl FnMut(flashsampling::kernels::config::FusedVariant, flashsampling::Samples),
 ) {

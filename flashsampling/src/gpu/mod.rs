@@ -22,7 +22,7 @@ use flashsampling_kernels::{Candidate, Transform};
 use half::bf16;
 
 use crate::error::{Error, Result};
-use crate::params::{LogProbs, Matrix, SamplingParams, Shape, validate, validate_in_vocab};
+use crate::params::{Element, ElementType, LogProbs, Matrix, SamplingParams, Shape, validate, validate_in_vocab};
 use crate::{PTX, PTX_SM90A, Samples, check_samples_of};
 
 mod truncate;
@@ -70,11 +70,13 @@ pub(crate) struct VocabRange {
 /// word hold four consecutive tokens; Megatron and vLLM pad shards to multiples of 64 or 128).
 pub const SHARD_OFFSET_ALIGN: usize = 4;
 
-/// A launch's vocab range and, for a rank, its exchange buffer's device address.
+/// A launch's vocab range, for a rank its exchange buffer's device address, and the element type of
+/// its hidden states and weight.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Ranged {
     range: VocabRange,
     staging: Option<u64>,
+    elem: ElementType,
 }
 
 /// Device addresses of a call's outputs (and cudarc's guards, to drop after the launch that writes
@@ -127,11 +129,12 @@ impl LoadedVariant {
     }
 }
 
-/// A row-major bf16 matrix in device memory.
+/// A row-major matrix in device memory, bf16 by default, or f16 ([`Element`]); the hidden states and
+/// the weight of a call have the same element type.
 #[derive(Debug)]
-pub struct DeviceMatrix<'a> {
+pub struct DeviceMatrix<'a, T = bf16> {
     /// The values, `rows · cols` of them, 16-byte aligned.
-    pub data: CudaView<'a, bf16>,
+    pub data: CudaView<'a, T>,
     /// Rows.
     pub rows: usize,
     /// Columns (D).
@@ -190,8 +193,9 @@ pub struct DeviceSamples {
     logsumexp: Option<CudaSlice<f32>>,
     /// A call's allowed-token mask uploaded from the host.
     mask: Option<CudaSlice<u32>>,
-    /// The hidden states of a call with several samples per row, `[B·n, D]`.
-    expanded: Option<CudaSlice<bf16>>,
+    /// The hidden states of a call with several samples per row, `[B·n, D]` (16-bit elements of
+    /// either type: the expansion copies bits).
+    expanded: Option<CudaSlice<u16>>,
     /// A call's sparse adjustments (CSR offsets, entry rows, tokens, adjustments as words).
     adj: Option<CudaSlice<u32>>,
     /// The adjusted tokens' results (`AdjustedToken`, four words each, `[entries, n]`).
@@ -215,28 +219,33 @@ pub struct DeviceSamples {
     tensor_maps_for: Option<TensorMapKey>,
 }
 
-/// What a launch's tensor maps depend on: the two device addresses, B, D, V and the variant (its
-/// `BLOCK_B` and weight layout).
+/// What a launch's tensor maps depend on: the two device addresses and their element type, B, D, V
+/// and the variant (its `BLOCK_B` and weight layout).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct TensorMapKey {
     hidden: u64,
     weight: u64,
+    elem: ElementType,
     b: usize,
     d: usize,
     v: usize,
     variant: FusedVariant,
 }
 
-/// Encodes a bf16 tensor map of geometry `layout` over device memory at `address` (128-byte
-/// swizzle, zeros outside the tensor).
-fn encode_tensor_map<const R: usize>(address: u64, layout: TmaLayout<R>) -> Result<TensorMap> {
+/// Encodes a tensor map of element type `elem` and geometry `layout` over device memory at
+/// `address` (128-byte swizzle, zeros outside the tensor).
+fn encode_tensor_map<const R: usize>(address: u64, layout: TmaLayout<R>, elem: ElementType) -> Result<TensorMap> {
+    let data_type = match elem {
+        ElementType::Bf16 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+        ElementType::F16 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+    };
     let mut map = sys::CUtensorMap { opaque: [0; 16] };
     // SAFETY: every pointer is to a live array of the length rank `R` needs (`R − 1` strides); the
     // driver only encodes the descriptor (no device access).
     let status = unsafe {
         sys::cuTensorMapEncodeTiled(
             &mut map,
-            sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+            data_type,
             R as u32,
             address as *mut std::ffi::c_void,
             layout.dims.as_ptr(),
@@ -690,13 +699,23 @@ impl GpuBackend {
 
     /// One token per row (`[B, n]` with [`SamplingParams::n`]); host buffers in, host tokens out
     /// (uploads, samples, downloads).
-    pub fn sample(&self, hidden: Matrix<'_>, weight: Matrix<'_>, params: &SamplingParams) -> Result<Vec<u32>> {
+    pub fn sample<T: Element>(
+        &self,
+        hidden: Matrix<'_, T>,
+        weight: Matrix<'_, T>,
+        params: &SamplingParams,
+    ) -> Result<Vec<u32>> {
         Ok(self.sample_scored(hidden, weight, params)?.tokens)
     }
 
     /// Tokens, winning perturbed scores and the log-probabilities `params` asks for; host buffers in
     /// and out.
-    pub fn sample_scored(&self, hidden: Matrix<'_>, weight: Matrix<'_>, params: &SamplingParams) -> Result<Samples> {
+    pub fn sample_scored<T: Element>(
+        &self,
+        hidden: Matrix<'_, T>,
+        weight: Matrix<'_, T>,
+        params: &SamplingParams,
+    ) -> Result<Samples> {
         validate((hidden.rows, hidden.cols, hidden.data.len()), (weight.rows, weight.cols, weight.data.len()), params)?;
         if let Some(control) = params.cpu_only_control() {
             return Err(Error::Unsupported { control, path: "on the GPU backend" });
@@ -738,10 +757,10 @@ impl GpuBackend {
     /// per-row parameters (`[B·n]` of 32 bytes) are uploaded when they differ from the last call's;
     /// a host mask ([`SamplingParams::allowed`]) is uploaded every call — a decode loop that keeps
     /// its masks on the device passes them to [`Self::sample_device_masked`] instead.
-    pub fn sample_device(
+    pub fn sample_device<T: Element>(
         &self,
-        hidden: &DeviceMatrix<'_>,
-        weight: &DeviceMatrix<'_>,
+        hidden: &DeviceMatrix<'_, T>,
+        weight: &DeviceMatrix<'_, T>,
         params: &SamplingParams,
         out: &mut DeviceSamples,
     ) -> Result<()> {
@@ -752,10 +771,10 @@ impl GpuBackend {
     /// words (bit `j` of word `w` = token `32w + j`, vLLM's and xgrammar's layout), instead of
     /// [`SamplingParams::allowed`] (give one or the other). A row with no allowed token gets
     /// [`flashsampling_kernels::INVALID_INDEX`] and a `−∞` score.
-    pub fn sample_device_masked(
+    pub fn sample_device_masked<T: Element>(
         &self,
-        hidden: &DeviceMatrix<'_>,
-        weight: &DeviceMatrix<'_>,
+        hidden: &DeviceMatrix<'_, T>,
+        weight: &DeviceMatrix<'_, T>,
         params: &SamplingParams,
         mask: Option<&CudaView<'_, u32>>,
         out: &mut DeviceSamples,
@@ -768,10 +787,10 @@ impl GpuBackend {
     /// `range.vocab`-entry head (rows at or past `range.vocab` are padding, never scored). With
     /// `staging` (a rank's exchange buffer, `[6, B·n]` words), the launch writes its per-row results
     /// there ([`flashsampling_kernels::params::MergeRanksParams`]'s layout) instead of into `out`.
-    pub(crate) fn sample_device_in(
+    pub(crate) fn sample_device_in<T: Element>(
         &self,
-        hidden: &DeviceMatrix<'_>,
-        weight: &DeviceMatrix<'_>,
+        hidden: &DeviceMatrix<'_, T>,
+        weight: &DeviceMatrix<'_, T>,
         params: &SamplingParams,
         mask: Option<&CudaView<'_, u32>>,
         out: &mut DeviceSamples,
@@ -841,7 +860,7 @@ impl GpuBackend {
         out.n = n;
         out.has_logprobs = epilogue.has_logprobs() && params.logprobs != LogProbs::Off;
         out.has_truncation = truncates;
-        let ranged = Ranged { range, staging };
+        let ranged = Ranged { range, staging, elem: T::TYPE };
         let result =
             self.upload_and_launch(shape, params, (hidden_ptr, weight_ptr, mask_ptr), words, out, launch, ranged);
         if result.is_err() {
@@ -855,10 +874,10 @@ impl GpuBackend {
 
     /// The checks of [`Self::sample_device_in`] that need no device address: shapes, parameters,
     /// the vocab range, the mask's length, every buffer on this context.
-    pub(crate) fn validate_call(
+    pub(crate) fn validate_call<T: Element>(
         &self,
-        hidden: &DeviceMatrix<'_>,
-        weight: &DeviceMatrix<'_>,
+        hidden: &DeviceMatrix<'_, T>,
+        weight: &DeviceMatrix<'_, T>,
         params: &SamplingParams,
         mask: Option<&CudaView<'_, u32>>,
         range: VocabRange,
@@ -915,10 +934,10 @@ impl GpuBackend {
     /// [`Self::validate_call`] and the alignment of the hidden states and the weight: every check a
     /// launch makes, for callers that validate several launches before making any (a
     /// [`crate::TpGroup`]). A single launch checks the alignment on the addresses it takes anyway.
-    pub(crate) fn validate_launch(
+    pub(crate) fn validate_launch<T: Element>(
         &self,
-        hidden: &DeviceMatrix<'_>,
-        weight: &DeviceMatrix<'_>,
+        hidden: &DeviceMatrix<'_, T>,
+        weight: &DeviceMatrix<'_, T>,
         params: &SamplingParams,
         mask: Option<&CudaView<'_, u32>>,
         range: VocabRange,
@@ -1034,14 +1053,14 @@ impl GpuBackend {
             let len = rows * shape.d;
             if out.expanded.as_ref().is_none_or(|e| e.len() < len) {
                 // SAFETY: written by the expansion below before the fused kernel reads it.
-                out.expanded = Some(unsafe { self.stream.alloc::<bf16>(len) }?);
+                out.expanded = Some(unsafe { self.stream.alloc::<u16>(len) }?);
             }
             let expanded = out.expanded.as_mut().expect("allocated above");
             let (dst, _e) = expanded.device_ptr_mut(&self.stream);
             let chunks = (shape.d / 8) as u32;
             let p = ByValue(ExpandParams {
-                hidden: hidden as *const bf16,
-                out: dst as *mut bf16,
+                hidden: hidden as *const u16,
+                out: dst as *mut u16,
                 b: shape.b as u32,
                 chunks,
                 n: out.n as u32,
@@ -1060,7 +1079,7 @@ impl GpuBackend {
                 block_dim: (EXPAND_THREADS, 1, 1),
                 shared_mem_bytes: 0,
             };
-            // SAFETY: `hidden` holds B·D bf16 (validated, 16-byte aligned, guarded by the caller),
+            // SAFETY: `hidden` holds B·D elements (validated, 16-byte aligned, guarded by the caller),
             // `dst` B·n·D (allocated above, 256-byte aligned, ours: only this stream writes it);
             // D % 8 == 0; the grid covers the B·n·D/8 chunks.
             unsafe { self.stream.launch_builder(&self.expand).arg(&p).launch(cfg) }?;
@@ -1079,7 +1098,8 @@ impl GpuBackend {
         self.launch_fused(shape, params, (hidden, weight, mask), out, launch, ranged, adjusted)?;
         if launch.epilogue == Epilogue::Truncate {
             let units = launch.n_vranges as usize * launch.variant.top_units() as usize;
-            self.launch_truncation(params, (shape.b, shape.d, shape.v), (hidden, weight, mask), units, adjusted, out)?;
+            let operands = (hidden, weight, mask, ranged.elem);
+            self.launch_truncation(params, (shape.b, shape.d, shape.v), operands, units, adjusted, out)?;
         }
         Ok(())
     }
@@ -1130,8 +1150,8 @@ impl GpuBackend {
         let (rows, _s) = out.rows.device_ptr(&self.stream);
         let at = |words: usize| base + 4 * words as u64;
         let p = ByValue(AdjustParams {
-            hidden: hidden as *const bf16,
-            weight: weight as *const bf16,
+            hidden: hidden as *const u16,
+            weight: weight as *const u16,
             rows: rows as *const RowParams,
             mask: mask as *mut u32,
             entry_rows: at(b + 1) as *const u32,
@@ -1145,7 +1165,7 @@ impl GpuBackend {
             v_end: (ranged.range.offset + shape.v) as u32,
             mask_words: ranged.range.vocab.div_ceil(32) as u32,
             softcap,
-            _pad: 0,
+            elem: ranged.elem,
         });
         let warps = ADJUST_THREADS / 32;
         let cfg = LaunchConfig {
@@ -1153,7 +1173,7 @@ impl GpuBackend {
             block_dim: (ADJUST_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: `hidden` holds B·D and `weight` the launch's rows × D bf16 (validated, 16-byte
+        // SAFETY: `hidden` holds B·D and `weight` the launch's rows × D elements (validated, 16-byte
         // aligned, guarded by the caller); the pack holds what the pointers above say (`validate`
         // checked the CSR: rows < B, tokens < V, entries consistent); `rows` holds B·n row
         // parameters (uploaded above), the mask B × ceil(V/32) words, the results E·n entries.
@@ -1176,18 +1196,19 @@ impl GpuBackend {
         let variant = launch.variant;
         let rows = out.b;
         if variant.uses_tma() {
-            let key = TensorMapKey { hidden, weight, b: rows, d: shape.d, v: shape.v, variant: launch.variant };
+            let elem = ranged.elem;
+            let key = TensorMapKey { hidden, weight, elem, b: rows, d: shape.d, v: shape.v, variant: launch.variant };
             if out.tensor_maps_for != Some(key) {
                 let (d, v) = (shape.d as u32, shape.v as u32);
                 let maps = TensorMaps {
                     weight_tiles: match (variant.family, tma_weight_tiles_t(d, v), tma_weight_tiles(d, v)) {
-                        (Family::WgmmaHiddenA, Some(layout), _) => encode_tensor_map(weight, layout)?,
+                        (Family::WgmmaHiddenA, Some(layout), _) => encode_tensor_map(weight, layout, elem)?,
                         (Family::WgmmaHiddenA, None, _) => unreachable!("V % 16 is checked before the launch"),
-                        (_, _, Some(layout)) => encode_tensor_map(weight, layout)?,
+                        (_, _, Some(layout)) => encode_tensor_map(weight, layout, elem)?,
                         (_, _, None) => TensorMap([0; 16]), // V < 32: no whole tile, never read
                     },
-                    weight_rows: encode_tensor_map(weight, tma_weight_rows(d, v))?,
-                    hidden: encode_tensor_map(hidden, tma_hidden(d, rows as u32, variant.block_b()))?,
+                    weight_rows: encode_tensor_map(weight, tma_weight_rows(d, v), elem)?,
+                    hidden: encode_tensor_map(hidden, tma_hidden(d, rows as u32, variant.block_b()), elem)?,
                 };
                 let words: Vec<u64> =
                     [maps.weight_tiles, maps.weight_rows, maps.hidden].iter().flat_map(|m| m.0).collect();
@@ -1243,8 +1264,8 @@ impl GpuBackend {
             lp_ptrs[4] = raw_lse;
         }
         let p = ByValue(FusedParams {
-            hidden: hidden as *const bf16,
-            weight: weight as *const bf16,
+            hidden: hidden as *const u16,
+            weight: weight as *const u16,
             rows: row_params as *const RowParams,
             mask: mask as *const u32,
             masses: lp_ptrs[0] as *mut RowMass,
@@ -1271,6 +1292,7 @@ impl GpuBackend {
             tensor_maps: if variant.uses_tma() { maps as *const TensorMaps } else { std::ptr::null() },
             tma_whole_tiles: shape.v as u32 / BLOCK_V,
             top_units: variant.top_units(),
+            elem: ranged.elem,
         });
         let cfg = LaunchConfig {
             grid_dim: (launch.n_btiles * launch.n_vranges, 1, 1),
@@ -1278,7 +1300,7 @@ impl GpuBackend {
             shared_mem_bytes: loaded.variant.smem_bytes(launch.epilogue),
         };
         // SAFETY: shapes validated above; hidden (B·n rows: the caller's or the expanded copy) and
-        // weight hold rows·D and V·D bf16 and are 16-byte aligned; the row parameters, tokens and
+        // weight hold rows·D and V·D elements of `elem` and are 16-byte aligned; the row parameters, tokens and
         // scores hold `rows` entries, candidates rows·n_vranges, counters ≥ n_btiles zeros (each
         // launch leaves them zero); a mask (non-null) holds B·ceil(V/32) words, every request index
         // < B; a log-probability launch's masses hold rows·n_vranges and its outputs `rows` entries;

@@ -10,9 +10,8 @@ use flashsampling_kernels::config::{
     FALLBACK_LOGITS_ROWS, FALLBACK_LOGITS_THREADS, FALLBACK_SAMPLE_SMEM, FALLBACK_SAMPLE_THREADS, TRUNCATE_SMEM,
     TRUNCATE_THREADS,
 };
-use flashsampling_kernels::params::{AdjustedToken, FallbackParams, RowParams, TruncateParams};
+use flashsampling_kernels::params::{AdjustedToken, ElementType, FallbackParams, RowParams, TruncateParams};
 use flashsampling_kernels::truncate::{StoredTop, Truncation};
-use half::bf16;
 
 use super::{ByValue, DeviceSamples, GpuBackend};
 use crate::error::{Error, Result};
@@ -90,14 +89,14 @@ impl GpuBackend {
 
     /// The launches after a fused truncation launch: the truncation step, then the fallback's
     /// logits and sampler (which return at once when no row was left to them). `hidden` is the
-    /// fused launch's (`B·n` rows), `mask` its mask (the adjusted tokens' bits cleared), `adjusted`
-    /// its adjustments (offsets, results).
+    /// fused launch's (`B·n` rows), `mask` its mask (the adjusted tokens' bits cleared), `elem` the
+    /// element type of hidden states and weight, `adjusted` its adjustments (offsets, results).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn launch_truncation(
         &self,
         params: &SamplingParams,
         (b, d, v): (usize, usize, usize),
-        (hidden, weight, mask): (u64, u64, u64),
+        operands: (u64, u64, u64, ElementType),
         units: usize,
         adjusted: Option<(u64, u64)>,
         out: &mut DeviceSamples,
@@ -110,16 +109,8 @@ impl GpuBackend {
         };
         let mut taken = out.truncation.take();
         let tr = taken.as_mut().expect("allocated before the fused launch");
-        let result = self.launch_truncation_with(
-            params,
-            (b, d, v),
-            (hidden, weight, mask),
-            units,
-            adjusted,
-            (row_params, &words),
-            tr,
-            out,
-        );
+        let result =
+            self.launch_truncation_with(params, (b, d, v), operands, units, adjusted, (row_params, &words), tr, out);
         out.truncation = taken;
         result
     }
@@ -129,7 +120,7 @@ impl GpuBackend {
         &self,
         params: &SamplingParams,
         (_b, d, v): (usize, usize, usize),
-        (hidden, weight, mask): (u64, u64, u64),
+        (hidden, weight, mask, elem): (u64, u64, u64, ElementType),
         units: usize,
         adjusted: Option<(u64, u64)>,
         (row_params, words): (u64, &[u32]),
@@ -159,8 +150,8 @@ impl GpuBackend {
             truncation: truncation as *const Truncation,
             adj_offsets: offsets as *const u32,
             adjusted: results as *const AdjustedToken,
-            hidden: hidden as *const bf16,
-            weight: weight as *const bf16,
+            hidden: hidden as *const u16,
+            weight: weight as *const u16,
             tokens: o.tokens as *mut u32,
             scores: o.scores as *mut f32,
             logprobs: o.logprobs as *mut f32,
@@ -174,7 +165,7 @@ impl GpuBackend {
             v: v as u32,
             d: d as u32,
             samples: n as u32,
-            _pad: 0,
+            elem,
         });
         let cfg = LaunchConfig {
             grid_dim: (rows as u32, 1, 1),
@@ -185,13 +176,13 @@ impl GpuBackend {
         // units`), the plain tokens, scores, log-probabilities and log-sum-exps (`rows` each) and the
         // raw log-sum-exps; the row parameters hold `rows`, the truncation `b` requests, the list
         // rows + 1 words (count zeroed above), the flags `rows`; hidden `rows × D` and weight `V × D`
-        // bf16, 16-byte aligned (validated); the adjustments as in the fused launch.
+        // elements of `elem`, 16-byte aligned (validated); the adjustments as in the fused launch.
         unsafe { self.stream.launch_builder(&self.truncate).arg(&p).launch(cfg) }?;
         let f = ByValue(FallbackParams {
             list: list as *const u32,
             logits: logits as *mut f32,
-            hidden: hidden as *const bf16,
-            weight: weight as *const bf16,
+            hidden: hidden as *const u16,
+            weight: weight as *const u16,
             mask: mask as *const u32,
             rows: row_params as *const RowParams,
             truncation: truncation as *const Truncation,
@@ -208,7 +199,7 @@ impl GpuBackend {
             samples: n as u32,
             mask_words: if mask != 0 { v.div_ceil(32) as u32 } else { 0 },
             softcap: params.softcap.unwrap_or(0.0),
-            _pad: 0,
+            elem,
         });
         let cfg = LaunchConfig {
             grid_dim: ((v as u32).div_ceil(FALLBACK_LOGITS_ROWS), 1, 1),
@@ -301,7 +292,7 @@ impl GpuBackend {
                 samples: 1,
                 mask_words: 0,
                 softcap: 0.0,
-                _pad: 0,
+                elem: ElementType::Bf16, // no hidden states or weight are read
             });
             // SAFETY: the list holds b rows (uploaded above), the logits `b × v` floats (checked), the
             // row parameters and truncation `b` entries, the outputs `b`; no mask, adjustments or

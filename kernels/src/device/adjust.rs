@@ -45,8 +45,8 @@ pub unsafe extern "ptx-kernel" fn adjust_tokens(p: AdjustParams) {
         let d = p.d as usize;
         let (h, w) = (r as usize * d, (t - p.v_offset) as usize * d);
         // SAFETY: all 32 lanes (`mine` is warp-uniform); hidden row r and weight row t − v_offset hold
-        // D bf16, 16-byte aligned (the host checks the bases; D % 8 == 0).
-        y = unsafe { warp_dot(p.hidden.add(h), p.weight.add(w), d, lane) };
+        // D elements, 16-byte aligned (the host checks the bases; D % 8 == 0).
+        y = unsafe { warp_dot(p.hidden.add(h), p.weight.add(w), d, lane, p.elem) };
     }
     if lane != 0 {
         return;

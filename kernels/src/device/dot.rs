@@ -1,18 +1,39 @@
-//! One f32 dot product of a bf16 hidden row and a bf16 weight row over a warp: the few logits that
-//! are recomputed outside the fused pass (adjusted tokens, the sampled token's log-probability, a
-//! truncated row's new token, the fallback's materialized logits).
+//! One f32 dot product of a hidden row and a weight row (bf16 or f16, [`ElementType`]) over a warp:
+//! the few logits that are recomputed outside the fused pass (adjusted tokens, the sampled token's
+//! log-probability, a truncated row's new token, the fallback's materialized logits).
 
-use super::ptx::{ld_global_nc_v4_f32, shfl_sync_bfly_b32};
-use half::bf16;
+use super::ptx::{cvt_f32_f16, ld_global_nc_v4_f32, shfl_sync_bfly_b32};
+use crate::params::ElementType;
+
+/// The two elements of a 32-bit word (low half first) in f32, exactly: bf16 by a shift, f16 by
+/// `cvt.f32.f16`.
+#[inline(always)]
+fn widen(word: u32, elem: ElementType) -> [f32; 2] {
+    if elem.is_f16() {
+        [cvt_f32_f16(word as u16), cvt_f32_f16((word >> 16) as u16)]
+    } else {
+        [f32::from_bits(word << 16), f32::from_bits(word & 0xFFFF_0000)]
+    }
+}
+
+/// `y += Σ` of the products of the four words' elements (in the order [`warp_dot`] documents).
+#[inline(always)]
+fn add_products(y: &mut f32, hv: [f32; 4], wv: [f32; 4], elem: ElementType) {
+    for j in 0..4 {
+        let (h, w) = (widen(hv[j].to_bits(), elem), widen(wv[j].to_bits(), elem));
+        *y += h[0] * w[0];
+        *y += h[1] * w[1];
+    }
+}
 
 /// `Σ_k hidden[k] · weight[k]` over `d` entries (`d % 8 == 0`), f32: lane `l` sums entries
 /// `8l + 256i ..`, then a butterfly; every lane returns the same sum.
 ///
 /// # Safety
-/// All 32 lanes of the warp call it together with the same arguments; both rows hold `d` bf16 and
-/// are 16-byte aligned.
+/// All 32 lanes of the warp call it together with the same arguments; both rows hold `d` elements of
+/// type `elem` and are 16-byte aligned.
 #[inline(always)]
-pub(super) unsafe fn warp_dot(hidden: *const bf16, weight: *const bf16, d: usize, lane: u32) -> f32 {
+pub(super) unsafe fn warp_dot(hidden: *const u16, weight: *const u16, d: usize, lane: u32, elem: ElementType) -> f32 {
     let mut y = 0.0f32;
     let mut k = 8 * lane as usize;
     while k < d {
@@ -20,11 +41,7 @@ pub(super) unsafe fn warp_dot(hidden: *const bf16, weight: *const bf16, d: usize
         let (hv, wv) = unsafe {
             (ld_global_nc_v4_f32(hidden.add(k) as *const f32), ld_global_nc_v4_f32(weight.add(k) as *const f32))
         };
-        for j in 0..4 {
-            let (hb, wb) = (hv[j].to_bits(), wv[j].to_bits());
-            y += f32::from_bits(hb << 16) * f32::from_bits(wb << 16);
-            y += f32::from_bits(hb & 0xFFFF_0000) * f32::from_bits(wb & 0xFFFF_0000);
-        }
+        add_products(&mut y, hv, wv, elem);
         k += 256;
     }
     for m in [1u32, 2, 4, 8, 16] {
@@ -42,11 +59,12 @@ pub(super) unsafe fn warp_dot(hidden: *const bf16, weight: *const bf16, d: usize
 /// on every lane.
 #[inline(always)]
 pub(super) unsafe fn warp_dots<const G: usize>(
-    hidden: [*const bf16; G],
+    hidden: [*const u16; G],
     rows: usize,
-    weight: *const bf16,
+    weight: *const u16,
     d: usize,
     lane: u32,
+    elem: ElementType,
 ) -> [f32; G] {
     let mut y = [0.0f32; G];
     let mut k = 8 * lane as usize;
@@ -57,11 +75,7 @@ pub(super) unsafe fn warp_dots<const G: usize>(
             if g < rows {
                 // SAFETY: as above, hidden row g (g < rows).
                 let hv = unsafe { ld_global_nc_v4_f32(hidden[g].add(k) as *const f32) };
-                for j in 0..4 {
-                    let (hb, wb) = (hv[j].to_bits(), wv[j].to_bits());
-                    *acc += f32::from_bits(hb << 16) * f32::from_bits(wb << 16);
-                    *acc += f32::from_bits(hb & 0xFFFF_0000) * f32::from_bits(wb & 0xFFFF_0000);
-                }
+                add_products(acc, hv, wv, elem);
             }
         }
         k += 256;

@@ -18,7 +18,7 @@
 //!
 //! # Fragment k-permutation (`mma.sync`)
 //! Lane `quad` takes the 16 bytes at `kc + 8·quad` of each of its rows and of its hidden row; the
-//! eight bf16 are the k slots of two consecutive k16 MMAs (any k-permutation shared by A and B
+//! eight 16-bit elements are the k slots of two consecutive k16 MMAs (any k-permutation shared by A and B
 //! leaves the dot product unchanged).
 
 use core::arch::nvptx::_syncthreads;
@@ -26,27 +26,50 @@ use core::arch::nvptx::_syncthreads;
 use super::pipeline::{BlockRing, Pipeline, wait, wait_oldest_stage};
 use super::producer::BlockIssuer;
 use super::ptx::{
-    ld_shared_v4_u32, mbarrier_arrive_shared_cta_b64, mma_sync_aligned_m16n8k16_row_col_f32_bf16_bf16_f32 as mma,
-    wgmma_commit_group_sync_aligned, wgmma_fence_sync_aligned, wgmma_mma_async_sync_aligned_m64n16k16_f32_bf16_bf16,
-    wgmma_mma_async_sync_aligned_m64n32k16_f32_bf16_bf16, wgmma_mma_async_sync_aligned_m64n64k16_f32_bf16_bf16,
-    wgmma_mma_async_sync_aligned_m64n256k16_f32_bf16_bf16, wgmma_wait_group_sync_aligned,
+    ld_shared_v4_u32, mbarrier_arrive_shared_cta_b64, mma_sync_aligned_m16n8k16_row_col_f32_bf16_bf16_f32,
+    mma_sync_aligned_m16n8k16_row_col_f32_f16_f16_f32, wgmma_commit_group_sync_aligned, wgmma_fence_sync_aligned,
+    wgmma_mma_async_sync_aligned_m64n16k16_f32_bf16_bf16, wgmma_mma_async_sync_aligned_m64n16k16_f32_f16_f16,
+    wgmma_mma_async_sync_aligned_m64n32k16_f32_bf16_bf16, wgmma_mma_async_sync_aligned_m64n32k16_f32_f16_f16,
+    wgmma_mma_async_sync_aligned_m64n64k16_f32_bf16_bf16, wgmma_mma_async_sync_aligned_m64n64k16_f32_f16_f16,
+    wgmma_mma_async_sync_aligned_m64n256k16_f32_bf16_bf16, wgmma_mma_async_sync_aligned_m64n256k16_f32_f16_f16,
+    wgmma_wait_group_sync_aligned,
 };
 use crate::config::{CHUNK_D, M_TILES_PER_WARP, ROWS_PER_LANE, STAGE_K, STAGE_ROW_BYTES};
-use crate::params::FusedParams;
+use crate::params::{ElementType, FusedParams};
 
 /// One `mma.sync` warp's accumulators: `[M tile][N tile][fragment]`.
 pub(super) type Accumulators<const NB: usize> = [[[f32; 4]; NB]; M_TILES_PER_WARP];
 
+/// One `mma.sync.m16n8k16` of the element type `F16` says (bf16 otherwise).
+///
+/// # Safety
+/// As the wrapped instruction.
+#[inline(always)]
+unsafe fn mma<const F16: bool>(d: &mut [f32; 4], a: [u32; 4], b: [u32; 2]) {
+    // SAFETY: forwarded contract.
+    unsafe {
+        if F16 {
+            mma_sync_aligned_m16n8k16_row_col_f32_f16_f16_f32(d, a, b)
+        } else {
+            mma_sync_aligned_m16n8k16_row_col_f32_bf16_bf16_f32(d, a, b)
+        }
+    }
+}
+
 /// Two k16 MMAs per M tile and N tile on one chunk of fragments.
 #[inline(always)]
-unsafe fn mma_chunk<const NB: usize>(acc: &mut Accumulators<NB>, a: &[[u32; 4]; ROWS_PER_LANE], h: &[[u32; 4]; NB]) {
+unsafe fn mma_chunk<const NB: usize, const F16: bool>(
+    acc: &mut Accumulators<NB>,
+    a: &[[u32; 4]; ROWS_PER_LANE],
+    h: &[[u32; 4]; NB],
+) {
     for mt in 0..M_TILES_PER_WARP {
         let (lo, hi) = (a[2 * mt], a[2 * mt + 1]); // MMA rows `group` and `group + 8`
         for nt in 0..NB {
             // SAFETY: the caller runs this warp-uniformly (converged).
             unsafe {
-                mma(&mut acc[mt][nt], [lo[0], hi[0], lo[1], hi[1]], [h[nt][0], h[nt][1]]);
-                mma(&mut acc[mt][nt], [lo[2], hi[2], lo[3], hi[3]], [h[nt][2], h[nt][3]]);
+                mma::<F16>(&mut acc[mt][nt], [lo[0], hi[0], lo[1], hi[1]], [h[nt][0], h[nt][1]]);
+                mma::<F16>(&mut acc[mt][nt], [lo[2], hi[2], lo[3], hi[3]], [h[nt][2], h[nt][3]]);
             }
         }
     }
@@ -99,8 +122,15 @@ impl<const THREADS: u32, const BLOCK_B: u32, const S: u32, const H: usize> MmaSy
             // SAFETY: block-uniform loop bounds: every thread reaches every barrier.
             unsafe { _syncthreads() };
             if active {
-                // SAFETY: this stage has landed for every thread (wait + barrier); warp-uniform.
-                unsafe { self.mma_stage::<NB>(&mut acc) };
+                // SAFETY: this stage has landed for every thread (wait + barrier); warp-uniform (and
+                // so is the element type, a launch parameter).
+                unsafe {
+                    if p.elem.is_f16() {
+                        self.mma_stage::<NB, true>(&mut acc)
+                    } else {
+                        self.mma_stage::<NB, false>(&mut acc)
+                    }
+                };
             }
             // Refill the slot of the previous stage (every warp finished it before the barrier
             // above). Issued after this stage's MMAs, so they start right after the barrier.
@@ -112,9 +142,10 @@ impl<const THREADS: u32, const BLOCK_B: u32, const S: u32, const H: usize> MmaSy
         acc
     }
 
-    /// Multiplies one landed stage: two k16 chunks, fragments read as documented above.
+    /// Multiplies one landed stage: two k16 chunks, fragments read as documented above, with the
+    /// MMA of the element type (`F16`: IEEE halves, else bf16).
     #[inline(always)]
-    unsafe fn mma_stage<const NB: usize>(&self, acc: &mut Accumulators<NB>) {
+    unsafe fn mma_stage<const NB: usize, const F16: bool>(&self, acc: &mut Accumulators<NB>) {
         for m in 0..STAGE_K / CHUNK_D {
             let c = 4 * m + self.quad;
             let mut a = [[0u32; 4]; ROWS_PER_LANE];
@@ -128,7 +159,7 @@ impl<const THREADS: u32, const BLOCK_B: u32, const S: u32, const H: usize> MmaSy
                 *x = unsafe { ld_shared_v4_u32(self.ring.hidden(self.slot, self.h_row0 + 8 * nt as u32, c)) };
             }
             // SAFETY: warp-uniform (the caller's contract).
-            unsafe { mma_chunk::<NB>(acc, &a, &h) };
+            unsafe { mma_chunk::<NB, F16>(acc, &a, &h) };
         }
     }
 }
@@ -141,17 +172,17 @@ pub(super) trait WgmmaShape {
     type Acc: Copy;
     /// Zeroed accumulators.
     const ZERO: Self::Acc;
-    /// One `wgmma.mma_async` of this shape.
+    /// One `wgmma.mma_async` of this shape on IEEE halves (`F16`) or bf16.
     ///
     /// # Safety
     /// As the wrapped instruction.
-    unsafe fn mma(acc: &mut Self::Acc, desc_a: u64, desc_b: u64);
+    unsafe fn mma<const F16: bool>(acc: &mut Self::Acc, desc_a: u64, desc_b: u64);
     /// Accumulator element `i` (compile-time index after unrolling).
     fn at(acc: &Self::Acc, i: usize) -> f32;
 }
 
 macro_rules! wgmma_shape {
-    ($name:ident, $n:literal, $f:ident) => {
+    ($name:ident, $n:literal, $bf16:ident, $f16:ident) => {
         #[doc = concat!("`m64n", stringify!($n), "k16`.")]
         pub(super) struct $name;
         impl WgmmaShape for $name {
@@ -159,9 +190,9 @@ macro_rules! wgmma_shape {
             type Acc = [f32; $n / 2];
             const ZERO: Self::Acc = [0.0; $n / 2];
             #[inline(always)]
-            unsafe fn mma(acc: &mut Self::Acc, desc_a: u64, desc_b: u64) {
+            unsafe fn mma<const F16: bool>(acc: &mut Self::Acc, desc_a: u64, desc_b: u64) {
                 // SAFETY: forwarded contract.
-                unsafe { $f(acc, desc_a, desc_b) }
+                unsafe { if F16 { $f16(acc, desc_a, desc_b) } else { $bf16(acc, desc_a, desc_b) } }
             }
             #[inline(always)]
             fn at(acc: &Self::Acc, i: usize) -> f32 {
@@ -170,9 +201,24 @@ macro_rules! wgmma_shape {
         }
     };
 }
-wgmma_shape!(N16, 16, wgmma_mma_async_sync_aligned_m64n16k16_f32_bf16_bf16);
-wgmma_shape!(N32, 32, wgmma_mma_async_sync_aligned_m64n32k16_f32_bf16_bf16);
-wgmma_shape!(N64, 64, wgmma_mma_async_sync_aligned_m64n64k16_f32_bf16_bf16);
+wgmma_shape!(
+    N16,
+    16,
+    wgmma_mma_async_sync_aligned_m64n16k16_f32_bf16_bf16,
+    wgmma_mma_async_sync_aligned_m64n16k16_f32_f16_f16
+);
+wgmma_shape!(
+    N32,
+    32,
+    wgmma_mma_async_sync_aligned_m64n32k16_f32_bf16_bf16,
+    wgmma_mma_async_sync_aligned_m64n32k16_f32_f16_f16
+);
+wgmma_shape!(
+    N64,
+    64,
+    wgmma_mma_async_sync_aligned_m64n64k16_f32_bf16_bf16,
+    wgmma_mma_async_sync_aligned_m64n64k16_f32_f16_f16
+);
 
 /// Shared-memory matrix descriptor of a K-major operand in the 128-byte swizzle layout: start
 /// address `addr` (16-byte units, bits 0–13), leading byte offset 1 (unused by this layout, bits
@@ -184,41 +230,55 @@ fn smem_descriptor(addr: u32) -> u64 {
 }
 
 /// The 8 `wgmma` of one weight-as-A stage (4 k16 steps × the two 64-row halves of a 128-row weight
-/// tile) on the weight rows at `weights` and the `N` hidden rows at `hidden` of a slab, into `acc`;
-/// the caller fences before and commits after.
+/// tile) on the weight rows at `weights` and the `N` hidden rows at `hidden` of a slab, into `acc`,
+/// with the MMA of element type `elem` (one uniform branch per stage); the caller fences before and
+/// commits after.
 ///
 /// # Safety
 /// The whole warpgroup runs this converged, after `wgmma.fence`; the slab holds a landed stage, made
 /// visible to the async proxy, in the layout the descriptors describe; `weights` and `hidden` are
 /// 1024-byte aligned (whole 8-row swizzle atoms).
 #[inline(always)]
-pub(super) unsafe fn mma_stage_weight_a<T: WgmmaShape>(weights: u32, hidden: u32, acc: &mut [T::Acc; 2]) {
-    for kk in 0..STAGE_K / 16 {
-        let b_desc = smem_descriptor(hidden + 32 * kk);
-        for (h, a) in acc.iter_mut().enumerate() {
-            let a_desc = smem_descriptor(weights + STAGE_ROW_BYTES * 64 * h as u32 + 32 * kk);
-            // SAFETY: forwarded contract.
-            unsafe { T::mma(a, a_desc, b_desc) };
+pub(super) unsafe fn mma_stage_weight_a<T: WgmmaShape>(
+    weights: u32,
+    hidden: u32,
+    acc: &mut [T::Acc; 2],
+    elem: ElementType,
+) {
+    #[inline(always)]
+    unsafe fn stage<T: WgmmaShape, const F16: bool>(weights: u32, hidden: u32, acc: &mut [T::Acc; 2]) {
+        for kk in 0..STAGE_K / 16 {
+            let b_desc = smem_descriptor(hidden + 32 * kk);
+            for (h, a) in acc.iter_mut().enumerate() {
+                let a_desc = smem_descriptor(weights + STAGE_ROW_BYTES * 64 * h as u32 + 32 * kk);
+                // SAFETY: forwarded contract.
+                unsafe { T::mma::<F16>(a, a_desc, b_desc) };
+            }
         }
+    }
+    // SAFETY: forwarded contract; `elem` is a launch parameter (warpgroup-uniform).
+    unsafe {
+        if elem.is_f16() { stage::<T, true>(weights, hidden, acc) } else { stage::<T, false>(weights, hidden, acc) }
     }
 }
 
 /// The 4 `wgmma.m64n256k16` of one hidden-as-A stage (one per k16 step): A = the 64 hidden rows at
-/// `hidden`, B = the 256 weight rows at `weights`, into `acc`; the caller fences before and commits
-/// after.
+/// `hidden`, B = the 256 weight rows at `weights`, into `acc`, with the MMA of element type `elem`;
+/// the caller fences before and commits after.
 ///
 /// # Safety
 /// As [`mma_stage_weight_a`].
 #[inline(always)]
-pub(super) unsafe fn mma_stage_hidden_a(hidden: u32, weights: u32, acc: &mut [f32; 128]) {
+pub(super) unsafe fn mma_stage_hidden_a(hidden: u32, weights: u32, acc: &mut [f32; 128], elem: ElementType) {
     for kk in 0..STAGE_K / 16 {
-        // SAFETY: forwarded contract.
+        let (a, b) = (smem_descriptor(hidden + 32 * kk), smem_descriptor(weights + 32 * kk));
+        // SAFETY: forwarded contract; `elem` is warpgroup-uniform.
         unsafe {
-            wgmma_mma_async_sync_aligned_m64n256k16_f32_bf16_bf16(
-                acc,
-                smem_descriptor(hidden + 32 * kk),
-                smem_descriptor(weights + 32 * kk),
-            )
+            if elem.is_f16() {
+                wgmma_mma_async_sync_aligned_m64n256k16_f32_f16_f16(acc, a, b)
+            } else {
+                wgmma_mma_async_sync_aligned_m64n256k16_f32_bf16_bf16(acc, a, b)
+            }
         };
     }
 }

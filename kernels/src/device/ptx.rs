@@ -14,23 +14,43 @@ pub fn mov_u32_dynamic_smem() -> u32 {
     addr
 }
 
-/// `mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32`: `d += a · b` on one warp's fragments.
+/// Defines `mma.sync.aligned.m16n8k16.row.col.f32.<ty>.<ty>.f32` for one element type: `d += a · b`
+/// on one warp's fragments.
 ///
-/// # Safety
+/// # Safety (of each function)
 /// All 32 lanes of the warp must execute it together (converged), with fragments laid out as in the
 /// PTX ISA for m16n8k16 (see `config` for the k-slot permutation the fused kernel uses).
+macro_rules! mma_m16n8k16 {
+    ($name:ident, $ty:literal) => {
+        #[doc = concat!("`mma.sync.aligned.m16n8k16.row.col.f32.", $ty, ".", $ty, ".f32`: see [`mma_m16n8k16`].")]
+        ///
+        /// # Safety
+        /// See [`mma_m16n8k16`].
+        #[inline(always)]
+        pub unsafe fn $name(d: &mut [f32; 4], a: [u32; 4], b: [u32; 2]) {
+            // SAFETY: register-only instruction; the caller guarantees warp convergence.
+            unsafe {
+                asm!(
+                    concat!("mma.sync.aligned.m16n8k16.row.col.f32.", $ty, ".", $ty, ".f32 {{{0}, {1}, {2}, {3}}}, {{{4}, {5}, {6}, {7}}}, {{{8}, {9}}}, {{{0}, {1}, {2}, {3}}};"),
+                    inout(reg32) d[0], inout(reg32) d[1], inout(reg32) d[2], inout(reg32) d[3],
+                    in(reg32) a[0], in(reg32) a[1], in(reg32) a[2], in(reg32) a[3],
+                    in(reg32) b[0], in(reg32) b[1],
+                    options(pure, nomem, nostack),
+                );
+            }
+        }
+    };
+}
+mma_m16n8k16!(mma_sync_aligned_m16n8k16_row_col_f32_bf16_bf16_f32, "bf16");
+mma_m16n8k16!(mma_sync_aligned_m16n8k16_row_col_f32_f16_f16_f32, "f16");
+
+/// `cvt.f32.f16`: the f32 value of an IEEE half (exact).
 #[inline(always)]
-pub unsafe fn mma_sync_aligned_m16n8k16_row_col_f32_bf16_bf16_f32(d: &mut [f32; 4], a: [u32; 4], b: [u32; 2]) {
-    // SAFETY: register-only instruction; the caller guarantees warp convergence.
-    unsafe {
-        asm!(
-            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {{{0}, {1}, {2}, {3}}}, {{{4}, {5}, {6}, {7}}}, {{{8}, {9}}}, {{{0}, {1}, {2}, {3}}};",
-            inout(reg32) d[0], inout(reg32) d[1], inout(reg32) d[2], inout(reg32) d[3],
-            in(reg32) a[0], in(reg32) a[1], in(reg32) a[2], in(reg32) a[3],
-            in(reg32) b[0], in(reg32) b[1],
-            options(pure, nomem, nostack),
-        );
-    }
+pub fn cvt_f32_f16(h: u16) -> f32 {
+    let f: f32;
+    // SAFETY: register-only conversion.
+    unsafe { asm!("cvt.f32.f16 {0}, {1};", out(reg32) f, in(reg16) h, options(pure, nomem, nostack)) };
+    f
 }
 
 /// `shfl.sync.bfly.b32`: the value of lane `lane ^ lane_mask`, over the full warp.
@@ -386,139 +406,118 @@ pub fn fence_proxy_async_shared_cta() {
     unsafe { asm!("fence.proxy.async.shared::cta;", options(nostack)) };
 }
 
-/// `wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16`: the warpgroup's `d += a · b` for a 64 × 16
-/// A tile and a 16 × 16 B tile, both read from shared memory through matrix descriptors (K-major,
-/// no transpose), f32 accumulators in registers (8 per thread); scale-d 1 (accumulate).
+/// Defines `wgmma.mma_async.sync.aligned.m64nNk16.f32.<ty>.<ty>` for one `N` and element type: the
+/// warpgroup's `d += a · b` for a 64 × 16 A tile and a 16 × N B tile, both read from shared memory
+/// through matrix descriptors (K-major, no transpose), `N / 2` f32 accumulators per thread; scale-d 1
+/// (accumulate).
 ///
-/// # Safety
+/// # Safety (of each function)
 /// All 128 threads of a warpgroup (4 consecutive warps, the first one's index divisible by 4) execute
 /// it together; the descriptors address shared memory holding the operands in the layout they
 /// describe, made visible to the async proxy (`fence.proxy.async.shared::cta` before the barrier the
 /// readers wait on). The accumulators may be read only after `wgmma.commit_group` and
 /// `wgmma.wait_group`.
-#[inline(always)]
-pub unsafe fn wgmma_mma_async_sync_aligned_m64n16k16_f32_bf16_bf16(d: &mut [f32; 8], desc_a: u64, desc_b: u64) {
-    // SAFETY: the caller guarantees the warpgroup-wide execution and the operands.
-    unsafe {
-        asm!(
-            "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}}}, {8}, {9}, 1, 1, 1, 0, 0;",
-            inout(reg32) d[0], inout(reg32) d[1], inout(reg32) d[2], inout(reg32) d[3], inout(reg32) d[4], inout(reg32) d[5], inout(reg32) d[6], inout(reg32) d[7],
-            in(reg64) desc_a, in(reg64) desc_b,
-            options(nostack),
-        );
-    }
+macro_rules! wgmma_m64nk16 {
+    ($name:ident, 16, $ty:literal) => {
+        #[doc = concat!("`wgmma.mma_async.sync.aligned.m64n16k16.f32.", $ty, ".", $ty, "`: see [`wgmma_m64nk16`].")]
+        ///
+        /// # Safety
+        /// See [`wgmma_m64nk16`].
+        #[inline(always)]
+        pub unsafe fn $name(d: &mut [f32; 8], desc_a: u64, desc_b: u64) {
+            // SAFETY: the caller guarantees the warpgroup-wide execution and the operands.
+            unsafe {
+                asm!(
+                    concat!("wgmma.mma_async.sync.aligned.m64n16k16.f32.", $ty, ".", $ty, " {{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}}}, {8}, {9}, 1, 1, 1, 0, 0;"),
+                    inout(reg32) d[0], inout(reg32) d[1], inout(reg32) d[2], inout(reg32) d[3], inout(reg32) d[4], inout(reg32) d[5], inout(reg32) d[6], inout(reg32) d[7],
+                    in(reg64) desc_a, in(reg64) desc_b,
+                    options(nostack),
+                );
+            }
+        }
+    };
+    ($name:ident, 32, $ty:literal) => {
+        #[doc = concat!("`wgmma.mma_async.sync.aligned.m64n32k16.f32.", $ty, ".", $ty, "`: see [`wgmma_m64nk16`].")]
+        ///
+        /// # Safety
+        /// See [`wgmma_m64nk16`].
+        #[inline(always)]
+        pub unsafe fn $name(d: &mut [f32; 16], desc_a: u64, desc_b: u64) {
+            // SAFETY: the caller guarantees the warpgroup-wide execution and the operands.
+            unsafe {
+                asm!(
+                    concat!("wgmma.mma_async.sync.aligned.m64n32k16.f32.", $ty, ".", $ty, " {{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}}}, {16}, {17}, 1, 1, 1, 0, 0;"),
+                    inout(reg32) d[0], inout(reg32) d[1], inout(reg32) d[2], inout(reg32) d[3], inout(reg32) d[4], inout(reg32) d[5], inout(reg32) d[6], inout(reg32) d[7],
+                    inout(reg32) d[8], inout(reg32) d[9], inout(reg32) d[10], inout(reg32) d[11], inout(reg32) d[12], inout(reg32) d[13], inout(reg32) d[14], inout(reg32) d[15],
+                    in(reg64) desc_a, in(reg64) desc_b,
+                    options(nostack),
+                );
+            }
+        }
+    };
+    ($name:ident, 64, $ty:literal) => {
+        #[doc = concat!("`wgmma.mma_async.sync.aligned.m64n64k16.f32.", $ty, ".", $ty, "`: see [`wgmma_m64nk16`].")]
+        ///
+        /// # Safety
+        /// See [`wgmma_m64nk16`].
+        #[inline(always)]
+        pub unsafe fn $name(d: &mut [f32; 32], desc_a: u64, desc_b: u64) {
+            // SAFETY: the caller guarantees the warpgroup-wide execution and the operands.
+            unsafe {
+                asm!(
+                    concat!("wgmma.mma_async.sync.aligned.m64n64k16.f32.", $ty, ".", $ty, " {{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}, {16}, {17}, {18}, {19}, {20}, {21}, {22}, {23}, {24}, {25}, {26}, {27}, {28}, {29}, {30}, {31}}}, {32}, {33}, 1, 1, 1, 0, 0;"),
+                    inout(reg32) d[0], inout(reg32) d[1], inout(reg32) d[2], inout(reg32) d[3], inout(reg32) d[4], inout(reg32) d[5], inout(reg32) d[6], inout(reg32) d[7],
+                    inout(reg32) d[8], inout(reg32) d[9], inout(reg32) d[10], inout(reg32) d[11], inout(reg32) d[12], inout(reg32) d[13], inout(reg32) d[14], inout(reg32) d[15],
+                    inout(reg32) d[16], inout(reg32) d[17], inout(reg32) d[18], inout(reg32) d[19], inout(reg32) d[20], inout(reg32) d[21], inout(reg32) d[22], inout(reg32) d[23],
+                    inout(reg32) d[24], inout(reg32) d[25], inout(reg32) d[26], inout(reg32) d[27], inout(reg32) d[28], inout(reg32) d[29], inout(reg32) d[30], inout(reg32) d[31],
+                    in(reg64) desc_a, in(reg64) desc_b,
+                    options(nostack),
+                );
+            }
+        }
+    };
+    ($name:ident, 256, $ty:literal) => {
+        #[doc = concat!("`wgmma.mma_async.sync.aligned.m64n256k16.f32.", $ty, ".", $ty, "`: see [`wgmma_m64nk16`].")]
+        ///
+        /// # Safety
+        /// See [`wgmma_m64nk16`].
+        #[inline(always)]
+        pub unsafe fn $name(d: &mut [f32; 128], desc_a: u64, desc_b: u64) {
+            // SAFETY: the caller guarantees the warpgroup-wide execution and the operands.
+            unsafe {
+                asm!(
+                    concat!("wgmma.mma_async.sync.aligned.m64n256k16.f32.", $ty, ".", $ty, " {{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}, {16}, {17}, {18}, {19}, {20}, {21}, {22}, {23}, {24}, {25}, {26}, {27}, {28}, {29}, {30}, {31}, {32}, {33}, {34}, {35}, {36}, {37}, {38}, {39}, {40}, {41}, {42}, {43}, {44}, {45}, {46}, {47}, {48}, {49}, {50}, {51}, {52}, {53}, {54}, {55}, {56}, {57}, {58}, {59}, {60}, {61}, {62}, {63}, {64}, {65}, {66}, {67}, {68}, {69}, {70}, {71}, {72}, {73}, {74}, {75}, {76}, {77}, {78}, {79}, {80}, {81}, {82}, {83}, {84}, {85}, {86}, {87}, {88}, {89}, {90}, {91}, {92}, {93}, {94}, {95}, {96}, {97}, {98}, {99}, {100}, {101}, {102}, {103}, {104}, {105}, {106}, {107}, {108}, {109}, {110}, {111}, {112}, {113}, {114}, {115}, {116}, {117}, {118}, {119}, {120}, {121}, {122}, {123}, {124}, {125}, {126}, {127}}}, {128}, {129}, 1, 1, 1, 0, 0;"),
+                    inout(reg32) d[0], inout(reg32) d[1], inout(reg32) d[2], inout(reg32) d[3], inout(reg32) d[4], inout(reg32) d[5], inout(reg32) d[6], inout(reg32) d[7],
+                    inout(reg32) d[8], inout(reg32) d[9], inout(reg32) d[10], inout(reg32) d[11], inout(reg32) d[12], inout(reg32) d[13], inout(reg32) d[14], inout(reg32) d[15],
+                    inout(reg32) d[16], inout(reg32) d[17], inout(reg32) d[18], inout(reg32) d[19], inout(reg32) d[20], inout(reg32) d[21], inout(reg32) d[22], inout(reg32) d[23],
+                    inout(reg32) d[24], inout(reg32) d[25], inout(reg32) d[26], inout(reg32) d[27], inout(reg32) d[28], inout(reg32) d[29], inout(reg32) d[30], inout(reg32) d[31],
+                    inout(reg32) d[32], inout(reg32) d[33], inout(reg32) d[34], inout(reg32) d[35], inout(reg32) d[36], inout(reg32) d[37], inout(reg32) d[38], inout(reg32) d[39],
+                    inout(reg32) d[40], inout(reg32) d[41], inout(reg32) d[42], inout(reg32) d[43], inout(reg32) d[44], inout(reg32) d[45], inout(reg32) d[46], inout(reg32) d[47],
+                    inout(reg32) d[48], inout(reg32) d[49], inout(reg32) d[50], inout(reg32) d[51], inout(reg32) d[52], inout(reg32) d[53], inout(reg32) d[54], inout(reg32) d[55],
+                    inout(reg32) d[56], inout(reg32) d[57], inout(reg32) d[58], inout(reg32) d[59], inout(reg32) d[60], inout(reg32) d[61], inout(reg32) d[62], inout(reg32) d[63],
+                    inout(reg32) d[64], inout(reg32) d[65], inout(reg32) d[66], inout(reg32) d[67], inout(reg32) d[68], inout(reg32) d[69], inout(reg32) d[70], inout(reg32) d[71],
+                    inout(reg32) d[72], inout(reg32) d[73], inout(reg32) d[74], inout(reg32) d[75], inout(reg32) d[76], inout(reg32) d[77], inout(reg32) d[78], inout(reg32) d[79],
+                    inout(reg32) d[80], inout(reg32) d[81], inout(reg32) d[82], inout(reg32) d[83], inout(reg32) d[84], inout(reg32) d[85], inout(reg32) d[86], inout(reg32) d[87],
+                    inout(reg32) d[88], inout(reg32) d[89], inout(reg32) d[90], inout(reg32) d[91], inout(reg32) d[92], inout(reg32) d[93], inout(reg32) d[94], inout(reg32) d[95],
+                    inout(reg32) d[96], inout(reg32) d[97], inout(reg32) d[98], inout(reg32) d[99], inout(reg32) d[100], inout(reg32) d[101], inout(reg32) d[102], inout(reg32) d[103],
+                    inout(reg32) d[104], inout(reg32) d[105], inout(reg32) d[106], inout(reg32) d[107], inout(reg32) d[108], inout(reg32) d[109], inout(reg32) d[110], inout(reg32) d[111],
+                    inout(reg32) d[112], inout(reg32) d[113], inout(reg32) d[114], inout(reg32) d[115], inout(reg32) d[116], inout(reg32) d[117], inout(reg32) d[118], inout(reg32) d[119],
+                    inout(reg32) d[120], inout(reg32) d[121], inout(reg32) d[122], inout(reg32) d[123], inout(reg32) d[124], inout(reg32) d[125], inout(reg32) d[126], inout(reg32) d[127],
+                    in(reg64) desc_a, in(reg64) desc_b,
+                    options(nostack),
+                );
+            }
+        }
+    };
 }
-
-/// `wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16`: the warpgroup's `d += a · b` for a 64 × 16
-/// A tile and a 16 × 32 B tile, both read from shared memory through matrix descriptors (K-major,
-/// no transpose), f32 accumulators in registers (16 per thread); scale-d 1 (accumulate).
-///
-/// # Safety
-/// All 128 threads of a warpgroup (4 consecutive warps, the first one's index divisible by 4) execute
-/// it together; the descriptors address shared memory holding the operands in the layout they
-/// describe, made visible to the async proxy (`fence.proxy.async.shared::cta` + barrier). The
-/// accumulators may be read only after `wgmma.commit_group` and `wgmma.wait_group`.
-#[inline(always)]
-pub unsafe fn wgmma_mma_async_sync_aligned_m64n32k16_f32_bf16_bf16(d: &mut [f32; 16], desc_a: u64, desc_b: u64) {
-    // SAFETY: the caller guarantees the warpgroup-wide execution and the operands.
-    unsafe {
-        asm!(
-            "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}}}, {16}, {17}, 1, 1, 1, 0, 0;",
-            inout(reg32) d[0], inout(reg32) d[1], inout(reg32) d[2], inout(reg32) d[3], inout(reg32) d[4], inout(reg32) d[5], inout(reg32) d[6], inout(reg32) d[7],
-            inout(reg32) d[8], inout(reg32) d[9], inout(reg32) d[10], inout(reg32) d[11], inout(reg32) d[12], inout(reg32) d[13], inout(reg32) d[14], inout(reg32) d[15],
-            in(reg64) desc_a, in(reg64) desc_b,
-            options(nostack),
-        );
-    }
-}
-
-/// `wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16`: the warpgroup's `d += a · b` for a 64 × 16
-/// A tile and a 16 × 64 B tile, both read from shared memory through matrix descriptors (K-major,
-/// no transpose), f32 accumulators in registers (32 per thread); scale-d 1 (accumulate).
-///
-/// # Safety
-/// All 128 threads of a warpgroup (4 consecutive warps, the first one's index divisible by 4) execute
-/// it together; the descriptors address shared memory holding the operands in the layout they
-/// describe, made visible to the async proxy (`fence.proxy.async.shared::cta` + barrier). The
-/// accumulators may be read only after `wgmma.commit_group` and `wgmma.wait_group`.
-#[inline(always)]
-pub unsafe fn wgmma_mma_async_sync_aligned_m64n64k16_f32_bf16_bf16(d: &mut [f32; 32], desc_a: u64, desc_b: u64) {
-    // SAFETY: the caller guarantees the warpgroup-wide execution and the operands.
-    unsafe {
-        asm!(
-            "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}, {16}, {17}, {18}, {19}, {20}, {21}, {22}, {23}, {24}, {25}, {26}, {27}, {28}, {29}, {30}, {31}}}, {32}, {33}, 1, 1, 1, 0, 0;",
-            inout(reg32) d[0], inout(reg32) d[1], inout(reg32) d[2], inout(reg32) d[3], inout(reg32) d[4], inout(reg32) d[5], inout(reg32) d[6], inout(reg32) d[7],
-            inout(reg32) d[8], inout(reg32) d[9], inout(reg32) d[10], inout(reg32) d[11], inout(reg32) d[12], inout(reg32) d[13], inout(reg32) d[14], inout(reg32) d[15],
-            inout(reg32) d[16], inout(reg32) d[17], inout(reg32) d[18], inout(reg32) d[19], inout(reg32) d[20], inout(reg32) d[21], inout(reg32) d[22], inout(reg32) d[23],
-            inout(reg32) d[24], inout(reg32) d[25], inout(reg32) d[26], inout(reg32) d[27], inout(reg32) d[28], inout(reg32) d[29], inout(reg32) d[30], inout(reg32) d[31],
-            in(reg64) desc_a, in(reg64) desc_b,
-            options(nostack),
-        );
-    }
-}
-
-/// `wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16`: the warpgroup's `d += a · b` for a 64 × 16
-/// A tile and a 16 × 128 B tile, both read from shared memory through matrix descriptors (K-major,
-/// no transpose), f32 accumulators in registers (64 per thread); scale-d 1 (accumulate).
-///
-/// # Safety
-/// All 128 threads of a warpgroup (4 consecutive warps, the first one's index divisible by 4) execute
-/// it together; the descriptors address shared memory holding the operands in the layout they
-/// describe, made visible to the async proxy (`fence.proxy.async.shared::cta` + barrier). The
-/// accumulators may be read only after `wgmma.commit_group` and `wgmma.wait_group`.
-#[inline(always)]
-pub unsafe fn wgmma_mma_async_sync_aligned_m64n128k16_f32_bf16_bf16(d: &mut [f32; 64], desc_a: u64, desc_b: u64) {
-    // SAFETY: the caller guarantees the warpgroup-wide execution and the operands.
-    unsafe {
-        asm!(
-            "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}, {16}, {17}, {18}, {19}, {20}, {21}, {22}, {23}, {24}, {25}, {26}, {27}, {28}, {29}, {30}, {31}, {32}, {33}, {34}, {35}, {36}, {37}, {38}, {39}, {40}, {41}, {42}, {43}, {44}, {45}, {46}, {47}, {48}, {49}, {50}, {51}, {52}, {53}, {54}, {55}, {56}, {57}, {58}, {59}, {60}, {61}, {62}, {63}}}, {64}, {65}, 1, 1, 1, 0, 0;",
-            inout(reg32) d[0], inout(reg32) d[1], inout(reg32) d[2], inout(reg32) d[3], inout(reg32) d[4], inout(reg32) d[5], inout(reg32) d[6], inout(reg32) d[7],
-            inout(reg32) d[8], inout(reg32) d[9], inout(reg32) d[10], inout(reg32) d[11], inout(reg32) d[12], inout(reg32) d[13], inout(reg32) d[14], inout(reg32) d[15],
-            inout(reg32) d[16], inout(reg32) d[17], inout(reg32) d[18], inout(reg32) d[19], inout(reg32) d[20], inout(reg32) d[21], inout(reg32) d[22], inout(reg32) d[23],
-            inout(reg32) d[24], inout(reg32) d[25], inout(reg32) d[26], inout(reg32) d[27], inout(reg32) d[28], inout(reg32) d[29], inout(reg32) d[30], inout(reg32) d[31],
-            inout(reg32) d[32], inout(reg32) d[33], inout(reg32) d[34], inout(reg32) d[35], inout(reg32) d[36], inout(reg32) d[37], inout(reg32) d[38], inout(reg32) d[39],
-            inout(reg32) d[40], inout(reg32) d[41], inout(reg32) d[42], inout(reg32) d[43], inout(reg32) d[44], inout(reg32) d[45], inout(reg32) d[46], inout(reg32) d[47],
-            inout(reg32) d[48], inout(reg32) d[49], inout(reg32) d[50], inout(reg32) d[51], inout(reg32) d[52], inout(reg32) d[53], inout(reg32) d[54], inout(reg32) d[55],
-            inout(reg32) d[56], inout(reg32) d[57], inout(reg32) d[58], inout(reg32) d[59], inout(reg32) d[60], inout(reg32) d[61], inout(reg32) d[62], inout(reg32) d[63],
-            in(reg64) desc_a, in(reg64) desc_b,
-            options(nostack),
-        );
-    }
-}
-
-/// `wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16`: the warpgroup's `d += a · b` for a 64 × 16
-/// A tile and a 16 × 256 B tile, both read from shared memory through matrix descriptors (K-major,
-/// no transpose), f32 accumulators in registers (128 per thread); scale-d 1 (accumulate).
-///
-/// # Safety
-/// As [`wgmma_mma_async_sync_aligned_m64n128k16_f32_bf16_bf16`].
-#[inline(always)]
-pub unsafe fn wgmma_mma_async_sync_aligned_m64n256k16_f32_bf16_bf16(d: &mut [f32; 128], desc_a: u64, desc_b: u64) {
-    // SAFETY: the caller guarantees the warpgroup-wide execution and the operands.
-    unsafe {
-        asm!(
-            "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}, {16}, {17}, {18}, {19}, {20}, {21}, {22}, {23}, {24}, {25}, {26}, {27}, {28}, {29}, {30}, {31}, {32}, {33}, {34}, {35}, {36}, {37}, {38}, {39}, {40}, {41}, {42}, {43}, {44}, {45}, {46}, {47}, {48}, {49}, {50}, {51}, {52}, {53}, {54}, {55}, {56}, {57}, {58}, {59}, {60}, {61}, {62}, {63}, {64}, {65}, {66}, {67}, {68}, {69}, {70}, {71}, {72}, {73}, {74}, {75}, {76}, {77}, {78}, {79}, {80}, {81}, {82}, {83}, {84}, {85}, {86}, {87}, {88}, {89}, {90}, {91}, {92}, {93}, {94}, {95}, {96}, {97}, {98}, {99}, {100}, {101}, {102}, {103}, {104}, {105}, {106}, {107}, {108}, {109}, {110}, {111}, {112}, {113}, {114}, {115}, {116}, {117}, {118}, {119}, {120}, {121}, {122}, {123}, {124}, {125}, {126}, {127}}}, {128}, {129}, 1, 1, 1, 0, 0;",
-            inout(reg32) d[0], inout(reg32) d[1], inout(reg32) d[2], inout(reg32) d[3], inout(reg32) d[4], inout(reg32) d[5], inout(reg32) d[6], inout(reg32) d[7],
-            inout(reg32) d[8], inout(reg32) d[9], inout(reg32) d[10], inout(reg32) d[11], inout(reg32) d[12], inout(reg32) d[13], inout(reg32) d[14], inout(reg32) d[15],
-            inout(reg32) d[16], inout(reg32) d[17], inout(reg32) d[18], inout(reg32) d[19], inout(reg32) d[20], inout(reg32) d[21], inout(reg32) d[22], inout(reg32) d[23],
-            inout(reg32) d[24], inout(reg32) d[25], inout(reg32) d[26], inout(reg32) d[27], inout(reg32) d[28], inout(reg32) d[29], inout(reg32) d[30], inout(reg32) d[31],
-            inout(reg32) d[32], inout(reg32) d[33], inout(reg32) d[34], inout(reg32) d[35], inout(reg32) d[36], inout(reg32) d[37], inout(reg32) d[38], inout(reg32) d[39],
-            inout(reg32) d[40], inout(reg32) d[41], inout(reg32) d[42], inout(reg32) d[43], inout(reg32) d[44], inout(reg32) d[45], inout(reg32) d[46], inout(reg32) d[47],
-            inout(reg32) d[48], inout(reg32) d[49], inout(reg32) d[50], inout(reg32) d[51], inout(reg32) d[52], inout(reg32) d[53], inout(reg32) d[54], inout(reg32) d[55],
-            inout(reg32) d[56], inout(reg32) d[57], inout(reg32) d[58], inout(reg32) d[59], inout(reg32) d[60], inout(reg32) d[61], inout(reg32) d[62], inout(reg32) d[63],
-            inout(reg32) d[64], inout(reg32) d[65], inout(reg32) d[66], inout(reg32) d[67], inout(reg32) d[68], inout(reg32) d[69], inout(reg32) d[70], inout(reg32) d[71],
-            inout(reg32) d[72], inout(reg32) d[73], inout(reg32) d[74], inout(reg32) d[75], inout(reg32) d[76], inout(reg32) d[77], inout(reg32) d[78], inout(reg32) d[79],
-            inout(reg32) d[80], inout(reg32) d[81], inout(reg32) d[82], inout(reg32) d[83], inout(reg32) d[84], inout(reg32) d[85], inout(reg32) d[86], inout(reg32) d[87],
-            inout(reg32) d[88], inout(reg32) d[89], inout(reg32) d[90], inout(reg32) d[91], inout(reg32) d[92], inout(reg32) d[93], inout(reg32) d[94], inout(reg32) d[95],
-            inout(reg32) d[96], inout(reg32) d[97], inout(reg32) d[98], inout(reg32) d[99], inout(reg32) d[100], inout(reg32) d[101], inout(reg32) d[102], inout(reg32) d[103],
-            inout(reg32) d[104], inout(reg32) d[105], inout(reg32) d[106], inout(reg32) d[107], inout(reg32) d[108], inout(reg32) d[109], inout(reg32) d[110], inout(reg32) d[111],
-            inout(reg32) d[112], inout(reg32) d[113], inout(reg32) d[114], inout(reg32) d[115], inout(reg32) d[116], inout(reg32) d[117], inout(reg32) d[118], inout(reg32) d[119],
-            inout(reg32) d[120], inout(reg32) d[121], inout(reg32) d[122], inout(reg32) d[123], inout(reg32) d[124], inout(reg32) d[125], inout(reg32) d[126], inout(reg32) d[127],
-            in(reg64) desc_a, in(reg64) desc_b,
-            options(nostack),
-        );
-    }
-}
+wgmma_m64nk16!(wgmma_mma_async_sync_aligned_m64n16k16_f32_bf16_bf16, 16, "bf16");
+wgmma_m64nk16!(wgmma_mma_async_sync_aligned_m64n16k16_f32_f16_f16, 16, "f16");
+wgmma_m64nk16!(wgmma_mma_async_sync_aligned_m64n32k16_f32_bf16_bf16, 32, "bf16");
+wgmma_m64nk16!(wgmma_mma_async_sync_aligned_m64n32k16_f32_f16_f16, 32, "f16");
+wgmma_m64nk16!(wgmma_mma_async_sync_aligned_m64n64k16_f32_bf16_bf16, 64, "bf16");
+wgmma_m64nk16!(wgmma_mma_async_sync_aligned_m64n64k16_f32_f16_f16, 64, "f16");
+wgmma_m64nk16!(wgmma_mma_async_sync_aligned_m64n256k16_f32_bf16_bf16, 256, "bf16");
+wgmma_m64nk16!(wgmma_mma_async_sync_aligned_m64n256k16_f32_f16_f16, 256, "f16");
 
 /// `mbarrier.init.shared::cta.b64 [addr], count;`: a fresh barrier in phase 0 that completes a phase
 /// after `count` arrivals.

@@ -157,8 +157,8 @@ unsafe fn logprobs_row(p: &FusedParams, b: u32, cand: Candidate, lane: u32, adj:
         // The token's weight row: its global index minus the shard's first (`v_offset ≤ token`).
         let (h, w) = (b as usize * d, (token - p.v_offset) as usize * d);
         // SAFETY: all 32 lanes (the caller's contract; `valid` is warp-uniform); row b of the hidden
-        // states and row `token − v_offset < V` of the weight hold D bf16, 16-byte aligned.
-        y = unsafe { warp_dot(p.hidden.add(h), p.weight.add(w), d, lane) };
+        // states and row `token − v_offset < V` of the weight hold D elements, 16-byte aligned.
+        y = unsafe { warp_dot(p.hidden.add(h), p.weight.add(w), d, lane, p.elem) };
     }
     if lane == 0 {
         let row = row_params(p, b);

@@ -20,7 +20,7 @@ use crate::config::EXPAND_THREADS;
 /// `out[r·n + j, :] = hidden[r, :]`.
 ///
 /// # Safety
-/// Launched as documented in the module; `hidden` holds `B·D` and `out` `B·n·D` bf16, both 16-byte
+/// Launched as documented in the module; `hidden` holds `B·D` and `out` `B·n·D` 16-bit elements, both 16-byte
 /// aligned, not overlapping.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn expand_rows(p: ExpandParams) {

@@ -249,8 +249,10 @@ pub unsafe extern "ptx-kernel" fn truncate_rows(p: TruncateParams) {
                 // A new token: its raw log-probability from its recomputed logit.
                 let d = p.d as usize;
                 // SAFETY: all 32 lanes (`c` is warp-uniform); row b of the hidden states and row
-                // `c.index < V` of the weight hold D bf16, 16-byte aligned.
-                let y = unsafe { warp_dot(p.hidden.add(b as usize * d), p.weight.add(c.index as usize * d), d, lane) };
+                // `c.index < V` of the weight hold D elements, 16-byte aligned.
+                let y = unsafe {
+                    warp_dot(p.hidden.add(b as usize * d), p.weight.add(c.index as usize * d), d, lane, p.elem)
+                };
                 if lane == 0 {
                     // SAFETY: b < B.
                     unsafe { *p.raw_logprobs.add(b as usize) = y - *p.raw_logsumexp.add(b as usize) };
@@ -294,14 +296,14 @@ pub unsafe extern "ptx-kernel" fn fallback_logits(p: FallbackParams) {
         let rows = (count - s0).min(8) as usize;
         let mut hidden = [p.hidden; 8];
         for (j, h) in hidden.iter_mut().enumerate().take(rows) {
-            // SAFETY: s0 + j < count ≤ B: a listed row below B, whose hidden row holds D bf16.
+            // SAFETY: s0 + j < count ≤ B: a listed row below B, whose hidden row holds D elements.
             *h = unsafe { p.hidden.add(*p.list.add(1 + s0 as usize + j) as usize * d) };
         }
         let mut v = first + warp;
         while v < end {
             // SAFETY: all 32 lanes (warp-uniform loop); the listed hidden rows and weight row v < V
-            // hold D bf16, 16-byte aligned.
-            let y = unsafe { warp_dots::<8>(hidden, rows, p.weight.add(v as usize * d), d, lane) };
+            // hold D elements, 16-byte aligned.
+            let y = unsafe { warp_dots::<8>(hidden, rows, p.weight.add(v as usize * d), d, lane, p.elem) };
             if lane == 0 {
                 for (j, &yj) in y.iter().enumerate().take(rows) {
                     // SAFETY: s0 + j < count, v < V: inside `[count, V]`.
@@ -656,8 +658,8 @@ pub unsafe extern "ptx-kernel" fn fallback_sample(p: FallbackParams) {
     if !p.raw_logprobs.is_null() && tid < 32 && c.token() != INVALID_INDEX {
         let d = p.d as usize;
         // SAFETY: warp 0, all 32 lanes (`c` is block-uniform); row b of the hidden states and row
-        // c.index < V of the weight hold D bf16, 16-byte aligned.
-        let y = unsafe { warp_dot(p.hidden.add(b as usize * d), p.weight.add(c.index as usize * d), d, tid) };
+        // c.index < V of the weight hold D elements, 16-byte aligned.
+        let y = unsafe { warp_dot(p.hidden.add(b as usize * d), p.weight.add(c.index as usize * d), d, tid, p.elem) };
         if tid == 0 {
             // SAFETY: b < B.
             unsafe { *p.raw_logprobs.add(b as usize) = y - *p.raw_logsumexp.add(b as usize) };

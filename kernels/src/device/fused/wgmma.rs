@@ -69,7 +69,7 @@ impl<T: WgmmaShape, const LP: bool, const TOP: bool> Consumer for WeightA<'_, T,
     #[inline(always)]
     unsafe fn mma(&self, slot: u32, acc: &mut Self::Acc) {
         // SAFETY: forwarded contract.
-        unsafe { mma_stage_weight_a::<T>(self.ring.slab(slot), self.ring.hidden(slot, self.hidden), acc) };
+        unsafe { mma_stage_weight_a::<T>(self.ring.slab(slot), self.ring.hidden(slot, self.hidden), acc, self.p.elem) };
     }
     #[inline(always)]
     fn epilogue(&mut self, tile: u32, acc: &Self::Acc) {

@@ -76,7 +76,7 @@ impl<const LP: bool, const TOP: bool> Consumer for HiddenA<'_, LP, TOP> {
     #[inline(always)]
     unsafe fn mma(&self, slot: u32, acc: &mut Self::Acc) {
         // SAFETY: forwarded contract.
-        unsafe { mma_stage_hidden_a(self.ring.hidden(slot, self.hidden), self.ring.slab(slot), acc) };
+        unsafe { mma_stage_hidden_a(self.ring.hidden(slot, self.hidden), self.ring.slab(slot), acc, self.p.elem) };
     }
     #[inline(always)]
     fn epilogue(&mut self, tile: u32, acc: &Self::Acc) {
