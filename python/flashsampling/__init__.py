@@ -8,8 +8,9 @@ run on the GPU backend (the fused kernels, on the tensors' device and PyTorch's 
 Arrays: ``hidden`` ``[B, D]`` and ``weight`` ``[V, D]`` as float32 (rounded to bfloat16, ties to even, as
 the kernels take bf16), uint16 holding bfloat16 bits, ml_dtypes' bfloat16, or float16 (both arrays
 float16: sampled in f16 on the CPU backend, no rounding); CPU tensors are taken as NumPy arrays
-(bfloat16 as its bits). CUDA tensors: torch.bfloat16 only. Errors are ``ValueError`` (bad input, the Rust
-library's message), ``TypeError`` (a CUDA tensor of another dtype), ``NotImplementedError`` (a control the
+(bfloat16 as its bits). CUDA tensors: torch.bfloat16 or torch.float16 (both the same). Errors are
+``ValueError`` (bad input, the Rust library's message), ``TypeError`` (a CUDA tensor of another dtype, or
+hidden and weight of two dtypes), ``NotImplementedError`` (a control the
 backend does not take yet) or ``RuntimeError`` (CUDA errors)."""
 
 import numpy as np
@@ -266,11 +267,8 @@ def _check_tensor(torch, name, t):
                         "PyTorch CUDA tensors on one device (or both NumPy arrays for the CPU backend)")
     if t.device.type != "cuda":
         raise ValueError(f"{name} is on {t.device}: hidden and weight must both be CUDA tensors on one device")
-    if t.dtype == torch.float16:
-        raise TypeError(f"{name} is torch.float16: the GPU kernels take bfloat16 today; pass "
-                        f"{name}.to(torch.bfloat16) (or NumPy float16 arrays for the CPU backend's f16 path)")
-    if t.dtype != torch.bfloat16:
-        raise TypeError(f"{name} is {t.dtype}: the GPU kernels take torch.bfloat16")
+    if t.dtype not in (torch.bfloat16, torch.float16):
+        raise TypeError(f"{name} is {t.dtype}: the GPU kernels take torch.bfloat16 or torch.float16")
 
 
 def _check_rows(name, t):
@@ -288,9 +286,9 @@ def sample_cuda(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample
                 return_dict=False):
     """``sample`` on PyTorch CUDA tensors: the fused GPU kernel, on the tensors' device.
 
-    ``hidden`` ``[B, D]`` (or ``[D]``) and ``weight`` ``[V, D]``: torch.bfloat16 CUDA tensors on one
-    device, with contiguous rows (strides ``(D, 1)``) and 16-byte aligned data (D a multiple of 8).
-    float16 raises TypeError (the GPU kernels take bf16 today). Returns ``tokens``, a torch.int32 tensor
+    ``hidden`` ``[B, D]`` (or ``[D]``) and ``weight`` ``[V, D]``: CUDA tensors on one device, both
+    torch.bfloat16 or both torch.float16 (products accumulated in float32 either way), with contiguous
+    rows (strides ``(D, 1)``) and 16-byte aligned data (D a multiple of 8). Returns ``tokens``, a torch.int32 tensor
     ``[B]`` (``[B, n]`` with ``n``) on the same device (a row whose winning score is NaN, e.g. from NaN
     inputs, gets -1; the CPU path raises instead, which would need a host synchronization here); with
     ``return_dict`` (or ``logprobs`` on) a dict with ``tokens`` and ``scores`` (float32, the winning
@@ -316,6 +314,9 @@ def sample_cuda(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample
     _check_tensor(torch, "weight", weight)
     if hidden.device != weight.device:
         raise ValueError(f"hidden is on {hidden.device} and weight on {weight.device}: they must be on one device")
+    if hidden.dtype != weight.dtype:
+        raise TypeError(f"hidden is {hidden.dtype} and weight {weight.dtype}: both must be torch.bfloat16 or both "
+                        "torch.float16 (convert one with .to(other.dtype))")
     if hidden.dim() == 1:
         hidden = hidden.unsqueeze(0)
     if hidden.dim() != 2 or weight.dim() != 2:
@@ -352,7 +353,8 @@ def sample_cuda(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample
             top_logprobs_raw=bool(top_logprobs_raw), mask_words=mask_words,
             logprobs_ptr=None if lps is None else lps.data_ptr(),
             raw_logprobs_ptr=None if raw is None else raw.data_ptr(),
-            logsumexp_ptr=None if lse is None else lse.data_ptr(), **penalties,
+            logsumexp_ptr=None if lse is None else lse.data_ptr(), f16=hidden.dtype == torch.float16,
+            **penalties,
         )
         if lse is not None and n != 1:
             # The same value for the n samples of a row: one per request row, as on the CPU path (a

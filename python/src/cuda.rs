@@ -28,8 +28,8 @@ use std::sync::{Arc, LazyLock, Mutex};
 use cudarc::driver::sys::{self, CUdevice_attribute};
 use cudarc::driver::{CudaEvent, CudaSlice, CudaStream};
 use flashsampling::params::LogProbs;
-use flashsampling::{DeviceMatrix, DeviceSamples, Error, GpuBackend};
-use half::bf16;
+use flashsampling::{DeviceMatrix, DeviceSamples, Element, Error, GpuBackend, SamplingParams};
+use half::{bf16, f16};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -164,7 +164,7 @@ impl Outputs {
 }
 
 /// Samples on the GPU backend of device `ordinal` from PyTorch CUDA tensors given by address:
-/// `hidden_ptr` `[b, hidden_d]` and `weight_ptr` `[v, weight_d]` row-major bf16 (16-byte aligned,
+/// `hidden_ptr` `[b, hidden_d]` and `weight_ptr` `[v, weight_d]` row-major bf16 (f16 with `f16`; 16-byte aligned,
 /// rows packed back to back), ordered on `torch_stream` (PyTorch's current stream of that device, the
 /// raw `CUstream`). Writes `out_len` u32 tokens (`[B]`, or `[B, n]`) to `tokens_ptr` and as many f32
 /// winning scores to `scores_ptr` (tensors Python allocated on the device), ordered on `torch_stream`
@@ -181,7 +181,8 @@ impl Outputs {
     temperature, seed, streams=None, sample=0, temperatures=None, seeds=None, n=1, logprobs="off", top_k=None,
     top_p=None, min_p=None, softcap=None, top_logprobs=0, top_logprobs_raw=false, mask_words=None,
     logprobs_ptr=None, raw_logprobs_ptr=None, logsumexp_ptr=None, logit_bias=None,
-    repetition_penalty=None, frequency_penalty=None, presence_penalty=None, prompt_tokens=None, output_tokens=None
+    repetition_penalty=None, frequency_penalty=None, presence_penalty=None, prompt_tokens=None, output_tokens=None,
+    f16=false
 ))]
 #[allow(clippy::too_many_arguments)]
 pub fn sample_cuda(
@@ -221,6 +222,7 @@ pub fn sample_cuda(
     presence_penalty: Option<Vec<f32>>,
     prompt_tokens: Option<FlatRows<u32>>,
     output_tokens: Option<FlatRows<u32>>,
+    f16: bool,
 ) -> PyResult<()> {
     let params = Controls {
         temperature,
@@ -274,26 +276,24 @@ pub fn sample_cuda(
             let torch = unsafe { ctx.wrap_borrowed_stream(torch_stream as usize as sys::CUstream) };
             dev.inputs_ready.record(&torch)?;
             stream.wait(&dev.inputs_ready)?;
-            // SAFETY: the Python side passes `data_ptr()` of CUDA tensors of device `ordinal` (checked
-            // there) with exactly these many elements, bf16, contiguous; it holds the tensors during
-            // the call, and PyTorch's stream waits for this call's work (`outputs_ready`) before it
-            // can reuse their memory. `sample_device` validates shapes before it reads anything.
-            let hidden = unsafe { Borrowed::<bf16>::new(&stream, hidden_ptr, hidden_len) };
-            // SAFETY: as for `hidden`.
-            let weight = unsafe { Borrowed::<bf16>::new(&stream, weight_ptr, weight_len) };
             if dev.out.is_none() {
                 dev.out = Some(dev.gpu.alloc_samples(b, v)?);
             }
-            // A log-probability call regrows the buffers itself (`sample_device`: they lack the
-            // log-probability outputs until the first such call).
-            let out = dev.out.as_mut().expect("allocated above");
-            dev.gpu.sample_device(
-                &DeviceMatrix { data: hidden.as_view(), rows: b, cols: hidden_d },
-                &DeviceMatrix { data: weight.as_view(), rows: v, cols: weight_d },
-                &params,
-                out,
-            )?;
-            let copied = copy_outputs(&stream, out, &outputs);
+            let operands = ((hidden_ptr, hidden_len, b, hidden_d), (weight_ptr, weight_len, v, weight_d));
+            // SAFETY: the Python side passes `data_ptr()` of CUDA tensors of device `ordinal` (checked
+            // there) with exactly these many elements, contiguous, of the dtype `f16` says (both
+            // torch.float16, else both torch.bfloat16); it holds the tensors during the call, and
+            // PyTorch's stream waits for this call's work (`outputs_ready`) before it can reuse their
+            // memory.
+            let launched = unsafe {
+                if f16 {
+                    launch::<f16>(dev, &stream, operands, &params)
+                } else {
+                    launch::<bf16>(dev, &stream, operands, &params)
+                }
+            };
+            let out = dev.out.as_ref().expect("allocated above");
+            let copied = launched.and_then(|()| copy_outputs(&stream, out, &outputs));
             // Even when a copy failed: the launch reads PyTorch's memory, so PyTorch's stream waits for
             // everything enqueued here before anything on it can reuse that memory.
             dev.outputs_ready.record(&stream)?;
@@ -302,6 +302,34 @@ pub fn sample_cuda(
         })
     })
     .map_err(to_py)
+}
+
+/// A tensor given by address: `(address, elements, rows, cols)`.
+type Operand = (u64, usize, usize, usize);
+
+/// The fused launch on the tensors `hidden` and `weight` (elements `T`) into the device's outputs (a
+/// log-probability call regrows them itself: `sample_device`).
+///
+/// # Safety
+/// Both addresses are the data of live tensors of the device of `stream` holding their stated number
+/// of elements of `T`, held by the caller until the work enqueued here has completed.
+unsafe fn launch<T: Element>(
+    dev: &mut Device,
+    stream: &Arc<CudaStream>,
+    ((hidden_ptr, hidden_len, b, hidden_d), (weight_ptr, weight_len, v, weight_d)): (Operand, Operand),
+    params: &SamplingParams,
+) -> Result<(), Error> {
+    // SAFETY: forwarded contract; `sample_device` validates shapes before it reads anything.
+    let hidden = unsafe { Borrowed::<T>::new(stream, hidden_ptr, hidden_len) };
+    // SAFETY: as for `hidden`.
+    let weight = unsafe { Borrowed::<T>::new(stream, weight_ptr, weight_len) };
+    let out = dev.out.as_mut().expect("allocated by the caller");
+    dev.gpu.sample_device(
+        &DeviceMatrix { data: hidden.as_view(), rows: b, cols: hidden_d },
+        &DeviceMatrix { data: weight.as_view(), rows: v, cols: weight_d },
+        params,
+        out,
+    )
 }
 
 /// Copies the last launch's tokens (u32), scores (f32) and the log-probability outputs `to` asks for

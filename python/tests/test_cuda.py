@@ -173,9 +173,7 @@ def test_clear_errors(dev):
         fs.sample(hidden, weight.cpu())
     with pytest.raises(TypeError, match="NumPy|ndarray"):
         fs.sample(hidden.cpu().float().numpy(), weight)
-    with pytest.raises(TypeError, match="GPU kernels take bfloat16 today"):
-        fs.sample(hidden.half(), weight.half())
-    with pytest.raises(TypeError, match="GPU kernels take bfloat16 today"):
+    with pytest.raises(TypeError, match="both must be torch.bfloat16 or both torch.float16"):
         fs.sample(hidden, weight.half())
     with pytest.raises(TypeError, match="torch.float32"):
         fs.sample(hidden.float(), weight)
@@ -198,6 +196,26 @@ def test_clear_errors(dev):
         fs.sample(hidden, weight, threads=2)
     # Still usable after the errors.
     assert fs.sample(hidden, weight, 0.0).shape == (4,)
+
+
+@pytest.mark.parametrize("b,d,v", [(1, 256, 1000), (7, 128, 4096), (200, 64, 1000)])
+@pytest.mark.parametrize("t", [1.0, 0.0])
+def test_float16_tensors_equal_the_cpu_path_bit_for_bit(dev, b, d, v, t):
+    # Integer-valued heads (exact f32 dot products) in float16, with weights of float16 precision that
+    # bfloat16 cannot hold (k/1024): the f16 kernels, the CPU backend's f16 path, the same bits.
+    g = torch.Generator(device="cpu").manual_seed(b * 31 + v)
+    hidden = torch.randint(-2, 3, (b, d), generator=g).half().to(dev)
+    weight = (torch.randint(-64, 65, (v, d), generator=g).float() / 1024 + 1).half().to(dev)
+    kw = dict(temperature=t, seed=77 + v, streams=[13 * i + 2 for i in range(b)], logprobs="processed")
+    got = fs.sample(hidden, weight, **kw)
+    want = fs.sample(hidden.cpu().numpy(), weight.cpu().numpy(), **kw)
+    assert np.array_equal(got["tokens"].cpu().numpy().astype(np.uint32), want["tokens"])
+    assert np.array_equal(got["scores"].cpu().numpy().view(np.uint32), want["scores"].view(np.uint32))
+    assert np.allclose(got["logprobs"].cpu().numpy(), want["logprobs"], rtol=0, atol=1e-4)
+    # Not what the same values rounded to bfloat16 would give (the f16 path keeps the f16 precision).
+    if t == 1.0 and b >= 7:
+        rounded = fs.sample(hidden.bfloat16(), weight.bfloat16(), **kw)["scores"].cpu().numpy()
+        assert not np.array_equal(rounded.view(np.uint32), want["scores"].view(np.uint32))
 
 
 def test_graph_capture_is_refused_clearly(dev):
