@@ -379,7 +379,7 @@ fn controls(gpu: &GpuBackend, timer: &EventTimer, a: &Args, bandwidth: f64) -> R
     let batches = a.batches.clone().unwrap_or_else(|| vec![1, 8, 16, 32, 64, 128, 256]);
     let bmax = *batches.iter().max().unwrap();
     let runs = a.runs;
-    let modes = ["plain", "temps+logprobs", "mask", "softcap", "n=8", "adjust", "all"];
+    let modes = ["plain", "temps+logprobs", "mask", "softcap", "n=8", "adjust", "all", "f16"];
     let mut table = format!(
         "| config | B | floor ms | {} |\n|---|---|---|{}\n",
         modes.iter().map(|m| format!("{m} ms (×plain)")).collect::<Vec<_>>().join(" | "),
@@ -388,6 +388,13 @@ fn controls(gpu: &GpuBackend, timer: &EventTimer, a: &Args, bandwidth: f64) -> R
     let mut csv = String::from("config,d,v,b,mode,median_ms,min_ms,max_ms,ratio_to_plain\n");
     for (config, d, v) in a.configs() {
         let (h_dev, w_dev) = device_head(&stream, bmax, d, v)?;
+        // The same head in f16 (the synthetic values are exact in f16): the plain call on f16 operands.
+        let (h16, w16) = {
+            let to_f16 =
+                |x: Vec<half::bf16>| -> Vec<half::f16> { x.iter().map(|y| half::f16::from_f32(y.to_f32())).collect() };
+            let (h, w) = (stream.clone_dtoh(&h_dev)?, stream.clone_dtoh(&w_dev)?);
+            (stream.clone_htod(&to_f16(h))?, stream.clone_htod(&to_f16(w))?)
+        };
         let mut rng = SplitMix64::new(DATA_SEED ^ 0x3A5C);
         let words = v.div_ceil(32);
         let mask_host: Vec<u32> = (0..bmax * words).map(|_| rng.next_u64() as u32).collect();
@@ -431,14 +438,21 @@ fn controls(gpu: &GpuBackend, timer: &EventTimer, a: &Args, bandwidth: f64) -> R
             ];
             let mut out = gpu.alloc_samples(b, v)?;
             let mut medians = Vec::new();
-            for (mode, params, masked) in cases {
-                let m = masked.then_some(&mask);
-                let s =
-                    timer.time(&stream, 10, runs, || Ok(gpu.sample_device_masked(&hm, &wm, params, m, &mut out)?))?;
+            let mut record = |mode: &str, s: Stats| {
                 let ratio = s.median / medians.first().copied().unwrap_or(s.median);
                 csv += &format!("{config},{d},{v},{b},{mode},{:.5},{:.5},{:.5},{ratio:.4}\n", s.median, s.min, s.max);
                 medians.push(s.median);
+            };
+            for (mode, params, masked) in cases {
+                let m = masked.then_some(&mask);
+                record(
+                    mode,
+                    timer.time(&stream, 10, runs, || Ok(gpu.sample_device_masked(&hm, &wm, params, m, &mut out)?))?,
+                );
             }
+            let hm16 = DeviceMatrix { data: h16.slice(..b * d), rows: b, cols: d };
+            let wm16 = DeviceMatrix { data: w16.slice(..v * d), rows: v, cols: d };
+            record("f16", timer.time(&stream, 10, runs, || Ok(gpu.sample_device(&hm16, &wm16, &plain, &mut out)?))?);
             let cells: Vec<String> = medians.iter().map(|m| format!("{m:.4} ({:.3})", m / medians[0])).collect();
             let line = format!("| {config} | {b} | {floor:.4} | {} |", cells.join(" | "));
             eprintln!("{line}");
