@@ -190,6 +190,39 @@ fn masked_softcapped_rows_follow_their_distribution_and_log_probs_on_the_gpu() {
 }
 
 #[test]
+fn log_probs_of_wide_rows_match_the_cpu() {
+    let Some(gpu) = gpu_or_skip("log_probs_of_wide_rows_match_the_cpu") else { return };
+    let cpu = CpuBackend::new();
+    // D ≥ 1024: the sampled token's logit is recomputed four 16-byte chunks per lane at a time, then
+    // the remainder (D = 1032: one chunk on lane 0); real matmuls, so GPU and CPU sums round apart.
+    for &(b, d, v) in &[(3usize, 4096usize, 20_000usize), (70, 1032, 5008), (9, 8192, 4096)] {
+        let mut rng = TestRng::new(0x1D_0000 ^ (d * 7 + b) as u64);
+        let hidden = rng.normal_bf16(b * d, 1.0);
+        let weight = rng.normal_bf16(v * d, 2.0 / (d as f64).sqrt());
+        let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
+        let params = SamplingParams::new(0.8, 41)
+            .with_streams((0..b as u64).map(|r| 9 * r + 4).collect())
+            .with_logprobs(LogProbs::ProcessedAndRaw);
+        let (g, c) = (gpu.sample_scored(h, w, &params).unwrap(), cpu.sample_scored(h, w, &params).unwrap());
+        let mut same = 0;
+        for r in 0..b {
+            if g.tokens[r] != c.tokens[r] {
+                continue; // an f32 near-tie (tests/gpu.rs bounds those)
+            }
+            same += 1;
+            for (name, x, y) in [
+                ("processed", g.logprobs.as_ref().unwrap()[r], c.logprobs.as_ref().unwrap()[r]),
+                ("raw", g.raw_logprobs.as_ref().unwrap()[r], c.raw_logprobs.as_ref().unwrap()[r]),
+            ] {
+                assert!((x - y).abs() <= 1e-4, "D={d} row {r}: {name} log-probability GPU {x}, CPU {y}");
+            }
+        }
+        assert!(same * 10 >= b * 9, "D={d}: only {same} of {b} rows drew the CPU's token");
+        visible(&format!("wide-row log-probs: B={b} D={d} V={v}: {same} rows compared within 1e-4"));
+    }
+}
+
+#[test]
 fn rows_with_nothing_allowed_and_device_masks() {
     let Some(gpu) = gpu_or_skip("rows_with_nothing_allowed_and_device_masks") else { return };
     let (b, d, v) = (3usize, 64usize, 300usize);

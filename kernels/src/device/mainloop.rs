@@ -270,17 +270,23 @@ pub(super) unsafe fn mma_stage_weight_a<T: WgmmaShape>(
 /// As [`mma_stage_weight_a`].
 #[inline(always)]
 pub(super) unsafe fn mma_stage_hidden_a(hidden: u32, weights: u32, acc: &mut [f32; 128], elem: ElementType) {
-    for kk in 0..STAGE_K / 16 {
-        let (a, b) = (smem_descriptor(hidden + 32 * kk), smem_descriptor(weights + 32 * kk));
-        // SAFETY: forwarded contract; `elem` is warpgroup-uniform.
-        unsafe {
-            if elem.is_f16() {
-                wgmma_mma_async_sync_aligned_m64n256k16_f32_f16_f16(acc, a, b)
-            } else {
-                wgmma_mma_async_sync_aligned_m64n256k16_f32_bf16_bf16(acc, a, b)
-            }
-        };
+    #[inline(always)]
+    unsafe fn stage<const F16: bool>(hidden: u32, weights: u32, acc: &mut [f32; 128]) {
+        for kk in 0..STAGE_K / 16 {
+            let (a, b) = (smem_descriptor(hidden + 32 * kk), smem_descriptor(weights + 32 * kk));
+            // SAFETY: forwarded contract.
+            unsafe {
+                if F16 {
+                    wgmma_mma_async_sync_aligned_m64n256k16_f32_f16_f16(acc, a, b)
+                } else {
+                    wgmma_mma_async_sync_aligned_m64n256k16_f32_bf16_bf16(acc, a, b)
+                }
+            };
+        }
     }
+    // SAFETY: forwarded contract; `elem` is a launch parameter (warpgroup-uniform): one branch per
+    // stage, not per k16 step.
+    unsafe { if elem.is_f16() { stage::<true>(hidden, weights, acc) } else { stage::<false>(hidden, weights, acc) } }
 }
 
 /// What a consumer warpgroup does with a stage and with a finished tile.
