@@ -624,11 +624,19 @@ pub const MERGE_RANKS_THREADS: u32 = 128;
 /// PTX entry point of the truncation step (portable module): per sample row, the certificate over
 /// the fused pass's top lists and the sample within the kept set (`params::TruncateParams`).
 pub const TRUNCATE_ENTRY: &str = "truncate_rows";
-/// Threads per block of the truncation step (one block per sample row).
-pub const TRUNCATE_THREADS: u32 = 256;
-/// Dynamic shared memory of the truncation step: every thread's list (8 values, 8 indices, the
-/// bound: 80 bytes), then the walking warp's prefix, 16 bytes per entry.
-pub const TRUNCATE_SMEM: u32 = TRUNCATE_THREADS * 80 + 16 * crate::truncate::MAX_KEPT as u32;
+/// Threads per block of the truncation step (one block per sample row; its entry carries this
+/// bound, so ptxas keeps a block's registers within the multiprocessor's 64 K).
+pub const TRUNCATE_THREADS: u32 = 512;
+/// Entries above the threshold the truncation step collects and sorts per row (a power of two). The
+/// entries above `β` number about `(6·units²)^(1/3)` when the top tokens fall into the units at
+/// random (≈ 750 for the 8448 units per row at B ≤ 16): more than this capacity is then improbable
+/// (≈ e⁻²⁰), and an overflow only costs a round with a higher threshold.
+pub const TRUNCATE_CAPACITY: u32 = 2048;
+/// Dynamic shared memory of the truncation step: the collected entries (value, index: 8 bytes
+/// each), the walk's running sums (4 bytes per kept entry), 16 bytes per warp for the block
+/// reductions, and 64 bytes of control words (17 728 bytes).
+pub const TRUNCATE_SMEM: u32 =
+    8 * TRUNCATE_CAPACITY + 4 * crate::truncate::MAX_KEPT as u32 + 16 * (TRUNCATE_THREADS / 32) + 64;
 /// PTX entry point of the fallback's logits (portable module): the raw logits of the rows the
 /// certificate left (`params::FallbackParams`).
 pub const FALLBACK_LOGITS_ENTRY: &str = "fallback_logits";
@@ -689,7 +697,7 @@ pub fn entry_points() -> impl Iterator<Item = (&'static str, Module, Option<u32>
             (EXPAND_ENTRY, Module::Portable, None),
             (MERGE_RANKS_ENTRY, Module::Portable, None),
             (ADJUST_ENTRY, Module::Portable, None),
-            (TRUNCATE_ENTRY, Module::Portable, None),
+            (TRUNCATE_ENTRY, Module::Portable, Some(TRUNCATE_THREADS)),
             (FALLBACK_LOGITS_ENTRY, Module::Portable, None),
             (FALLBACK_SAMPLE_ENTRY, Module::Portable, Some(FALLBACK_SAMPLE_THREADS)),
         ])

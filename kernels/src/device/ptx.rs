@@ -241,6 +241,20 @@ pub unsafe fn red_shared_add_u32(addr: u32, v: u32) {
     unsafe { asm!("red.shared.add.u32 [{0}], {1};", in(reg32) addr, in(reg32) v, options(nostack)) };
 }
 
+/// `atom.shared.add.u32`: atomically adds `v` to the shared word at `addr` and returns the old value.
+///
+/// # Safety
+/// `addr` must be a 4-byte aligned shared-memory address.
+#[inline(always)]
+pub unsafe fn atom_shared_add_u32(addr: u32, v: u32) -> u32 {
+    let old: u32;
+    // SAFETY: the caller guarantees the address.
+    unsafe {
+        asm!("atom.shared.add.u32 {0}, [{1}], {2};", out(reg32) old, in(reg32) addr, in(reg32) v, options(nostack))
+    };
+    old
+}
+
 /// `red.shared.add.u64`: atomically adds `v` to the shared double word at `addr` (no result).
 ///
 /// # Safety

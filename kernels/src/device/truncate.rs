@@ -5,19 +5,22 @@
 //!    samples as usual (the plain winner, the log-masses) and writes each lane's top list per
 //!    (row, vocab range, unit).
 //! 2. [`truncate_rows`]: per sample row, the lists' entries above the largest bound `β` are the row's
-//!    exact sorted prefix down to `β`; [`KeptWalk`] takes them largest first until the threshold is
-//!    proven, then the row samples within its kept set with the plain pass's scores (a kept plain
-//!    winner wins again) and its log-probabilities are renormalized over the kept set. A row the
-//!    walk cannot decide is listed for the fallback.
+//!    exact prefix down to `β`: the block collects them in shared memory and sorts them, and
+//!    [`KeptWalk`] (one thread) takes them largest first until the threshold is proven; then the
+//!    row samples within its kept set with the plain pass's scores (a kept plain winner wins again)
+//!    and its log-probabilities are renormalized over the kept set. A row the walk cannot decide is
+//!    listed for the fallback.
 //! 3. [`fallback_logits`] and [`fallback_sample`]: the listed rows' logits materialized, their
 //!    threshold found exactly by a bitwise search over the f32 order (no sort), and the row sampled
 //!    with the same noise. Also the benchmark's unfused top-k / top-p sampler over GEMM logits.
 //!
 //! # Thread mapping
-//! - `truncate_rows`: `grid = B` blocks of [`TRUNCATE_THREADS`] (= 256) threads, one per sample row;
-//!   thread `t` merges units `t, t + 256, …` into a list of [`THREAD_LIST`] entries, lane `l` of warp
-//!   0 the lists of threads `l, l + 32, …` into one of [`LANE_LIST`], and warp 0 walks; the lists and
-//!   the prefix ([`MAX_KEPT`] × 16 bytes) live in [`TRUNCATE_SMEM`] bytes of dynamic shared memory.
+//! - `truncate_rows`: `grid = B` blocks of [`TRUNCATE_THREADS`] (= 512) threads, one per sample row;
+//!   thread `t` reads units `t, t + 512, …` (and adjusted tokens `t, t + 512, …`) in each pass over
+//!   the row; the collected entries (up to [`TRUNCATE_CAPACITY`]) are sorted by the whole block (warp
+//!   `w` takes the blocks of 64 entries `w, w + 16, …` for the strides below 64), thread 0 walks, and
+//!   thread `j` samples kept entry `j`; [`TRUNCATE_SMEM`] bytes of dynamic shared memory hold the
+//!   entries, the walk's running sums, the block reductions' slots and the control words.
 //! - `fallback_logits`: `grid = ceil(V / 64)` blocks of [`FALLBACK_LOGITS_THREADS`] (= 256); per
 //!   group of 8 listed rows, warp `w` computes vocab rows `64·block + w, + 8, …` ([`warp_dots`]:
 //!   each weight chunk read once for the group).
@@ -31,29 +34,44 @@ use core::arch::nvptx::{_block_idx_x, _syncthreads, _thread_idx_x};
 use super::dot::{warp_dot, warp_dots};
 use super::fragment::exp;
 use super::ptx::{
-    atom_global_add_u32, bar_warp_sync, ld_shared_u64, ld_shared_v2_u32, ld_shared_v4_u32, mov_u32_dynamic_smem,
-    red_shared_add_u64, shfl_sync_bfly_b32, st_shared_u64, st_shared_v2_u32, st_shared_v4_u32,
+    atom_global_add_u32, atom_shared_add_u32, ld_shared_u32, ld_shared_u64, ld_shared_v2_u32, ld_shared_v4_u32,
+    mov_u32_dynamic_smem, red_shared_add_u64, shfl_sync_bfly_b32, st_shared_u32, st_shared_u64, st_shared_v2_u32,
+    st_shared_v4_u32,
 };
 use super::reduce::{AdjRows, ln, merge_butterfly};
 use crate::INVALID_INDEX;
 use crate::candidate::Candidate;
-#[cfg(doc)]
-use crate::config::FALLBACK_LOGITS_THREADS;
 use crate::config::{
-    FALLBACK_LOGITS_ROWS, FALLBACK_SAMPLE_SMEM, FALLBACK_SAMPLE_THREADS, TRUNCATE_SMEM, TRUNCATE_THREADS,
+    FALLBACK_LOGITS_ROWS, FALLBACK_SAMPLE_THREADS, TRUNCATE_CAPACITY, TRUNCATE_SMEM, TRUNCATE_THREADS,
 };
+#[cfg(doc)]
+use crate::config::{FALLBACK_LOGITS_THREADS, FALLBACK_SAMPLE_SMEM};
 use crate::logits::softcap;
 use crate::params::{FallbackParams, TruncateParams};
-use crate::truncate::{KeptWalk, MAX_KEPT, Step, TopList};
+use crate::truncate::{KeptWalk, MAX_KEPT, Step, StoredTop};
 
-/// Entries of each thread's list in [`truncate_rows`] (phase 1).
-pub const THREAD_LIST: usize = 8;
-/// Entries of each lane's list of the walking warp (phase 2).
-pub const LANE_LIST: usize = 16;
-/// Bytes of one thread's list in shared memory: `THREAD_LIST` values, `THREAD_LIST` indices, the
-/// bound, padding to 16 bytes.
-const LIST_BYTES: u32 = 16 * (2 * THREAD_LIST as u32 / 4 + 1);
-const _: () = assert!(TRUNCATE_SMEM == TRUNCATE_THREADS * LIST_BYTES + 16 * MAX_KEPT as u32);
+/// Warps of a [`truncate_rows`] block.
+const WARPS_T: u32 = TRUNCATE_THREADS / 32;
+/// Bytes of one collected entry in shared memory: its value's bits, its index.
+const ENTRY_BYTES: u32 = 8;
+/// [`truncate_rows`]' shared memory: the entries at 0, then the walk's running sums (one word per
+/// entry taken), one 16-byte slot per warp for the block reductions, and the control words.
+const MASSES_AT: u32 = ENTRY_BYTES * TRUNCATE_CAPACITY;
+const SLOTS_AT: u32 = MASSES_AT + 4 * MAX_KEPT as u32;
+const CONTROL_AT: u32 = SLOTS_AT + 16 * WARPS_T;
+/// Collection rounds: the first over `β`; each overflow of the capacity raises the threshold for
+/// the next (its count is control word `round`).
+const ROUNDS: u32 = 4;
+/// Control words: the rounds' counts, then the raised threshold, then the walk's step (kind, count,
+/// mass).
+const THRESHOLD_WORD: u32 = ROUNDS;
+const STEP_WORD: u32 = ROUNDS + 1;
+/// Entries the walk reads at most: it decides (or gives up) before taking entry `MAX_KEPT`.
+const WALK_ENTRIES: u32 = MAX_KEPT as u32 + 1;
+const _: () = assert!(TRUNCATE_SMEM == CONTROL_AT + 64 && 4 * (STEP_WORD + 3) <= 64);
+const _: () = assert!(TRUNCATE_CAPACITY.is_power_of_two() && TRUNCATE_CAPACITY >= 64);
+const _: () = assert!(WALK_ENTRIES < TRUNCATE_CAPACITY && MAX_KEPT as u32 <= TRUNCATE_THREADS);
+const _: () = assert!(TRUNCATE_THREADS.is_multiple_of(32) && TRUNCATE_THREADS <= 1024);
 
 /// The warp's maximum of `x` (every lane gets it).
 ///
@@ -71,31 +89,253 @@ unsafe fn warp_max(mut x: f32) -> f32 {
     x
 }
 
+/// A collected entry: a processed logit and its global vocab index.
+type Entry = (f32, u32);
+/// Past the collected entries (ranks below every real one: they are above `β ≥ −∞`).
+const NO_ENTRY: Entry = (f32::NEG_INFINITY, u32::MAX);
+
+/// Whether `a` ranks above `b`: larger value, ties to the lower index (the order of the top lists,
+/// `crate::truncate`'s `above`; the entries are never NaN).
+#[inline(always)]
+fn ranks_above(a: Entry, b: Entry) -> bool {
+    (a.0 > b.0) | ((a.0 == b.0) & (a.1 < b.1))
+}
+
+/// Entry `i` of the entries area.
+///
+/// # Safety
+/// `i < TRUNCATE_CAPACITY`; the block's dynamic shared memory holds [`TRUNCATE_SMEM`] bytes.
+#[inline(always)]
+unsafe fn load_entry(i: u32) -> Entry {
+    // SAFETY: inside the entries area (the caller's contract), 8-byte aligned.
+    let [z, index] = unsafe { ld_shared_v2_u32(mov_u32_dynamic_smem() + ENTRY_BYTES * i) };
+    (f32::from_bits(z), index)
+}
+
+/// Stores entry `i` of the entries area.
+///
+/// # Safety
+/// As [`load_entry`].
+#[inline(always)]
+unsafe fn store_entry(i: u32, e: Entry) {
+    // SAFETY: as in `load_entry`.
+    unsafe { st_shared_v2_u32(mov_u32_dynamic_smem() + ENTRY_BYTES * i, [e.0.to_bits(), e.1]) };
+}
+
+/// One compare-exchange of a bitonic merge of runs of `size` in registers: this lane's entry `x`
+/// at position `i` against the one at `i ^ s` (`s < 32`), held by lane `lane ^ s`. A run whose
+/// `size` bit of the position is 0 is sorted descending (the one above first), else ascending.
+///
+/// # Safety
+/// All 32 lanes call it together with the same `s`.
+#[inline(always)]
+unsafe fn exchange_lanes(x: Entry, i: u32, s: u32, size: u32) -> Entry {
+    // SAFETY: all 32 lanes (the caller's contract).
+    let (z, index) = unsafe { (shfl_sync_bfly_b32(x.0.to_bits(), s), shfl_sync_bfly_b32(x.1, s)) };
+    let o = (f32::from_bits(z), index);
+    // The lower position of a descending run keeps the entry above, as the upper of an ascending one.
+    let keep_above = ((i & s) == 0) == ((i & size) == 0);
+    if ranks_above(x, o) == keep_above { x } else { o }
+}
+
+/// The stages of a bitonic merge of runs of `size` with strides `top, top / 2, …, 1` (`top ≤ 32`)
+/// on a block of 64 positions at `base`: lane `l` holds positions `base + l` (`a`) and
+/// `base + 32 + l` (`b`).
+///
+/// # Safety
+/// All 32 lanes call it together with the same `size` and `top`.
+#[inline(always)]
+unsafe fn merge_in_warp(a: &mut Entry, b: &mut Entry, base: u32, lane: u32, size: u32, top: u32) {
+    let i = base + lane;
+    let mut s = top;
+    while s > 0 {
+        if s == 32 {
+            // Within the lane: `a` is the lower position.
+            if ranks_above(*b, *a) == ((i & size) == 0) {
+                core::mem::swap(a, b);
+            }
+        } else {
+            // SAFETY: all 32 lanes, the same stride.
+            unsafe {
+                *a = exchange_lanes(*a, i, s, size);
+                *b = exchange_lanes(*b, i + 32, s, size);
+            }
+        }
+        s /= 2;
+    }
+}
+
+/// Sorts the first `n` entries of the entries area descending ([`ranks_above`]), a bitonic sort
+/// over `p = max(64, n.next_power_of_two())` positions (past `n`: [`NO_ENTRY`]): the strides below
+/// 64 in registers and shuffles (warp `w` takes the blocks of 64 positions `w, w + 16, …`), the
+/// larger ones in shared memory (thread `t` takes the pairs `t, t + 512, …`), a barrier after each.
+///
+/// # Safety
+/// Every thread of the block calls it together with the same `n ≤ TRUNCATE_CAPACITY`, after a
+/// barrier that made the entries visible; the block's dynamic shared memory holds
+/// [`TRUNCATE_SMEM`] bytes.
+#[inline(always)]
+unsafe fn sort_entries(n: u32, tid: u32) {
+    let (lane, warp) = (tid % 32, tid / 32);
+    let p = n.next_power_of_two().max(64);
+    // Runs of up to 64, per block of 64 positions.
+    let mut blk = warp;
+    while 64 * blk < p {
+        let base = 64 * blk;
+        let (i, j) = (base + lane, base + 32 + lane);
+        // SAFETY: i, j < p ≤ TRUNCATE_CAPACITY.
+        let (mut a, mut b) =
+            unsafe { (if i < n { load_entry(i) } else { NO_ENTRY }, if j < n { load_entry(j) } else { NO_ENTRY }) };
+        let mut size = 2;
+        while size <= 64 {
+            // SAFETY: all 32 lanes (the loop over blocks is warp-uniform).
+            unsafe { merge_in_warp(&mut a, &mut b, base, lane, size, (size / 2).min(32)) };
+            size *= 2;
+        }
+        // SAFETY: as above.
+        unsafe {
+            store_entry(i, a);
+            store_entry(j, b);
+        }
+        blk += WARPS_T;
+    }
+    // SAFETY: every thread (the caller's contract).
+    unsafe { _syncthreads() };
+    let mut size = 128;
+    while size <= p {
+        let mut s = size / 2;
+        while s >= 64 {
+            let mut q = tid;
+            while q < p / 2 {
+                let i = ((q & !(s - 1)) << 1) | (q & (s - 1));
+                // SAFETY: i < i + s < p; each pair is one thread's; a barrier before and after.
+                unsafe {
+                    let (x, y) = (load_entry(i), load_entry(i + s));
+                    if ranks_above(y, x) == ((i & size) == 0) {
+                        store_entry(i, y);
+                        store_entry(i + s, x);
+                    }
+                }
+                q += TRUNCATE_THREADS;
+            }
+            // SAFETY: every thread.
+            unsafe { _syncthreads() };
+            s /= 2;
+        }
+        let mut blk = warp;
+        while 64 * blk < p {
+            let base = 64 * blk;
+            // SAFETY: base + 63 < p; the block is this warp's between the barriers; all 32 lanes.
+            unsafe {
+                let (mut a, mut b) = (load_entry(base + lane), load_entry(base + 32 + lane));
+                merge_in_warp(&mut a, &mut b, base, lane, size, 32);
+                store_entry(base + lane, a);
+                store_entry(base + 32 + lane, b);
+            }
+            blk += WARPS_T;
+        }
+        // SAFETY: every thread.
+        unsafe { _syncthreads() };
+        size *= 2;
+    }
+}
+
+/// Appends this thread's entries above `theta` to the entries area (its first
+/// [`TRUNCATE_CAPACITY`]; the count, in the shared word `counter`, goes on past it): units
+/// `tid, tid + T, …` of the row (four loads in flight), then its adjusted tokens `tid, tid + T, …`.
+///
+/// # Safety
+/// `units` holds `n_units` entries; `counter` is a shared word zeroed before a barrier; the block's
+/// dynamic shared memory holds [`TRUNCATE_SMEM`] bytes.
+#[inline(always)]
+unsafe fn collect(units: *const StoredTop, n_units: u32, adj: &AdjRows, theta: f32, counter: u32, tid: u32) {
+    const K: u32 = 4;
+    let mut u = tid;
+    while u < n_units {
+        let mut z = [[f32::NEG_INFINITY; 2]; K as usize];
+        let mut index = [[0u32; 2]; K as usize];
+        for k in 0..K {
+            let v = u + k * TRUNCATE_THREADS;
+            if v < n_units {
+                // SAFETY: v < n_units.
+                let list = unsafe { &(*units.add(v as usize)).list };
+                z[k as usize] = list.z;
+                index[k as usize] = list.index;
+            }
+        }
+        let mut count = 0;
+        for zk in &z {
+            for &x in zk {
+                count += (x > theta) as u32;
+            }
+        }
+        if count > 0 {
+            // SAFETY: the shared counter (the caller's contract).
+            let mut slot = unsafe { atom_shared_add_u32(counter, count) };
+            for k in 0..K as usize {
+                for q in 0..2 {
+                    if z[k][q] > theta {
+                        if slot < TRUNCATE_CAPACITY {
+                            // SAFETY: slot < capacity; slots are unique (the atomic).
+                            unsafe { store_entry(slot, (z[k][q], index[k][q])) };
+                        }
+                        slot += 1;
+                    }
+                }
+            }
+        }
+        u += K * TRUNCATE_THREADS;
+    }
+    let mut i = adj.range().start + tid;
+    while i < adj.range().end {
+        let a = adj.get(i);
+        if a.token != INVALID_INDEX && a.z > theta {
+            // SAFETY: as above.
+            unsafe {
+                let slot = atom_shared_add_u32(counter, 1);
+                if slot < TRUNCATE_CAPACITY {
+                    store_entry(slot, (a.z, a.token));
+                }
+            }
+        }
+        i += TRUNCATE_THREADS;
+    }
+}
+
 /// The truncation step: one block per sample row (see the module).
 ///
-/// 1. Every thread merges units `t, t + T, …` of the row (and its adjusted tokens, exact entries)
-///    into a list of [`THREAD_LIST`] entries and stores it in shared memory.
-/// 2. Lane `l` of warp 0 merges the lists of threads `l, l + 32, …` into one of [`LANE_LIST`].
-/// 3. Warp 0 walks the row's sorted prefix: each round the lanes' heads above `β` (the largest
-///    bound) are merged by shuffles, and [`KeptWalk`] decides.
+/// 1. `β`: the largest bound over the row's units (a block max; adjusted tokens have no bound).
+/// 2. Every thread appends its units' entries above `β` (and its adjusted tokens' entries above
+///    `β`) to shared memory through a shared atomic counter: the row's exact prefix down to `β`.
+///    More than [`TRUNCATE_CAPACITY`] of them: the first ones collected are sorted and the next
+///    round collects above a higher threshold that still leaves [`MAX_KEPT`]` + 1` entries above it
+///    (all the walk can read, so its result is the same); after `ROUNDS` (4) rounds, the row is
+///    uncertain.
+/// 3. The block sorts them descending (value, then the lower index first: the lists' order).
+/// 4. Thread 0 walks them with [`KeptWalk`] (`β` when they run out), storing the running sums in
+///    shared memory, in the order of the CPU reference: the same f32 sums.
+/// 5. Certified: thread `j` scores kept entry `j` with the plain pass's noise, a block argmax
+///    picks the sample, and warp 0 recomputes a changed token's raw logit. Uncertain: the row is
+///    listed for the fallback.
 ///
 /// # Safety
 /// Launched as documented in the module after the fused truncation launch on the same stream, with
-/// buffers of the sizes [`TruncateParams`] states and `fallback[0] == 0`.
+/// buffers of the sizes [`TruncateParams`] states, [`TRUNCATE_SMEM`] bytes of dynamic shared memory
+/// and `fallback[0] == 0`.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn truncate_rows(p: TruncateParams) {
     // SAFETY: special-register reads.
     let (tid, b) = unsafe { (_thread_idx_x(), _block_idx_x()) };
-    let lane = tid % 32;
+    let (lane, warp) = (tid % 32, tid / 32);
     if b >= p.b {
         return; // block-uniform
     }
-    let n = p.samples.max(1);
+    let n_samples = p.samples.max(1);
     // SAFETY: b < B; the truncation holds B / n entries; the outputs B.
     let (row, trunc, token, lse) = unsafe {
         (
             *p.rows.add(b as usize),
-            *p.truncation.add((b / n) as usize),
+            *p.truncation.add((b / n_samples) as usize),
             *p.tokens.add(b as usize),
             *p.logsumexp.add(b as usize),
         )
@@ -111,130 +351,195 @@ pub unsafe extern "ptx-kernel" fn truncate_rows(p: TruncateParams) {
         }
         return; // block-uniform
     }
-    // 1. The thread's list over units tid, tid + T, … (two loads in flight), and adjusted tokens.
-    let mut list = TopList::<THREAD_LIST>::EMPTY;
+    let smem = mov_u32_dynamic_smem();
+    let (masses, slots, control) = (smem + MASSES_AT, smem + SLOTS_AT, smem + CONTROL_AT);
+    if tid < ROUNDS {
+        // SAFETY: the rounds' counters, zeroed before the barrier below.
+        unsafe { st_shared_u32(control + 4 * tid, 0) };
+    }
     // SAFETY: row b's units are inside `tops`.
     let units = unsafe { p.tops.add(b as usize * p.units as usize) };
+    // 1. β: the largest bound (eight loads in flight).
+    let mut m = f32::NEG_INFINITY;
     let mut u = tid;
-    while u + TRUNCATE_THREADS < p.units {
-        // SAFETY: u, u + T < units.
-        let (x, y) = unsafe { (*units.add(u as usize), *units.add((u + TRUNCATE_THREADS) as usize)) };
-        list.merge(&x.list);
-        list.merge(&y.list);
-        u += 2 * TRUNCATE_THREADS;
+    while u < p.units {
+        let mut x = [f32::NEG_INFINITY; 8];
+        for (k, x) in x.iter_mut().enumerate() {
+            let v = u + k as u32 * TRUNCATE_THREADS;
+            if v < p.units {
+                // SAFETY: v < units.
+                *x = unsafe { (*units.add(v as usize)).list.bound };
+            }
+        }
+        for x in x {
+            if x > m {
+                m = x;
+            }
+        }
+        u += 8 * TRUNCATE_THREADS;
     }
-    if u < p.units {
-        // SAFETY: u < units.
-        list.merge(unsafe { &(*units.add(u as usize)).list });
-    }
+    // SAFETY: every thread; the warps' slots; block-uniform barrier.
+    let beta = unsafe {
+        let m = warp_max(m);
+        if lane == 0 {
+            st_shared_u32(slots + 16 * warp, m.to_bits());
+        }
+        _syncthreads();
+        let mut beta = f32::NEG_INFINITY;
+        for w in 0..WARPS_T {
+            let x = f32::from_bits(ld_shared_u32(slots + 16 * w));
+            if x > beta {
+                beta = x;
+            }
+        }
+        beta
+    };
+    // 2. The entries above the threshold (β, or raised after an overflow).
     // SAFETY: b < B; the offsets and results hold the launch's adjustments (or are null).
     let adj = unsafe { AdjRows::from_parts(p.adj_offsets, p.adjusted, p.samples, b) };
-    let mut i = adj.range().start + tid;
-    while i < adj.range().end {
-        let a = adj.get(i);
-        if a.token != INVALID_INDEX {
-            list.update(a.z, a.token);
+    let mut theta = beta;
+    let mut round = 0;
+    let collected = loop {
+        let counter = control + 4 * round;
+        // SAFETY: every thread; the counter was zeroed before the first barrier; block-uniform
+        // barrier; `n` is the same in every thread (nothing writes this counter after it).
+        let n = unsafe {
+            collect(units, p.units, &adj, theta, counter, tid);
+            _syncthreads();
+            ld_shared_u32(counter)
+        };
+        if n <= TRUNCATE_CAPACITY {
+            break Some(n);
         }
-        i += TRUNCATE_THREADS;
-    }
-    let lists = mov_u32_dynamic_smem();
-    let mine = lists + tid * LIST_BYTES;
-    // SAFETY: this thread's slot of the lists area (TRUNCATE_THREADS × LIST_BYTES bytes).
-    unsafe {
-        for q in 0..THREAD_LIST / 4 {
-            let z = [list.z[4 * q], list.z[4 * q + 1], list.z[4 * q + 2], list.z[4 * q + 3]];
-            st_shared_v4_u32(mine + 16 * q as u32, z.map(f32::to_bits));
-            let i = [list.index[4 * q], list.index[4 * q + 1], list.index[4 * q + 2], list.index[4 * q + 3]];
-            st_shared_v4_u32(mine + 16 * (THREAD_LIST / 4 + q) as u32, i);
+        if round + 1 == ROUNDS {
+            break None;
         }
-        st_shared_v4_u32(mine + 16 * (THREAD_LIST / 2) as u32, [list.bound.to_bits(), 0, 0, 0]);
-        _syncthreads();
-    }
-    if tid >= 32 {
-        return; // warp-uniform: warp 0 walks
-    }
-    // 2. Lane l merges the lists of threads l, l + 32, ….
-    let mut list = TopList::<LANE_LIST>::EMPTY;
-    let mut t = lane;
-    while t < TRUNCATE_THREADS {
-        let at = lists + t * LIST_BYTES;
-        let mut other = TopList::<THREAD_LIST>::EMPTY;
-        // SAFETY: thread t's slot, stored before the barrier.
-        unsafe {
-            for q in 0..THREAD_LIST / 4 {
-                let z = ld_shared_v4_u32(at + 16 * q as u32);
-                let i = ld_shared_v4_u32(at + 16 * (THREAD_LIST / 4 + q) as u32);
-                for j in 0..4 {
-                    other.z[4 * q + j] = f32::from_bits(z[j]);
-                    other.index[4 * q + j] = i[j];
+        // Overflow: the first entries collected, sorted; the next threshold is the largest of their
+        // values below their (MAX_KEPT + 1)-th, so that at least MAX_KEPT + 1 entries lie above it.
+        // SAFETY: every thread (n is block-uniform); the entries are visible (the barrier above).
+        unsafe { sort_entries(TRUNCATE_CAPACITY, tid) };
+        if tid == 0 {
+            // SAFETY: sorted entries below the capacity; the threshold word.
+            unsafe {
+                let last = load_entry(WALK_ENTRIES - 1).0;
+                let mut j = WALK_ENTRIES;
+                while j < TRUNCATE_CAPACITY && load_entry(j).0 >= last {
+                    j += 1;
                 }
+                let next = if j < TRUNCATE_CAPACITY { load_entry(j).0 } else { f32::NAN };
+                st_shared_u32(control + 4 * THRESHOLD_WORD, next.to_bits());
             }
-            other.bound = f32::from_bits(ld_shared_v4_u32(at + 16 * (THREAD_LIST / 2) as u32)[0]);
         }
-        list.merge(&other);
-        t += 32;
-    }
-    // SAFETY: all 32 lanes of warp 0.
-    let beta = unsafe { warp_max(list.bound) };
-    // 3. The walk; the prefix lives after the lists.
-    let smem = lists + TRUNCATE_THREADS * LIST_BYTES;
-    // SAFETY (for the closure): j < count ≤ MAX_KEPT entries of the prefix, written below and made
-    // visible by the warp barrier.
-    let prefix = |j: u32| {
-        let w = unsafe { ld_shared_v4_u32(smem + 16 * j) };
-        (f32::from_bits(w[0]), f32::from_bits(w[2]))
+        // SAFETY: every thread; after it, thread 0's reads of the entries are done, so the next
+        // round may overwrite them.
+        let next = f32::from_bits(unsafe {
+            _syncthreads();
+            ld_shared_u32(control + 4 * THRESHOLD_WORD)
+        });
+        if next.is_nan() {
+            break None; // block-uniform: every entry ties with the (MAX_KEPT + 1)-th
+        }
+        theta = next;
+        round += 1;
     };
-    let inv_t = transform.inv_temperature;
-    let mut walk = KeptWalk::new(trunc, inv_t, lse, p.v);
-    let outcome = loop {
-        let head =
-            if list.z[0] > beta { Candidate { score: list.z[0], index: list.index[0] } } else { Candidate::EMPTY };
-        // SAFETY: all 32 lanes (the loop is warp-uniform: every lane sees the same merged head).
-        let best = unsafe { merge_butterfly(head, [1, 2, 4, 8, 16]) };
-        let exhausted = !(best.score > beta);
-        let z = if exhausted { beta } else { best.score };
-        match walk.next(z, exhausted, exp, prefix) {
-            Step::More => {
-                if lane == 0 {
-                    let at = smem + 16 * (walk.count() - 1);
-                    // SAFETY: count ≤ MAX_KEPT: inside this warp's prefix.
-                    unsafe { st_shared_v4_u32(at, [z.to_bits(), best.index, walk.mass().to_bits(), 0]) };
+    let outcome = if let Some(n) = collected {
+        // 3. Sorted, largest first.
+        if n > 0 {
+            // SAFETY: every thread (n is block-uniform); the entries are visible.
+            unsafe { sort_entries(n, tid) };
+        }
+        // 4. The walk, in thread 0.
+        if tid == 0 {
+            // The walk reads back entry j < count ≤ MAX_KEPT: sorted above, its running sum stored
+            // below by this thread.
+            // SAFETY: j < MAX_KEPT < capacity: inside the entries and the running sums.
+            let prefix = |j: u32| unsafe { (load_entry(j).0, f32::from_bits(ld_shared_u32(masses + 4 * j))) };
+            let mut walk = KeptWalk::new(trunc, row.transform.inv_temperature, lse, p.v);
+            // The next value, loaded one entry ahead (`theta` once they run out: it bounds the rest).
+            // SAFETY: j < n ≤ capacity: a sorted entry.
+            let value = |j: u32| if j < n { unsafe { load_entry(j).0 } } else { theta };
+            let mut j = 0;
+            let mut z = value(0);
+            let step = loop {
+                let (zj, exhausted) = (z, j >= n);
+                z = value(j + 1);
+                match walk.next(zj, exhausted, exp, prefix) {
+                    Step::More => {
+                        // SAFETY: j = count - 1 < MAX_KEPT: inside the running sums.
+                        unsafe { st_shared_u32(masses + 4 * j, walk.mass().to_bits()) };
+                        j += 1;
+                    }
+                    done => break done,
                 }
-                bar_warp_sync();
-                if head.index == best.index {
-                    list.pop();
+            };
+            let words = match step {
+                Step::Kept { count, mass } => [1, count, mass.to_bits()],
+                _ => [0; 3],
+            };
+            // SAFETY: the step's control words.
+            unsafe {
+                for (k, w) in words.into_iter().enumerate() {
+                    st_shared_u32(control + 4 * (STEP_WORD + k as u32), w);
                 }
             }
-            done => break done,
         }
+        // SAFETY: every thread; block-uniform barrier; the step is the same in every thread.
+        unsafe {
+            _syncthreads();
+            let word = |k: u32| ld_shared_u32(control + 4 * (STEP_WORD + k));
+            if word(0) == 1 { Step::Kept { count: word(1), mass: f32::from_bits(word(2)) } } else { Step::Uncertain }
+        }
+    } else {
+        Step::Uncertain
     };
     match outcome {
         Step::Kept { count, mass } => {
-            // The sample within the kept prefix, with the plain pass's scores.
-            let noise = row.noise();
+            // 5. The sample within the kept prefix, with the plain pass's scores: thread j scores
+            // entry j (count ≤ MAX_KEPT ≤ threads), a block argmax carrying the winner's value.
+            let inv_t = transform.inv_temperature;
             let mut c = Candidate::EMPTY;
-            let mut j = lane;
-            while j < count {
-                // SAFETY: j < count.
-                let w = unsafe { ld_shared_v4_u32(smem + 16 * j) };
-                c.update(transform.score(f32::from_bits(w[0]), noise.gumbel_at(w[1])), w[1]);
-                j += 32;
+            let mut zc = f32::NEG_INFINITY;
+            if tid < count {
+                // SAFETY: tid < count ≤ n: a sorted entry.
+                let (z, i) = unsafe { load_entry(tid) };
+                c.update(transform.score(z, row.noise().gumbel_at(i)), i);
+                zc = z;
             }
-            // SAFETY: all 32 lanes.
-            let c = unsafe { merge_butterfly(c, [1, 2, 4, 8, 16]) };
-            let mut zt = f32::NEG_INFINITY;
-            let mut j = lane;
-            while j < count {
-                // SAFETY: j < count.
-                let w = unsafe { ld_shared_v4_u32(smem + 16 * j) };
-                if w[1] == c.index {
-                    zt = f32::from_bits(w[0]);
+            for s in [1u32, 2, 4, 8, 16] {
+                // SAFETY: all 32 lanes of every warp.
+                let (score, index, z) = unsafe {
+                    (
+                        shfl_sync_bfly_b32(c.score.to_bits(), s),
+                        shfl_sync_bfly_b32(c.index, s),
+                        shfl_sync_bfly_b32(zc.to_bits(), s),
+                    )
+                };
+                let o = Candidate { score: f32::from_bits(score), index };
+                if o.beats(c) {
+                    c = o;
+                    zc = f32::from_bits(z);
                 }
-                j += 32;
             }
-            // SAFETY: all 32 lanes.
-            let zt = unsafe { warp_max(zt) };
-            if lane == 0 {
+            // SAFETY: the warps' slots (last read before the collection's barrier); every thread,
+            // block-uniform barrier; every thread merges the same slots in the same order.
+            let (c, zt) = unsafe {
+                if lane == 0 {
+                    st_shared_v4_u32(slots + 16 * warp, [c.score.to_bits(), c.index, zc.to_bits(), 0]);
+                }
+                _syncthreads();
+                let mut best = Candidate::EMPTY;
+                let mut zt = f32::NEG_INFINITY;
+                for w in 0..WARPS_T {
+                    let [score, index, z, _] = ld_shared_v4_u32(slots + 16 * w);
+                    let o = Candidate { score: f32::from_bits(score), index };
+                    if o.beats(best) {
+                        best = o;
+                        zt = f32::from_bits(z);
+                    }
+                }
+                (best, zt)
+            };
+            if tid == 0 {
                 let lse_kept = lse + ln(mass);
                 // SAFETY: b < B: the outputs hold entry b.
                 unsafe {
@@ -245,11 +550,11 @@ pub unsafe extern "ptx-kernel" fn truncate_rows(p: TruncateParams) {
                     *flag = 0;
                 }
             }
-            if c.index != token {
+            if warp == 0 && c.index != token {
                 // A new token: its raw log-probability from its recomputed logit.
                 let d = p.d as usize;
-                // SAFETY: all 32 lanes (`c` is warp-uniform); row b of the hidden states and row
-                // `c.index < V` of the weight hold D elements, 16-byte aligned.
+                // SAFETY: all 32 lanes of warp 0 (`c` is block-uniform); row b of the hidden states
+                // and row `c.index < V` of the weight hold D elements, 16-byte aligned.
                 let y = unsafe {
                     warp_dot(p.hidden.add(b as usize * d), p.weight.add(c.index as usize * d), d, lane, p.elem)
                 };
@@ -260,7 +565,7 @@ pub unsafe extern "ptx-kernel" fn truncate_rows(p: TruncateParams) {
             }
         }
         _ => {
-            if lane == 0 {
+            if tid == 0 {
                 // SAFETY: the list holds B + 1 words; at most B rows are listed.
                 unsafe {
                     *flag = 1;
