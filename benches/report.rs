@@ -22,7 +22,7 @@ pub struct Row {
     pub gemm_multinomial: (f64, f64, f64),
     /// cuBLAS GEMM + Gumbel-max over logits.
     pub gemm_gumbel: (f64, f64, f64),
-    /// HBM floor: weight bytes / measured copy bandwidth.
+    /// HBM floor: weight bytes / measured HBM bandwidth (the faster of a copy and a read-only stream).
     pub hbm_floor: f64,
     /// Compute floor: 2·B·D·V / measured bf16 GEMM rate.
     pub compute_floor: f64,
