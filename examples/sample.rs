@@ -4,8 +4,10 @@
 //! `[B, D]` ~ N(0, 1), bf16). With `--weight`, the LM head comes from a checkpoint: a safetensors file
 //! or a sharded checkpoint's `*.safetensors.index.json`, tensor `--tensor` (default `lm_head.weight`);
 //! the hidden states from `--hidden-states` (a `.npy` file, or a safetensors file with tensor
-//! `--hidden-tensor`, default `hidden_states`), else synthetic ones of the weight's D. Non-bf16 tensors
-//! are an error unless `--convert` allows rounding them to bf16. Samples one token per row at the given
+//! `--hidden-tensor`, default `hidden_states`), else synthetic ones of the weight's D. bf16 and f16
+//! tensors run as they are (the GPU kernels take either; the weight's type decides, and synthetic
+//! inputs take it too); an f32 tensor, or hidden states of the other 16-bit type than the weight, are an
+//! error unless `--convert` allows rounding them. Samples one token per row at the given
 //! temperature and prints the tokens, the backend and the time. On a GPU it also times the
 //! device-resident path (fused kernel + candidate reduction, CUDA events, median of 50 after warm-up)
 //! and checks itself against the CPU backend.
@@ -26,11 +28,12 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use flashsampling::checkpoint::{Loaded, load_hidden, load_safetensors};
+use flashsampling::checkpoint::{Loaded, Values, load_hidden, load_safetensors};
 
 use flashsampling::params::LogProbs;
 use flashsampling::timing::EventTimer;
-use flashsampling::{BackendChoice, CpuBackend, DeviceMatrix, Matrix, Sampler, SamplingParams};
+use flashsampling::{BackendChoice, CpuBackend, DeviceMatrix, Element, ElementType, Matrix, Sampler, SamplingParams};
+use half::{bf16, f16};
 
 const DATA_SEED: u64 = 0x5EED_0F_F1A5;
 
@@ -113,44 +116,89 @@ fn main() {
     }
 }
 
-/// The LM head and hidden states: from the files given, else synthetic.
-fn inputs(a: &mut Args) -> Result<(Vec<half::bf16>, Vec<half::bf16>), Box<dyn std::error::Error>> {
+/// The LM head and hidden states: from the files given, else synthetic, all in one element type (the
+/// weight's, else the hidden states', else bf16).
+fn inputs(a: &mut Args) -> Result<(Values, Values), Box<dyn std::error::Error>> {
     let note = |what: &str, l: &Loaded, path: &PathBuf| {
-        let conv = l.converted_from.map_or(String::new(), |d| format!(", converted from {d} to bf16"));
-        println!("{what}: {} [{}, {}]{conv}", path.display(), l.rows, l.cols);
+        let conv = l.converted_from.map_or(String::new(), |d| format!(", converted from {d}"));
+        println!("{what}: {} [{}, {}] {}{conv}", path.display(), l.rows, l.cols, l.elem().name());
     };
+    // f32 tensors round to bf16 for the weight and to the weight's type for the hidden states.
     let weight = match &a.weight {
         Some(path) => {
-            let w = load_safetensors(path, &a.tensor, a.convert)?;
-            note("LM-head weight", &w, path);
+            let w = load_safetensors(path, &a.tensor, a.convert.then_some(ElementType::Bf16))?;
             (a.v, a.d) = (w.rows, w.cols);
-            Some(w.data)
+            Some((w, path))
         }
         None => None,
     };
+    let want = weight.as_ref().map(|(w, _)| w.elem());
     let hidden = match &a.hidden_states {
         Some(path) => {
-            let h = load_hidden(path, a.hidden_tensor.as_deref(), a.convert)?;
-            note("hidden states", &h, path);
+            let mut h =
+                load_hidden(path, a.hidden_tensor.as_deref(), a.convert.then_some(want.unwrap_or(ElementType::Bf16)))?;
+            if let Some(elem) = want.filter(|&e| e != h.elem()) {
+                if !a.convert {
+                    return Err(format!(
+                        "the hidden states are {} and the weight {}: both must have one type (--convert rounds the hidden states to the weight's)",
+                        h.elem().name(),
+                        elem.name()
+                    )
+                    .into());
+                }
+                h = h.converted(elem);
+            }
             a.b = h.rows;
             if weight.is_none() {
                 a.d = h.cols; // a synthetic weight of the hidden states' D
             }
-            Some(h.data)
+            Some((h, path))
         }
         None => None,
     };
+    if let Some((w, path)) = &weight {
+        note("LM-head weight", w, path);
+    }
+    if let Some((h, path)) = &hidden {
+        note("hidden states", h, path);
+    }
+    let elem = want.or(hidden.as_ref().map(|(h, _)| h.elem())).unwrap_or(ElementType::Bf16);
+    // Synthetic inputs (bf16 values, exact in f16 too) in the run's element type.
     let (syn_hidden, syn_weight) = match (&hidden, &weight) {
         (Some(_), Some(_)) => (Vec::new(), Vec::new()),
         _ => flashsampling::synthetic::lm_head(a.b, a.d, a.v, DATA_SEED),
     };
-    Ok((hidden.unwrap_or(syn_hidden), weight.unwrap_or(syn_weight)))
+    let synthetic = |v: Vec<bf16>| -> Values {
+        match elem {
+            ElementType::Bf16 => Values::Bf16(v),
+            ElementType::F16 => Values::F16(v.iter().map(|x| f16::from_f32(x.to_f32())).collect()),
+        }
+    };
+    let h = hidden.map_or_else(|| synthetic(syn_hidden), |(h, _)| h.values);
+    let w = weight.map_or_else(|| synthetic(syn_weight), |(w, _)| w.values);
+    Ok((h, w))
 }
 
 fn run(mut a: Args) -> Result<(), Box<dyn std::error::Error>> {
-    let (hidden, weight) = inputs(&mut a)?;
-    println!("FlashSampling: B = {}, D = {}, V = {}, T = {}, seed = {}", a.b, a.d, a.v, a.temperature, a.seed);
-    let (h, w) = (Matrix::new(&hidden, a.b, hidden.len() / a.b.max(1)), Matrix::new(&weight, a.v, a.d));
+    match inputs(&mut a)? {
+        (Values::Bf16(h), Values::Bf16(w)) => run_with(&a, &h, &w),
+        (Values::F16(h), Values::F16(w)) => run_with(&a, &h, &w),
+        _ => unreachable!("inputs() gives one element type"),
+    }
+}
+
+/// Samples, prints and checks, on hidden states and weight of element type `T`.
+fn run_with<T: Element>(a: &Args, hidden: &[T], weight: &[T]) -> Result<(), Box<dyn std::error::Error>> {
+    println!(
+        "FlashSampling: B = {}, D = {}, V = {}, T = {}, seed = {}, {}",
+        a.b,
+        a.d,
+        a.v,
+        a.temperature,
+        a.seed,
+        T::TYPE.name()
+    );
+    let (h, w) = (Matrix::new(hidden, a.b, hidden.len() / a.b.max(1)), Matrix::new(weight, a.v, a.d));
     let params = SamplingParams::new(a.temperature, a.seed);
     let sampler = Sampler::new(a.backend)?;
     println!("backend: {}", sampler.describe());
@@ -194,8 +242,8 @@ fn run(mut a: Args) -> Result<(), Box<dyn std::error::Error>> {
     if let Sampler::Gpu(gpu) = &sampler {
         // Device-resident path: weights and hidden states already on the GPU, tokens stay there.
         let stream = gpu.stream();
-        let h_dev = stream.clone_htod(&hidden)?;
-        let w_dev = stream.clone_htod(&weight)?;
+        let h_dev = stream.clone_htod(hidden)?;
+        let w_dev = stream.clone_htod(weight)?;
         let hm = DeviceMatrix { data: h_dev.as_view(), rows: a.b, cols: a.d };
         let wm = DeviceMatrix { data: w_dev.as_view(), rows: a.v, cols: a.d };
         let mut out = gpu.alloc_samples(a.b, a.v)?;

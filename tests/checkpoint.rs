@@ -8,8 +8,8 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::TestRng;
-use flashsampling::checkpoint::{CheckpointError, load_hidden, load_safetensors};
-use flashsampling::{CpuBackend, Error, Matrix, SamplingParams};
+use flashsampling::checkpoint::{CheckpointError, Values, load_hidden, load_safetensors};
+use flashsampling::{CpuBackend, ElementType, Error, Matrix, SamplingParams};
 use half::{bf16, f16};
 use safetensors::{Dtype, tensor::TensorView};
 
@@ -96,31 +96,51 @@ fn a_loaded_lm_head_samples_what_the_same_values_sample_in_memory() {
     let params = SamplingParams::new(0.9, 5);
     let want = cpu.sample(Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d), &params).unwrap();
     for w_path in [&single, &index] {
-        let w = load_safetensors(w_path, "lm_head.weight", false).unwrap();
+        let w = load_safetensors(w_path, "lm_head.weight", None).unwrap();
         assert_eq!((w.rows, w.cols, w.converted_from), (v, d, None));
-        assert_eq!(w.data, weight, "{}", w_path.display());
-        for h in [load_hidden(&npy, None, true).unwrap(), load_hidden(&hidden_st, None, false).unwrap()] {
-            assert_eq!(h.data, hidden);
-            assert_eq!(cpu.sample(h.matrix(), w.matrix(), &params).unwrap(), want);
+        assert_eq!(w.values, Values::Bf16(weight.clone()), "{}", w_path.display());
+        for h in
+            [load_hidden(&npy, None, Some(ElementType::Bf16)).unwrap(), load_hidden(&hidden_st, None, None).unwrap()]
+        {
+            assert_eq!(h.values, Values::Bf16(hidden.clone()));
+            assert_eq!(cpu.sample(h.bf16().unwrap(), w.bf16().unwrap(), &params).unwrap(), want);
         }
     }
-    assert_eq!(load_hidden(&npy, None, true).unwrap().converted_from, Some("f32"));
-    // A 1-D .npy is one row.
+    assert_eq!(load_hidden(&npy, None, Some(ElementType::Bf16)).unwrap().converted_from, Some("f32"));
+    // A 1-D .npy is one row; f16 loads as it is, without permission to convert.
     let one = dir.join("one.npy");
-    write_npy(
-        &one,
-        "<f2",
-        &[d],
-        &hidden[..d].iter().flat_map(|x| f16::from_f32(x.to_f32()).to_bits().to_le_bytes()).collect::<Vec<_>>(),
-        false,
+    let row16: Vec<f16> = hidden_f32[..d].iter().map(|&x| f16::from_f32(x)).collect();
+    write_npy(&one, "<f2", &[d], &row16.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect::<Vec<_>>(), false);
+    let h1 = load_hidden(&one, None, None).unwrap();
+    assert_eq!((h1.rows, h1.cols, h1.converted_from, h1.elem()), (1, d, None, ElementType::F16));
+    assert_eq!(h1.values, Values::F16(row16.clone()));
+    // f16 checkpoints sample in f16: what the same values sample in memory, not their bf16 rounding.
+    let weight16: Vec<f16> = weight.iter().map(|x| f16::from_f32(x.to_f32() * 1.0009765625)).collect();
+    let w16 = dir.join("model16.safetensors");
+    write_safetensors(
+        &w16,
+        &[(
+            "lm_head.weight",
+            Dtype::F16,
+            vec![v, d],
+            weight16.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect(),
+        )],
     );
-    let h1 = load_hidden(&one, None, true).unwrap();
-    assert_eq!((h1.rows, h1.cols, h1.converted_from), (1, d, Some("f16")));
+    let w = load_safetensors(&w16, "lm_head.weight", None).unwrap();
+    assert_eq!((w.elem(), w.converted_from), (ElementType::F16, None));
+    let got = cpu.sample_scored(h1.f16().unwrap(), w.f16().unwrap(), &params).unwrap();
+    let mem = cpu.sample_scored(Matrix::new(&row16, 1, d), Matrix::new(&weight16, v, d), &params).unwrap();
+    assert_eq!((got.tokens, got.scores), (mem.tokens, mem.scores));
+    // Converting to the other 16-bit type rounds each value, and says from what.
+    let as_bf16 = w.clone().converted(ElementType::Bf16);
+    assert_eq!((as_bf16.elem(), as_bf16.converted_from), (ElementType::Bf16, Some("f16")));
+    assert_eq!(as_bf16.bf16().unwrap().data[7], bf16::from_f32(weight16[7].to_f32()));
+    assert_eq!(w.clone().converted(ElementType::F16), w);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
-fn other_dtypes_convert_only_when_allowed() {
+fn f16_loads_as_it_is_and_f32_converts_only_when_allowed() {
     let dir = scratch("dtypes");
     let (v, d) = (4usize, 8usize);
     let values: Vec<f32> = (0..v * d).map(|i| i as f32 * 0.37 - 3.0).collect();
@@ -136,18 +156,17 @@ fn other_dtypes_convert_only_when_allowed() {
             ("cube", Dtype::BF16, vec![2, 2, d], vec![0; 2 * 2 * d * 2]),
         ],
     );
-    for name in ["h16", "h32"] {
-        let err = load_safetensors(&path, name, false).unwrap_err();
-        assert!(matches!(&err, CheckpointError::Dtype { hint, .. } if hint.contains("conversion")), "{err}");
-        let loaded = load_safetensors(&path, name, true).unwrap();
-        let want: Vec<bf16> = values
-            .iter()
-            .map(|&x| if name == "h16" { bf16::from_f32(f16::from_f32(x).to_f32()) } else { bf16::from_f32(x) })
-            .collect();
-        assert_eq!(loaded.data, want, "{name}");
-    }
-    assert!(matches!(load_safetensors(&path, "i32", true), Err(CheckpointError::Dtype { .. })));
-    assert!(matches!(load_safetensors(&path, "cube", false), Err(CheckpointError::Shape { .. })));
+    // f16 loads as it is; f32 only with a type to round it to.
+    let h16 = load_safetensors(&path, "h16", None).unwrap();
+    assert_eq!(h16.values, Values::F16(values.iter().map(|&x| f16::from_f32(x)).collect()));
+    let err = load_safetensors(&path, "h32", None).unwrap_err();
+    assert!(matches!(&err, CheckpointError::Dtype { hint, .. } if hint.contains("conversion")), "{err}");
+    let to_bf16 = load_safetensors(&path, "h32", Some(ElementType::Bf16)).unwrap();
+    assert_eq!(to_bf16.values, Values::Bf16(values.iter().map(|&x| bf16::from_f32(x)).collect()));
+    let to_f16 = load_safetensors(&path, "h32", Some(ElementType::F16)).unwrap();
+    assert_eq!((to_f16.values, to_f16.converted_from), (h16.values, Some("f32")));
+    assert!(matches!(load_safetensors(&path, "i32", Some(ElementType::Bf16)), Err(CheckpointError::Dtype { .. })));
+    assert!(matches!(load_safetensors(&path, "cube", None), Err(CheckpointError::Shape { .. })));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -158,42 +177,46 @@ fn bad_files_and_missing_tensors_are_typed_errors() {
     let path = dir.join("m.safetensors");
     write_safetensors(&path, &[("lm_head.weight", Dtype::BF16, vec![4, d], vec![0; 4 * d * 2])]);
     // Missing file, missing tensor (the error lists the names there), a file that is not safetensors.
-    assert!(matches!(load_safetensors(&dir.join("nope.safetensors"), "x", false), Err(CheckpointError::Io { .. })));
-    match load_safetensors(&path, "output.weight", false) {
+    assert!(matches!(load_safetensors(&dir.join("nope.safetensors"), "x", None), Err(CheckpointError::Io { .. })));
+    match load_safetensors(&path, "output.weight", None) {
         Err(CheckpointError::MissingTensor { available, .. }) => assert!(available.contains("lm_head.weight")),
         other => panic!("{other:?}"),
     }
     let junk = dir.join("junk.safetensors");
     std::fs::write(&junk, b"not a checkpoint at all").unwrap();
-    assert!(matches!(load_safetensors(&junk, "x", false), Err(CheckpointError::Format { .. })));
+    assert!(matches!(load_safetensors(&junk, "x", None), Err(CheckpointError::Format { .. })));
     let truncated = dir.join("truncated.safetensors");
     let full = std::fs::read(&path).unwrap();
     std::fs::write(&truncated, &full[..full.len() - 3]).unwrap();
-    assert!(matches!(load_safetensors(&truncated, "lm_head.weight", false), Err(CheckpointError::Format { .. })));
+    assert!(matches!(load_safetensors(&truncated, "lm_head.weight", None), Err(CheckpointError::Format { .. })));
     // Indexes: no weight_map, a tensor not in it, a shard that does not exist.
     let index = dir.join("bad.index.json");
     std::fs::write(&index, r#"{"metadata": {}}"#).unwrap();
-    assert!(matches!(load_safetensors(&index, "lm_head.weight", false), Err(CheckpointError::Format { .. })));
+    assert!(matches!(load_safetensors(&index, "lm_head.weight", None), Err(CheckpointError::Format { .. })));
     std::fs::write(&index, r#"{"weight_map": {"lm_head.weight": "missing.safetensors"}}"#).unwrap();
-    assert!(matches!(load_safetensors(&index, "lm_head.weight", false), Err(CheckpointError::Io { .. })));
-    assert!(matches!(load_safetensors(&index, "other", false), Err(CheckpointError::MissingTensor { .. })));
+    assert!(matches!(load_safetensors(&index, "lm_head.weight", None), Err(CheckpointError::Io { .. })));
+    assert!(matches!(load_safetensors(&index, "other", None), Err(CheckpointError::MissingTensor { .. })));
     // .npy: Fortran order, an unsupported dtype, data shorter than the shape, no conversion allowed.
     let npy = dir.join("h.npy");
     write_npy(&npy, "<f4", &[2, d], &vec![0; 2 * d * 4], true);
-    assert!(matches!(load_hidden(&npy, None, true), Err(CheckpointError::Format { .. })));
+    assert!(matches!(load_hidden(&npy, None, Some(ElementType::Bf16)), Err(CheckpointError::Format { .. })));
     write_npy(&npy, "<i8", &[2, d], &vec![0; 2 * d * 8], false);
-    assert!(matches!(load_hidden(&npy, None, true), Err(CheckpointError::Dtype { .. })));
+    assert!(matches!(load_hidden(&npy, None, Some(ElementType::Bf16)), Err(CheckpointError::Dtype { .. })));
     write_npy(&npy, "<f4", &[2, d], &vec![0; d * 4], false);
-    assert!(matches!(load_hidden(&npy, None, true), Err(CheckpointError::Format { .. })));
+    assert!(matches!(load_hidden(&npy, None, Some(ElementType::Bf16)), Err(CheckpointError::Format { .. })));
     write_npy(&npy, "<f4", &[2, d], &vec![0; 2 * d * 4], false);
-    assert!(matches!(load_hidden(&npy, None, false), Err(CheckpointError::Dtype { .. })));
+    assert!(matches!(load_hidden(&npy, None, None), Err(CheckpointError::Dtype { .. })));
     std::fs::write(dir.join("x.npy"), b"\x93NUMP").unwrap();
-    assert!(matches!(load_hidden(&dir.join("x.npy"), None, true), Err(CheckpointError::Format { .. })));
+    assert!(matches!(
+        load_hidden(&dir.join("x.npy"), None, Some(ElementType::Bf16)),
+        Err(CheckpointError::Format { .. })
+    ));
     // Hidden states of another D than the weight: the sampler's typed error.
-    let h = load_hidden(&npy, None, true).unwrap();
+    let h = load_hidden(&npy, None, Some(ElementType::Bf16)).unwrap();
     let w_other = vec![bf16::ZERO; 4 * 16];
-    let err =
-        CpuBackend::new().sample(h.matrix(), Matrix::new(&w_other, 4, 16), &SamplingParams::new(1.0, 1)).unwrap_err();
+    let err = CpuBackend::new()
+        .sample(h.bf16().unwrap(), Matrix::new(&w_other, 4, 16), &SamplingParams::new(1.0, 1))
+        .unwrap_err();
     assert!(matches!(err, Error::HiddenSizeMismatch { hidden: 8, weight: 16 }), "{err:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -2,16 +2,18 @@
 //! safetensors file or a sharded checkpoint (`*.safetensors.index.json`, as Hugging Face writes them),
 //! and hidden states from a `.npy` file or a safetensors tensor.
 //!
-//! The kernels take bf16. A bf16 tensor loads as it is. Anything else is a [`CheckpointError::Dtype`]
-//! unless the caller allows conversion (`convert = true`): then f16 and f32 values are rounded to the
-//! nearest bf16 (ties to even), which changes the logits slightly — the loader reports it in
-//! [`Loaded::converted_from`]. Safetensors files are memory-mapped, so only the tensor read is paged in.
+//! The kernels take bf16 or f16 (both operands of one type). A bf16 or f16 tensor loads as it is
+//! ([`Values`]). An f32 one is a [`CheckpointError::Dtype`] unless the caller names a type to round it
+//! to (`f32_to`: nearest, ties to even), which changes the logits slightly — the loader reports it in
+//! [`Loaded::converted_from`]; [`Loaded::converted`] rounds bf16 to f16 or back, for hidden states and a
+//! weight saved in different types. Safetensors files are memory-mapped, so only the tensor read is
+//! paged in.
 
 use std::path::{Path, PathBuf};
 
 use half::{bf16, f16};
 
-use crate::params::Matrix;
+use crate::params::{ElementType, Matrix};
 
 /// Why a checkpoint could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -54,8 +56,8 @@ pub enum CheckpointError {
         /// Its shape.
         shape: Vec<usize>,
     },
-    /// A dtype other than bf16 without permission to convert, or one that cannot be converted.
-    #[error("{path}: tensor {name:?} is {dtype}; the kernels take bf16{hint}")]
+    /// A dtype other than bf16 or f16 without permission to convert, or one that cannot be converted.
+    #[error("{path}: tensor {name:?} is {dtype}; the kernels take bf16 or f16{hint}")]
     Dtype {
         /// The file.
         path: PathBuf,
@@ -68,29 +70,80 @@ pub enum CheckpointError {
     },
 }
 
-/// A loaded matrix in bf16.
+/// Loaded values, row-major, in one of the kernels' element types.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Values {
+    /// bfloat16.
+    Bf16(Vec<bf16>),
+    /// IEEE half.
+    F16(Vec<f16>),
+}
+
+/// A loaded matrix in bf16 or f16.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Loaded {
     /// The values, row-major.
-    pub data: Vec<bf16>,
+    pub values: Values,
     /// Rows.
     pub rows: usize,
     /// Columns.
     pub cols: usize,
-    /// The dtype the file held when it was converted to bf16 (`None`: it was bf16).
+    /// The dtype the file held when it was rounded to [`Loaded::elem`] (`None`: it held that type).
     pub converted_from: Option<&'static str>,
 }
 
 impl Loaded {
-    /// The matrix view the samplers take.
-    pub fn matrix(&self) -> Matrix<'_> {
-        Matrix::new(&self.data, self.rows, self.cols)
+    /// The element type of the values.
+    pub fn elem(&self) -> ElementType {
+        match self.values {
+            Values::Bf16(_) => ElementType::Bf16,
+            Values::F16(_) => ElementType::F16,
+        }
+    }
+
+    /// The matrix view the samplers take, when the values are bf16.
+    pub fn bf16(&self) -> Option<Matrix<'_, bf16>> {
+        match &self.values {
+            Values::Bf16(v) => Some(Matrix::new(v, self.rows, self.cols)),
+            Values::F16(_) => None,
+        }
+    }
+
+    /// The matrix view the samplers take, when the values are f16.
+    pub fn f16(&self) -> Option<Matrix<'_, f16>> {
+        match &self.values {
+            Values::F16(v) => Some(Matrix::new(v, self.rows, self.cols)),
+            Values::Bf16(_) => None,
+        }
+    }
+
+    /// The values in `elem`: as they are, or each rounded to the nearest `elem` (ties to even; f16
+    /// overflows to ±∞ beyond 65504), `converted_from` then naming the type they had.
+    pub fn converted(self, elem: ElementType) -> Self {
+        if self.elem() == elem {
+            return self;
+        }
+        let from = self.converted_from.unwrap_or(self.elem().name());
+        let values = match self.values {
+            Values::F16(v) => Values::Bf16(v.iter().map(|x| bf16::from_f32(x.to_f32())).collect()),
+            Values::Bf16(v) => Values::F16(v.iter().map(|x| f16::from_f32(x.to_f32())).collect()),
+        };
+        Self { values, converted_from: Some(from), ..self }
     }
 }
 
 type Result<T> = std::result::Result<T, CheckpointError>;
 
-const CONVERT_HINT: &str = " (allow conversion, `--convert` in `./x.sh sample`, to round it to bf16)";
+const CONVERT_HINT: &str = " (allow conversion, `--convert` in `./x.sh sample`, to round it)";
+
+/// f32 little-endian bytes rounded to `to`.
+fn round_f32(bytes: &[u8], to: ElementType) -> Values {
+    let f = bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]));
+    match to {
+        ElementType::Bf16 => Values::Bf16(f.map(bf16::from_f32).collect()),
+        ElementType::F16 => Values::F16(f.map(f16::from_f32).collect()),
+    }
+}
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {
     move |source| CheckpointError::Io { path: path.to_path_buf(), source }
@@ -101,8 +154,9 @@ fn format_error(path: &Path, format: &'static str, reason: impl ToString) -> Che
 }
 
 /// Loads tensor `name` from a safetensors file, or from the shard a sharded checkpoint's index
-/// (`*.index.json`, `{"weight_map": {name: file}}`, files relative to the index) names for it.
-pub fn load_safetensors(path: &Path, name: &str, convert: bool) -> Result<Loaded> {
+/// (`*.index.json`, `{"weight_map": {name: file}}`, files relative to the index) names for it: bf16
+/// and f16 as they are, f32 rounded to `f32_to` (else an error).
+pub fn load_safetensors(path: &Path, name: &str, f32_to: Option<ElementType>) -> Result<Loaded> {
     if path.to_string_lossy().ends_with(".json") {
         let text = std::fs::read_to_string(path).map_err(io(path))?;
         let index: serde_json::Value =
@@ -122,7 +176,7 @@ pub fn load_safetensors(path: &Path, name: &str, convert: bool) -> Result<Loaded
         let file =
             file.as_str().ok_or_else(|| format_error(path, "safetensors index", "a shard name is not a string"))?;
         let shard = path.parent().unwrap_or(Path::new(".")).join(file);
-        return load_safetensors(&shard, name, convert);
+        return load_safetensors(&shard, name, f32_to);
     }
     let file = std::fs::File::open(path).map_err(io(path))?;
     // SAFETY: the map is read-only and lives only inside this function; a concurrent writer to the
@@ -137,17 +191,12 @@ pub fn load_safetensors(path: &Path, name: &str, convert: bool) -> Result<Loaded
     let (rows, cols) = matrix_shape(path, name, view.shape())?;
     let bytes = view.data();
     use safetensors::Dtype;
-    let (data, from) = match view.dtype() {
-        Dtype::BF16 => (words(bytes).map(bf16::from_bits).collect(), None),
-        Dtype::F16 if convert => {
-            (words(bytes).map(|w| bf16::from_f32(f16::from_bits(w).to_f32())).collect(), Some("f16"))
-        }
-        Dtype::F32 if convert => (
-            bytes.chunks_exact(4).map(|c| bf16::from_f32(f32::from_le_bytes([c[0], c[1], c[2], c[3]]))).collect(),
-            Some("f32"),
-        ),
-        other => {
-            let hint = if matches!(other, Dtype::F16 | Dtype::F32) { CONVERT_HINT } else { "" };
+    let (values, from) = match (view.dtype(), f32_to) {
+        (Dtype::BF16, _) => (Values::Bf16(words(bytes).map(bf16::from_bits).collect()), None),
+        (Dtype::F16, _) => (Values::F16(words(bytes).map(f16::from_bits).collect()), None),
+        (Dtype::F32, Some(to)) => (round_f32(bytes, to), Some("f32")),
+        (other, _) => {
+            let hint = if matches!(other, Dtype::F32) { CONVERT_HINT } else { "" };
             return Err(CheckpointError::Dtype {
                 path: path.to_path_buf(),
                 name: name.to_string(),
@@ -156,7 +205,7 @@ pub fn load_safetensors(path: &Path, name: &str, convert: bool) -> Result<Loaded
             });
         }
     };
-    Ok(Loaded { data, rows, cols, converted_from: from })
+    Ok(Loaded { values, rows, cols, converted_from: from })
 }
 
 /// Little-endian 16-bit words.
@@ -176,17 +225,17 @@ fn matrix_shape(path: &Path, name: &str, shape: &[usize]) -> Result<(usize, usiz
 /// Loads hidden states `[B, D]`: a `.npy` file (by its extension), or tensor `name` (default
 /// `"hidden_states"`) of a safetensors file.
 ///
-/// `.npy`: versions 1–3, C order, little-endian `<f4` (f32) or `<f2` (f16), 1-D (one row) or 2-D;
-/// converted to bf16 only with `convert` (NumPy has no bf16 dtype of its own).
-pub fn load_hidden(path: &Path, name: Option<&str>, convert: bool) -> Result<Loaded> {
+/// `.npy`: versions 1–3, C order, little-endian `<f2` (f16, as it is) or `<f4` (f32, rounded to
+/// `f32_to`, else an error; NumPy has no bf16 dtype of its own), 1-D (one row) or 2-D.
+pub fn load_hidden(path: &Path, name: Option<&str>, f32_to: Option<ElementType>) -> Result<Loaded> {
     if path.extension().is_some_and(|e| e == "npy") {
-        return load_npy(path, convert);
+        return load_npy(path, f32_to);
     }
     let name = name.unwrap_or("hidden_states");
-    load_safetensors(path, name, convert)
+    load_safetensors(path, name, f32_to)
 }
 
-fn load_npy(path: &Path, convert: bool) -> Result<Loaded> {
+fn load_npy(path: &Path, f32_to: Option<ElementType>) -> Result<Loaded> {
     let bytes = std::fs::read(path).map_err(io(path))?;
     let bad = |reason: &str| format_error(path, ".npy", reason);
     if bytes.len() < 10 || &bytes[..6] != b"\x93NUMPY" {
@@ -235,18 +284,17 @@ fn load_npy(path: &Path, convert: bool) -> Result<Loaded> {
     if data.len() != n * width {
         return Err(bad(&format!("{} data bytes for shape {shape:?} of {descr}", data.len())));
     }
-    if !convert {
-        return Err(CheckpointError::Dtype {
-            path: path.to_path_buf(),
-            name: "array".into(),
-            dtype: descr.into(),
-            hint: CONVERT_HINT,
-        });
-    }
-    let values: Vec<bf16> = if width == 4 {
-        data.chunks_exact(4).map(|c| bf16::from_f32(f32::from_le_bytes([c[0], c[1], c[2], c[3]]))).collect()
-    } else {
-        words(data).map(|w| bf16::from_f32(f16::from_bits(w).to_f32())).collect()
+    let (values, converted_from) = match (width, f32_to) {
+        (2, _) => (Values::F16(words(data).map(f16::from_bits).collect()), None),
+        (_, Some(to)) => (round_f32(data, to), Some(from)),
+        (_, None) => {
+            return Err(CheckpointError::Dtype {
+                path: path.to_path_buf(),
+                name: "array".into(),
+                dtype: descr.into(),
+                hint: CONVERT_HINT,
+            });
+        }
     };
-    Ok(Loaded { data: values, rows, cols, converted_from: Some(from) })
+    Ok(Loaded { values, rows, cols, converted_from })
 }

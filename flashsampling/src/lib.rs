@@ -225,7 +225,12 @@ impl Sampler {
     }
 
     /// One token per row of `hidden`, drawn from `softmax(hidden · weightᵀ / T)`.
-    pub fn sample(&self, hidden: Matrix<'_>, weight: Matrix<'_>, params: &SamplingParams) -> Result<Vec<u32>> {
+    pub fn sample<T: params::Element>(
+        &self,
+        hidden: Matrix<'_, T>,
+        weight: Matrix<'_, T>,
+        params: &SamplingParams,
+    ) -> Result<Vec<u32>> {
         match self {
             Sampler::Gpu(g) => g.sample(hidden, weight, params),
             Sampler::Cpu(c) | Sampler::CpuFallback(c, _) => c.sample(hidden, weight, params),
@@ -233,7 +238,12 @@ impl Sampler {
     }
 
     /// Tokens and winning scores.
-    pub fn sample_scored(&self, hidden: Matrix<'_>, weight: Matrix<'_>, params: &SamplingParams) -> Result<Samples> {
+    pub fn sample_scored<T: params::Element>(
+        &self,
+        hidden: Matrix<'_, T>,
+        weight: Matrix<'_, T>,
+        params: &SamplingParams,
+    ) -> Result<Samples> {
         match self {
             Sampler::Gpu(g) => g.sample_scored(hidden, weight, params),
             Sampler::Cpu(c) | Sampler::CpuFallback(c, _) => c.sample_scored(hidden, weight, params),
