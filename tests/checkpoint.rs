@@ -115,7 +115,7 @@ fn a_loaded_lm_head_samples_what_the_same_values_sample_in_memory() {
     assert_eq!((h1.rows, h1.cols, h1.converted_from, h1.elem()), (1, d, None, ElementType::F16));
     assert_eq!(h1.values, Values::F16(row16.clone()));
     // f16 checkpoints sample in f16: what the same values sample in memory, not their bf16 rounding.
-    let weight16: Vec<f16> = weight.iter().map(|x| f16::from_f32(x.to_f32() * 1.0009765625)).collect();
+    let weight16: Vec<f16> = weight.iter().map(|x| f16::from_f32(x.to_f32() * (1.0 + 1.0 / 1024.0))).collect();
     let w16 = dir.join("model16.safetensors");
     write_safetensors(
         &w16,

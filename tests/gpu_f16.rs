@@ -51,23 +51,8 @@ fn f16_matches_the_cpu_through_real_matmuls_on_every_variant() {
         let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
         let want = cpu.sample_scored(h, w, &params).unwrap();
         on_every_variant(&mut gpu, (h, w), &params, |entry, got| {
-            let mut m = 0;
-            for row in 0..b {
-                let (tg, tc) = (got.tokens[row], want.tokens[row]);
-                assert!((tg as usize) < v, "{entry} B={b} V={v} row {row}: token {tg} out of range");
-                if tg == tc {
-                    continue;
-                }
-                m += 1;
-                let y = logits_f64(&hidden, &weight, d, row);
-                let noise = params.row_noise(row).unwrap();
-                let score = |t: u32| perturbed_f64(y[t as usize], t, &noise, 0.8);
-                let gap = (score(tg) - score(tc)).abs();
-                let abs =
-                    abs_dot(&hidden, &weight, d, row, tg as usize).max(abs_dot(&hidden, &weight, d, row, tc as usize));
-                let tol = f32_dot_tolerance(d, abs) / 0.8;
-                assert!(gap < tol, "{entry} B={b} D={d} V={v} row {row}: GPU {tg}, CPU {tc}, gap {gap:e} >= {tol:e}");
-            }
+            let at = format!("f16 {entry} B={b} D={d} V={v}");
+            let m = near_tie_mismatches(&at, (&hidden, &weight, d), &params, 0.8, &got.tokens, &want.tokens);
             visible(&format!("f16 {entry:<30} B={b:>3} D={d:>4} V={v:>5}: {m} rows of {b} differ from the CPU"));
             rows += b;
             differ += m;

@@ -148,7 +148,7 @@ fn f16_shards_are_bit_identical_to_one_gpu() {
     let (hidden, weight) = padded_head(b, d, v, padded, 0x7A_F016);
     let (hidden, weight): (Vec<f16>, Vec<f16>) = (
         hidden.iter().map(|x| f16::from_f32(x.to_f32())).collect(),
-        weight.iter().map(|x| f16::from_f32(x.to_f32() * 1.0009765625)).collect(), // f16, not bf16, values
+        weight.iter().map(|x| f16::from_f32(x.to_f32() * (1.0 + 1.0 / 1024.0))).collect(), // f16, not bf16, values
     );
     let sh: Vec<VocabShard<'_, f16>> = ls
         .iter()

@@ -493,3 +493,40 @@ pub fn on_every_variant<T: Element>(
     }
     gpu.set_fused_variant(None).unwrap();
 }
+
+/// Counts the rows where `got` (GPU tokens) differ from `want` (the CPU backend's, same noise) for
+/// `hidden` `[B, D]` and `weight` `[V, D]` sampled at temperature `t` with `params`, asserting that each
+/// such row is an f32 near-tie: its two tokens' perturbed scores (f64 logits) closer than the f32
+/// summation tolerance. `what` names the case in the messages.
+pub fn near_tie_mismatches<T: Element>(
+    what: &str,
+    (hidden, weight, d): (&[T], &[T], usize),
+    params: &SamplingParams,
+    t: f32,
+    got: &[u32],
+    want: &[u32],
+) -> usize {
+    let v = weight.len() / d;
+    let mut mismatches = 0;
+    for (row, (&tg, &tc)) in got.iter().zip(want).enumerate() {
+        assert!((tg as usize) < v, "{what} row {row}: GPU token {tg} out of range (V = {v})");
+        if tg == tc {
+            continue;
+        }
+        mismatches += 1;
+        let y = |tok: u32| -> f64 {
+            let (hr, wr) = (&hidden[row * d..(row + 1) * d], &weight[tok as usize * d..(tok as usize + 1) * d]);
+            hr.iter().zip(wr).map(|(a, b)| a.to_f32() as f64 * b.to_f32() as f64).sum()
+        };
+        let noise = params.row_noise(row).unwrap();
+        let (sg, sc) = (perturbed_f64(y(tg), tg, &noise, t), perturbed_f64(y(tc), tc, &noise, t));
+        let gap = (sg - sc).abs();
+        let abs = abs_dot(hidden, weight, d, row, tg as usize).max(abs_dot(hidden, weight, d, row, tc as usize));
+        let tol = f32_dot_tolerance(d, abs) / if t == 0.0 { 1.0 } else { t as f64 };
+        assert!(
+            gap < tol,
+            "{what} row {row}: GPU {tg} (score {sg}), CPU {tc} (score {sc}); gap {gap:e} >= tolerance {tol:e}"
+        );
+    }
+    mismatches
+}
