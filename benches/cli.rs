@@ -1,4 +1,69 @@
-//! Command-line pieces the benches share (`--shape`, `--batches`).
+//! Command-line pieces the benches share: the common flags (`--quick`, `--runs`, `--out`, `--shape`,
+//! `--batches`) and their parsers.
+
+use std::path::PathBuf;
+
+/// The flags every bench takes; each bench's `Args` holds one and dereferences to it.
+pub struct Common {
+    /// `--quick`: the short B list.
+    pub quick: bool,
+    /// `--runs N`: timed runs per measurement (at least the bench's minimum).
+    pub runs: usize,
+    /// `--out DIR`: where the CSV (and plots) go.
+    pub out: PathBuf,
+    /// `--shape D,V` (repeatable): (config name, D, V); empty = the bench's defaults.
+    pub shapes: Vec<(String, usize, usize)>,
+    /// `--batches 1,2,…`: the B list, sorted, without repeats; `None` = the default.
+    pub batches: Option<Vec<usize>>,
+    /// The smallest `--runs` accepted (a smaller one is raised to it).
+    min_runs: usize,
+}
+
+impl Common {
+    /// The defaults: 50 runs (never fewer than `min_runs`), output in `target/flashsampling-bench`.
+    pub fn new(min_runs: usize) -> Self {
+        Self {
+            quick: false,
+            runs: 50.max(min_runs),
+            out: PathBuf::from("target/flashsampling-bench"),
+            shapes: Vec::new(),
+            batches: None,
+            min_runs,
+        }
+    }
+
+    /// Takes `flag` (and its value from `rest`) when it is a common one; `false` when it is not.
+    /// Panics with the reason on a bad value.
+    pub fn take(&mut self, flag: &str, rest: &mut impl Iterator<Item = String>) -> bool {
+        match flag {
+            "--quick" => self.quick = true,
+            "--shape" => {
+                let shape = parse_shape(&rest.next().expect("--shape D,V"));
+                if !self.shapes.contains(&shape) {
+                    self.shapes.push(shape);
+                }
+            }
+            "--batches" => self.batches = Some(parse_batches(&rest.next().expect("--batches 1,2,…"))),
+            "--runs" => {
+                let n = rest.next().and_then(|s| s.parse::<usize>().ok()).filter(|&n| n > 0);
+                self.runs = n.expect("--runs N (N ≥ 1)").max(self.min_runs);
+            }
+            "--out" => self.out = PathBuf::from(rest.next().expect("--out DIR")),
+            _ => return false,
+        }
+        true
+    }
+
+    /// The (config, D, V) list of the run: the `--shape` ones, else `defaults`.
+    pub fn configs(&self, defaults: &[(&str, usize, usize)]) -> Vec<(String, usize, usize)> {
+        configs(&self.shapes, defaults)
+    }
+
+    /// The B list of the run: `--batches`, else the quick or the full default.
+    pub fn batch_list(&self, quick_list: &[usize], full: &[usize]) -> Vec<usize> {
+        batch_list(&self.batches, self.quick, quick_list, full)
+    }
+}
 
 /// `--shape D,V` → (`d{D}-v{V}`, D, V); panics with the reason on a bad shape.
 pub fn parse_shape(s: &str) -> (String, usize, usize) {

@@ -50,7 +50,6 @@
 mod cli;
 mod report;
 
-use cli::{parse_batches, parse_shape};
 use std::path::PathBuf;
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
@@ -68,30 +67,32 @@ const QUICK_BATCHES: [usize; 3] = [1, 64, 256];
 const QUICK_VARIANTS_BMAX: usize = 64;
 
 struct Args {
-    quick: bool,
-    runs: usize,
-    out: PathBuf,
+    /// `--quick`, `--runs` (at least 50), `--out`, `--shape` (empty = [`CONFIGS`]), `--batches`.
+    common: cli::Common,
     replot: Option<PathBuf>,
     variants: bool,
     controls: bool,
     truncation: bool,
     /// `--only a,b`: the sweep times only the variants whose entry contains one of these.
     only: Vec<String>,
-    /// `--shape D,V` (repeatable): (config name, D, V); empty = [`CONFIGS`].
-    shapes: Vec<(String, usize, usize)>,
-    /// `--batches 1,2,…`: the B list, sorted, without repeats; `None` = the default.
-    batches: Option<Vec<usize>>,
+}
+
+impl std::ops::Deref for Args {
+    type Target = cli::Common;
+    fn deref(&self) -> &cli::Common {
+        &self.common
+    }
 }
 
 impl Args {
     /// The (config, D, V) list of the run.
     fn configs(&self) -> Vec<(String, usize, usize)> {
-        cli::configs(&self.shapes, &CONFIGS)
+        self.common.configs(&CONFIGS)
     }
 
     /// The B list of the main run.
     fn batches(&self) -> Vec<usize> {
-        cli::batch_list(&self.batches, self.quick, &QUICK_BATCHES, &BATCHES)
+        self.common.batch_list(&QUICK_BATCHES, &BATCHES)
     }
 
     /// The B list of the `--variants` sweep.
@@ -106,34 +107,23 @@ impl Args {
 
 fn args() -> Args {
     let mut a = Args {
-        quick: false,
-        runs: 50,
-        out: PathBuf::from("target/flashsampling-bench"),
+        common: cli::Common::new(50),
         replot: None,
         variants: false,
         controls: false,
         truncation: false,
         only: Vec::new(),
-        shapes: Vec::new(),
-        batches: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(x) = it.next() {
+        if a.common.take(&x, &mut it) {
+            continue;
+        }
         match x.as_str() {
-            "--quick" => a.quick = true,
             "--variants" => a.variants = true,
             "--controls" => a.controls = true,
             "--truncation" => a.truncation = true,
             "--only" => a.only = it.next().expect("--only a,b").split(',').map(str::to_string).collect(),
-            "--shape" => {
-                let shape = parse_shape(&it.next().expect("--shape D,V"));
-                if !a.shapes.contains(&shape) {
-                    a.shapes.push(shape);
-                }
-            }
-            "--batches" => a.batches = Some(parse_batches(&it.next().expect("--batches 1,2,…"))),
-            "--runs" => a.runs = it.next().and_then(|s| s.parse::<usize>().ok()).expect("--runs N").max(50),
-            "--out" => a.out = PathBuf::from(it.next().expect("--out DIR")),
             "--replot" => a.replot = Some(PathBuf::from(it.next().expect("--replot CSV"))),
             _ => {} // `--bench` and filters from cargo
         }

@@ -65,9 +65,7 @@
 
 mod cli;
 
-use cli::{parse_batches, parse_shape};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 
@@ -95,57 +93,41 @@ const TARGET_RATIO: f64 = 0.55;
 const TARGET_BMAX: usize = 64;
 
 struct Args {
-    quick: bool,
-    runs: usize,
+    /// `--quick`, `--runs` (at least 1), `--out`, `--shape` (empty = [`CONFIGS`]), `--batches`.
+    common: cli::Common,
+    /// `--ranks G`: GPUs of the group.
     ranks: usize,
-    out: PathBuf,
-    /// `--shape D,V` (repeatable): (config name, D, V); empty = [`CONFIGS`].
-    shapes: Vec<(String, usize, usize)>,
-    /// `--batches 1,2,…`: the B list, sorted, without repeats; `None` = the default.
-    batches: Option<Vec<usize>>,
+}
+
+impl std::ops::Deref for Args {
+    type Target = cli::Common;
+    fn deref(&self) -> &cli::Common {
+        &self.common
+    }
 }
 
 impl Args {
     /// The (config, D, V) list of the run.
     fn configs(&self) -> Vec<(String, usize, usize)> {
-        cli::configs(&self.shapes, &CONFIGS)
+        self.common.configs(&CONFIGS)
     }
 
     /// The B list.
     fn batches(&self) -> Vec<usize> {
-        cli::batch_list(&self.batches, self.quick, &QUICK_BATCHES, &BATCHES)
+        self.common.batch_list(&QUICK_BATCHES, &BATCHES)
     }
 }
 
 fn args() -> Args {
-    let mut a = Args {
-        quick: false,
-        runs: 50,
-        ranks: 2,
-        out: PathBuf::from("target/flashsampling-bench"),
-        shapes: Vec::new(),
-        batches: None,
-    };
+    let mut a = Args { common: cli::Common::new(1), ranks: 2 };
     let mut it = std::env::args().skip(1);
     while let Some(x) = it.next() {
-        match x.as_str() {
-            "--quick" => a.quick = true,
-            "--shape" => {
-                let shape = parse_shape(&it.next().expect("--shape D,V"));
-                if !a.shapes.contains(&shape) {
-                    a.shapes.push(shape);
-                }
-            }
-            "--batches" => a.batches = Some(parse_batches(&it.next().expect("--batches 1,2,…"))),
-            "--runs" => {
-                a.runs = it.next().and_then(|s| s.parse::<usize>().ok()).filter(|&n| n > 0).expect("--runs N (N ≥ 1)")
-            }
-            "--ranks" => {
-                a.ranks = it.next().and_then(|s| s.parse::<usize>().ok()).filter(|&g| g > 0).expect("--ranks G (G ≥ 1)")
-            }
-            "--out" => a.out = PathBuf::from(it.next().expect("--out DIR")),
-            _ => {} // `--bench` and filters from cargo
+        if a.common.take(&x, &mut it) {
+            continue;
         }
+        if x == "--ranks" {
+            a.ranks = it.next().and_then(|s| s.parse::<usize>().ok()).filter(|&g| g > 0).expect("--ranks G (G ≥ 1)");
+        } // else `--bench` and filters from cargo
     }
     a
 }
