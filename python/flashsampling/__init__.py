@@ -73,6 +73,28 @@ def _mask_words(allowed, b, v):
     return np.asarray(a, dtype=np.uint32).reshape(-1).tolist()
 
 
+def _device_mask_words(torch, allowed, b, v, device):
+    """A CUDA ``allowed`` as int32 words ``[B, ceil(V/32)]`` on ``device`` (bit j of word w = token 32w + j),
+    built on PyTorch's current stream with no host copy: from booleans ``[B, V]``, or int32/uint32 words
+    taken as they are."""
+    if allowed.device != device:
+        raise ValueError(f"allowed is on {allowed.device}, the tensors on {device}: it must be on their device")
+    words = -(-v // 32)
+    if allowed.dtype == torch.bool:
+        if tuple(allowed.shape) != (b, v):
+            raise ValueError(f"allowed must be [B, V] = {(b, v)} booleans; got {tuple(allowed.shape)}")
+        padded = torch.zeros((b, words * 32), dtype=torch.int64, device=device)
+        padded[:, :v] = allowed
+        bits = torch.arange(32, dtype=torch.int64, device=device)
+        w = (padded.view(b, words, 32) << bits).sum(dim=-1)  # in [0, 2^32)
+        return torch.where(w >= 2**31, w - 2**32, w).to(torch.int32).contiguous()
+    if allowed.dtype in (torch.int32, getattr(torch, "uint32", torch.int32)):
+        if allowed.numel() != b * words:
+            raise ValueError(f"allowed words must be [B, ceil(V/32)] = {(b, words)}; got {tuple(allowed.shape)}")
+        return allowed.reshape(-1).view(torch.int32).contiguous()
+    raise TypeError(f"allowed is {allowed.dtype}: a CUDA mask is torch.bool [B, V] or int32/uint32 words")
+
+
 def _per_row_floats(x, b):
     """A per-row float control: a number applies to every row; a list (array, tensor) is taken as it is
     (its length is checked natively)."""
@@ -304,8 +326,9 @@ def sample_cuda(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample
     on a device opens the GPU backend, which synchronizes that device once). Not capturable into a CUDA
     graph yet (RuntimeError while the current stream captures). Per-row controls are passed to the GPU
     backend as they are; those it does not take yet raise NotImplementedError with the library's
-    message. ``allowed`` may be a CUDA tensor; it is copied to the host (the backend takes host words),
-    and so are token lists given as CUDA tensors (the logit bias and penalties go to the backend as host
+    message. ``allowed`` may be a CUDA tensor on the same device (torch.bool ``[B, V]`` or int32/uint32
+    words ``[B, ceil(V/32)]``): the words are built on the current stream and the kernel reads them there,
+    no host copy (a host array is uploaded). Token lists given as CUDA tensors are copied to the host (the logit bias and penalties go to the backend as host
     data, which uploads the sparse adjustments they make).
     """
     import torch
@@ -327,7 +350,8 @@ def sample_cuda(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample
     (b, d), (v, wd) = hidden.shape, weight.shape
     device = hidden.device
     ordinal = device.index if device.index is not None else torch.cuda.current_device()
-    mask_words = _mask_words(allowed, b, v)
+    device_mask = _is_torch_cuda(allowed)
+    mask_words = None if device_mask else _mask_words(allowed, b, v)
     penalties = _penalties(b, logit_bias, repetition_penalty, frequency_penalty, presence_penalty, prompt_tokens,
                            output_tokens)
     shape = (b,) if n == 1 else (b, n)
@@ -336,6 +360,7 @@ def sample_cuda(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample
             raise RuntimeError("flashsampling.sample cannot be captured into a CUDA graph yet (it launches on "
                                "its own stream and uploads per-call parameters); call it outside the capture")
         _check_device(torch, ordinal)
+        mask = _device_mask_words(torch, allowed, b, v, device) if device_mask else None
         tokens = torch.empty(shape, dtype=torch.int32, device=device)
         scores = torch.empty(shape, dtype=torch.float32, device=device)
         # Log-probability outputs (an unknown option name is reported by the native side).
@@ -354,6 +379,7 @@ def sample_cuda(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample
             logprobs_ptr=None if lps is None else lps.data_ptr(),
             raw_logprobs_ptr=None if raw is None else raw.data_ptr(),
             logsumexp_ptr=None if lse is None else lse.data_ptr(), f16=hidden.dtype == torch.float16,
+            mask_ptr=None if mask is None else mask.data_ptr(), mask_len=0 if mask is None else mask.numel(),
             **penalties,
         )
         if lse is not None and n != 1:

@@ -26,7 +26,7 @@ use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, LazyLock, Mutex};
 
 use cudarc::driver::sys::{self, CUdevice_attribute};
-use cudarc::driver::{CudaEvent, CudaSlice, CudaStream};
+use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, CudaView};
 use flashsampling::params::LogProbs;
 use flashsampling::{DeviceMatrix, DeviceSamples, Element, Error, GpuBackend, SamplingParams};
 use half::{bf16, f16};
@@ -182,7 +182,7 @@ impl Outputs {
     top_p=None, min_p=None, softcap=None, top_logprobs=0, top_logprobs_raw=false, mask_words=None,
     logprobs_ptr=None, raw_logprobs_ptr=None, logsumexp_ptr=None, logit_bias=None,
     repetition_penalty=None, frequency_penalty=None, presence_penalty=None, prompt_tokens=None, output_tokens=None,
-    f16=false
+    f16=false, mask_ptr=None, mask_len=0
 ))]
 #[allow(clippy::too_many_arguments)]
 pub fn sample_cuda(
@@ -223,6 +223,8 @@ pub fn sample_cuda(
     prompt_tokens: Option<FlatRows<u32>>,
     output_tokens: Option<FlatRows<u32>>,
     f16: bool,
+    mask_ptr: Option<u64>,
+    mask_len: usize,
 ) -> PyResult<()> {
     let params = Controls {
         temperature,
@@ -280,16 +282,21 @@ pub fn sample_cuda(
                 dev.out = Some(dev.gpu.alloc_samples(b, v)?);
             }
             let operands = ((hidden_ptr, hidden_len, b, hidden_d), (weight_ptr, weight_len, v, weight_d));
+            // SAFETY: as for the operands below: `mask_ptr` is `data_ptr()` of a contiguous int32 CUDA
+            // tensor of `mask_len` elements on this device, built by the Python side on PyTorch's current
+            // stream (ordered before this call's work by `inputs_ready`) and held during the call.
+            let mask = mask_ptr.map(|ptr| unsafe { Borrowed::<u32>::new(&stream, ptr, mask_len) });
             // SAFETY: the Python side passes `data_ptr()` of CUDA tensors of device `ordinal` (checked
             // there) with exactly these many elements, contiguous, of the dtype `f16` says (both
             // torch.float16, else both torch.bfloat16); it holds the tensors during the call, and
             // PyTorch's stream waits for this call's work (`outputs_ready`) before it can reuse their
             // memory.
             let launched = unsafe {
+                let mask = mask.as_ref().map(|m| m.as_view());
                 if f16 {
-                    launch::<f16>(dev, &stream, operands, &params)
+                    launch::<f16>(dev, &stream, operands, &params, mask.as_ref())
                 } else {
-                    launch::<bf16>(dev, &stream, operands, &params)
+                    launch::<bf16>(dev, &stream, operands, &params, mask.as_ref())
                 }
             };
             let out = dev.out.as_ref().expect("allocated above");
@@ -307,8 +314,9 @@ pub fn sample_cuda(
 /// A tensor given by address: `(address, elements, rows, cols)`.
 type Operand = (u64, usize, usize, usize);
 
-/// The fused launch on the tensors `hidden` and `weight` (elements `T`) into the device's outputs (a
-/// log-probability call regrows them itself: `sample_device`).
+/// The fused launch on the tensors `hidden` and `weight` (elements `T`), with the allowed-token words
+/// `mask` on the device if given, into the device's outputs (a log-probability call regrows them
+/// itself: `sample_device_masked`).
 ///
 /// # Safety
 /// Both addresses are the data of live tensors of the device of `stream` holding their stated number
@@ -318,16 +326,19 @@ unsafe fn launch<T: Element>(
     stream: &Arc<CudaStream>,
     ((hidden_ptr, hidden_len, b, hidden_d), (weight_ptr, weight_len, v, weight_d)): (Operand, Operand),
     params: &SamplingParams,
+    mask: Option<&CudaView<'_, u32>>,
 ) -> Result<(), Error> {
-    // SAFETY: forwarded contract; `sample_device` validates shapes before it reads anything.
+    // SAFETY: forwarded contract; `sample_device_masked` validates shapes (the mask's length too)
+    // before it reads anything.
     let hidden = unsafe { Borrowed::<T>::new(stream, hidden_ptr, hidden_len) };
     // SAFETY: as for `hidden`.
     let weight = unsafe { Borrowed::<T>::new(stream, weight_ptr, weight_len) };
     let out = dev.out.as_mut().expect("allocated by the caller");
-    dev.gpu.sample_device(
+    dev.gpu.sample_device_masked(
         &DeviceMatrix { data: hidden.as_view(), rows: b, cols: hidden_d },
         &DeviceMatrix { data: weight.as_view(), rows: v, cols: weight_d },
         params,
+        mask,
         out,
     )
 }

@@ -268,6 +268,35 @@ def test_per_row_controls_reach_the_gpu_backend(dev, control):
 
 
 
+@pytest.mark.parametrize("b,v", [(4, 100), (9, 1000), (3, 4097)])
+def test_device_masks_equal_host_masks_without_a_host_copy(dev, b, v):
+    # A CUDA mask (booleans [B, V] or int32 words [B, ceil(V/32)]) is packed on the current stream and
+    # read by the kernel there: the same tokens and scores as the same mask from the host.
+    hidden, weight = lm_head(b, 64, v, seed=b + v, dev=dev, integer=True)
+    g = torch.Generator(device="cpu").manual_seed(v)
+    allowed = torch.rand(b, v, generator=g) < 0.3
+    allowed[:, v - 1] = True  # the last word's high bits, the sign bit of an int32 word
+    kw = dict(temperature=0.9, seed=3, streams=list(range(b)), logit_bias=[{1: 2.0}] * b, return_dict=True)
+    host = fs.sample(hidden, weight, allowed=allowed.numpy(), **kw)
+    on_device = fs.sample(hidden, weight, allowed=allowed.to(dev), **kw)
+    words = -(-v // 32)
+    padded = np.zeros((b, words * 32), dtype=np.uint64)
+    padded[:, :v] = allowed.numpy()
+    packed = (padded.reshape(b, words, 32) << np.arange(32, dtype=np.uint64)).sum(axis=-1).astype(np.uint32)
+    as_words = fs.sample(hidden, weight, allowed=torch.from_numpy(packed.view(np.int32)).to(dev), **kw)
+    for got in (on_device, as_words):
+        assert torch.equal(got["tokens"], host["tokens"])
+        assert torch.equal(got["scores"].view(torch.int32), host["scores"].view(torch.int32))
+    tokens = on_device["tokens"].cpu().numpy()
+    assert allowed.numpy()[np.arange(b), tokens].all(), "a disallowed token was drawn"
+    with pytest.raises(ValueError, match="booleans"):
+        fs.sample(hidden, weight, allowed=allowed[:, :-1].to(dev))
+    with pytest.raises(ValueError, match=r"ceil\(V/32\)"):
+        fs.sample(hidden, weight, allowed=torch.zeros(b, words + 1, dtype=torch.int32, device=dev))
+    with pytest.raises(TypeError, match="torch.bool"):
+        fs.sample(hidden, weight, allowed=allowed.to(dev).float())
+
+
 # Sparse logit adjustments (logit_bias, repetition / frequency / presence penalties): the GPU kernels
 # score the adjusted tokens apart and merge them; on exact logits, the same tokens and scores as the CPU.
 
