@@ -39,7 +39,11 @@
 //!   cuBLAS GEMM + the unfused top-k / top-p sampler over the logits (the fallback's exact per-row
 //!   threshold search, every row), at every (config, B) (default B ∈ {1, 8, 16, 32, 64, 128, 256,
 //!   512}); prints a table with each row's fallback share and writes `truncation.csv`. Takes
-//!   `--shape`, `--batches`.
+//!   `--shape`, `--batches`, and `--heavy-rows`: instead of the random head, one whose row `r` has
+//!   exact heavy-tailed logits (hidden row `r` = `e_{r mod D}`; token `i`'s logit `−a·ln(rank)` with
+//!   a random rank per row and `a` = 1.0, 1.25, 1.5, 2.0 by row: nuclei of hundreds to tens of
+//!   thousands of tokens at top-p 0.9, where the certificate's 256-entry walk gives way to the
+//!   fallback) — the fallback's share and cost on rows flatter than the random head's.
 //!
 //! Device memory at the largest B: the weights (V·D bf16), the hidden states (B·D bf16) and the
 //! baselines' f32 logits and probabilities (2·B·V·4 bytes: 2.5 GB at B = 2048, V = 151936; 4.3 GB at
@@ -73,6 +77,8 @@ struct Args {
     variants: bool,
     controls: bool,
     truncation: bool,
+    /// `--heavy-rows` (with `--truncation`): the heavy-tailed head instead of the random one.
+    heavy_rows: bool,
     /// `--only a,b`: the sweep times only the variants whose entry contains one of these.
     only: Vec<String>,
 }
@@ -112,6 +118,7 @@ fn args() -> Args {
         variants: false,
         controls: false,
         truncation: false,
+        heavy_rows: false,
         only: Vec::new(),
     };
     let mut it = std::env::args().skip(1);
@@ -123,6 +130,7 @@ fn args() -> Args {
             "--variants" => a.variants = true,
             "--controls" => a.controls = true,
             "--truncation" => a.truncation = true,
+            "--heavy-rows" => a.heavy_rows = true,
             "--only" => a.only = it.next().expect("--only a,b").split(',').map(str::to_string).collect(),
             "--replot" => a.replot = Some(PathBuf::from(it.next().expect("--replot CSV"))),
             _ => {} // `--bench` and filters from cargo
@@ -491,13 +499,16 @@ fn truncation(gpu: &GpuBackend, timer: &EventTimer, a: &Args, bandwidth: f64) ->
         "config,d,v,b,plain_ms,truncated_ms,plain_b2b_ms,truncated_b2b_ms,unfused_ms,gemm_ms,fallback_share,equal_share\n",
     );
     for (config, d, v) in a.configs() {
-        let (h_dev, w_dev) = device_head(&stream, bmax, d, v)?;
+        let (h_dev, w_dev) =
+            if a.heavy_rows { heavy_head(&stream, bmax, d, v)? } else { device_head(&stream, bmax, d, v)? };
         let floor = (v * d * 2) as f64 / bandwidth * 1e3;
         for &b in &batches {
             let hm = DeviceMatrix { data: h_dev.slice(..b * d), rows: b, cols: d };
             let wm = DeviceMatrix { data: w_dev.slice(..v * d), rows: v, cols: d };
             let plain = SamplingParams::new(1.0, 7);
-            let cut = plain.clone().with_top_k(vec![50; b]).with_top_p(vec![0.9; b]);
+            // The heavy-tailed rows: top-p alone (top-k 50 would bound every nucleus to 50 tokens).
+            let top_k = if a.heavy_rows { 0 } else { 50 };
+            let cut = plain.clone().with_top_k(vec![top_k; b]).with_top_p(vec![0.9; b]);
             let mut out = gpu.alloc_samples(b, v)?;
             let p = timer.time(&stream, 10, runs, || Ok(gpu.sample_device(&hm, &wm, &plain, &mut out)?))?;
             let p10 = timer.time(&stream, 2, runs, || {
@@ -563,7 +574,10 @@ fn truncation(gpu: &GpuBackend, timer: &EventTimer, a: &Args, bandwidth: f64) ->
         a,
         "truncation.csv",
         &csv,
-        &format!("top-k 50 + top-p 0.9 per row, medians of {runs} runs (ms)"),
+        &format!(
+            "{} per row, medians of {runs} runs (ms)",
+            if a.heavy_rows { "top-p 0.9 on heavy-tailed rows (--heavy-rows)" } else { "top-k 50 + top-p 0.9" }
+        ),
         &table,
     )
 }
@@ -577,6 +591,36 @@ fn device_head(
     v: usize,
 ) -> R<(CudaSlice<half::bf16>, CudaSlice<half::bf16>)> {
     let (hidden, weight) = flashsampling::synthetic::lm_head(bmax, d, v, DATA_SEED ^ d as u64);
+    Ok((stream.clone_htod(&hidden)?, stream.clone_htod(&weight)?))
+}
+
+/// `--heavy-rows`: an LM head whose row `r` (of `bmax`, hidden row `e_{r mod d}`) has exact heavy-tailed
+/// logits: token `i`'s weight in column `r` is `−a·ln(rank_r(i))`, bf16-rounded, with `rank_r` a random
+/// permutation of `1 ..= v` and `a` cycling through 1.0, 1.25, 1.5, 2.0 over the rows; the other
+/// columns are zero (never read by the one-hot rows). Uploaded like [`device_head`].
+fn heavy_head(
+    stream: &std::sync::Arc<CudaStream>,
+    bmax: usize,
+    d: usize,
+    v: usize,
+) -> R<(CudaSlice<half::bf16>, CudaSlice<half::bf16>)> {
+    let mut hidden = vec![half::bf16::ZERO; bmax * d];
+    for r in 0..bmax {
+        hidden[r * d + r % d] = half::bf16::ONE;
+    }
+    let mut weight = vec![half::bf16::ZERO; v * d];
+    let mut rng = SplitMix64::new(DATA_SEED ^ 0x4EA7);
+    let mut rank: Vec<u32> = (1..=v as u32).collect();
+    for c in 0..bmax.min(d) {
+        let a = [1.0f64, 1.25, 1.5, 2.0][c % 4];
+        // Fisher–Yates: a fresh random rank of every token for this row.
+        for i in (1..v).rev() {
+            rank.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
+        }
+        for (i, &k) in rank.iter().enumerate() {
+            weight[i * d + c] = half::bf16::from_f64(-a * (k as f64).ln());
+        }
+    }
     Ok((stream.clone_htod(&hidden)?, stream.clone_htod(&weight)?))
 }
 
