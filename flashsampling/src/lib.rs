@@ -1,7 +1,7 @@
 //! # FlashSampling
 //!
 //! Exact categorical sampling fused into the LM-head matmul. For hidden states `[B, D]` and an LM-head
-//! weight `[V, D]` (bf16), each row gets a token drawn from `softmax(hidden · weightᵀ / T)` — without
+//! weight `[V, D]` (bf16 or f16), each row gets a token drawn from `softmax(hidden · weightᵀ / T)` — without
 //! the `[B, V]` logits ever reaching memory.
 //!
 //! The kernel computes one (batch tile × vocab tile) of logits on chip, adds Gumbel noise

@@ -5,9 +5,9 @@ noise and the same rules as the Rust library. NumPy arrays run on the CPU backen
 run on the GPU backend (the fused kernels, on the tensors' device and PyTorch's current stream; see
 ``sample_cuda``). PyTorch is optional: it is imported only when CUDA tensors come in.
 
-Arrays: ``hidden`` ``[B, D]`` and ``weight`` ``[V, D]`` as float32 (rounded to bfloat16, ties to even, as
-the kernels take bf16), uint16 holding bfloat16 bits, ml_dtypes' bfloat16, or float16 (both arrays
-float16: sampled in f16 on the CPU backend, no rounding); CPU tensors are taken as NumPy arrays
+Arrays: ``hidden`` ``[B, D]`` and ``weight`` ``[V, D]`` as float32 (rounded to bfloat16, ties to even:
+the kernels take bf16 or f16), uint16 holding bfloat16 bits, ml_dtypes' bfloat16, or float16 (both arrays
+float16: sampled in f16, no rounding); CPU tensors are taken as NumPy arrays
 (bfloat16 as its bits). CUDA tensors: torch.bfloat16 or torch.float16 (both the same). Errors are
 ``ValueError`` (bad input, the Rust library's message), ``TypeError`` (a CUDA tensor of another dtype, or
 hidden and weight of two dtypes), ``NotImplementedError`` (a control the
