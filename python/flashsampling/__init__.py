@@ -95,6 +95,17 @@ def _device_mask_words(torch, allowed, b, v, device):
     raise TypeError(f"allowed is {allowed.dtype}: a CUDA mask is torch.bool [B, V] or int32/uint32 words")
 
 
+def _controls(b, temperature, seed, streams, sample, temperatures, seeds, n, logprobs, top_k, top_p, min_p,
+              softcap, top_logprobs, top_logprobs_raw, mask_words, penalties):
+    """The ``controls`` dict of the native calls (their ``ControlArgs``: one key per control)."""
+    return dict(
+        temperature=float(temperature), seed=int(seed), streams=_list(streams), sample=int(sample),
+        temperatures=_list(temperatures), seeds=_list(seeds), n=int(n), logprobs=logprobs, top_k=_list(top_k),
+        top_p=_list(top_p), min_p=_list(min_p), softcap=None if softcap is None else float(softcap),
+        top_logprobs=int(top_logprobs), top_logprobs_raw=bool(top_logprobs_raw), mask_words=mask_words, **penalties,
+    )
+
+
 def _per_row_floats(x, b):
     """A per-row float control: a number applies to every row; a list (array, tensor) is taken as it is
     (its length is checked natively)."""
@@ -242,15 +253,12 @@ def sample(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample=0, t
         raise ValueError(f"hidden must be [B, D] and weight [V, D]; got shapes {h.shape} and {w.shape}")
     (b, d), (v, wd) = h.shape, w.shape
     mask_words = _mask_words(allowed, b, v)
-    out = _sample_cpu(
-        np.ascontiguousarray(h).reshape(-1), b, d, np.ascontiguousarray(w).reshape(-1), v, wd,
-        temperature=float(temperature), seed=int(seed), streams=_list(streams), sample=int(sample),
-        temperatures=_list(temperatures), seeds=_list(seeds), n=int(n), logprobs=logprobs, top_k=_list(top_k),
-        top_p=_list(top_p), min_p=_list(min_p), softcap=None if softcap is None else float(softcap), top_logprobs=int(top_logprobs),
-        top_logprobs_raw=bool(top_logprobs_raw), mask_words=mask_words, threads=threads, f16=f16,
-        **_penalties(b, logit_bias, repetition_penalty, frequency_penalty, presence_penalty, prompt_tokens,
-                     output_tokens),
-    )
+    penalties = _penalties(b, logit_bias, repetition_penalty, frequency_penalty, presence_penalty, prompt_tokens,
+                           output_tokens)
+    controls = _controls(b, temperature, seed, streams, sample, temperatures, seeds, n, logprobs, top_k, top_p, min_p,
+                         softcap, top_logprobs, top_logprobs_raw, mask_words, penalties)
+    out = _sample_cpu(np.ascontiguousarray(h).reshape(-1), b, d, np.ascontiguousarray(w).reshape(-1), v, wd, controls,
+                      threads=threads, f16=f16)
     shape = (b,) if n == 1 else (b, n)
     tokens = np.asarray(out["tokens"], dtype=np.uint32).reshape(shape)
     if not return_dict and logprobs == "off" and not top_logprobs:
@@ -368,19 +376,15 @@ def sample_cuda(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample
         lps = torch.empty(shape, dtype=torch.float32, device=device) if lp else None
         raw = torch.empty(shape, dtype=torch.float32, device=device) if logprobs == "processed_and_raw" else None
         lse = torch.empty((b * n,), dtype=torch.float32, device=device) if lp else None  # per sample row
+        controls = _controls(b, temperature, seed, streams, sample, temperatures, seeds, n, logprobs, top_k, top_p,
+                             min_p, softcap, top_logprobs, top_logprobs_raw, mask_words, penalties)
         _sample_cuda(
             ordinal, torch.cuda.current_stream(ordinal).cuda_stream, hidden.data_ptr(), b, d,
-            weight.data_ptr(), v, wd, tokens.data_ptr(), scores.data_ptr(), tokens.numel(),
-            temperature=float(temperature), seed=int(seed), streams=_list(streams), sample=int(sample),
-            temperatures=_list(temperatures), seeds=_list(seeds), n=int(n), logprobs=logprobs,
-            top_k=_list(top_k), top_p=_list(top_p), min_p=_list(min_p),
-            softcap=None if softcap is None else float(softcap), top_logprobs=int(top_logprobs),
-            top_logprobs_raw=bool(top_logprobs_raw), mask_words=mask_words,
+            weight.data_ptr(), v, wd, tokens.data_ptr(), scores.data_ptr(), tokens.numel(), controls,
             logprobs_ptr=None if lps is None else lps.data_ptr(),
             raw_logprobs_ptr=None if raw is None else raw.data_ptr(),
             logsumexp_ptr=None if lse is None else lse.data_ptr(), f16=hidden.dtype == torch.float16,
             mask_ptr=None if mask is None else mask.data_ptr(), mask_len=0 if mask is None else mask.numel(),
-            **penalties,
         )
         if lse is not None and n != 1:
             # The same value for the n samples of a row: one per request row, as on the CPU path (a

@@ -34,7 +34,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::{Controls, FlatRows, Penalties, to_py};
+use crate::{ControlArgs, to_py};
 
 /// One device's backend, its reused output buffers and the two events that order its stream with
 /// PyTorch's.
@@ -166,23 +166,20 @@ impl Outputs {
 /// Samples on the GPU backend of device `ordinal` from PyTorch CUDA tensors given by address:
 /// `hidden_ptr` `[b, hidden_d]` and `weight_ptr` `[v, weight_d]` row-major bf16 (f16 with `f16`; 16-byte aligned,
 /// rows packed back to back), ordered on `torch_stream` (PyTorch's current stream of that device, the
-/// raw `CUstream`). Writes `out_len` u32 tokens (`[B]`, or `[B, n]`) to `tokens_ptr` and as many f32
+/// raw `CUstream`), with the call's `controls` ([`ControlArgs`], as for `sample_cpu`). Writes `out_len` u32 tokens (`[B]`, or `[B, n]`) to `tokens_ptr` and as many f32
 /// winning scores to `scores_ptr` (tensors Python allocated on the device), ordered on `torch_stream`
-/// as well. With `logprobs` other than "off", also `out_len` f32 processed log-probabilities to
+/// as well. With the control `logprobs` other than "off", also `out_len` f32 processed log-probabilities to
 /// `logprobs_ptr`, the sample rows' log-sum-exps of `logits / T` to `logsumexp_ptr` (`[B·n]`: the
 /// same value for the `n` samples of a row, NaN for a greedy row) and, with "processed_and_raw", the
 /// raw log-probabilities to `raw_logprobs_ptr`: the GPU backend's fused values, copied device to
-/// device (these tensors must be given exactly when the option fills them). `logit_bias`, the three
-/// penalties and the token lists are host data, as for `sample_cpu` (`Penalties`): the backend uploads
-/// the sparse adjustments they make. Returns without waiting for the GPU.
+/// device (these tensors must be given exactly when the option fills them). The logit bias, the
+/// penalties and the token lists are host data: the backend uploads the sparse adjustments they make.
+/// `mask_ptr` (with `mask_len` elements) is an int32 CUDA tensor of allowed-token words on this device,
+/// read there (instead of the control `mask_words` from the host). Returns without waiting for the GPU.
 #[pyfunction]
 #[pyo3(signature = (
-    ordinal, torch_stream, hidden_ptr, b, hidden_d, weight_ptr, v, weight_d, tokens_ptr, scores_ptr, out_len, *,
-    temperature, seed, streams=None, sample=0, temperatures=None, seeds=None, n=1, logprobs="off", top_k=None,
-    top_p=None, min_p=None, softcap=None, top_logprobs=0, top_logprobs_raw=false, mask_words=None,
-    logprobs_ptr=None, raw_logprobs_ptr=None, logsumexp_ptr=None, logit_bias=None,
-    repetition_penalty=None, frequency_penalty=None, presence_penalty=None, prompt_tokens=None, output_tokens=None,
-    f16=false, mask_ptr=None, mask_len=0
+    ordinal, torch_stream, hidden_ptr, b, hidden_d, weight_ptr, v, weight_d, tokens_ptr, scores_ptr, out_len,
+    controls, *, logprobs_ptr=None, raw_logprobs_ptr=None, logsumexp_ptr=None, f16=false, mask_ptr=None, mask_len=0
 ))]
 #[allow(clippy::too_many_arguments)]
 pub fn sample_cuda(
@@ -198,62 +195,15 @@ pub fn sample_cuda(
     tokens_ptr: u64,
     scores_ptr: u64,
     out_len: usize,
-    temperature: f32,
-    seed: u64,
-    streams: Option<Vec<u64>>,
-    sample: u32,
-    temperatures: Option<Vec<f32>>,
-    seeds: Option<Vec<u64>>,
-    n: u32,
-    logprobs: &str,
-    top_k: Option<Vec<u32>>,
-    top_p: Option<Vec<f32>>,
-    min_p: Option<Vec<f32>>,
-    softcap: Option<f32>,
-    top_logprobs: u32,
-    top_logprobs_raw: bool,
-    mask_words: Option<Vec<u32>>,
+    controls: &Bound<'_, PyDict>,
     logprobs_ptr: Option<u64>,
     raw_logprobs_ptr: Option<u64>,
     logsumexp_ptr: Option<u64>,
-    logit_bias: Option<(Vec<usize>, Vec<u32>, Vec<f32>)>,
-    repetition_penalty: Option<Vec<f32>>,
-    frequency_penalty: Option<Vec<f32>>,
-    presence_penalty: Option<Vec<f32>>,
-    prompt_tokens: Option<FlatRows<u32>>,
-    output_tokens: Option<FlatRows<u32>>,
     f16: bool,
     mask_ptr: Option<u64>,
     mask_len: usize,
 ) -> PyResult<()> {
-    let params = Controls {
-        temperature,
-        seed,
-        streams,
-        sample,
-        temperatures,
-        seeds,
-        n,
-        logprobs,
-        top_k,
-        top_p,
-        min_p,
-        softcap,
-        top_logprobs,
-        top_logprobs_raw,
-        mask_words,
-        adjustments: Penalties {
-            logit_bias,
-            repetition_penalty,
-            frequency_penalty,
-            presence_penalty,
-            prompt_tokens,
-            output_tokens,
-        }
-        .build(b, v)
-        .map_err(to_py)?,
-    }
-    .params(v)?;
+    let params = ControlArgs::from_dict(controls)?.params(b, v)?;
     let outputs = Outputs {
         tokens: tokens_ptr,
         scores: scores_ptr,

@@ -24,31 +24,109 @@ fn to_py(e: Error) -> PyErr {
     }
 }
 
-/// The controls of one call as Python passes them (the keywords of `sample_cpu` and `sample_cuda`).
-struct Controls<'a> {
+/// The controls of one call as Python passes them: the `controls` dict of `sample_cpu` and
+/// `sample_cuda` (built by the Python module's `_controls`), its keys these fields' names. A missing
+/// key takes the default shown; an unknown key is an error (see [`ControlArgs::from_dict`]).
+#[derive(FromPyObject)]
+#[pyo3(from_item_all)]
+struct ControlArgs {
     temperature: f32,
     seed: u64,
+    #[pyo3(default)]
     streams: Option<Vec<u64>>,
+    #[pyo3(default)]
     sample: u32,
+    #[pyo3(default)]
     temperatures: Option<Vec<f32>>,
+    #[pyo3(default)]
     seeds: Option<Vec<u64>>,
+    #[pyo3(default = 1)]
     n: u32,
-    logprobs: &'a str,
+    #[pyo3(default = String::from("off"))]
+    logprobs: String,
+    #[pyo3(default)]
     top_k: Option<Vec<u32>>,
+    #[pyo3(default)]
     top_p: Option<Vec<f32>>,
+    #[pyo3(default)]
     min_p: Option<Vec<f32>>,
+    #[pyo3(default)]
     softcap: Option<f32>,
+    #[pyo3(default)]
     top_logprobs: u32,
+    #[pyo3(default)]
     top_logprobs_raw: bool,
+    /// `[b, ceil(v / 32)]` allowed-token words from the host.
+    #[pyo3(default)]
     mask_words: Option<Vec<u32>>,
-    /// Sparse logit adjustments built from [`Penalties`] (`None`: no entry on any row).
-    adjustments: Option<SparseAdjustments>,
+    /// `(lengths [B], token ids, biases)`: row `r`'s `(token, bias)` pairs are the next `lengths[r]`
+    /// of the ids and biases.
+    #[pyo3(default)]
+    logit_bias: Option<(Vec<usize>, Vec<u32>, Vec<f32>)>,
+    #[pyo3(default)]
+    repetition_penalty: Option<Vec<f32>>,
+    #[pyo3(default)]
+    frequency_penalty: Option<Vec<f32>>,
+    #[pyo3(default)]
+    presence_penalty: Option<Vec<f32>>,
+    #[pyo3(default)]
+    prompt_tokens: Option<FlatRows<u32>>,
+    #[pyo3(default)]
+    output_tokens: Option<FlatRows<u32>>,
 }
 
-impl Controls<'_> {
-    /// The Rust `SamplingParams` for vocab size `v` (the mask has `ceil(v / 32)` words per row). Values
-    /// are validated by the backend, not here; only the `logprobs` name is checked.
-    fn params(self, v: usize) -> PyResult<SamplingParams> {
+/// The keys [`ControlArgs`] takes.
+const CONTROL_KEYS: [&str; 21] = [
+    "temperature",
+    "seed",
+    "streams",
+    "sample",
+    "temperatures",
+    "seeds",
+    "n",
+    "logprobs",
+    "top_k",
+    "top_p",
+    "min_p",
+    "softcap",
+    "top_logprobs",
+    "top_logprobs_raw",
+    "mask_words",
+    "logit_bias",
+    "repetition_penalty",
+    "frequency_penalty",
+    "presence_penalty",
+    "prompt_tokens",
+    "output_tokens",
+];
+
+impl ControlArgs {
+    /// The controls in `dict`: every key must be one of [`CONTROL_KEYS`] (a misspelt one would
+    /// otherwise fall back to its default silently).
+    fn from_dict(dict: &Bound<'_, PyDict>) -> PyResult<Self> {
+        for key in dict.keys() {
+            let key: String = key.extract()?;
+            if !CONTROL_KEYS.contains(&key.as_str()) {
+                return Err(PyValueError::new_err(format!("unknown control {key:?}")));
+            }
+        }
+        dict.extract()
+    }
+
+    /// The Rust `SamplingParams` for `b` rows and vocab size `v` (the mask has `ceil(v / 32)` words
+    /// per row; the logit bias and penalties become sparse adjustments). Values are validated by the
+    /// backend, not here; only the `logprobs` name is checked.
+    fn params(self, b: usize, v: usize) -> PyResult<SamplingParams> {
+        let adjustments = Penalties {
+            logit_bias: self.logit_bias,
+            repetition_penalty: self.repetition_penalty,
+            frequency_penalty: self.frequency_penalty,
+            presence_penalty: self.presence_penalty,
+            prompt_tokens: self.prompt_tokens,
+            output_tokens: self.output_tokens,
+        }
+        .build(b, v)
+        .map_err(to_py)?;
         let mut params =
             SamplingParams::new(self.temperature, self.seed).with_sample(self.sample).with_samples_per_row(self.n);
         params.streams = self.streams;
@@ -60,7 +138,7 @@ impl Controls<'_> {
         params.softcap = self.softcap;
         params.top_logprobs = self.top_logprobs;
         params.top_logprobs_raw = self.top_logprobs_raw;
-        params.logprobs = match self.logprobs {
+        params.logprobs = match self.logprobs.as_str() {
             "off" => LogProbs::Off,
             "processed" => LogProbs::Processed,
             "processed_and_raw" => LogProbs::ProcessedAndRaw,
@@ -73,7 +151,7 @@ impl Controls<'_> {
         if let Some(words) = self.mask_words {
             params.allowed = Some(TokenMask { words, words_per_row: v.div_ceil(32) });
         }
-        params.adjustments = self.adjustments;
+        params.adjustments = adjustments;
         Ok(params)
     }
 }
@@ -82,10 +160,10 @@ impl Controls<'_> {
 /// ids concatenated.
 type FlatRows<T> = (Vec<usize>, Vec<T>);
 
-/// The logit bias and penalties of one call as Python passes them (the keywords `logit_bias`,
-/// `repetition_penalty`, `frequency_penalty`, `presence_penalty`, `prompt_tokens`, `output_tokens` of
-/// `sample_cpu` and `sample_cuda`): per-row values of length B, token lists in flat form. Turned into
-/// one [`SparseAdjustments`] through [`RowPenalties`], so the semantics are the library's.
+/// The logit bias and penalties of one call as Python passes them (the controls `logit_bias`,
+/// `repetition_penalty`, `frequency_penalty`, `presence_penalty`, `prompt_tokens`, `output_tokens`):
+/// per-row values of length B, token lists in flat form. Turned into one [`SparseAdjustments`] through
+/// [`RowPenalties`], so the semantics are the library's.
 struct Penalties {
     /// `(lengths [B], token ids, biases)`: row `r`'s `(token, bias)` pairs are the next `lengths[r]`
     /// of the ids and biases.
@@ -193,16 +271,9 @@ impl Penalties {
 }
 
 /// Samples on the CPU backend. `hidden_bits` `[b, hidden_d]` and `weight_bits` `[v, weight_d]` hold
-/// bf16 bits (f16 bits with `f16`);
-/// `mask_words` `[b, ceil(v / 32)]` the allowed tokens; `logit_bias`, the three penalties and the
-/// token lists as in [`Penalties`]. Returns a dict of lists.
+/// bf16 bits (f16 bits with `f16`); `controls` is the call's [`ControlArgs`]. Returns a dict of lists.
 #[pyfunction]
-#[pyo3(signature = (
-    hidden_bits, b, hidden_d, weight_bits, v, weight_d, *, temperature, seed, streams=None, sample=0, temperatures=None,
-    seeds=None, n=1, logprobs="off", top_k=None, top_p=None, min_p=None, softcap=None, top_logprobs=0,
-    top_logprobs_raw=false, mask_words=None, threads=None, f16=false, logit_bias=None,
-    repetition_penalty=None, frequency_penalty=None, presence_penalty=None, prompt_tokens=None, output_tokens=None
-))]
+#[pyo3(signature = (hidden_bits, b, hidden_d, weight_bits, v, weight_d, controls, *, threads=None, f16=false))]
 #[allow(clippy::too_many_arguments)]
 fn sample_cpu<'py>(
     py: Python<'py>,
@@ -212,58 +283,11 @@ fn sample_cpu<'py>(
     weight_bits: PyBuffer<u16>,
     v: usize,
     weight_d: usize,
-    temperature: f32,
-    seed: u64,
-    streams: Option<Vec<u64>>,
-    sample: u32,
-    temperatures: Option<Vec<f32>>,
-    seeds: Option<Vec<u64>>,
-    n: u32,
-    logprobs: &str,
-    top_k: Option<Vec<u32>>,
-    top_p: Option<Vec<f32>>,
-    min_p: Option<Vec<f32>>,
-    softcap: Option<f32>,
-    top_logprobs: u32,
-    top_logprobs_raw: bool,
-    mask_words: Option<Vec<u32>>,
+    controls: &Bound<'py, PyDict>,
     threads: Option<usize>,
     f16: bool,
-    logit_bias: Option<(Vec<usize>, Vec<u32>, Vec<f32>)>,
-    repetition_penalty: Option<Vec<f32>>,
-    frequency_penalty: Option<Vec<f32>>,
-    presence_penalty: Option<Vec<f32>>,
-    prompt_tokens: Option<FlatRows<u32>>,
-    output_tokens: Option<FlatRows<u32>>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let params = Controls {
-        temperature,
-        seed,
-        streams,
-        sample,
-        temperatures,
-        seeds,
-        n,
-        logprobs,
-        top_k,
-        top_p,
-        min_p,
-        softcap,
-        top_logprobs,
-        top_logprobs_raw,
-        mask_words,
-        adjustments: Penalties {
-            logit_bias,
-            repetition_penalty,
-            frequency_penalty,
-            presence_penalty,
-            prompt_tokens,
-            output_tokens,
-        }
-        .build(b, v)
-        .map_err(to_py)?,
-    }
-    .params(v)?;
+    let params = ControlArgs::from_dict(controls)?.params(b, v)?;
     let cpu = match threads {
         Some(t) => CpuBackend::new().with_threads(t),
         None => CpuBackend::new(),

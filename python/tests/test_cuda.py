@@ -565,38 +565,49 @@ def test_native_call_checks_the_logprob_outputs():
     # The native entry point refuses log-probability output tensors that do not match the option, before
     # it touches a device (so this runs without CUDA; the addresses are never used).
     args = (0, 0, 0, 1, 8, 0, 16, 8, 0, 0, 1)
-    kw = dict(temperature=1.0, seed=0)
+
+    def controls(**kw):
+        return dict(temperature=1.0, seed=0, **kw)
+
     with pytest.raises(ValueError, match="logprobs_ptr"):
-        fs._sample_cuda(*args, logprobs="processed", **kw)
+        fs._sample_cuda(*args, controls(logprobs="processed"))
     with pytest.raises(ValueError, match="logsumexp_ptr"):
-        fs._sample_cuda(*args, logprobs="processed", logprobs_ptr=256, **kw)
+        fs._sample_cuda(*args, controls(logprobs="processed"), logprobs_ptr=256)
     with pytest.raises(ValueError, match="raw_logprobs_ptr"):
-        fs._sample_cuda(*args, logprobs="processed_and_raw", logprobs_ptr=256, logsumexp_ptr=512, **kw)
+        fs._sample_cuda(*args, controls(logprobs="processed_and_raw"), logprobs_ptr=256, logsumexp_ptr=512)
     with pytest.raises(ValueError, match="raw_logprobs_ptr"):
-        fs._sample_cuda(*args, logprobs="processed", logprobs_ptr=256, raw_logprobs_ptr=512, logsumexp_ptr=768,
-                        **kw)
+        fs._sample_cuda(*args, controls(logprobs="processed"), logprobs_ptr=256, raw_logprobs_ptr=512,
+                        logsumexp_ptr=768)
     with pytest.raises(ValueError, match="logprobs_ptr"):
-        fs._sample_cuda(*args, logprobs="off", logprobs_ptr=256, **kw)
+        fs._sample_cuda(*args, controls(logprobs="off"), logprobs_ptr=256)
     with pytest.raises(ValueError, match="off, processed, processed_and_raw"):
-        fs._sample_cuda(*args, logprobs="raw", **kw)
+        fs._sample_cuda(*args, controls(logprobs="raw"))
+    # A misspelt control is an error, not its default.
+    with pytest.raises(ValueError, match='unknown control "temperatures_"'):
+        fs._sample_cuda(*args, controls(temperatures_=[0.5]))
+    with pytest.raises(ValueError, match="unknown control"):
+        fs._sample_cpu(np.zeros(8, np.uint16), 1, 8, np.zeros(128, np.uint16), 16, 8, controls(topk=[3]))
 
 
 def test_native_call_builds_the_adjustments_first():
     # The native entry point turns the flat logit-bias and penalty arguments into the library's sparse
     # adjustments before it touches a device (so this runs without CUDA; the addresses are never used).
     args = (0, 0, 0, 1, 8, 0, 16, 8, 0, 0, 1)  # B = 1, D = 8, V = 16
-    kw = dict(temperature=1.0, seed=0)
+
+    def native(**kw):
+        return fs._sample_cuda(*args, dict(temperature=1.0, seed=0, **kw))
+
     with pytest.raises(ValueError, match=r"row 0: token id 20 is out of range \(V = 16\)"):
-        fs._sample_cuda(*args, logit_bias=([1], [20], [1.0]), **kw)
+        native(logit_bias=([1], [20], [1.0]))
     with pytest.raises(ValueError, match=r"row 0: token id 16 is out of range \(V = 16\)"):
-        fs._sample_cuda(*args, prompt_tokens=([2], [3, 16]), **kw)
+        native(prompt_tokens=([2], [3, 16]))
     with pytest.raises(ValueError, match="penalties must be finite, repetition > 0"):
-        fs._sample_cuda(*args, repetition_penalty=[-1.0], **kw)
+        native(repetition_penalty=[-1.0])
     with pytest.raises(ValueError, match="per-row output tokens has 2 elements, but its shape needs 1"):
-        fs._sample_cuda(*args, output_tokens=([1, 1], [3, 4]), **kw)
+        native(output_tokens=([1, 1], [3, 4]))
     with pytest.raises(ValueError, match="per-row frequency penalties has 2 elements"):
-        fs._sample_cuda(*args, frequency_penalty=[0.5, 0.5], **kw)
+        native(frequency_penalty=[0.5, 0.5])
     with pytest.raises(ValueError, match="logit-bias values"):
-        fs._sample_cuda(*args, logit_bias=([2], [3, 4], [1.0]), **kw)
+        native(logit_bias=([2], [3, 4], [1.0]))
     with pytest.raises(ValueError, match="per-row prompt tokens has 2 elements, but its shape needs 3"):
-        fs._sample_cuda(*args, prompt_tokens=([3], [3, 4]), **kw)
+        native(prompt_tokens=([3], [3, 4]))
