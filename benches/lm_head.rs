@@ -398,14 +398,13 @@ fn controls(gpu: &GpuBackend, timer: &EventTimer, a: &Args, bandwidth: f64) -> R
     );
     let mut csv = String::from("config,d,v,b,mode,median_ms,min_ms,max_ms,ratio_to_plain\n");
     for (config, d, v) in a.configs() {
-        let (h_dev, w_dev) = device_head(&stream, bmax, d, v)?;
-        // The same head in f16 (the synthetic values are exact in f16): the plain call on f16 operands.
-        let (h16, w16) = {
-            let to_f16 =
-                |x: Vec<half::bf16>| -> Vec<half::f16> { x.iter().map(|y| half::f16::from_f32(y.to_f32())).collect() };
-            let (h, w) = (stream.clone_dtoh(&h_dev)?, stream.clone_dtoh(&w_dev)?);
-            (stream.clone_htod(&to_f16(h))?, stream.clone_htod(&to_f16(w))?)
-        };
+        // The run's head, and the same values in f16 (exact there) for the plain call on f16 operands.
+        let (hidden, weight) = synthetic_head(bmax, d, v);
+        let to_f16 =
+            |x: &[half::bf16]| -> Vec<half::f16> { x.iter().map(|y| half::f16::from_f32(y.to_f32())).collect() };
+        let (h_dev, w_dev) = (stream.clone_htod(&hidden)?, stream.clone_htod(&weight)?);
+        let (h16, w16) = (stream.clone_htod(&to_f16(&hidden))?, stream.clone_htod(&to_f16(&weight))?);
+        drop((hidden, weight));
         let mut rng = SplitMix64::new(DATA_SEED ^ 0x3A5C);
         let words = v.div_ceil(32);
         let mask_host: Vec<u32> = (0..bmax * words).map(|_| rng.next_u64() as u32).collect();
@@ -582,15 +581,20 @@ fn truncation(gpu: &GpuBackend, timer: &EventTimer, a: &Args, bandwidth: f64) ->
     )
 }
 
-/// The run's synthetic LM head for `bmax` rows, hidden size `d` and `v` weight rows, uploaded to the
-/// device (the host copies are freed before the next configuration's are made).
+/// The run's synthetic LM head on the host: `bmax` hidden rows of size `d`, `v` weight rows.
+fn synthetic_head(bmax: usize, d: usize, v: usize) -> (Vec<half::bf16>, Vec<half::bf16>) {
+    flashsampling::synthetic::lm_head(bmax, d, v, DATA_SEED ^ d as u64)
+}
+
+/// [`synthetic_head`] uploaded to the device (the host copies are freed before the next
+/// configuration's are made).
 fn device_head(
     stream: &std::sync::Arc<CudaStream>,
     bmax: usize,
     d: usize,
     v: usize,
 ) -> R<(CudaSlice<half::bf16>, CudaSlice<half::bf16>)> {
-    let (hidden, weight) = flashsampling::synthetic::lm_head(bmax, d, v, DATA_SEED ^ d as u64);
+    let (hidden, weight) = synthetic_head(bmax, d, v);
     Ok((stream.clone_htod(&hidden)?, stream.clone_htod(&weight)?))
 }
 
