@@ -33,7 +33,7 @@ use flashsampling::checkpoint::{Loaded, Values, load_hidden, load_safetensors};
 use flashsampling::params::LogProbs;
 use flashsampling::timing::EventTimer;
 use flashsampling::{BackendChoice, CpuBackend, DeviceMatrix, Element, ElementType, Matrix, Sampler, SamplingParams};
-use half::{bf16, f16};
+use half::bf16;
 
 const DATA_SEED: u64 = 0x5EED_0F_F1A5;
 
@@ -168,12 +168,7 @@ fn inputs(a: &mut Args) -> Result<(Values, Values), Box<dyn std::error::Error>> 
         (Some(_), Some(_)) => (Vec::new(), Vec::new()),
         _ => flashsampling::synthetic::lm_head(a.b, a.d, a.v, DATA_SEED),
     };
-    let synthetic = |v: Vec<bf16>| -> Values {
-        match elem {
-            ElementType::Bf16 => Values::Bf16(v),
-            ElementType::F16 => Values::F16(v.iter().map(|x| f16::from_f32(x.to_f32())).collect()),
-        }
-    };
+    let synthetic = |v: Vec<bf16>| Values::Bf16(v).into_elem(elem);
     let h = hidden.map_or_else(|| synthetic(syn_hidden), |(h, _)| h.values);
     let w = weight.map_or_else(|| synthetic(syn_weight), |(w, _)| w.values);
     Ok((h, w))

@@ -79,6 +79,26 @@ pub enum Values {
     F16(Vec<f16>),
 }
 
+impl Values {
+    /// The element type of the values.
+    pub fn elem(&self) -> ElementType {
+        match self {
+            Values::Bf16(_) => ElementType::Bf16,
+            Values::F16(_) => ElementType::F16,
+        }
+    }
+
+    /// The values in `elem`: as they are, or each rounded to the nearest `elem` (ties to even; f16
+    /// overflows to ±∞ beyond 65504).
+    pub fn into_elem(self, elem: ElementType) -> Self {
+        match (self, elem) {
+            (Values::F16(v), ElementType::Bf16) => Values::Bf16(v.iter().map(|x| bf16::from_f32(x.to_f32())).collect()),
+            (Values::Bf16(v), ElementType::F16) => Values::F16(v.iter().map(|x| f16::from_f32(x.to_f32())).collect()),
+            (same, _) => same,
+        }
+    }
+}
+
 /// A loaded matrix in bf16 or f16.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Loaded {
@@ -95,10 +115,7 @@ pub struct Loaded {
 impl Loaded {
     /// The element type of the values.
     pub fn elem(&self) -> ElementType {
-        match self.values {
-            Values::Bf16(_) => ElementType::Bf16,
-            Values::F16(_) => ElementType::F16,
-        }
+        self.values.elem()
     }
 
     /// The matrix view the samplers take, when the values are bf16.
@@ -117,18 +134,13 @@ impl Loaded {
         }
     }
 
-    /// The values in `elem`: as they are, or each rounded to the nearest `elem` (ties to even; f16
-    /// overflows to ±∞ beyond 65504), `converted_from` then naming the type they had.
+    /// The values in `elem` ([`Values::into_elem`]), `converted_from` then naming the type they had.
     pub fn converted(self, elem: ElementType) -> Self {
         if self.elem() == elem {
             return self;
         }
         let from = self.converted_from.unwrap_or(self.elem().name());
-        let values = match self.values {
-            Values::F16(v) => Values::Bf16(v.iter().map(|x| bf16::from_f32(x.to_f32())).collect()),
-            Values::Bf16(v) => Values::F16(v.iter().map(|x| f16::from_f32(x.to_f32())).collect()),
-        };
-        Self { values, converted_from: Some(from), ..self }
+        Self { values: self.values.into_elem(elem), converted_from: Some(from), ..self }
     }
 }
 
