@@ -185,6 +185,8 @@ pub const fn tma_hidden(d: u32, b: u32, block_b: u32) -> TmaLayout<2> {
 
 /// Warps per block of the warp-specialized `wgmma` kernels: a producer and two consumer warpgroups.
 pub const WS_WARPS: u32 = 12;
+/// Threads of the two consumer warpgroups of the `wgmma` kernels.
+pub const CONSUMER_THREADS: u32 = 256;
 
 /// The kernel family: which mainloop, producer and fragment adapter a fused kernel composes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -282,6 +284,10 @@ pub struct FusedVariant {
     pub warps_b: u32,
     /// Pipeline depth (`stages − 1` stages in flight while one is multiplied).
     pub stages: u32,
+    /// Pipeline depth of the log-probability and truncation kernels ([`FusedVariant::stages_for`]):
+    /// in the `wgmma` kernels their lanes' row masses take shared memory
+    /// ([`FusedVariant::lane_state_bytes`]), which leaves room for fewer stages.
+    pub stages_lp: u32,
 }
 
 /// Portable, up to 16 rows: 4 warps of 16 batch rows.
@@ -293,6 +299,7 @@ pub const MMA_SYNC_N16: FusedVariant = FusedVariant {
     n_tiles: 2,
     warps_b: 1,
     stages: 4,
+    stages_lp: 4,
 };
 /// Portable, up to 32 rows: 4 warps of 32 batch rows.
 pub const MMA_SYNC_N32: FusedVariant = FusedVariant {
@@ -303,6 +310,7 @@ pub const MMA_SYNC_N32: FusedVariant = FusedVariant {
     n_tiles: 4,
     warps_b: 1,
     stages: 3,
+    stages_lp: 3,
 };
 /// Portable, up to 64 rows: 8 warps, two batch slots of 32 rows.
 pub const MMA_SYNC_N64: FusedVariant = FusedVariant {
@@ -313,6 +321,7 @@ pub const MMA_SYNC_N64: FusedVariant = FusedVariant {
     n_tiles: 4,
     warps_b: 2,
     stages: 4,
+    stages_lp: 4,
 };
 /// Portable, beyond 64 rows: 16 warps, four batch slots of 32 rows (128-row batch tiles).
 pub const MMA_SYNC_N128: FusedVariant = FusedVariant {
@@ -323,6 +332,7 @@ pub const MMA_SYNC_N128: FusedVariant = FusedVariant {
     n_tiles: 4,
     warps_b: 4,
     stages: 6,
+    stages_lp: 6,
 };
 /// Hopper, up to 16 rows: weight-as-A `wgmma`, N = 16.
 pub const TMA_N16: FusedVariant = FusedVariant {
@@ -333,6 +343,7 @@ pub const TMA_N16: FusedVariant = FusedVariant {
     n_tiles: 2,
     warps_b: 1,
     stages: 10,
+    stages_lp: 10,
 };
 /// Hopper, up to 32 rows: N = 32.
 pub const TMA_N32: FusedVariant = FusedVariant {
@@ -343,6 +354,7 @@ pub const TMA_N32: FusedVariant = FusedVariant {
     n_tiles: 4,
     warps_b: 1,
     stages: 10,
+    stages_lp: 9,
 };
 /// Hopper, up to 64 rows: N = 64.
 pub const TMA_N64: FusedVariant = FusedVariant {
@@ -353,6 +365,7 @@ pub const TMA_N64: FusedVariant = FusedVariant {
     n_tiles: 8,
     warps_b: 1,
     stages: 8,
+    stages_lp: 6,
 };
 /// Hopper, beyond 64 rows when `V % 16 ≠ 0`: N = 64, the consumers split 128-row batch tiles.
 pub const TMA_N64X2: FusedVariant = FusedVariant {
@@ -363,6 +376,7 @@ pub const TMA_N64X2: FusedVariant = FusedVariant {
     n_tiles: 8,
     warps_b: 2,
     stages: 6,
+    stages_lp: 4,
 };
 /// Hopper, 65–128 rows (and 33–64 where its vocab ranges are no longer): hidden-as-A, 64 rows.
 pub const TMAT_N64: FusedVariant = FusedVariant {
@@ -373,6 +387,7 @@ pub const TMAT_N64: FusedVariant = FusedVariant {
     n_tiles: 8,
     warps_b: 1,
     stages: 5,
+    stages_lp: 5,
 };
 /// Hopper, beyond 128 rows: hidden-as-A, the consumers split 128-row batch tiles.
 pub const TMAT_N64X2: FusedVariant = FusedVariant {
@@ -383,6 +398,7 @@ pub const TMAT_N64X2: FusedVariant = FusedVariant {
     n_tiles: 8,
     warps_b: 2,
     stages: 4,
+    stages_lp: 4,
 };
 
 /// Every fused-kernel variant the library launches (each chosen by [`variant_for_batch`]).
@@ -527,15 +543,48 @@ impl FusedVariant {
     pub const fn merge_bytes(&self, e: Epilogue) -> u32 {
         e.state_bytes() * self.merge_contributors() * self.block_b()
     }
-    /// Dynamic shared memory: the merge area, then (`wgmma`) 1024 bytes of slack for the ring's
-    /// 1024-byte alignment and the 8-byte barriers (full and empty per slot, one turn per consumer),
-    /// then the ring.
+    /// The pipeline depth of the kernel with epilogue `e`: [`Self::stages`] for the plain kernels,
+    /// [`Self::stages_lp`] for the log-probability and truncation kernels.
+    #[inline]
+    pub const fn stages_for(&self, e: Epilogue) -> u32 {
+        if e.has_logprobs() { self.stages_lp } else { self.stages }
+    }
+    /// Row masses ([`crate::params::RowMass`]) a consumer lane of a `wgmma` kernel keeps for its
+    /// batch rows: one per batch column of the weight-as-A layout (`N / 4`), one per batch row of the
+    /// hidden-as-A layout (2); none in the `mma.sync` kernels, whose masses stay in registers.
+    #[inline]
+    pub const fn lane_masses(&self) -> u32 {
+        match self.family {
+            Family::MmaSync => 0,
+            Family::WgmmaWeightA => 2 * self.n_tiles,
+            Family::WgmmaHiddenA => 2,
+        }
+    }
+    /// Bytes of the lanes' row masses in shared memory (`wgmma` log-probability and truncation
+    /// kernels), after the merge area: mass `i` of consumer thread `t` (0..256) at
+    /// `16·(i·256 + t)`. In registers, the masses of 16 batch columns pushed the N = 64 kernels
+    /// into 2.8 KiB of spills (docs/findings/17); in shared memory they cost a load and a store per
+    /// column and tile and keep the order of every sum, so the log-probabilities stay bit-identical.
+    #[inline]
+    pub const fn lane_state_bytes(&self, e: Epilogue) -> u32 {
+        if e.has_logprobs() { 16 * CONSUMER_THREADS * self.lane_masses() } else { 0 }
+    }
+    /// Bytes before the ring: the merge area ([`Self::merge_bytes`]) and the lanes' row masses
+    /// ([`Self::lane_state_bytes`]).
+    #[inline]
+    pub const fn prefix_bytes(&self, e: Epilogue) -> u32 {
+        self.merge_bytes(e) + self.lane_state_bytes(e)
+    }
+    /// Dynamic shared memory: the merge area and the lanes' row masses ([`Self::prefix_bytes`]),
+    /// then (`wgmma`) 1024 bytes of slack for the ring's 1024-byte alignment and the 8-byte barriers
+    /// (full and empty per slot, one turn per consumer), then the ring of [`Self::stages_for`] stages.
     #[inline]
     pub const fn smem_bytes(&self, e: Epilogue) -> u32 {
+        let stages = self.stages_for(e);
         match self.family {
-            Family::MmaSync => self.merge_bytes(e) + self.stages * self.stage_bytes(),
+            Family::MmaSync => self.prefix_bytes(e) + stages * self.stage_bytes(),
             Family::WgmmaWeightA | Family::WgmmaHiddenA => {
-                1024 + self.merge_bytes(e) + 8 * (2 * self.stages + 2) + self.stages * self.stage_bytes()
+                1024 + self.prefix_bytes(e) + 8 * (2 * stages + 2) + stages * self.stage_bytes()
             }
         }
     }
@@ -721,6 +770,13 @@ mod tests {
                 // The reduction's flag (8 bytes) reuses the merge area.
                 assert!(v.merge_bytes(e) >= 8);
             }
+            assert!(v.stages_lp <= v.stages && v.stages_lp >= 3, "{}", v.entry);
+            if v.family == Family::MmaSync {
+                assert_eq!(v.stages_lp, v.stages, "{}", v.entry);
+            }
+            // The masses (16-byte words) start 16-byte aligned after the merge area.
+            assert_eq!(v.merge_bytes(Epilogue::LogProbs) % 16, 0, "{}", v.entry);
+            assert_eq!(v.lane_state_bytes(Epilogue::Sample), 0);
             assert_eq!(v.entry_logprobs.strip_suffix("_lp"), Some(v.entry));
             assert_eq!(v.entry_truncate.strip_suffix("_tk"), Some(v.entry));
             assert!(FUSED_VARIANTS[..i].iter().all(|w| w.entry != v.entry), "{} listed twice", v.entry);

@@ -26,40 +26,72 @@ fn add_products(y: &mut f32, hv: [f32; 4], wv: [f32; 4], elem: ElementType) {
     }
 }
 
+/// Four 16-byte chunks of both rows, `k + 256·i` for `i < 4`, hidden then weight, in flight together.
+///
+/// # Safety
+/// `k + 3·256 + 8 ≤` the rows' lengths; both 16-byte aligned at `k` (`k % 8 == 0`).
+#[inline(always)]
+unsafe fn load4(hidden: *const u16, weight: *const u16, k: usize) -> [[f32; 4]; 8] {
+    let at = |row: *const u16, i: usize| row.wrapping_add(k + 256 * i) as *const f32;
+    // SAFETY: the four chunks are inside both rows, 16-byte aligned (the caller's contract).
+    unsafe {
+        [
+            ld_global_nc_v4_f32(at(hidden, 0)),
+            ld_global_nc_v4_f32(at(weight, 0)),
+            ld_global_nc_v4_f32(at(hidden, 1)),
+            ld_global_nc_v4_f32(at(weight, 1)),
+            ld_global_nc_v4_f32(at(hidden, 2)),
+            ld_global_nc_v4_f32(at(weight, 2)),
+            ld_global_nc_v4_f32(at(hidden, 3)),
+            ld_global_nc_v4_f32(at(weight, 3)),
+        ]
+    }
+}
+
+/// `y +=` the products of four chunks from [`load4`], in order.
+#[inline(always)]
+fn add4(y: &mut f32, c: [[f32; 4]; 8], elem: ElementType) {
+    add_products(y, c[0], c[1], elem);
+    add_products(y, c[2], c[3], elem);
+    add_products(y, c[4], c[5], elem);
+    add_products(y, c[6], c[7], elem);
+}
+
 /// `Σ_k hidden[k] · weight[k]` over `d` entries (`d % 8 == 0`), f32: lane `l` sums entries
-/// `8l + 256i ..`, then a butterfly; every lane returns the same sum.
+/// `8l + 256i ..`, then a butterfly; every lane returns the same sum, whatever `CHUNKS`.
+///
+/// `CHUNKS` (4 or 8) 16-byte chunks of each row are in flight at a time: the loop is
+/// latency-bound, and a sampled token's dot product sits on a launch's critical path. 8 (the
+/// fused kernels' log-probability rows; D = 4096 in two rounds to memory) needs 64 registers for the
+/// loads, more than the 512-thread truncation kernels' budget leaves (they use 4).
 ///
 /// # Safety
 /// All 32 lanes of the warp call it together with the same arguments; both rows hold `d` elements of
 /// type `elem` and are 16-byte aligned.
 #[inline(always)]
-pub(super) unsafe fn warp_dot(hidden: *const u16, weight: *const u16, d: usize, lane: u32, elem: ElementType) -> f32 {
+pub(super) unsafe fn warp_dot<const CHUNKS: usize>(
+    hidden: *const u16,
+    weight: *const u16,
+    d: usize,
+    lane: u32,
+    elem: ElementType,
+) -> f32 {
+    const { assert!(CHUNKS == 4 || CHUNKS == 8) };
     let mut y = 0.0f32;
     let mut k = 8 * lane as usize;
-    // Four chunks' loads in flight at a time (the sum's order is the same as one at a time): the
-    // loop is latency-bound, and a sampled token's dot product sits on a launch's critical path.
-    while k + 3 * 256 < d {
-        // Chunk `i` of this step: 16 bytes at element `k + 256·i` of a row.
-        let at = |row: *const u16, i: usize| row.wrapping_add(k + 256 * i) as *const f32;
-        // SAFETY: k + 3·256 + 8 ≤ d (d % 8 == 0): the four chunks are 16 bytes inside both rows,
+    while k + (CHUNKS - 1) * 256 < d {
+        // SAFETY: k + (CHUNKS − 1)·256 + 8 ≤ d (d % 8 == 0): every chunk is inside both rows,
         // 16-byte aligned.
-        let (h0, w0, h1, w1, h2, w2, h3, w3) = unsafe {
-            (
-                ld_global_nc_v4_f32(at(hidden, 0)),
-                ld_global_nc_v4_f32(at(weight, 0)),
-                ld_global_nc_v4_f32(at(hidden, 1)),
-                ld_global_nc_v4_f32(at(weight, 1)),
-                ld_global_nc_v4_f32(at(hidden, 2)),
-                ld_global_nc_v4_f32(at(weight, 2)),
-                ld_global_nc_v4_f32(at(hidden, 3)),
-                ld_global_nc_v4_f32(at(weight, 3)),
-            )
-        };
-        add_products(&mut y, h0, w0, elem);
-        add_products(&mut y, h1, w1, elem);
-        add_products(&mut y, h2, w2, elem);
-        add_products(&mut y, h3, w3, elem);
-        k += 4 * 256;
+        let first = unsafe { load4(hidden, weight, k) };
+        if CHUNKS == 8 {
+            // SAFETY: as above (CHUNKS = 8).
+            let second = unsafe { load4(hidden, weight, k + 4 * 256) };
+            add4(&mut y, first, elem);
+            add4(&mut y, second, elem);
+        } else {
+            add4(&mut y, first, elem);
+        }
+        k += CHUNKS * 256;
     }
     while k < d {
         // SAFETY: k + 8 ≤ d (d % 8 == 0): 16 bytes inside both rows, 16-byte aligned.

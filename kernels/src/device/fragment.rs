@@ -20,7 +20,7 @@
 //! few constants an index can have), so accumulators and candidates stay in registers.
 
 use super::mainloop::{Accumulators, WgmmaShape};
-use super::merge::{MergeArea, put_merged};
+use super::merge::{MergeArea, SharedMasses, put_merged};
 use super::ptx::ex2_approx_ftz_f32;
 use crate::candidate::Candidate;
 use crate::config::{ROWS_PER_LANE, TMA_T_TILE_V};
@@ -198,7 +198,7 @@ fn weight_a_tile_with<T: WgmmaShape, const LP: bool, const TOP: bool, const SC: 
     v0: u32,
     acc: &[T::Acc; 2],
     cands: &mut [Candidate; 32],
-    (masses, tops): (&mut [RowMass; 32], &mut [TopList<LANE_TOP>; 32]),
+    (masses, tops): (SharedMasses, &mut [TopList<LANE_TOP>; 32]),
 ) {
     let cols = T::N as usize / 4;
     for r in 0..cols.div_ceil(8) {
@@ -223,16 +223,8 @@ fn weight_a_tile_with<T: WgmmaShape, const LP: bool, const TOP: bool, const SC: 
                         2 => cands[I + 16],
                         _ => cands[I + 24],
                     };
-                    let mut mass = if !LP {
-                        RowMass::EMPTY
-                    } else {
-                        match r {
-                            0 => masses[I],
-                            1 => masses[I + 8],
-                            2 => masses[I + 16],
-                            _ => masses[I + 24],
-                        }
-                    };
+                    // SAFETY: column 8r + I < N / 4, the lane's masses.
+                    let mut mass = if !LP { RowMass::EMPTY } else { unsafe { masses.get((8 * r + I) as u32) } };
                     let mut top = if !TOP {
                         TopList::EMPTY
                     } else {
@@ -259,12 +251,8 @@ fn weight_a_tile_with<T: WgmmaShape, const LP: bool, const TOP: bool, const SC: 
                         _ => cands[I + 24] = cand,
                     }
                     if LP {
-                        match r {
-                            0 => masses[I] = mass,
-                            1 => masses[I + 8] = mass,
-                            2 => masses[I + 16] = mass,
-                            _ => masses[I + 24] = mass,
-                        }
+                        // SAFETY: as for the load.
+                        unsafe { masses.set((8 * r + I) as u32, mass) };
                     }
                 }
             }
@@ -289,7 +277,7 @@ fn hidden_a_tile_with<const LP: bool, const TOP: bool, const SC: bool, const MK:
     q: u32,
     acc: &[f32; 128],
     cands: &mut [Candidate; 2],
-    (masses, tops): (&mut [RowMass; 2], &mut [TopList<LANE_TOP_WIDE>; 2]),
+    (masses, tops): (SharedMasses, &mut [TopList<LANE_TOP_WIDE>; 2]),
 ) {
     let v_lane = tile * TMA_T_TILE_V + 4 * q;
     for r in 0..4u32 {
@@ -298,7 +286,8 @@ fn hidden_a_tile_with<const LP: bool, const TOP: bool, const SC: bool, const MK:
         if row < p.b {
             let params = row_params(p, row);
             let mut cand = if e == 0 { cands[0] } else { cands[1] };
-            let mut mass = if e == 0 { masses[0] } else { masses[1] };
+            // SAFETY: row e < 2, the lane's masses.
+            let mut mass = if LP { unsafe { masses.get(e) } } else { RowMass::EMPTY };
             let mut top = if e == 0 { tops[0] } else { tops[1] };
             // Accumulator 4j + 2e + c with j = 2J + i, J = 8·j_hi + J_lo: 64·j_hi + 8·J_lo + 4i + 2e + c.
             let pick = |i: usize| match r {
@@ -315,12 +304,14 @@ fn hidden_a_tile_with<const LP: bool, const TOP: bool, const SC: bool, const MK:
             });
             if e == 0 {
                 cands[0] = cand;
-                masses[0] = mass;
                 tops[0] = top;
             } else {
                 cands[1] = cand;
-                masses[1] = mass;
                 tops[1] = top;
+            }
+            if LP {
+                // SAFETY: as for the load.
+                unsafe { masses.set(e, mass) };
             }
         }
     }
@@ -347,7 +338,7 @@ pub(super) fn weight_a_tile<T: WgmmaShape, const LP: bool, const TOP: bool>(
     v0: u32,
     acc: &[T::Acc; 2],
     cands: &mut [Candidate; 32],
-    state: (&mut [RowMass; 32], &mut [TopList<LANE_TOP>; 32]),
+    state: (SharedMasses, &mut [TopList<LANE_TOP>; 32]),
 ) {
     controls_dispatch!(p, weight_a_tile_with::<T, LP, TOP>(p, lane, v0, acc, cands, state))
 }
@@ -361,7 +352,7 @@ pub(super) fn hidden_a_tile<const LP: bool, const TOP: bool>(
     q: u32,
     acc: &[f32; 128],
     cands: &mut [Candidate; 2],
-    state: (&mut [RowMass; 2], &mut [TopList<LANE_TOP_WIDE>; 2]),
+    state: (SharedMasses, &mut [TopList<LANE_TOP_WIDE>; 2]),
 ) {
     controls_dispatch!(p, hidden_a_tile_with::<LP, TOP>(p, b, tile, q, acc, cands, state))
 }
@@ -379,7 +370,7 @@ pub(super) unsafe fn put_columns<const C: usize, const LP: bool>(
     contributor: u32,
     row0: u32,
     (group, quad): (u32, u32),
-    (cands, masses): (&[Candidate; C], &[RowMass; C]),
+    (cands, mass): (&[Candidate; C], impl Fn(usize) -> RowMass),
     columns: usize,
 ) {
     // Constant indices: `cands` stays in registers.
@@ -387,7 +378,7 @@ pub(super) unsafe fn put_columns<const C: usize, const LP: bool>(
         if I < columns && I < C {
             let col = 8 * (I as u32 / 2) + 2 * quad + I as u32 % 2;
             // SAFETY: forwarded contract (all lanes reach this point).
-            unsafe { put_merged::<_, LP>(area, contributor, row0 + col, (cands[I], masses[I]), [4, 8, 16], group == 0) };
+            unsafe { put_merged::<_, LP>(area, contributor, row0 + col, (cands[I], || mass(I)), [4, 8, 16], group == 0) };
         }
     });
 }
@@ -404,11 +395,13 @@ pub(super) unsafe fn put_rows<const LP: bool>(
     contributor: u32,
     rows: [u32; 2],
     q: u32,
-    (cands, masses): (&[Candidate; 2], &[RowMass; 2]),
+    (cands, mass): (&[Candidate; 2], impl Fn(u32) -> RowMass),
 ) {
-    for e in 0..2 {
+    for e in 0..2u32 {
         // SAFETY: forwarded contract.
-        unsafe { put_merged::<_, LP>(area, contributor, rows[e], (cands[e], masses[e]), [1, 2], q == 0) };
+        unsafe {
+            put_merged::<_, LP>(area, contributor, rows[e as usize], (cands[e as usize], || mass(e)), [1, 2], q == 0)
+        };
     }
 }
 

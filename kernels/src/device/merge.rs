@@ -20,6 +20,7 @@ use super::ptx::{ld_shared_v2_u32, ld_shared_v4_u32, mov_u32_dynamic_smem, st_sh
 use super::reduce::{merge_butterfly, merge_mass_butterfly, reduce_if_last};
 use super::schedule::BlockWork;
 use crate::candidate::Candidate;
+use crate::config::CONSUMER_THREADS;
 use crate::params::{FusedParams, RowMass};
 
 /// The merge area at the start of the dynamic shared memory (`config::FusedVariant::merge_bytes`):
@@ -51,6 +52,65 @@ impl MergeArea {
     }
 }
 
+/// The lanes' row masses in shared memory (the `wgmma` log-probability and truncation kernels,
+/// [`FusedVariant::lane_state_bytes`](crate::config::FusedVariant::lane_state_bytes)): mass `i` of
+/// consumer thread `t` at `16·(i·CONSUMER_THREADS + t)` after the merge area, so the 32 lanes of a
+/// warp touch 512 consecutive bytes (no bank conflict beyond the four phases of a 16-byte access).
+/// Each thread reads and writes only its own masses: no barrier.
+#[derive(Clone, Copy)]
+pub(super) struct SharedMasses {
+    at: u32,
+}
+
+impl SharedMasses {
+    /// Consumer thread `consumer_tid`'s masses, after a merge area of `merge_bytes` bytes.
+    ///
+    /// # Safety
+    /// The launch reserved the masses' area after `merge_bytes` (`FusedVariant::lane_state_bytes`)
+    /// when [`SharedMasses::get`] or [`SharedMasses::set`] is called; `consumer_tid < CONSUMER_THREADS`.
+    #[inline(always)]
+    pub(super) unsafe fn new(merge_bytes: u32, consumer_tid: u32) -> Self {
+        SharedMasses { at: mov_u32_dynamic_smem() + merge_bytes + 16 * consumer_tid }
+    }
+
+    #[inline(always)]
+    fn slot(self, i: u32) -> u32 {
+        self.at + 16 * CONSUMER_THREADS * i
+    }
+
+    /// Mass `i`.
+    ///
+    /// # Safety
+    /// `i < lane_masses` of the variant, and [`SharedMasses::new`]'s contract holds.
+    #[inline(always)]
+    pub(super) unsafe fn get(self, i: u32) -> RowMass {
+        // SAFETY: inside the masses' area (the caller's contract).
+        mass_of_words(unsafe { ld_shared_v4_u32(self.slot(i)) })
+    }
+
+    /// Stores mass `i`.
+    ///
+    /// # Safety
+    /// As [`SharedMasses::get`].
+    #[inline(always)]
+    pub(super) unsafe fn set(self, i: u32, m: RowMass) {
+        // SAFETY: inside the masses' area (the caller's contract).
+        unsafe { st_shared_v4_u32(self.slot(i), mass_words(m)) };
+    }
+
+    /// Empties masses `0 .. n`.
+    ///
+    /// # Safety
+    /// As [`SharedMasses::get`] for every `i < n`.
+    #[inline(always)]
+    pub(super) unsafe fn clear(self, n: u32) {
+        for i in 0..n {
+            // SAFETY: forwarded contract.
+            unsafe { self.set(i, RowMass::EMPTY) };
+        }
+    }
+}
+
 /// A [`RowMass`] as four words (processed max and sum, raw max and sum).
 #[inline(always)]
 pub(super) fn mass_words(m: RowMass) -> [u32; 4] {
@@ -79,7 +139,7 @@ pub(super) unsafe fn put_merged<const K: usize, const LP: bool>(
     area: MergeArea,
     contributor: u32,
     row: u32,
-    (cand, mass): (Candidate, RowMass),
+    (cand, mass): (Candidate, impl FnOnce() -> RowMass),
     masks: [u32; K],
     leader: bool,
 ) {
@@ -91,7 +151,7 @@ pub(super) unsafe fn put_merged<const K: usize, const LP: bool>(
     }
     if LP {
         // SAFETY: forwarded contract (all lanes, the same masks).
-        let mass = unsafe { merge_mass_butterfly(mass, masks) };
+        let mass = unsafe { merge_mass_butterfly(mass(), masks) };
         if leader {
             // SAFETY: inside the merge area, which holds the masses in the log-probability kernels.
             unsafe { st_shared_v4_u32(area.mass_slot(contributor, row), mass_words(mass)) };
@@ -101,13 +161,21 @@ pub(super) unsafe fn put_merged<const K: usize, const LP: bool>(
 
 /// Step 2 and the reduction: a block barrier, then thread `tid` of `threads` merges block rows
 /// `tid, tid + threads, …` (below B) over `contributors` and writes them to `candidates[b, vrange]`;
-/// then the last block of the batch tile reduces its candidates to tokens.
+/// then the last block of the batch tile reduces its candidates to tokens, one row per warp from
+/// warp `first_reduce_warp` on.
 ///
 /// # Safety
 /// Every thread of the block calls it once, after its lanes' [`put_merged`] calls; every
-/// `[contributor][row]` slot with `contributor < contributors` and `row < block_rows` was stored.
+/// `[contributor][row]` slot with `contributor < contributors` and `row < block_rows` was stored;
+/// `first_reduce_warp < threads / 32`.
 #[inline(always)]
-pub(super) unsafe fn finish<const LP: bool>(area: MergeArea, p: &FusedParams, tid: u32, threads: u32, work: BlockWork) {
+pub(super) unsafe fn finish<const LP: bool>(
+    area: MergeArea,
+    p: &FusedParams,
+    tid: u32,
+    (threads, first_reduce_warp): (u32, u32),
+    work: BlockWork,
+) {
     let contributors = area.contributors;
     // SAFETY: every thread of the block reaches it once (the caller's contract).
     unsafe { _syncthreads() };
@@ -138,5 +206,7 @@ pub(super) unsafe fn finish<const LP: bool>(area: MergeArea, p: &FusedParams, ti
         r += threads;
     }
     // SAFETY: every thread of the block calls it, after the candidates are written.
-    unsafe { reduce_if_last::<LP>(p, tid, threads / 32, work.btile, work.b_first, area.block_rows) };
+    unsafe {
+        reduce_if_last::<LP>(p, tid, (first_reduce_warp, threads / 32), work.btile, work.b_first, area.block_rows)
+    };
 }

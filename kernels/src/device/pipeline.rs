@@ -169,7 +169,8 @@ pub(super) struct Pipeline {
 }
 
 impl Pipeline {
-    /// Places the barriers after the block merge's area (`merge_bytes`) and the ring (`w_rows` weight
+    /// Places the barriers after the block merge's area and the lanes' row masses (`prefix_bytes`,
+    /// `FusedVariant::prefix_bytes`) and the ring (`w_rows` weight
     /// and `block_b` hidden rows per slot) after them, and initializes the barriers: `full` expects
     /// one arrival (the TMA producer's, with the stage's bytes), `empty` the 4 warps of one consumer
     /// (taking turns, `split = 1`) or of both (sharing every stage, `split = 2`), `turn` one.
@@ -180,12 +181,12 @@ impl Pipeline {
     #[inline(always)]
     pub(super) unsafe fn setup<const S: u32>(
         tid: u32,
-        merge_bytes: u32,
+        prefix_bytes: u32,
         (w_rows, block_b): (u32, u32),
         split: u32,
         (first, end, n_k): (u32, u32, u32),
     ) -> Self {
-        let bars = Barriers { base: mov_u32_dynamic_smem() + merge_bytes, slots: S };
+        let bars = Barriers { base: mov_u32_dynamic_smem() + prefix_bytes, slots: S };
         let ring = Ring::new(bars.base + 8 * (2 * S + 2), w_rows, block_b);
         if tid == 0 {
             for slot in 0..S {

@@ -118,26 +118,17 @@ pub(super) fn ln(x: f32) -> f32 {
     lg2_approx_f32(x) * core::f32::consts::LN_2
 }
 
-/// The log-probability kernels' last step for row `b`, whose merged candidate is `cand`: merges the
-/// row's `n_vranges` masses, recomputes the sampled token's logit `y` (one dot product over the
+/// The log-probability kernels' last step for row `b`, whose merged candidate is `cand` and whose
+/// lane's share of the `n_vranges` masses is `mass` ([`reduce_row`]): merges the masses over the
+/// warp, recomputes the sampled token's logit `y` (one dot product over the
 /// warp, f32) and writes the token's log-probabilities (processed: `z / T − lse`, `z` = `y`
 /// soft-capped, `0` for a greedy row; raw: `y − lse_raw`) and the row's log-sum-exp of `z / T` (NaN
 /// for a greedy row). A row without a token gets NaN everywhere.
 ///
 /// # Safety
-/// All 32 lanes of the warp call it together; `b < B`; `p` is a log-probability launch (`masses`
-/// written by every block of the batch tile, and visible).
+/// All 32 lanes of the warp call it together; `b < B`; `p` is a log-probability launch.
 #[inline(always)]
-unsafe fn logprobs_row(p: &FusedParams, b: u32, cand: Candidate, lane: u32, adj: AdjRows) {
-    let n = p.n_vranges;
-    let mut mass = RowMass::EMPTY;
-    let mut i = lane;
-    while i < n {
-        // SAFETY: inside the row's [n_vranges] masses; written in this launch by other blocks (L2).
-        let w = unsafe { ld_global_cg_v4_u32(p.masses.add(b as usize * n as usize + i as usize) as *const u32) };
-        mass = merge_mass(mass, mass_of_words(w));
-        i += 32;
-    }
+unsafe fn logprobs_row(p: &FusedParams, b: u32, (cand, mut mass): (Candidate, RowMass), lane: u32, adj: AdjRows) {
     // The adjusted tokens' processed mass (their raw logits are in the fused pass's raw mass).
     let mut i = adj.start + lane;
     while i < adj.end {
@@ -158,7 +149,7 @@ unsafe fn logprobs_row(p: &FusedParams, b: u32, cand: Candidate, lane: u32, adj:
         let (h, w) = (b as usize * d, (token - p.v_offset) as usize * d);
         // SAFETY: all 32 lanes (the caller's contract; `valid` is warp-uniform); row b of the hidden
         // states and row `token − v_offset < V` of the weight hold D elements, 16-byte aligned.
-        y = unsafe { warp_dot(p.hidden.add(h), p.weight.add(w), d, lane, p.elem) };
+        y = unsafe { warp_dot::<8>(p.hidden.add(h), p.weight.add(w), d, lane, p.elem) };
     }
     if lane == 0 {
         let row = row_params(p, b);
@@ -194,27 +185,36 @@ unsafe fn logprobs_row(p: &FusedParams, b: u32, cand: Candidate, lane: u32, adj:
 
 /// Merges row `b`'s `n` candidates from `candidates[b·n ..]` over the warp and writes its token and
 /// score (lane 0). Loads are L2-coherent (`ld.global.cg`): other blocks of the same launch may have
-/// written the candidates.
+/// written the candidates. With `masses` not null (the log-probability kernels), the same pass loads
+/// the row's masses too (both loads in flight) and returns the lane's merge of masses `lane, lane +
+/// 32, …` ([`logprobs_row`] merges them over the warp); else [`RowMass::EMPTY`].
 ///
 /// # Safety
-/// All 32 lanes of the warp call it together; `candidates` holds `n` entries for row `b`, `tokens`
-/// and `scores` hold entry `b`.
+/// All 32 lanes of the warp call it together; `candidates` (and `masses` when not null) hold `n`
+/// entries for row `b`, `tokens` and `scores` hold entry `b`.
 #[inline(always)]
 pub(super) unsafe fn reduce_row(
-    candidates: *const Candidate,
+    (candidates, masses): (*const Candidate, *const RowMass),
     n: u32,
     b: u32,
     tokens: *mut u32,
     scores: *mut f32,
     lane: u32,
     adj: AdjRows,
-) -> Candidate {
+) -> (Candidate, RowMass) {
     let row = b as usize * n as usize;
     let mut c = Candidate::EMPTY;
+    let mut mass = RowMass::EMPTY;
     let mut i = lane;
     while i < n {
         // SAFETY: i < n: inside the row (the caller's contract).
         let [s, idx] = unsafe { ld_global_cg_v2_u32(candidates.add(row + i as usize) as *const u32) };
+        if !masses.is_null() {
+            // SAFETY: inside the row's masses (the caller's contract); written in this launch by
+            // other blocks (L2).
+            let w = unsafe { ld_global_cg_v4_u32(masses.add(row + i as usize) as *const u32) };
+            mass = merge_mass(mass, mass_of_words(w));
+        }
         c = c.merge(Candidate { score: f32::from_bits(s), index: idx });
         i += 32;
     }
@@ -234,22 +234,24 @@ pub(super) unsafe fn reduce_row(
             *scores.add(b as usize) = c.score;
         }
     }
-    c
+    (c, mass)
 }
 
 /// The fused kernels' reduction: the last block of a batch tile to finish (counted with an atomic
 /// after a device-wide fence) reduces that tile's rows `first_row .. first_row + block_rows` (below
-/// B), one warp per row (and, with `LP`, computes their log-probabilities). Deterministic: the merge is order-independent. The counter is reset for the
-/// next launch.
+/// B), one warp per row, on warps `first_warp .. warps` (and, with `LP`, computes their
+/// log-probabilities; the hidden-as-A kernels leave their producer warpgroup, which runs on 24
+/// registers, out of that). Deterministic: the merge is order-independent. The counter is reset
+/// for the next launch.
 ///
 /// # Safety
 /// Every thread of the block (`warps` warps) calls it, after writing its candidates; the block's
-/// first 8 bytes of dynamic shared memory are free.
+/// first 8 bytes of dynamic shared memory are free; `first_warp < warps`.
 #[inline(always)]
 pub(super) unsafe fn reduce_if_last<const LP: bool>(
     p: &FusedParams,
     tid: u32,
-    warps: u32,
+    (first_warp, warps): (u32, u32),
     btile: u32,
     first_row: u32,
     block_rows: u32,
@@ -270,7 +272,8 @@ pub(super) unsafe fn reduce_if_last<const LP: bool>(
     }
     fence_acq_rel_gpu(); // acquire: every block's candidates are visible to this one
     let (lane, warp) = (tid % 32, tid / 32);
-    let mut r = warp;
+    // Warp-uniform: the warps before `first_warp` take no row.
+    let mut r = if warp >= first_warp { warp - first_warp } else { block_rows };
     while r < block_rows {
         let b = first_row + r;
         if b >= p.b {
@@ -278,13 +281,15 @@ pub(super) unsafe fn reduce_if_last<const LP: bool>(
         }
         // SAFETY: b < B (and the offsets hold B / n + 1 entries with adjustments).
         let adj = unsafe { AdjRows::of(p, b) };
-        // SAFETY: b < B; the whole warp is here (warp-uniform loop).
-        let cand = unsafe { reduce_row(p.candidates, p.n_vranges, b, p.tokens, p.scores, lane, adj) };
+        let masses = if LP { p.masses as *const RowMass } else { core::ptr::null() };
+        // SAFETY: b < B; the whole warp is here (warp-uniform loop); a log-probability launch's
+        // `masses` holds [B, n_vranges] entries, every block's visible (acquired).
+        let row = unsafe { reduce_row((p.candidates, masses), p.n_vranges, b, p.tokens, p.scores, lane, adj) };
         if LP {
-            // SAFETY: as above; a log-probability launch, every block's masses visible (acquired).
-            unsafe { logprobs_row(p, b, cand, lane, adj) };
+            // SAFETY: as above.
+            unsafe { logprobs_row(p, b, row, lane, adj) };
         }
-        r += warps;
+        r += warps - first_warp;
     }
     if tid == 0 {
         // SAFETY: btile < n_btiles. The next launch on the stream starts after this one completes.
@@ -304,6 +309,9 @@ pub(super) unsafe fn reduce_candidates(p: ReduceParams) {
     let row = blk * REDUCE_ROWS_PER_BLOCK + tid / 32;
     if row < p.b {
         // SAFETY: row < B; the early exit is per warp, so the whole warp is here.
-        unsafe { reduce_row(p.candidates, p.n_candidates, row, p.tokens, p.scores, tid % 32, AdjRows::NONE) };
+        unsafe {
+            let inputs = (p.candidates as *const Candidate, core::ptr::null());
+            reduce_row(inputs, p.n_candidates, row, p.tokens, p.scores, tid % 32, AdjRows::NONE)
+        };
     }
 }

@@ -69,7 +69,7 @@ unsafe fn body<
     let (warp_b, warp_v) = (t.warp % WB, t.warp / WB);
     let b0 = work.b_first + warp_b * 8 * NB as u32; // this warp's first batch row
     let active = b0 < p.b; // warp-uniform: this warp has batch rows to score
-    let ring = BlockRing::new(v.merge_bytes(e), BLOCK_B);
+    let ring = BlockRing::new(v.prefix_bytes(e), BLOCK_B);
     let w_row0 = warp_v * WARP_TILE_V + ROWS_PER_LANE as u32 * t.group;
     let mut mainloop = MmaSyncMainloop::<THREADS, BLOCK_B, S, H> {
         ring,
@@ -99,11 +99,11 @@ unsafe fn body<
     // contributes vocab rows `w / WB` for batch rows `8·NB·(w % WB) ..` of the block.
     unsafe {
         let lanes = (t.group, t.quad);
-        fragment::put_columns::<16, LP>(area, warp_v, warp_b * 8 * NB as u32, lanes, (&cands, &masses), 2 * NB);
+        fragment::put_columns::<16, LP>(area, warp_v, warp_b * 8 * NB as u32, lanes, (&cands, |i| masses[i]), 2 * NB);
         if TOP && active {
             fragment::put_tops_columns::<16>(&p, &work, (warp_v, warp_b * 8 * NB as u32), lanes, &tops, 2 * NB);
         }
-        merge::finish::<LP>(area, &p, t.tid, THREADS, work);
+        merge::finish::<LP>(area, &p, t.tid, (THREADS, 0), work);
     }
 }
 
@@ -129,7 +129,7 @@ macro_rules! entry {
                 body::<
                     { V.n_tiles as usize },
                     { V.warps_b },
-                    { V.stages },
+                    { V.stages_for($epilogue) },
                     { V.threads() },
                     { V.block_b() },
                     { V.block_b().div_ceil(V.threads() / 8) as usize },

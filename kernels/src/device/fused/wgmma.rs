@@ -39,11 +39,11 @@ use crate::config::{
 };
 use crate::device::fragment;
 use crate::device::mainloop::{Consumer, N16, N32, N64, WgmmaShape, consume, mma_stage_weight_a};
-use crate::device::merge::{self, MergeArea};
+use crate::device::merge::{self, MergeArea, SharedMasses};
 use crate::device::pipeline::{Pipeline, Ring};
 use crate::device::producer::produce_tma;
 use crate::device::schedule::{BlockWork, Thread};
-use crate::params::{FusedParams, RowMass};
+use crate::params::FusedParams;
 use crate::truncate::{LANE_TOP, TopList};
 
 /// The consumer: `N` hidden rows from slab row `128 + hidden`, the weight-as-A fragment adapter.
@@ -56,8 +56,8 @@ struct WeightA<'a, T: WgmmaShape, const LP: bool, const TOP: bool> {
     /// Offset of the lane's Philox group in a tile: `4·(8w + g)`.
     v_lane: u32,
     cands: &'a mut [Candidate; 32],
-    /// The rows' log-mass (log-probability kernels only).
-    masses: &'a mut [RowMass; 32],
+    /// The columns' log-mass in shared memory (log-probability kernels only).
+    masses: SharedMasses,
     /// The rows' top lists (truncation kernels only).
     tops: &'a mut [TopList<LANE_TOP>; 32],
     shape: PhantomData<T>,
@@ -104,7 +104,7 @@ unsafe fn body<T: WgmmaShape, const S: u32, const SPLIT: u32, const LP: bool, co
     let pipe = unsafe {
         Pipeline::setup::<S>(
             t.tid,
-            v.merge_bytes(e),
+            v.prefix_bytes(e),
             (BLOCK_V, block_b),
             SPLIT,
             (work.first, work.end, p.d.div_ceil(STAGE_K)),
@@ -112,7 +112,6 @@ unsafe fn body<T: WgmmaShape, const S: u32, const SPLIT: u32, const LP: bool, co
     };
     let area = MergeArea::new(block_b, v.merge_contributors());
     let mut cands = [Candidate::EMPTY; 32];
-    let mut masses = [RowMass::EMPTY; 32]; // read and written only with LP
     let mut tops = [TopList::<LANE_TOP>::EMPTY; 32]; // read and written only with TOP
     if wg == 0 {
         if t.warp == 0 {
@@ -122,6 +121,13 @@ unsafe fn body<T: WgmmaShape, const S: u32, const SPLIT: u32, const LP: bool, co
     } else {
         let c = wg - 1;
         let slot_b = if SPLIT == 2 { c } else { 0 };
+        // SAFETY: the log-probability kernels' launches reserve the masses
+        // (`FusedVariant::smem_bytes`); a consumer's tid − 128 < 256.
+        let masses = unsafe { SharedMasses::new(v.merge_bytes(e), t.tid - 128) };
+        if LP {
+            // SAFETY: the lane's N / 4 masses.
+            unsafe { masses.clear(n / 4) };
+        }
         let mut consumer = WeightA::<T, LP, TOP> {
             p: &p,
             ring: pipe.ring,
@@ -129,7 +135,7 @@ unsafe fn body<T: WgmmaShape, const S: u32, const SPLIT: u32, const LP: bool, co
             b0_quad: (work.b_first + slot_b * n, t.quad),
             v_lane: 4 * (8 * (t.warp % 4) + t.group),
             cands: &mut cands,
-            masses: &mut masses,
+            masses,
             tops: &mut tops,
             shape: PhantomData,
         };
@@ -140,14 +146,18 @@ unsafe fn body<T: WgmmaShape, const S: u32, const SPLIT: u32, const LP: bool, co
         // SAFETY: the whole warp is here (warpgroup-uniform branch); inside the merge area.
         unsafe {
             let lanes = (t.group, t.quad);
-            fragment::put_columns::<32, LP>(area, contributor, slot_b * n, lanes, (&cands, &masses), n as usize / 4);
+            let state = (&cands, |i| {
+                // SAFETY: column i < N / 4, the lane's masses (read only with LP).
+                unsafe { masses.get(i as u32) }
+            });
+            fragment::put_columns::<32, LP>(area, contributor, slot_b * n, lanes, state, n as usize / 4);
             if TOP {
                 fragment::put_tops_columns::<32>(&p, &work, (contributor, slot_b * n), lanes, &tops, n as usize / 4);
             }
         };
     }
     // SAFETY: every thread of the block reaches the block merge and the final reduction.
-    unsafe { merge::finish::<LP>(area, &p, t.tid, 32 * WS_WARPS, work) };
+    unsafe { merge::finish::<LP>(area, &p, t.tid, (32 * WS_WARPS, 0), work) };
 }
 
 macro_rules! entry {
@@ -169,7 +179,7 @@ macro_rules! entry {
                 assert!(V.threads() == 32 * WS_WARPS && 8 * V.n_tiles == <$shape as WgmmaShape>::N);
             };
             // SAFETY: forwarded launch contract.
-            unsafe { body::<$shape, { V.stages }, { V.warps_b }, $lp, $top>(p, V) }
+            unsafe { body::<$shape, { V.stages_for($epilogue) }, { V.warps_b }, $lp, $top>(p, V) }
         }
     };
 }

@@ -38,12 +38,12 @@ use crate::candidate::Candidate;
 use crate::config::{Epilogue, Family, FusedVariant, STAGE_K, TMA_T_TILE_V, TMAT_N64, TMAT_N64X2, WS_WARPS, str_eq};
 use crate::device::fragment;
 use crate::device::mainloop::{Consumer, consume, mma_stage_hidden_a};
-use crate::device::merge::{self, MergeArea};
+use crate::device::merge::{self, MergeArea, SharedMasses};
 use crate::device::pipeline::{Pipeline, Ring};
 use crate::device::producer::produce_tma;
 use crate::device::ptx::{setmaxnreg_dec_sync_aligned_u32, setmaxnreg_inc_sync_aligned_u32};
 use crate::device::schedule::{BlockWork, Thread};
-use crate::params::{FusedParams, RowMass};
+use crate::params::FusedParams;
 use crate::truncate::{LANE_TOP_WIDE, TopList};
 
 /// Batch rows per consumer: the M of `wgmma.m64n256k16`.
@@ -54,6 +54,10 @@ const PRODUCER_REGS: u32 = 24;
 /// the producer's 144 given up, split over the two consumers.
 const CONSUMER_REGS: u32 = 240;
 const _: () = assert!(PRODUCER_REGS + 2 * CONSUMER_REGS <= 3 * 168);
+/// The first warp of the final reduction's rows, without and with log-probabilities: the
+/// log-probability rows' dot products would spill the producer's 24 registers (a tail every launch
+/// waits for), so they run on the consumers' 8 warps.
+const REDUCE_FROM_WARP: [u32; 2] = [0, 4];
 
 /// The consumer: its 64 hidden rows from slab row `256 + hidden`, the lane's batch rows `b` and quad
 /// `q`, one candidate per batch row.
@@ -64,8 +68,8 @@ struct HiddenA<'a, const LP: bool, const TOP: bool> {
     b: [u32; 2],
     q: u32,
     cands: &'a mut [Candidate; 2],
-    /// The rows' log-mass (log-probability kernels only).
-    masses: &'a mut [RowMass; 2],
+    /// The rows' log-mass in shared memory (log-probability kernels only).
+    masses: SharedMasses,
     /// The rows' top lists (truncation kernels only).
     tops: &'a mut [TopList<LANE_TOP_WIDE>; 2],
 }
@@ -106,7 +110,7 @@ unsafe fn body<const S: u32, const SPLIT: u32, const LP: bool, const TOP: bool>(
     let pipe = unsafe {
         Pipeline::setup::<S>(
             t.tid,
-            v.merge_bytes(e),
+            v.prefix_bytes(e),
             (TMA_T_TILE_V, block_b),
             SPLIT,
             (work.first, work.end, p.d.div_ceil(STAGE_K)),
@@ -122,7 +126,7 @@ unsafe fn body<const S: u32, const SPLIT: u32, const LP: bool, const TOP: bool>(
             unsafe { produce_tma::<S, true>(&p, pipe, t.lane, work.b_first) };
         }
         // SAFETY: every thread of the block reaches one `finish` (the consumers theirs).
-        unsafe { merge::finish::<LP>(area, &p, t.tid, threads, work) };
+        unsafe { merge::finish::<LP>(area, &p, t.tid, (threads, REDUCE_FROM_WARP[LP as usize]), work) };
     } else {
         // SAFETY: the whole consumer warpgroup, converged; the producer's release leaves the pool
         // enough for both consumers (PRODUCER_REGS + 2 · CONSUMER_REGS ≤ 3 · 168).
@@ -132,7 +136,13 @@ unsafe fn body<const S: u32, const SPLIT: u32, const LP: bool, const TOP: bool>(
         // The lane's two batch rows (block-relative).
         let rows = [slot_b * M + 16 * (t.warp % 4) + t.group, slot_b * M + 16 * (t.warp % 4) + t.group + 8];
         let mut cands = [Candidate::EMPTY; 2];
-        let mut masses = [RowMass::EMPTY; 2]; // read and written only with LP
+        // SAFETY: the log-probability kernels' launches reserve the masses
+        // (`FusedVariant::smem_bytes`); a consumer's tid − 128 < 256.
+        let masses = unsafe { SharedMasses::new(v.merge_bytes(e), t.tid - 128) };
+        if LP {
+            // SAFETY: the lane's two masses.
+            unsafe { masses.clear(2) };
+        }
         let mut tops = [TopList::<LANE_TOP_WIDE>::EMPTY; 2]; // read and written only with TOP
         let mut consumer = HiddenA::<LP, TOP> {
             p: &p,
@@ -141,7 +151,7 @@ unsafe fn body<const S: u32, const SPLIT: u32, const LP: bool, const TOP: bool>(
             b: [work.b_first + rows[0], work.b_first + rows[1]],
             q: t.quad,
             cands: &mut cands,
-            masses: &mut masses,
+            masses,
             tops: &mut tops,
         };
         // SAFETY: the whole consumer warpgroup, converged; forwarded launch contract.
@@ -150,11 +160,15 @@ unsafe fn body<const S: u32, const SPLIT: u32, const LP: bool, const TOP: bool>(
         let contributor = if SPLIT == 2 { 0 } else { c };
         // SAFETY: the whole warp is here; inside the merge area. Every thread reaches one `finish`.
         unsafe {
-            fragment::put_rows::<LP>(area, contributor, rows, t.quad, (&cands, &masses));
+            let state = (&cands, |e| {
+                // SAFETY: row e < 2, the lane's masses (read only with LP).
+                unsafe { masses.get(e) }
+            });
+            fragment::put_rows::<LP>(area, contributor, rows, t.quad, state);
             if TOP {
                 fragment::put_tops_rows(&p, &work, contributor, rows, t.quad, &tops);
             }
-            merge::finish::<LP>(area, &p, t.tid, threads, work);
+            merge::finish::<LP>(area, &p, t.tid, (threads, REDUCE_FROM_WARP[LP as usize]), work);
         }
     }
 }
@@ -178,7 +192,7 @@ macro_rules! entry {
                 assert!(V.threads() == 32 * WS_WARPS && V.n_tiles == 8);
             };
             // SAFETY: forwarded launch contract.
-            unsafe { body::<{ V.stages }, { V.warps_b }, $lp, $top>(p, V) }
+            unsafe { body::<{ V.stages_for($epilogue) }, { V.warps_b }, $lp, $top>(p, V) }
         }
     };
 }
