@@ -44,3 +44,9 @@ cp scripts/gpu-run.sh "$out/run.sh"
 cp scripts/gpu-ab.sh "$out/ab.sh"
 { git rev-parse --short HEAD; git diff --quiet HEAD || echo "with uncommitted changes"; } > "$out/commit.txt" 2>/dev/null
 du -sh "$out"
+# FS_BUNDLE_XZ=1: also one solid xz archive of the folder (a device call carries at most 64 MiB with the
+# working tree; the executables compress about 8:1). On the GPU machine: `xz -dc gpu-bundle.tar.xz | tar -xf -`.
+if [ "${FS_BUNDLE_XZ:-}" = 1 ]; then
+  tar -cf - "$out" | xz -9e --lzma2=preset=9e,dict=256MiB > "$out.tar.xz"
+  ls -la "$out.tar.xz"
+fi

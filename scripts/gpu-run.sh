@@ -24,6 +24,13 @@ summary=()
 note() { summary+=("$1"); }
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$out/gpu.txt"
+# The driver JIT-compiles the PTX once per machine (about two minutes for the sm_90a module on an H200) and
+# caches it (~/.nv/ComputeCache); one small run first keeps that out of every test's and profiler's time.
+if [ -x "$bin/sample" ]; then
+  start=$(date +%s)
+  "$bin/sample" --batch 1 > "$out/jit-warmup.log" 2>&1; rc=$?
+  note "$(printf 'JIT warm-up (sample --batch 1)        rc=%d %3ss' "$rc" "$(( $(date +%s) - start ))")"
+fi
 for t in "$bin"/test-*; do
   [ "$what" = bench ] && break
   name="$(basename "$t")"
