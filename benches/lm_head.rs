@@ -30,10 +30,12 @@
 //!   entry point contains `a` or `b`. Takes `--shape`, `--batches` and `--quick` like the main run.
 //! - `--controls`: instead of the baselines, time the fused call with per-request controls against
 //!   the plain call at every (config, B) (default B ∈ {1, 8, 16, 32, 64, 128, 256}): per-row
-//!   temperatures + log-probabilities, an allowed-token mask in device memory (half the tokens),
-//!   soft-capping, `n = 8` samples per row, sparse adjustments (32 penalized tokens per row), and all of
-//!   them together; prints a table of medians and
-//!   ratios to the plain call and writes `controls.csv`. Takes `--shape`, `--batches`.
+//!   temperatures, log-probabilities, both, an allowed-token mask in device memory (half the tokens),
+//!   soft-capping, `n = 8` samples per row, sparse adjustments (32 penalized tokens per row), all of
+//!   them together, and the plain call on f16 operands; prints a table of medians and ratios to the
+//!   plain call and writes `controls.csv`. Takes `--shape`, `--batches`, and `--modes a,b` (only
+//!   those modes besides the plain call: `temps`, `logprobs`, `temps+logprobs`, `mask`, `softcap`,
+//!   `n=8`, `adjust`, `all`, `f16`).
 //! - `--truncation`: instead of the baselines, time top-k (50) + top-p (0.9) per row in the fused
 //!   call (the certificate path, its fallback when needed) against the plain fused call and against
 //!   cuBLAS GEMM + the unfused top-k / top-p sampler over the logits (the fallback's exact per-row
@@ -81,6 +83,8 @@ struct Args {
     heavy_rows: bool,
     /// `--only a,b`: the sweep times only the variants whose entry contains one of these.
     only: Vec<String>,
+    /// `--modes a,b` (with `--controls`): time only these modes (and the plain call, the base).
+    modes: Vec<String>,
 }
 
 impl std::ops::Deref for Args {
@@ -120,6 +124,7 @@ fn args() -> Args {
         truncation: false,
         heavy_rows: false,
         only: Vec::new(),
+        modes: Vec::new(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(x) = it.next() {
@@ -132,6 +137,7 @@ fn args() -> Args {
             "--truncation" => a.truncation = true,
             "--heavy-rows" => a.heavy_rows = true,
             "--only" => a.only = it.next().expect("--only a,b").split(',').map(str::to_string).collect(),
+            "--modes" => a.modes = it.next().expect("--modes a,b").split(',').map(str::to_string).collect(),
             "--replot" => a.replot = Some(PathBuf::from(it.next().expect("--replot CSV"))),
             _ => {} // `--bench` and filters from cargo
         }
@@ -390,7 +396,17 @@ fn controls(gpu: &GpuBackend, timer: &EventTimer, a: &Args, bandwidth: f64) -> R
     let batches = a.batches.clone().unwrap_or_else(|| vec![1, 8, 16, 32, 64, 128, 256]);
     let bmax = *batches.iter().max().unwrap();
     let runs = a.runs;
-    let modes = ["plain", "temps+logprobs", "mask", "softcap", "n=8", "adjust", "all", "f16"];
+    const MODES: [&str; 10] =
+        ["plain", "temps", "logprobs", "temps+logprobs", "mask", "softcap", "n=8", "adjust", "all", "f16"];
+    if let Some(m) = a.modes.iter().find(|m| !MODES.contains(&m.as_str())) {
+        return Err(format!("--modes: no mode {m:?} (modes: {})", MODES.join(", ")).into());
+    }
+    // The plain call is always timed first: the base of every ratio.
+    let modes: Vec<&str> = MODES
+        .iter()
+        .copied()
+        .filter(|m| *m == "plain" || a.modes.is_empty() || a.modes.iter().any(|x| x == m))
+        .collect();
     let mut table = format!(
         "| config | B | floor ms | {} |\n|---|---|---|{}\n",
         modes.iter().map(|m| format!("{m} ms (×plain)")).collect::<Vec<_>>().join(" | "),
@@ -416,7 +432,9 @@ fn controls(gpu: &GpuBackend, timer: &EventTimer, a: &Args, bandwidth: f64) -> R
             let mask = mask_dev.slice(..b * words);
             let temps: Vec<f32> = (0..b).map(|r| [0.7, 1.0, 0.0, 1.3][r % 4]).collect();
             let plain = SamplingParams::new(1.0, 7);
-            let tl = plain.clone().with_temperatures(temps.clone()).with_logprobs(LogProbs::Processed);
+            let tp = plain.clone().with_temperatures(temps.clone());
+            let lp = plain.clone().with_logprobs(LogProbs::Processed);
+            let tl = tp.clone().with_logprobs(LogProbs::Processed);
             let cap = plain.clone().with_softcap(30.0);
             let n8 = plain.clone().with_samples_per_row(8);
             // 32 adjusted tokens per row (a penalized history: repetition 1.2, frequency 0.3).
@@ -437,8 +455,10 @@ fn controls(gpu: &GpuBackend, timer: &EventTimer, a: &Args, bandwidth: f64) -> R
             }
             let adjusted = plain.clone().with_adjustments(adj.clone());
             let all = tl.clone().with_softcap(30.0).with_samples_per_row(8).with_adjustments(adj);
-            let cases: [(&str, &SamplingParams, bool); 7] = [
+            let cases: [(&str, &SamplingParams, bool); 9] = [
                 ("plain", &plain, false),
+                ("temps", &tp, false),
+                ("logprobs", &lp, false),
                 ("temps+logprobs", &tl, false),
                 ("mask", &plain, true),
                 ("softcap", &cap, false),
@@ -453,16 +473,18 @@ fn controls(gpu: &GpuBackend, timer: &EventTimer, a: &Args, bandwidth: f64) -> R
                 csv += &format!("{config},{d},{v},{b},{mode},{:.5},{:.5},{:.5},{ratio:.4}\n", s.median, s.min, s.max);
                 medians.push(s.median);
             };
-            for (mode, params, masked) in cases {
-                let m = masked.then_some(&mask);
-                record(
-                    mode,
-                    timer.time(&stream, 10, runs, || Ok(gpu.sample_device_masked(&hm, &wm, params, m, &mut out)?))?,
-                );
-            }
             let hm16 = DeviceMatrix { data: h16.slice(..b * d), rows: b, cols: d };
             let wm16 = DeviceMatrix { data: w16.slice(..v * d), rows: v, cols: d };
-            record("f16", timer.time(&stream, 10, runs, || Ok(gpu.sample_device(&hm16, &wm16, &plain, &mut out)?))?);
+            for &mode in &modes {
+                let stats = if mode == "f16" {
+                    timer.time(&stream, 10, runs, || Ok(gpu.sample_device(&hm16, &wm16, &plain, &mut out)?))?
+                } else {
+                    let &(_, params, masked) = cases.iter().find(|c| c.0 == mode).expect("every mode has a case");
+                    let m = masked.then_some(&mask);
+                    timer.time(&stream, 10, runs, || Ok(gpu.sample_device_masked(&hm, &wm, params, m, &mut out)?))?
+                };
+                record(mode, stats);
+            }
             let cells: Vec<String> = medians.iter().map(|m| format!("{m:.4} ({:.3})", m / medians[0])).collect();
             let line = format!("| {config} | {b} | {floor:.4} | {} |", cells.join(" | "));
             eprintln!("{line}");
