@@ -10,6 +10,13 @@
 //! in `$OUT_DIR/<stem>.ptx` (`config::Module::stem`) and their paths in `FLASHSAMPLING_PTX_PATH`,
 //! `FLASHSAMPLING_PTX_SM90A_PATH` and `FLASHSAMPLING_PTX_TEST_PATH`. Set `FLASHSAMPLING_SM` to build
 //! the portable and test modules for another architecture (default `sm_90`).
+//!
+//! Cubins: when a `ptxas` is at hand (`FLASHSAMPLING_PTXAS`, this repository's `.tools/`, or `PATH`;
+//! `FLASHSAMPLING_CUBIN=0` turns it off), the Hopper module is also assembled for sm_90a and the
+//! portable one for sm_90, into `$OUT_DIR/<stem>.cubin` (`FLASHSAMPLING_CUBIN_PATH`,
+//! `FLASHSAMPLING_CUBIN_SM90A_PATH`; empty files without `ptxas`), so that a compute capability 9.0
+//! GPU loads machine code instead of waiting for the driver's JIT of the PTX (about two minutes for
+//! the sm_90a module on a fresh H200).
 
 use std::env;
 use std::path::PathBuf;
@@ -25,15 +32,72 @@ fn fail(msg: &str) -> ! {
 fn main() {
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
     println!("cargo:rerun-if-env-changed=FLASHSAMPLING_SM");
-    if env::var_os("CARGO_FEATURE_BUILD_PTX").is_none() {
-        return use_prebuilt(&manifest.join("ptx"));
+    let ptx = if env::var_os("CARGO_FEATURE_BUILD_PTX").is_none() {
+        use_prebuilt(&manifest.join("ptx"))
+    } else {
+        build_from_source(&manifest)
+    };
+    emit_cubins(&manifest, &ptx);
+}
+
+/// Assembles the Hopper module for sm_90a and (when built for sm_90) the portable one for sm_90 with
+/// the first `ptxas` found, into `$OUT_DIR/<stem>.cubin`; an empty file where there is no `ptxas`,
+/// it is turned off, or it fails (a build warning then: the crate loads the PTX instead).
+fn emit_cubins(manifest: &std::path::Path, ptx: &[(Module, String, PathBuf)]) {
+    println!("cargo:rerun-if-env-changed=FLASHSAMPLING_PTXAS");
+    println!("cargo:rerun-if-env-changed=FLASHSAMPLING_CUBIN");
+    let out_dir = PathBuf::from(env::var("OUT_DIR").unwrap());
+    let off = env::var("FLASHSAMPLING_CUBIN").is_ok_and(|v| v == "0");
+    let ptxas = if off { None } else { find_ptxas(manifest) };
+    for (module, arch, var) in [
+        (Module::Portable, "sm_90", "FLASHSAMPLING_CUBIN_PATH"),
+        (Module::Hopper, "sm_90a", "FLASHSAMPLING_CUBIN_SM90A_PATH"),
+    ] {
+        let (_, _, ptx_path) = ptx.iter().find(|(m, _, _)| *m == module).unwrap();
+        let dest = out_dir.join(format!("{}.cubin", module.stem()));
+        let portable_sm = env::var("FLASHSAMPLING_SM").unwrap_or_else(|_| PREBUILT_SM.into());
+        let wanted = module == Module::Hopper || portable_sm == arch;
+        let built = match (&ptxas, wanted) {
+            (Some(ptxas), true) => {
+                let status =
+                    Command::new(ptxas).arg(format!("-arch={arch}")).arg(ptx_path).arg("-o").arg(&dest).status();
+                match status {
+                    Ok(s) if s.success() => true,
+                    other => {
+                        println!(
+                            "cargo:warning=ptxas {} for {arch} failed ({other:?}): the PTX is loaded instead",
+                            ptx_path.display()
+                        );
+                        false
+                    }
+                }
+            }
+            _ => false,
+        };
+        if !built {
+            std::fs::write(&dest, b"").unwrap();
+        }
+        println!("cargo:rustc-env={var}={}", dest.display());
     }
-    build_from_source(&manifest);
+}
+
+/// `FLASHSAMPLING_PTXAS`, this repository's `.tools/nvcc/nvidia/cuda_nvcc/bin/ptxas` (what
+/// `./x.sh test` installs), or `ptxas` on `PATH`.
+fn find_ptxas(manifest: &std::path::Path) -> Option<PathBuf> {
+    if let Ok(p) = env::var("FLASHSAMPLING_PTXAS") {
+        return Some(PathBuf::from(p));
+    }
+    let tools = manifest.parent()?.join(".tools/nvcc/nvidia/cuda_nvcc/bin/ptxas");
+    if tools.is_file() {
+        return Some(tools);
+    }
+    let on_path = Command::new("ptxas").arg("--version").output().is_ok_and(|o| o.status.success());
+    on_path.then(|| PathBuf::from("ptxas"))
 }
 
 /// The PTX shipped with the crate (`ptx/<stem>.ptx`, built for sm_90 by `./x.sh ptx` from the kernel
 /// sources; the tests check that a fresh build reproduces them byte for byte).
-fn use_prebuilt(dir: &std::path::Path) {
+fn use_prebuilt(dir: &std::path::Path) -> Vec<(Module, String, PathBuf)> {
     if env::var("FLASHSAMPLING_SM").is_ok_and(|sm| sm != PREBUILT_SM) {
         fail(&format!(
             "FLASHSAMPLING_SM asks for another architecture than the prebuilt PTX ({PREBUILT_SM}): \
@@ -50,13 +114,13 @@ fn use_prebuilt(dir: &std::path::Path) {
             (m, text)
         })
         .collect();
-    check_and_emit(&ptx, dir, PREBUILT_SM, false);
+    check_and_emit(&ptx, dir, PREBUILT_SM, false)
 }
 
 /// The architecture of the prebuilt portable and test modules.
 const PREBUILT_SM: &str = "sm_90";
 
-fn build_from_source(manifest: &std::path::Path) {
+fn build_from_source(manifest: &std::path::Path) -> Vec<(Module, String, PathBuf)> {
     let root = manifest.parent().unwrap().to_path_buf();
     let kernels = root.join("kernels");
     let out_dir = PathBuf::from(env::var("OUT_DIR").unwrap());
@@ -169,14 +233,19 @@ fn build_from_source(manifest: &std::path::Path) {
         std::fs::read_to_string(&built).unwrap_or_else(|e| fail(&format!("no PTX at {}: {e}", built.display())))
     };
     let ptx: Vec<(Module, String)> = Module::ALL.iter().map(|&m| (m, read(m))).collect();
-    check_and_emit(&ptx, &out_dir, &sm, true);
+    check_and_emit(&ptx, &out_dir, &sm, true)
 }
 
 /// Checks that every entry point is in its module with its thread bound, and hands the modules to
 /// the crate: written to `dir` when `write`, their paths in `FLASHSAMPLING_PTX_PATH`,
 /// `FLASHSAMPLING_PTX_SM90A_PATH`, `FLASHSAMPLING_PTX_TEST_PATH`, and the portable architecture in
 /// `FLASHSAMPLING_PTX_SM`.
-fn check_and_emit(ptx: &[(Module, String)], dir: &std::path::Path, sm: &str, write: bool) {
+fn check_and_emit(
+    ptx: &[(Module, String)],
+    dir: &std::path::Path,
+    sm: &str,
+    write: bool,
+) -> Vec<(Module, String, PathBuf)> {
     let module_of = |m: Module| &ptx.iter().find(|(n, _)| *n == m).unwrap().1;
     for (entry, module, bound) in entry_points() {
         let text = module_of(module);
@@ -192,6 +261,7 @@ fn check_and_emit(ptx: &[(Module, String)], dir: &std::path::Path, sm: &str, wri
             }
         }
     }
+    let mut paths = Vec::new();
     for (module, text) in ptx {
         let dest = dir.join(format!("{}.ptx", module.stem()));
         if write {
@@ -203,6 +273,8 @@ fn check_and_emit(ptx: &[(Module, String)], dir: &std::path::Path, sm: &str, wri
             Module::Test => "FLASHSAMPLING_PTX_TEST_PATH",
         };
         println!("cargo:rustc-env={var}={}", dest.display());
+        paths.push((*module, text.clone(), dest));
     }
     println!("cargo:rustc-env=FLASHSAMPLING_PTX_SM={sm}");
+    paths
 }

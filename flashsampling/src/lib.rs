@@ -66,6 +66,12 @@ pub const PTX_SM: &str = env!("FLASHSAMPLING_PTX_SM");
 /// The Hopper PTX module ([`kernels::config::Module::Hopper`]: the `wgmma` kernels), compiled for
 /// the arch-specific sm_90a target (loaded on compute capability 9.0 GPUs only).
 pub const PTX_SM90A: &str = include_str!(env!("FLASHSAMPLING_PTX_SM90A_PATH"));
+/// [`PTX`] assembled for sm_90 by the build's `ptxas` (empty when the build had none, or built the
+/// portable module for another architecture): what a compute capability 9.0 GPU loads instead of
+/// JIT-compiling [`PTX`].
+pub const CUBIN: &[u8] = include_bytes!(env!("FLASHSAMPLING_CUBIN_PATH"));
+/// [`PTX_SM90A`] assembled for sm_90a by the build's `ptxas` (empty when the build had none).
+pub const CUBIN_SM90A: &[u8] = include_bytes!(env!("FLASHSAMPLING_CUBIN_SM90A_PATH"));
 /// The test PTX module ([`kernels::config::Module::Test`]: device noise tests and benchmark
 /// baselines), loaded only by the `internals` feature's test hooks and baselines.
 #[cfg(feature = "internals")]

@@ -33,14 +33,13 @@ use cudarc::driver::{
     CudaEvent, CudaFunction, CudaSlice, CudaView, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg, sys as cu,
 };
 use cudarc::nccl::sys as nccl;
-use cudarc::nvrtc::Ptx;
 use flashsampling_kernels::config::{MAX_DIM, MERGE_RANKS_ENTRY, MERGE_RANKS_THREADS};
 use flashsampling_kernels::params::MergeRanksParams;
 
 use crate::error::{Error, Result};
 use crate::gpu::{ByValue, DeviceMatrix, DeviceSamples, GpuBackend, SHARD_OFFSET_ALIGN, VocabRange};
 use crate::params::{Element, ElementType, LogProbs, Matrix, SamplingParams};
-use crate::{PTX, Samples, VocabShard};
+use crate::{Samples, VocabShard};
 
 /// How long a rank waits for its peers (joining the group, the exchange) before it gives up.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -473,7 +472,7 @@ impl TpRank {
         layout: ShardLayout,
         timeout: Duration,
     ) -> Result<Self> {
-        let module = gpu.context().load_module(Ptx::from_src(PTX))?;
+        let module = crate::gpu::load_portable_module(gpu.context())?;
         let merge = module.load_function(MERGE_RANKS_ENTRY)?;
         let done = gpu.context().new_event(None)?;
         Ok(Self { gpu, comm, rank, world, layout, exchange: None, merge, done, timeout })

@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use cudarc::driver::sys;
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut, DeviceRepr, DeviceSlice,
-    LaunchConfig, PushKernelArg, SyncOnDrop,
+    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut, DeviceRepr,
+    DeviceSlice, LaunchConfig, PushKernelArg, SyncOnDrop,
 };
 use cudarc::nvrtc::Ptx;
 use flashsampling_kernels::config::{
@@ -23,7 +23,7 @@ use half::bf16;
 
 use crate::error::{Error, Result};
 use crate::params::{Element, ElementType, LogProbs, Matrix, SamplingParams, Shape, validate, validate_in_vocab};
-use crate::{PTX, PTX_SM90A, Samples, check_samples_of};
+use crate::{CUBIN, CUBIN_SM90A, PTX, PTX_SM90A, Samples, check_samples_of};
 
 mod truncate;
 use truncate::TruncationBuffers;
@@ -460,6 +460,38 @@ fn device_address<'a, T>(view: &'a CudaView<'_, T>, stream: &'a CudaStream) -> (
     view.device_ptr(stream)
 }
 
+/// The device's compute capability (major, minor).
+fn compute_capability(ctx: &CudaContext) -> Result<(i32, i32)> {
+    use cudarc::driver::sys::CUdevice_attribute as A;
+    Ok((
+        ctx.attribute(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+        ctx.attribute(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+    ))
+}
+
+/// A module from its cubin (assembled for compute capability 9.0 by the build, see
+/// [`crate::CUBIN`]) on such a GPU, else, or when the cubin is empty, does not load, or
+/// `FLASHSAMPLING_JIT=1`, from its PTX through the driver's JIT.
+fn load_module(
+    ctx: &Arc<CudaContext>,
+    ptx: &'static str,
+    cubin: &'static [u8],
+    cc: (i32, i32),
+) -> Result<Arc<CudaModule>> {
+    let jit = std::env::var("FLASHSAMPLING_JIT").is_ok_and(|v| v == "1");
+    if cc == (9, 0) && !jit && !cubin.is_empty() {
+        if let Ok(m) = ctx.load_module(Ptx::from_binary(cubin.to_vec())) {
+            return Ok(m);
+        }
+    }
+    Ok(ctx.load_module(Ptx::from_src(ptx))?)
+}
+
+/// The portable module ([`PTX`], or its sm_90 cubin on compute capability 9.0; [`load_module`]).
+pub(crate) fn load_portable_module(ctx: &Arc<CudaContext>) -> Result<Arc<CudaModule>> {
+    load_module(ctx, PTX, CUBIN, compute_capability(ctx)?)
+}
+
 impl GpuBackend {
     /// Opens device `ordinal`, loads the embedded PTX and looks up every kernel.
     pub fn new(ordinal: usize) -> Result<Self> {
@@ -470,17 +502,14 @@ impl GpuBackend {
         let sm_count =
             ctx.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
         let stream = ctx.new_stream()?;
-        let module = ctx.load_module(Ptx::from_src(PTX))?;
+        let module = load_portable_module(&ctx)?;
         // The arch-specific sm_90a module (`wgmma`) loads on compute capability 9.0 only.
-        let cc = (
-            ctx.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
-            ctx.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
-        );
+        let cc = compute_capability(&ctx)?;
         // `FLASHSAMPLING_PORTABLE=1` keeps it unloaded, so a Hopper GPU runs the portable kernels the
         // way other GPUs do (to measure and test that path).
         let portable_only = std::env::var("FLASHSAMPLING_PORTABLE").is_ok_and(|v| v == "1");
         let module_sm90a =
-            if cc == (9, 0) && !portable_only { Some(ctx.load_module(Ptx::from_src(PTX_SM90A))?) } else { None };
+            if cc == (9, 0) && !portable_only { Some(load_module(&ctx, PTX_SM90A, CUBIN_SM90A, cc)?) } else { None };
         // The persistent grid fills every multiprocessor to the occupancy its registers allow.
         let fused = FUSED_VARIANTS
             .iter()
