@@ -686,13 +686,18 @@ pub const TRUNCATE_CAPACITY: u32 = 2048;
 /// reductions, and 64 bytes of control words (17 728 bytes).
 pub const TRUNCATE_SMEM: u32 =
     8 * TRUNCATE_CAPACITY + 4 * crate::truncate::MAX_KEPT as u32 + 16 * (TRUNCATE_THREADS / 32) + 64;
+/// PTX entry point of the fallback's gather (portable module): the listed rows' hidden states into
+/// one compact block (`params::FallbackParams::gathered`).
+pub const FALLBACK_GATHER_ENTRY: &str = "fallback_gather";
+/// Threads per block of `fallback_gather` (one 16-byte chunk each).
+pub const FALLBACK_GATHER_THREADS: u32 = 256;
 /// PTX entry point of the fallback's logits (portable module): the raw logits of the rows the
-/// certificate left (`params::FallbackParams`).
+/// certificate left, on the tensor cores (`params::FallbackLogitsParams`).
 pub const FALLBACK_LOGITS_ENTRY: &str = "fallback_logits";
-/// Threads per block of `fallback_logits` (one warp per vocab row at a time).
-pub const FALLBACK_LOGITS_THREADS: u32 = 256;
-/// Vocab rows per block of `fallback_logits`.
-pub const FALLBACK_LOGITS_ROWS: u32 = 64;
+/// The tile shape and pipeline of `fallback_logits`: the portable `mma.sync` mainloop of this
+/// variant (64-row batch tiles, so one read of the weight serves 64 listed rows; launched like the
+/// variant with `Epilogue::Sample`'s threads and shared memory, persistent over its vocab ranges).
+pub const FALLBACK_LOGITS_VARIANT: FusedVariant = MMA_SYNC_N64;
 /// PTX entry point of the fallback's sampler (portable module): exact threshold search over one
 /// row's materialized logits per block (`params::FallbackParams`).
 pub const FALLBACK_SAMPLE_ENTRY: &str = "fallback_sample";
@@ -747,7 +752,8 @@ pub fn entry_points() -> impl Iterator<Item = (&'static str, Module, Option<u32>
             (MERGE_RANKS_ENTRY, Module::Portable, None),
             (ADJUST_ENTRY, Module::Portable, None),
             (TRUNCATE_ENTRY, Module::Portable, Some(TRUNCATE_THREADS)),
-            (FALLBACK_LOGITS_ENTRY, Module::Portable, None),
+            (FALLBACK_GATHER_ENTRY, Module::Portable, None),
+            (FALLBACK_LOGITS_ENTRY, Module::Portable, FALLBACK_LOGITS_VARIANT.max_threads()),
             (FALLBACK_SAMPLE_ENTRY, Module::Portable, Some(FALLBACK_SAMPLE_THREADS)),
         ])
         .chain(TEST_ENTRIES.iter().map(|&e| (e, Module::Test, None)))
@@ -809,7 +815,7 @@ mod tests {
         for (i, (e, _, _)) in all.iter().enumerate() {
             assert!(all[..i].iter().all(|(f, _, _)| f != e), "{e} listed twice");
         }
-        assert_eq!(all.len(), Epilogue::ALL.len() * FUSED_VARIANTS.len() + 6 + TEST_ENTRIES.len());
+        assert_eq!(all.len(), Epilogue::ALL.len() * FUSED_VARIANTS.len() + 7 + TEST_ENTRIES.len());
         // Sixteen boxes of 8 rows, 4 apart, cover a 128-row tile's 32 Philox groups.
         assert_eq!(TMA_WEIGHT_BOXES * TMA_WEIGHT_BOX_ROWS, BLOCK_V);
         assert_eq!(TMA_WEIGHT_ROW_STEP * TMA_WEIGHT_BOX_ROWS, WARP_TILE_V);

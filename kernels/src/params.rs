@@ -433,6 +433,9 @@ pub struct FallbackParams {
     pub hidden: *const u16,
     /// Weight `[V, D]`.
     pub weight: *const u16,
+    /// The listed rows' hidden states, slot-major (`[B, D]` of [`Self::elem`]: slot `s` holds row
+    /// `list[1 + s]`), written by `fallback_gather` for `fallback_logits`.
+    pub gathered: *mut u16,
     /// Allowed-token mask (or null), as in [`FusedParams`] (adjusted tokens' bits cleared).
     pub mask: *const u32,
     /// Per-sample-row parameters `[B]`.
@@ -467,4 +470,20 @@ pub struct FallbackParams {
     pub softcap: f32,
     /// Element type of `hidden` and `weight`.
     pub elem: ElementType,
+}
+
+/// Parameters of `fallback_logits`: the listed rows' raw logits by the portable `mma.sync` mainloop
+/// of `config::FALLBACK_LOGITS_VARIANT`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct FallbackLogitsParams {
+    /// The mainloop's operands and schedule: `hidden` = [`FallbackParams::gathered`], `weight`, `b`
+    /// = the most rows the list can hold (the launch's batch tiles; rows past the list's count are
+    /// multiplied but never stored), `d`, `v`, `n_vranges` (the launch's grid is `n_vranges` ×
+    /// `ceil(b / 64)` blocks) and `elem`; every other pointer null.
+    pub fused: FusedParams,
+    /// The rows: `[0]` their count, then the sample rows (only the count is read).
+    pub list: *const u32,
+    /// Out: the listed rows' raw logits, `[count, v]`, f32.
+    pub logits: *mut f32,
 }

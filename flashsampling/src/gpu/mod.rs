@@ -9,9 +9,10 @@ use cudarc::driver::{
 };
 use cudarc::nvrtc::Ptx;
 use flashsampling_kernels::config::{
-    ADJUST_ENTRY, ADJUST_THREADS, BLOCK_V, EXPAND_ENTRY, EXPAND_THREADS, Epilogue, FALLBACK_LOGITS_ENTRY,
-    FALLBACK_SAMPLE_ENTRY, FUSED_VARIANTS, Family, FusedVariant, MAX_DIM, Module, TMA_T_VOCAB_ALIGN, TRUNCATE_ENTRY,
-    TmaLayout, tma_hidden, tma_weight_rows, tma_weight_tiles, tma_weight_tiles_t, variant_for_batch,
+    ADJUST_ENTRY, ADJUST_THREADS, BLOCK_V, EXPAND_ENTRY, EXPAND_THREADS, Epilogue, FALLBACK_GATHER_ENTRY,
+    FALLBACK_LOGITS_ENTRY, FALLBACK_LOGITS_VARIANT, FALLBACK_SAMPLE_ENTRY, FUSED_VARIANTS, Family, FusedVariant,
+    MAX_DIM, Module, TMA_T_VOCAB_ALIGN, TRUNCATE_ENTRY, TmaLayout, tma_hidden, tma_weight_rows, tma_weight_tiles,
+    tma_weight_tiles_t, variant_for_batch,
 };
 use flashsampling_kernels::logits::Adjustment;
 use flashsampling_kernels::params::{
@@ -426,9 +427,11 @@ pub struct GpuBackend {
     expand: CudaFunction,
     /// The sparse-adjustment kernel (portable module).
     adjust: CudaFunction,
-    /// The truncation step and the fallback's two kernels (portable module).
+    /// The truncation step and the fallback's kernels (portable module): its gather, its logits on
+    /// the tensor cores (with their occupancy, as a fused variant's) and its sampler.
     truncate: CudaFunction,
-    fallback_logits: CudaFunction,
+    fallback_gather: CudaFunction,
+    fallback_logits: LoadedEntry,
     fallback_sample: CudaFunction,
     /// Whether the Hopper (sm_90a) module is loaded.
     sm90a: bool,
@@ -547,10 +550,23 @@ impl GpuBackend {
         let expand = module.load_function(EXPAND_ENTRY)?;
         let adjust = module.load_function(ADJUST_ENTRY)?;
         let truncate = module.load_function(TRUNCATE_ENTRY)?;
-        let fallback_logits = module.load_function(FALLBACK_LOGITS_ENTRY)?;
+        let fallback_gather = module.load_function(FALLBACK_GATHER_ENTRY)?;
+        let fallback_logits = {
+            let func = module.load_function(FALLBACK_LOGITS_ENTRY)?;
+            let smem = FALLBACK_LOGITS_VARIANT.smem_bytes(Epilogue::Sample);
+            func.set_attribute(
+                cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                smem as i32,
+            )?;
+            let per_sm = func
+                .occupancy_max_active_blocks_per_multiprocessor(FALLBACK_LOGITS_VARIANT.threads(), smem as usize, None)?
+                .max(1);
+            LoadedEntry { func, per_sm }
+        };
         let fallback_sample = module.load_function(FALLBACK_SAMPLE_ENTRY)?;
         let mut gpu = Self {
             truncate,
+            fallback_gather,
             fallback_logits,
             fallback_sample,
             variant_override: None,
@@ -882,7 +898,7 @@ impl GpuBackend {
         }
         if truncates {
             let units = launch.n_vranges as usize * variant.top_units() as usize;
-            self.ensure_truncation(out, rows, units, shape.v)?;
+            self.ensure_truncation(out, rows, units, (shape.v, shape.d))?;
         }
         let words = self.row_words(params, shape.b)?;
         out.b = rows;

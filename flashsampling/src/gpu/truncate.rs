@@ -7,10 +7,12 @@
 use cudarc::driver::sys;
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
 use flashsampling_kernels::config::{
-    FALLBACK_LOGITS_ROWS, FALLBACK_LOGITS_THREADS, FALLBACK_SAMPLE_SMEM, FALLBACK_SAMPLE_THREADS, TRUNCATE_SMEM,
-    TRUNCATE_THREADS,
+    BLOCK_V, Epilogue, FALLBACK_GATHER_THREADS, FALLBACK_LOGITS_VARIANT, FALLBACK_SAMPLE_SMEM, FALLBACK_SAMPLE_THREADS,
+    TRUNCATE_SMEM, TRUNCATE_THREADS,
 };
-use flashsampling_kernels::params::{AdjustedToken, ElementType, FallbackParams, RowParams, TruncateParams};
+use flashsampling_kernels::params::{
+    AdjustedToken, ElementType, FallbackLogitsParams, FallbackParams, FusedParams, RowParams, TruncateParams,
+};
 use flashsampling_kernels::truncate::{StoredTop, Truncation};
 
 use super::{ByValue, DeviceSamples, GpuBackend};
@@ -21,6 +23,8 @@ use crate::params::SamplingParams;
 unsafe impl cudarc::driver::DeviceRepr for ByValue<TruncateParams> {}
 // SAFETY: as above.
 unsafe impl cudarc::driver::DeviceRepr for ByValue<FallbackParams> {}
+// SAFETY: as above.
+unsafe impl cudarc::driver::DeviceRepr for ByValue<FallbackLogitsParams> {}
 
 /// The device buffers of truncating calls (part of [`DeviceSamples`], allocated by the first one).
 #[derive(Debug)]
@@ -35,10 +39,12 @@ pub(crate) struct TruncationBuffers {
     list: CudaSlice<u32>,
     /// The fallback's logits, `[rows, V]`.
     logits: CudaSlice<f32>,
+    /// The fallback's rows' hidden states, gathered for its logits, `[rows, D]` 16-bit words.
+    gathered: CudaSlice<u16>,
     /// Per sample row: the raw log-sum-exp (written by the fused kernel).
     pub(super) raw_lse: CudaSlice<f32>,
-    /// Capacity: sample rows, units per row, vocab size.
-    capacity: (usize, usize, usize),
+    /// Capacity: sample rows, units per row, vocab size, hidden size.
+    capacity: (usize, usize, usize, usize),
     /// Host copy of the words in `truncation` (skips the upload when a call reuses them: an upload
     /// from pageable memory waits for the stream).
     uploaded: Vec<u32>,
@@ -47,20 +53,28 @@ pub(crate) struct TruncationBuffers {
 }
 
 impl TruncationBuffers {
-    /// Whether they serve `rows` sample rows of `units` units over `v` vocab entries.
-    fn fits(&self, rows: usize, units: usize, v: usize) -> bool {
+    /// Whether they serve `rows` sample rows of `units` units over `v` vocab entries and hidden size
+    /// `d`.
+    fn fits(&self, rows: usize, units: usize, (v, d): (usize, usize)) -> bool {
         self.capacity.0 >= rows
             && self.capacity.0 * self.capacity.1 >= rows * units
             && self.capacity.2 >= v
             && self.capacity.0 * self.capacity.2 >= rows * v
+            && self.capacity.3 >= d
     }
 }
 
 impl GpuBackend {
     /// Makes `out` hold truncation buffers for `rows` sample rows with `units` top-list units each
-    /// over `v` vocab entries.
-    pub(super) fn ensure_truncation(&self, out: &mut DeviceSamples, rows: usize, units: usize, v: usize) -> Result<()> {
-        if out.truncation.as_ref().is_some_and(|t| t.fits(rows, units, v)) {
+    /// over `v` vocab entries and hidden size `d`.
+    pub(super) fn ensure_truncation(
+        &self,
+        out: &mut DeviceSamples,
+        rows: usize,
+        units: usize,
+        (v, d): (usize, usize),
+    ) -> Result<()> {
+        if out.truncation.as_ref().is_some_and(|t| t.fits(rows, units, (v, d))) {
             return Ok(());
         }
         let too_large = |what| Error::TooLarge { what, value: usize::MAX, max: isize::MAX as usize / 8 };
@@ -68,9 +82,12 @@ impl GpuBackend {
             rows.checked_mul(units).filter(|&n| n <= isize::MAX as usize / 24).ok_or(too_large("top lists"))?;
         let n_logits =
             rows.checked_mul(v).filter(|&n| n <= isize::MAX as usize / 4).ok_or(too_large("fallback logits"))?;
+        let n_gathered =
+            rows.checked_mul(d).filter(|&n| n <= isize::MAX as usize / 2).ok_or(too_large("fallback rows"))?;
         // SAFETY: every buffer is written before it is read: the lists, flags and raw log-sum-exps by
         // the fused kernel and the truncation step, the truncation by its upload, the list's count by
-        // the memset before each truncation step, the logits by `fallback_logits`.
+        // the memset before each truncation step, the gathered rows by `fallback_gather`, the logits
+        // by `fallback_logits` (of the listed rows only; `fallback_sample` reads no others).
         out.truncation = Some(unsafe {
             TruncationBuffers {
                 tops: self.stream.alloc::<u64>(3 * n_units.max(1))?,
@@ -78,8 +95,9 @@ impl GpuBackend {
                 flags: self.stream.alloc_zeros::<u32>(rows)?,
                 list: self.stream.alloc_zeros::<u32>(rows + 1)?,
                 logits: self.stream.alloc::<f32>(n_logits.max(1))?,
+                gathered: self.stream.alloc::<u16>(n_gathered.max(8))?,
                 raw_lse: self.stream.alloc::<f32>(rows)?,
-                capacity: (rows, units, v),
+                capacity: (rows, units, v, d),
                 uploaded: Vec::new(),
                 list_is_all: false,
             }
@@ -141,6 +159,7 @@ impl GpuBackend {
         let (truncation, _u) = tr.truncation.device_ptr(&self.stream);
         let (flags, _f) = tr.flags.device_ptr_mut(&self.stream);
         let (logits, _g) = tr.logits.device_ptr_mut(&self.stream);
+        let (gathered, _h) = tr.gathered.device_ptr_mut(&self.stream);
         let (raw_lse, _r) = tr.raw_lse.device_ptr(&self.stream);
         let o = out.output_ptrs(&self.stream, true);
         let (offsets, results) = adjusted.unwrap_or((0, 0));
@@ -183,6 +202,7 @@ impl GpuBackend {
             logits: logits as *mut f32,
             hidden: hidden as *const u16,
             weight: weight as *const u16,
+            gathered: gathered as *mut u16,
             mask: mask as *const u32,
             rows: row_params as *const RowParams,
             truncation: truncation as *const Truncation,
@@ -201,14 +221,64 @@ impl GpuBackend {
             softcap: params.softcap.unwrap_or(0.0),
             elem,
         });
+        let chunks = (rows * d / 8) as u32;
         let cfg = LaunchConfig {
-            grid_dim: ((v as u32).div_ceil(FALLBACK_LOGITS_ROWS), 1, 1),
-            block_dim: (FALLBACK_LOGITS_THREADS, 1, 1),
+            grid_dim: (chunks.div_ceil(FALLBACK_GATHER_THREADS), 1, 1),
+            block_dim: (FALLBACK_GATHER_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
         // SAFETY: the list (count and rows < B·n) was written by the truncation step before, on this
-        // stream; the logits hold `rows × V` floats; hidden and weight as above.
-        unsafe { self.stream.launch_builder(&self.fallback_logits).arg(&f).launch(cfg) }?;
+        // stream; hidden and `gathered` hold `rows × D` elements, 16-byte aligned, `D % 8 == 0`
+        // (validated).
+        unsafe { self.stream.launch_builder(&self.fallback_gather).arg(&f).launch(cfg) }?;
+        let lv = FALLBACK_LOGITS_VARIANT;
+        let n_btiles = (rows as u32).div_ceil(lv.block_b()).max(1);
+        let n_vranges = lv.n_vranges(self.sm_count, self.fallback_logits.per_sm, n_btiles, v as u32);
+        let l = ByValue(FallbackLogitsParams {
+            fused: FusedParams {
+                hidden: gathered as *const u16,
+                weight: weight as *const u16,
+                rows: std::ptr::null(),
+                mask: std::ptr::null(),
+                masses: std::ptr::null_mut(),
+                logprobs: std::ptr::null_mut(),
+                raw_logprobs: std::ptr::null_mut(),
+                logsumexp: std::ptr::null_mut(),
+                raw_logsumexp: std::ptr::null_mut(),
+                adj_offsets: std::ptr::null(),
+                adjusted: std::ptr::null(),
+                candidates: std::ptr::null_mut(),
+                counters: std::ptr::null_mut(),
+                tokens: std::ptr::null_mut(),
+                scores: std::ptr::null_mut(),
+                tops: std::ptr::null_mut(),
+                b: rows as u32,
+                d: d as u32,
+                v: v as u32,
+                v_offset: 0,
+                v_end: v as u32,
+                samples: 1,
+                n_vranges,
+                mask_words: 0,
+                softcap: 0.0,
+                tensor_maps: std::ptr::null(),
+                tma_whole_tiles: v as u32 / BLOCK_V,
+                top_units: 0,
+                elem,
+            },
+            list: list as *const u32,
+            logits: logits as *mut f32,
+        });
+        let cfg = LaunchConfig {
+            grid_dim: (n_vranges * n_btiles, 1, 1),
+            block_dim: (lv.threads(), 1, 1),
+            shared_mem_bytes: lv.smem_bytes(Epilogue::Sample),
+        };
+        // SAFETY: the list's count was written by the truncation step, the gathered rows by
+        // `fallback_gather` before, on this stream; `gathered` holds `rows × D` and the weight `V × D`
+        // elements of `elem`, 16-byte aligned; the logits hold `rows × V` floats; the kernel reads no
+        // other pointer of `fused` (null) and its blocks past the count return at once.
+        unsafe { self.stream.launch_builder(&self.fallback_logits.func).arg(&l).launch(cfg) }?;
         // SAFETY: as above; the mask (non-null) holds B × ceil(V/32) words, the outputs `rows`.
         unsafe { self.launch_fallback_sample(&f, rows) }?;
         Ok(())
@@ -240,7 +310,7 @@ impl GpuBackend {
         if out.rows.len() < 4 * b {
             *out = self.alloc_samples(b, 1)?;
         }
-        self.ensure_truncation(out, b, 1, 1)?;
+        self.ensure_truncation(out, b, 1, (1, 8))?;
         let words = self.row_words(params, b)?;
         if words != out.uploaded_rows {
             self.stream.memcpy_htod(&words, &mut out.rows.slice_mut(..4 * b))?;
@@ -276,6 +346,7 @@ impl GpuBackend {
                 logits: logits_ptr as *mut f32,
                 hidden: std::ptr::null(),
                 weight: std::ptr::null(),
+                gathered: std::ptr::null_mut(),
                 mask: std::ptr::null(),
                 rows: row_params as *const RowParams,
                 truncation: truncation as *const Truncation,

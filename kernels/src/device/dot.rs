@@ -1,6 +1,6 @@
 //! One f32 dot product of a hidden row and a weight row (bf16 or f16, [`ElementType`]) over a warp:
 //! the few logits that are recomputed outside the fused pass (adjusted tokens, the sampled token's
-//! log-probability, a truncated row's new token, the fallback's materialized logits).
+//! log-probability, a truncated row's new token).
 
 use super::ptx::{cvt_f32_f16, ld_global_nc_v4_f32, shfl_sync_bfly_b32};
 use crate::params::ElementType;
@@ -104,44 +104,6 @@ pub(super) unsafe fn warp_dot<const CHUNKS: usize>(
     for m in [1u32, 2, 4, 8, 16] {
         // SAFETY: all 32 lanes (the caller's contract).
         y += f32::from_bits(unsafe { shfl_sync_bfly_b32(y.to_bits(), m) });
-    }
-    y
-}
-
-/// [`warp_dot`] of one weight row with the first `rows` (≤ `G`) of `G` hidden rows: each weight
-/// chunk is loaded once for all of them; every sum is bit-identical to its [`warp_dot`].
-///
-/// # Safety
-/// As [`warp_dot`] for the weight row and each of the first `rows` hidden rows; `rows` is the same
-/// on every lane.
-#[inline(always)]
-pub(super) unsafe fn warp_dots<const G: usize>(
-    hidden: [*const u16; G],
-    rows: usize,
-    weight: *const u16,
-    d: usize,
-    lane: u32,
-    elem: ElementType,
-) -> [f32; G] {
-    let mut y = [0.0f32; G];
-    let mut k = 8 * lane as usize;
-    while k < d {
-        // SAFETY: k + 8 ≤ d: 16 bytes inside the weight row, 16-byte aligned.
-        let wv = unsafe { ld_global_nc_v4_f32(weight.add(k) as *const f32) };
-        for (g, acc) in y.iter_mut().enumerate() {
-            if g < rows {
-                // SAFETY: as above, hidden row g (g < rows).
-                let hv = unsafe { ld_global_nc_v4_f32(hidden[g].add(k) as *const f32) };
-                add_products(acc, hv, wv, elem);
-            }
-        }
-        k += 256;
-    }
-    for acc in y.iter_mut() {
-        for m in [1u32, 2, 4, 8, 16] {
-            // SAFETY: all 32 lanes (the caller's contract).
-            *acc += f32::from_bits(unsafe { shfl_sync_bfly_b32(acc.to_bits(), m) });
-        }
     }
     y
 }

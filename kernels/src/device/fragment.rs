@@ -13,6 +13,7 @@
 //! | adapter | MMA | a lane holds, per tile |
 //! |---|---|---|
 //! | [`mma_sync_tile`] | `mma.sync.m16n8k16`, weight = A | 4 vocab rows × `2·NB` batch columns `8·(i/2) + 2·quad + i%2` |
+//! | [`store_logits_columns`] | the same, for the fallback's logits (stored, not sampled) | the same |
 //! | [`weight_a_tile`] | `wgmma.m64nNk16`, weight = A | 4 vocab rows × `N / 4` batch columns, same numbering |
 //! | [`hidden_a_tile`] | `wgmma.m64n256k16`, hidden = A | 2 batch rows × 16 Philox groups `16J + 4q ..` |
 //!
@@ -179,6 +180,35 @@ fn mma_sync_tile_with<const NB: usize, const LP: bool, const TOP: bool, const SC
             let logits = column_logits::<NB>(acc, i);
             let (cand, mass, top) = (&mut cands[i as usize], &mut masses[i as usize], &mut tops[i as usize]);
             lane_epilogue::<LP, TOP, SC, MK, LANE_TOP>(p, row_params(p, b), v0, logits, cand, (mass, top));
+        }
+    }
+}
+
+/// The fallback's logits (`truncate::fallback_logits`, no sampling), [`mma_sync_tile`]'s layout:
+/// for each of the lane's batch columns `b < count` (row `b0 + 8·(i/2) + 2·quad + i%2` of the
+/// gathered rows), its logits of the four vocab rows from `v0` (those below `v`) are stored to
+/// `logits[b·v + v0 ..]`.
+///
+/// # Safety
+/// `logits` holds `count × v` floats.
+#[inline(always)]
+pub(super) unsafe fn store_logits_columns<const NB: usize>(
+    (logits, count, v): (*mut f32, u32, u32),
+    (b0, quad): (u32, u32),
+    v0: u32,
+    acc: &Accumulators<NB>,
+) {
+    for i in 0..2 * NB as u32 {
+        let b = b0 + 8 * (i / 2) + 2 * quad + i % 2;
+        if b < count {
+            let y = column_logits::<NB>(acc, i);
+            for (j, &yj) in y.iter().enumerate() {
+                let vj = v0 + j as u32;
+                if vj < v {
+                    // SAFETY: b < count, vj < v: inside `[count, v]` (the caller's contract).
+                    unsafe { *logits.add(b as usize * v as usize + vj as usize) = yj };
+                }
+            }
         }
     }
 }

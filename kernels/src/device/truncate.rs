@@ -10,7 +10,8 @@
 //!    row samples within its kept set with the plain pass's scores (a kept plain winner wins again)
 //!    and its log-probabilities are renormalized over the kept set. A row the walk cannot decide is
 //!    listed for the fallback.
-//! 3. [`fallback_logits`] and [`fallback_sample`]: the listed rows' logits materialized, their
+//! 3. [`fallback_gather`], [`fallback_logits`] and [`fallback_sample`]: the listed rows' logits
+//!    materialized on the tensor cores (one read of the weight per 64 rows), their
 //!    threshold found exactly by a bitwise search over the f32 order (no sort), and the row sampled
 //!    with the same noise. Also the benchmark's unfused top-k / top-p sampler over GEMM logits.
 //!
@@ -21,33 +22,42 @@
 //!   `w` takes the blocks of 64 entries `w, w + 16, …` for the strides below 64), thread 0 walks, and
 //!   thread `j` samples kept entry `j`; [`TRUNCATE_SMEM`] bytes of dynamic shared memory hold the
 //!   entries, the walk's running sums, the block reductions' slots and the control words.
-//! - `fallback_logits`: `grid = ceil(V / 64)` blocks of [`FALLBACK_LOGITS_THREADS`] (= 256); per
-//!   group of 8 listed rows, warp `w` computes vocab rows `64·block + w, + 8, …` ([`warp_dots`]:
-//!   each weight chunk read once for the group).
+//! - `fallback_gather`: one thread per 16-byte chunk of `B` rows; slot `s < count` copies row
+//!   `list[1 + s]`'s hidden state to slot `s` of `gathered`.
+//! - `fallback_logits`: the portable `mma.sync` kernel's grid and thread mapping for
+//!   [`FALLBACK_LOGITS_VARIANT`] (`n_vranges · ceil(B / 64)` persistent blocks of 256 threads, 64
+//!   gathered rows per batch tile); blocks whose batch tile starts at or past the list's count
+//!   return at once; the lanes store their logits instead of sampling them.
 //! - `fallback_sample`: `grid = B` blocks of [`FALLBACK_SAMPLE_THREADS`] (= 512), block `s` takes the
 //!   `s`-th listed row (none: it returns); thread `t` takes vocab entries `t, t + 512, …` (and Philox
 //!   groups likewise); [`FALLBACK_SAMPLE_SMEM`] bytes of dynamic shared memory for the block
 //!   reductions and the radix histograms.
 
-use core::arch::nvptx::{_block_idx_x, _syncthreads, _thread_idx_x};
+use core::arch::nvptx::{_block_dim_x, _block_idx_x, _syncthreads, _thread_idx_x};
 
-use super::dot::{warp_dot, warp_dots};
+use super::dot::warp_dot;
+use super::fragment;
 use super::fragment::exp;
+use super::mainloop::MmaSyncMainloop;
+use super::pipeline::BlockRing;
+use super::producer::BlockIssuer;
 use super::ptx::{
     atom_global_add_u32, atom_shared_add_u32, ld_shared_u32, ld_shared_u64, ld_shared_v2_u32, ld_shared_v4_u32,
     mov_u32_dynamic_smem, red_shared_add_u64, shfl_sync_bfly_b32, st_shared_u32, st_shared_u64, st_shared_v2_u32,
     st_shared_v4_u32,
 };
 use super::reduce::{AdjRows, ln, merge_butterfly};
+use super::schedule::{BlockWork, Thread};
 use crate::INVALID_INDEX;
 use crate::candidate::Candidate;
-use crate::config::{
-    FALLBACK_LOGITS_ROWS, FALLBACK_SAMPLE_THREADS, TRUNCATE_CAPACITY, TRUNCATE_SMEM, TRUNCATE_THREADS,
-};
 #[cfg(doc)]
-use crate::config::{FALLBACK_LOGITS_THREADS, FALLBACK_SAMPLE_SMEM};
+use crate::config::FALLBACK_SAMPLE_SMEM;
+use crate::config::{
+    BLOCK_V, FALLBACK_LOGITS_VARIANT, FALLBACK_SAMPLE_THREADS, Family, FusedVariant, ROWS_PER_LANE, TRUNCATE_CAPACITY,
+    TRUNCATE_SMEM, TRUNCATE_THREADS, WARP_TILE_V,
+};
 use crate::logits::softcap;
-use crate::params::{FallbackParams, TruncateParams};
+use crate::params::{FallbackLogitsParams, FallbackParams, TruncateParams};
 use crate::truncate::{KeptWalk, MAX_KEPT, Step, StoredTop};
 
 /// Warps of a [`truncate_rows`] block.
@@ -577,47 +587,103 @@ pub unsafe extern "ptx-kernel" fn truncate_rows(p: TruncateParams) {
     }
 }
 
-/// The fallback's raw logits: `logits[s, v]` for every listed row `s` (see the module).
+/// The listed rows' hidden states into [`FallbackParams::gathered`] (slot `s` ← row `list[1 + s]`),
+/// one 16-byte chunk per thread, for [`fallback_logits`].
 ///
 /// # Safety
-/// Launched as documented in the module after [`truncate_rows`] on the same stream; `logits` holds
-/// `count · V` floats.
+/// Launched as documented in the module after [`truncate_rows`] on the same stream; `gathered` and
+/// `hidden` hold `B × D` elements, 16-byte aligned, `D % 8 == 0`.
 #[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn fallback_logits(p: FallbackParams) {
+pub unsafe extern "ptx-kernel" fn fallback_gather(p: FallbackParams) {
+    // SAFETY: the list's count, written by the truncation step before this launch; special registers.
+    let (count, i) = unsafe { (*p.list, _block_idx_x() as u64 * _block_dim_x() as u64 + _thread_idx_x() as u64) };
+    let chunks = p.d as u64 / 8;
+    let (slot, chunk) = (i / chunks, i % chunks);
+    if slot < count as u64 {
+        // SAFETY: slot < count ≤ B: a listed row below B; both rows hold D / 8 chunks of 16 bytes.
+        unsafe {
+            let row = *p.list.add(1 + slot as usize) as u64;
+            *(p.gathered as *mut [u32; 4]).add((slot * chunks + chunk) as usize) =
+                *(p.hidden as *const [u32; 4]).add((row * chunks + chunk) as usize);
+        }
+    }
+}
+
+/// The fallback's raw logits on the tensor cores: `logits[s, v]` for every listed row `s` (see the
+/// module), the portable `mma.sync` mainloop of [`FALLBACK_LOGITS_VARIANT`] over the gathered rows:
+/// one read of the weight per 64 listed rows, in the fused kernels' pipeline, instead of CUDA-core
+/// dot products.
+///
+/// # Safety
+/// Launched as documented in the module after [`fallback_gather`] on the same stream; `p.fused` as
+/// [`FallbackLogitsParams`] states, `logits` holds `count · V` floats.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn fallback_logits(p: FallbackLogitsParams) {
+    const V: FusedVariant = FALLBACK_LOGITS_VARIANT;
+    const { assert!(matches!(V.family, Family::MmaSync)) };
+    // SAFETY: forwarded launch contract.
+    unsafe {
+        logits_body::<
+            { V.n_tiles as usize },
+            { V.warps_b },
+            { V.stages },
+            { V.threads() },
+            { V.block_b() },
+            { V.block_b().div_ceil(V.threads() / 8) as usize },
+        >(p)
+    }
+}
+
+/// [`fallback_logits`] for `4·WB` warps of `8·NB` batch rows and an `S`-stage ring (the fused
+/// `mma.sync` kernel's composition without the sampling: the tile scheduler, the block producer,
+/// the mainloop and [`fragment::store_logits_columns`]).
+///
+/// # Safety
+/// As [`fallback_logits`].
+#[inline(always)]
+unsafe fn logits_body<
+    const NB: usize,
+    const WB: u32,
+    const S: u32,
+    const THREADS: u32,
+    const BLOCK_B: u32,
+    const H: usize,
+>(
+    p: FallbackLogitsParams,
+) {
     // SAFETY: the list's count, written by the truncation step before this launch.
     let count = unsafe { *p.list };
-    if count == 0 {
-        return; // block-uniform
+    let f = &p.fused;
+    let t = Thread::this();
+    let work = BlockWork::of_this_block(f, BLOCK_B, BLOCK_V);
+    if work.b_first >= count {
+        return; // block-uniform, before any barrier: no listed row in this batch tile
     }
-    // SAFETY: special-register reads.
-    let (tid, blk) = unsafe { (_thread_idx_x(), _block_idx_x()) };
-    let (lane, warp) = (tid % 32, tid / 32);
-    let first = blk * FALLBACK_LOGITS_ROWS;
-    let end = (first + FALLBACK_LOGITS_ROWS).min(p.v);
-    let d = p.d as usize;
-    // Listed rows in groups of 8: each weight chunk is read once per group.
-    let mut s0 = 0;
-    while s0 < count {
-        let rows = (count - s0).min(8) as usize;
-        let mut hidden = [p.hidden; 8];
-        for (j, h) in hidden.iter_mut().enumerate().take(rows) {
-            // SAFETY: s0 + j < count ≤ B: a listed row below B, whose hidden row holds D elements.
-            *h = unsafe { p.hidden.add(*p.list.add(1 + s0 as usize + j) as usize * d) };
+    let (warp_b, warp_v) = (t.warp % WB, t.warp / WB);
+    let b0 = work.b_first + warp_b * 8 * NB as u32; // this warp's first gathered row
+    let active = b0 < count; // warp-uniform
+    let ring = BlockRing::new(0, BLOCK_B);
+    let w_row0 = warp_v * WARP_TILE_V + ROWS_PER_LANE as u32 * t.group;
+    let mut mainloop = MmaSyncMainloop::<THREADS, BLOCK_B, S, H> {
+        ring,
+        issuer: BlockIssuer::new(f, ring, (work.first, work.end), t.tid, work.b_first),
+        slot: 0,
+        w_row0,
+        h_row0: warp_b * 8 * NB as u32 + t.group,
+        quad: t.quad,
+    };
+    // SAFETY: every thread of the block, before the first tile.
+    unsafe { mainloop.prologue(f) };
+    let mut tile = work.first;
+    while tile < work.end {
+        // SAFETY: every thread of the block, for every tile of the range.
+        let acc = unsafe { mainloop.tile::<NB>(f, active) };
+        if active {
+            let v0 = tile * BLOCK_V + w_row0;
+            // SAFETY: `logits` holds `count × V` floats (the launch contract).
+            unsafe { fragment::store_logits_columns::<NB>((p.logits, count, f.v), (b0, t.quad), v0, &acc) };
         }
-        let mut v = first + warp;
-        while v < end {
-            // SAFETY: all 32 lanes (warp-uniform loop); the listed hidden rows and weight row v < V
-            // hold D elements, 16-byte aligned.
-            let y = unsafe { warp_dots::<8>(hidden, rows, p.weight.add(v as usize * d), d, lane, p.elem) };
-            if lane == 0 {
-                for (j, &yj) in y.iter().enumerate().take(rows) {
-                    // SAFETY: s0 + j < count, v < V: inside `[count, V]`.
-                    unsafe { *p.logits.add((s0 as usize + j) * p.v as usize + v as usize) = yj };
-                }
-            }
-            v += 8;
-        }
-        s0 += 8;
+        tile += 1;
     }
 }
 
