@@ -222,7 +222,14 @@ pub(super) unsafe fn store_logits_columns<const NB: usize>(
 /// 16 columns crowded the instruction cache (`tma_n64`, Qwen3-8B B = 64: 0.3233 → 0.3157 ms,
 /// docs/findings).
 #[inline(always)]
-fn weight_a_tile_with<T: WgmmaShape, const LP: bool, const TOP: bool, const SC: bool, const MK: bool>(
+fn weight_a_tile_with<
+    T: WgmmaShape,
+    const LP: bool,
+    const TOP: bool,
+    const P: usize,
+    const SC: bool,
+    const MK: bool,
+>(
     p: &FusedParams,
     (b0, quad): (u32, u32),
     v0: u32,
@@ -231,58 +238,62 @@ fn weight_a_tile_with<T: WgmmaShape, const LP: bool, const TOP: bool, const SC: 
     (masses, tops): (SharedMasses, &mut [TopList<LANE_TOP>; 32]),
 ) {
     let cols = T::N as usize / 4;
-    for r in 0..cols.div_ceil(8) {
-        // Accumulator 4j + c (+ 2) of column i = 8r + I: 16r + 4·(I / 2) + c. (The arms past r = 1
-        // are never taken; they keep the selects' form of the measured build.)
+    // Columns per pass `P`: 8, or 4 for the log-probability kernels up to N = 32 ([`weight_a_tile`]).
+    let pass = P;
+    for r in 0..cols.div_ceil(pass) {
+        // Accumulator 4j + c (+ 2) of column i = pass·r + I: 2·pass·r + 4·(I / 2) + c. (With passes
+        // of 8 the arms past r = 1 are never taken; they keep the selects' form of the measured
+        // build.)
         let pick = |h: usize, i: usize| match r {
             0 => T::at(&acc[h], i),
-            1 => T::at(&acc[h], i + 16),
-            2 => T::at(&acc[h], i + 32),
-            _ => T::at(&acc[h], i + 48),
+            1 => T::at(&acc[h], i + 2 * pass),
+            2 => T::at(&acc[h], i + 4 * pass),
+            _ => T::at(&acc[h], i + 6 * pass),
         };
         unrolled!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
-            if I < cols {
-                let (j, c) = (4 * r + I / 2, I % 2);
+            // (Without `LP` the condition of the measured build: passes of 8.)
+            if if pass == 4 { I < pass && pass * r + I < cols } else { I < cols } {
+                let (j, c) = ((pass / 2) * r + I / 2, I % 2);
                 let b = b0 + 8 * j as u32 + 2 * quad + c as u32;
                 if b < p.b {
                     let a = 4 * (I / 2) + c;
                     let logits = [pick(0, a), pick(0, a + 2), pick(1, a), pick(1, a + 2)];
                     let mut cand = match r {
                         0 => cands[I],
-                        1 => cands[I + 8],
-                        2 => cands[I + 16],
-                        _ => cands[I + 24],
+                        1 => cands[I + pass],
+                        2 => cands[I + 2 * pass],
+                        _ => cands[I + 3 * pass],
                     };
-                    // SAFETY: column 8r + I < N / 4, the lane's masses.
-                    let mut mass = if !LP { RowMass::EMPTY } else { unsafe { masses.get((8 * r + I) as u32) } };
+                    // SAFETY: column pass·r + I < N / 4, the lane's masses.
+                    let mut mass = if !LP { RowMass::EMPTY } else { unsafe { masses.get((pass * r + I) as u32) } };
                     let mut top = if !TOP {
                         TopList::EMPTY
                     } else {
                         match r {
                             0 => tops[I],
-                            1 => tops[I + 8],
-                            2 => tops[I + 16],
-                            _ => tops[I + 24],
+                            1 => tops[I + pass],
+                            2 => tops[I + 2 * pass],
+                            _ => tops[I + 3 * pass],
                         }
                     };
                     lane_epilogue::<LP, TOP, SC, MK, LANE_TOP>(p, row_params(p, b), v0, logits, &mut cand, (&mut mass, &mut top));
                     if TOP {
                         match r {
                             0 => tops[I] = top,
-                            1 => tops[I + 8] = top,
-                            2 => tops[I + 16] = top,
-                            _ => tops[I + 24] = top,
+                            1 => tops[I + pass] = top,
+                            2 => tops[I + 2 * pass] = top,
+                            _ => tops[I + 3 * pass] = top,
                         }
                     }
                     match r {
                         0 => cands[I] = cand,
-                        1 => cands[I + 8] = cand,
-                        2 => cands[I + 16] = cand,
-                        _ => cands[I + 24] = cand,
+                        1 => cands[I + pass] = cand,
+                        2 => cands[I + 2 * pass] = cand,
+                        _ => cands[I + 3 * pass] = cand,
                     }
                     if LP {
                         // SAFETY: as for the load.
-                        unsafe { masses.set((8 * r + I) as u32, mass) };
+                        unsafe { masses.set((pass * r + I) as u32, mass) };
                     }
                 }
             }
@@ -370,7 +381,15 @@ pub(super) fn weight_a_tile<T: WgmmaShape, const LP: bool, const TOP: bool>(
     cands: &mut [Candidate; 32],
     state: (SharedMasses, &mut [TopList<LANE_TOP>; 32]),
 ) {
-    controls_dispatch!(p, weight_a_tile_with::<T, LP, TOP>(p, lane, v0, acc, cands, state))
+    // Passes of 4 columns for the log-probability kernels up to N = 32: half the unrolled code (the
+    // hypothesis of docs/findings/18 is that 8 columns' worth of log-mass updates overflows the
+    // instruction cache); at N = 64 four passes make the compiler index the candidates in local
+    // memory, so they keep passes of 8 like the plain kernels.
+    if LP && T::N <= 32 {
+        controls_dispatch!(p, weight_a_tile_with::<T, LP, TOP, 4>(p, lane, v0, acc, cands, state))
+    } else {
+        controls_dispatch!(p, weight_a_tile_with::<T, LP, TOP, 8>(p, lane, v0, acc, cands, state))
+    }
 }
 
 /// [`hidden_a_tile_with`] for this launch's controls.
