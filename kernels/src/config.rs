@@ -670,6 +670,16 @@ pub const MERGE_RANKS_ENTRY: &str = "merge_ranks";
 /// Threads per block of the vocab-parallel merge kernel (one row each).
 pub const MERGE_RANKS_THREADS: u32 = 128;
 
+/// PTX entry point of the block-per-row reduction (portable module): launched after every
+/// log-probability and truncation fused kernel with its `params::FusedParams`, one block per sample
+/// row (`device::reduce`).
+pub const REDUCE_BLOCK_ENTRY: &str = "reduce_rows";
+/// Threads per block of the block-per-row reduction.
+pub const REDUCE_BLOCK_THREADS: u32 = 256;
+/// Dynamic shared memory of the block-per-row reduction: per warp a candidate (8 bytes), a mass
+/// (16) and a partial dot product (4).
+pub const REDUCE_BLOCK_SMEM: u32 = 28 * (REDUCE_BLOCK_THREADS / 32);
+
 /// PTX entry point of the truncation step (portable module): per sample row, the certificate over
 /// the fused pass's top lists and the sample within the kept set (`params::TruncateParams`).
 pub const TRUNCATE_ENTRY: &str = "truncate_rows";
@@ -751,6 +761,7 @@ pub fn entry_points() -> impl Iterator<Item = (&'static str, Module, Option<u32>
             (EXPAND_ENTRY, Module::Portable, None),
             (MERGE_RANKS_ENTRY, Module::Portable, None),
             (ADJUST_ENTRY, Module::Portable, None),
+            (REDUCE_BLOCK_ENTRY, Module::Portable, Some(REDUCE_BLOCK_THREADS)),
             (TRUNCATE_ENTRY, Module::Portable, Some(TRUNCATE_THREADS)),
             (FALLBACK_GATHER_ENTRY, Module::Portable, None),
             (FALLBACK_LOGITS_ENTRY, Module::Portable, FALLBACK_LOGITS_VARIANT.max_threads()),
@@ -815,7 +826,7 @@ mod tests {
         for (i, (e, _, _)) in all.iter().enumerate() {
             assert!(all[..i].iter().all(|(f, _, _)| f != e), "{e} listed twice");
         }
-        assert_eq!(all.len(), Epilogue::ALL.len() * FUSED_VARIANTS.len() + 7 + TEST_ENTRIES.len());
+        assert_eq!(all.len(), Epilogue::ALL.len() * FUSED_VARIANTS.len() + 8 + TEST_ENTRIES.len());
         // Sixteen boxes of 8 rows, 4 apart, cover a 128-row tile's 32 Philox groups.
         assert_eq!(TMA_WEIGHT_BOXES * TMA_WEIGHT_BOX_ROWS, BLOCK_V);
         assert_eq!(TMA_WEIGHT_ROW_STEP * TMA_WEIGHT_BOX_ROWS, WARP_TILE_V);

@@ -11,8 +11,8 @@ use cudarc::nvrtc::Ptx;
 use flashsampling_kernels::config::{
     ADJUST_ENTRY, ADJUST_THREADS, BLOCK_V, EXPAND_ENTRY, EXPAND_THREADS, Epilogue, FALLBACK_GATHER_ENTRY,
     FALLBACK_LOGITS_ENTRY, FALLBACK_LOGITS_VARIANT, FALLBACK_SAMPLE_ENTRY, FUSED_VARIANTS, Family, FusedVariant,
-    MAX_DIM, Module, TMA_T_VOCAB_ALIGN, TRUNCATE_ENTRY, TmaLayout, tma_hidden, tma_weight_rows, tma_weight_tiles,
-    tma_weight_tiles_t, variant_for_batch,
+    MAX_DIM, Module, REDUCE_BLOCK_ENTRY, REDUCE_BLOCK_SMEM, REDUCE_BLOCK_THREADS, TMA_T_VOCAB_ALIGN, TRUNCATE_ENTRY,
+    TmaLayout, tma_hidden, tma_weight_rows, tma_weight_tiles, tma_weight_tiles_t, variant_for_batch,
 };
 use flashsampling_kernels::logits::Adjustment;
 use flashsampling_kernels::params::{
@@ -419,6 +419,9 @@ pub struct GpuBackend {
     /// Tuning override of the persistent grid's blocks per multiprocessor
     /// (`FLASHSAMPLING_BLOCKS_PER_SM`); samples do not depend on it.
     blocks_per_sm_override: Option<u32>,
+    /// Experiment (`FLASHSAMPLING_REDUCE_KERNEL=1`): the plain kernels leave their rows to the
+    /// block-per-row `reduce_rows` kernel too, instead of reducing them in their last block.
+    plain_reduce_kernel: bool,
     stream: Arc<CudaStream>,
     /// Every fused-kernel variant, in [`FUSED_VARIANTS`] order; `None` where this GPU cannot run it
     /// (the Hopper module's variants outside compute capability 9.0).
@@ -427,6 +430,9 @@ pub struct GpuBackend {
     expand: CudaFunction,
     /// The sparse-adjustment kernel (portable module).
     adjust: CudaFunction,
+    /// The log-probability reduction (portable module), launched after every log-probability and
+    /// truncation fused kernel.
+    reduce_rows: CudaFunction,
     /// The truncation step and the fallback's kernels (portable module): its gather, its logits on
     /// the tensor cores (with their occupancy, as a fused variant's) and its sampler.
     truncate: CudaFunction,
@@ -549,6 +555,7 @@ impl GpuBackend {
             .collect::<Result<Vec<_>>>()?;
         let expand = module.load_function(EXPAND_ENTRY)?;
         let adjust = module.load_function(ADJUST_ENTRY)?;
+        let reduce_rows = module.load_function(REDUCE_BLOCK_ENTRY)?;
         let truncate = module.load_function(TRUNCATE_ENTRY)?;
         let fallback_gather = module.load_function(FALLBACK_GATHER_ENTRY)?;
         let fallback_logits = {
@@ -574,9 +581,11 @@ impl GpuBackend {
             fused,
             expand,
             adjust,
+            reduce_rows,
             stream,
             ctx,
             sm_count,
+            plain_reduce_kernel: std::env::var("FLASHSAMPLING_REDUCE_KERNEL").is_ok_and(|v| v == "1"),
             blocks_per_sm_override: std::env::var("FLASHSAMPLING_BLOCKS_PER_SM")
                 .ok()
                 .and_then(|s| s.parse().ok())
@@ -1263,6 +1272,7 @@ impl GpuBackend {
             }
         }
         let lp = launch.epilogue.has_logprobs();
+        let reduce_kernel = lp || self.plain_reduce_kernel;
         let (tops, raw_lse) = match (&mut out.truncation, launch.epilogue) {
             (Some(t), Epilogue::Truncate) => {
                 let (tops, _t) = t.tops.device_ptr_mut(&self.stream);
@@ -1321,7 +1331,8 @@ impl GpuBackend {
             adj_offsets: adjusted.map_or(0, |a| a.0) as *const u32,
             adjusted: adjusted.map_or(0, |a| a.1) as *const AdjustedToken,
             candidates: cands as *mut Candidate,
-            counters: counters as *mut u32,
+            // Null: the launch leaves its rows to `reduce_rows` (always with log-probabilities).
+            counters: if reduce_kernel { std::ptr::null_mut() } else { counters as *mut u32 },
             tokens: tokens as *mut u32,
             scores: scores as *mut f32,
             tops: tops as *mut flashsampling_kernels::truncate::StoredTop,
@@ -1352,6 +1363,18 @@ impl GpuBackend {
         // the grid matches `FusedParams`; a TMA variant's tensor maps (256-byte aligned
         // allocation) describe exactly these buffers and shapes.
         unsafe { self.stream.launch_builder(&entry.func).arg(&p).launch(cfg) }?;
+        if reduce_kernel {
+            // The log-probability and truncation kernels leave their rows' reduction to this one.
+            let cfg = LaunchConfig {
+                grid_dim: (rows as u32, 1, 1),
+                block_dim: (REDUCE_BLOCK_THREADS, 1, 1),
+                shared_mem_bytes: REDUCE_BLOCK_SMEM,
+            };
+            // SAFETY: the same parameters as the fused launch just before it on this stream, whose
+            // candidates and masses (rows·n_vranges each) it reads; one block per row (`rows` =
+            // B·n), with the entry's threads and shared memory.
+            unsafe { self.stream.launch_builder(&self.reduce_rows).arg(&p).launch(cfg) }?;
+        }
         Ok(())
     }
 

@@ -18,7 +18,7 @@ fn widen(word: u32, elem: ElementType) -> [f32; 2] {
 
 /// `y += Σ` of the products of the four words' elements (in the order [`warp_dot`] documents).
 #[inline(always)]
-fn add_products(y: &mut f32, hv: [f32; 4], wv: [f32; 4], elem: ElementType) {
+pub(super) fn add_products(y: &mut f32, hv: [f32; 4], wv: [f32; 4], elem: ElementType) {
     for j in 0..4 {
         let (h, w) = (widen(hv[j].to_bits(), elem), widen(wv[j].to_bits(), elem));
         *y += h[0] * w[0];

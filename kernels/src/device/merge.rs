@@ -8,8 +8,10 @@
 //!    property of the MMA fragment, so the fragment adapters call [`put_merged`] with their shuffle
 //!    masks), and one of them stores the result in the merge area at `[contributor][row]`;
 //! 2. after a block barrier, thread `t` takes block rows `t, t + threads, …`, merges each over the
-//!    contributors and writes it to `candidates[b, vrange]` ([`finish`]), and the last block of the
-//!    batch tile reduces the tile's candidates to tokens ([`super::reduce::reduce_if_last`]).
+//!    contributors and writes it to `candidates[b, vrange]` ([`finish`]), and, in the plain kernels,
+//!    the last block of the batch tile reduces the tile's candidates to tokens
+//!    ([`super::reduce::reduce_if_last`]; the log-probability kernels' rows are reduced by a kernel
+//!    of their own, `reduce_rows`).
 //!
 //! The merge is the candidate's associative, commutative maximum under a total order, so any
 //! grouping and order gives the same winner.
@@ -160,22 +162,16 @@ pub(super) unsafe fn put_merged<const K: usize, const LP: bool>(
 }
 
 /// Step 2 and the reduction: a block barrier, then thread `tid` of `threads` merges block rows
-/// `tid, tid + threads, …` (below B) over `contributors` and writes them to `candidates[b, vrange]`;
-/// then the last block of the batch tile reduces its candidates to tokens, one row per warp from
-/// warp `first_reduce_warp` on.
+/// `tid, tid + threads, …` (below B) over `contributors` and writes them to `candidates[b, vrange]`
+/// (with `LP`, their masses to `masses[b, vrange]`); then, in the plain kernels, the last block of
+/// the batch tile reduces its candidates to tokens, one row per warp. The log-probability kernels'
+/// rows are reduced by the `reduce_rows` kernel the host launches after them.
 ///
 /// # Safety
 /// Every thread of the block calls it once, after its lanes' [`put_merged`] calls; every
-/// `[contributor][row]` slot with `contributor < contributors` and `row < block_rows` was stored;
-/// `first_reduce_warp < threads / 32`.
+/// `[contributor][row]` slot with `contributor < contributors` and `row < block_rows` was stored.
 #[inline(always)]
-pub(super) unsafe fn finish<const LP: bool>(
-    area: MergeArea,
-    p: &FusedParams,
-    tid: u32,
-    (threads, first_reduce_warp): (u32, u32),
-    work: BlockWork,
-) {
+pub(super) unsafe fn finish<const LP: bool>(area: MergeArea, p: &FusedParams, tid: u32, threads: u32, work: BlockWork) {
     let contributors = area.contributors;
     // SAFETY: every thread of the block reaches it once (the caller's contract).
     unsafe { _syncthreads() };
@@ -205,8 +201,8 @@ pub(super) unsafe fn finish<const LP: bool>(
         }
         r += threads;
     }
-    // SAFETY: every thread of the block calls it, after the candidates are written.
-    unsafe {
-        reduce_if_last::<LP>(p, tid, (first_reduce_warp, threads / 32), work.btile, work.b_first, area.block_rows)
-    };
+    if !LP {
+        // SAFETY: every thread of the block calls it, after the candidates are written.
+        unsafe { reduce_if_last(p, tid, threads / 32, work.btile, work.b_first, area.block_rows) };
+    }
 }

@@ -2,21 +2,25 @@
 //! loop needs no copy to the host per token.
 //!
 //! One warp merges one row ([`reduce_row`]: lane `l` merges candidates `l, l + 32, …`, then a
-//! butterfly merges the lanes). The fused kernels run it in the last block of each batch tile to
-//! finish ([`reduce_if_last`]); the standalone `reduce_candidates` kernel (baselines) runs
-//! [`reduce_candidates`], one warp per row.
+//! butterfly merges the lanes). The plain fused kernels run it in the last block of each batch tile
+//! to finish ([`reduce_if_last`]); the standalone `reduce_candidates` kernel (baselines) runs
+//! [`reduce_candidates`], one warp per row. The log-probability and truncation kernels end with
+//! their candidates and masses written; the `reduce_rows` kernel, launched after them, reduces
+//! each row with a whole block ([`reduce_row_block`]: the merged masses, the token's logit, its
+//! log-probabilities).
 
 use core::arch::nvptx::{_block_idx_x, _syncthreads, _thread_idx_x};
 
-use super::dot::warp_dot;
+use super::dot::add_products;
 use super::fragment::{exp, row_params};
 use super::merge::mass_of_words;
 use super::ptx::{
-    atom_global_add_u32, fence_acq_rel_gpu, ld_global_cg_v2_u32, ld_global_cg_v4_u32, ld_shared_v2_u32, lg2_approx_f32,
-    mov_u32_dynamic_smem, shfl_sync_bfly_b32, st_shared_v2_u32,
+    atom_global_add_u32, fence_acq_rel_gpu, ld_global_cg_v2_u32, ld_global_cg_v4_u32, ld_global_nc_v4_f32,
+    ld_shared_u32, ld_shared_v2_u32, ld_shared_v4_u32, lg2_approx_f32, mov_u32_dynamic_smem, shfl_sync_bfly_b32,
+    st_shared_u32, st_shared_v2_u32, st_shared_v4_u32,
 };
 use crate::candidate::Candidate;
-use crate::config::REDUCE_ROWS_PER_BLOCK;
+use crate::config::{REDUCE_BLOCK_THREADS, REDUCE_ROWS_PER_BLOCK};
 use crate::logits::softcap;
 use crate::params::{AdjustedToken, FusedParams, ReduceParams, RowMass};
 
@@ -118,103 +122,69 @@ pub(super) fn ln(x: f32) -> f32 {
     lg2_approx_f32(x) * core::f32::consts::LN_2
 }
 
-/// The log-probability kernels' last step for row `b`, whose merged candidate is `cand` and whose
-/// lane's share of the `n_vranges` masses is `mass` ([`reduce_row`]): merges the masses over the
-/// warp, recomputes the sampled token's logit `y` (one dot product over the
-/// warp, f32) and writes the token's log-probabilities (processed: `z / T − lse`, `z` = `y`
-/// soft-capped, `0` for a greedy row; raw: `y − lse_raw`) and the row's log-sum-exp of `z / T` (NaN
-/// for a greedy row). A row without a token gets NaN everywhere.
+/// Row `b`'s log-probability outputs (one thread): the token's processed log-probability `z / T −
+/// lse` (`z` = the token's logit `y` soft-capped, or its adjusted logit when an adjusted token won;
+/// `0` for a greedy row), its raw one `y − lse_raw`, and the row's log-sum-exp of `z / T` (NaN for a
+/// greedy row). A row without a token (`valid` false) gets NaN everywhere.
 ///
 /// # Safety
-/// All 32 lanes of the warp call it together; `b < B`; `p` is a log-probability launch.
+/// `b < B`; `p` is a log-probability launch (its outputs hold B entries).
 #[inline(always)]
-unsafe fn logprobs_row(p: &FusedParams, b: u32, (cand, mut mass): (Candidate, RowMass), lane: u32, adj: AdjRows) {
-    // The adjusted tokens' processed mass (their raw logits are in the fused pass's raw mass).
-    let mut i = adj.start + lane;
-    while i < adj.end {
-        let x = adj.get(i).scaled;
-        if x != f32::NEG_INFINITY {
-            mass.processed.update(x, exp);
-        }
-        i += 32;
-    }
-    // SAFETY: all 32 lanes (the caller's contract).
-    let mass = unsafe { merge_mass_butterfly(mass, [1, 2, 4, 8, 16]) };
+unsafe fn write_logprobs(p: &FusedParams, b: u32, (cand, mass): (Candidate, RowMass), y: f32, adj: AdjRows) {
     let token = cand.token();
-    let valid = token != crate::INVALID_INDEX; // warp-uniform: every lane has the merged candidate
-    let mut y = 0.0f32;
-    if valid {
-        let d = p.d as usize;
-        // The token's weight row: its global index minus the shard's first (`v_offset ≤ token`).
-        let (h, w) = (b as usize * d, (token - p.v_offset) as usize * d);
-        // SAFETY: all 32 lanes (the caller's contract; `valid` is warp-uniform); row b of the hidden
-        // states and row `token − v_offset < V` of the weight hold D elements, 16-byte aligned.
-        y = unsafe { warp_dot::<8>(p.hidden.add(h), p.weight.add(w), d, lane, p.elem) };
-    }
-    if lane == 0 {
-        let row = row_params(p, b);
-        let lse = mass.processed.max + ln(mass.processed.sum);
-        let lse_raw = mass.raw.max + ln(mass.raw.sum);
-        let transform = row.transform();
-        let greedy = transform.is_greedy();
-        let (lp, raw, lse) = if !valid {
-            (f32::NAN, f32::NAN, if greedy { f32::NAN } else { lse })
-        } else {
-            let mut z = if p.softcap > 0.0 { softcap(y, p.softcap) } else { y };
-            // An adjusted token won as its entry: its processed logit is the adjusted one.
-            for i in adj.start..adj.end {
-                let a = adj.get(i);
-                if a.token == token {
-                    z = a.z;
-                }
+    let valid = token != crate::INVALID_INDEX;
+    let row = row_params(p, b);
+    let lse = mass.processed.max + ln(mass.processed.sum);
+    let lse_raw = mass.raw.max + ln(mass.raw.sum);
+    let transform = row.transform();
+    let greedy = transform.is_greedy();
+    let (lp, raw, lse) = if !valid {
+        (f32::NAN, f32::NAN, if greedy { f32::NAN } else { lse })
+    } else {
+        let mut z = if p.softcap > 0.0 { softcap(y, p.softcap) } else { y };
+        // An adjusted token won as its entry: its processed logit is the adjusted one.
+        for i in adj.start..adj.end {
+            let a = adj.get(i);
+            if a.token == token {
+                z = a.z;
             }
-            let lp = if greedy { 0.0 } else { z * transform.inv_temperature - lse };
-            (lp, y - lse_raw, if greedy { f32::NAN } else { lse })
-        };
-        // SAFETY: b < B; the log-probability outputs hold B entries (`raw_logsumexp` when not null).
-        unsafe {
-            *p.logprobs.add(b as usize) = lp;
-            *p.raw_logprobs.add(b as usize) = raw;
-            *p.logsumexp.add(b as usize) = lse;
-            if !p.raw_logsumexp.is_null() {
-                *p.raw_logsumexp.add(b as usize) = lse_raw;
-            }
+        }
+        let lp = if greedy { 0.0 } else { z * transform.inv_temperature - lse };
+        (lp, y - lse_raw, if greedy { f32::NAN } else { lse })
+    };
+    // SAFETY: b < B; the log-probability outputs hold B entries (`raw_logsumexp` when not null).
+    unsafe {
+        *p.logprobs.add(b as usize) = lp;
+        *p.raw_logprobs.add(b as usize) = raw;
+        *p.logsumexp.add(b as usize) = lse;
+        if !p.raw_logsumexp.is_null() {
+            *p.raw_logsumexp.add(b as usize) = lse_raw;
         }
     }
 }
 
 /// Merges row `b`'s `n` candidates from `candidates[b·n ..]` over the warp and writes its token and
 /// score (lane 0). Loads are L2-coherent (`ld.global.cg`): other blocks of the same launch may have
-/// written the candidates. With `masses` not null (the log-probability kernels), the same pass loads
-/// the row's masses too (both loads in flight) and returns the lane's merge of masses `lane, lane +
-/// 32, …` ([`logprobs_row`] merges them over the warp); else [`RowMass::EMPTY`].
+/// written the candidates.
 ///
 /// # Safety
-/// All 32 lanes of the warp call it together; `candidates` (and `masses` when not null) hold `n`
-/// entries for row `b`, `tokens` and `scores` hold entry `b`.
+/// All 32 lanes of the warp call it together; `candidates` holds `n` entries for row `b`, `tokens`
+/// and `scores` hold entry `b`.
 #[inline(always)]
 pub(super) unsafe fn reduce_row(
-    (candidates, masses): (*const Candidate, *const RowMass),
+    candidates: *const Candidate,
     n: u32,
     b: u32,
-    tokens: *mut u32,
-    scores: *mut f32,
+    (tokens, scores): (*mut u32, *mut f32),
     lane: u32,
     adj: AdjRows,
-) -> (Candidate, RowMass) {
+) {
     let row = b as usize * n as usize;
     let mut c = Candidate::EMPTY;
-    let mut mass = RowMass::EMPTY;
     let mut i = lane;
     while i < n {
         // SAFETY: i < n: inside the row (the caller's contract).
         let [s, idx] = unsafe { ld_global_cg_v2_u32(candidates.add(row + i as usize) as *const u32) };
-        if !masses.is_null() {
-            // SAFETY: inside the row's masses (the caller's contract); written in this launch by
-            // other blocks (L2).
-            let w = unsafe { ld_global_cg_v4_u32(masses.add(row + i as usize) as *const u32) };
-            mass = merge_mass(mass, mass_of_words(w));
-        }
         c = c.merge(Candidate { score: f32::from_bits(s), index: idx });
         i += 32;
     }
@@ -234,28 +204,28 @@ pub(super) unsafe fn reduce_row(
             *scores.add(b as usize) = c.score;
         }
     }
-    (c, mass)
 }
 
-/// The fused kernels' reduction: the last block of a batch tile to finish (counted with an atomic
-/// after a device-wide fence) reduces that tile's rows `first_row .. first_row + block_rows` (below
-/// B), one warp per row, on warps `first_warp .. warps` (and, with `LP`, computes their
-/// log-probabilities; the hidden-as-A kernels leave their producer warpgroup, which runs on 24
-/// registers, out of that). Deterministic: the merge is order-independent. The counter is reset
-/// for the next launch.
+/// The plain fused kernels' reduction: the last block of a batch tile to finish (counted with an
+/// atomic after a device-wide fence) reduces that tile's rows `first_row .. first_row + block_rows`
+/// (below B), one warp per row. Deterministic: the merge is order-independent. The counter is reset
+/// for the next launch. (The log-probability kernels leave their rows to [`reduce_row_block`].)
 ///
 /// # Safety
 /// Every thread of the block (`warps` warps) calls it, after writing its candidates; the block's
-/// first 8 bytes of dynamic shared memory are free; `first_warp < warps`.
+/// first 8 bytes of dynamic shared memory are free.
 #[inline(always)]
-pub(super) unsafe fn reduce_if_last<const LP: bool>(
+pub(super) unsafe fn reduce_if_last(
     p: &FusedParams,
     tid: u32,
-    (first_warp, warps): (u32, u32),
+    warps: u32,
     btile: u32,
     first_row: u32,
     block_rows: u32,
 ) {
+    if p.counters.is_null() {
+        return; // launch-uniform: the host reduces the rows with `reduce_rows` after this launch
+    }
     let flag = mov_u32_dynamic_smem();
     fence_acq_rel_gpu(); // this thread's candidate stores are visible device-wide before the count
     // SAFETY: block-uniform barriers; `counters` holds n_btiles entries; `flag` is in shared memory.
@@ -272,8 +242,7 @@ pub(super) unsafe fn reduce_if_last<const LP: bool>(
     }
     fence_acq_rel_gpu(); // acquire: every block's candidates are visible to this one
     let (lane, warp) = (tid % 32, tid / 32);
-    // Warp-uniform: the warps before `first_warp` take no row.
-    let mut r = if warp >= first_warp { warp - first_warp } else { block_rows };
+    let mut r = warp;
     while r < block_rows {
         let b = first_row + r;
         if b >= p.b {
@@ -281,19 +250,168 @@ pub(super) unsafe fn reduce_if_last<const LP: bool>(
         }
         // SAFETY: b < B (and the offsets hold B / n + 1 entries with adjustments).
         let adj = unsafe { AdjRows::of(p, b) };
-        let masses = if LP { p.masses as *const RowMass } else { core::ptr::null() };
-        // SAFETY: b < B; the whole warp is here (warp-uniform loop); a log-probability launch's
-        // `masses` holds [B, n_vranges] entries, every block's visible (acquired).
-        let row = unsafe { reduce_row((p.candidates, masses), p.n_vranges, b, p.tokens, p.scores, lane, adj) };
-        if LP {
-            // SAFETY: as above.
-            unsafe { logprobs_row(p, b, row, lane, adj) };
-        }
-        r += warps - first_warp;
+        // SAFETY: b < B; the whole warp is here (warp-uniform loop); every block's candidates are
+        // visible (acquired).
+        unsafe { reduce_row(p.candidates, p.n_vranges, b, (p.tokens, p.scores), lane, adj) };
+        r += warps;
     }
     if tid == 0 {
         // SAFETY: btile < n_btiles. The next launch on the stream starts after this one completes.
         unsafe { *p.counters.add(btile as usize) = 0 };
+    }
+}
+
+/// `Σ_k hidden[k] · weight[k]` over `d` entries (`d % 8 == 0`) with the whole block: thread `t` of
+/// `threads` sums the 16-byte chunks `t, t + threads, …`, four in flight (one round to memory up to
+/// D = 8192 at 256 threads), then a butterfly per warp and the warps' sums in order (thread 0's
+/// result; `slots` holds one word per warp).
+///
+/// # Safety
+/// Every thread of the block calls it; both rows hold `d` elements of type `elem`, 16-byte aligned.
+#[inline(always)]
+unsafe fn block_dot(
+    (hidden, weight): (*const u16, *const u16),
+    d: usize,
+    (tid, threads): (u32, u32),
+    slots: u32,
+    elem: crate::params::ElementType,
+) -> f32 {
+    let stride = 8 * threads as usize;
+    let mut y = 0.0f32;
+    let mut k = 8 * tid as usize;
+    while k < d {
+        let mut c = [[0.0f32; 4]; 8];
+        unrolled!(I in [0, 1, 2, 3] {
+            let at = k + I * stride;
+            if at < d {
+                // SAFETY: at + 8 ≤ d (d % 8 == 0): 16 bytes inside both rows, 16-byte aligned.
+                unsafe {
+                    c[2 * I] = ld_global_nc_v4_f32(hidden.add(at) as *const f32);
+                    c[2 * I + 1] = ld_global_nc_v4_f32(weight.add(at) as *const f32);
+                }
+            }
+        });
+        unrolled!(I in [0, 1, 2, 3] {
+            if k + I * stride < d {
+                add_products(&mut y, c[2 * I], c[2 * I + 1], elem);
+            }
+        });
+        k += 4 * stride;
+    }
+    for m in [1u32, 2, 4, 8, 16] {
+        // SAFETY: every lane of every warp (the caller's contract).
+        y += f32::from_bits(unsafe { shfl_sync_bfly_b32(y.to_bits(), m) });
+    }
+    // SAFETY: one word per warp inside `slots`; block-uniform barrier.
+    unsafe {
+        if tid % 32 == 0 {
+            st_shared_u32(slots + 4 * (tid / 32), y.to_bits());
+        }
+        _syncthreads();
+    }
+    let mut sum = 0.0f32;
+    if tid == 0 {
+        for w in 0..threads / 32 {
+            // SAFETY: stored above, visible after the barrier.
+            sum += f32::from_bits(unsafe { ld_shared_u32(slots + 4 * w) });
+        }
+    }
+    sum
+}
+
+/// The block-per-row reduction, a kernel of its own launched after every log-probability (`_lp`)
+/// and truncation (`_tk`) fused kernel (and after a plain one launched with null `counters`): block
+/// `b` (of B) reduces sample row `b` with [`REDUCE_BLOCK_THREADS`] threads — thread `t` merges the
+/// row's candidates (and masses, when `masses` is not null) `t, t + threads, …` and its adjusted
+/// tokens, each warp merges its lanes, every thread merges the warps' results in order (so all hold
+/// the row's candidate and mass); with masses, the sampled token's logit `y`, one block-wide dot
+/// product; thread 0 writes the token, its score and [`write_logprobs`]. In the fused kernel's last block this took one warp per row, 12–15 µs each
+/// (docs/findings/18); here the rows run on B multiprocessors at once.
+///
+/// # Safety
+/// Launched with `grid = B`, `REDUCE_BLOCK_THREADS` threads and `REDUCE_BLOCK_SMEM` bytes of dynamic
+/// shared memory, after (on the same stream) the log-probability fused kernel with the same `p`.
+#[inline(always)]
+pub(super) unsafe fn reduce_row_block(p: FusedParams) {
+    // SAFETY: special-register reads.
+    let (tid, b) = unsafe { (_thread_idx_x(), _block_idx_x()) };
+    if b >= p.b {
+        return; // block-uniform
+    }
+    const W: u32 = REDUCE_BLOCK_THREADS / 32;
+    let (cand_slots, mass_slots, dot_slots) = {
+        let base = mov_u32_dynamic_smem();
+        (base, base + 8 * W, base + 24 * W)
+    };
+    let n = p.n_vranges;
+    let row = b as usize * n as usize;
+    let (candidates, masses) = (p.candidates as *const Candidate, p.masses as *const RowMass);
+    let lp = !masses.is_null(); // launch-uniform
+    let mut c = Candidate::EMPTY;
+    let mut mass = RowMass::EMPTY;
+    let mut i = tid;
+    while i < n {
+        // SAFETY: i < n: inside the row's candidates (and masses: [B, n_vranges] each), written by
+        // the fused kernel before this launch.
+        let cw = unsafe { ld_global_cg_v2_u32(candidates.add(row + i as usize) as *const u32) };
+        if lp {
+            // SAFETY: as above.
+            let mw = unsafe { ld_global_cg_v4_u32(masses.add(row + i as usize) as *const u32) };
+            mass = merge_mass(mass, mass_of_words(mw));
+        }
+        c = c.merge(Candidate { score: f32::from_bits(cw[0]), index: cw[1] });
+        i += REDUCE_BLOCK_THREADS;
+    }
+    // SAFETY: b < B (the offsets hold B / n + 1 entries with adjustments).
+    let adj = unsafe { AdjRows::of(&p, b) };
+    // The adjusted tokens compete with their adjusted scores and add their processed mass (their
+    // raw logits are in the fused pass's raw mass; the fused pass skipped them otherwise).
+    let mut i = adj.start + tid;
+    while i < adj.end {
+        let a = adj.get(i);
+        c = c.merge(Candidate { score: a.score, index: a.token });
+        if lp && a.scaled != f32::NEG_INFINITY {
+            mass.processed.update(a.scaled, exp);
+        }
+        i += REDUCE_BLOCK_THREADS;
+    }
+    // SAFETY: every lane of every warp; the slots are inside the launch's REDUCE_BLOCK_SMEM bytes.
+    unsafe {
+        let c = merge_butterfly(c, [1, 2, 4, 8, 16]);
+        let m = merge_mass_butterfly(mass, [1, 2, 4, 8, 16]);
+        if tid % 32 == 0 {
+            st_shared_v2_u32(cand_slots + 8 * (tid / 32), [c.score.to_bits(), c.index]);
+            st_shared_v4_u32(mass_slots + 16 * (tid / 32), super::merge::mass_words(m));
+        }
+        _syncthreads();
+    }
+    let (mut c, mut mass) = (Candidate::EMPTY, RowMass::EMPTY);
+    for w in 0..W {
+        // SAFETY: stored above, visible after the barrier.
+        let (cw, mw) = unsafe { (ld_shared_v2_u32(cand_slots + 8 * w), ld_shared_v4_u32(mass_slots + 16 * w)) };
+        c = c.merge(Candidate { score: f32::from_bits(cw[0]), index: cw[1] });
+        mass = merge_mass(mass, mass_of_words(mw));
+    }
+    let token = c.token();
+    let mut y = 0.0f32;
+    if lp && token != crate::INVALID_INDEX {
+        // Block-uniform: every thread merged the same entries in the same order.
+        let d = p.d as usize;
+        // The token's weight row: its global index minus the shard's first (`v_offset ≤ token`).
+        let rows = (p.hidden.wrapping_add(b as usize * d), p.weight.wrapping_add((token - p.v_offset) as usize * d));
+        // SAFETY: every thread (block-uniform branch); row b of the hidden states and row `token −
+        // v_offset < V` of the weight hold D elements, 16-byte aligned; one slot per warp.
+        y = unsafe { block_dot(rows, d, (tid, REDUCE_BLOCK_THREADS), dot_slots, p.elem) };
+    }
+    if tid == 0 {
+        // SAFETY: b < B: entry b of every output; a log-probability launch.
+        unsafe {
+            *p.tokens.add(b as usize) = token;
+            *p.scores.add(b as usize) = c.score;
+            if lp {
+                write_logprobs(&p, b, (c, mass), y, adj);
+            }
+        }
     }
 }
 
@@ -310,8 +428,18 @@ pub(super) unsafe fn reduce_candidates(p: ReduceParams) {
     if row < p.b {
         // SAFETY: row < B; the early exit is per warp, so the whole warp is here.
         unsafe {
-            let inputs = (p.candidates as *const Candidate, core::ptr::null());
-            reduce_row(inputs, p.n_candidates, row, p.tokens, p.scores, tid % 32, AdjRows::NONE)
+            let outputs = (p.tokens, p.scores);
+            reduce_row(p.candidates as *const Candidate, p.n_candidates, row, outputs, tid % 32, AdjRows::NONE)
         };
     }
+}
+
+/// The log-probability reduction: one block per sample row ([`reduce_row_block`]).
+///
+/// # Safety
+/// See [`reduce_row_block`].
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn reduce_rows(p: FusedParams) {
+    // SAFETY: forwarded launch contract.
+    unsafe { reduce_row_block(p) }
 }

@@ -103,7 +103,7 @@ unsafe fn body<
         if TOP && active {
             fragment::put_tops_columns::<16>(&p, &work, (warp_v, warp_b * 8 * NB as u32), lanes, &tops, 2 * NB);
         }
-        merge::finish::<LP>(area, &p, t.tid, (THREADS, 0), work);
+        merge::finish::<LP>(area, &p, t.tid, THREADS, work);
     }
 }
 

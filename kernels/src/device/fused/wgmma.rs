@@ -157,7 +157,7 @@ unsafe fn body<T: WgmmaShape, const S: u32, const SPLIT: u32, const LP: bool, co
         };
     }
     // SAFETY: every thread of the block reaches the block merge and the final reduction.
-    unsafe { merge::finish::<LP>(area, &p, t.tid, (32 * WS_WARPS, 0), work) };
+    unsafe { merge::finish::<LP>(area, &p, t.tid, 32 * WS_WARPS, work) };
 }
 
 macro_rules! entry {

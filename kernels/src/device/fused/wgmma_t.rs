@@ -54,10 +54,6 @@ const PRODUCER_REGS: u32 = 24;
 /// the producer's 144 given up, split over the two consumers.
 const CONSUMER_REGS: u32 = 240;
 const _: () = assert!(PRODUCER_REGS + 2 * CONSUMER_REGS <= 3 * 168);
-/// The first warp of the final reduction's rows, without and with log-probabilities: the
-/// log-probability rows' dot products would spill the producer's 24 registers (a tail every launch
-/// waits for), so they run on the consumers' 8 warps.
-const REDUCE_FROM_WARP: [u32; 2] = [0, 4];
 
 /// The consumer: its 64 hidden rows from slab row `256 + hidden`, the lane's batch rows `b` and quad
 /// `q`, one candidate per batch row.
@@ -126,7 +122,7 @@ unsafe fn body<const S: u32, const SPLIT: u32, const LP: bool, const TOP: bool>(
             unsafe { produce_tma::<S, true>(&p, pipe, t.lane, work.b_first) };
         }
         // SAFETY: every thread of the block reaches one `finish` (the consumers theirs).
-        unsafe { merge::finish::<LP>(area, &p, t.tid, (threads, REDUCE_FROM_WARP[LP as usize]), work) };
+        unsafe { merge::finish::<LP>(area, &p, t.tid, threads, work) };
     } else {
         // SAFETY: the whole consumer warpgroup, converged; the producer's release leaves the pool
         // enough for both consumers (PRODUCER_REGS + 2 · CONSUMER_REGS ≤ 3 · 168).
@@ -168,7 +164,7 @@ unsafe fn body<const S: u32, const SPLIT: u32, const LP: bool, const TOP: bool>(
             if TOP {
                 fragment::put_tops_rows(&p, &work, contributor, rows, t.quad, &tops);
             }
-            merge::finish::<LP>(area, &p, t.tid, (threads, REDUCE_FROM_WARP[LP as usize]), work);
+            merge::finish::<LP>(area, &p, t.tid, threads, work);
         }
     }
 }
