@@ -422,6 +422,9 @@ pub struct GpuBackend {
     /// Experiment (`FLASHSAMPLING_REDUCE_KERNEL=1`): the plain kernels leave their rows to the
     /// block-per-row `reduce_rows` kernel too, instead of reducing them in their last block.
     plain_reduce_kernel: bool,
+    /// `reduce_rows` is launched with programmatic stream serialization (off with
+    /// `FLASHSAMPLING_PDL=0`, to measure it).
+    dependent_launch: bool,
     stream: Arc<CudaStream>,
     /// Every fused-kernel variant, in [`FUSED_VARIANTS`] order; `None` where this GPU cannot run it
     /// (the Hopper module's variants outside compute capability 9.0).
@@ -499,6 +502,48 @@ fn load_module(
 /// The portable module ([`PTX`], or its sm_90 cubin on compute capability 9.0; [`load_module`]).
 pub(crate) fn load_portable_module(ctx: &Arc<CudaContext>) -> Result<Arc<CudaModule>> {
     load_module(ctx, PTX, CUBIN, compute_capability(ctx)?)
+}
+
+/// Launches `func` with the one parameter `p` on `stream` with programmatic stream serialization
+/// (`cuLaunchKernelEx`, `CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`): the grid may be
+/// scheduled as soon as every block of the kernel before it on the stream has executed
+/// `griddepcontrol.launch_dependents`, and must itself wait (`griddepcontrol.wait`) before it reads
+/// what that kernel wrote.
+///
+/// # Safety
+/// As for any launch: `p` is what `func` takes, `cfg` its launch shape, every buffer `p` names
+/// outlives the kernel on `stream`; and `func` executes `griddepcontrol.wait` before its first
+/// access to memory the previous kernel writes.
+unsafe fn launch_dependent<T: DeviceRepr>(
+    stream: &CudaStream,
+    func: &CudaFunction,
+    cfg: LaunchConfig,
+    p: &T,
+) -> Result<()> {
+    use cudarc::driver::sys;
+    let mut attr = sys::CUlaunchAttribute {
+        id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+        pad: [0; 4],
+        value: sys::CUlaunchAttributeValue { programmaticStreamSerializationAllowed: 1 },
+    };
+    let config = sys::CUlaunchConfig {
+        gridDimX: cfg.grid_dim.0,
+        gridDimY: cfg.grid_dim.1,
+        gridDimZ: cfg.grid_dim.2,
+        blockDimX: cfg.block_dim.0,
+        blockDimY: cfg.block_dim.1,
+        blockDimZ: cfg.block_dim.2,
+        sharedMemBytes: cfg.shared_mem_bytes,
+        hStream: stream.cu_stream(),
+        attrs: &mut attr,
+        numAttrs: 1,
+    };
+    stream.context().bind_to_thread()?;
+    let mut args = [p as *const T as *mut core::ffi::c_void];
+    // SAFETY: `config` and `attr` live across the call; `args` holds the address of the one
+    // parameter, which the driver copies before returning; the rest is the caller's contract.
+    unsafe { sys::cuLaunchKernelEx(&config, func.cu_function(), args.as_mut_ptr(), std::ptr::null_mut()) }.result()?;
+    Ok(())
 }
 
 impl GpuBackend {
@@ -586,6 +631,7 @@ impl GpuBackend {
             ctx,
             sm_count,
             plain_reduce_kernel: std::env::var("FLASHSAMPLING_REDUCE_KERNEL").is_ok_and(|v| v == "1"),
+            dependent_launch: std::env::var("FLASHSAMPLING_PDL").map_or(true, |v| v != "0"),
             blocks_per_sm_override: std::env::var("FLASHSAMPLING_BLOCKS_PER_SM")
                 .ok()
                 .and_then(|s| s.parse().ok())
@@ -1370,10 +1416,16 @@ impl GpuBackend {
                 block_dim: (REDUCE_BLOCK_THREADS, 1, 1),
                 shared_mem_bytes: REDUCE_BLOCK_SMEM,
             };
-            // SAFETY: the same parameters as the fused launch just before it on this stream, whose
-            // candidates and masses (rows·n_vranges each) it reads; one block per row (`rows` =
-            // B·n), with the entry's threads and shared memory.
-            unsafe { self.stream.launch_builder(&self.reduce_rows).arg(&p).launch(cfg) }?;
+            if self.dependent_launch {
+                // SAFETY: as below; the kernel waits (`griddepcontrol.wait`) for the fused kernel
+                // before it reads anything.
+                unsafe { launch_dependent(&self.stream, &self.reduce_rows, cfg, &p) }?;
+            } else {
+                // SAFETY: the same parameters as the fused launch just before it on this stream,
+                // whose candidates and masses (rows·n_vranges each) it reads; one block per row
+                // (`rows` = B·n), with the entry's threads and shared memory.
+                unsafe { self.stream.launch_builder(&self.reduce_rows).arg(&p).launch(cfg) }?;
+            }
         }
         Ok(())
     }

@@ -217,6 +217,25 @@ pub fn fence_acq_rel_gpu() {
     unsafe { asm!("fence.acq_rel.gpu;", options(nostack)) };
 }
 
+/// `griddepcontrol.launch_dependents;`: lets a grid launched after this one with programmatic
+/// stream serialization start once every block of this grid has executed it (or exited); without
+/// such a dependent it does nothing.
+#[inline(always)]
+pub fn griddepcontrol_launch_dependents() {
+    // SAFETY: a scheduling hint; no operands, no memory access.
+    unsafe { asm!("griddepcontrol.launch_dependents;", options(nostack)) };
+}
+
+/// `griddepcontrol.wait;`: waits until the grids this one depends on (programmatic stream
+/// serialization) have completed and their memory operations are visible; without such a
+/// prerequisite it returns at once.
+#[inline(always)]
+pub fn griddepcontrol_wait() {
+    // SAFETY: a wait on the prerequisite grids; no operands. Memory accesses stay after it (no
+    // `nomem`).
+    unsafe { asm!("griddepcontrol.wait;", options(nostack)) };
+}
+
 /// `atom.global.add.u32`: atomically adds `v` to `*ptr` and returns the old value.
 ///
 /// # Safety

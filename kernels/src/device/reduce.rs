@@ -15,9 +15,9 @@ use super::dot::add_products;
 use super::fragment::{exp, row_params};
 use super::merge::mass_of_words;
 use super::ptx::{
-    atom_global_add_u32, fence_acq_rel_gpu, ld_global_cg_v2_u32, ld_global_cg_v4_u32, ld_global_nc_v4_f32,
-    ld_shared_u32, ld_shared_v2_u32, ld_shared_v4_u32, lg2_approx_f32, mov_u32_dynamic_smem, shfl_sync_bfly_b32,
-    st_shared_u32, st_shared_v2_u32, st_shared_v4_u32,
+    atom_global_add_u32, fence_acq_rel_gpu, griddepcontrol_wait, ld_global_cg_v2_u32, ld_global_cg_v4_u32,
+    ld_global_nc_v4_f32, ld_shared_u32, ld_shared_v2_u32, ld_shared_v4_u32, lg2_approx_f32, mov_u32_dynamic_smem,
+    shfl_sync_bfly_b32, st_shared_u32, st_shared_v2_u32, st_shared_v4_u32,
 };
 use crate::candidate::Candidate;
 use crate::config::{REDUCE_BLOCK_THREADS, REDUCE_ROWS_PER_BLOCK};
@@ -338,6 +338,9 @@ pub(super) unsafe fn reduce_row_block(p: FusedParams) {
     if b >= p.b {
         return; // block-uniform
     }
+    // Launched with programmatic stream serialization, this block may be resident before the fused
+    // kernel has finished: wait for it (and its candidates and masses).
+    griddepcontrol_wait();
     const W: u32 = REDUCE_BLOCK_THREADS / 32;
     let (cand_slots, mass_slots, dot_slots) = {
         let base = mov_u32_dynamic_smem();

@@ -11,6 +11,7 @@
 
 use core::arch::nvptx::{_block_idx_x, _thread_idx_x};
 
+use super::ptx::griddepcontrol_launch_dependents;
 use crate::params::FusedParams;
 
 /// The tiles `[first, end)` of vocab range `r` of `n`: `tiles` tiles split as evenly as integers allow.
@@ -38,8 +39,14 @@ pub(super) struct BlockWork {
 
 impl BlockWork {
     /// This block's work for `block_b` batch rows and `tile_v` vocab rows per tile.
+    ///
+    /// It also lets the launch's dependent grid (the host launches `reduce_rows` with programmatic
+    /// stream serialization after the log-probability kernels) be scheduled now: its blocks then take
+    /// each multiprocessor as this grid's blocks leave it, and wait there (`griddepcontrol.wait`)
+    /// for this grid to complete, instead of starting after it completes.
     #[inline(always)]
     pub(super) fn of_this_block(p: &FusedParams, block_b: u32, tile_v: u32) -> Self {
+        griddepcontrol_launch_dependents();
         // SAFETY: special-register read.
         let blk = unsafe { _block_idx_x() };
         let n_btiles = p.b.div_ceil(block_b).max(1);
