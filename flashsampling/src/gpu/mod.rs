@@ -419,9 +419,6 @@ pub struct GpuBackend {
     /// Tuning override of the persistent grid's blocks per multiprocessor
     /// (`FLASHSAMPLING_BLOCKS_PER_SM`); samples do not depend on it.
     blocks_per_sm_override: Option<u32>,
-    /// Experiment (`FLASHSAMPLING_REDUCE_KERNEL=1`): the plain kernels leave their rows to the
-    /// block-per-row `reduce_rows` kernel too, instead of reducing them in their last block.
-    plain_reduce_kernel: bool,
     /// `reduce_rows` is launched with programmatic stream serialization (off with
     /// `FLASHSAMPLING_PDL=0`, to measure it).
     dependent_launch: bool,
@@ -630,7 +627,6 @@ impl GpuBackend {
             stream,
             ctx,
             sm_count,
-            plain_reduce_kernel: std::env::var("FLASHSAMPLING_REDUCE_KERNEL").is_ok_and(|v| v == "1"),
             dependent_launch: std::env::var("FLASHSAMPLING_PDL").map_or(true, |v| v != "0"),
             blocks_per_sm_override: std::env::var("FLASHSAMPLING_BLOCKS_PER_SM")
                 .ok()
@@ -1318,7 +1314,6 @@ impl GpuBackend {
             }
         }
         let lp = launch.epilogue.has_logprobs();
-        let reduce_kernel = lp || self.plain_reduce_kernel;
         let (tops, raw_lse) = match (&mut out.truncation, launch.epilogue) {
             (Some(t), Epilogue::Truncate) => {
                 let (tops, _t) = t.tops.device_ptr_mut(&self.stream);
@@ -1377,8 +1372,7 @@ impl GpuBackend {
             adj_offsets: adjusted.map_or(0, |a| a.0) as *const u32,
             adjusted: adjusted.map_or(0, |a| a.1) as *const AdjustedToken,
             candidates: cands as *mut Candidate,
-            // Null: the launch leaves its rows to `reduce_rows` (always with log-probabilities).
-            counters: if reduce_kernel { std::ptr::null_mut() } else { counters as *mut u32 },
+            counters: counters as *mut u32,
             tokens: tokens as *mut u32,
             scores: scores as *mut f32,
             tops: tops as *mut flashsampling_kernels::truncate::StoredTop,
@@ -1409,7 +1403,7 @@ impl GpuBackend {
         // the grid matches `FusedParams`; a TMA variant's tensor maps (256-byte aligned
         // allocation) describe exactly these buffers and shapes.
         unsafe { self.stream.launch_builder(&entry.func).arg(&p).launch(cfg) }?;
-        if reduce_kernel {
+        if lp {
             // The log-probability and truncation kernels leave their rows' reduction to this one.
             let cfg = LaunchConfig {
                 grid_dim: (rows as u32, 1, 1),

@@ -223,9 +223,6 @@ pub(super) unsafe fn reduce_if_last(
     first_row: u32,
     block_rows: u32,
 ) {
-    if p.counters.is_null() {
-        return; // launch-uniform: the host reduces the rows with `reduce_rows` after this launch
-    }
     let flag = mov_u32_dynamic_smem();
     fence_acq_rel_gpu(); // this thread's candidate stores are visible device-wide before the count
     // SAFETY: block-uniform barriers; `counters` holds n_btiles entries; `flag` is in shared memory.
@@ -320,12 +317,11 @@ unsafe fn block_dot(
 }
 
 /// The block-per-row reduction, a kernel of its own launched after every log-probability (`_lp`)
-/// and truncation (`_tk`) fused kernel (and after a plain one launched with null `counters`): block
-/// `b` (of B) reduces sample row `b` with [`REDUCE_BLOCK_THREADS`] threads — thread `t` merges the
-/// row's candidates (and masses, when `masses` is not null) `t, t + threads, …` and its adjusted
-/// tokens, each warp merges its lanes, every thread merges the warps' results in order (so all hold
-/// the row's candidate and mass); with masses, the sampled token's logit `y`, one block-wide dot
-/// product; thread 0 writes the token, its score and [`write_logprobs`]. In the fused kernel's last block this took one warp per row, 12–15 µs each
+/// and truncation (`_tk`) fused kernel: block `b` (of B) reduces sample row `b` with
+/// [`REDUCE_BLOCK_THREADS`] threads — thread `t` merges the row's candidates and masses `t, t +
+/// threads, …` and its adjusted tokens, each warp merges its lanes, every thread merges the warps'
+/// results in order (so all hold the row's candidate and mass); then the sampled token's logit `y`,
+/// one block-wide dot product; thread 0 writes the token, its score and [`write_logprobs`]. In the fused kernel's last block this took one warp per row, 12–15 µs each
 /// (docs/findings/18); here the rows run on B multiprocessors at once.
 ///
 /// # Safety
@@ -349,20 +345,20 @@ pub(super) unsafe fn reduce_row_block(p: FusedParams) {
     let n = p.n_vranges;
     let row = b as usize * n as usize;
     let (candidates, masses) = (p.candidates as *const Candidate, p.masses as *const RowMass);
-    let lp = !masses.is_null(); // launch-uniform
     let mut c = Candidate::EMPTY;
     let mut mass = RowMass::EMPTY;
     let mut i = tid;
     while i < n {
-        // SAFETY: i < n: inside the row's candidates (and masses: [B, n_vranges] each), written by
-        // the fused kernel before this launch.
-        let cw = unsafe { ld_global_cg_v2_u32(candidates.add(row + i as usize) as *const u32) };
-        if lp {
-            // SAFETY: as above.
-            let mw = unsafe { ld_global_cg_v4_u32(masses.add(row + i as usize) as *const u32) };
-            mass = merge_mass(mass, mass_of_words(mw));
-        }
+        // SAFETY: i < n: inside the row's candidates and masses ([B, n_vranges] each), written by
+        // the fused kernel before this launch (waited for above).
+        let (cw, mw) = unsafe {
+            (
+                ld_global_cg_v2_u32(candidates.add(row + i as usize) as *const u32),
+                ld_global_cg_v4_u32(masses.add(row + i as usize) as *const u32),
+            )
+        };
         c = c.merge(Candidate { score: f32::from_bits(cw[0]), index: cw[1] });
+        mass = merge_mass(mass, mass_of_words(mw));
         i += REDUCE_BLOCK_THREADS;
     }
     // SAFETY: b < B (the offsets hold B / n + 1 entries with adjustments).
@@ -373,7 +369,7 @@ pub(super) unsafe fn reduce_row_block(p: FusedParams) {
     while i < adj.end {
         let a = adj.get(i);
         c = c.merge(Candidate { score: a.score, index: a.token });
-        if lp && a.scaled != f32::NEG_INFINITY {
+        if a.scaled != f32::NEG_INFINITY {
             mass.processed.update(a.scaled, exp);
         }
         i += REDUCE_BLOCK_THREADS;
@@ -397,7 +393,7 @@ pub(super) unsafe fn reduce_row_block(p: FusedParams) {
     }
     let token = c.token();
     let mut y = 0.0f32;
-    if lp && token != crate::INVALID_INDEX {
+    if token != crate::INVALID_INDEX {
         // Block-uniform: every thread merged the same entries in the same order.
         let d = p.d as usize;
         // The token's weight row: its global index minus the shard's first (`v_offset ≤ token`).
@@ -411,9 +407,7 @@ pub(super) unsafe fn reduce_row_block(p: FusedParams) {
         unsafe {
             *p.tokens.add(b as usize) = token;
             *p.scores.add(b as usize) = c.score;
-            if lp {
-                write_logprobs(&p, b, (c, mass), y, adj);
-            }
+            write_logprobs(&p, b, (c, mass), y, adj);
         }
     }
 }
