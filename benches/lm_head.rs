@@ -60,6 +60,7 @@ use std::path::PathBuf;
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use flashsampling::baselines::{Baselines, gemm_bf16_f32};
+use flashsampling::kernels::config::Epilogue;
 use flashsampling::synthetic::SplitMix64;
 use flashsampling::timing::{EventTimer, Stats};
 use flashsampling::{DeviceMatrix, GpuBackend, SamplingParams};
@@ -336,7 +337,7 @@ fn variant_sweep(gpu: &mut GpuBackend, timer: &EventTimer, a: &Args, bandwidth: 
             let wm = DeviceMatrix { data: w_dev.as_view(), rows: v, cols: d };
             let sample = SamplingParams::new(1.0, 7);
             gpu.set_fused_variant(None)?;
-            let default = gpu.fused_variant_for(b, v);
+            let default = gpu.fused_variant_for(b, v, Epilogue::Sample);
             let mut cells = Vec::new();
             let mut tokens: Option<Vec<u32>> = None;
             for &entry in &entries {

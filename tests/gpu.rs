@@ -10,7 +10,7 @@ mod common;
 
 use common::*;
 use flashsampling::kernels::INVALID_INDEX;
-use flashsampling::kernels::config::{Family, FusedVariant};
+use flashsampling::kernels::config::{Epilogue, Family, FusedVariant};
 use flashsampling::kernels::noise::{gumbel4_at, is_extreme};
 use flashsampling::kernels::philox::philox4x32_10;
 use flashsampling::{CpuBackend, DeviceMatrix, Error, Matrix, SamplingParams};
@@ -146,7 +146,7 @@ fn fused_kernel_matches_the_cpu_backend() {
                     continue;
                 }
                 let m = compare_with_cpu(&gpu, b, d, v, 1.0);
-                let kernel = gpu.fused_variant_for(b, v);
+                let kernel = gpu.fused_variant_for(b, v, Epilogue::Sample);
                 visible(&format!("fused vs CPU: B={b:>3} D={d:>4} V={v:>6} {kernel}: {m} mismatching rows of {b}"));
                 rows += b;
                 mismatches += m;
@@ -430,7 +430,7 @@ fn large_batches_match_the_cpu() {
             let m = compare_with_cpu(&gpu, b, d, v, t);
             visible(&format!(
                 "large batch: B={b} D={d} V={v} T={t} {}: {m} mismatching rows",
-                gpu.fused_variant_for(b, v)
+                gpu.fused_variant_for(b, v, Epilogue::Sample)
             ));
         }
     }

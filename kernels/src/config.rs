@@ -609,12 +609,16 @@ impl FusedVariant {
     }
 }
 
-/// The variant the host launches for batch size `b` and vocab size `v` on `sm_count`
+/// The variant the host launches for batch size `b`, vocab size `v` and `epilogue` on `sm_count`
 /// multiprocessors, with `sm90a` telling whether the Hopper module is loaded (compute capability
 /// 9.0), chosen from the `cargo bench -- --variants` sweeps on the H200 (BENCHMARKS.md,
 /// `benchmarks/2026-11-29-h200-sweep-tma-kernels`):
 /// - sm_90a: weight-as-A `wgmma`, N = 16 up to 16 rows and 32 up to 32; up to 64 rows N = 64, or the
-///   hidden-as-A kernel when its largest vocab range is no longer
+///   hidden-as-A kernel when its epilogue keeps log-masses (log-probabilities, truncation: each
+///   weight-as-A lane then updates 16 columns' masses per tile from 64 KiB of shared memory, with 6
+///   pipeline stages instead of 8; the hidden-as-A lane 2 rows from 8 KiB: Qwen3-8B, temps +
+///   log-probs at B = 64, 0.4257 → 0.3590 ms, `benchmarks/2026-12-01-h200-reduce-rows-and-tensor-core-fallback`)
+///   or when its largest vocab range is no longer
 ///   ([`FusedVariant::largest_range_rows`]: both run one 384-thread block per multiprocessor and
 ///   stream their weights at about the same rate, hidden-as-A with a quarter instead of half a weight
 ///   byte of hidden rows per weight byte through L2; Llama-3-70B: 1024 rows each, hidden-as-A 1–2%
@@ -625,7 +629,7 @@ impl FusedVariant {
 ///
 /// Every choice supports `v` ([`FusedVariant::supports_vocab`]).
 #[inline]
-pub const fn variant_for_batch(b: u32, v: u32, sm90a: bool, sm_count: u32) -> FusedVariant {
+pub const fn variant_for_batch(b: u32, v: u32, epilogue: Epilogue, sm90a: bool, sm_count: u32) -> FusedVariant {
     let hidden_as_a = v % TMA_T_VOCAB_ALIGN == 0;
     if sm90a {
         match b {
@@ -633,7 +637,9 @@ pub const fn variant_for_batch(b: u32, v: u32, sm90a: bool, sm_count: u32) -> Fu
             17..=32 => TMA_N32,
             33..=64
                 if hidden_as_a
-                    && TMAT_N64.largest_range_rows(sm_count, b, v) <= TMA_N64.largest_range_rows(sm_count, b, v) =>
+                    && (epilogue.has_logprobs()
+                        || TMAT_N64.largest_range_rows(sm_count, b, v)
+                            <= TMA_N64.largest_range_rows(sm_count, b, v)) =>
             {
                 TMAT_N64
             }
@@ -838,7 +844,7 @@ mod tests {
         for b in 1..=512 {
             for v in [1000, 128_256, 151_936, 151_937] {
                 for sm90a in [false, true] {
-                    chosen.push(variant_for_batch(b, v, sm90a, 132));
+                    chosen.push(variant_for_batch(b, v, Epilogue::Sample, sm90a, 132));
                 }
             }
         }
@@ -903,18 +909,30 @@ mod tests {
     fn the_batch_size_choice_respects_the_modules() {
         for b in [1, 2, 8, 9, 16, 17, 32, 33, 64, 65, 128, 256, 1000] {
             for v in [1000, 1008, 151_937, 151_936, 128_256] {
-                assert_eq!(variant_for_batch(b, v, false, 132).module(), Module::Portable, "B = {b} without sm_90a");
-                let f = variant_for_batch(b, v, true, 132);
-                assert!(f.uses_tma(), "B = {b} with sm_90a: {}", f.entry);
-                assert!(f.supports_vocab(v), "B = {b}, V = {v}: {}", f.entry);
+                for e in Epilogue::ALL {
+                    assert_eq!(
+                        variant_for_batch(b, v, e, false, 132).module(),
+                        Module::Portable,
+                        "B = {b} without sm_90a"
+                    );
+                    let f = variant_for_batch(b, v, e, true, 132);
+                    assert!(f.uses_tma(), "B = {b} with sm_90a: {}", f.entry);
+                    assert!(f.supports_vocab(v), "B = {b}, V = {v}: {}", f.entry);
+                }
             }
             // Qwen3-8B's and Llama-3-70B's vocabularies get the hidden-as-A kernels beyond 64 rows;
             // from 33 rows on an H200 (132 multiprocessors) Llama-3-70B's already: both kernels'
             // largest range is 1024 rows there, where Qwen3-8B's would be 1280 against 1152.
-            let qwen = variant_for_batch(b, 151_936, true, 132);
+            let qwen = variant_for_batch(b, 151_936, Epilogue::Sample, true, 132);
             assert_eq!(qwen.family == Family::WgmmaHiddenA, b > 64, "B = {b}: {}", qwen.entry);
-            let llama = variant_for_batch(b, 128_256, true, 132);
+            let llama = variant_for_batch(b, 128_256, Epilogue::Sample, true, 132);
             assert_eq!(llama.family == Family::WgmmaHiddenA, b > 32, "B = {b}: {}", llama.entry);
+            // With log-masses (log-probabilities, truncation) both from 33 rows on; V % 16 ≠ 0 never.
+            for e in [Epilogue::LogProbs, Epilogue::Truncate] {
+                let qwen = variant_for_batch(b, 151_936, e, true, 132);
+                assert_eq!(qwen.family == Family::WgmmaHiddenA, b > 32, "B = {b}, {e:?}: {}", qwen.entry);
+                assert_ne!(variant_for_batch(b, 151_937, e, true, 132).family, Family::WgmmaHiddenA);
+            }
         }
         assert_eq!(
             (TMA_N64.largest_range_rows(132, 64, 151_936), TMAT_N64.largest_range_rows(132, 64, 151_936)),

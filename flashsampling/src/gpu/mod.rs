@@ -679,9 +679,11 @@ impl GpuBackend {
         Ok(())
     }
 
-    /// The fused-kernel variant a call with `b` rows and vocab size `v` launches.
-    pub fn fused_variant_for(&self, b: usize, v: usize) -> FusedVariant {
-        self.variant_override.unwrap_or(variant_for_batch(b as u32, v as u32, self.sm90a, self.sm_count))
+    /// The fused-kernel variant a call with `b` rows, vocab size `v` and `epilogue` launches
+    /// (`Epilogue::Sample` without log-probabilities and truncation; `LogProbs` with
+    /// log-probabilities; `Truncate` with top-k / top-p / min-p).
+    pub fn fused_variant_for(&self, b: usize, v: usize, epilogue: Epilogue) -> FusedVariant {
+        self.variant_override.unwrap_or(variant_for_batch(b as u32, v as u32, epilogue, self.sm90a, self.sm_count))
     }
 
     /// Whether the Hopper (sm_90a) module is loaded: compute capability 9.0 and
@@ -715,8 +717,8 @@ impl GpuBackend {
     /// whole head would get (so a vocab shard sums its logits like the one-GPU call and its samples
     /// are bit-identical), unless it cannot run `v` rows (hidden-as-A kernels need `v % 16 == 0`).
     fn launch_shape_in(&self, b: usize, v: usize, vocab: usize, epilogue: Epilogue) -> LaunchShape {
-        let whole = self.fused_variant_for(b, vocab);
-        let variant = if whole.supports_vocab(v as u32) { whole } else { self.fused_variant_for(b, v) };
+        let whole = self.fused_variant_for(b, vocab, epilogue);
+        let variant = if whole.supports_vocab(v as u32) { whole } else { self.fused_variant_for(b, v, epilogue) };
         let loaded = self.loaded(variant).expect("only loaded variants are chosen");
         let n_btiles = (b as u32).div_ceil(variant.block_b()).max(1);
         let per_sm = self.blocks_per_sm_override.unwrap_or(loaded.entry(epilogue).per_sm);
