@@ -614,11 +614,14 @@ impl FusedVariant {
 /// 9.0), chosen from the `cargo bench -- --variants` sweeps on the H200 (BENCHMARKS.md,
 /// `benchmarks/2026-11-29-h200-sweep-tma-kernels`):
 /// - sm_90a: weight-as-A `wgmma`, N = 16 up to 16 rows and 32 up to 32; up to 64 rows N = 64, or the
-///   hidden-as-A kernel when its epilogue keeps log-masses (log-probabilities, truncation: each
-///   weight-as-A lane then updates 16 columns' masses per tile from 64 KiB of shared memory, with 6
-///   pipeline stages instead of 8; the hidden-as-A lane 2 rows from 8 KiB: Qwen3-8B, temps +
-///   log-probs at B = 64, 0.4257 → 0.3590 ms, `benchmarks/2026-12-01-h200-reduce-rows-and-tensor-core-fallback`)
-///   or when its largest vocab range is no longer
+///   hidden-as-A kernel with log-probabilities (each weight-as-A lane then updates 16 columns' masses
+///   per tile from 64 KiB of shared memory, with 6 pipeline stages instead of 8; the hidden-as-A lane
+///   2 rows from 8 KiB: temps + log-probs at B = 33–64 0.354–0.363 ms against 0.379–0.430 on Qwen3-8B,
+///   0.542–0.550 against 0.596–0.636 on Llama-3-70B), never with truncation (there the hidden-as-A
+///   kernel's wider top lists cost more: 0.66–0.71 ms against 0.53–0.65 on Qwen3-8B, 0.78–0.82
+///   against 0.71–0.82 on Llama-3-70B; both same-call, forced, in
+///   `benchmarks/2026-12-01-h200-reduce-rows-and-tensor-core-fallback/call4-*`), and for the plain
+///   call when its largest vocab range is no longer
 ///   ([`FusedVariant::largest_range_rows`]: both run one 384-thread block per multiprocessor and
 ///   stream their weights at about the same rate, hidden-as-A with a quarter instead of half a weight
 ///   byte of hidden rows per weight byte through L2; Llama-3-70B: 1024 rows each, hidden-as-A 1–2%
@@ -635,9 +638,10 @@ pub const fn variant_for_batch(b: u32, v: u32, epilogue: Epilogue, sm90a: bool, 
         match b {
             0..=16 => TMA_N16,
             17..=32 => TMA_N32,
+            33..=64 if matches!(epilogue, Epilogue::Truncate) => TMA_N64,
             33..=64
                 if hidden_as_a
-                    && (epilogue.has_logprobs()
+                    && (matches!(epilogue, Epilogue::LogProbs)
                         || TMAT_N64.largest_range_rows(sm_count, b, v)
                             <= TMA_N64.largest_range_rows(sm_count, b, v)) =>
             {
@@ -927,10 +931,12 @@ mod tests {
             assert_eq!(qwen.family == Family::WgmmaHiddenA, b > 64, "B = {b}: {}", qwen.entry);
             let llama = variant_for_batch(b, 128_256, Epilogue::Sample, true, 132);
             assert_eq!(llama.family == Family::WgmmaHiddenA, b > 32, "B = {b}: {}", llama.entry);
-            // With log-masses (log-probabilities, truncation) both from 33 rows on; V % 16 ≠ 0 never.
-            for e in [Epilogue::LogProbs, Epilogue::Truncate] {
-                let qwen = variant_for_batch(b, 151_936, e, true, 132);
-                assert_eq!(qwen.family == Family::WgmmaHiddenA, b > 32, "B = {b}, {e:?}: {}", qwen.entry);
+            // With log-probabilities both from 33 rows on, with truncation both from 65; V % 16 ≠ 0 never.
+            for (e, from) in [(Epilogue::LogProbs, 32), (Epilogue::Truncate, 64)] {
+                for v in [151_936, 128_256] {
+                    let f = variant_for_batch(b, v, e, true, 132);
+                    assert_eq!(f.family == Family::WgmmaHiddenA, b > from, "B = {b}, V = {v}, {e:?}: {}", f.entry);
+                }
                 assert_ne!(variant_for_batch(b, 151_937, e, true, 132).family, Family::WgmmaHiddenA);
             }
         }
