@@ -34,7 +34,8 @@ use super::ptx::{
     wgmma_mma_async_sync_aligned_m64n256k16_f32_bf16_bf16, wgmma_mma_async_sync_aligned_m64n256k16_f32_f16_f16,
     wgmma_wait_group_sync_aligned,
 };
-use crate::config::{CHUNK_D, M_TILES_PER_WARP, ROWS_PER_LANE, STAGE_K, STAGE_ROW_BYTES};
+use super::schedule::{BlockWork, Thread};
+use crate::config::{CHUNK_D, M_TILES_PER_WARP, ROWS_PER_LANE, STAGE_K, STAGE_ROW_BYTES, WARP_TILE_V};
 use crate::params::{ElementType, FusedParams};
 
 /// One `mma.sync` warp's accumulators: `[M tile][N tile][fragment]`.
@@ -94,6 +95,27 @@ pub(super) struct MmaSyncMainloop<const THREADS: u32, const BLOCK_B: u32, const 
 }
 
 impl<const THREADS: u32, const BLOCK_B: u32, const S: u32, const H: usize> MmaSyncMainloop<THREADS, BLOCK_B, S, H> {
+    /// The mainloop of thread `t` in a block whose work is `work`, warps of `8·NB` batch rows, `WB`
+    /// of them per vocab slice (warp `t.warp` takes batch rows `8·NB·(warp % WB) ..` and vocab rows
+    /// `32·(warp / WB) ..`), over `ring`.
+    #[inline(always)]
+    pub(super) fn for_thread<const NB: usize, const WB: u32>(
+        p: &FusedParams,
+        ring: BlockRing,
+        work: &BlockWork,
+        t: Thread,
+    ) -> Self {
+        let (warp_b, warp_v) = (t.warp % WB, t.warp / WB);
+        MmaSyncMainloop {
+            ring,
+            issuer: BlockIssuer::new(p, ring, (work.first, work.end), t.tid, work.b_first),
+            slot: 0,
+            w_row0: warp_v * WARP_TILE_V + ROWS_PER_LANE as u32 * t.group,
+            h_row0: warp_b * 8 * NB as u32 + t.group,
+            quad: t.quad,
+        }
+    }
+
     /// Fills the first `S − 1` stages.
     ///
     /// # Safety

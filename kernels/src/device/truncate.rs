@@ -40,7 +40,6 @@ use super::fragment;
 use super::fragment::exp;
 use super::mainloop::MmaSyncMainloop;
 use super::pipeline::BlockRing;
-use super::producer::BlockIssuer;
 use super::ptx::{
     atom_global_add_u32, atom_shared_add_u32, ld_shared_u32, ld_shared_u64, ld_shared_v2_u32, ld_shared_v4_u32,
     mov_u32_dynamic_smem, red_shared_add_u64, shfl_sync_bfly_b32, st_shared_u32, st_shared_u64, st_shared_v2_u32,
@@ -53,8 +52,8 @@ use crate::candidate::Candidate;
 #[cfg(doc)]
 use crate::config::FALLBACK_SAMPLE_SMEM;
 use crate::config::{
-    BLOCK_V, FALLBACK_LOGITS_VARIANT, FALLBACK_SAMPLE_THREADS, Family, FusedVariant, ROWS_PER_LANE, TRUNCATE_CAPACITY,
-    TRUNCATE_SMEM, TRUNCATE_THREADS, WARP_TILE_V,
+    BLOCK_V, FALLBACK_LOGITS_VARIANT, FALLBACK_SAMPLE_THREADS, Family, FusedVariant, TRUNCATE_CAPACITY, TRUNCATE_SMEM,
+    TRUNCATE_THREADS,
 };
 use crate::logits::softcap;
 use crate::params::{FallbackLogitsParams, FallbackParams, TruncateParams};
@@ -659,19 +658,11 @@ unsafe fn logits_body<
     if work.b_first >= count {
         return; // block-uniform, before any barrier: no listed row in this batch tile
     }
-    let (warp_b, warp_v) = (t.warp % WB, t.warp / WB);
-    let b0 = work.b_first + warp_b * 8 * NB as u32; // this warp's first gathered row
+    let b0 = work.b_first + (t.warp % WB) * 8 * NB as u32; // this warp's first gathered row
     let active = b0 < count; // warp-uniform
     let ring = BlockRing::new(0, BLOCK_B);
-    let w_row0 = warp_v * WARP_TILE_V + ROWS_PER_LANE as u32 * t.group;
-    let mut mainloop = MmaSyncMainloop::<THREADS, BLOCK_B, S, H> {
-        ring,
-        issuer: BlockIssuer::new(f, ring, (work.first, work.end), t.tid, work.b_first),
-        slot: 0,
-        w_row0,
-        h_row0: warp_b * 8 * NB as u32 + t.group,
-        quad: t.quad,
-    };
+    let mut mainloop = MmaSyncMainloop::<THREADS, BLOCK_B, S, H>::for_thread::<NB, WB>(f, ring, &work, t);
+    let w_row0 = mainloop.w_row0;
     // SAFETY: every thread of the block, before the first tile.
     unsafe { mainloop.prologue(f) };
     let mut tile = work.first;

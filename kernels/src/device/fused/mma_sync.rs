@@ -26,14 +26,12 @@
 
 use crate::candidate::Candidate;
 use crate::config::{
-    BLOCK_V, Epilogue, Family, FusedVariant, MMA_SYNC_N16, MMA_SYNC_N32, MMA_SYNC_N64, MMA_SYNC_N128, ROWS_PER_LANE,
-    WARP_TILE_V, str_eq,
+    BLOCK_V, Epilogue, Family, FusedVariant, MMA_SYNC_N16, MMA_SYNC_N32, MMA_SYNC_N64, MMA_SYNC_N128, str_eq,
 };
 use crate::device::fragment;
 use crate::device::mainloop::MmaSyncMainloop;
 use crate::device::merge::{self, MergeArea};
 use crate::device::pipeline::BlockRing;
-use crate::device::producer::BlockIssuer;
 use crate::device::schedule::{BlockWork, Thread};
 use crate::params::{FusedParams, RowMass};
 use crate::truncate::{LANE_TOP, TopList};
@@ -70,15 +68,8 @@ unsafe fn body<
     let b0 = work.b_first + warp_b * 8 * NB as u32; // this warp's first batch row
     let active = b0 < p.b; // warp-uniform: this warp has batch rows to score
     let ring = BlockRing::new(v.prefix_bytes(e), BLOCK_B);
-    let w_row0 = warp_v * WARP_TILE_V + ROWS_PER_LANE as u32 * t.group;
-    let mut mainloop = MmaSyncMainloop::<THREADS, BLOCK_B, S, H> {
-        ring,
-        issuer: BlockIssuer::new(&p, ring, (work.first, work.end), t.tid, work.b_first),
-        slot: 0,
-        w_row0,
-        h_row0: warp_b * 8 * NB as u32 + t.group,
-        quad: t.quad,
-    };
+    let mut mainloop = MmaSyncMainloop::<THREADS, BLOCK_B, S, H>::for_thread::<NB, WB>(&p, ring, &work, t);
+    let w_row0 = mainloop.w_row0;
     // SAFETY: every thread of the block, before the first tile.
     unsafe { mainloop.prologue(&p) };
     let mut cands = [Candidate::EMPTY; 16];
