@@ -155,12 +155,13 @@ pub struct DeviceMatrix<'a, T = bf16> {
 /// tokens with `INVALID_INDEX` and the scores with NaN again, best effort: when the failure is a
 /// device fault the context is unusable and every later read fails anyway.
 ///
-/// **Arrival counters.** The fused kernel's last-block reduction counts arrivals per batch tile in
-/// `counters` (`u32`, at least `n_btiles` of them). They cannot be left non-zero in a way a later call
-/// observes:
+/// **Arrival counters.** The plain fused kernels' last-block reduction counts arrivals per batch tile
+/// in `counters` (`u32`, at least `n_btiles` of them; the log-probability and truncation kernels leave
+/// them alone: `reduce_rows` reduces their rows after them). They cannot be left non-zero in a way a
+/// later call observes:
 /// 1. `alloc_samples` zeroes them (stream-ordered before any launch that uses them), and a buffer
 ///    too small for a launch is replaced by a fresh, zeroed one before that launch.
-/// 2. In a launch, every block of the grid (`n_btiles × n_vranges`, the same `n_vranges` as in
+/// 2. In a plain launch, every block of the grid (`n_btiles × n_vranges`, the same `n_vranges` as in
 ///    `FusedParams`) reaches the reduction exactly once: no kernel returns early. Batch tile `t`
 ///    therefore gets exactly `n_vranges` increments; the block that sees the count reach
 ///    `n_vranges` is the last one, and it stores 0 after its reduction. A launch that completes
