@@ -18,7 +18,8 @@
 //! group per stage) → [`MmaSyncMainloop`] (one block barrier per stage; the pipeline runs on across
 //! tiles, so the next tile's first `S − 1` stages are in flight during a tile's epilogue) →
 //! [`fragment::mma_sync_tile`] (fragment → logits → lane epilogue) → [`fragment::put_columns`] +
-//! [`merge::finish`] (block merge, then the last block of the batch tile reduces to tokens).
+//! [`merge::finish`] (block merge, then in the plain kernels the last block of the batch tile
+//! reduces to tokens; the `_lp` / `_tk` kernels leave their rows to `reduce_rows`).
 //!
 //! [`BlockWork`]: crate::device::schedule::BlockWork
 //! [`BlockIssuer`]: crate::device::producer::BlockIssuer

@@ -26,7 +26,8 @@
 //!   `4·(8w + g) ..` (one Philox group) of each tile for its `N / 4` batch columns
 //!   ([`fragment::weight_a_tile`]).
 //! - **End**: block merge (contributors: the 8 consumer warps when taking turns, the 4 warps `w` when
-//!   splitting) and the last block's reduction.
+//!   splitting) and, in the plain kernels, the last block's reduction (the `_lp` / `_tk` kernels
+//!   leave their rows to `reduce_rows`).
 //!
 //! All variants of one `N` compute each logit with the same `wgmma` instructions in the same order,
 //! so they draw bit-identical samples.

@@ -29,7 +29,8 @@
 //!   [`CONSUMER_REGS`] (`setmaxnreg`); each role ends in its own copy of [`merge::finish`], so ptxas
 //!   allocates each under its own budget.
 //! - **End**: block merge (contributors: the two consumers when taking turns, one when splitting)
-//!   and the last block's reduction.
+//!   and, in the plain kernels, the last block's reduction (the `_lp` / `_tk` kernels leave their
+//!   rows to `reduce_rows`).
 //!
 //! The hidden rows past B are zeros (TMA fill) and never scored; vocab rows past V are zeros and
 //! skipped by the lane epilogue.
