@@ -621,7 +621,9 @@ impl FusedVariant {
 ///   kernel's wider top lists cost more: 0.66–0.71 ms against 0.53–0.65 on Qwen3-8B, 0.78–0.82
 ///   against 0.71–0.82 on Llama-3-70B; both same-call, forced, in
 ///   `benchmarks/2026-12-01-h200-reduce-rows-and-tensor-core-fallback/call4-*`), and for the plain
-///   call when its largest vocab range is no longer
+///   call when its largest vocab range is no longer. With log-probabilities the same range test picks
+///   it from 17 rows (Llama-3-70B: 1024 rows both, temps + log-probs 0.542–0.551 ms against
+///   0.549–0.559 with `tma_n32`; Qwen3-8B: 1280 against 1152, 0.353–0.356 against 0.329–0.340; `call6-*`)
 ///   ([`FusedVariant::largest_range_rows`]: both run one 384-thread block per multiprocessor and
 ///   stream their weights at about the same rate, hidden-as-A with a quarter instead of half a weight
 ///   byte of hidden rows per weight byte through L2; Llama-3-70B: 1024 rows each, hidden-as-A 1–2%
@@ -637,6 +639,13 @@ pub const fn variant_for_batch(b: u32, v: u32, epilogue: Epilogue, sm90a: bool, 
     if sm90a {
         match b {
             0..=16 => TMA_N16,
+            17..=32
+                if hidden_as_a
+                    && matches!(epilogue, Epilogue::LogProbs)
+                    && TMAT_N64.largest_range_rows(sm_count, b, v) <= TMA_N32.largest_range_rows(sm_count, b, v) =>
+            {
+                TMAT_N64
+            }
             17..=32 => TMA_N32,
             33..=64 if matches!(epilogue, Epilogue::Truncate) => TMA_N64,
             33..=64
@@ -931,12 +940,16 @@ mod tests {
             assert_eq!(qwen.family == Family::WgmmaHiddenA, b > 64, "B = {b}: {}", qwen.entry);
             let llama = variant_for_batch(b, 128_256, Epilogue::Sample, true, 132);
             assert_eq!(llama.family == Family::WgmmaHiddenA, b > 32, "B = {b}: {}", llama.entry);
-            // With log-probabilities both from 33 rows on, with truncation both from 65; V % 16 ≠ 0 never.
-            for (e, from) in [(Epilogue::LogProbs, 32), (Epilogue::Truncate, 64)] {
-                for v in [151_936, 128_256] {
-                    let f = variant_for_batch(b, v, e, true, 132);
-                    assert_eq!(f.family == Family::WgmmaHiddenA, b > from, "B = {b}, V = {v}, {e:?}: {}", f.entry);
-                }
+            // With log-probabilities Qwen3-8B's from 33 rows on and Llama-3-70B's from 17 (its ranges are no
+            // longer there), with truncation both from 65; V % 16 ≠ 0 never.
+            for (e, v, from) in [
+                (Epilogue::LogProbs, 151_936, 32),
+                (Epilogue::LogProbs, 128_256, 16),
+                (Epilogue::Truncate, 151_936, 64),
+                (Epilogue::Truncate, 128_256, 64),
+            ] {
+                let f = variant_for_batch(b, v, e, true, 132);
+                assert_eq!(f.family == Family::WgmmaHiddenA, b > from, "B = {b}, V = {v}, {e:?}: {}", f.entry);
                 assert_ne!(variant_for_batch(b, 151_937, e, true, 132).family, Family::WgmmaHiddenA);
             }
         }
