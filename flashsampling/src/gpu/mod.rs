@@ -112,6 +112,18 @@ struct LoadedEntry {
     per_sm: u32,
 }
 
+impl LoadedEntry {
+    /// Entry `name` of `module`, launched with `threads` threads and `smem` bytes of dynamic shared
+    /// memory, with its attribute raised to that (the staging rings need more than the default 48
+    /// KiB) and its resident blocks per multiprocessor at that shape.
+    fn load(module: &Arc<CudaModule>, name: &str, threads: u32, smem: u32) -> Result<Self> {
+        let func = module.load_function(name)?;
+        func.set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)?;
+        let per_sm = func.occupancy_max_active_blocks_per_multiprocessor(threads, smem as usize, None)?.max(1);
+        Ok(LoadedEntry { func, per_sm })
+    }
+}
+
 /// One loaded fused-kernel variant: its plain and its log-probability kernel.
 struct LoadedVariant {
     variant: &'static FusedVariant,
@@ -518,7 +530,6 @@ unsafe fn launch_dependent<T: DeviceRepr>(
     cfg: LaunchConfig,
     p: &T,
 ) -> Result<()> {
-    use cudarc::driver::sys;
     let mut attr = sys::CUlaunchAttribute {
         id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
         pad: [0; 4],
@@ -572,21 +583,8 @@ impl GpuBackend {
                     (Module::Hopper, None) => return Ok(None),
                     (Module::Test, _) => unreachable!("no fused kernel is in the test module"),
                 };
-                let load = |e: Epilogue| -> Result<LoadedEntry> {
-                    let func = module.load_function(variant.entry_for(e))?;
-                    // The staging rings need more than the default 48 KiB of dynamic shared memory.
-                    func.set_attribute(
-                        cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                        variant.smem_bytes(e) as i32,
-                    )?;
-                    let per_sm = func
-                        .occupancy_max_active_blocks_per_multiprocessor(
-                            variant.threads(),
-                            variant.smem_bytes(e) as usize,
-                            None,
-                        )?
-                        .max(1);
-                    Ok(LoadedEntry { func, per_sm })
+                let load = |e: Epilogue| {
+                    LoadedEntry::load(module, variant.entry_for(e), variant.threads(), variant.smem_bytes(e))
                 };
                 Ok(Some(LoadedVariant {
                     variant,
@@ -601,18 +599,9 @@ impl GpuBackend {
         let reduce_rows = module.load_function(REDUCE_BLOCK_ENTRY)?;
         let truncate = module.load_function(TRUNCATE_ENTRY)?;
         let fallback_gather = module.load_function(FALLBACK_GATHER_ENTRY)?;
-        let fallback_logits = {
-            let func = module.load_function(FALLBACK_LOGITS_ENTRY)?;
-            let smem = FALLBACK_LOGITS_VARIANT.smem_bytes(Epilogue::Sample);
-            func.set_attribute(
-                cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                smem as i32,
-            )?;
-            let per_sm = func
-                .occupancy_max_active_blocks_per_multiprocessor(FALLBACK_LOGITS_VARIANT.threads(), smem as usize, None)?
-                .max(1);
-            LoadedEntry { func, per_sm }
-        };
+        let lv = FALLBACK_LOGITS_VARIANT;
+        let fallback_logits =
+            LoadedEntry::load(&module, FALLBACK_LOGITS_ENTRY, lv.threads(), lv.smem_bytes(Epilogue::Sample))?;
         let fallback_sample = module.load_function(FALLBACK_SAMPLE_ENTRY)?;
         let mut gpu = Self {
             truncate,
