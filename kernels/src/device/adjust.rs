@@ -46,7 +46,7 @@ pub unsafe extern "ptx-kernel" fn adjust_tokens(p: AdjustParams) {
         let (h, w) = (r as usize * d, (t - p.v_offset) as usize * d);
         // SAFETY: all 32 lanes (`mine` is warp-uniform); hidden row r and weight row t − v_offset hold
         // D elements, 16-byte aligned (the host checks the bases; D % 8 == 0).
-        y = unsafe { warp_dot::<4>(p.hidden.add(h), p.weight.add(w), d, lane, p.elem) };
+        y = unsafe { warp_dot(p.hidden.add(h), p.weight.add(w), d, lane, p.elem) };
     }
     if lane != 0 {
         return;

@@ -1,8 +1,10 @@
-//! One f32 dot product of a hidden row and a weight row (bf16 or f16, [`ElementType`]) over a warp:
-//! the few logits that are recomputed outside the fused pass (adjusted tokens, the sampled token's
-//! log-probability, a truncated row's new token).
+//! One f32 dot product of a hidden row and a weight row (bf16 or f16, [`ElementType`]) over a warp
+//! ([`warp_dot`]) or a block ([`block_dot`]): the few logits that are recomputed outside the fused
+//! pass (adjusted tokens, the sampled token's log-probability, a truncated row's new token).
 
-use super::ptx::{cvt_f32_f16, ld_global_nc_v4_f32, shfl_sync_bfly_b32};
+use core::arch::nvptx::_syncthreads;
+
+use super::ptx::{cvt_f32_f16, ld_global_nc_v4_f32, ld_shared_u32, shfl_sync_bfly_b32, st_shared_u32};
 use crate::params::ElementType;
 
 /// The two elements of a 32-bit word (low half first) in f32, exactly: bf16 by a shift, f16 by
@@ -18,7 +20,7 @@ fn widen(word: u32, elem: ElementType) -> [f32; 2] {
 
 /// `y += Σ` of the products of the four words' elements (in the order [`warp_dot`] documents).
 #[inline(always)]
-pub(super) fn add_products(y: &mut f32, hv: [f32; 4], wv: [f32; 4], elem: ElementType) {
+fn add_products(y: &mut f32, hv: [f32; 4], wv: [f32; 4], elem: ElementType) {
     for j in 0..4 {
         let (h, w) = (widen(hv[j].to_bits(), elem), widen(wv[j].to_bits(), elem));
         *y += h[0] * w[0];
@@ -58,40 +60,22 @@ fn add4(y: &mut f32, c: [[f32; 4]; 8], elem: ElementType) {
 }
 
 /// `Σ_k hidden[k] · weight[k]` over `d` entries (`d % 8 == 0`), f32: lane `l` sums entries
-/// `8l + 256i ..`, then a butterfly; every lane returns the same sum, whatever `CHUNKS`.
+/// `8l + 256i ..`, then a butterfly; every lane returns the same sum.
 ///
-/// `CHUNKS` (4 or 8) 16-byte chunks of each row are in flight at a time: the loop is
-/// latency-bound, and a sampled token's dot product sits on a launch's critical path. 8 (the
-/// fused kernels' log-probability rows; D = 4096 in two rounds to memory) needs 64 registers for the
-/// loads, more than the 512-thread truncation kernels' budget leaves (they use 4).
+/// Four 16-byte chunks of each row are in flight at a time ([`load4`]; the sum's order is that of one
+/// at a time): the loop is latency-bound, and a recomputed logit sits on a launch's critical path.
 ///
 /// # Safety
 /// All 32 lanes of the warp call it together with the same arguments; both rows hold `d` elements of
 /// type `elem` and are 16-byte aligned.
 #[inline(always)]
-pub(super) unsafe fn warp_dot<const CHUNKS: usize>(
-    hidden: *const u16,
-    weight: *const u16,
-    d: usize,
-    lane: u32,
-    elem: ElementType,
-) -> f32 {
-    const { assert!(CHUNKS == 4 || CHUNKS == 8) };
+pub(super) unsafe fn warp_dot(hidden: *const u16, weight: *const u16, d: usize, lane: u32, elem: ElementType) -> f32 {
     let mut y = 0.0f32;
     let mut k = 8 * lane as usize;
-    while k + (CHUNKS - 1) * 256 < d {
-        // SAFETY: k + (CHUNKS − 1)·256 + 8 ≤ d (d % 8 == 0): every chunk is inside both rows,
-        // 16-byte aligned.
-        let first = unsafe { load4(hidden, weight, k) };
-        if CHUNKS == 8 {
-            // SAFETY: as above (CHUNKS = 8).
-            let second = unsafe { load4(hidden, weight, k + 4 * 256) };
-            add4(&mut y, first, elem);
-            add4(&mut y, second, elem);
-        } else {
-            add4(&mut y, first, elem);
-        }
-        k += CHUNKS * 256;
+    while k + 3 * 256 < d {
+        // SAFETY: k + 3·256 + 8 ≤ d (d % 8 == 0): every chunk is inside both rows, 16-byte aligned.
+        add4(&mut y, unsafe { load4(hidden, weight, k) }, elem);
+        k += 4 * 256;
     }
     while k < d {
         // SAFETY: k + 8 ≤ d (d % 8 == 0): 16 bytes inside both rows, 16-byte aligned.
@@ -106,4 +90,62 @@ pub(super) unsafe fn warp_dot<const CHUNKS: usize>(
         y += f32::from_bits(unsafe { shfl_sync_bfly_b32(y.to_bits(), m) });
     }
     y
+}
+
+/// `Σ_k hidden[k] · weight[k]` over `d` entries (`d % 8 == 0`) with the whole block: thread `t` of
+/// `threads` sums the 16-byte chunks `t, t + threads, …`, four in flight (one round to memory up to
+/// D = 8192 at 256 threads), then a butterfly per warp and the warps' sums in order (thread 0's
+/// result; `slots` holds one word per warp).
+///
+/// # Safety
+/// Every thread of the block calls it; both rows hold `d` elements of type `elem`, 16-byte aligned.
+#[inline(always)]
+pub(super) unsafe fn block_dot(
+    (hidden, weight): (*const u16, *const u16),
+    d: usize,
+    (tid, threads): (u32, u32),
+    slots: u32,
+    elem: ElementType,
+) -> f32 {
+    let stride = 8 * threads as usize;
+    let mut y = 0.0f32;
+    let mut k = 8 * tid as usize;
+    while k < d {
+        let mut c = [[0.0f32; 4]; 8];
+        unrolled!(I in [0, 1, 2, 3] {
+            let at = k + I * stride;
+            if at < d {
+                // SAFETY: at + 8 ≤ d (d % 8 == 0): 16 bytes inside both rows, 16-byte aligned.
+                unsafe {
+                    c[2 * I] = ld_global_nc_v4_f32(hidden.add(at) as *const f32);
+                    c[2 * I + 1] = ld_global_nc_v4_f32(weight.add(at) as *const f32);
+                }
+            }
+        });
+        unrolled!(I in [0, 1, 2, 3] {
+            if k + I * stride < d {
+                add_products(&mut y, c[2 * I], c[2 * I + 1], elem);
+            }
+        });
+        k += 4 * stride;
+    }
+    for m in [1u32, 2, 4, 8, 16] {
+        // SAFETY: every lane of every warp (the caller's contract).
+        y += f32::from_bits(unsafe { shfl_sync_bfly_b32(y.to_bits(), m) });
+    }
+    // SAFETY: one word per warp inside `slots`; block-uniform barrier.
+    unsafe {
+        if tid % 32 == 0 {
+            st_shared_u32(slots + 4 * (tid / 32), y.to_bits());
+        }
+        _syncthreads();
+    }
+    let mut sum = 0.0f32;
+    if tid == 0 {
+        for w in 0..threads / 32 {
+            // SAFETY: stored above, visible after the barrier.
+            sum += f32::from_bits(unsafe { ld_shared_u32(slots + 4 * w) });
+        }
+    }
+    sum
 }

@@ -11,13 +11,13 @@
 
 use core::arch::nvptx::{_block_idx_x, _syncthreads, _thread_idx_x};
 
-use super::dot::add_products;
+use super::dot::block_dot;
 use super::fragment::{exp, row_params};
 use super::merge::mass_of_words;
 use super::ptx::{
     atom_global_add_u32, fence_acq_rel_gpu, griddepcontrol_wait, ld_global_cg_v2_u32, ld_global_cg_v4_u32,
-    ld_global_nc_v4_f32, ld_shared_u32, ld_shared_v2_u32, ld_shared_v4_u32, lg2_approx_f32, mov_u32_dynamic_smem,
-    shfl_sync_bfly_b32, st_shared_u32, st_shared_v2_u32, st_shared_v4_u32,
+    ld_shared_v2_u32, ld_shared_v4_u32, lg2_approx_f32, mov_u32_dynamic_smem, shfl_sync_bfly_b32, st_shared_v2_u32,
+    st_shared_v4_u32,
 };
 use crate::candidate::Candidate;
 use crate::config::{REDUCE_BLOCK_THREADS, REDUCE_ROWS_PER_BLOCK};
@@ -256,64 +256,6 @@ pub(super) unsafe fn reduce_if_last(
         // SAFETY: btile < n_btiles. The next launch on the stream starts after this one completes.
         unsafe { *p.counters.add(btile as usize) = 0 };
     }
-}
-
-/// `Σ_k hidden[k] · weight[k]` over `d` entries (`d % 8 == 0`) with the whole block: thread `t` of
-/// `threads` sums the 16-byte chunks `t, t + threads, …`, four in flight (one round to memory up to
-/// D = 8192 at 256 threads), then a butterfly per warp and the warps' sums in order (thread 0's
-/// result; `slots` holds one word per warp).
-///
-/// # Safety
-/// Every thread of the block calls it; both rows hold `d` elements of type `elem`, 16-byte aligned.
-#[inline(always)]
-unsafe fn block_dot(
-    (hidden, weight): (*const u16, *const u16),
-    d: usize,
-    (tid, threads): (u32, u32),
-    slots: u32,
-    elem: crate::params::ElementType,
-) -> f32 {
-    let stride = 8 * threads as usize;
-    let mut y = 0.0f32;
-    let mut k = 8 * tid as usize;
-    while k < d {
-        let mut c = [[0.0f32; 4]; 8];
-        unrolled!(I in [0, 1, 2, 3] {
-            let at = k + I * stride;
-            if at < d {
-                // SAFETY: at + 8 ≤ d (d % 8 == 0): 16 bytes inside both rows, 16-byte aligned.
-                unsafe {
-                    c[2 * I] = ld_global_nc_v4_f32(hidden.add(at) as *const f32);
-                    c[2 * I + 1] = ld_global_nc_v4_f32(weight.add(at) as *const f32);
-                }
-            }
-        });
-        unrolled!(I in [0, 1, 2, 3] {
-            if k + I * stride < d {
-                add_products(&mut y, c[2 * I], c[2 * I + 1], elem);
-            }
-        });
-        k += 4 * stride;
-    }
-    for m in [1u32, 2, 4, 8, 16] {
-        // SAFETY: every lane of every warp (the caller's contract).
-        y += f32::from_bits(unsafe { shfl_sync_bfly_b32(y.to_bits(), m) });
-    }
-    // SAFETY: one word per warp inside `slots`; block-uniform barrier.
-    unsafe {
-        if tid % 32 == 0 {
-            st_shared_u32(slots + 4 * (tid / 32), y.to_bits());
-        }
-        _syncthreads();
-    }
-    let mut sum = 0.0f32;
-    if tid == 0 {
-        for w in 0..threads / 32 {
-            // SAFETY: stored above, visible after the barrier.
-            sum += f32::from_bits(unsafe { ld_shared_u32(slots + 4 * w) });
-        }
-    }
-    sum
 }
 
 /// The block-per-row reduction, a kernel of its own launched after every log-probability (`_lp`)

@@ -565,7 +565,7 @@ pub unsafe extern "ptx-kernel" fn truncate_rows(p: TruncateParams) {
                 // SAFETY: all 32 lanes of warp 0 (`c` is block-uniform); row b of the hidden states
                 // and row `c.index < V` of the weight hold D elements, 16-byte aligned.
                 let y = unsafe {
-                    warp_dot::<4>(p.hidden.add(b as usize * d), p.weight.add(c.index as usize * d), d, lane, p.elem)
+                    warp_dot(p.hidden.add(b as usize * d), p.weight.add(c.index as usize * d), d, lane, p.elem)
                 };
                 if lane == 0 {
                     // SAFETY: b < B.
@@ -1021,8 +1021,7 @@ pub unsafe extern "ptx-kernel" fn fallback_sample(p: FallbackParams) {
         let d = p.d as usize;
         // SAFETY: warp 0, all 32 lanes (`c` is block-uniform); row b of the hidden states and row
         // c.index < V of the weight hold D elements, 16-byte aligned.
-        let y =
-            unsafe { warp_dot::<4>(p.hidden.add(b as usize * d), p.weight.add(c.index as usize * d), d, tid, p.elem) };
+        let y = unsafe { warp_dot(p.hidden.add(b as usize * d), p.weight.add(c.index as usize * d), d, tid, p.elem) };
         if tid == 0 {
             // SAFETY: b < B.
             unsafe { *p.raw_logprobs.add(b as usize) = y - *p.raw_logsumexp.add(b as usize) };
