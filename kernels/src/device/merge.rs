@@ -71,7 +71,7 @@ impl SharedMasses {
     /// The launch reserved the masses' area after `merge_bytes` (`FusedVariant::lane_state_bytes`)
     /// when [`SharedMasses::get`] or [`SharedMasses::set`] is called; `consumer_tid < CONSUMER_THREADS`.
     #[inline(always)]
-    pub(super) unsafe fn new(merge_bytes: u32, consumer_tid: u32) -> Self {
+    unsafe fn new(merge_bytes: u32, consumer_tid: u32) -> Self {
         SharedMasses { at: mov_u32_dynamic_smem() + merge_bytes + 16 * consumer_tid }
     }
 
@@ -100,16 +100,22 @@ impl SharedMasses {
         unsafe { st_shared_v4_u32(self.slot(i), mass_words(m)) };
     }
 
-    /// Empties masses `0 .. n`.
+    /// Consumer thread `consumer_tid`'s `n` masses after a merge area of `merge_bytes` bytes, emptied
+    /// in the log-probability kernels (`LP`; the others never touch them).
     ///
     /// # Safety
-    /// As [`SharedMasses::get`] for every `i < n`.
+    /// As [`SharedMasses::new`], and with `LP` as [`SharedMasses::get`] for every `i < n`.
     #[inline(always)]
-    pub(super) unsafe fn clear(self, n: u32) {
-        for i in 0..n {
-            // SAFETY: forwarded contract.
-            unsafe { self.set(i, RowMass::EMPTY) };
+    pub(super) unsafe fn for_lane<const LP: bool>(merge_bytes: u32, consumer_tid: u32, n: u32) -> Self {
+        // SAFETY: forwarded contract.
+        let masses = unsafe { Self::new(merge_bytes, consumer_tid) };
+        if LP {
+            for i in 0..n {
+                // SAFETY: forwarded contract (i < n).
+                unsafe { masses.set(i, RowMass::EMPTY) };
+            }
         }
+        masses
     }
 }
 

@@ -123,12 +123,8 @@ unsafe fn body<T: WgmmaShape, const S: u32, const SPLIT: u32, const LP: bool, co
         let c = wg - 1;
         let slot_b = if SPLIT == 2 { c } else { 0 };
         // SAFETY: the log-probability kernels' launches reserve the masses
-        // (`FusedVariant::smem_bytes`); a consumer's tid − 128 < 256.
-        let masses = unsafe { SharedMasses::new(v.merge_bytes(e), t.tid - 128) };
-        if LP {
-            // SAFETY: the lane's N / 4 masses.
-            unsafe { masses.clear(n / 4) };
-        }
+        // (`FusedVariant::smem_bytes`), N / 4 per lane; a consumer's tid − 128 < 256.
+        let masses = unsafe { SharedMasses::for_lane::<LP>(v.merge_bytes(e), t.tid - 128, n / 4) };
         let mut consumer = WeightA::<T, LP, TOP> {
             p: &p,
             ring: pipe.ring,

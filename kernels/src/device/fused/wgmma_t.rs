@@ -134,12 +134,8 @@ unsafe fn body<const S: u32, const SPLIT: u32, const LP: bool, const TOP: bool>(
         let rows = [slot_b * M + 16 * (t.warp % 4) + t.group, slot_b * M + 16 * (t.warp % 4) + t.group + 8];
         let mut cands = [Candidate::EMPTY; 2];
         // SAFETY: the log-probability kernels' launches reserve the masses
-        // (`FusedVariant::smem_bytes`); a consumer's tid − 128 < 256.
-        let masses = unsafe { SharedMasses::new(v.merge_bytes(e), t.tid - 128) };
-        if LP {
-            // SAFETY: the lane's two masses.
-            unsafe { masses.clear(2) };
-        }
+        // (`FusedVariant::smem_bytes`), two per lane; a consumer's tid − 128 < 256.
+        let masses = unsafe { SharedMasses::for_lane::<LP>(v.merge_bytes(e), t.tid - 128, 2) };
         let mut tops = [TopList::<LANE_TOP_WIDE>::EMPTY; 2]; // read and written only with TOP
         let mut consumer = HiddenA::<LP, TOP> {
             p: &p,
