@@ -610,20 +610,3 @@ fn arrival_counters_are_zero_after_many_launches() {
         assert_eq!(on_device, host, "B={b} V={v}");
     }
 }
-
-#[test]
-fn controls_the_kernels_do_not_take_yet_are_typed_errors() {
-    let Some(gpu) = gpu_or_skip("controls_the_kernels_do_not_take_yet_are_typed_errors") else { return };
-    // Top log-probabilities run on the CPU backend for now; the GPU backend says so before any
-    // launch. (Sparse adjustments and truncation run on both: tests/gpu_controls.rs,
-    // tests/gpu_truncation.rs.)
-    let (b, d, v) = (2usize, 64usize, 100usize);
-    let (hidden, weight) = ones(b, d, v);
-    let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
-    let p = SamplingParams::new(1.0, 1);
-    for params in [p.clone().with_top_logprobs(3, false), p.clone().with_top_k(vec![5, 5]).with_top_logprobs(1, true)] {
-        let err = gpu.sample(h, w, &params).unwrap_err();
-        assert!(matches!(err, Error::Unsupported { path: "on the GPU backend", .. }), "{err:?}");
-    }
-    assert!(gpu.sample(h, w, &p).is_ok());
-}

@@ -279,7 +279,7 @@ fn bad_controls_are_typed_errors_on_the_gpu_backend() {
         (p.clone().with_softcap(0.0), |e| matches!(e, Error::InvalidSoftcap(_))),
         (p.clone().with_softcap(f32::INFINITY), |e| matches!(e, Error::InvalidSoftcap(_))),
         (p.clone().with_allowed(TokenMask::all(b, v + 40)), |e| matches!(e, Error::LengthMismatch { .. })),
-        (p.clone().with_top_logprobs(2, false), |e| matches!(e, Error::Unsupported { path: "on the GPU backend", .. })),
+        (p.clone().with_top_logprobs(65, false), |e| matches!(e, Error::TooLarge { .. })),
         (p.clone().with_top_p(vec![0.5, f32::NAN]), |e| matches!(e, Error::InvalidTruncation { row: 1, .. })),
     ];
     for (params, ok) in cases {

@@ -11,6 +11,10 @@
 //! - **Chi-squared** of truncated rows (peaked and flat, ties) against an f64 reference.
 //! - **The fallback**: flat rows whose nucleus is too large for the certificate are flagged, and
 //!   stay exact (equal to the CPU, chi-squared).
+//! - **Top log-probabilities** (processed and raw, with and without truncation, the mask, soft-cap
+//!   and adjustments, every variant): the CPU's lists on exact logits, token for token, ties
+//!   included (the truncation step's prefix and the fallback's selection); an f64 reference on a
+//!   random head; asking for them changes no token or score.
 //! - **Typed errors** for NaN and out-of-range top-p / min-p.
 //!
 //! Each test prints a visible SKIP line without a GPU (and fails with `FLASHSAMPLING_REQUIRE_GPU=1`).
@@ -268,4 +272,185 @@ fn bad_truncation_values_are_typed_errors_on_the_gpu() {
     let e = gpu.sample(h, w, &SamplingParams::new(1.0, 0).with_top_k(vec![3])).unwrap_err();
     assert!(matches!(e, Error::LengthMismatch { .. }), "{e}");
     visible("GPU truncation: bad values are typed errors");
+}
+
+/// Asserts the GPU's top log-probabilities are the CPU's: the same tokens in the same order, the
+/// log-probabilities within 1e-4 (far-tail ones of tiny temperatures, beyond f32's resolution at
+/// their size, within 2e-7 relative).
+fn assert_same_top(what: &str, g: &flashsampling::Samples, c: &flashsampling::Samples) {
+    let (gt, ct) =
+        (g.top_logprobs.as_ref().expect("the GPU returns top log-probabilities"), c.top_logprobs.as_ref().unwrap());
+    assert_eq!(gt.len(), ct.len(), "{what}: rows");
+    for (r, (a, b)) in gt.iter().zip(ct).enumerate() {
+        let tokens = |l: &[(u32, f32)]| l.iter().map(|e| e.0).collect::<Vec<_>>();
+        assert_eq!(tokens(a), tokens(b), "{what}: row {r}'s top tokens");
+        for (&(t, x), &(_, y)) in a.iter().zip(b) {
+            let tol = 1e-4f64.max(2e-7 * (y as f64).abs());
+            assert!(((x - y) as f64).abs() <= tol, "{what}: row {r} token {t}: GPU {x} CPU {y}");
+        }
+    }
+}
+
+#[test]
+fn top_logprobs_match_the_cpu_on_exact_logits() {
+    let Some(mut gpu) = gpu_or_skip("top_logprobs_match_the_cpu_on_exact_logits") else { return };
+    let cpu = CpuBackend::new();
+    let (mut rows, mut bad) = (0usize, 0usize);
+    for &(b, d, v) in &[(5usize, 64usize, 1000usize), (37, 64, 3001), (70, 128, 5008)] {
+        // bf16 weights: many exact ties among the logits.
+        let (hidden, weight) = exact_head(b, d, v, 1.5, 0x13_7000 ^ (b * 31 + v) as u64);
+        let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
+        let (k, p, m) = row_truncations(b, v as u32);
+        let base = SamplingParams::new(0.9, 17)
+            .with_streams((0..b as u64).map(|r| 5 * r + 1).collect())
+            .with_temperatures(mixed_temperatures(b));
+        let trunc = base.clone().with_top_k(k).with_top_p(p).with_min_p(m);
+        let controls = |p: SamplingParams| {
+            p.with_allowed(random_mask(b, v, 0.5, 31))
+                .with_softcap(1.5)
+                .with_adjustments(random_adjustments(b, v, 20, 32))
+        };
+        let cases = [
+            ("processed top 20", base.clone().with_top_logprobs(20, false)),
+            ("raw top 20", base.clone().with_top_logprobs(20, true)),
+            (
+                "truncation, n = 3, log-probs, processed top 5",
+                trunc
+                    .clone()
+                    .with_samples_per_row(3)
+                    .with_logprobs(LogProbs::ProcessedAndRaw)
+                    .with_top_logprobs(5, false),
+            ),
+            ("truncation, raw top 64", trunc.clone().with_top_logprobs(64, true)),
+            ("truncation + controls, processed top 20", controls(trunc.clone()).with_top_logprobs(20, false)),
+            ("controls, raw top 20 (in the fallback)", controls(base.clone()).with_top_logprobs(20, true)),
+            (
+                "truncation + controls, n = 2, raw top 7",
+                controls(trunc).with_samples_per_row(2).with_top_logprobs(7, true),
+            ),
+        ];
+        for (name, params) in &cases {
+            let c = cpu.sample_scored(h, w, params).unwrap();
+            on_every_variant(&mut gpu, (h, w), params, |entry, g| {
+                let what = format!("{name}, B={b} D={d} V={v}, {entry}");
+                assert_same_top(&what, &g, &c);
+                rows += g.tokens.len();
+                bad += mismatches(&what, &g, &c);
+            });
+        }
+        visible(&format!("GPU top log-probabilities == CPU: B={b:>3} D={d} V={v:>5}, {} cases", cases.len()));
+    }
+    visible(&format!("GPU top log-probabilities: {rows} sample rows, {bad} tokens differ from the CPU"));
+    assert!(bad * 1000 <= rows, "{bad} of {rows} rows differ from the CPU");
+}
+
+#[test]
+fn top_logprobs_change_no_sample() {
+    let Some(gpu) = gpu_or_skip("top_logprobs_change_no_sample") else { return };
+    for &(b, d, v) in &[(8usize, 64usize, 4096usize), (48, 128, 20_000)] {
+        let (hidden, weight) = exact_head(b, d, v, 1.0, 0x13_7100 ^ v as u64);
+        let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
+        let base = SamplingParams::new(1.0, 3).with_temperatures(mixed_temperatures(b));
+        let (k, p, m) = row_truncations(b, v as u32);
+        for (what, params) in [
+            ("plain", base.clone()),
+            ("log-probs", base.clone().with_logprobs(LogProbs::Processed)),
+            ("truncation, n = 4", base.clone().with_top_k(k).with_top_p(p).with_min_p(m).with_samples_per_row(4)),
+            ("mask", base.clone().with_allowed(random_mask(b, v, 0.3, 9))),
+        ] {
+            let want = gpu.sample_scored(h, w, &params).unwrap();
+            for (n, raw) in [(1, false), (20, false), (64, true)] {
+                let got = gpu.sample_scored(h, w, &params.clone().with_top_logprobs(n, raw)).unwrap();
+                assert_eq!(
+                    (&got.tokens, bits(&got.scores)),
+                    (&want.tokens, bits(&want.scores)),
+                    "{what}, top {n} (raw: {raw}), B={b} V={v}"
+                );
+                assert!(got.top_logprobs.as_ref().is_some_and(|t| t.len() == b), "{what}: one list per request");
+                if let (Some(a), Some(c)) = (&got.logprobs, &want.logprobs) {
+                    assert!(a.iter().zip(c).all(|(x, y)| (x - y).abs() <= 1e-5 || (x.is_nan() && y.is_nan())));
+                }
+            }
+        }
+        visible(&format!("GPU top log-probabilities change no sample: B={b} V={v}"));
+    }
+}
+
+#[test]
+fn top_logprobs_match_an_f64_reference_on_the_gpu() {
+    let Some(gpu) = gpu_or_skip("top_logprobs_match_an_f64_reference_on_the_gpu") else { return };
+    let (b, d, v) = (3usize, 64usize, 500usize);
+    let mut rng = TestRng::new(0x13_0003);
+    let hidden = rng.normal_bf16(b * d, 1.0);
+    let weight = rng.normal_bf16(v * d, 0.4);
+    let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
+    let temps = vec![0.7f32, 1.0, 1.3];
+    for raw in [false, true] {
+        let params = SamplingParams::new(1.0, 9)
+            .with_temperatures(temps.clone())
+            .with_top_k(vec![0, 50, 0])
+            .with_top_p(vec![0.9, 1.0, 1.0])
+            .with_top_logprobs(20, raw);
+        let got = gpu.sample_scored(h, w, &params).unwrap();
+        let top = got.top_logprobs.as_ref().unwrap();
+        for r in 0..b {
+            let y = logits_f64(&hidden, &weight, d, r);
+            let (k, p) = ([0usize, 50, 0][r], [0.9, 1.0, 1.0][r]);
+            let probs = if raw { truncated(&y, 1.0, 0, 1.0, 0.0) } else { truncated(&y, temps[r] as f64, k, p, 0.0) };
+            let mut order: Vec<usize> = (0..v).filter(|&i| probs[i] > 0.0).collect();
+            order.sort_by(|&a, &c| probs[c].partial_cmp(&probs[a]).unwrap().then(a.cmp(&c)));
+            order.truncate(20);
+            assert_eq!(top[r].len(), order.len(), "raw {raw}, row {r}");
+            for (j, (&(tok, lp), &want)) in top[r].iter().zip(&order).enumerate() {
+                // Two tokens within f32 rounding of each other may swap; none does in these rows.
+                assert_eq!(tok as usize, want, "raw {raw}, row {r}, entry {j}");
+                let l = probs[want].ln();
+                assert!((lp as f64 - l).abs() < 1e-4, "raw {raw}, row {r} token {tok}: {lp} vs {l}");
+            }
+        }
+    }
+    visible("GPU top log-probabilities == f64 reference (processed with top-k / top-p, and raw)");
+}
+
+#[test]
+fn top_logprobs_of_tied_and_short_rows_take_the_fallback_exactly() {
+    let Some(gpu) = gpu_or_skip("top_logprobs_of_tied_and_short_rows_take_the_fallback_exactly") else { return };
+    let cpu = CpuBackend::new();
+    // Five logit values over 4000 tokens: 800 tie at the top, so no lane's list bound lies below
+    // the top value and the truncation step's prefix is empty; the fallback selects the lowest
+    // indices among the tied.
+    let v = 4000usize;
+    let b = 6;
+    let (hidden, weight) = crafted_lm_head(v, b, 8, |i| ((i * 7919) % 5) as f32 * 0.5);
+    let (h, w) = (Matrix::new(&hidden, b, 8), Matrix::new(&weight, v, 8));
+    // A mask that leaves row 2 with 7 tokens (fewer than asked) and row 4 with 40.
+    let mut mask = random_mask(b, v, 0.6, 77);
+    for (r, keep) in [(2usize, 7usize), (4, 40)] {
+        let row = &mut mask.words[r * mask.words_per_row..(r + 1) * mask.words_per_row];
+        row.fill(0);
+        for t in 0..keep {
+            let t = (t * 97 + 13) % v;
+            row[t / 32] |= 1 << (t % 32);
+        }
+    }
+    let base = SamplingParams::new(1.0, 5).with_temperatures(vec![1.0, 0.5, 1.0, 0.0, 2.0, 1.0]);
+    for (what, params) in [
+        ("processed top 20", base.clone().with_top_logprobs(20, false)),
+        ("raw top 64", base.clone().with_top_logprobs(64, true)),
+        ("top-k 100, processed top 64", base.clone().with_top_k(vec![100; b]).with_top_logprobs(64, false)),
+        (
+            "top-p 0.99, n = 4, processed top 20",
+            base.clone().with_top_p(vec![0.99; b]).with_samples_per_row(4).with_top_logprobs(20, false),
+        ),
+        ("mask, processed top 20", base.clone().with_allowed(mask.clone()).with_top_logprobs(20, false)),
+        ("mask, raw top 20", base.clone().with_allowed(mask.clone()).with_top_logprobs(20, true)),
+    ] {
+        let g = gpu.sample_scored(h, w, &params).unwrap();
+        let c = cpu.sample_scored(h, w, &params).unwrap();
+        assert_same_top(what, &g, &c);
+        let bad = mismatches(what, &g, &c);
+        assert!(bad * 1000 <= g.tokens.len().max(1000), "{what}: {bad} rows differ from the CPU");
+        let lens: Vec<usize> = g.top_logprobs.as_ref().unwrap().iter().map(|l| l.len()).collect();
+        visible(&format!("GPU top log-probabilities, tied rows, {what}: list lengths {lens:?}, == CPU"));
+    }
 }

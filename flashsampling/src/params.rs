@@ -51,14 +51,17 @@ pub struct SamplingParams {
     pub min_p: Option<Vec<f32>>,
     /// Also return each row's `top_logprobs` most likely tokens with their log-probabilities (up to
     /// [`MAX_TOP_LOGPROBS`]; 0: off): of the processed distribution (the one sampled from,
-    /// truncation included), or of `softmax(logits)` with `top_logprobs_raw`. CPU backend only for now.
+    /// truncation included), or of `softmax(logits)` with `top_logprobs_raw`. On the GPU they come
+    /// from the truncation step's sorted prefix of each row (a row whose prefix is too short, and
+    /// every row of a raw request in a call that soft-caps, masks or adjusts, from the exact
+    /// fallback); not over vocab shards yet.
     pub top_logprobs: u32,
     /// `top_logprobs` of the raw distribution (`softmax(logits)`, nothing applied) instead.
     pub top_logprobs_raw: bool,
 }
 
 /// Most tokens [`SamplingParams::top_logprobs`] returns per row.
-pub const MAX_TOP_LOGPROBS: u32 = 64;
+pub const MAX_TOP_LOGPROBS: u32 = flashsampling_kernels::params::MAX_TOP_N;
 
 /// Log-probabilities returned with the tokens ([`crate::Samples::logprobs`] and friends).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -209,11 +212,6 @@ impl SamplingParams {
             mask: self.allowed.as_ref().map(|m| m.row(row)),
             adjust: self.adjustments.as_ref().map_or((&[][..], &[][..]), |a| a.row(row)),
         }
-    }
-
-    /// The first control set that the GPU kernels do not take yet (top log-probabilities), or `None`.
-    pub fn cpu_only_control(&self) -> Option<&'static str> {
-        if self.top_logprobs != 0 { Some("top log-probabilities") } else { None }
     }
 
     /// The temperature of row `row` (the per-row list's entry, else the call's); `None` past the end

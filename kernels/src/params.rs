@@ -415,7 +415,65 @@ pub struct TruncateParams {
     pub samples: u32,
     /// Element type of `hidden` and `weight`.
     pub elem: ElementType,
+    /// Top log-probabilities (the rows this step cannot answer go to the fallback, flagged
+    /// [`FALLBACK_TOP`], and [`FALLBACK_KEEPS_SAMPLE`] when their sample stands).
+    pub top: TopOutputs,
 }
+
+/// Which distribution a call's top log-probabilities describe, and where the kernels find them
+/// (chosen by the host per call).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TopSource {
+    /// No top log-probabilities.
+    Off = 0,
+    /// The processed distribution (the one sampled from, truncation included): the truncation
+    /// step's sorted prefix of each row, or the fallback's materialized row when the prefix holds
+    /// too few entries.
+    Processed = 1,
+    /// `softmax(logits)` when the call changes no logit (no soft-cap, mask or adjustments): the
+    /// processed logits are then the raw ones, so the same sorted prefix serves.
+    RawFromLists = 2,
+    /// `softmax(logits)` with logits the call changes: every request's row is materialized by the
+    /// fallback, which selects them before it processes the row.
+    RawInFallback = 3,
+}
+
+/// Where the truncation step and the fallback write each request's top log-probabilities:
+/// `[B / n, n]` tokens and log-probabilities (slot `j` of request `r` at `r·n + j`, most likely
+/// first, ties to the lower index; past a row's last entry: `INVALID_INDEX` and NaN). Written by the
+/// request's first sample row only.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct TopOutputs {
+    /// Tokens `[B / n, n]`.
+    pub tokens: *mut u32,
+    /// Log-probabilities `[B / n, n]`.
+    pub logprobs: *mut f32,
+    /// Entries per request (at most `MAX_TOP_N`; 0: off).
+    pub n: u32,
+    /// Which distribution, and where from.
+    pub source: TopSource,
+}
+
+impl TopOutputs {
+    /// None asked for.
+    pub const OFF: Self =
+        Self { tokens: core::ptr::null_mut(), logprobs: core::ptr::null_mut(), n: 0, source: TopSource::Off };
+}
+
+/// Most top log-probabilities per request the kernels write (the truncation step sorts them in one
+/// block of 64).
+pub const MAX_TOP_N: u32 = 64;
+
+/// A fallback list entry's flag: the row's sample stands (the truncation step decided it, or the
+/// row does not truncate); the fallback only selects its top log-probabilities.
+pub const FALLBACK_KEEPS_SAMPLE: u32 = 1 << 31;
+/// A fallback list entry's flag: the fallback selects the row's top log-probabilities (the
+/// truncation step could not).
+pub const FALLBACK_TOP: u32 = 1 << 30;
+/// A fallback list entry's row (below `config::MAX_DIM` = 2^30: clear of the flags).
+pub const FALLBACK_ROW: u32 = FALLBACK_TOP - 1;
 
 /// Parameters of the exact fallback (`fallback_logits`, `fallback_sample`) for the rows the
 /// certificate could not decide — and, over all rows of materialized logits, the benchmark's unfused
@@ -423,7 +481,8 @@ pub struct TruncateParams {
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct FallbackParams {
-    /// The rows: `[0]` their count, then the sample rows.
+    /// The rows: `[0]` their count, then the sample rows ([`FALLBACK_ROW`] bits), with the flags
+    /// [`FALLBACK_TOP`] and [`FALLBACK_KEEPS_SAMPLE`].
     pub list: *const u32,
     /// Logits of each listed row, `[count, v]` (slot-major), f32: the raw logits written by
     /// `fallback_logits` (or the benchmark's GEMM), turned into the processed ones in place by
@@ -470,6 +529,8 @@ pub struct FallbackParams {
     pub softcap: f32,
     /// Element type of `hidden` and `weight`.
     pub elem: ElementType,
+    /// Top log-probabilities of the listed rows flagged [`FALLBACK_TOP`].
+    pub top: TopOutputs,
 }
 
 /// Parameters of `fallback_logits`: the listed rows' raw logits by the portable `mma.sync` mainloop

@@ -223,7 +223,8 @@ def sample(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample=0, t
     then frequency and presence. ``logprobs`` is "off", "processed" or "processed_and_raw";
     ``top_logprobs`` asks for each row's most likely tokens. With ``return_dict`` (or any log-probability
     asked for) the result is a dict: tokens, scores, logprobs, raw_logprobs, logsumexp, top_logprobs (a
-    list per row of (token, log-probability) pairs); entries a backend does not compute are None.
+    list per row of (token, log-probability) pairs; on CUDA tensors a pair of ``[B, k]`` tensors, see
+    ``sample_cuda``); entries not asked for are None.
 
     NumPy arrays (and CPU tensors) run on the CPU backend and give NumPy arrays (tokens uint32). PyTorch
     CUDA tensors run on the GPU backend, see ``sample_cuda``.
@@ -326,7 +327,10 @@ def sample_cuda(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample
     kernel's fused log-probabilities, the same entries as the CPU path's but as float32 CUDA tensors on
     the same device: ``logprobs`` (shaped like ``tokens``; 0 for a greedy row), ``raw_logprobs``
     (under ``softmax(logits)``; None with "processed") and ``logsumexp`` (``[B]``, of ``logits / T``;
-    NaN for a greedy row). ``top_logprobs`` is None (the GPU backend does not take it yet, see below).
+    NaN for a greedy row). With ``top_logprobs`` = k > 0, ``top_logprobs`` is a pair of CUDA tensors on
+    the same device, ``(tokens, logprobs)``: torch.int32 and torch.float32, ``[B, k]``, each row's most
+    likely tokens first (ties: the lower token id first), -1 and NaN past a row's last entry (a row
+    whose distribution has fewer than k tokens) — the CPU path's lists, without a host copy.
 
     Stream semantics are PyTorch's: the call is ordered on ``torch.cuda.current_stream(device)``
     (the kernel waits for the work queued there before the call, and work queued there after the call
@@ -376,6 +380,9 @@ def sample_cuda(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample
         lps = torch.empty(shape, dtype=torch.float32, device=device) if lp else None
         raw = torch.empty(shape, dtype=torch.float32, device=device) if logprobs == "processed_and_raw" else None
         lse = torch.empty((b * n,), dtype=torch.float32, device=device) if lp else None  # per sample row
+        k = int(top_logprobs)
+        top = (torch.empty((b, k), dtype=torch.int32, device=device),
+               torch.empty((b, k), dtype=torch.float32, device=device)) if k > 0 else None
         controls = _controls(b, temperature, seed, streams, sample, temperatures, seeds, n, logprobs, top_k, top_p,
                              min_p, softcap, top_logprobs, top_logprobs_raw, mask_words, penalties)
         _sample_cuda(
@@ -385,6 +392,8 @@ def sample_cuda(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample
             raw_logprobs_ptr=None if raw is None else raw.data_ptr(),
             logsumexp_ptr=None if lse is None else lse.data_ptr(), f16=hidden.dtype == torch.float16,
             mask_ptr=None if mask is None else mask.data_ptr(), mask_len=0 if mask is None else mask.numel(),
+            top_tokens_ptr=None if top is None else top[0].data_ptr(),
+            top_logprobs_ptr=None if top is None else top[1].data_ptr(),
         )
         if lse is not None and n != 1:
             # The same value for the n samples of a row: one per request row, as on the CPU path (a
@@ -393,4 +402,4 @@ def sample_cuda(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample
     if not return_dict and logprobs == "off" and not top_logprobs:
         return tokens
     return {"tokens": tokens, "scores": scores, "logprobs": lps, "raw_logprobs": raw, "logsumexp": lse,
-            "top_logprobs": None}
+            "top_logprobs": top}

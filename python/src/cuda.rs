@@ -139,13 +139,22 @@ struct Outputs {
     /// row).
     logsumexp: Option<u64>,
     len: usize,
+    /// Top log-probabilities (with `top_logprobs = k > 0`): int32 tokens and float32
+    /// log-probabilities, `[B, k]` each: their addresses and `B·k`.
+    top: Option<(u64, u64, usize)>,
 }
 
 impl Outputs {
     /// Checks that the log-probability tensors given are the ones `logprobs` fills (a `ValueError`
     /// otherwise): none when off, processed ones and log-sum-exps with `Processed`, raw ones too with
     /// `ProcessedAndRaw`.
-    fn check(&self, logprobs: LogProbs) -> PyResult<()> {
+    fn check(&self, logprobs: LogProbs, top_logprobs: u32) -> PyResult<()> {
+        if self.top.is_some() != (top_logprobs > 0) {
+            let verb = if top_logprobs > 0 { "needs" } else { "does not fill" };
+            return Err(PyValueError::new_err(format!(
+                "top_tokens_ptr, top_logprobs_ptr: top_logprobs = {top_logprobs} {verb} these output tensors"
+            )));
+        }
         let (option, wanted) = match logprobs {
             LogProbs::Off => ("off", [false, false, false]),
             LogProbs::Processed => ("processed", [true, false, true]),
@@ -175,11 +184,15 @@ impl Outputs {
 /// device (these tensors must be given exactly when the option fills them). The logit bias, the
 /// penalties and the token lists are host data: the backend uploads the sparse adjustments they make.
 /// `mask_ptr` (with `mask_len` elements) is an int32 CUDA tensor of allowed-token words on this device,
-/// read there (instead of the control `mask_words` from the host). Returns without waiting for the GPU.
+/// read there (instead of the control `mask_words` from the host). With the control `top_logprobs` =
+/// `k > 0`, each row's top log-probabilities land in `top_tokens_ptr` (int32, `[b, k]`, -1 past a
+/// row's last) and `top_logprobs_ptr` (float32, `[b, k]`, NaN past it), given exactly then. Returns
+/// without waiting for the GPU.
 #[pyfunction]
 #[pyo3(signature = (
     ordinal, torch_stream, hidden_ptr, b, hidden_d, weight_ptr, v, weight_d, tokens_ptr, scores_ptr, out_len,
-    controls, *, logprobs_ptr=None, raw_logprobs_ptr=None, logsumexp_ptr=None, f16=false, mask_ptr=None, mask_len=0
+    controls, *, logprobs_ptr=None, raw_logprobs_ptr=None, logsumexp_ptr=None, f16=false, mask_ptr=None, mask_len=0,
+    top_tokens_ptr=None, top_logprobs_ptr=None
 ))]
 #[allow(clippy::too_many_arguments)]
 pub fn sample_cuda(
@@ -202,8 +215,15 @@ pub fn sample_cuda(
     f16: bool,
     mask_ptr: Option<u64>,
     mask_len: usize,
+    top_tokens_ptr: Option<u64>,
+    top_logprobs_ptr: Option<u64>,
 ) -> PyResult<()> {
     let params = ControlArgs::from_dict(controls)?.params(b, v)?;
+    let top = match (top_tokens_ptr, top_logprobs_ptr) {
+        (Some(t), Some(l)) => Some((t, l, elements("top log-probabilities", b, params.top_logprobs as usize)?)),
+        (None, None) => None,
+        _ => return Err(PyValueError::new_err("top_tokens_ptr and top_logprobs_ptr: give both or neither")),
+    };
     let outputs = Outputs {
         tokens: tokens_ptr,
         scores: scores_ptr,
@@ -211,8 +231,9 @@ pub fn sample_cuda(
         raw_logprobs: raw_logprobs_ptr,
         logsumexp: logsumexp_ptr,
         len: out_len,
+        top,
     };
-    outputs.check(params.logprobs)?;
+    outputs.check(params.logprobs, params.top_logprobs)?;
     let hidden_len = elements("hidden states", b, hidden_d)?;
     let weight_len = elements("LM-head weight", v, weight_d)?;
     // The GIL is not needed from here on (no Python objects); opening a device loads the PTX modules.
@@ -328,6 +349,21 @@ fn copy_outputs(stream: &Arc<CudaStream>, out: &DeviceSamples, to: &Outputs) -> 
         // written here, with f32 values.
         let mut dst = unsafe { Borrowed::<f32>::new(stream, address, len) };
         stream.memcpy_dtod(&source, &mut *dst)?;
+    }
+    if let Some((tokens_at, logprobs_at, n)) = to.top {
+        // Present whenever the call asked for them (`Outputs::check`), `[B, k]` each.
+        let buffer = "top log-probabilities";
+        let (tokens, logprobs) = out.top_logprobs().ok_or(Error::LengthMismatch { buffer, expected: n, actual: 0 })?;
+        if tokens.len() != n || logprobs.len() != n {
+            return Err(Error::LengthMismatch { buffer, expected: tokens.len(), actual: n });
+        }
+        // SAFETY: as for `tokens_out`: int32 and float32 CUDA tensors of `[B, k]` = `n` elements
+        // that Python allocated for this call and holds during it, only written here (the backend's
+        // outputs hold `n` too, checked above).
+        let (mut t, mut l) =
+            unsafe { (Borrowed::<u32>::new(stream, tokens_at, n), Borrowed::<f32>::new(stream, logprobs_at, n)) };
+        stream.memcpy_dtod(&tokens, &mut *t)?;
+        stream.memcpy_dtod(&logprobs, &mut *l)?;
     }
     Ok(())
 }

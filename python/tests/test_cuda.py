@@ -246,22 +246,14 @@ def test_graph_capture_is_refused_clearly(dev):
     dict(frequency_penalty=0.5, presence_penalty=[0.0, 0.3, -0.2, 1.0], output_tokens=[[1, 1, 2], [], [9], [4] * 3]),
 ])
 def test_per_row_controls_reach_the_gpu_backend(dev, control):
-    """Passed through to the Rust GPU backend: it raises NotImplementedError for those the kernels do not
-    take yet (top log-probabilities); the ones it takes must give the CPU path's tokens (exact logits).
-    The logit bias, the penalties (sparse adjustments) and top-k / top-p / min-p are taken: they must
-    not raise."""
+    """Passed through to the Rust GPU backend, which takes every one of them: they must give the CPU
+    path's tokens (exact logits); a control the kernels did not take would raise NotImplementedError."""
     hidden, weight = lm_head(4, 64, 100, seed=6, dev=dev, integer=True)
     if control.get("allowed") == "mask":
         allowed = torch.zeros(4, 100, dtype=torch.bool, device=dev)
         allowed[:, ::3] = True
         control = dict(allowed=allowed)
-    try:
-        got = fs.sample(hidden, weight, 0.9, seed=5, return_dict=True, **control)
-    except NotImplementedError as e:
-        assert not ADJUSTMENT_KEYWORDS & control.keys(), f"the GPU backend takes sparse adjustments: {e}"
-        assert not {"top_k", "top_p", "min_p"} & control.keys(), f"the GPU backend takes truncation: {e}"
-        assert "not available on the GPU backend yet" in str(e), str(e)
-        return
+    got = fs.sample(hidden, weight, 0.9, seed=5, return_dict=True, **control)
     want = on_cpu(hidden, weight, temperature=0.9, seed=5,
                   **{k: (x.cpu().numpy() if hasattr(x, "cpu") else x) for k, x in control.items()})
     assert np.array_equal(got["tokens"].cpu().numpy().astype(np.uint32), want["tokens"])
@@ -299,9 +291,6 @@ def test_device_masks_equal_host_masks_without_a_host_copy(dev, b, v):
 
 # Sparse logit adjustments (logit_bias, repetition / frequency / presence penalties): the GPU kernels
 # score the adjusted tokens apart and merge them; on exact logits, the same tokens and scores as the CPU.
-
-ADJUSTMENT_KEYWORDS = {"logit_bias", "repetition_penalty", "frequency_penalty", "presence_penalty", "prompt_tokens",
-                       "output_tokens"}
 
 
 def penalty_controls(hidden, weight, seed):
@@ -551,14 +540,26 @@ def test_logprobs_follow_the_current_stream(dev):
         assert torch.equal(x.view(torch.int32), want[k].view(torch.int32)), k
 
 
-@pytest.mark.parametrize("control", [
-    dict(top_logprobs=3),
-])
-def test_unsupported_controls_still_raise_with_logprobs(dev, control):
-    hidden, weight = lm_head(4, 64, 100, seed=6, dev=dev)
-    with pytest.raises(NotImplementedError, match="not available on the GPU backend yet"):
-        fs.sample(hidden, weight, 0.9, logprobs="processed_and_raw", **control)
-    assert fs.sample(hidden, weight, 0.9, logprobs="processed")["logprobs"].shape == (4,)
+@pytest.mark.parametrize("raw", [False, True])
+@pytest.mark.parametrize("n", [1, 3])
+def test_top_logprobs_equal_the_cpu_path_on_exact_logits(dev, raw, n):
+    # Integer heads: identical logits on both backends (many ties), so the lists agree token for token.
+    b, d, v, k = 37, 128, 3001, 20
+    hidden, weight = lm_head(b, d, v, seed=1618, dev=dev, integer=True)
+    kw = dict(seed=7, n=n, top_logprobs=k, top_logprobs_raw=raw, top_k=[[0, 5, 50][i % 3] for i in range(b)],
+              temperatures=[[0.7, 0.0, 1.0, 1.8][i % 4] for i in range(b)])
+    got = fs.sample(hidden, weight, **kw)
+    want = on_cpu(hidden, weight, **kw)
+    tokens, lps = got["top_logprobs"]
+    assert tokens.device == dev and tokens.dtype == torch.int32 and tuple(tokens.shape) == (b, k)
+    assert lps.device == dev and lps.dtype == torch.float32 and tuple(lps.shape) == (b, k)
+    tokens, lps = tokens.cpu().numpy(), lps.cpu().numpy()
+    assert np.array_equal(got["tokens"].cpu().numpy().astype(np.uint32), want["tokens"])
+    for r, row in enumerate(want["top_logprobs"]):
+        m = len(row)
+        assert np.all(tokens[r, m:] == -1) and np.all(np.isnan(lps[r, m:])), r
+        assert [int(t) for t in tokens[r, :m]] == [t for t, _ in row], r
+        assert np.allclose(lps[r, :m], [lp for _, lp in row], rtol=0, atol=1e-4), r
 
 
 def test_native_call_checks_the_logprob_outputs():

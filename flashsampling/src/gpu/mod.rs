@@ -218,6 +218,8 @@ pub struct DeviceSamples {
     truncation: Option<TruncationBuffers>,
     /// Whether the last call truncated (its fallback flags are valid).
     has_truncation: bool,
+    /// Top log-probabilities per request of the last call (0: none asked).
+    top_n: usize,
     /// Rows of the last call (`B·n`).
     b: usize,
     /// Samples per row of the last call.
@@ -315,6 +317,18 @@ impl DeviceSamples {
         self.truncation.as_ref().filter(|_| self.has_truncation).map(|t| t.flags.slice(..self.b))
     }
 
+    /// Each request's top log-probabilities of the last call when it asked for them
+    /// ([`SamplingParams::top_logprobs`] = `k`): tokens and log-probabilities, `[B, k]` row-major,
+    /// most likely first (ties: the lower index first); a row with fewer than `k` tokens in its
+    /// distribution ends with [`flashsampling_kernels::INVALID_INDEX`] and NaN.
+    pub fn top_logprobs(&self) -> Option<(CudaView<'_, u32>, CudaView<'_, f32>)> {
+        let requests = self.b / self.n.max(1);
+        self.truncation
+            .as_ref()
+            .filter(|_| self.top_n > 0)
+            .map(|t| (t.top_tokens.slice(..requests * self.top_n), t.top_logprobs.slice(..requests * self.top_n)))
+    }
+
     /// Sample rows of the last call (`B·n`; before the first call: the rows it was allocated for).
     pub fn batch(&self) -> usize {
         self.b
@@ -366,6 +380,8 @@ impl DeviceSamples {
         self.b = rows;
         self.n = n;
         self.has_logprobs = logprobs;
+        self.has_truncation = false;
+        self.top_n = 0;
     }
 
     /// The outputs' device addresses for a write on `stream` (the log-probability ones with
@@ -773,6 +789,7 @@ impl GpuBackend {
                 adjusted: None,
                 truncation: None,
                 has_truncation: false,
+                top_n: 0,
                 b,
                 n: 1,
                 has_logprobs: false,
@@ -805,9 +822,6 @@ impl GpuBackend {
         params: &SamplingParams,
     ) -> Result<Samples> {
         validate((hidden.rows, hidden.cols, hidden.data.len()), (weight.rows, weight.cols, weight.data.len()), params)?;
-        if let Some(control) = params.cpu_only_control() {
-            return Err(Error::Unsupported { control, path: "on the GPU backend" });
-        }
         let h = self.stream.clone_htod(hidden.data)?;
         let w = self.stream.clone_htod(weight.data)?;
         let mut out = self.alloc_samples(hidden.rows, weight.rows)?;
@@ -832,6 +846,23 @@ impl GpuBackend {
         }
         if let Some(flags) = out.truncation_fallback() {
             samples.truncation_fallback = Some(self.stream.clone_dtoh(&flags)?.into_iter().map(|f| f != 0).collect());
+        }
+        if let Some((tokens, logprobs)) = out.top_logprobs() {
+            let (tokens, logprobs) = (self.stream.clone_dtoh(&tokens)?, self.stream.clone_dtoh(&logprobs)?);
+            let per = out.top_n.max(1);
+            samples.top_logprobs = Some(
+                tokens
+                    .chunks(per)
+                    .zip(logprobs.chunks(per))
+                    .map(|(t, l)| {
+                        t.iter()
+                            .zip(l)
+                            .take_while(|(t, _)| **t != flashsampling_kernels::INVALID_INDEX)
+                            .map(|(&t, &l)| (t, l))
+                            .collect()
+                    })
+                    .collect(),
+            );
         }
         check_samples_of(&samples, n, hidden, &[weight.data])?;
         Ok(samples)
@@ -909,13 +940,19 @@ impl GpuBackend {
             return Err(Error::TooLarge { what: "sample rows (B × n)", value: rows, max: MAX_DIM as usize });
         }
         let truncates = params.truncates(range.vocab);
-        let epilogue = match (truncates, params.logprobs) {
+        // Top log-probabilities come from the truncation step's sorted prefix.
+        let epilogue = match (truncates || params.top_logprobs > 0, params.logprobs) {
             (true, _) => Epilogue::Truncate,
             (false, LogProbs::Off) => Epilogue::Sample,
             (false, _) => Epilogue::LogProbs,
         };
-        if truncates && (staging.is_some() || range.offset != 0 || shape.v != range.vocab) {
-            return Err(Error::Unsupported { control: "top-k / top-p / min-p over vocab shards", path: "yet" });
+        if epilogue == Epilogue::Truncate && (staging.is_some() || range.offset != 0 || shape.v != range.vocab) {
+            let control = if truncates {
+                "top-k / top-p / min-p over vocab shards"
+            } else {
+                "top log-probabilities over vocab shards"
+            };
+            return Err(Error::Unsupported { control, path: "yet" });
         }
         let launch = self.launch_shape_in(rows, shape.v, range.vocab, epilogue);
         let variant = launch.variant;
@@ -939,7 +976,7 @@ impl GpuBackend {
         if !out.fits(rows, &launch, &self.ctx) {
             *out = self.alloc_for_in(rows, shape.v, range.vocab, epilogue)?;
         }
-        if truncates {
+        if epilogue == Epilogue::Truncate {
             let units = launch.n_vranges as usize * variant.top_units() as usize;
             self.ensure_truncation(out, rows, units, (shape.v, shape.d))?;
         }
@@ -948,6 +985,7 @@ impl GpuBackend {
         out.n = n;
         out.has_logprobs = epilogue.has_logprobs() && params.logprobs != LogProbs::Off;
         out.has_truncation = truncates;
+        out.top_n = params.top_logprobs as usize;
         let ranged = Ranged { range, staging, elem: T::TYPE };
         let result =
             self.upload_and_launch(shape, params, (hidden_ptr, weight_ptr, mask_ptr), words, out, launch, ranged);
@@ -976,9 +1014,6 @@ impl GpuBackend {
             params,
             range.vocab,
         )?;
-        if let Some(control) = params.cpu_only_control() {
-            return Err(Error::Unsupported { control, path: "on the GPU backend" });
-        }
         if range.offset % SHARD_OFFSET_ALIGN != 0 {
             return Err(Error::InvalidShards {
                 reason: "a shard on the GPU must start at a multiple of 4 vocab rows",

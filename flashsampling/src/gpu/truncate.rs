@@ -1,8 +1,10 @@
-//! Top-k, top-p and min-p on the GPU (issue 13): after the fused kernel's truncation instantiation,
-//! the truncation step certifies each row's kept set from the top lists and samples within it; the
-//! rows it cannot certify go to the exact fallback (their logits materialized, their threshold
-//! searched). Three launches after the fused one, asynchronous, no host round trip: the fallback's
-//! kernels return at once when no row needs them. See `flashsampling_kernels::truncate`.
+//! Top-k, top-p and min-p, and top log-probabilities, on the GPU (issue 13): after the fused
+//! kernel's truncation instantiation, the truncation step certifies each row's kept set from the top
+//! lists and samples within it, and writes each request's top log-probabilities from the same sorted
+//! prefix; the rows it cannot decide go to the exact fallback (their logits materialized, their
+//! threshold searched, their top entries selected). Three launches after the fused one,
+//! asynchronous, no host round trip: the fallback's kernels return at once when no row needs them.
+//! See `flashsampling_kernels::truncate`.
 
 use cudarc::driver::sys;
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
@@ -11,7 +13,8 @@ use flashsampling_kernels::config::{
     TRUNCATE_SMEM, TRUNCATE_THREADS,
 };
 use flashsampling_kernels::params::{
-    AdjustedToken, ElementType, FallbackLogitsParams, FallbackParams, FusedParams, RowParams, TruncateParams,
+    AdjustedToken, ElementType, FallbackLogitsParams, FallbackParams, FusedParams, MAX_TOP_N, RowParams, TopOutputs,
+    TopSource, TruncateParams,
 };
 use flashsampling_kernels::truncate::{StoredTop, Truncation};
 
@@ -43,6 +46,11 @@ pub(crate) struct TruncationBuffers {
     gathered: CudaSlice<u16>,
     /// Per sample row: the raw log-sum-exp (written by the fused kernel).
     pub(super) raw_lse: CudaSlice<f32>,
+    /// Top log-probabilities: tokens and log-probabilities, `[requests, n]` (room for
+    /// [`MAX_TOP_N`] per sample row).
+    pub(super) top_tokens: CudaSlice<u32>,
+    /// See `top_tokens`.
+    pub(super) top_logprobs: CudaSlice<f32>,
     /// Capacity: sample rows, units per row, vocab size, hidden size.
     capacity: (usize, usize, usize, usize),
     /// Host copy of the words in `truncation` (skips the upload when a call reuses them: an upload
@@ -85,7 +93,8 @@ impl GpuBackend {
         let n_gathered =
             rows.checked_mul(d).filter(|&n| n <= isize::MAX as usize / 2).ok_or(too_large("fallback rows"))?;
         // SAFETY: every buffer is written before it is read: the lists, flags and raw log-sum-exps by
-        // the fused kernel and the truncation step, the truncation by its upload, the list's count by
+        // the fused kernel and the truncation step, the top log-probabilities (the `n` slots of each
+        // request a call asks for) by the truncation step or the fallback, the truncation by its upload, the list's count by
         // the memset before each truncation step, the gathered rows by `fallback_gather`, the logits
         // by `fallback_logits` (of the listed rows only; `fallback_sample` reads no others).
         out.truncation = Some(unsafe {
@@ -97,6 +106,8 @@ impl GpuBackend {
                 logits: self.stream.alloc::<f32>(n_logits.max(1))?,
                 gathered: self.stream.alloc::<u16>(n_gathered.max(8))?,
                 raw_lse: self.stream.alloc::<f32>(rows)?,
+                top_tokens: self.stream.alloc::<u32>(rows * MAX_TOP_N as usize)?,
+                top_logprobs: self.stream.alloc::<f32>(rows * MAX_TOP_N as usize)?,
                 capacity: (rows, units, v, d),
                 uploaded: Vec::new(),
                 list_is_all: false,
@@ -108,7 +119,8 @@ impl GpuBackend {
     /// The launches after a fused truncation launch: the truncation step, then the fallback's
     /// logits and sampler (which return at once when no row was left to them). `hidden` is the
     /// fused launch's (`B·n` rows), `mask` its mask (the adjusted tokens' bits cleared), `elem` the
-    /// element type of hidden states and weight, `adjusted` its adjustments (offsets, results).
+    /// element type of hidden states and weight, `adjusted` its adjustments (offsets, results). The
+    /// top log-probabilities `params` asks for land in the truncation buffers.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn launch_truncation(
         &self,
@@ -127,8 +139,26 @@ impl GpuBackend {
         };
         let mut taken = out.truncation.take();
         let tr = taken.as_mut().expect("allocated before the fused launch");
-        let result =
-            self.launch_truncation_with(params, (b, d, v), operands, units, adjusted, (row_params, &words), tr, out);
+        // The raw logits are the processed ones (the truncation step's prefix holds them) unless the
+        // call soft-caps, masks or adjusts them.
+        let changes_logits = params.softcap.is_some() || operands.2 != 0 || adjusted.is_some();
+        let source = match (params.top_logprobs, params.top_logprobs_raw, changes_logits) {
+            (0, _, _) => TopSource::Off,
+            (_, false, _) => TopSource::Processed,
+            (_, true, false) => TopSource::RawFromLists,
+            (_, true, true) => TopSource::RawInFallback,
+        };
+        let top = (params.top_logprobs, source);
+        let result = self.launch_truncation_with(
+            params,
+            (b, d, v),
+            operands,
+            units,
+            adjusted,
+            (row_params, &words, top),
+            tr,
+            out,
+        );
         out.truncation = taken;
         result
     }
@@ -141,7 +171,7 @@ impl GpuBackend {
         (hidden, weight, mask, elem): (u64, u64, u64, ElementType),
         units: usize,
         adjusted: Option<(u64, u64)>,
-        (row_params, words): (u64, &[u32]),
+        (row_params, words, (top_n, source)): (u64, &[u32], (u32, TopSource)),
         tr: &mut TruncationBuffers,
         out: &mut DeviceSamples,
     ) -> Result<()> {
@@ -161,6 +191,14 @@ impl GpuBackend {
         let (logits, _g) = tr.logits.device_ptr_mut(&self.stream);
         let (gathered, _h) = tr.gathered.device_ptr_mut(&self.stream);
         let (raw_lse, _r) = tr.raw_lse.device_ptr(&self.stream);
+        let (top_tokens, _tt) = tr.top_tokens.device_ptr_mut(&self.stream);
+        let (top_logprobs, _tl) = tr.top_logprobs.device_ptr_mut(&self.stream);
+        let top = TopOutputs {
+            tokens: top_tokens as *mut u32,
+            logprobs: top_logprobs as *mut f32,
+            n: if source == TopSource::Off { 0 } else { top_n },
+            source,
+        };
         let o = out.output_ptrs(&self.stream, true);
         let (offsets, results) = adjusted.unwrap_or((0, 0));
         let p = ByValue(TruncateParams {
@@ -185,6 +223,7 @@ impl GpuBackend {
             d: d as u32,
             samples: n as u32,
             elem,
+            top,
         });
         let cfg = LaunchConfig {
             grid_dim: (rows as u32, 1, 1),
@@ -195,7 +234,8 @@ impl GpuBackend {
         // units`), the plain tokens, scores, log-probabilities and log-sum-exps (`rows` each) and the
         // raw log-sum-exps; the row parameters hold `rows`, the truncation `b` requests, the list
         // rows + 1 words (count zeroed above), the flags `rows`; hidden `rows × D` and weight `V × D`
-        // elements of `elem`, 16-byte aligned (validated); the adjustments as in the fused launch.
+        // elements of `elem`, 16-byte aligned (validated); the adjustments as in the fused launch; the
+        // top outputs `rows × MAX_TOP_N ≥ requests × n` entries (`n ≤ MAX_TOP_N`, validated).
         unsafe { self.stream.launch_builder(&self.truncate).arg(&p).launch(cfg) }?;
         let f = ByValue(FallbackParams {
             list: list as *const u32,
@@ -220,6 +260,7 @@ impl GpuBackend {
             mask_words: if mask != 0 { v.div_ceil(32) as u32 } else { 0 },
             softcap: params.softcap.unwrap_or(0.0),
             elem,
+            top,
         });
         let chunks = (rows * d / 8) as u32;
         let cfg = LaunchConfig {
@@ -299,7 +340,12 @@ impl GpuBackend {
         params: &SamplingParams,
         out: &mut DeviceSamples,
     ) -> Result<()> {
-        if params.n != 1 || params.allowed.is_some() || params.adjustments.is_some() || params.softcap.is_some() {
+        if params.n != 1
+            || params.allowed.is_some()
+            || params.adjustments.is_some()
+            || params.softcap.is_some()
+            || params.top_logprobs > 0
+        {
             return Err(Error::Unsupported { control: "controls besides truncation", path: "in the unfused sampler" });
         }
         if logits.len() < b * v || b == 0 || v == 0 {
@@ -320,6 +366,7 @@ impl GpuBackend {
         out.n = 1;
         out.has_logprobs = false;
         out.has_truncation = false;
+        out.top_n = 0;
         let trunc = truncation_words(params, b);
         let list: Vec<u32> = std::iter::once(b as u32).chain(0..b as u32).collect();
         let row_params = {
@@ -364,6 +411,7 @@ impl GpuBackend {
                 mask_words: 0,
                 softcap: 0.0,
                 elem: ElementType::Bf16, // no hidden states or weight are read
+                top: TopOutputs::OFF,
             });
             // SAFETY: the list holds b rows (uploaded above), the logits `b × v` floats (checked), the
             // row parameters and truncation `b` entries, the outputs `b`; no mask, adjustments or

@@ -49,14 +49,15 @@ use super::reduce::{AdjRows, ln, merge_butterfly};
 use super::schedule::{BlockWork, Thread};
 use crate::INVALID_INDEX;
 use crate::candidate::Candidate;
-#[cfg(doc)]
-use crate::config::FALLBACK_SAMPLE_SMEM;
 use crate::config::{
-    BLOCK_V, FALLBACK_LOGITS_VARIANT, FALLBACK_SAMPLE_THREADS, Family, FusedVariant, TRUNCATE_CAPACITY, TRUNCATE_SMEM,
-    TRUNCATE_THREADS,
+    BLOCK_V, FALLBACK_LOGITS_VARIANT, FALLBACK_SAMPLE_SMEM, FALLBACK_SAMPLE_THREADS, Family, FusedVariant,
+    TRUNCATE_CAPACITY, TRUNCATE_SMEM, TRUNCATE_THREADS,
 };
 use crate::logits::softcap;
-use crate::params::{FallbackLogitsParams, FallbackParams, TruncateParams};
+use crate::params::{
+    FALLBACK_KEEPS_SAMPLE, FALLBACK_ROW, FALLBACK_TOP, FallbackLogitsParams, FallbackParams, MAX_TOP_N, TopOutputs,
+    TopSource, TruncateParams,
+};
 use crate::truncate::{KeptWalk, MAX_KEPT, Step, StoredTop};
 
 /// Warps of a [`truncate_rows`] block.
@@ -81,6 +82,9 @@ const _: () = assert!(TRUNCATE_SMEM == CONTROL_AT + 64 && 4 * (STEP_WORD + 3) <=
 const _: () = assert!(TRUNCATE_CAPACITY.is_power_of_two() && TRUNCATE_CAPACITY >= 64);
 const _: () = assert!(WALK_ENTRIES < TRUNCATE_CAPACITY && MAX_KEPT as u32 <= TRUNCATE_THREADS);
 const _: () = assert!(TRUNCATE_THREADS.is_multiple_of(32) && TRUNCATE_THREADS <= 1024);
+// The top log-probabilities: sorted in one block of 64 entries, written one per thread, after at
+// least `MAX_KEPT + 1` entries when a round raised the threshold.
+const _: () = assert!(MAX_TOP_N <= 64 && MAX_TOP_N <= MAX_KEPT as u32 + 1 && MAX_TOP_N <= TRUNCATE_THREADS);
 
 /// The warp's maximum of `x` (every lane gets it).
 ///
@@ -180,9 +184,10 @@ unsafe fn merge_in_warp(a: &mut Entry, b: &mut Entry, base: u32, lane: u32, size
 /// larger ones in shared memory (thread `t` takes the pairs `t, t + 512, …`), a barrier after each.
 ///
 /// # Safety
-/// Every thread of the block calls it together with the same `n ≤ TRUNCATE_CAPACITY`, after a
-/// barrier that made the entries visible; the block's dynamic shared memory holds
-/// [`TRUNCATE_SMEM`] bytes.
+/// Every thread of a [`TRUNCATE_THREADS`]-thread block calls it together with the same
+/// `n ≤ TRUNCATE_CAPACITY`, after a barrier that made the entries visible; the block's dynamic
+/// shared memory holds at least `8 · max(64, n.next_power_of_two())` bytes, none of them in use by
+/// another part of the kernel until the barrier it ends with.
 #[inline(always)]
 unsafe fn sort_entries(n: u32, tid: u32) {
     let (lane, warp) = (tid % 32, tid / 32);
@@ -311,6 +316,81 @@ unsafe fn collect(units: *const StoredTop, n_units: u32, adj: &AdjRows, theta: f
     }
 }
 
+/// What the truncation step does for a sample row's top log-probabilities.
+#[derive(Clone, Copy, PartialEq)]
+enum TopPlan {
+    /// None: the call asks none, or the row is not its request's first sample.
+    None,
+    /// Written at once: the token with log-probability 0 (a greedy row's processed distribution
+    /// is its argmax), or no entry (`INVALID_INDEX`: the row has no token).
+    Direct { token: u32 },
+    /// From the sorted prefix: the processed logits (scaled by `1/T`) or, `raw`, the raw ones.
+    Prefix { raw: bool },
+    /// The fallback's, from the row's materialized raw logits.
+    Fallback,
+}
+
+impl TopPlan {
+    /// The plan of a sample row with the call's `top`, whether it is its request's first sample,
+    /// whether it is greedy, and its plain token.
+    #[inline(always)]
+    fn of(top: &TopOutputs, first: bool, greedy: bool, token: u32) -> Self {
+        if !first || top.n == 0 {
+            return Self::None;
+        }
+        match top.source {
+            TopSource::Off => Self::None,
+            TopSource::RawInFallback => Self::Fallback,
+            _ if token == INVALID_INDEX => Self::Direct { token },
+            TopSource::Processed if greedy => Self::Direct { token },
+            TopSource::Processed => Self::Prefix { raw: false },
+            TopSource::RawFromLists => Self::Prefix { raw: true },
+        }
+    }
+}
+
+/// Thread `j < top.n` writes request `request`'s top slot `j`: `entry(j)` (token, log-probability)
+/// for `j < count`, else `INVALID_INDEX` and NaN.
+///
+/// # Safety
+/// `top`'s outputs hold `(request + 1) · top.n` entries; `entry(j)` is safe for `j < count`.
+#[inline(always)]
+unsafe fn write_top(top: &TopOutputs, request: u32, count: u32, tid: u32, entry: impl Fn(u32) -> (u32, f32)) {
+    if tid < top.n {
+        let (token, lp) = if tid < count { entry(tid) } else { (INVALID_INDEX, f32::NAN) };
+        let at = request as usize * top.n as usize + tid as usize;
+        // SAFETY: at < (request + 1) · n (the caller's contract).
+        unsafe {
+            *top.tokens.add(at) = token;
+            *top.logprobs.add(at) = lp;
+        }
+    }
+}
+
+/// Sorted entry `j` as a top log-probability: its token and `z · scale − l`.
+///
+/// # Safety
+/// As [`load_entry`].
+#[inline(always)]
+unsafe fn top_entry(j: u32, scale: f32, l: f32) -> (u32, f32) {
+    // SAFETY: the caller's contract.
+    let (z, i) = unsafe { load_entry(j) };
+    (i, z * scale - l)
+}
+
+/// Lists sample row `entry` (its row and flags) for the fallback.
+///
+/// # Safety
+/// One thread per listed row; the list holds `B + 1` words and at most `B` rows are listed.
+#[inline(always)]
+unsafe fn list_for_fallback(list: *mut u32, entry: u32) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let slot = atom_global_add_u32(list, 1);
+        *list.add(1 + slot as usize) = entry;
+    }
+}
+
 /// The truncation step: one block per sample row (see the module).
 ///
 /// 1. `β`: the largest bound over the row's units (a block max; adjusted tokens have no bound).
@@ -352,11 +432,24 @@ pub unsafe extern "ptx-kernel" fn truncate_rows(p: TruncateParams) {
     let transform = row.transform;
     // SAFETY: b < B.
     let flag = unsafe { p.flags.add(b as usize) };
-    if transform.is_greedy() || trunc.is_off(p.v) || token == INVALID_INDEX {
-        // Greedy rows, rows that keep everything and rows without a token: the plain sample stands.
+    let greedy = transform.is_greedy();
+    // Greedy rows, rows that keep everything and rows without a token: the plain sample stands.
+    let truncating = !(greedy || trunc.is_off(p.v) || token == INVALID_INDEX);
+    let request = b / n_samples;
+    let top = TopPlan::of(&p.top, b % n_samples == 0, greedy, token);
+    if !truncating && !matches!(top, TopPlan::Prefix { .. }) {
+        if let TopPlan::Direct { token } = top {
+            // SAFETY: the top outputs hold B / n requests; the entry is the token itself.
+            unsafe { write_top(&p.top, request, (token != INVALID_INDEX) as u32, tid, |_| (token, 0.0)) };
+        }
         if tid == 0 {
-            // SAFETY: see above.
-            unsafe { *flag = 0 };
+            // SAFETY: see above; one thread lists the row.
+            unsafe {
+                *flag = 0;
+                if top == TopPlan::Fallback {
+                    list_for_fallback(p.fallback, b | FALLBACK_TOP | FALLBACK_KEEPS_SAMPLE);
+                }
+            }
         }
         return; // block-uniform
     }
@@ -451,13 +544,17 @@ pub unsafe extern "ptx-kernel" fn truncate_rows(p: TruncateParams) {
         theta = next;
         round += 1;
     };
-    let outcome = if let Some(n) = collected {
-        // 3. Sorted, largest first.
-        if n > 0 {
-            // SAFETY: every thread (n is block-uniform); the entries are visible.
-            unsafe { sort_entries(n, tid) };
-        }
-        // 4. The walk, in thread 0.
+    // 3. Sorted, largest first.
+    if let Some(n) = collected
+        && n > 0
+    {
+        // SAFETY: every thread (n is block-uniform); the entries are visible.
+        unsafe { sort_entries(n, tid) };
+    }
+    // 4. The walk (a truncating row), in thread 0; `None` for a row that does not truncate.
+    let outcome = if !truncating {
+        None
+    } else if let Some(n) = collected {
         if tid == 0 {
             // The walk reads back entry j < count ≤ MAX_KEPT: sorted above, its running sum stored
             // below by this thread.
@@ -496,16 +593,20 @@ pub unsafe extern "ptx-kernel" fn truncate_rows(p: TruncateParams) {
         unsafe {
             _syncthreads();
             let word = |k: u32| ld_shared_u32(control + 4 * (STEP_WORD + k));
-            if word(0) == 1 { Step::Kept { count: word(1), mass: f32::from_bits(word(2)) } } else { Step::Uncertain }
+            Some(if word(0) == 1 {
+                Step::Kept { count: word(1), mass: f32::from_bits(word(2)) }
+            } else {
+                Step::Uncertain
+            })
         }
     } else {
-        Step::Uncertain
+        Some(Step::Uncertain)
     };
+    let inv_t = transform.inv_temperature;
     match outcome {
-        Step::Kept { count, mass } => {
+        Some(Step::Kept { count, mass }) => {
             // 5. The sample within the kept prefix, with the plain pass's scores: thread j scores
             // entry j (count ≤ MAX_KEPT ≤ threads), a block argmax carrying the winner's value.
-            let inv_t = transform.inv_temperature;
             let mut c = Candidate::EMPTY;
             let mut zc = f32::NEG_INFINITY;
             if tid < count {
@@ -556,7 +657,6 @@ pub unsafe extern "ptx-kernel" fn truncate_rows(p: TruncateParams) {
                     *p.scores.add(b as usize) = c.score;
                     *p.logprobs.add(b as usize) = zt * inv_t - lse_kept;
                     *p.logsumexp.add(b as usize) = lse_kept;
-                    *flag = 0;
                 }
             }
             if warp == 0 && c.index != token {
@@ -573,14 +673,36 @@ pub unsafe extern "ptx-kernel" fn truncate_rows(p: TruncateParams) {
                 }
             }
         }
-        _ => {
-            if tid == 0 {
-                // SAFETY: the list holds B + 1 words; at most B rows are listed.
-                unsafe {
-                    *flag = 1;
-                    let slot = atom_global_add_u32(p.fallback, 1);
-                    *p.fallback.add(1 + slot as usize) = b;
-                }
+        _ => {}
+    }
+    // 6. The top log-probabilities from the sorted prefix: a certified row's kept entries, or the
+    // first `n` entries of a row that does not truncate when the prefix holds them (at least `n`
+    // entries, or every live token: nothing was left below the threshold).
+    let mut top_in_fallback = top == TopPlan::Fallback;
+    if let TopPlan::Prefix { raw } = top {
+        let whole = |count: u32| count >= p.top.n || theta == f32::NEG_INFINITY;
+        let answer = match (collected, raw, outcome) {
+            (Some(_), false, Some(Step::Kept { count, mass })) => Some((count, inv_t, lse + ln(mass))),
+            (Some(count), false, None) if whole(count) => Some((count, inv_t, lse)),
+            // SAFETY: b < B.
+            (Some(count), true, _) if whole(count) => Some((count, 1.0, unsafe { *p.raw_logsumexp.add(b as usize) })),
+            _ => None,
+        };
+        match answer {
+            // SAFETY: the top outputs hold B / n requests; j < count: a sorted entry.
+            Some((count, scale, l)) => unsafe { write_top(&p.top, request, count, tid, |j| top_entry(j, scale, l)) },
+            None => top_in_fallback = true,
+        }
+    }
+    let sample_in_fallback = matches!(outcome, Some(Step::Uncertain));
+    if tid == 0 {
+        // SAFETY: b < B; one thread lists the row.
+        unsafe {
+            *flag = sample_in_fallback as u32;
+            if sample_in_fallback || top_in_fallback {
+                let flags = if top_in_fallback { FALLBACK_TOP } else { 0 }
+                    | if sample_in_fallback { 0 } else { FALLBACK_KEEPS_SAMPLE };
+                list_for_fallback(p.fallback, b | flags);
             }
         }
     }
@@ -601,7 +723,7 @@ pub unsafe extern "ptx-kernel" fn fallback_gather(p: FallbackParams) {
     if slot < count as u64 {
         // SAFETY: slot < count ≤ B: a listed row below B; both rows hold D / 8 chunks of 16 bytes.
         unsafe {
-            let row = *p.list.add(1 + slot as usize) as u64;
+            let row = (*p.list.add(1 + slot as usize) & FALLBACK_ROW) as u64;
             *(p.gathered as *mut [u32; 4]).add((slot * chunks + chunk) as usize) =
                 *(p.hidden as *const [u32; 4]).add((row * chunks + chunk) as usize);
         }
@@ -803,14 +925,22 @@ unsafe fn for_each(z: *const f32, v: u32, tid: u32, mut f: impl FnMut(u32, f32))
     }
 }
 
-/// The largest key `t ≥ floor` whose live tokens at or above it (and at or above `floor`) weigh at
-/// least `target` (`weight` of each; 0 when none does): a radix select over the f32 order, 8 bits a
-/// pass, histograms with integer shared-memory atomics (so the result does not depend on timing).
+/// The largest `t` such that the entries `z[i]` with a key `key_of(i, z[i]) ≥ t` weigh at least
+/// `target` together (`weight` of each; entries without a key count nothing; 0 when they all weigh
+/// less): a radix select, 8 bits a pass, histograms with integer shared-memory atomics (so the
+/// result does not depend on timing).
 ///
 /// # Safety
 /// As [`block_sum_u64`]; `z` as [`for_each`].
 #[inline(always)]
-unsafe fn radix_select(z: *const f32, v: u32, tid: u32, floor: u32, target: u64, weight: impl Fn(f32) -> u64) -> u32 {
+unsafe fn radix_select(
+    z: *const f32,
+    v: u32,
+    tid: u32,
+    target: u64,
+    key_of: impl Fn(u32, f32) -> Option<u32>,
+    weight: impl Fn(f32) -> u64,
+) -> u32 {
     // One histogram per warp (`WARPS × 256` bins after the reduction slots): the logits of a row
     // share their high key bits, so one shared histogram would serialize every thread on a few bins.
     let hist = mov_u32_dynamic_smem() + 32 * 8;
@@ -827,11 +957,10 @@ unsafe fn radix_select(z: *const f32, v: u32, tid: u32, floor: u32, target: u64,
                 d += T;
             }
             _syncthreads();
-            for_each(z, v, tid, |_, x| {
-                if x > f32::NEG_INFINITY {
-                    let k = key(x);
+            for_each(z, v, tid, |i, x| {
+                if let Some(k) = key_of(i, x) {
                     let same_high = level == 0 || (k >> (shift + 8)) == (prefix >> (shift + 8));
-                    if k >= floor && same_high {
+                    if same_high {
                         red_shared_add_u64(mine + 8 * ((k >> shift) & 0xFF), weight(x));
                     }
                 }
@@ -867,6 +996,61 @@ unsafe fn radix_select(z: *const f32, v: u32, tid: u32, floor: u32, target: u64,
     prefix
 }
 
+/// [`select_top`]'s counter, past the 64 entries it sorts at the start of shared memory.
+const TOP_COUNTER_AT: u32 = 8 * 64;
+const _: () = assert!(T == TRUNCATE_THREADS && FALLBACK_SAMPLE_SMEM >= TOP_COUNTER_AT + 4 && MAX_TOP_N <= 64);
+
+/// The `n ≤ 64` largest entries `z[i]` that pass `pred` (ties: the lower index first), sorted
+/// largest first into the entries area ([`load_entry`]`(j)`), and their count (below `n` when fewer
+/// pass): the `n`-th largest key by a radix select, then among the entries at that key the lowest
+/// indices that complete `n` by another, then one pass collecting them.
+///
+/// # Safety
+/// As [`block_sum_u64`]; `z` as [`for_each`]; `n ≤ 64`.
+#[inline(always)]
+unsafe fn select_top(z: *const f32, v: u32, tid: u32, n: u32, pred: impl Fn(f32) -> bool) -> u32 {
+    let key_at = |x: f32| if pred(x) { Some(key(x)) } else { None };
+    // SAFETY: every thread (the caller's contract).
+    let t = unsafe { radix_select(z, v, tid, n as u64, |_, x| key_at(x), |_| 1) };
+    let mut above = 0u64;
+    // SAFETY: z as above.
+    unsafe { for_each(z, v, tid, |_, x| above += key_at(x).is_some_and(|k| k > t) as u64) };
+    // SAFETY: every thread.
+    let above = unsafe { block_sum_u64(above, tid) };
+    // Of the entries at `t`, those with the largest `!i` (the lowest indices) that complete `n`.
+    let ti = if above < n as u64 {
+        let tied = |i: u32, x: f32| if key_at(x) == Some(t) { Some(!i) } else { None };
+        // SAFETY: every thread (`above` is block-uniform).
+        unsafe { radix_select(z, v, tid, n as u64 - above, tied, |_| 1) }
+    } else {
+        u32::MAX
+    };
+    let counter = mov_u32_dynamic_smem() + TOP_COUNTER_AT;
+    // SAFETY: the counter word, zeroed before a block-uniform barrier; the selects' last barriers
+    // ended every read of the shared memory the entries overwrite; slots are unique (the atomic)
+    // and below 64 (exactly min(n, passing) entries are taken).
+    unsafe {
+        if tid == 0 {
+            st_shared_u32(counter, 0);
+        }
+        _syncthreads();
+        for_each(z, v, tid, |i, x| {
+            if let Some(k) = key_at(x)
+                && (k > t || (k == t && !i >= ti))
+            {
+                let slot = atom_shared_add_u32(counter, 1);
+                if slot < 64 {
+                    store_entry(slot, (x, i));
+                }
+            }
+        });
+        _syncthreads();
+        let count = ld_shared_u32(counter).min(n);
+        sort_entries(count, tid);
+        count
+    }
+}
+
 /// Fixed-point scale of the fallback's probabilities (`2^40`): integer sums, exact and
 /// order-independent, far below `u64::MAX` for any vocabulary.
 const FIXED: f32 = (1u64 << 40) as f32;
@@ -891,14 +1075,32 @@ pub unsafe extern "ptx-kernel" fn fallback_sample(p: FallbackParams) {
     let n = p.samples.max(1);
     let v = p.v;
     // SAFETY: s < count ≤ B: a listed row b < B; the truncation holds B / n entries.
-    let (b, row) = unsafe {
-        let b = *p.list.add(1 + s as usize);
-        (b, *p.rows.add(b as usize))
+    let (entry, b, row) = unsafe {
+        let entry = *p.list.add(1 + s as usize);
+        let b = entry & FALLBACK_ROW;
+        (entry, b, *p.rows.add(b as usize))
     };
+    let keeps_sample = entry & FALLBACK_KEEPS_SAMPLE != 0;
+    let (top, request) = (entry & FALLBACK_TOP != 0, b / n);
+    let raw_top = top && p.top.source != TopSource::Processed;
     // SAFETY: as above.
     let trunc = unsafe { *p.truncation.add((b / n) as usize) };
     // SAFETY: slot s of `[count, V]`.
     let z = unsafe { p.logits.add(s as usize * v as usize) };
+    if raw_top {
+        // The raw distribution's top entries, before the row is processed in place.
+        // SAFETY: every thread (`raw_top` is block-uniform); z holds V floats; b < B; the top outputs
+        // hold B / n requests; j < count: a sorted entry.
+        unsafe {
+            let count = select_top(z, v, tid, p.top.n, |x| x > f32::NEG_INFINITY);
+            let l = *p.raw_logsumexp.add(b as usize);
+            write_top(&p.top, request, count, tid, |j| top_entry(j, 1.0, l));
+            _syncthreads(); // every read of the logits is done before they change below
+        }
+        if keeps_sample {
+            return; // block-uniform
+        }
+    }
     if p.softcap > 0.0 || !p.mask.is_null() {
         let mut i = tid;
         while i < v {
@@ -954,7 +1156,7 @@ pub unsafe extern "ptx-kernel" fn fallback_sample(p: FallbackParams) {
     // Top-k: the k-th largest key (everything when fewer than k tokens are live).
     let tk = if trunc.top_k > 0 && trunc.top_k < v {
         // SAFETY: every thread; z as above.
-        unsafe { radix_select(z, v, tid, 0, trunc.top_k as u64, |_| 1) }
+        unsafe { radix_select(z, v, tid, trunc.top_k as u64, |_, x| live(x).then(|| key(x)), |_| 1) }
     } else {
         0
     };
@@ -978,14 +1180,16 @@ pub unsafe extern "ptx-kernel" fn fallback_sample(p: FallbackParams) {
             target += 1;
         }
         // SAFETY: every thread; z as above.
-        tp = unsafe { radix_select(z, v, tid, tk, target, fixed) }.max(tk);
+        let at_least_tk = |_, x| if live(x) && key(x) >= tk { Some(key(x)) } else { None };
+        tp = unsafe { radix_select(z, v, tid, target, at_least_tk, fixed) }.max(tk);
     }
     let keeps = |x: f32| live(x) && key(x) >= tp && (!(trunc.min_p > 0.0) || e(x) >= trunc.min_p);
     // The sample over the kept tokens, four per Philox call.
     let noise = row.noise();
     let mut c = Candidate::EMPTY;
     let mut mass = 0u64;
-    let mut g = tid;
+    // A row whose sample stands (here for its top entries) draws nothing.
+    let mut g = if keeps_sample { v.div_ceil(4) } else { tid };
     while 4 * g < v {
         let gum = noise.gumbel4(g);
         for j in 0..4u32 {
@@ -1003,13 +1207,27 @@ pub unsafe extern "ptx-kernel" fn fallback_sample(p: FallbackParams) {
     }
     // SAFETY: every thread.
     let (c, mass) = unsafe { (block_best(c, tid), block_sum_u64(mass, tid)) };
+    let lse_kept = zmax * inv_t + ln(mass as f32 / FIXED);
+    if top && !raw_top {
+        // The processed distribution's top entries: of the kept tokens, over the kept mass (a row
+        // whose sample stands does not truncate: its log-sum-exp is the fused pass's).
+        // SAFETY: b < B; every thread (block-uniform); z as above; the top outputs hold B / n
+        // requests; j < count: a sorted entry.
+        unsafe {
+            let l = if keeps_sample { *p.logsumexp.add(b as usize) } else { lse_kept };
+            let count = select_top(z, v, tid, p.top.n, keeps);
+            write_top(&p.top, request, count, tid, |j| top_entry(j, inv_t, l));
+        }
+    }
+    if keeps_sample {
+        return; // block-uniform
+    }
     if tid == 0 {
         // SAFETY: b < B: the outputs hold entry b; c.index < V when valid.
         unsafe {
             *p.tokens.add(b as usize) = c.token();
             *p.scores.add(b as usize) = c.score;
             if !p.logprobs.is_null() {
-                let lse_kept = zmax * inv_t + ln(mass as f32 / FIXED);
                 let valid = c.token() != INVALID_INDEX;
                 *p.logprobs.add(b as usize) =
                     if valid { *z.add(c.index as usize) * inv_t - lse_kept } else { f32::NAN };
