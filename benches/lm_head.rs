@@ -30,13 +30,12 @@
 //!   entry point contains `a` or `b`. Takes `--shape`, `--batches` and `--quick` like the main run.
 //! - `--controls`: instead of the baselines, time the fused call with per-request controls against
 //!   the plain call at every (config, B) (default B ∈ {1, 8, 16, 32, 64, 128, 256}): per-row
-//!   temperatures, log-probabilities (processed), both, both with the raw log-probabilities too
-//!   (`temps+raw`), temps + log-probabilities with each row's 20 most likely tokens' processed
+//!   temperatures, log-probabilities, both, both with each row's 20 most likely tokens' processed
 //!   log-probabilities (`top20`), an allowed-token mask in device memory (half the tokens),
 //!   soft-capping, `n = 8` samples per row, sparse adjustments (32 penalized tokens per row), all of
 //!   them together, and the plain call on f16 operands; prints a table of medians and ratios to the
 //!   plain call and writes `controls.csv`. Takes `--shape`, `--batches`, and `--modes a,b` (only
-//!   those modes besides the plain call: `temps`, `logprobs`, `temps+logprobs`, `temps+raw`, `top20`, `mask`,
+//!   those modes besides the plain call: `temps`, `logprobs`, `temps+logprobs`, `top20`, `mask`,
 //!   `softcap`, `n=8`, `adjust`, `all`, `f16`).
 //! - `--truncation`: instead of the baselines, time top-k (50) + top-p (0.9) per row in the fused
 //!   call (the certificate path, its fallback when needed) against the plain fused call and against
@@ -399,20 +398,8 @@ fn controls(gpu: &GpuBackend, timer: &EventTimer, a: &Args, bandwidth: f64) -> R
     let batches = a.batches.clone().unwrap_or_else(|| vec![1, 8, 16, 32, 64, 128, 256]);
     let bmax = *batches.iter().max().unwrap();
     let runs = a.runs;
-    const MODES: [&str; 12] = [
-        "plain",
-        "temps",
-        "logprobs",
-        "temps+logprobs",
-        "temps+raw",
-        "top20",
-        "mask",
-        "softcap",
-        "n=8",
-        "adjust",
-        "all",
-        "f16",
-    ];
+    const MODES: [&str; 11] =
+        ["plain", "temps", "logprobs", "temps+logprobs", "top20", "mask", "softcap", "n=8", "adjust", "all", "f16"];
     if let Some(m) = a.modes.iter().find(|m| !MODES.contains(&m.as_str())) {
         return Err(format!("--modes: no mode {m:?} (modes: {})", MODES.join(", ")).into());
     }
@@ -450,7 +437,6 @@ fn controls(gpu: &GpuBackend, timer: &EventTimer, a: &Args, bandwidth: f64) -> R
             let tp = plain.clone().with_temperatures(temps.clone());
             let lp = plain.clone().with_logprobs(LogProbs::Processed);
             let tl = tp.clone().with_logprobs(LogProbs::Processed);
-            let traw = tp.clone().with_logprobs(LogProbs::ProcessedAndRaw);
             let top20 = tl.clone().with_top_logprobs(20, false);
             let cap = plain.clone().with_softcap(30.0);
             let n8 = plain.clone().with_samples_per_row(8);
@@ -472,12 +458,11 @@ fn controls(gpu: &GpuBackend, timer: &EventTimer, a: &Args, bandwidth: f64) -> R
             }
             let adjusted = plain.clone().with_adjustments(adj.clone());
             let all = tl.clone().with_softcap(30.0).with_samples_per_row(8).with_adjustments(adj);
-            let cases: [(&str, &SamplingParams, bool); 11] = [
+            let cases: [(&str, &SamplingParams, bool); 10] = [
                 ("plain", &plain, false),
                 ("temps", &tp, false),
                 ("logprobs", &lp, false),
                 ("temps+logprobs", &tl, false),
-                ("temps+raw", &traw, false),
                 ("top20", &top20, false),
                 ("mask", &plain, true),
                 ("softcap", &cap, false),

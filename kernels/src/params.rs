@@ -100,8 +100,7 @@ pub struct FusedParams {
     /// processed distribution (`0` for a greedy row), `[B]`.
     pub logprobs: *mut f32,
     /// Output of the log-probability kernels: each row's sampled token's log-probability under
-    /// `softmax(y)` (nothing applied), `[B]`. Null with `raw_logsumexp`: the launch keeps no raw
-    /// log-mass (one `ex2` per logit fewer, [`FusedParams::wants_raw_mass`]).
+    /// `softmax(y)` (nothing applied), `[B]`.
     pub raw_logprobs: *mut f32,
     /// Output of the log-probability kernels: each row's log-sum-exp of `z / T` (NaN for a greedy
     /// row), `[B]`.
@@ -158,16 +157,6 @@ pub struct FusedParams {
     pub top_units: u32,
     /// Element type of `hidden` and `weight` (selects the MMA instruction per stage).
     pub elem: ElementType,
-}
-
-impl FusedParams {
-    /// Whether a log-probability launch keeps the raw log-mass (`softmax(y)`'s): when it writes raw
-    /// log-probabilities or raw log-sum-exps (the truncation kernels' raw log-probabilities and raw
-    /// top entries, a vocab-parallel rank's exchange). Launch-uniform.
-    #[inline(always)]
-    pub fn wants_raw_mass(&self) -> bool {
-        !self.raw_logprobs.is_null() || !self.raw_logsumexp.is_null()
-    }
 }
 
 /// One CUDA tensor map (`CUtensorMap`): an opaque 128-byte TMA descriptor that the host encodes

@@ -226,8 +226,6 @@ pub struct DeviceSamples {
     n: usize,
     /// Whether the last call computed log-probabilities.
     has_logprobs: bool,
-    /// Whether the last call computed raw log-probabilities ([`LogProbs::ProcessedAndRaw`]).
-    has_raw_logprobs: bool,
     /// Host copy of the words in `rows` (skips the upload when a call reuses them).
     uploaded_rows: Vec<u64>,
     /// The TMA kernels' tensor maps ([`TensorMaps`], 384 bytes: three 128-byte maps) in device memory.
@@ -302,10 +300,9 @@ impl DeviceSamples {
     }
 
     /// Log-probabilities of the last call's tokens under `softmax(logits)` (`[B, n]`), when it asked
-    /// for [`LogProbs::ProcessedAndRaw`] (a call asking for the processed ones only keeps no raw
-    /// log-mass in the kernel: one `ex2` per logit fewer).
+    /// for [`LogProbs::ProcessedAndRaw`] (computed with every log-probability call).
     pub fn raw_logprobs(&self) -> Option<CudaView<'_, f32>> {
-        self.raw_logprobs.as_ref().filter(|_| self.has_raw_logprobs).map(|l| l.slice(..self.b))
+        self.raw_logprobs.as_ref().filter(|_| self.has_logprobs).map(|l| l.slice(..self.b))
     }
 
     /// Each sample row's log-sum-exp of `logits / T` (`[B, n]`: the same for the `n` samples of a
@@ -383,7 +380,6 @@ impl DeviceSamples {
         self.b = rows;
         self.n = n;
         self.has_logprobs = logprobs;
-        self.has_raw_logprobs = logprobs;
         self.has_truncation = false;
         self.top_n = 0;
     }
@@ -797,7 +793,6 @@ impl GpuBackend {
                 b,
                 n: 1,
                 has_logprobs: false,
-                has_raw_logprobs: false,
                 uploaded_rows: Vec::new(),
                 tensor_maps: self.stream.alloc::<u64>(size_of::<TensorMaps>() / 8)?,
                 tensor_maps_for: None,
@@ -989,7 +984,6 @@ impl GpuBackend {
         out.b = rows;
         out.n = n;
         out.has_logprobs = epilogue.has_logprobs() && params.logprobs != LogProbs::Off;
-        out.has_raw_logprobs = out.has_logprobs && params.logprobs == LogProbs::ProcessedAndRaw;
         out.has_truncation = truncates;
         out.top_n = params.top_logprobs as usize;
         let ranged = Ranged { range, staging, elem: T::TYPE };
@@ -1391,14 +1385,6 @@ impl GpuBackend {
         };
         if raw_lse != 0 {
             lp_ptrs[4] = raw_lse;
-        }
-        // Raw log-probabilities only when asked for (or for a rank's exchange, or the truncation
-        // step's raw entries): without them the kernels keep no raw log-mass.
-        if launch.epilogue == Epilogue::LogProbs
-            && params.logprobs != LogProbs::ProcessedAndRaw
-            && ranged.staging.is_none()
-        {
-            lp_ptrs[2] = 0;
         }
         let p = ByValue(FusedParams {
             hidden: hidden as *const u16,

@@ -365,7 +365,6 @@ impl GpuBackend {
         out.b = b;
         out.n = 1;
         out.has_logprobs = false;
-        out.has_raw_logprobs = false;
         out.has_truncation = false;
         out.top_n = 0;
         let trunc = truncation_words(params, b);

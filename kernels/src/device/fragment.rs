@@ -69,21 +69,13 @@ pub(super) fn exp(x: f32) -> f32 {
 /// from `v0 + v_offset`) of one batch row →
 /// processed logits `z` (soft-cap, then the allowed-token mask: `−∞` where a token is not allowed)
 /// → transformed, perturbed scores → the row's candidate (the no_std [`update_group4`], which skips
-/// rows at or past V). With `LP`, the row's log-mass takes `z / T` too, and the raw logits with
-/// `RAW` ([`FusedParams::wants_raw_mass`]); with `TOP`, the row's top list takes `z` (the truncation
-/// kernels). `SC`:
+/// rows at or past V). With `LP`, the row's log-mass takes the raw logits and `z / T` too; with
+/// `TOP`, the row's top list takes `z` (the truncation kernels). `SC`:
 /// the launch soft-caps (`p.softcap > 0`); `MK`: it has a mask or a vocab offset (a shard). The adapters are instantiated for
 /// each and pick one per tile ([`controls_dispatch`]), so the controls' code stays out of the plain
 /// path's unrolled loop, whose instruction footprint decides its speed (docs/findings/13).
 #[inline(always)]
-pub(super) fn lane_epilogue<
-    const LP: bool,
-    const TOP: bool,
-    const SC: bool,
-    const MK: bool,
-    const RAW: bool,
-    const L: usize,
->(
+pub(super) fn lane_epilogue<const LP: bool, const TOP: bool, const SC: bool, const MK: bool, const L: usize>(
     p: &FusedParams,
     row: RowRef,
     v0: u32,
@@ -125,9 +117,7 @@ pub(super) fn lane_epilogue<
                 }
             }
         }
-        if RAW {
-            mass.raw.update4(raw, exp);
-        }
+        mass.raw.update4(raw, exp);
         mass.processed.update4(processed, exp);
     }
     if TOP {
@@ -140,22 +130,16 @@ pub(super) fn lane_epilogue<
     }
 }
 
-/// Calls `$f::<…, SC, MK, RAW>` for this launch's soft-cap (`SC`), mask or vocab offset (`MK`) and
-/// `$raw`, whether it keeps the raw log-mass (`RAW`): one uniform branch per tile. `$raw` is a
-/// constant `false` in the plain kernels and `true` in the truncation kernels, so they keep four
-/// instantiations of the tile's epilogue (and the plain kernels their code); the log-probability
-/// kernels have eight.
+/// Calls `$f::<…, SC, MK>` for this launch's soft-cap (`SC`) and mask or vocab offset (`MK`): one
+/// uniform branch per tile, four instantiations of the tile's epilogue.
 macro_rules! controls_dispatch {
-    ($p:expr, $raw:expr, $f:ident::<$($g:tt),*>($($arg:expr),*)) => {
+    ($p:expr, $f:ident::<$($g:tt),*>($($arg:expr),*)) => {
         match ($p.softcap > 0.0, !$p.mask.is_null() || $p.v_offset != 0) {
-            (false, false) => controls_dispatch!(@raw $raw, $f::<$($g,)* false, false>($($arg),*)),
-            (true, false) => controls_dispatch!(@raw $raw, $f::<$($g,)* true, false>($($arg),*)),
-            (false, true) => controls_dispatch!(@raw $raw, $f::<$($g,)* false, true>($($arg),*)),
-            (true, true) => controls_dispatch!(@raw $raw, $f::<$($g,)* true, true>($($arg),*)),
+            (false, false) => $f::<$($g,)* false, false>($($arg),*),
+            (true, false) => $f::<$($g,)* true, false>($($arg),*),
+            (false, true) => $f::<$($g,)* false, true>($($arg),*),
+            (true, true) => $f::<$($g,)* true, true>($($arg),*),
         }
-    };
-    (@raw $raw:expr, $f:ident::<$($g:tt),*>($($arg:expr),*)) => {
-        if $raw { $f::<$($g,)* true>($($arg),*) } else { $f::<$($g,)* false>($($arg),*) }
     };
 }
 
@@ -181,14 +165,7 @@ fn column_logits<const NB: usize>(acc: &Accumulators<NB>, i: u32) -> [f32; ROWS_
 /// One heavy iteration (Philox + logs) per column: a real loop, so `column_logits` picks the
 /// column's logits with constant indices, keeping `acc` in registers.
 #[inline(always)]
-fn mma_sync_tile_with<
-    const NB: usize,
-    const LP: bool,
-    const TOP: bool,
-    const SC: bool,
-    const MK: bool,
-    const RAW: bool,
->(
+fn mma_sync_tile_with<const NB: usize, const LP: bool, const TOP: bool, const SC: bool, const MK: bool>(
     p: &FusedParams,
     (b0, quad): (u32, u32),
     v0: u32,
@@ -202,7 +179,7 @@ fn mma_sync_tile_with<
         if b < p.b {
             let logits = column_logits::<NB>(acc, i);
             let (cand, mass, top) = (&mut cands[i as usize], &mut masses[i as usize], &mut tops[i as usize]);
-            lane_epilogue::<LP, TOP, SC, MK, RAW, LANE_TOP>(p, row_params(p, b), v0, logits, cand, (mass, top));
+            lane_epilogue::<LP, TOP, SC, MK, LANE_TOP>(p, row_params(p, b), v0, logits, cand, (mass, top));
         }
     }
 }
@@ -252,7 +229,6 @@ fn weight_a_tile_with<
     const P: usize,
     const SC: bool,
     const MK: bool,
-    const RAW: bool,
 >(
     p: &FusedParams,
     (b0, quad): (u32, u32),
@@ -300,7 +276,7 @@ fn weight_a_tile_with<
                             _ => tops[I + 3 * pass],
                         }
                     };
-                    lane_epilogue::<LP, TOP, SC, MK, RAW, LANE_TOP>(p, row_params(p, b), v0, logits, &mut cand, (&mut mass, &mut top));
+                    lane_epilogue::<LP, TOP, SC, MK, LANE_TOP>(p, row_params(p, b), v0, logits, &mut cand, (&mut mass, &mut top));
                     if TOP {
                         match r {
                             0 => tops[I] = top,
@@ -335,7 +311,7 @@ fn weight_a_tile_with<
 /// compile-time indices they can have. Fully unrolled, the code of 32 groups overflows the
 /// instruction cache (ncu: 39% of stalls on instruction fetch, docs/findings).
 #[inline(always)]
-fn hidden_a_tile_with<const LP: bool, const TOP: bool, const SC: bool, const MK: bool, const RAW: bool>(
+fn hidden_a_tile_with<const LP: bool, const TOP: bool, const SC: bool, const MK: bool>(
     p: &FusedParams,
     b: [u32; 2],
     tile: u32,
@@ -365,7 +341,7 @@ fn hidden_a_tile_with<const LP: bool, const TOP: bool, const SC: bool, const MK:
                 // Columns 8j + 2q + c for j = 2J, 2J + 1: vocab rows 16J + 4q + 0..4.
                 let logits = [pick(8 * J), pick(8 * J + 1), pick(8 * J + 4), pick(8 * J + 5)];
                 let v0 = v_lane + 16 * (8 * j_hi + J as u32);
-                lane_epilogue::<LP, TOP, SC, MK, RAW, LANE_TOP_WIDE>(p, params, v0, logits, &mut cand, (&mut mass, &mut top));
+                lane_epilogue::<LP, TOP, SC, MK, LANE_TOP_WIDE>(p, params, v0, logits, &mut cand, (&mut mass, &mut top));
             });
             if e == 0 {
                 cands[0] = cand;
@@ -392,11 +368,7 @@ pub(super) fn mma_sync_tile<const NB: usize, const LP: bool, const TOP: bool>(
     cands: &mut [Candidate; 16],
     state: (&mut [RowMass; 16], &mut [TopList<LANE_TOP>; 16]),
 ) {
-    controls_dispatch!(
-        p,
-        LP && (TOP || p.wants_raw_mass()),
-        mma_sync_tile_with::<NB, LP, TOP>(p, lane, v0, acc, cands, state)
-    )
+    controls_dispatch!(p, mma_sync_tile_with::<NB, LP, TOP>(p, lane, v0, acc, cands, state))
 }
 
 /// [`weight_a_tile_with`] for this launch's controls.
@@ -414,17 +386,9 @@ pub(super) fn weight_a_tile<T: WgmmaShape, const LP: bool, const TOP: bool>(
     // instruction cache); at N = 64 four passes make the compiler index the candidates in local
     // memory, so they keep passes of 8 like the plain kernels.
     if LP && T::N <= 32 {
-        controls_dispatch!(
-            p,
-            LP && (TOP || p.wants_raw_mass()),
-            weight_a_tile_with::<T, LP, TOP, 4>(p, lane, v0, acc, cands, state)
-        )
+        controls_dispatch!(p, weight_a_tile_with::<T, LP, TOP, 4>(p, lane, v0, acc, cands, state))
     } else {
-        controls_dispatch!(
-            p,
-            LP && (TOP || p.wants_raw_mass()),
-            weight_a_tile_with::<T, LP, TOP, 8>(p, lane, v0, acc, cands, state)
-        )
+        controls_dispatch!(p, weight_a_tile_with::<T, LP, TOP, 8>(p, lane, v0, acc, cands, state))
     }
 }
 
@@ -439,11 +403,7 @@ pub(super) fn hidden_a_tile<const LP: bool, const TOP: bool>(
     cands: &mut [Candidate; 2],
     state: (SharedMasses, &mut [TopList<LANE_TOP_WIDE>; 2]),
 ) {
-    controls_dispatch!(
-        p,
-        LP && (TOP || p.wants_raw_mass()),
-        hidden_a_tile_with::<LP, TOP>(p, b, tile, q, acc, cands, state)
-    )
+    controls_dispatch!(p, hidden_a_tile_with::<LP, TOP>(p, b, tile, q, acc, cands, state))
 }
 
 /// Block merge, step 1, for the column layouts of [`mma_sync_tile`] and [`weight_a_tile`]: the

@@ -124,9 +124,8 @@ pub(super) fn ln(x: f32) -> f32 {
 
 /// Row `b`'s log-probability outputs (one thread): the token's processed log-probability `z / T −
 /// lse` (`z` = the token's logit `y` soft-capped, or its adjusted logit when an adjusted token won;
-/// `0` for a greedy row), its raw one `y − lse_raw` (when `raw_logprobs` is not null), and the
-/// row's log-sum-exp of `z / T` (NaN for a greedy row). A row without a token (`valid` false) gets
-/// NaN everywhere.
+/// `0` for a greedy row), its raw one `y − lse_raw`, and the row's log-sum-exp of `z / T` (NaN for a
+/// greedy row). A row without a token (`valid` false) gets NaN everywhere.
 ///
 /// # Safety
 /// `b < B`; `p` is a log-probability launch (its outputs hold B entries).
@@ -156,9 +155,7 @@ unsafe fn write_logprobs(p: &FusedParams, b: u32, (cand, mass): (Candidate, RowM
     // SAFETY: b < B; the log-probability outputs hold B entries (`raw_logsumexp` when not null).
     unsafe {
         *p.logprobs.add(b as usize) = lp;
-        if !p.raw_logprobs.is_null() {
-            *p.raw_logprobs.add(b as usize) = raw;
-        }
+        *p.raw_logprobs.add(b as usize) = raw;
         *p.logsumexp.add(b as usize) = lse;
         if !p.raw_logsumexp.is_null() {
             *p.raw_logsumexp.add(b as usize) = lse_raw;
