@@ -1,5 +1,5 @@
-//! Top-k, top-p and min-p (issue 13): the truncation step after a fused truncation launch, and its
-//! exact fallback. The certificate and the walk are the no_std core's ([`crate::truncate`]).
+//! Top-k, top-p and min-p, and top-n log-probabilities (issue 13): the truncation step after a fused
+//! truncation launch, and its exact fallback. The certificate and the walk are the no_std core's ([`crate::truncate`]).
 //!
 //! 1. The fused kernel's [`Epilogue::Truncate`](crate::config::Epilogue::Truncate) instantiation
 //!    samples as usual (the plain winner, the log-masses) and writes each lane's top list per
@@ -8,12 +8,16 @@
 //!    exact prefix down to `β`: the block collects them in shared memory and sorts them, and
 //!    [`KeptWalk`] (one thread) takes them largest first until the threshold is proven; then the
 //!    row samples within its kept set with the plain pass's scores (a kept plain winner wins again)
-//!    and its log-probabilities are renormalized over the kept set. A row the walk cannot decide is
-//!    listed for the fallback.
+//!    and its log-probabilities are renormalized over the kept set. The request's first sample row
+//!    writes its top log-probabilities from the same prefix ([`TopOutputs`]). A row the walk cannot
+//!    decide, or whose top entries the prefix cannot give, is listed for the fallback (the latter
+//!    flagged [`FALLBACK_TOP`], with [`FALLBACK_KEEPS_SAMPLE`] when its sample stands).
 //! 3. [`fallback_gather`], [`fallback_logits`] and [`fallback_sample`]: the listed rows' logits
 //!    materialized on the tensor cores (one read of the weight per 64 rows), their
 //!    threshold found exactly by a bitwise search over the f32 order (no sort), and the row sampled
-//!    with the same noise. Also the benchmark's unfused top-k / top-p sampler over GEMM logits.
+//!    with the same noise; a row flagged [`FALLBACK_TOP`] gets its top entries by [`select_top`]
+//!    (raw ones before the row is processed in place). Also the benchmark's unfused top-k / top-p
+//!    sampler over GEMM logits.
 //!
 //! # Thread mapping
 //! - `truncate_rows`: `grid = B` blocks of [`TRUNCATE_THREADS`] (= 512) threads, one per sample row;
