@@ -387,35 +387,13 @@ fn top_logprobs_change_no_sample() {
 #[test]
 fn top_logprobs_match_an_f64_reference_on_the_gpu() {
     let Some(gpu) = gpu_or_skip("top_logprobs_match_an_f64_reference_on_the_gpu") else { return };
-    let (b, d, v) = (3usize, 64usize, 500usize);
-    let mut rng = TestRng::new(0x13_0003);
-    let hidden = rng.normal_bf16(b * d, 1.0);
-    let weight = rng.normal_bf16(v * d, 0.4);
-    let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
-    let temps = vec![0.7f32, 1.0, 1.3];
+    let (b, d, v) = TOP_CASE;
     for raw in [false, true] {
-        let params = SamplingParams::new(1.0, 9)
-            .with_temperatures(temps.clone())
-            .with_top_k(vec![0, 50, 0])
-            .with_top_p(vec![0.9, 1.0, 1.0])
-            .with_top_logprobs(20, raw);
+        let (hidden, weight, params) = top_logprob_case(raw);
+        let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
         let got = gpu.sample_scored(h, w, &params).unwrap();
-        let top = got.top_logprobs.as_ref().unwrap();
-        for r in 0..b {
-            let y = logits_f64(&hidden, &weight, d, r);
-            let (k, p) = ([0usize, 50, 0][r], [0.9, 1.0, 1.0][r]);
-            let probs = if raw { truncated(&y, 1.0, 0, 1.0, 0.0) } else { truncated(&y, temps[r] as f64, k, p, 0.0) };
-            let mut order: Vec<usize> = (0..v).filter(|&i| probs[i] > 0.0).collect();
-            order.sort_by(|&a, &c| probs[c].partial_cmp(&probs[a]).unwrap().then(a.cmp(&c)));
-            order.truncate(20);
-            assert_eq!(top[r].len(), order.len(), "raw {raw}, row {r}");
-            for (j, (&(tok, lp), &want)) in top[r].iter().zip(&order).enumerate() {
-                // Two tokens within f32 rounding of each other may swap; none does in these rows.
-                assert_eq!(tok as usize, want, "raw {raw}, row {r}, entry {j}");
-                let l = probs[want].ln();
-                assert!((lp as f64 - l).abs() < 1e-4, "raw {raw}, row {r} token {tok}: {lp} vs {l}");
-            }
-        }
+        // Two tokens within f32 rounding of each other could swap; none does in these rows.
+        assert_top_case("GPU", &hidden, &weight, raw, got.top_logprobs.as_ref().unwrap());
     }
     visible("GPU top log-probabilities == f64 reference (processed with top-k / top-p, and raw)");
 }

@@ -530,3 +530,48 @@ pub fn near_tie_mismatches<T: Element>(
     }
     mismatches
 }
+
+/// The top-log-probability case both backends check against f64: 3 rows of a random head (D = 64,
+/// V = 500) at temperatures 0.7 / 1.0 / 1.3, row 0 with top-p 0.9, row 1 with top-k 50, 20 entries of
+/// the processed distribution or, `raw`, of `softmax(logits)`. Returns the head and the parameters.
+pub fn top_logprob_case(raw: bool) -> (Vec<bf16>, Vec<bf16>, SamplingParams) {
+    let (b, d, v) = TOP_CASE;
+    let mut rng = TestRng::new(0x13_0003);
+    let hidden = rng.normal_bf16(b * d, 1.0);
+    let weight = rng.normal_bf16(v * d, 0.4);
+    let params = SamplingParams::new(1.0, 9)
+        .with_temperatures(TOP_CASE_TEMPS.to_vec())
+        .with_top_k(vec![0, 50, 0])
+        .with_top_p(vec![0.9, 1.0, 1.0])
+        .with_top_logprobs(20, raw);
+    (hidden, weight, params)
+}
+
+/// B, D, V of [`top_logprob_case`].
+pub const TOP_CASE: (usize, usize, usize) = (3, 64, 500);
+/// Its rows' temperatures.
+pub const TOP_CASE_TEMPS: [f32; 3] = [0.7, 1.0, 1.3];
+
+/// Row `r`'s distribution in [`top_logprob_case`] in f64 (processed: truncated; `raw`: the softmax).
+pub fn top_case_probs(hidden: &[bf16], weight: &[bf16], r: usize, raw: bool) -> Vec<f64> {
+    let y = logits_f64(hidden, weight, TOP_CASE.1, r);
+    let (k, p) = ([0usize, 50, 0][r], [0.9, 1.0, 1.0][r]);
+    if raw { truncated(&y, 1.0, 0, 1.0, 0.0) } else { truncated(&y, TOP_CASE_TEMPS[r] as f64, k, p, 0.0) }
+}
+
+/// Asserts a call's top log-probabilities for [`top_logprob_case`] equal the f64 reference: the 20
+/// most likely tokens in order (ties to the lower id), log-probabilities within 1e-4.
+pub fn assert_top_case(what: &str, hidden: &[bf16], weight: &[bf16], raw: bool, top: &[Vec<(u32, f32)>]) {
+    for (r, row) in top.iter().enumerate() {
+        let probs = top_case_probs(hidden, weight, r, raw);
+        let mut order: Vec<usize> = (0..probs.len()).filter(|&i| probs[i] > 0.0).collect();
+        order.sort_by(|&a, &c| probs[c].partial_cmp(&probs[a]).unwrap().then(a.cmp(&c)));
+        order.truncate(20);
+        assert_eq!(row.len(), order.len(), "{what}, raw {raw}, row {r}");
+        for (j, (&(tok, lp), &want)) in row.iter().zip(&order).enumerate() {
+            assert_eq!(tok as usize, want, "{what}, raw {raw}, row {r}, entry {j}");
+            let l = probs[want].ln();
+            assert!((lp as f64 - l).abs() < 1e-4, "{what}, raw {raw}, row {r} token {tok}: {lp} vs {l}");
+        }
+    }
+}
