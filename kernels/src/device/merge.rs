@@ -24,6 +24,7 @@ use super::schedule::BlockWork;
 use crate::candidate::Candidate;
 use crate::config::CONSUMER_THREADS;
 use crate::params::{FusedParams, RowMass};
+use crate::truncate::{LANE_TOP, TopList};
 
 /// The merge area at the start of the dynamic shared memory (`config::FusedVariant::merge_bytes`):
 /// `contributors × block_rows` candidates of 8 bytes, then (log-probability kernels) as many
@@ -117,6 +118,179 @@ impl SharedMasses {
         }
         masses
     }
+}
+
+/// What a lane keeps of one batch column's top list while it streams its vocab rows (the
+/// truncation kernels): [`TopList::update`]'s semantics, whatever the storage.
+pub(super) trait TopState: Copy {
+    /// The empty list.
+    const EMPTY: Self;
+    /// Takes token `index` with processed logit `z` (as [`TopList::update`]).
+    fn update(&mut self, z: f32, index: u32);
+}
+
+impl<const L: usize> TopState for TopList<L> {
+    const EMPTY: Self = TopList::EMPTY;
+    #[inline(always)]
+    fn update(&mut self, z: f32, index: u32) {
+        TopList::update(self, z, index)
+    }
+}
+
+/// A lane's top lists of its batch columns: `take` column `i`'s state, `put` it back (`i` a
+/// compile-time index after unrolling, so register arrays stay in registers), and its whole list for
+/// the output.
+pub(super) trait LaneTops {
+    /// One column's state.
+    type One: TopState;
+    /// Empty lists, not yet placed ([`LaneTops::place`]).
+    const EMPTY: Self;
+    /// Places the lists of `n` columns as consumer thread `consumer_tid`'s and empties them;
+    /// `offset`: where the lanes' shared-memory entries start in the dynamic shared memory (the
+    /// register lists need nothing).
+    ///
+    /// # Safety
+    /// For shared-memory lists: the launch reserved `16 · CONSUMER_THREADS · n` bytes at `offset`
+    /// (`FusedVariant::lane_tops_bytes`), `consumer_tid < CONSUMER_THREADS`.
+    unsafe fn place(&mut self, offset: u32, consumer_tid: u32, n: u32);
+    /// Column `i`'s state.
+    fn take(&self, i: usize) -> Self::One;
+    /// Stores column `i`'s state.
+    fn put(&mut self, i: usize, one: Self::One);
+    /// Column `i`'s list.
+    fn list(&self, i: usize) -> TopList<LANE_TOP>;
+}
+
+impl<const N: usize> LaneTops for [TopList<LANE_TOP>; N] {
+    type One = TopList<LANE_TOP>;
+    const EMPTY: Self = [TopList::EMPTY; N];
+    #[inline(always)]
+    unsafe fn place(&mut self, _offset: u32, _consumer_tid: u32, _n: u32) {}
+    #[inline(always)]
+    fn take(&self, i: usize) -> Self::One {
+        self[i]
+    }
+    #[inline(always)]
+    fn put(&mut self, i: usize, one: Self::One) {
+        self[i] = one;
+    }
+    #[inline(always)]
+    fn list(&self, i: usize) -> TopList<LANE_TOP> {
+        self[i]
+    }
+}
+
+/// A column's top list with its entries in shared memory (value bits and index of each, 16 bytes at
+/// `at`) and, in registers, only the insertion threshold (the list's last value) and the bound: a
+/// value below the threshold can only raise the bound; one at or above it (rare once the list has
+/// filled: about `2 ln n` of `n` values in random order) takes the shared-memory path, which also
+/// settles ties by index. The same list as [`TopList::update`] after the same updates.
+#[derive(Clone, Copy)]
+pub(super) struct SharedTop {
+    thr: f32,
+    bound: f32,
+    at: u32,
+}
+
+impl SharedTop {
+    /// The entries at `at`, with `bound`.
+    ///
+    /// # Safety
+    /// `at` is a column's slot of [`SharedTops`].
+    #[inline(always)]
+    unsafe fn load(at: u32, bound: f32) -> TopList<LANE_TOP> {
+        // SAFETY: the caller's contract.
+        let [z0, i0, z1, i1] = unsafe { ld_shared_v4_u32(at) };
+        TopList { z: [f32::from_bits(z0), f32::from_bits(z1)], index: [i0, i1], bound }
+    }
+}
+
+impl TopState for SharedTop {
+    const EMPTY: Self = SharedTop { thr: f32::NEG_INFINITY, bound: f32::NEG_INFINITY, at: 0 };
+    #[inline(always)]
+    fn update(&mut self, z: f32, index: u32) {
+        if !(z > f32::NEG_INFINITY) {
+            return;
+        }
+        if z < self.thr {
+            // Below the last entry: not listed (`TopList::update`'s first branch).
+            if z > self.bound {
+                self.bound = z;
+            }
+            return;
+        }
+        // SAFETY: `at` is this column's slot ([`SharedTops::take`]), this thread's alone.
+        unsafe {
+            let mut list = Self::load(self.at, self.bound);
+            list.update(z, index);
+            st_shared_v4_u32(self.at, [list.z[0].to_bits(), list.index[0], list.z[1].to_bits(), list.index[1]]);
+            self.thr = list.z[LANE_TOP - 1];
+            self.bound = list.bound;
+        }
+    }
+}
+
+const _: () = assert!(LANE_TOP == 2);
+
+/// A lane's shared-memory top lists ([`SharedTop`]) of up to 32 columns: column `i` of consumer
+/// thread `t` at `16·(i·CONSUMER_THREADS + t)` from the area's start, like [`SharedMasses`].
+pub(super) struct SharedTops {
+    thr: [f32; 32],
+    bound: [f32; 32],
+    at: u32,
+}
+
+impl SharedTops {
+    #[inline(always)]
+    fn slot(&self, i: usize) -> u32 {
+        self.at + 16 * CONSUMER_THREADS * i as u32
+    }
+}
+
+impl LaneTops for SharedTops {
+    type One = SharedTop;
+    const EMPTY: Self = SharedTops { thr: [f32::NEG_INFINITY; 32], bound: [f32::NEG_INFINITY; 32], at: 0 };
+    #[inline(always)]
+    unsafe fn place(&mut self, offset: u32, consumer_tid: u32, n: u32) {
+        self.at = mov_u32_dynamic_smem() + offset + 16 * consumer_tid;
+        let empty = [f32::NEG_INFINITY.to_bits(), u32::MAX, f32::NEG_INFINITY.to_bits(), u32::MAX];
+        for i in 0..n as usize {
+            // SAFETY: column i < n of this thread (the caller's contract).
+            unsafe { st_shared_v4_u32(self.slot(i), empty) };
+        }
+    }
+    #[inline(always)]
+    fn take(&self, i: usize) -> SharedTop {
+        SharedTop { thr: self.thr[i], bound: self.bound[i], at: self.slot(i) }
+    }
+    #[inline(always)]
+    fn put(&mut self, i: usize, one: SharedTop) {
+        self.thr[i] = one.thr;
+        self.bound[i] = one.bound;
+    }
+    #[inline(always)]
+    fn list(&self, i: usize) -> TopList<LANE_TOP> {
+        // SAFETY: column i's slot, written by `for_lane` and this thread's updates.
+        unsafe { SharedTop::load(self.slot(i), self.bound[i]) }
+    }
+}
+
+/// The lane top lists of a kernel: in shared memory (`true`, `FusedVariant::shared_tops`) or in
+/// registers.
+pub(super) struct TopsIn<const SHARED: bool>;
+
+/// See [`TopsIn`].
+pub(super) trait PickTops {
+    /// The lists' type.
+    type Tops: LaneTops;
+}
+
+impl PickTops for TopsIn<true> {
+    type Tops = SharedTops;
+}
+
+impl PickTops for TopsIn<false> {
+    type Tops = [TopList<LANE_TOP>; 32];
 }
 
 /// A [`RowMass`] as four words (processed max and sum, raw max and sum).
