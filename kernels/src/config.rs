@@ -288,9 +288,6 @@ pub struct FusedVariant {
     /// in the `wgmma` kernels their lanes' row masses take shared memory
     /// ([`FusedVariant::lane_state_bytes`]), which leaves room for fewer stages.
     pub stages_lp: u32,
-    /// Pipeline depth of the truncation kernels: [`Self::stages_lp`], or fewer where their lanes'
-    /// top lists also take shared memory ([`FusedVariant::shared_tops`]).
-    pub stages_tk: u32,
 }
 
 /// Portable, up to 16 rows: 4 warps of 16 batch rows.
@@ -303,7 +300,6 @@ pub const MMA_SYNC_N16: FusedVariant = FusedVariant {
     warps_b: 1,
     stages: 4,
     stages_lp: 4,
-    stages_tk: 4,
 };
 /// Portable, up to 32 rows: 4 warps of 32 batch rows.
 pub const MMA_SYNC_N32: FusedVariant = FusedVariant {
@@ -315,7 +311,6 @@ pub const MMA_SYNC_N32: FusedVariant = FusedVariant {
     warps_b: 1,
     stages: 3,
     stages_lp: 3,
-    stages_tk: 3,
 };
 /// Portable, up to 64 rows: 8 warps, two batch slots of 32 rows.
 pub const MMA_SYNC_N64: FusedVariant = FusedVariant {
@@ -327,7 +322,6 @@ pub const MMA_SYNC_N64: FusedVariant = FusedVariant {
     warps_b: 2,
     stages: 4,
     stages_lp: 4,
-    stages_tk: 4,
 };
 /// Portable, beyond 64 rows: 16 warps, four batch slots of 32 rows (128-row batch tiles).
 pub const MMA_SYNC_N128: FusedVariant = FusedVariant {
@@ -339,7 +333,6 @@ pub const MMA_SYNC_N128: FusedVariant = FusedVariant {
     warps_b: 4,
     stages: 6,
     stages_lp: 6,
-    stages_tk: 6,
 };
 /// Hopper, up to 16 rows: weight-as-A `wgmma`, N = 16.
 pub const TMA_N16: FusedVariant = FusedVariant {
@@ -351,7 +344,6 @@ pub const TMA_N16: FusedVariant = FusedVariant {
     warps_b: 1,
     stages: 10,
     stages_lp: 10,
-    stages_tk: 10,
 };
 /// Hopper, up to 32 rows: N = 32.
 pub const TMA_N32: FusedVariant = FusedVariant {
@@ -363,7 +355,6 @@ pub const TMA_N32: FusedVariant = FusedVariant {
     warps_b: 1,
     stages: 10,
     stages_lp: 9,
-    stages_tk: 9,
 };
 /// Hopper, up to 64 rows: N = 64.
 pub const TMA_N64: FusedVariant = FusedVariant {
@@ -375,7 +366,6 @@ pub const TMA_N64: FusedVariant = FusedVariant {
     warps_b: 1,
     stages: 8,
     stages_lp: 6,
-    stages_tk: 3,
 };
 /// Hopper, beyond 64 rows when `V % 16 ≠ 0`: N = 64, the consumers split 128-row batch tiles.
 pub const TMA_N64X2: FusedVariant = FusedVariant {
@@ -387,7 +377,6 @@ pub const TMA_N64X2: FusedVariant = FusedVariant {
     warps_b: 2,
     stages: 6,
     stages_lp: 4,
-    stages_tk: 4,
 };
 /// Hopper, 65–128 rows (and 33–64 where its vocab ranges are no longer): hidden-as-A, 64 rows.
 pub const TMAT_N64: FusedVariant = FusedVariant {
@@ -399,7 +388,6 @@ pub const TMAT_N64: FusedVariant = FusedVariant {
     warps_b: 1,
     stages: 5,
     stages_lp: 5,
-    stages_tk: 5,
 };
 /// Hopper, beyond 128 rows: hidden-as-A, the consumers split 128-row batch tiles.
 pub const TMAT_N64X2: FusedVariant = FusedVariant {
@@ -411,7 +399,6 @@ pub const TMAT_N64X2: FusedVariant = FusedVariant {
     warps_b: 2,
     stages: 4,
     stages_lp: 4,
-    stages_tk: 4,
 };
 
 /// Every fused-kernel variant the library launches (each chosen by [`variant_for_batch`]).
@@ -557,26 +544,10 @@ impl FusedVariant {
         e.state_bytes() * self.merge_contributors() * self.block_b()
     }
     /// The pipeline depth of the kernel with epilogue `e`: [`Self::stages`] for the plain kernels,
-    /// [`Self::stages_lp`] for the log-probability kernels, [`Self::stages_tk`] for the truncation
-    /// kernels.
+    /// [`Self::stages_lp`] for the log-probability and truncation kernels.
     #[inline]
     pub const fn stages_for(&self, e: Epilogue) -> u32 {
-        match e {
-            Epilogue::Sample => self.stages,
-            Epilogue::LogProbs => self.stages_lp,
-            Epilogue::Truncate => self.stages_tk,
-        }
-    }
-    /// Whether the kernel with epilogue `e` keeps its lanes' top lists in shared memory (the
-    /// entries; each column's insertion threshold and bound stay in registers): the truncation
-    /// kernel of the weight-as-A `wgmma` variant with 16 batch columns per lane taking turns
-    /// (`TMA_N64`), whose lists in registers spilled 4.7 KiB (docs/findings/20).
-    #[inline]
-    pub const fn shared_tops(&self, e: Epilogue) -> bool {
-        matches!(e, Epilogue::Truncate)
-            && matches!(self.family, Family::WgmmaWeightA)
-            && self.n_tiles == 8
-            && self.warps_b == 1
+        if e.has_logprobs() { self.stages_lp } else { self.stages }
     }
     /// Row masses ([`crate::params::RowMass`]) a consumer lane of a `wgmma` kernel keeps for its
     /// batch rows: one per batch column of the weight-as-A layout (`N / 4`), one per batch row of the
@@ -596,15 +567,7 @@ impl FusedVariant {
     /// column and tile and keep the order of every sum, so the log-probabilities stay bit-identical.
     #[inline]
     pub const fn lane_state_bytes(&self, e: Epilogue) -> u32 {
-        let masses = if e.has_logprobs() { 16 * CONSUMER_THREADS * self.lane_masses() } else { 0 };
-        masses + self.lane_tops_bytes(e)
-    }
-    /// Bytes of the lanes' top-list entries in shared memory ([`Self::shared_tops`]), after the
-    /// masses: column `i`'s two entries (value bits, index; 16 bytes) of consumer thread `t` at
-    /// `16·(i·256 + t)`.
-    #[inline]
-    pub const fn lane_tops_bytes(&self, e: Epilogue) -> u32 {
-        if self.shared_tops(e) { 16 * CONSUMER_THREADS * self.lane_masses() } else { 0 }
+        if e.has_logprobs() { 16 * CONSUMER_THREADS * self.lane_masses() } else { 0 }
     }
     /// Bytes before the ring: the merge area ([`Self::merge_bytes`]) and the lanes' row masses
     /// ([`Self::lane_state_bytes`]).
@@ -844,8 +807,6 @@ mod tests {
                 assert!(v.merge_bytes(e) >= 8);
             }
             assert!(v.stages_lp <= v.stages && v.stages_lp >= 3, "{}", v.entry);
-            assert!(v.stages_tk <= v.stages_lp && v.stages_tk >= 3, "{}", v.entry);
-            assert_eq!(v.stages_tk == v.stages_lp, !v.shared_tops(Epilogue::Truncate), "{}", v.entry);
             if v.family == Family::MmaSync {
                 assert_eq!(v.stages_lp, v.stages, "{}", v.entry);
             }

@@ -21,7 +21,7 @@
 //! few constants an index can have), so accumulators and candidates stay in registers.
 
 use super::mainloop::{Accumulators, WgmmaShape};
-use super::merge::{LaneTops, MergeArea, SharedMasses, TopState, put_merged};
+use super::merge::{MergeArea, SharedMasses, put_merged};
 use super::ptx::ex2_approx_ftz_f32;
 use crate::candidate::Candidate;
 use crate::config::{ROWS_PER_LANE, TMA_T_TILE_V};
@@ -75,13 +75,13 @@ pub(super) fn exp(x: f32) -> f32 {
 /// each and pick one per tile ([`controls_dispatch`]), so the controls' code stays out of the plain
 /// path's unrolled loop, whose instruction footprint decides its speed (docs/findings/13).
 #[inline(always)]
-pub(super) fn lane_epilogue<const LP: bool, const TOP: bool, const SC: bool, const MK: bool, Tp: TopState>(
+pub(super) fn lane_epilogue<const LP: bool, const TOP: bool, const SC: bool, const MK: bool, const L: usize>(
     p: &FusedParams,
     row: RowRef,
     v0: u32,
     y: [f32; 4],
     cand: &mut Candidate,
-    (mass, top): (&mut RowMass, &mut Tp),
+    (mass, top): (&mut RowMass, &mut TopList<L>),
 ) {
     // The global vocab index of the group: a vocab shard's rows start at `v_offset` (a multiple of
     // 4, so the group stays one Philox counter and one mask word). Only the `MK` instantiation adds
@@ -179,7 +179,7 @@ fn mma_sync_tile_with<const NB: usize, const LP: bool, const TOP: bool, const SC
         if b < p.b {
             let logits = column_logits::<NB>(acc, i);
             let (cand, mass, top) = (&mut cands[i as usize], &mut masses[i as usize], &mut tops[i as usize]);
-            lane_epilogue::<LP, TOP, SC, MK, _>(p, row_params(p, b), v0, logits, cand, (mass, top));
+            lane_epilogue::<LP, TOP, SC, MK, LANE_TOP>(p, row_params(p, b), v0, logits, cand, (mass, top));
         }
     }
 }
@@ -224,7 +224,6 @@ pub(super) unsafe fn store_logits_columns<const NB: usize>(
 #[inline(always)]
 fn weight_a_tile_with<
     T: WgmmaShape,
-    Tp: LaneTops,
     const LP: bool,
     const TOP: bool,
     const P: usize,
@@ -236,7 +235,7 @@ fn weight_a_tile_with<
     v0: u32,
     acc: &[T::Acc; 2],
     cands: &mut [Candidate; 32],
-    (masses, tops): (SharedMasses, &mut Tp),
+    (masses, tops): (SharedMasses, &mut [TopList<LANE_TOP>; 32]),
 ) {
     let cols = T::N as usize / 4;
     // Columns per pass `P`: 8, or 4 for the log-probability kernels up to N = 32 ([`weight_a_tile`]).
@@ -268,22 +267,22 @@ fn weight_a_tile_with<
                     // SAFETY: column pass·r + I < N / 4, the lane's masses.
                     let mut mass = if !LP { RowMass::EMPTY } else { unsafe { masses.get((pass * r + I) as u32) } };
                     let mut top = if !TOP {
-                        <Tp::One as TopState>::EMPTY
+                        TopList::EMPTY
                     } else {
                         match r {
-                            0 => tops.take(I),
-                            1 => tops.take(I + pass),
-                            2 => tops.take(I + 2 * pass),
-                            _ => tops.take(I + 3 * pass),
+                            0 => tops[I],
+                            1 => tops[I + pass],
+                            2 => tops[I + 2 * pass],
+                            _ => tops[I + 3 * pass],
                         }
                     };
-                    lane_epilogue::<LP, TOP, SC, MK, _>(p, row_params(p, b), v0, logits, &mut cand, (&mut mass, &mut top));
+                    lane_epilogue::<LP, TOP, SC, MK, LANE_TOP>(p, row_params(p, b), v0, logits, &mut cand, (&mut mass, &mut top));
                     if TOP {
                         match r {
-                            0 => tops.put(I, top),
-                            1 => tops.put(I + pass, top),
-                            2 => tops.put(I + 2 * pass, top),
-                            _ => tops.put(I + 3 * pass, top),
+                            0 => tops[I] = top,
+                            1 => tops[I + pass] = top,
+                            2 => tops[I + 2 * pass] = top,
+                            _ => tops[I + 3 * pass] = top,
                         }
                     }
                     match r {
@@ -342,7 +341,7 @@ fn hidden_a_tile_with<const LP: bool, const TOP: bool, const SC: bool, const MK:
                 // Columns 8j + 2q + c for j = 2J, 2J + 1: vocab rows 16J + 4q + 0..4.
                 let logits = [pick(8 * J), pick(8 * J + 1), pick(8 * J + 4), pick(8 * J + 5)];
                 let v0 = v_lane + 16 * (8 * j_hi + J as u32);
-                lane_epilogue::<LP, TOP, SC, MK, _>(p, params, v0, logits, &mut cand, (&mut mass, &mut top));
+                lane_epilogue::<LP, TOP, SC, MK, LANE_TOP_WIDE>(p, params, v0, logits, &mut cand, (&mut mass, &mut top));
             });
             if e == 0 {
                 cands[0] = cand;
@@ -374,22 +373,22 @@ pub(super) fn mma_sync_tile<const NB: usize, const LP: bool, const TOP: bool>(
 
 /// [`weight_a_tile_with`] for this launch's controls.
 #[inline(always)]
-pub(super) fn weight_a_tile<T: WgmmaShape, Tp: LaneTops, const LP: bool, const TOP: bool>(
+pub(super) fn weight_a_tile<T: WgmmaShape, const LP: bool, const TOP: bool>(
     p: &FusedParams,
     lane: (u32, u32),
     v0: u32,
     acc: &[T::Acc; 2],
     cands: &mut [Candidate; 32],
-    state: (SharedMasses, &mut Tp),
+    state: (SharedMasses, &mut [TopList<LANE_TOP>; 32]),
 ) {
     // Passes of 4 columns for the log-probability kernels up to N = 32: half the unrolled code (the
     // hypothesis of docs/findings/18 is that 8 columns' worth of log-mass updates overflows the
     // instruction cache); at N = 64 four passes make the compiler index the candidates in local
     // memory, so they keep passes of 8 like the plain kernels.
     if LP && T::N <= 32 {
-        controls_dispatch!(p, weight_a_tile_with::<T, Tp, LP, TOP, 4>(p, lane, v0, acc, cands, state))
+        controls_dispatch!(p, weight_a_tile_with::<T, LP, TOP, 4>(p, lane, v0, acc, cands, state))
     } else {
-        controls_dispatch!(p, weight_a_tile_with::<T, Tp, LP, TOP, 8>(p, lane, v0, acc, cands, state))
+        controls_dispatch!(p, weight_a_tile_with::<T, LP, TOP, 8>(p, lane, v0, acc, cands, state))
     }
 }
 
@@ -463,19 +462,19 @@ pub(super) unsafe fn put_rows<const LP: bool>(
 /// `p` is a truncation launch (`tops` holds `[B, n_vranges, top_units]`), `work` this block's,
 /// `contributor·8 + group < top_units`.
 #[inline(always)]
-pub(super) unsafe fn put_tops_columns(
+pub(super) unsafe fn put_tops_columns<const C: usize>(
     p: &FusedParams,
     work: &super::schedule::BlockWork,
     (contributor, row0): (u32, u32),
     (group, quad): (u32, u32),
-    tops: &impl LaneTops,
+    tops: &[TopList<LANE_TOP>; C],
     columns: usize,
 ) {
     unrolled!(I in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] {
-        if I < columns {
+        if I < columns && I < C {
             let b = work.b_first + row0 + 8 * (I as u32 / 2) + 2 * quad + I as u32 % 2;
             // SAFETY: forwarded contract.
-            unsafe { put_top(p, work, b, 8 * contributor + group, tops.list(I)) };
+            unsafe { put_top(p, work, b, 8 * contributor + group, tops[I]) };
         }
     });
 }

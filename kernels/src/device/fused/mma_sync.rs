@@ -93,7 +93,7 @@ unsafe fn body<
         let lanes = (t.group, t.quad);
         fragment::put_columns::<16, LP>(area, warp_v, warp_b * 8 * NB as u32, lanes, (&cands, |i| masses[i]), 2 * NB);
         if TOP && active {
-            fragment::put_tops_columns(&p, &work, (warp_v, warp_b * 8 * NB as u32), lanes, &tops, 2 * NB);
+            fragment::put_tops_columns::<16>(&p, &work, (warp_v, warp_b * 8 * NB as u32), lanes, &tops, 2 * NB);
         }
         merge::finish::<LP>(area, &p, t.tid, THREADS, work);
     }

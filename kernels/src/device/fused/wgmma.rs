@@ -36,19 +36,19 @@ use core::marker::PhantomData;
 
 use crate::candidate::Candidate;
 use crate::config::{
-    BLOCK_V, CONSUMER_THREADS, Epilogue, Family, FusedVariant, STAGE_K, TMA_N16, TMA_N32, TMA_N64, TMA_N64X2, WS_WARPS,
-    str_eq,
+    BLOCK_V, Epilogue, Family, FusedVariant, STAGE_K, TMA_N16, TMA_N32, TMA_N64, TMA_N64X2, WS_WARPS, str_eq,
 };
 use crate::device::fragment;
 use crate::device::mainloop::{Consumer, N16, N32, N64, WgmmaShape, consume, mma_stage_weight_a};
-use crate::device::merge::{self, LaneTops, MergeArea, PickTops, SharedMasses, TopsIn};
+use crate::device::merge::{self, MergeArea, SharedMasses};
 use crate::device::pipeline::{Pipeline, Ring};
 use crate::device::producer::produce_tma;
 use crate::device::schedule::{BlockWork, Thread};
 use crate::params::FusedParams;
+use crate::truncate::{LANE_TOP, TopList};
 
 /// The consumer: `N` hidden rows from slab row `128 + hidden`, the weight-as-A fragment adapter.
-struct WeightA<'a, T: WgmmaShape, Tp: LaneTops, const LP: bool, const TOP: bool> {
+struct WeightA<'a, T: WgmmaShape, const LP: bool, const TOP: bool> {
     p: &'a FusedParams,
     ring: Ring,
     hidden: u32,
@@ -59,13 +59,12 @@ struct WeightA<'a, T: WgmmaShape, Tp: LaneTops, const LP: bool, const TOP: bool>
     cands: &'a mut [Candidate; 32],
     /// The columns' log-mass in shared memory (log-probability kernels only).
     masses: SharedMasses,
-    /// The columns' top lists (truncation kernels only): in registers, or their entries in shared
-    /// memory (`FusedVariant::shared_tops`).
-    tops: &'a mut Tp,
+    /// The rows' top lists (truncation kernels only).
+    tops: &'a mut [TopList<LANE_TOP>; 32],
     shape: PhantomData<T>,
 }
 
-impl<T: WgmmaShape, Tp: LaneTops, const LP: bool, const TOP: bool> Consumer for WeightA<'_, T, Tp, LP, TOP> {
+impl<T: WgmmaShape, const LP: bool, const TOP: bool> Consumer for WeightA<'_, T, LP, TOP> {
     type Acc = [T::Acc; 2];
     const ZERO: Self::Acc = [T::ZERO; 2];
     #[inline(always)]
@@ -76,19 +75,18 @@ impl<T: WgmmaShape, Tp: LaneTops, const LP: bool, const TOP: bool> Consumer for 
     #[inline(always)]
     fn epilogue(&mut self, tile: u32, acc: &Self::Acc) {
         let v0 = tile * BLOCK_V + self.v_lane;
-        fragment::weight_a_tile::<T, Tp, LP, TOP>(self.p, self.b0_quad, v0, acc, self.cands, (self.masses, self.tops));
+        fragment::weight_a_tile::<T, LP, TOP>(self.p, self.b0_quad, v0, acc, self.cands, (self.masses, self.tops));
     }
 }
 
 /// The kernel body: `N = T::N` batch rows per consumer, an `S`-slot ring, consumers taking turns
-/// (`SPLIT = 1`) or splitting a `2N`-row batch tile (`SPLIT = 2`), the truncation kernels' lane top
-/// lists of type `Tp`.
+/// (`SPLIT = 1`) or splitting a `2N`-row batch tile (`SPLIT = 2`).
 ///
 /// # Safety
 /// Launched as documented in the module, with `p` validated by the host and `p.tensor_maps`
 /// encoded for this launch.
 #[inline(always)]
-unsafe fn body<T: WgmmaShape, Tp: LaneTops, const S: u32, const SPLIT: u32, const LP: bool, const TOP: bool>(
+unsafe fn body<T: WgmmaShape, const S: u32, const SPLIT: u32, const LP: bool, const TOP: bool>(
     p: FusedParams,
     v: FusedVariant,
 ) {
@@ -115,7 +113,7 @@ unsafe fn body<T: WgmmaShape, Tp: LaneTops, const S: u32, const SPLIT: u32, cons
     };
     let area = MergeArea::new(block_b, v.merge_contributors());
     let mut cands = [Candidate::EMPTY; 32];
-    let mut tops = Tp::EMPTY; // read and written only with TOP
+    let mut tops = [TopList::<LANE_TOP>::EMPTY; 32]; // read and written only with TOP
     if wg == 0 {
         if t.warp == 0 {
             // SAFETY: the producer warp; forwarded launch contract (the tensor maps are encoded).
@@ -127,10 +125,7 @@ unsafe fn body<T: WgmmaShape, Tp: LaneTops, const S: u32, const SPLIT: u32, cons
         // SAFETY: the log-probability kernels' launches reserve the masses
         // (`FusedVariant::smem_bytes`), N / 4 per lane; a consumer's tid − 128 < 256.
         let masses = unsafe { SharedMasses::for_lane::<LP>(v.merge_bytes(e), t.tid - 128, n / 4) };
-        // SAFETY: shared-memory lists (`shared_tops`) have their area reserved after the masses
-        // (`FusedVariant::lane_tops_bytes`), N / 4 columns per lane; a consumer's tid − 128 < 256.
-        unsafe { tops.place(v.merge_bytes(e) + 16 * CONSUMER_THREADS * v.lane_masses(), t.tid - 128, n / 4) };
-        let mut consumer = WeightA::<T, Tp, LP, TOP> {
+        let mut consumer = WeightA::<T, LP, TOP> {
             p: &p,
             ring: pipe.ring,
             hidden: slot_b * n,
@@ -154,7 +149,7 @@ unsafe fn body<T: WgmmaShape, Tp: LaneTops, const S: u32, const SPLIT: u32, cons
             });
             fragment::put_columns::<32, LP>(area, contributor, slot_b * n, lanes, state, n as usize / 4);
             if TOP {
-                fragment::put_tops_columns(&p, &work, (contributor, slot_b * n), lanes, &tops, n as usize / 4);
+                fragment::put_tops_columns::<32>(&p, &work, (contributor, slot_b * n), lanes, &tops, n as usize / 4);
             }
         };
     }
@@ -181,16 +176,7 @@ macro_rules! entry {
                 assert!(V.threads() == 32 * WS_WARPS && 8 * V.n_tiles == <$shape as WgmmaShape>::N);
             };
             // SAFETY: forwarded launch contract.
-            unsafe {
-                body::<
-                    $shape,
-                    <TopsIn<{ V.shared_tops($epilogue) }> as PickTops>::Tops,
-                    { V.stages_for($epilogue) },
-                    { V.warps_b },
-                    $lp,
-                    $top,
-                >(p, V)
-            }
+            unsafe { body::<$shape, { V.stages_for($epilogue) }, { V.warps_b }, $lp, $top>(p, V) }
         }
     };
 }
