@@ -990,8 +990,10 @@ impl GpuBackend {
         let result =
             self.upload_and_launch(shape, params, (hidden_ptr, weight_ptr, mask_ptr), words, out, launch, ranged);
         if result.is_err() {
-            // Best effort: no stale tokens after a failed call (see `DeviceSamples`).
+            // Best effort: no stale tokens after a failed call (see `DeviceSamples`), and no top
+            // log-probabilities (their buffers hold a previous call's, or nothing yet).
             let _ = out.invalidate(&self.stream);
+            out.top_n = 0;
         }
         // Only now may the read events of hidden, weight and mask be recorded: after the launch.
         drop((_hidden_guard, _weight_guard, _mask_guard));
