@@ -1183,8 +1183,8 @@ pub unsafe extern "ptx-kernel" fn fallback_sample(p: FallbackParams) {
         if (target as f64) < want {
             target += 1;
         }
-        // SAFETY: every thread; z as above.
         let at_least_tk = |_, x| if live(x) && key(x) >= tk { Some(key(x)) } else { None };
+        // SAFETY: every thread; z as above.
         tp = unsafe { radix_select(z, v, tid, target, at_least_tk, fixed) }.max(tk);
     }
     let keeps = |x: f32| live(x) && key(x) >= tp && (!(trunc.min_p > 0.0) || e(x) >= trunc.min_p);
