@@ -382,6 +382,12 @@ unsafe fn top_entry(j: u32, scale: f32, l: f32) -> (u32, f32) {
     (i, z * scale - l)
 }
 
+/// The log-sum-exp of a row's kept set: the row's `lse` and the kept set's share `mass` of it.
+#[inline(always)]
+fn kept_lse(lse: f32, mass: f32) -> f32 {
+    lse + ln(mass)
+}
+
 /// Lists sample row `entry` (its row and flags) for the fallback.
 ///
 /// # Safety
@@ -654,7 +660,7 @@ pub unsafe extern "ptx-kernel" fn truncate_rows(p: TruncateParams) {
                 (best, zt)
             };
             if tid == 0 {
-                let lse_kept = lse + ln(mass);
+                let lse_kept = kept_lse(lse, mass);
                 // SAFETY: b < B: the outputs hold entry b.
                 unsafe {
                     *p.tokens.add(b as usize) = c.token();
@@ -686,7 +692,7 @@ pub unsafe extern "ptx-kernel" fn truncate_rows(p: TruncateParams) {
     if let TopPlan::Prefix { raw } = top {
         let whole = |count: u32| count >= p.top.n || theta == f32::NEG_INFINITY;
         let answer = match (collected, raw, outcome) {
-            (Some(_), false, Some(Step::Kept { count, mass })) => Some((count, inv_t, lse + ln(mass))),
+            (Some(_), false, Some(Step::Kept { count, mass })) => Some((count, inv_t, kept_lse(lse, mass))),
             (Some(count), false, None) if whole(count) => Some((count, inv_t, lse)),
             // SAFETY: b < B.
             (Some(count), true, _) if whole(count) => Some((count, 1.0, unsafe { *p.raw_logsumexp.add(b as usize) })),
@@ -1188,39 +1194,43 @@ pub unsafe extern "ptx-kernel" fn fallback_sample(p: FallbackParams) {
         tp = unsafe { radix_select(z, v, tid, target, at_least_tk, fixed) }.max(tk);
     }
     let keeps = |x: f32| live(x) && key(x) >= tp && (!(trunc.min_p > 0.0) || e(x) >= trunc.min_p);
-    // The sample over the kept tokens, four per Philox call.
-    let noise = row.noise();
-    let mut c = Candidate::EMPTY;
-    let mut mass = 0u64;
-    // A row whose sample stands (here for its top entries) draws nothing.
-    let mut g = if keeps_sample { v.div_ceil(4) } else { tid };
-    while 4 * g < v {
-        let gum = noise.gumbel4(g);
-        for j in 0..4u32 {
-            let i = 4 * g + j;
-            if i < v {
-                // SAFETY: i < V.
-                let x = unsafe { *z.add(i as usize) };
-                if keeps(x) {
-                    c.update(transform.score(x, gum[j as usize]), i);
-                    mass += fixed(x);
+    let (c, lse_kept) = if keeps_sample {
+        // The row's sample stands (it is here for its top entries) and it does not truncate: its
+        // log-sum-exp is the fused pass's.
+        // SAFETY: b < B.
+        (Candidate::EMPTY, unsafe { *p.logsumexp.add(b as usize) })
+    } else {
+        // The sample over the kept tokens, four per Philox call.
+        let noise = row.noise();
+        let mut c = Candidate::EMPTY;
+        let mut mass = 0u64;
+        let mut g = tid;
+        while 4 * g < v {
+            let gum = noise.gumbel4(g);
+            for j in 0..4u32 {
+                let i = 4 * g + j;
+                if i < v {
+                    // SAFETY: i < V.
+                    let x = unsafe { *z.add(i as usize) };
+                    if keeps(x) {
+                        c.update(transform.score(x, gum[j as usize]), i);
+                        mass += fixed(x);
+                    }
                 }
             }
+            g += T;
         }
-        g += T;
-    }
-    // SAFETY: every thread.
-    let (c, mass) = unsafe { (block_best(c, tid), block_sum_u64(mass, tid)) };
-    let lse_kept = zmax * inv_t + ln(mass as f32 / FIXED);
+        // SAFETY: every thread (`keeps_sample` is block-uniform).
+        let (c, mass) = unsafe { (block_best(c, tid), block_sum_u64(mass, tid)) };
+        (c, zmax * inv_t + ln(mass as f32 / FIXED))
+    };
     if top && !raw_top {
-        // The processed distribution's top entries: of the kept tokens, over the kept mass (a row
-        // whose sample stands does not truncate: its log-sum-exp is the fused pass's).
-        // SAFETY: b < B; every thread (block-uniform); z as above; the top outputs hold B / n
-        // requests; j < count: a sorted entry.
+        // The processed distribution's top entries: of the kept tokens, over the kept mass.
+        // SAFETY: every thread (block-uniform); z as above; the top outputs hold B / n requests;
+        // j < count: a sorted entry.
         unsafe {
-            let l = if keeps_sample { *p.logsumexp.add(b as usize) } else { lse_kept };
             let count = select_top(z, v, tid, p.top.n, keeps);
-            write_top(&p.top, request, count, tid, |j| top_entry(j, inv_t, l));
+            write_top(&p.top, request, count, tid, |j| top_entry(j, inv_t, lse_kept));
         }
     }
     if keeps_sample {
