@@ -540,7 +540,7 @@ pub(crate) fn load_portable_module(ctx: &Arc<CudaContext>) -> Result<Arc<CudaMod
 /// As for any launch: `p` is what `func` takes, `cfg` its launch shape, every buffer `p` names
 /// outlives the kernel on `stream`; and `func` executes `griddepcontrol.wait` before its first
 /// access to memory the previous kernel writes.
-unsafe fn launch_dependent<T: DeviceRepr>(
+pub(super) unsafe fn launch_dependent<T: DeviceRepr>(
     stream: &CudaStream,
     func: &CudaFunction,
     cfg: LaunchConfig,
@@ -1220,6 +1220,9 @@ impl GpuBackend {
         } else {
             device_mask
         };
+        if launch.epilogue == Epilogue::Truncate {
+            self.prepare_truncation(params, shape.b, out)?;
+        }
         self.launch_fused(shape, params, (hidden, weight, mask), out, launch, ranged, adjusted)?;
         if launch.epilogue == Epilogue::Truncate {
             let units = launch.n_vranges as usize * launch.variant.top_units() as usize;

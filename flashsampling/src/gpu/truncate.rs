@@ -4,6 +4,10 @@
 //! prefix; the rows it cannot decide go to the exact fallback (their logits materialized, their
 //! threshold searched, their top entries selected). Three launches after the fused one,
 //! asynchronous, no host round trip: the fallback's kernels return at once when no row needs them.
+//! The truncation step and the fallback's kernels are launched with programmatic stream
+//! serialization (each waits for the one before it; `FLASHSAMPLING_PDL=0` turns it off), and
+//! what the step needs from the host (the truncation words, the list's zeroed count) is set up
+//! before the fused launch, so only kernels stand between them.
 //! See `flashsampling_kernels::truncate`.
 
 use cudarc::driver::sys;
@@ -131,7 +135,6 @@ impl GpuBackend {
         adjusted: Option<(u64, u64)>,
         out: &mut DeviceSamples,
     ) -> Result<()> {
-        let words = truncation_words(params, b);
         // The row parameters and outputs are this backend's, written and read on its stream only.
         let row_params = {
             let (ptr, _s) = out.rows.device_ptr(&self.stream);
@@ -149,18 +152,30 @@ impl GpuBackend {
             (_, true, true) => TopSource::RawInFallback,
         };
         let top = (params.top_logprobs, source);
-        let result = self.launch_truncation_with(
-            params,
-            (b, d, v),
-            operands,
-            units,
-            adjusted,
-            (row_params, &words, top),
-            tr,
-            out,
-        );
+        let result =
+            self.launch_truncation_with(params, (b, d, v), operands, units, adjusted, (row_params, top), tr, out);
         out.truncation = taken;
         result
+    }
+
+    /// What a truncating call sets up before its fused launch, so that nothing but kernels stands
+    /// between the fused kernel and the truncation step's launches (each launched with programmatic
+    /// stream serialization after the one before): the per-request truncation words (uploaded when
+    /// they changed) and the fallback list's count, zeroed.
+    pub(super) fn prepare_truncation(&self, params: &SamplingParams, b: usize, out: &mut DeviceSamples) -> Result<()> {
+        let words = truncation_words(params, b);
+        let tr = out.truncation.as_mut().expect("allocated before the fused launch");
+        tr.list_is_all = false;
+        if tr.uploaded != words {
+            tr.uploaded.clear();
+            self.stream.memcpy_htod(&words, &mut tr.truncation.slice_mut(..words.len()))?;
+            tr.uploaded = words;
+        }
+        let (list, _l) = tr.list.device_ptr_mut(&self.stream);
+        // SAFETY: `list` holds rows + 1 words (ours, this stream's): the count starts at zero. The
+        // previous call's fallback kernels, which read it, come before on this stream.
+        unsafe { sys::cuMemsetD32Async(list, 0, 1, self.stream.cu_stream()).result()? };
+        Ok(())
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -171,20 +186,12 @@ impl GpuBackend {
         (hidden, weight, mask, elem): (u64, u64, u64, ElementType),
         units: usize,
         adjusted: Option<(u64, u64)>,
-        (row_params, words, (top_n, source)): (u64, &[u32], (u32, TopSource)),
+        (row_params, (top_n, source)): (u64, (u32, TopSource)),
         tr: &mut TruncationBuffers,
         out: &mut DeviceSamples,
     ) -> Result<()> {
         let (rows, n) = (out.b, out.n);
-        tr.list_is_all = false;
-        if tr.uploaded != words {
-            tr.uploaded.clear();
-            self.stream.memcpy_htod(words, &mut tr.truncation.slice_mut(..words.len()))?;
-            tr.uploaded = words.to_vec();
-        }
         let (list, _l) = tr.list.device_ptr_mut(&self.stream);
-        // SAFETY: `list` holds rows + 1 words (ours, this stream's): the count starts at zero.
-        unsafe { sys::cuMemsetD32Async(list, 0, 1, self.stream.cu_stream()).result()? };
         let (tops, _t) = tr.tops.device_ptr(&self.stream);
         let (truncation, _u) = tr.truncation.device_ptr(&self.stream);
         let (flags, _f) = tr.flags.device_ptr_mut(&self.stream);
@@ -236,7 +243,9 @@ impl GpuBackend {
         // rows + 1 words (count zeroed above), the flags `rows`; hidden `rows × D` and weight `V × D`
         // elements of `elem`, 16-byte aligned (validated); the adjustments as in the fused launch; the
         // top outputs `rows × MAX_TOP_N ≥ requests × n` entries (`n ≤ MAX_TOP_N`, validated).
-        unsafe { self.stream.launch_builder(&self.truncate).arg(&p).launch(cfg) }?;
+        // With programmatic stream serialization (`FLASHSAMPLING_PDL` not 0) each of the four kernels
+        // below waits (`griddepcontrol.wait`) for the one before it before any memory access.
+        unsafe { self.launch_tail(&self.truncate, cfg, &p) }?;
         let f = ByValue(FallbackParams {
             list: list as *const u32,
             logits: logits as *mut f32,
@@ -271,7 +280,7 @@ impl GpuBackend {
         // SAFETY: the list (count and rows < B·n) was written by the truncation step before, on this
         // stream; hidden and `gathered` hold `rows × D` elements, 16-byte aligned, `D % 8 == 0`
         // (validated).
-        unsafe { self.stream.launch_builder(&self.fallback_gather).arg(&f).launch(cfg) }?;
+        unsafe { self.launch_tail(&self.fallback_gather, cfg, &f) }?;
         let lv = FALLBACK_LOGITS_VARIANT;
         let n_btiles = (rows as u32).div_ceil(lv.block_b()).max(1);
         let n_vranges = lv.n_vranges(self.sm_count, self.fallback_logits.per_sm, n_btiles, v as u32);
@@ -319,9 +328,9 @@ impl GpuBackend {
         // `fallback_gather` before, on this stream; `gathered` holds `rows × D` and the weight `V × D`
         // elements of `elem`, 16-byte aligned; the logits hold `rows × V` floats; the kernel reads no
         // other pointer of `fused` (null) and its blocks past the count return at once.
-        unsafe { self.stream.launch_builder(&self.fallback_logits.func).arg(&l).launch(cfg) }?;
+        unsafe { self.launch_tail(&self.fallback_logits.func, cfg, &l) }?;
         // SAFETY: as above; the mask (non-null) holds B × ceil(V/32) words, the outputs `rows`.
-        unsafe { self.launch_fallback_sample(&f, rows) }?;
+        unsafe { self.launch_fallback_sample(&f, rows, self.dependent_launch) }?;
         Ok(())
     }
 }
@@ -416,7 +425,7 @@ impl GpuBackend {
             // SAFETY: the list holds b rows (uploaded above), the logits `b × v` floats (checked), the
             // row parameters and truncation `b` entries, the outputs `b`; no mask, adjustments or
             // log-probability outputs (null), so hidden and weight are never read.
-            unsafe { self.launch_fallback_sample(&f, b) }?;
+            unsafe { self.launch_fallback_sample(&f, b, false) }?;
             Ok(())
         })();
         out.truncation = taken;
@@ -427,18 +436,47 @@ impl GpuBackend {
 impl GpuBackend {
     /// Launches `fallback_sample`: one block per slot of the list, `slots` ≥ the list's count.
     ///
+    /// `dependent`: with programmatic stream serialization (after `fallback_logits`).
+    ///
     /// # Safety
     /// `f`'s buffers hold what [`FallbackParams`] states for a list of at most `slots` rows, on this
     /// stream.
-    unsafe fn launch_fallback_sample(&self, f: &ByValue<FallbackParams>, slots: usize) -> Result<()> {
+    unsafe fn launch_fallback_sample(&self, f: &ByValue<FallbackParams>, slots: usize, dependent: bool) -> Result<()> {
         let cfg = LaunchConfig {
             grid_dim: (slots as u32, 1, 1),
             block_dim: (FALLBACK_SAMPLE_THREADS, 1, 1),
             shared_mem_bytes: FALLBACK_SAMPLE_SMEM,
         };
-        // SAFETY: forwarded contract.
-        unsafe { self.stream.launch_builder(&self.fallback_sample).arg(f).launch(cfg) }?;
+        if dependent {
+            // SAFETY: forwarded contract; the kernel waits (`griddepcontrol.wait`) before any access.
+            unsafe { super::launch_dependent(&self.stream, &self.fallback_sample, cfg, f) }?;
+        } else {
+            // SAFETY: forwarded contract.
+            unsafe { self.stream.launch_builder(&self.fallback_sample).arg(f).launch(cfg) }?;
+        }
         Ok(())
+    }
+
+    /// Launches one of the truncation step's kernels after the kernel before it on the stream: with
+    /// programmatic stream serialization unless `FLASHSAMPLING_PDL=0`.
+    ///
+    /// # Safety
+    /// As for any launch of `func` with `p` and `cfg`; `func` executes `griddepcontrol.wait` before
+    /// its first memory access.
+    unsafe fn launch_tail<T: cudarc::driver::DeviceRepr>(
+        &self,
+        func: &cudarc::driver::CudaFunction,
+        cfg: LaunchConfig,
+        p: &T,
+    ) -> Result<()> {
+        if self.dependent_launch {
+            // SAFETY: forwarded contract.
+            unsafe { super::launch_dependent(&self.stream, func, cfg, p) }
+        } else {
+            // SAFETY: forwarded contract.
+            unsafe { self.stream.launch_builder(func).arg(p).launch(cfg) }?;
+            Ok(())
+        }
     }
 }
 

@@ -274,16 +274,6 @@ pub unsafe fn atom_shared_add_u32(addr: u32, v: u32) -> u32 {
     old
 }
 
-/// `red.shared.add.u64`: atomically adds `v` to the shared double word at `addr` (no result).
-///
-/// # Safety
-/// `addr` must be an 8-byte aligned shared-memory address.
-#[inline(always)]
-pub unsafe fn red_shared_add_u64(addr: u32, v: u64) {
-    // SAFETY: the caller guarantees the address.
-    unsafe { asm!("red.shared.add.u64 [{0}], {1};", in(reg32) addr, in(reg64) v, options(nostack)) };
-}
-
 /// `st.shared.u32`: stores one word.
 ///
 /// # Safety

@@ -15,9 +15,9 @@ use super::dot::block_dot;
 use super::fragment::{exp, row_params};
 use super::merge::mass_of_words;
 use super::ptx::{
-    atom_global_add_u32, fence_acq_rel_gpu, griddepcontrol_wait, ld_global_cg_v2_u32, ld_global_cg_v4_u32,
-    ld_shared_v2_u32, ld_shared_v4_u32, lg2_approx_f32, mov_u32_dynamic_smem, shfl_sync_bfly_b32, st_shared_v2_u32,
-    st_shared_v4_u32,
+    atom_global_add_u32, fence_acq_rel_gpu, griddepcontrol_launch_dependents, griddepcontrol_wait, ld_global_cg_v2_u32,
+    ld_global_cg_v4_u32, ld_shared_v2_u32, ld_shared_v4_u32, lg2_approx_f32, mov_u32_dynamic_smem, shfl_sync_bfly_b32,
+    st_shared_v2_u32, st_shared_v4_u32,
 };
 use crate::candidate::Candidate;
 use crate::config::{REDUCE_BLOCK_THREADS, REDUCE_ROWS_PER_BLOCK};
@@ -277,7 +277,9 @@ pub(super) unsafe fn reduce_row_block(p: FusedParams) {
         return; // block-uniform
     }
     // Launched with programmatic stream serialization, this block may be resident before the fused
-    // kernel has finished: wait for it (and its candidates and masses).
+    // kernel has finished: wait for it (and its candidates and masses). A truncation step launched
+    // after it the same way may be scheduled from now on.
+    griddepcontrol_launch_dependents();
     griddepcontrol_wait();
     const W: u32 = REDUCE_BLOCK_THREADS / 32;
     let (cand_slots, mass_slots, dot_slots) = {

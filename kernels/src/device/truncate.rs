@@ -45,9 +45,9 @@ use super::fragment::exp;
 use super::mainloop::MmaSyncMainloop;
 use super::pipeline::BlockRing;
 use super::ptx::{
-    atom_global_add_u32, atom_shared_add_u32, ld_shared_u32, ld_shared_u64, ld_shared_v2_u32, ld_shared_v4_u32,
-    mov_u32_dynamic_smem, red_shared_add_u64, shfl_sync_bfly_b32, st_shared_u32, st_shared_u64, st_shared_v2_u32,
-    st_shared_v4_u32,
+    atom_global_add_u32, atom_shared_add_u32, griddepcontrol_launch_dependents, griddepcontrol_wait, ld_shared_u32,
+    ld_shared_u64, ld_shared_v2_u32, ld_shared_v4_u32, mov_u32_dynamic_smem, red_shared_add_u32, shfl_sync_bfly_b32,
+    st_shared_u32, st_shared_u64, st_shared_v2_u32, st_shared_v4_u32,
 };
 use super::reduce::{AdjRows, ln, merge_butterfly};
 use super::schedule::{BlockWork, Thread};
@@ -423,6 +423,10 @@ unsafe fn list_for_fallback(list: *mut u32, entry: u32) {
 /// and `fallback[0] == 0`.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn truncate_rows(p: TruncateParams) {
+    // Launched with programmatic stream serialization: the fallback's launches may be scheduled
+    // now; nothing is read or written before `reduce_rows` (and the fused kernel before it) is done.
+    griddepcontrol_launch_dependents();
+    griddepcontrol_wait();
     // SAFETY: special-register reads.
     let (tid, b) = unsafe { (_thread_idx_x(), _block_idx_x()) };
     let (lane, warp) = (tid % 32, tid / 32);
@@ -726,6 +730,9 @@ pub unsafe extern "ptx-kernel" fn truncate_rows(p: TruncateParams) {
 /// `hidden` hold `B × D` elements, 16-byte aligned, `D % 8 == 0`.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn fallback_gather(p: FallbackParams) {
+    // Programmatic stream serialization: `fallback_logits` may be scheduled; wait for the truncation step.
+    griddepcontrol_launch_dependents();
+    griddepcontrol_wait();
     // SAFETY: the list's count, written by the truncation step before this launch; special registers.
     let (count, i) = unsafe { (*p.list, _block_idx_x() as u64 * _block_dim_x() as u64 + _thread_idx_x() as u64) };
     let chunks = p.d as u64 / 8;
@@ -782,6 +789,9 @@ unsafe fn logits_body<
 >(
     p: FallbackLogitsParams,
 ) {
+    // Programmatic stream serialization: wait for `fallback_gather` (and the truncation step before
+    // it); `BlockWork::of_this_block` lets `fallback_sample` be scheduled.
+    griddepcontrol_wait();
     // SAFETY: the list's count, written by the truncation step before this launch.
     let count = unsafe { *p.list };
     let f = &p.fused;
@@ -935,15 +945,38 @@ unsafe fn for_each(z: *const f32, v: u32, tid: u32, mut f: impl FnMut(u32, f32))
     }
 }
 
+/// Adds `w` to the 64-bit histogram bin at `addr` (low word first) with native 32-bit shared
+/// atomics: the low word by `atom.shared.add.u32`, then its carry and the high word by
+/// `red.shared.add.u32` (skipped when both are zero). Every wrap of the low word is seen by exactly
+/// the add that made it, so the bin ends with the exact 64-bit sum. (`red.shared.add.u64` compiles to
+/// a compare-and-swap loop on sm_90, which the contended bins of a row retried ~6 times an entry:
+/// docs/findings/21.)
+///
+/// # Safety
+/// `addr` is an 8-byte aligned shared-memory address.
+#[inline(always)]
+unsafe fn bin_add(addr: u32, w: u64) {
+    let (lo, hi) = (w as u32, (w >> 32) as u32);
+    // SAFETY: the caller's address (the low word, then the high word at + 4).
+    unsafe {
+        let old = atom_shared_add_u32(addr, lo);
+        let high = hi.wrapping_add((old.wrapping_add(lo) < old) as u32);
+        if high != 0 {
+            red_shared_add_u32(addr + 4, high);
+        }
+    }
+}
+
 /// The largest `t` such that the entries `z[i]` with a key `key_of(i, z[i]) ≥ t` weigh at least
 /// `target` together (`weight` of each; entries without a key count nothing; 0 when they all weigh
 /// less): a radix select, 8 bits a pass, histograms with integer shared-memory atomics (so the
-/// result does not depend on timing).
+/// result does not depend on timing). `COUNT`: every entry weighs 1 (`weight` is not called), one
+/// `red.shared.add.u32` an entry.
 ///
 /// # Safety
 /// As [`block_sum_u64`]; `z` as [`for_each`].
 #[inline(always)]
-unsafe fn radix_select(
+unsafe fn radix_select<const COUNT: bool>(
     z: *const f32,
     v: u32,
     tid: u32,
@@ -971,7 +1004,13 @@ unsafe fn radix_select(
                 if let Some(k) = key_of(i, x) {
                     let same_high = level == 0 || (k >> (shift + 8)) == (prefix >> (shift + 8));
                     if same_high {
-                        red_shared_add_u64(mine + 8 * ((k >> shift) & 0xFF), weight(x));
+                        let bin = mine + 8 * ((k >> shift) & 0xFF);
+                        if COUNT {
+                            // Counts stay below 2^32 (at most V entries): the low word alone.
+                            red_shared_add_u32(bin, 1);
+                        } else {
+                            bin_add(bin, weight(x));
+                        }
                     }
                 }
             });
@@ -1021,7 +1060,7 @@ const _: () = assert!(T == TRUNCATE_THREADS && FALLBACK_SAMPLE_SMEM >= TOP_COUNT
 unsafe fn select_top(z: *const f32, v: u32, tid: u32, n: u32, pred: impl Fn(f32) -> bool) -> u32 {
     let key_at = |x: f32| if pred(x) { Some(key(x)) } else { None };
     // SAFETY: every thread (the caller's contract).
-    let t = unsafe { radix_select(z, v, tid, n as u64, |_, x| key_at(x), |_| 1) };
+    let t = unsafe { radix_select::<true>(z, v, tid, n as u64, |_, x| key_at(x), |_| 1) };
     let mut above = 0u64;
     // SAFETY: z as above.
     unsafe { for_each(z, v, tid, |_, x| above += key_at(x).is_some_and(|k| k > t) as u64) };
@@ -1031,7 +1070,7 @@ unsafe fn select_top(z: *const f32, v: u32, tid: u32, n: u32, pred: impl Fn(f32)
     let ti = if above < n as u64 {
         let tied = |i: u32, x: f32| if key_at(x) == Some(t) { Some(!i) } else { None };
         // SAFETY: every thread (`above` is block-uniform).
-        unsafe { radix_select(z, v, tid, n as u64 - above, tied, |_| 1) }
+        unsafe { radix_select::<true>(z, v, tid, n as u64 - above, tied, |_| 1) }
     } else {
         u32::MAX
     };
@@ -1077,6 +1116,9 @@ const FIXED: f32 = (1u64 << 40) as f32;
 /// shared memory.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn fallback_sample(p: FallbackParams) {
+    // Launched with programmatic stream serialization after `fallback_logits` (or plainly after the
+    // unfused sampler's GEMM): wait for it before anything is read or written.
+    griddepcontrol_wait();
     // SAFETY: special-register reads; the list's count.
     let (tid, s, count) = unsafe { (_thread_idx_x(), _block_idx_x(), *p.list) };
     if s >= count {
@@ -1166,7 +1208,7 @@ pub unsafe extern "ptx-kernel" fn fallback_sample(p: FallbackParams) {
     // Top-k: the k-th largest key (everything when fewer than k tokens are live).
     let tk = if trunc.top_k > 0 && trunc.top_k < v {
         // SAFETY: every thread; z as above.
-        unsafe { radix_select(z, v, tid, trunc.top_k as u64, |_, x| live(x).then(|| key(x)), |_| 1) }
+        unsafe { radix_select::<true>(z, v, tid, trunc.top_k as u64, |_, x| live(x).then(|| key(x)), |_| 1) }
     } else {
         0
     };
@@ -1191,7 +1233,7 @@ pub unsafe extern "ptx-kernel" fn fallback_sample(p: FallbackParams) {
         }
         let at_least_tk = |_, x| if live(x) && key(x) >= tk { Some(key(x)) } else { None };
         // SAFETY: every thread; z as above.
-        tp = unsafe { radix_select(z, v, tid, target, at_least_tk, fixed) }.max(tk);
+        tp = unsafe { radix_select::<false>(z, v, tid, target, at_least_tk, fixed) }.max(tk);
     }
     let keeps = |x: f32| live(x) && key(x) >= tp && (!(trunc.min_p > 0.0) || e(x) >= trunc.min_p);
     let (c, lse_kept) = if keeps_sample {
