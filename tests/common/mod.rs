@@ -541,8 +541,8 @@ pub fn top_logprob_case(raw: bool) -> (Vec<bf16>, Vec<bf16>, SamplingParams) {
     let weight = rng.normal_bf16(v * d, 0.4);
     let params = SamplingParams::new(1.0, 9)
         .with_temperatures(TOP_CASE_TEMPS.to_vec())
-        .with_top_k(vec![0, 50, 0])
-        .with_top_p(vec![0.9, 1.0, 1.0])
+        .with_top_k(TOP_CASE_K.map(|k| k as u32).to_vec())
+        .with_top_p(TOP_CASE_P.map(|p| p as f32).to_vec())
         .with_top_logprobs(20, raw);
     (hidden, weight, params)
 }
@@ -551,11 +551,15 @@ pub fn top_logprob_case(raw: bool) -> (Vec<bf16>, Vec<bf16>, SamplingParams) {
 pub const TOP_CASE: (usize, usize, usize) = (3, 64, 500);
 /// Its rows' temperatures.
 pub const TOP_CASE_TEMPS: [f32; 3] = [0.7, 1.0, 1.3];
+/// Its rows' top-k (0: off).
+pub const TOP_CASE_K: [usize; 3] = [0, 50, 0];
+/// Its rows' top-p.
+pub const TOP_CASE_P: [f64; 3] = [0.9, 1.0, 1.0];
 
 /// Row `r`'s distribution in [`top_logprob_case`] in f64 (processed: truncated; `raw`: the softmax).
 pub fn top_case_probs(hidden: &[bf16], weight: &[bf16], r: usize, raw: bool) -> Vec<f64> {
     let y = logits_f64(hidden, weight, TOP_CASE.1, r);
-    let (k, p) = ([0usize, 50, 0][r], [0.9, 1.0, 1.0][r]);
+    let (k, p) = (TOP_CASE_K[r], TOP_CASE_P[r]);
     if raw { truncated(&y, 1.0, 0, 1.0, 0.0) } else { truncated(&y, TOP_CASE_TEMPS[r] as f64, k, p, 0.0) }
 }
 

@@ -540,7 +540,7 @@ pub(crate) fn load_portable_module(ctx: &Arc<CudaContext>) -> Result<Arc<CudaMod
 /// As for any launch: `p` is what `func` takes, `cfg` its launch shape, every buffer `p` names
 /// outlives the kernel on `stream`; and `func` executes `griddepcontrol.wait` before its first
 /// access to memory the previous kernel writes.
-pub(super) unsafe fn launch_dependent<T: DeviceRepr>(
+unsafe fn launch_dependent<T: DeviceRepr>(
     stream: &CudaStream,
     func: &CudaFunction,
     cfg: LaunchConfig,
@@ -1442,18 +1442,37 @@ impl GpuBackend {
                 block_dim: (REDUCE_BLOCK_THREADS, 1, 1),
                 shared_mem_bytes: REDUCE_BLOCK_SMEM,
             };
-            if self.dependent_launch {
-                // SAFETY: as below; the kernel waits (`griddepcontrol.wait`) for the fused kernel
-                // before it reads anything.
-                unsafe { launch_dependent(&self.stream, &self.reduce_rows, cfg, &p) }?;
-            } else {
-                // SAFETY: the same parameters as the fused launch just before it on this stream,
-                // whose candidates and masses (rows·n_vranges each) it reads; one block per row
-                // (`rows` = B·n), with the entry's threads and shared memory.
-                unsafe { self.stream.launch_builder(&self.reduce_rows).arg(&p).launch(cfg) }?;
-            }
+            // SAFETY: the same parameters as the fused launch just before it on this stream, whose
+            // candidates and masses (rows·n_vranges each) it reads; one block per row (`rows` =
+            // B·n), with the entry's threads and shared memory; the kernel waits
+            // (`griddepcontrol.wait`) for the fused kernel before it reads anything.
+            unsafe { self.launch_after(&self.reduce_rows, cfg, &p) }?;
         }
         Ok(())
+    }
+
+    /// Launches `func` after the kernel before it on this stream: with programmatic stream
+    /// serialization ([`launch_dependent`]) unless `FLASHSAMPLING_PDL=0`, then the ordinary way.
+    /// `reduce_rows` after the fused kernel, and the truncation step's kernels each after the one
+    /// before.
+    ///
+    /// # Safety
+    /// As for any launch of `func` with `p` and `cfg`; `func` executes `griddepcontrol.wait` before
+    /// its first access to memory an earlier kernel writes.
+    pub(super) unsafe fn launch_after<T: DeviceRepr>(
+        &self,
+        func: &CudaFunction,
+        cfg: LaunchConfig,
+        p: &T,
+    ) -> Result<()> {
+        if self.dependent_launch {
+            // SAFETY: forwarded contract.
+            unsafe { launch_dependent(&self.stream, func, cfg, p) }
+        } else {
+            // SAFETY: forwarded contract.
+            unsafe { self.stream.launch_builder(func).arg(p).launch(cfg) }?;
+            Ok(())
+        }
     }
 
     /// Runs Philox4x32-10 on the device for each counter (tests: bit-identical to the host). Loads

@@ -245,7 +245,7 @@ impl GpuBackend {
         // top outputs `rows × MAX_TOP_N ≥ requests × n` entries (`n ≤ MAX_TOP_N`, validated).
         // With programmatic stream serialization (`FLASHSAMPLING_PDL` not 0) each of the four kernels
         // below waits (`griddepcontrol.wait`) for the one before it before any memory access.
-        unsafe { self.launch_tail(&self.truncate, cfg, &p) }?;
+        unsafe { self.launch_after(&self.truncate, cfg, &p) }?;
         let f = ByValue(FallbackParams {
             list: list as *const u32,
             logits: logits as *mut f32,
@@ -280,7 +280,7 @@ impl GpuBackend {
         // SAFETY: the list (count and rows < B·n) was written by the truncation step before, on this
         // stream; hidden and `gathered` hold `rows × D` elements, 16-byte aligned, `D % 8 == 0`
         // (validated).
-        unsafe { self.launch_tail(&self.fallback_gather, cfg, &f) }?;
+        unsafe { self.launch_after(&self.fallback_gather, cfg, &f) }?;
         let lv = FALLBACK_LOGITS_VARIANT;
         let n_btiles = (rows as u32).div_ceil(lv.block_b()).max(1);
         let n_vranges = lv.n_vranges(self.sm_count, self.fallback_logits.per_sm, n_btiles, v as u32);
@@ -328,9 +328,9 @@ impl GpuBackend {
         // `fallback_gather` before, on this stream; `gathered` holds `rows × D` and the weight `V × D`
         // elements of `elem`, 16-byte aligned; the logits hold `rows × V` floats; the kernel reads no
         // other pointer of `fused` (null) and its blocks past the count return at once.
-        unsafe { self.launch_tail(&self.fallback_logits.func, cfg, &l) }?;
+        unsafe { self.launch_after(&self.fallback_logits.func, cfg, &l) }?;
         // SAFETY: as above; the mask (non-null) holds B × ceil(V/32) words, the outputs `rows`.
-        unsafe { self.launch_fallback_sample(&f, rows, self.dependent_launch) }?;
+        unsafe { self.launch_after(&self.fallback_sample, fallback_sample_cfg(rows), &f) }?;
         Ok(())
     }
 }
@@ -425,7 +425,7 @@ impl GpuBackend {
             // SAFETY: the list holds b rows (uploaded above), the logits `b × v` floats (checked), the
             // row parameters and truncation `b` entries, the outputs `b`; no mask, adjustments or
             // log-probability outputs (null), so hidden and weight are never read.
-            unsafe { self.launch_fallback_sample(&f, b, false) }?;
+            unsafe { self.stream.launch_builder(&self.fallback_sample).arg(&f).launch(fallback_sample_cfg(b)) }?;
             Ok(())
         })();
         out.truncation = taken;
@@ -433,50 +433,12 @@ impl GpuBackend {
     }
 }
 
-impl GpuBackend {
-    /// Launches `fallback_sample`: one block per slot of the list, `slots` ≥ the list's count.
-    ///
-    /// `dependent`: with programmatic stream serialization (after `fallback_logits`).
-    ///
-    /// # Safety
-    /// `f`'s buffers hold what [`FallbackParams`] states for a list of at most `slots` rows, on this
-    /// stream.
-    unsafe fn launch_fallback_sample(&self, f: &ByValue<FallbackParams>, slots: usize, dependent: bool) -> Result<()> {
-        let cfg = LaunchConfig {
-            grid_dim: (slots as u32, 1, 1),
-            block_dim: (FALLBACK_SAMPLE_THREADS, 1, 1),
-            shared_mem_bytes: FALLBACK_SAMPLE_SMEM,
-        };
-        if dependent {
-            // SAFETY: forwarded contract; the kernel waits (`griddepcontrol.wait`) before any access.
-            unsafe { super::launch_dependent(&self.stream, &self.fallback_sample, cfg, f) }?;
-        } else {
-            // SAFETY: forwarded contract.
-            unsafe { self.stream.launch_builder(&self.fallback_sample).arg(f).launch(cfg) }?;
-        }
-        Ok(())
-    }
-
-    /// Launches one of the truncation step's kernels after the kernel before it on the stream: with
-    /// programmatic stream serialization unless `FLASHSAMPLING_PDL=0`.
-    ///
-    /// # Safety
-    /// As for any launch of `func` with `p` and `cfg`; `func` executes `griddepcontrol.wait` before
-    /// its first memory access.
-    unsafe fn launch_tail<T: cudarc::driver::DeviceRepr>(
-        &self,
-        func: &cudarc::driver::CudaFunction,
-        cfg: LaunchConfig,
-        p: &T,
-    ) -> Result<()> {
-        if self.dependent_launch {
-            // SAFETY: forwarded contract.
-            unsafe { super::launch_dependent(&self.stream, func, cfg, p) }
-        } else {
-            // SAFETY: forwarded contract.
-            unsafe { self.stream.launch_builder(func).arg(p).launch(cfg) }?;
-            Ok(())
-        }
+/// `fallback_sample`'s launch shape: one block per slot of the list, `slots` ≥ the list's count.
+fn fallback_sample_cfg(slots: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (slots as u32, 1, 1),
+        block_dim: (FALLBACK_SAMPLE_THREADS, 1, 1),
+        shared_mem_bytes: FALLBACK_SAMPLE_SMEM,
     }
 }
 

@@ -970,8 +970,8 @@ unsafe fn bin_add(addr: u32, w: u64) {
 /// The largest `t` such that the entries `z[i]` with a key `key_of(i, z[i]) ≥ t` weigh at least
 /// `target` together (`weight` of each; entries without a key count nothing; 0 when they all weigh
 /// less): a radix select, 8 bits a pass, histograms with integer shared-memory atomics (so the
-/// result does not depend on timing). `COUNT`: every entry weighs 1 (`weight` is not called), one
-/// `red.shared.add.u32` an entry.
+/// result does not depend on timing). `COUNT`: every entry weighs 1 (`weight` is not called;
+/// [`count_select`]), one `red.shared.add.u32` an entry.
 ///
 /// # Safety
 /// As [`block_sum_u64`]; `z` as [`for_each`].
@@ -1045,6 +1045,17 @@ unsafe fn radix_select<const COUNT: bool>(
     prefix
 }
 
+/// [`radix_select`] with every entry weighing 1: the largest key `t` with at least `target` keyed
+/// entries at or above it (one `red.shared.add.u32` an entry).
+///
+/// # Safety
+/// As [`radix_select`].
+#[inline(always)]
+unsafe fn count_select(z: *const f32, v: u32, tid: u32, target: u64, key_of: impl Fn(u32, f32) -> Option<u32>) -> u32 {
+    // SAFETY: forwarded contract.
+    unsafe { radix_select::<true>(z, v, tid, target, key_of, |_| 1) }
+}
+
 /// [`select_top`]'s counter, past the 64 entries it sorts at the start of shared memory.
 const TOP_COUNTER_AT: u32 = 8 * 64;
 const _: () = assert!(T == TRUNCATE_THREADS && FALLBACK_SAMPLE_SMEM >= TOP_COUNTER_AT + 4 && MAX_TOP_N <= 64);
@@ -1060,7 +1071,7 @@ const _: () = assert!(T == TRUNCATE_THREADS && FALLBACK_SAMPLE_SMEM >= TOP_COUNT
 unsafe fn select_top(z: *const f32, v: u32, tid: u32, n: u32, pred: impl Fn(f32) -> bool) -> u32 {
     let key_at = |x: f32| if pred(x) { Some(key(x)) } else { None };
     // SAFETY: every thread (the caller's contract).
-    let t = unsafe { radix_select::<true>(z, v, tid, n as u64, |_, x| key_at(x), |_| 1) };
+    let t = unsafe { count_select(z, v, tid, n as u64, |_, x| key_at(x)) };
     let mut above = 0u64;
     // SAFETY: z as above.
     unsafe { for_each(z, v, tid, |_, x| above += key_at(x).is_some_and(|k| k > t) as u64) };
@@ -1070,7 +1081,7 @@ unsafe fn select_top(z: *const f32, v: u32, tid: u32, n: u32, pred: impl Fn(f32)
     let ti = if above < n as u64 {
         let tied = |i: u32, x: f32| if key_at(x) == Some(t) { Some(!i) } else { None };
         // SAFETY: every thread (`above` is block-uniform).
-        unsafe { radix_select::<true>(z, v, tid, n as u64 - above, tied, |_| 1) }
+        unsafe { count_select(z, v, tid, n as u64 - above, tied) }
     } else {
         u32::MAX
     };
@@ -1208,7 +1219,7 @@ pub unsafe extern "ptx-kernel" fn fallback_sample(p: FallbackParams) {
     // Top-k: the k-th largest key (everything when fewer than k tokens are live).
     let tk = if trunc.top_k > 0 && trunc.top_k < v {
         // SAFETY: every thread; z as above.
-        unsafe { radix_select::<true>(z, v, tid, trunc.top_k as u64, |_, x| live(x).then(|| key(x)), |_| 1) }
+        unsafe { count_select(z, v, tid, trunc.top_k as u64, |_, x| live(x).then(|| key(x))) }
     } else {
         0
     };
