@@ -168,10 +168,13 @@ struct Row {
     gemm: Stats,
     /// Rank 0's fused call on its shard alone (no exchange), on GPU 0.
     shard: Stats,
+    /// Top-k 50 + top-p 0.9 (every row): TP=1, and TP=G (the ranks' top lists exchanged).
+    tp1_trunc: Stats,
+    tp_trunc: Stats,
 }
 
 impl Row {
-    fn modes(&self) -> [(&'static str, Stats); 8] {
+    fn modes(&self) -> [(&'static str, Stats); 10] {
         [
             ("tp1_fused", self.tp1),
             ("tp_fused", self.tp),
@@ -181,6 +184,8 @@ impl Row {
             ("tp_allgather_maxima", self.ag_maxima),
             ("tp_gemm_shard", self.gemm),
             ("shard_fused", self.shard),
+            ("tp1_truncate", self.tp1_trunc),
+            ("tp_truncate", self.tp_trunc),
         ]
     }
 
@@ -211,6 +216,17 @@ impl Row {
             self.ag_logits.median,
             self.ag_maxima.median,
             self.gemm.median
+        )
+    }
+
+    fn truncation_line(&self) -> String {
+        format!(
+            "| {} | {} | {:.4} | {:.4} ({:.3}) |",
+            self.config,
+            self.b,
+            self.tp1_trunc.median,
+            self.tp_trunc.median,
+            self.tp_trunc.median / self.tp1_trunc.median
         )
     }
 
@@ -302,6 +318,11 @@ fn main() -> R<()> {
         println!("{}", r.line());
     }
     println!("target: TP={g} ≤ {TARGET_RATIO}× TP=1 for B ≤ {TARGET_BMAX} and faster than both baselines at every B");
+    println!("\ntop-k 50 + top-p 0.9 on every row: medians of {} runs (ms)", a.runs);
+    println!("| config | B | TP=1 ms | TP={g} ms (×TP=1) |\n|---|---|---|---|");
+    for r in &rows {
+        println!("{}", r.truncation_line());
+    }
     let misses: Vec<String> = rows.iter().filter_map(Row::target_miss).collect();
     if misses.is_empty() {
         println!("target met at every (config, B)");
@@ -493,13 +514,53 @@ fn run_config(
         let maxima_outs: Vec<DeviceSamples> = maxima.into_iter().map(|m| m.out).collect();
         let maxima_tokens = download_tokens(&maxima_outs, &streams)?;
 
-        // 6. cuBLAS GEMM of rank 0's shard alone.
+        // 6. Top-k 50 + top-p 0.9: TP=1, then TP=G (tokens checked against TP=1's).
+        let trunc = params.clone().with_top_k(vec![50; b]).with_top_p(vec![0.9; b]);
+        ctxs[0].bind_to_thread()?;
+        let (tp1_trunc, trunc_tokens1) = {
+            let gpu0 = group.ranks()[0].gpu();
+            let whole = DeviceMatrix { data: w_full.as_view(), rows: v, cols: d };
+            let mut out1 = gpu0.alloc_samples(b, v)?;
+            gpu0.sample_device(&hs[0], &whole, &trunc, &mut out1)?;
+            let tokens1 = streams[0].clone_dtoh(&out1.tokens())?;
+            let t = timer0
+                .time(&streams[0], WARMUP, runs, || Ok(gpu0.sample_device(&hs[0], &whole, &trunc, &mut out1)?))?;
+            (t, tokens1)
+        };
+        group.sample_device(&hs, &ws, &trunc, None, &mut outs)?;
+        group.synchronize()?;
+        for (r, t) in download_tokens(&outs, &streams)?.iter().enumerate() {
+            let differ = t.iter().zip(&trunc_tokens1).filter(|(x, y)| x != y).count();
+            if differ > 0 || t.len() != trunc_tokens1.len() {
+                eprintln!("MISMATCH {config} B={b} top-k/top-p: rank {r}'s TP={g} tokens differ in {differ} rows");
+                mismatches.push(format!("{config} B={b} top-k/top-p rank {r}: {differ} rows"));
+            }
+        }
+        let tp_trunc = time_group(group, &events, (WARMUP, runs), None, |grp| {
+            Ok(grp.sample_device(&hs, &ws, &trunc, None, &mut outs)?)
+        })?;
+
+        // 7. cuBLAS GEMM of rank 0's shard alone.
         ctxs[0].bind_to_thread()?;
         let gemm = timer0
             .time(&streams[0], WARMUP, runs, || Ok(bases[0].gemm(&hs[0].data, &ws[0].data, d, &mut locals[0])?))?;
 
-        let row =
-            Row { config: config.to_string(), d, v, b, tp1, tp, tp_gpu, exchange, ag_logits, ag_maxima, gemm, shard };
+        let row = Row {
+            config: config.to_string(),
+            d,
+            v,
+            b,
+            tp1,
+            tp,
+            tp_gpu,
+            exchange,
+            ag_logits,
+            ag_maxima,
+            gemm,
+            shard,
+            tp1_trunc,
+            tp_trunc,
+        };
         eprintln!(
             "{}  agreement with ours: all-gather-maxima {}, all-gather-logits {}",
             row.line(),

@@ -7,6 +7,10 @@
 //!   adjustments on tokens of both shards);
 //!   padding rows past V, holding the largest logits, are never sampled. Log-probabilities within
 //!   1e-4 of the one-GPU call's, the log-sum-exp within 1e-5 relative.
+//! - **Top-k / top-p / min-p over the ranks**: each rank sends its shard's top list per row, every
+//!   rank certifies the kept set from the merged lists or takes the exact fallback (the listed rows'
+//!   logits all-gathered): tokens and scores equal the one-GPU call's, with both paths taken; what a
+//!   truncating call over shards cannot compose yet is a typed `Unsupported` error.
 //! - **Both ways to run**: a [`TpGroup`] (one process, all GPUs) and one [`TpRank`] per thread with
 //!   a shared [`CommId`] (the one-process-per-GPU shape, here in threads).
 //! - **Failures**: a rank that never takes part makes the others return `Error::Timeout`, not hang;
@@ -258,6 +262,113 @@ fn tensor_parallel_samples_are_bit_identical_to_one_gpu() {
 }
 
 #[test]
+fn truncation_over_ranks_equals_one_gpu() {
+    if !gpus_or_skip("truncation_over_ranks_equals_one_gpu", 2) {
+        return;
+    }
+    truncation_over_ranks(2);
+}
+
+/// The whole exchange on one GPU (one rank: its export, the all-gather, the step over the merged
+/// list, the fallback's gathered logits) against the plain one-GPU call.
+#[test]
+fn truncation_over_one_rank_equals_one_gpu() {
+    if !gpus_or_skip("truncation_over_one_rank_equals_one_gpu", 1) {
+        return;
+    }
+    truncation_over_ranks(1);
+}
+
+/// Top-k / top-p / min-p over `g` ranks (GPUs `0 .. g`) against one GPU, even shards and (with
+/// two ranks) uneven ones; then what a truncating call over ranks cannot compose yet.
+fn truncation_over_ranks(g: usize) {
+    let ordinals: Vec<usize> = (0..g).collect();
+    let d = 256;
+    let (mut certified, mut fell_back, mut compared) = (0usize, 0usize, 0usize);
+    for &(v, b) in &[(50_003usize, 9usize), (151_936, 70)] {
+        let even = ShardLayout::even(v, d, g, 64).unwrap();
+        let padded = even.last().map(|l| l.offset + l.rows).unwrap();
+        let uneven = layouts(&[4 * (v / 12), padded], v, d);
+        let splits: Vec<(&str, &Vec<ShardLayout>)> =
+            if g == 2 { vec![("even", &even), ("uneven", &uneven)] } else { vec![("even", &even)] };
+        let (mut hidden, mut weight) = padded_head(b, d, v, padded, 0x7A_7C00 ^ v as u64);
+        // Row 1 picks weight column 1, flat over the vocabulary: its nucleus at p = 0.99 is most of
+        // it, far more than the lists hold (the fallback, over both shards' logits).
+        for k in 0..d {
+            hidden[d + k] = bf16::from_f32(if k == 1 { 1.0 } else { 0.0 });
+        }
+        for i in 0..v {
+            weight[i * d + 1] = bf16::from_f32(((i * 7919) % 97) as f32 * 1e-3);
+        }
+        let h = Matrix::new(&hidden, b, d);
+        let one = GpuBackend::new(0).unwrap();
+        let pick = |xs: &[f32]| -> Vec<f32> { (0..b).map(|r| xs[r % xs.len()]).collect() };
+        let top_k: Vec<u32> = (0..b).map(|r| [50, 0, 5, 0, 1, 20, 0, 128, 300][r % 9]).collect();
+        let base = SamplingParams::new(1.0, 0x7C ^ v as u64)
+            .with_streams((0..b as u64).map(|r| 3 * r + 1).collect())
+            .with_temperatures(pick(&[0.8, 1.0, 1.3, 0.0, 0.6, 2.0, 1.0, 0.9, 1.1]))
+            .with_top_k(top_k.clone())
+            .with_top_p(pick(&[0.9, 0.99, 0.7, 1.0, 1.0, 0.95, 0.8, 1.0, 0.9]))
+            .with_min_p(pick(&[0.0, 0.0, 0.05, 0.0, 0.1, 0.0, 0.0, 0.0, 0.0]))
+            .with_samples_per_row(2);
+        let cases = [
+            ("top-k/top-p/min-p", base.clone()),
+            ("+ log-probs", base.clone().with_logprobs(LogProbs::Processed)),
+            ("+ mask + soft-cap", base.clone().with_allowed(half_mask(b, v, 5)).with_softcap(15.0)),
+        ];
+        for &(name, ls) in &splits {
+            let mut group = TpGroup::new(&ordinals, ls, TIMEOUT).unwrap();
+            let sh = shards(&weight, ls);
+            for (case, params) in &cases {
+                let whole = one.sample_scored(h, Matrix::new(&weight[..v * d], v, d), params).unwrap();
+                for (r, got) in group.sample(h, &sh, params).unwrap().iter().enumerate() {
+                    let at = format!("V={v} B={b} {name} shards, {case}, rank {r}");
+                    assert_eq!(got.tokens, whole.tokens, "{at}: tokens");
+                    assert_eq!(bits(&got.scores), bits(&whole.scores), "{at}: scores");
+                    if let Some(lp) = &whole.logprobs {
+                        for (i, (x, y)) in got.logprobs.as_ref().unwrap().iter().zip(lp).enumerate() {
+                            assert!((x - y).abs() <= 1e-4, "{at}: row {i} log-probability {x} against {y}");
+                        }
+                    }
+                    let flags = got.truncation_fallback.as_ref().expect("a truncating call reports its fallback");
+                    assert!(flags[2] && flags[3], "{at}: the flat row must take the fallback");
+                    // A top-k of at most 50 is always certified: the merged lists hold at least
+                    // RANK_TOP = 128 entries above their bound.
+                    for (i, &f) in flags.iter().enumerate() {
+                        let k = top_k[i / 2];
+                        assert!(!(f && (1..=50).contains(&k)), "{at}: sample row {i} (top-k {k}) fell back");
+                    }
+                    fell_back += flags.iter().filter(|&&f| f).count();
+                    certified += flags.iter().filter(|&&f| !f).count();
+                    compared += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(compared, 2 * g * 3 * g);
+    assert!(certified > 0 && fell_back > 0, "both paths taken");
+    visible(&format!(
+        "TP={g} truncation: {certified} sample rows certified from the lists, {fell_back} by the fallback"
+    ));
+
+    // What a truncating call over ranks cannot compose yet: typed errors on every rank, before any
+    // launch; the group still works afterwards.
+    let (v, b) = (4096usize, 4usize);
+    let ls = ShardLayout::even(v, d, g, 64).unwrap();
+    let (hidden, weight) = padded_head(b, d, v, v, 0x7A_7C01);
+    let (h, sh) = (Matrix::new(&hidden, b, d), shards(&weight, &ls));
+    let mut group = TpGroup::new(&ordinals, &ls, TIMEOUT).unwrap();
+    let p = SamplingParams::new(1.0, 9).with_top_k(vec![10; b]);
+    for bad in [p.clone().with_top_logprobs(3, false), p.clone().with_logprobs(LogProbs::ProcessedAndRaw)] {
+        assert!(matches!(group.sample(h, &sh, &bad), Err(Error::Unsupported { .. })));
+    }
+    let whole = GpuBackend::new(0).unwrap().sample(h, Matrix::new(&weight, v, d), &p).unwrap();
+    for got in group.sample(h, &sh, &p).unwrap() {
+        assert_eq!(got.tokens, whole);
+    }
+}
+
+#[test]
 fn one_rank_per_thread_with_a_shared_id_matches_the_group() {
     if !gpus_or_skip("one_rank_per_thread_with_a_shared_id_matches_the_group", 2) {
         return;
@@ -266,17 +377,23 @@ fn one_rank_per_thread_with_a_shared_id_matches_the_group() {
     let ls = ShardLayout::even(v, d, 2, 128).unwrap();
     let padded = ls[1].offset + ls[1].rows;
     let (hidden, weight) = padded_head(b, d, v, padded, 0x7A_0002);
-    let params = SamplingParams::new(0.9, 77).with_streams((0..b as u64).collect());
-    let whole = GpuBackend::new(0)
-        .unwrap()
-        .sample(Matrix::new(&hidden, b, d), Matrix::new(&weight[..v * d], v, d), &params)
-        .unwrap();
+    let plain = SamplingParams::new(0.9, 77).with_streams((0..b as u64).collect());
+    // A truncating call too: the ranks' lists exchanged, rows 0 and 1 (top-p 0.9999) left to the
+    // fallback, whose logits each rank's thread exchanges on its own.
+    let top_p: Vec<f32> = (0..b).map(|r| if r < 2 { 0.9999 } else { 0.9 }).collect();
+    let top_k: Vec<u32> = (0..b).map(|r| if r < 2 { 0 } else { 50 }).collect();
+    let truncating = plain.clone().with_top_k(top_k).with_top_p(top_p);
+    let one = GpuBackend::new(0).unwrap();
+    let whole: Vec<Vec<u32>> = [&plain, &truncating]
+        .iter()
+        .map(|p| one.sample(Matrix::new(&hidden, b, d), Matrix::new(&weight[..v * d], v, d), p).unwrap())
+        .collect();
     let id = CommId::new().unwrap();
     let id = CommId::from_hex(&id.to_hex()).unwrap(); // as another process would receive it
-    let tokens: Vec<Vec<u32>> = std::thread::scope(|s| {
+    let tokens: Vec<Vec<Vec<u32>>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..2)
             .map(|r| {
-                let (hidden, weight, params, l) = (&hidden, &weight, &params, ls[r]);
+                let (hidden, weight, calls, l) = (&hidden, &weight, [&plain, &truncating], ls[r]);
                 s.spawn(move || {
                     let mut rank = TpRank::new(r, r, 2, &id, l, TIMEOUT).unwrap();
                     let stream = rank.gpu().stream().clone();
@@ -285,16 +402,21 @@ fn one_rank_per_thread_with_a_shared_id_matches_the_group() {
                     let mut out = rank.gpu().alloc_samples(b, l.rows).unwrap();
                     let hm = DeviceMatrix { data: hd.as_view(), rows: b, cols: d };
                     let wm = DeviceMatrix { data: wd.as_view(), rows: l.rows, cols: d };
-                    rank.sample_device(&hm, &wm, params, None, &mut out).unwrap();
-                    rank.synchronize().unwrap();
-                    stream.clone_dtoh(&out.tokens()).unwrap()
+                    calls
+                        .iter()
+                        .map(|params| {
+                            rank.sample_device(&hm, &wm, params, None, &mut out).unwrap();
+                            rank.synchronize().unwrap();
+                            stream.clone_dtoh(&out.tokens()).unwrap()
+                        })
+                        .collect()
                 })
             })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    assert_eq!(tokens[0], whole);
-    assert_eq!(tokens[1], whole);
+    assert_eq!(tokens[0], whole, "rank 0");
+    assert_eq!(tokens[1], whole, "rank 1");
 }
 
 #[test]

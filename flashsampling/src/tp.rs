@@ -10,6 +10,19 @@
 //! rank ends with the same tokens on its device, bit-identical to the one-GPU call with the same
 //! seeds, streams and sample indices.
 //!
+//! **Top-k / top-p / min-p** (issue 13's certificate, over ranks): each rank's truncation step ends
+//! early and exports, per sample row, its shard's [`RANK_TOP`](flashsampling_kernels::truncate::RANK_TOP)
+//! largest processed logits with the bound of the rest; the exchange carries them after the
+//! result words (`B·n × 1.5 KiB` per rank), and every rank runs the truncation step over the
+//! merged lists with the merged log-sum-exp: the same certified rows, sampled with the same noise.
+//! Rows the lists cannot certify go to the exact fallback: the host reads their count (one wait on
+//! the truncation step, with the deadline; the only host round trip of a truncating call), each
+//! rank computes their raw logits over its shard, those are all-gathered (`count × V_max` floats
+//! per rank) and assembled into whole rows, and every rank samples them as on one GPU. Not composed
+//! yet (typed [`Error::Unsupported`] before any launch): top log-probabilities, raw
+//! log-probabilities and sparse adjustments together with truncation; a shard entirely past V is
+//! [`Error::InvalidShards`] for a truncating call.
+//!
 //! Two ways to run it:
 //! - [`TpGroup`]: one process driving several local GPUs (tests, benchmarks);
 //! - [`TpRank`]: one process per GPU, with rank, world size and the NCCL id ([`CommId`]) supplied by
@@ -35,9 +48,12 @@ use cudarc::driver::{
 use cudarc::nccl::sys as nccl;
 use flashsampling_kernels::config::{MAX_DIM, MERGE_RANKS_ENTRY, MERGE_RANKS_THREADS};
 use flashsampling_kernels::params::MergeRanksParams;
+use flashsampling_kernels::truncate::RANK_UNITS;
 
 use crate::error::{Error, Result};
-use crate::gpu::{ByValue, DeviceMatrix, DeviceSamples, GpuBackend, SHARD_OFFSET_ALIGN, VocabRange};
+use crate::gpu::{
+    ByValue, DeviceMatrix, DeviceSamples, GpuBackend, SHARD_OFFSET_ALIGN, VocabRange, check_rank_truncation,
+};
 use crate::params::{Element, ElementType, LogProbs, Matrix, SamplingParams};
 use crate::{Samples, VocabShard};
 
@@ -400,10 +416,24 @@ fn wait_ready(comms: &mut [&mut Comm], deadline: Instant, what: &'static str, ti
 
 /// One rank's device buffers of the exchange.
 struct Exchange {
-    /// This rank's results `[K, rows]` (the fused launch writes them).
+    /// This rank's results `[K, rows]` (the fused launch writes them), with truncation followed by
+    /// its top lists `[rows, RANK_UNITS]` (the truncation step's export).
     staging: CudaSlice<u32>,
-    /// Every rank's results `[G, K, rows]` (the all-gather writes them).
+    /// Every rank's results, `G` blocks like `staging` (the all-gather writes them).
     gathered: CudaSlice<u32>,
+}
+
+/// One rank's device buffers of a truncating call's fallback: the listed rows' raw logits over the
+/// shard, every rank's (all-gathered), and the whole rows assembled from them.
+struct FallbackExchange {
+    /// `[count, v_max]` (this rank's shard uses `v_r` columns of each row's `v_max`).
+    local: CudaSlice<f32>,
+    /// `G` blocks like `local`.
+    gathered: CudaSlice<f32>,
+    /// `[count, V]`.
+    full: CudaSlice<f32>,
+    /// Rows they hold.
+    rows: usize,
 }
 
 /// One rank of a vocab-parallel sampler: its GPU, its shard's layout and its NCCL communicator.
@@ -413,7 +443,10 @@ pub struct TpRank {
     rank: usize,
     world: usize,
     layout: ShardLayout,
+    /// Every rank's layout (rank order).
+    layouts: Vec<ShardLayout>,
     exchange: Option<Exchange>,
+    fallback: Option<FallbackExchange>,
     merge: CudaFunction,
     done: CudaEvent,
     timeout: Duration,
@@ -435,6 +468,16 @@ struct CallShape {
     rows: usize,
     /// Exchange words per row.
     k: usize,
+    /// Whether the ranks exchange top lists (top-k / top-p / min-p).
+    truncating: bool,
+}
+
+impl CallShape {
+    /// 32-bit words each rank sends: `K` per row, and with truncation each row's
+    /// [`RANK_UNITS`] six-word units.
+    fn words(&self) -> usize {
+        self.rows * if self.truncating { WORDS_LOGPROBS * (1 + RANK_UNITS) } else { self.k }
+    }
 }
 
 impl TpRank {
@@ -461,6 +504,7 @@ impl TpRank {
         wait_ready(&mut [&mut me.comm], deadline, "joining the NCCL group", timeout)?;
         let layouts = me.exchange_layouts(deadline)?;
         validate_layouts(&layouts)?;
+        me.layouts = layouts;
         Ok(me)
     }
 
@@ -475,7 +519,8 @@ impl TpRank {
         let module = crate::gpu::load_portable_module(gpu.context())?;
         let merge = module.load_function(MERGE_RANKS_ENTRY)?;
         let done = gpu.context().new_event(None)?;
-        Ok(Self { gpu, comm, rank, world, layout, exchange: None, merge, done, timeout })
+        let layouts = vec![layout];
+        Ok(Self { gpu, comm, rank, world, layout, layouts, exchange: None, fallback: None, merge, done, timeout })
     }
 
     /// All-gathers every rank's layout words (blocking, with the deadline).
@@ -592,7 +637,19 @@ impl TpRank {
         self.enqueue_exchange(call)?;
         let deadline = Instant::now() + self.timeout;
         wait_ready(&mut [&mut self.comm], deadline, "the vocab-parallel exchange", self.timeout)?;
-        self.launch_merge(call, out)
+        self.launch_merge(call, out)?;
+        if !call.truncating {
+            return Ok(());
+        }
+        let count = self.fallback_rows(out)?;
+        if count > 0 {
+            self.fallback_local(count, out)?;
+            self.enqueue_fallback_exchange(count)?;
+            let deadline = Instant::now() + self.timeout;
+            wait_ready(&mut [&mut self.comm], deadline, "the fallback's exchange", self.timeout)?;
+            self.fallback_finish(count, out)?;
+        }
+        Ok(())
     }
 
     /// Waits until this rank's last call finished, at most the timeout; a peer that does not take
@@ -629,8 +686,17 @@ impl TpRank {
             value: hidden.rows * params.n as usize,
             max: MAX_DIM as usize,
         })?;
-        let k = if params.logprobs == LogProbs::Off { WORDS_PLAIN } else { WORDS_LOGPROBS };
-        self.ensure_exchange(rows)?;
+        let truncating = self.check_truncation(params)?;
+        let k = if params.logprobs == LogProbs::Off && !truncating { WORDS_PLAIN } else { WORDS_LOGPROBS };
+        let call = CallShape { rows, k, truncating };
+        if call.words() > u32::MAX as usize {
+            return Err(Error::TooLarge {
+                what: "exchange words per rank",
+                value: call.words(),
+                max: u32::MAX as usize,
+            });
+        }
+        self.ensure_exchange(&call)?;
         let staging = self.exchange.as_mut().expect("allocated above");
         let (base, _guard) = staging.staging.device_ptr_mut(self.gpu.stream());
         let range = VocabRange { offset: l.offset, vocab: l.vocab };
@@ -657,15 +723,31 @@ impl TpRank {
         } else {
             self.gpu.sample_device_in(hidden, weight, params, mask, out, range, Some(base))?;
         }
-        Ok(CallShape { rows, k })
+        Ok(call)
     }
 
-    fn ensure_exchange(&mut self, rows: usize) -> Result<()> {
-        if self.exchange.as_ref().is_some_and(|e| e.staging.len() >= WORDS_LOGPROBS * rows) {
+    /// Whether `params` truncates (top-k / top-p / min-p: the ranks then exchange top lists), after
+    /// the checks of what a truncating call over shards cannot do yet (the same on every rank).
+    fn check_truncation(&self, params: &SamplingParams) -> Result<bool> {
+        let vocab = self.layout.vocab;
+        check_rank_truncation(params, vocab)?;
+        let truncating = params.truncates(vocab);
+        if let Some(l) = self.layouts.iter().find(|l| l.offset >= l.vocab).filter(|_| truncating) {
+            return Err(Error::InvalidShards {
+                reason: "top-k / top-p / min-p over shards needs every shard to hold vocabulary rows",
+                at: l.offset,
+            });
+        }
+        Ok(truncating)
+    }
+
+    /// Room in the exchange buffers for `call` (at least the plain exchange with log-probabilities).
+    fn ensure_exchange(&mut self, call: &CallShape) -> Result<()> {
+        let cap = call.words().max(WORDS_LOGPROBS * call.rows);
+        if self.exchange.as_ref().is_some_and(|e| e.staging.len() >= cap) {
             return Ok(());
         }
         let stream = self.gpu.stream();
-        let cap = WORDS_LOGPROBS * rows;
         self.exchange =
             Some(Exchange { staging: stream.alloc_zeros(cap)?, gathered: stream.alloc_zeros(cap * self.world)? });
         Ok(())
@@ -679,13 +761,14 @@ impl TpRank {
         let ex = self.exchange.as_mut().expect("allocated by launch_local");
         let (s, _s) = ex.staging.device_ptr(&stream);
         let (r, _r) = ex.gathered.device_ptr_mut(&stream);
-        let count = call.k * call.rows;
-        // SAFETY: `count` ≤ 6·rows words sent from the staging buffer, G·count received; both on
-        // this rank's stream and context.
+        let count = call.words();
+        // SAFETY: `count` words sent from the staging buffer (sized for the call), G·count received;
+        // both on this rank's stream and context.
         unsafe { self.comm.all_gather(s, r, count, nccl::ncclDataType_t::ncclUint32, &stream) }
     }
 
-    /// The merge kernel: gathered results → `out`'s tokens, scores (and log-probabilities).
+    /// The merge kernel: gathered results → `out`'s tokens, scores (and log-probabilities); with
+    /// truncation then the truncation step over every rank's lists.
     fn launch_merge(&mut self, call: &CallShape, out: &mut DeviceSamples) -> Result<()> {
         let stream = self.gpu.stream().clone();
         let ex = self.exchange.as_ref().expect("allocated by launch_local");
@@ -701,18 +784,113 @@ impl TpRank {
             b: call.rows as u32,
             g: self.world as u32,
             k: call.k as u32,
-            _pad: 0,
+            rank_words: call.words() as u32,
         });
         let cfg = LaunchConfig {
             grid_dim: ((call.rows as u32).div_ceil(MERGE_RANKS_THREADS), 1, 1),
             block_dim: (MERGE_RANKS_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: `gathered` holds G·K·rows words (allocated for ≥ 6·rows per rank); the outputs
-        // hold `rows` entries each (`out` was sized by the local launch), the log-probability ones
-        // when K = 6.
+        // SAFETY: `gathered` holds G blocks of `call.words()` ≥ K·rows words; the outputs hold
+        // `rows` entries each (`out` was sized by the local launch), the log-probability ones when
+        // K = 6.
         unsafe { stream.launch_builder(&self.merge).arg(&p).launch(cfg) }?;
         drop(outs);
+        if call.truncating {
+            // Every rank's lists follow its `[6, rows]` words: units of six words.
+            let tops = g + 4 * (WORDS_LOGPROBS * call.rows) as u64;
+            let stride = call.words() / WORDS_LOGPROBS;
+            self.gpu.launch_truncation_merge(out, tops, (self.world, stride))?;
+        }
+        self.done.record(&stream)?;
+        Ok(())
+    }
+
+    /// The rows the truncation step over the merged lists left to the fallback (the same on every
+    /// rank): waits for it (with the deadline), then reads their count.
+    fn fallback_rows(&mut self, out: &DeviceSamples) -> Result<usize> {
+        let deadline = Instant::now() + self.timeout;
+        self.wait_event(deadline, "the vocab-parallel exchange")?;
+        self.gpu.fallback_count(out)
+    }
+
+    /// Columns of the fallback's per-rank blocks: the most vocabulary rows a shard scores.
+    fn fallback_columns(&self) -> usize {
+        self.layouts.iter().map(|l| l.rows.min(l.vocab.saturating_sub(l.offset))).max().unwrap_or(0)
+    }
+
+    /// This rank's part of the fallback of `count` rows: their raw logits over its shard.
+    fn fallback_local(&mut self, count: usize, out: &mut DeviceSamples) -> Result<()> {
+        let (cols, vocab) = (self.fallback_columns(), self.layout.vocab);
+        if self.fallback.as_ref().is_none_or(|f| f.rows < count) {
+            let stream = self.gpu.stream();
+            // SAFETY: each is written before it is read: `local` by `fallback_logits` (the columns
+            // of this shard), `gathered` by the all-gather, `full` by the copies from `gathered`
+            // (every column of the vocabulary: the shards tile it).
+            self.fallback = Some(unsafe {
+                FallbackExchange {
+                    local: stream.alloc(count * cols)?,
+                    gathered: stream.alloc(count * cols * self.world)?,
+                    full: stream.alloc(count * vocab)?,
+                    rows: count,
+                }
+            });
+        }
+        let stream = self.gpu.stream().clone();
+        let fb = self.fallback.as_mut().expect("allocated above");
+        let (local, _l) = fb.local.device_ptr_mut(&stream);
+        self.gpu.launch_rank_fallback_logits(out, count, local)
+    }
+
+    /// Enqueues the all-gather of the fallback rows' logits (`[count, v_max]` per rank).
+    fn enqueue_fallback_exchange(&mut self, count: usize) -> Result<()> {
+        let stream = self.gpu.stream().clone();
+        self.gpu.context().bind_to_thread()?;
+        let n = count * self.fallback_columns();
+        let fb = self.fallback.as_mut().expect("allocated by fallback_local");
+        let (s, _s) = fb.local.device_ptr(&stream);
+        let (r, _r) = fb.gathered.device_ptr_mut(&stream);
+        // SAFETY: `n` floats sent from `local` (it holds `rows ≥ count` rows of `v_max`), `G·n`
+        // received; both on this rank's stream and context.
+        unsafe { self.comm.all_gather(s, r, n, nccl::ncclDataType_t::ncclFloat32, &stream) }
+    }
+
+    /// The fallback's rows assembled (each rank's columns copied to their global place) and
+    /// sampled, as on one GPU.
+    fn fallback_finish(&mut self, count: usize, out: &mut DeviceSamples) -> Result<()> {
+        let stream = self.gpu.stream().clone();
+        let cols = self.fallback_columns();
+        let vocab = self.layout.vocab;
+        let fb = self.fallback.as_mut().expect("allocated by fallback_local");
+        let (gathered, _g) = fb.gathered.device_ptr(&stream);
+        let (full, _f) = fb.full.device_ptr_mut(&stream);
+        for (r, l) in self.layouts.iter().enumerate() {
+            let width = l.rows.min(vocab - l.offset);
+            let copy = cu::CUDA_MEMCPY2D {
+                srcXInBytes: 0,
+                srcY: 0,
+                srcMemoryType: cu::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+                srcHost: std::ptr::null(),
+                srcDevice: gathered + 4 * (r * count * cols) as u64,
+                srcArray: std::ptr::null_mut(),
+                srcPitch: 4 * width,
+                dstXInBytes: 4 * l.offset,
+                dstY: 0,
+                dstMemoryType: cu::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+                dstHost: std::ptr::null_mut(),
+                dstDevice: full,
+                dstArray: std::ptr::null_mut(),
+                dstPitch: 4 * vocab,
+                WidthInBytes: 4 * width,
+                Height: count,
+            };
+            // SAFETY: rank r's block holds `count` rows of `width ≤ v_max` floats at pitch `width`
+            // (how `fallback_logits` stores a shard's rows); `full` holds `count` rows of `vocab`
+            // floats and columns `offset .. offset + width ≤ vocab` of each; device memory of this
+            // rank's context, on its stream.
+            unsafe { cu::cuMemcpy2DAsync_v2(&copy, stream.cu_stream()) }.result()?;
+        }
+        self.gpu.launch_rank_fallback_sample(out, full)?;
         self.done.record(&stream)?;
         Ok(())
     }
@@ -745,7 +923,8 @@ impl TpRank {
     /// exchange. The results land in `out`'s tokens and scores.
     #[cfg(feature = "internals")]
     pub fn exchange_results(&mut self, tokens: u64, scores: u64, rows: usize, out: &mut DeviceSamples) -> Result<()> {
-        self.ensure_exchange(rows)?;
+        let call = CallShape { rows, k: WORDS_PLAIN, truncating: false };
+        self.ensure_exchange(&call)?;
         let stream = self.gpu.stream().clone();
         {
             let ex = self.exchange.as_mut().expect("allocated above");
@@ -758,7 +937,6 @@ impl TpRank {
         }
         self.gpu.ensure_outputs(out, rows, false)?;
         out.set_call(rows, 1, false);
-        let call = CallShape { rows, k: WORDS_PLAIN };
         self.exchange(&call, out)
     }
 
@@ -766,8 +944,8 @@ impl TpRank {
     /// benchmark times as the exchange.
     #[cfg(feature = "internals")]
     pub fn exchange_only(&mut self, rows: usize, logprobs: bool, out: &mut DeviceSamples) -> Result<()> {
-        let call = CallShape { rows, k: if logprobs { WORDS_LOGPROBS } else { WORDS_PLAIN } };
-        self.ensure_exchange(rows)?;
+        let call = CallShape { rows, k: if logprobs { WORDS_LOGPROBS } else { WORDS_PLAIN }, truncating: false };
+        self.ensure_exchange(&call)?;
         self.exchange(&call, out)
     }
 }
@@ -810,7 +988,11 @@ impl TpGroup {
             .into_iter()
             .zip(comms)
             .enumerate()
-            .map(|(r, (gpu, comm))| TpRank::from_parts(gpu, comm, r, world, layouts[r], timeout))
+            .map(|(r, (gpu, comm))| {
+                let mut rank = TpRank::from_parts(gpu, comm, r, world, layouts[r], timeout)?;
+                rank.layouts = layouts.to_vec();
+                Ok(rank)
+            })
             .collect::<Result<Vec<_>>>()?;
         let deadline = Instant::now() + timeout;
         let mut comms: Vec<&mut Comm> = ranks.iter_mut().map(|r| &mut r.comm).collect();
@@ -859,6 +1041,7 @@ impl TpGroup {
         }
         for (r, rank) in self.ranks.iter().enumerate() {
             rank.layout.check_elem(r, T::TYPE)?;
+            rank.check_truncation(params)?;
             rank.gpu.validate_launch(
                 &hidden[r],
                 &weights[r],
@@ -885,6 +1068,40 @@ impl TpGroup {
         wait_ready(&mut comms, deadline, "the vocab-parallel exchange", timeout)?;
         for ((rank, call), out) in self.ranks.iter_mut().zip(&calls).zip(outs.iter_mut()) {
             rank.launch_merge(call, out)?;
+        }
+        if !calls[0].truncating {
+            return Ok(());
+        }
+        // The fallback's rows (the same on every rank: the same merged lists), then their logits'
+        // exchange, grouped like the first.
+        let counts = self
+            .ranks
+            .iter_mut()
+            .zip(outs.iter())
+            .map(|(rank, out)| rank.fallback_rows(out))
+            .collect::<Result<Vec<_>>>()?;
+        let count = counts[0];
+        if let Some((r, &c)) = counts.iter().enumerate().find(|&(_, &c)| c != count) {
+            return Err(Error::RankMismatch { rank: r, what: "rows left to the fallback", expected: count, actual: c });
+        }
+        if count == 0 {
+            return Ok(());
+        }
+        for (rank, out) in self.ranks.iter_mut().zip(outs.iter_mut()) {
+            rank.fallback_local(count, out)?;
+        }
+        // SAFETY: paired with the group end below.
+        check(unsafe { nccl::ncclGroupStart() }, "ncclGroupStart", None)?;
+        let enq: Result<()> = self.ranks.iter_mut().try_for_each(|rank| rank.enqueue_fallback_exchange(count));
+        // SAFETY: ends the group started above.
+        let end = check(unsafe { nccl::ncclGroupEnd() }, "ncclGroupEnd", None);
+        enq?;
+        end?;
+        let deadline = Instant::now() + timeout;
+        let mut comms: Vec<&mut Comm> = self.ranks.iter_mut().map(|r| &mut r.comm).collect();
+        wait_ready(&mut comms, deadline, "the fallback's exchange", timeout)?;
+        for (rank, out) in self.ranks.iter_mut().zip(outs.iter_mut()) {
+            rank.fallback_finish(count, out)?;
         }
         Ok(())
     }
@@ -948,6 +1165,9 @@ impl TpGroup {
                         samples.raw_logprobs = Some(get(out.raw_logprobs())?);
                     }
                     samples.logsumexp = Some(get(out.logsumexp())?.into_iter().step_by(params.n as usize).collect());
+                }
+                if let Some(flags) = out.truncation_fallback() {
+                    samples.truncation_fallback = Some(s.clone_dtoh(&flags)?.into_iter().map(|f| f != 0).collect());
                 }
                 Ok(samples)
             })

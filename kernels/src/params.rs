@@ -205,11 +205,12 @@ pub struct ReduceParams {
 /// folded into the whole head's ([`crate::ranks::merge_rank_row`]). A rank's results are `K` words
 /// per row, laid out `[K, B]`: tokens, scores (f32 bits), and with log-probabilities (`K = 6`) the
 /// processed and raw log-probabilities and the processed and raw log-sum-exps — what the fused
-/// kernel writes for one rank, gathered `[G, K, B]` (an NCCL all-gather's output, rank-major).
+/// kernel writes for one rank, gathered rank-major (an NCCL all-gather's output: `G` blocks of
+/// [`Self::rank_words`] words, each starting with its `[K, B]` results).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct MergeRanksParams {
-    /// The ranks' results `[G, K, B]` (32-bit words).
+    /// The ranks' results, `G` blocks of `[K, B]` (32-bit words) `rank_words` apart.
     pub gathered: *const u32,
     /// Output: tokens `[B]`.
     pub tokens: *mut u32,
@@ -227,8 +228,9 @@ pub struct MergeRanksParams {
     pub g: u32,
     /// Words per row and rank: 2 (tokens, scores) or 6 (with log-probabilities).
     pub k: u32,
-    /// Padding (keeps the struct's size a multiple of 8 on host and device).
-    pub _pad: u32,
+    /// Words between two ranks' results in `gathered` (`K·B`, more when the exchange carries the
+    /// ranks' top lists after them).
+    pub rank_words: u32,
 }
 
 /// One adjusted token's result for one sample row (the `adjust_tokens` kernel's output): its
@@ -418,6 +420,17 @@ pub struct TruncateParams {
     /// Top log-probabilities (the rows this step cannot answer go to the fallback, flagged
     /// [`FALLBACK_TOP`], and [`FALLBACK_KEEPS_SAMPLE`] when their sample stands).
     pub top: TopOutputs,
+    /// A tensor-parallel rank's step (or null): the kernel only exports each sample row's list of
+    /// this rank's shard, `[B, RANK_UNITS]` units ([`crate::truncate::RANK_UNITS`]): its
+    /// [`crate::truncate::RANK_TOP`] largest processed logits, largest first, with the bound of the
+    /// rest in every unit (`+∞` when the rank cannot bound them: the merged row is then uncertain),
+    /// and writes nothing else.
+    pub export: *mut StoredTop,
+    /// The ranks whose units `tops` holds: `1` on one GPU; after the exchange `G` blocks of
+    /// `[B, units]` units, `rank_stride` units apart (the all-gathered exports).
+    pub ranks: u32,
+    /// See `ranks` (units; unused with one rank).
+    pub rank_stride: u32,
 }
 
 /// Which distribution a call's top log-probabilities describe, and where the kernels find them

@@ -36,6 +36,15 @@ pub const LANE_TOP_WIDE: usize = 8;
 pub const UNIT_TOP: usize = 4;
 /// Most tokens a row's kept set may have on the certified path (more: the fallback).
 pub const MAX_KEPT: usize = 256;
+/// Entries of the list a vocab shard (a tensor-parallel rank) sends per sample row: its `RANK_TOP`
+/// largest processed logits and the bound of the rest (the CPU backend's simulation of shards sends
+/// the same). With `G` ranks the merged lists certify a kept set of up to `RANK_TOP` tokens at least
+/// (more when the set spreads over the ranks); a row that needs more takes the exact fallback.
+pub const RANK_TOP: usize = 128;
+/// [`StoredTop`] units of a rank's list: [`RANK_TOP`] entries, [`LANE_TOP`] per unit, each unit
+/// carrying the list's bound ([`TopList::part`]).
+pub const RANK_UNITS: usize = RANK_TOP / LANE_TOP;
+const _: () = assert!(RANK_TOP % LANE_TOP == 0 && RANK_TOP <= MAX_KEPT);
 
 /// A lane's list as the truncation kernels store it per (row, vocab range, unit): 24 bytes.
 #[repr(C, align(8))]

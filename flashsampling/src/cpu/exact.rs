@@ -205,8 +205,9 @@ pub(crate) fn kept_threshold(z: &[f32], t: f64, k: u32, p: f32, min_p: f32) -> f
     threshold.min(zmax)
 }
 
-/// Entries each shard sends per row in the simulated exchange of a truncating sharded call.
-pub(crate) const SHARD_TOP: usize = 64;
+/// Entries each shard sends per row in the simulated exchange of a truncating sharded call: what a
+/// GPU rank sends.
+pub(crate) const SHARD_TOP: usize = flashsampling_kernels::truncate::RANK_TOP;
 
 /// `ln Σ exp(x)` in f64 over `xs` (`−∞` when empty or all `−∞`).
 fn lse_f64(xs: impl Iterator<Item = f64> + Clone) -> f64 {

@@ -71,6 +71,22 @@ pub(crate) struct VocabRange {
 /// word hold four consecutive tokens; Megatron and vLLM pad shards to multiples of 64 or 128).
 pub const SHARD_OFFSET_ALIGN: usize = 4;
 
+/// The controls a tensor-parallel rank's truncating call cannot compose yet: typed errors, the
+/// same on every rank, before any launch.
+pub(crate) fn check_rank_truncation(params: &SamplingParams, vocab: usize) -> Result<()> {
+    let path = "over vocab shards (tensor parallel) yet";
+    if params.top_logprobs > 0 {
+        return Err(Error::Unsupported { control: "top log-probabilities", path });
+    }
+    if params.logprobs == LogProbs::ProcessedAndRaw && params.truncates(vocab) {
+        return Err(Error::Unsupported { control: "raw log-probabilities with top-k / top-p / min-p", path });
+    }
+    if params.adjustments.as_ref().is_some_and(|a| !a.tokens.is_empty()) && params.truncates(vocab) {
+        return Err(Error::Unsupported { control: "sparse adjustments with top-k / top-p / min-p", path });
+    }
+    Ok(())
+}
+
 /// A launch's vocab range, for a rank its exchange buffer's device address, and the element type of
 /// its hidden states and weight.
 #[derive(Clone, Copy, Debug)]
@@ -89,6 +105,13 @@ pub(crate) struct OutputPtrs<'a> {
     pub raw_logprobs: u64,
     pub logsumexp: u64,
     _guards: Vec<SyncOnDrop<'a>>,
+}
+
+impl OutputPtrs<'_> {
+    /// Tokens, scores, processed log-probabilities, processed log-sum-exps.
+    pub(crate) fn addresses(&self) -> [u64; 4] {
+        [self.tokens, self.scores, self.logprobs, self.logsumexp]
+    }
 }
 
 /// How the fused kernel is launched for one (B, V).
@@ -946,13 +969,16 @@ impl GpuBackend {
             (false, LogProbs::Off) => Epilogue::Sample,
             (false, _) => Epilogue::LogProbs,
         };
-        if epilogue == Epilogue::Truncate && (staging.is_some() || range.offset != 0 || shape.v != range.vocab) {
-            let control = if truncates {
-                "top-k / top-p / min-p over vocab shards"
-            } else {
-                "top log-probabilities over vocab shards"
-            };
-            return Err(Error::Unsupported { control, path: "yet" });
+        if epilogue == Epilogue::Truncate {
+            if staging.is_none() && (range.offset != 0 || shape.v != range.vocab) {
+                return Err(Error::Unsupported {
+                    control: "top-k / top-p / min-p or top log-probabilities on a vocab shard",
+                    path: "outside a tensor-parallel group",
+                });
+            }
+            if staging.is_some() {
+                check_rank_truncation(params, range.vocab)?;
+            }
         }
         let launch = self.launch_shape_in(rows, shape.v, range.vocab, epilogue);
         let variant = launch.variant;
@@ -1227,7 +1253,13 @@ impl GpuBackend {
         if launch.epilogue == Epilogue::Truncate {
             let units = launch.n_vranges as usize * launch.variant.top_units() as usize;
             let operands = (hidden, weight, mask, ranged.elem);
-            self.launch_truncation(params, (shape.b, shape.d, shape.v), operands, units, adjusted, out)?;
+            match ranged.staging {
+                Some(staging) => {
+                    let shape = (shape.d, shape.v, ranged.range.vocab);
+                    self.launch_truncation_export(params, shape, operands, units, staging, out)?;
+                }
+                None => self.launch_truncation(params, (shape.b, shape.d, shape.v), operands, units, adjusted, out)?,
+            }
         }
         Ok(())
     }
@@ -1388,7 +1420,7 @@ impl GpuBackend {
             }
             None => (tokens, scores),
         };
-        if raw_lse != 0 {
+        if raw_lse != 0 && ranged.staging.is_none() {
             lp_ptrs[4] = raw_lse;
         }
         let p = ByValue(FusedParams {

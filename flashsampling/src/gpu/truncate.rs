@@ -7,11 +7,14 @@
 //! The truncation step and the fallback's kernels are launched with programmatic stream
 //! serialization (each waits for the one before it; `FLASHSAMPLING_PDL=0` turns it off), and
 //! what the step needs from the host (the truncation words, the list's zeroed count) is set up
-//! before the fused launch, so only kernels stand between them.
+//! before the fused launch, so only kernels stand between them. A tensor-parallel rank
+//! (`crate::tp`) uses the same kernels in steps around its exchange: the step's export of the
+//! shard's lists, the step over the merged lists, and the fallback's logits and sampler on rows
+//! assembled from every rank's.
 //! See `flashsampling_kernels::truncate`.
 
 use cudarc::driver::sys;
-use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
 use flashsampling_kernels::config::{
     BLOCK_V, Epilogue, FALLBACK_GATHER_THREADS, FALLBACK_LOGITS_VARIANT, FALLBACK_SAMPLE_SMEM, FALLBACK_SAMPLE_THREADS,
     TRUNCATE_SMEM, TRUNCATE_THREADS,
@@ -20,7 +23,7 @@ use flashsampling_kernels::params::{
     AdjustedToken, ElementType, FallbackLogitsParams, FallbackParams, FusedParams, MAX_TOP_N, RowParams, TopOutputs,
     TopSource, TruncateParams,
 };
-use flashsampling_kernels::truncate::{StoredTop, Truncation};
+use flashsampling_kernels::truncate::{RANK_UNITS, StoredTop, Truncation};
 
 use super::{ByValue, DeviceSamples, GpuBackend};
 use crate::error::{Error, Result};
@@ -62,6 +65,54 @@ pub(crate) struct TruncationBuffers {
     uploaded: Vec<u32>,
     /// Whether `list` holds every row of the last unfused-sampler call (`[b, 0, 1, …]`).
     list_is_all: bool,
+    /// A tensor-parallel rank's last truncating launch, for its merge and fallback.
+    rank: Option<RankLaunch>,
+}
+
+/// What a tensor-parallel rank's truncating launch leaves for the steps after the exchange (the
+/// truncation step over the merged lists, the fallback): device addresses of the launch's operands
+/// (the caller's buffers, alive for the call that made them) and its shape.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RankLaunch {
+    /// Hidden states as launched (`B·n` rows: the expanded copy when `n > 1`), weight shard, mask
+    /// (0: none), element type.
+    operands: (u64, u64, u64, ElementType),
+    /// Hidden size, the shard's scored rows, the model's vocabulary.
+    d: usize,
+    v: usize,
+    vocab: usize,
+    softcap: f32,
+}
+
+/// Device addresses of the truncation buffers (this backend's, written and read on its stream only,
+/// so no guard needs to outlive the launches).
+struct TruncationPtrs {
+    list: u64,
+    tops: u64,
+    truncation: u64,
+    flags: u64,
+    logits: u64,
+    gathered: u64,
+    raw_lse: u64,
+    top_tokens: u64,
+    top_logprobs: u64,
+}
+
+impl TruncationBuffers {
+    fn ptrs(&mut self, stream: &CudaStream) -> TruncationPtrs {
+        let a = |p: (u64, _)| p.0;
+        TruncationPtrs {
+            list: a(self.list.device_ptr_mut(stream)),
+            tops: a(self.tops.device_ptr_mut(stream)),
+            truncation: a(self.truncation.device_ptr_mut(stream)),
+            flags: a(self.flags.device_ptr_mut(stream)),
+            logits: a(self.logits.device_ptr_mut(stream)),
+            gathered: a(self.gathered.device_ptr_mut(stream)),
+            raw_lse: a(self.raw_lse.device_ptr_mut(stream)),
+            top_tokens: a(self.top_tokens.device_ptr_mut(stream)),
+            top_logprobs: a(self.top_logprobs.device_ptr_mut(stream)),
+        }
+    }
 }
 
 impl TruncationBuffers {
@@ -115,6 +166,7 @@ impl GpuBackend {
                 capacity: (rows, units, v, d),
                 uploaded: Vec::new(),
                 list_is_all: false,
+                rank: None,
             }
         });
         Ok(())
@@ -191,52 +243,27 @@ impl GpuBackend {
         out: &mut DeviceSamples,
     ) -> Result<()> {
         let (rows, n) = (out.b, out.n);
-        let (list, _l) = tr.list.device_ptr_mut(&self.stream);
-        let (tops, _t) = tr.tops.device_ptr(&self.stream);
-        let (truncation, _u) = tr.truncation.device_ptr(&self.stream);
-        let (flags, _f) = tr.flags.device_ptr_mut(&self.stream);
-        let (logits, _g) = tr.logits.device_ptr_mut(&self.stream);
-        let (gathered, _h) = tr.gathered.device_ptr_mut(&self.stream);
-        let (raw_lse, _r) = tr.raw_lse.device_ptr(&self.stream);
-        let (top_tokens, _tt) = tr.top_tokens.device_ptr_mut(&self.stream);
-        let (top_logprobs, _tl) = tr.top_logprobs.device_ptr_mut(&self.stream);
+        let t = tr.ptrs(&self.stream);
         let top = TopOutputs {
-            tokens: top_tokens as *mut u32,
-            logprobs: top_logprobs as *mut f32,
+            tokens: t.top_tokens as *mut u32,
+            logprobs: t.top_logprobs as *mut f32,
             n: if source == TopSource::Off { 0 } else { top_n },
             source,
         };
         let o = out.output_ptrs(&self.stream, true);
         let (offsets, results) = adjusted.unwrap_or((0, 0));
         let p = ByValue(TruncateParams {
-            tops: tops as *const StoredTop,
-            rows: row_params as *const RowParams,
-            truncation: truncation as *const Truncation,
+            tops: t.tops as *const StoredTop,
             adj_offsets: offsets as *const u32,
             adjusted: results as *const AdjustedToken,
             hidden: hidden as *const u16,
             weight: weight as *const u16,
-            tokens: o.tokens as *mut u32,
-            scores: o.scores as *mut f32,
-            logprobs: o.logprobs as *mut f32,
             raw_logprobs: o.raw_logprobs as *mut f32,
-            logsumexp: o.logsumexp as *mut f32,
-            raw_logsumexp: raw_lse as *const f32,
-            flags: flags as *mut u32,
-            fallback: list as *mut u32,
-            b: rows as u32,
+            raw_logsumexp: t.raw_lse as *const f32,
             units: units as u32,
-            v: v as u32,
-            d: d as u32,
-            samples: n as u32,
-            elem,
             top,
+            ..truncate_params(&t, o.addresses(), row_params, (rows, n, v, d), elem)
         });
-        let cfg = LaunchConfig {
-            grid_dim: (rows as u32, 1, 1),
-            block_dim: (TRUNCATE_THREADS, 1, 1),
-            shared_mem_bytes: TRUNCATE_SMEM,
-        };
         // SAFETY: written by the fused launch just before on this stream: the top lists (`rows ×
         // units`), the plain tokens, scores, log-probabilities and log-sum-exps (`rows` each) and the
         // raw log-sum-exps; the row parameters hold `rows`, the truncation `b` requests, the list
@@ -245,63 +272,73 @@ impl GpuBackend {
         // top outputs `rows × MAX_TOP_N ≥ requests × n` entries (`n ≤ MAX_TOP_N`, validated).
         // With programmatic stream serialization (`FLASHSAMPLING_PDL` not 0) each of the four kernels
         // below waits (`griddepcontrol.wait`) for the one before it before any memory access.
-        unsafe { self.launch_after(&self.truncate, cfg, &p) }?;
+        unsafe { self.launch_after(&self.truncate, truncate_cfg(rows), &p) }?;
         let f = ByValue(FallbackParams {
-            list: list as *const u32,
-            logits: logits as *mut f32,
             hidden: hidden as *const u16,
             weight: weight as *const u16,
-            gathered: gathered as *mut u16,
             mask: mask as *const u32,
-            rows: row_params as *const RowParams,
-            truncation: truncation as *const Truncation,
             adj_offsets: offsets as *const u32,
             adjusted: results as *const AdjustedToken,
-            tokens: o.tokens as *mut u32,
-            scores: o.scores as *mut f32,
-            logprobs: o.logprobs as *mut f32,
             raw_logprobs: o.raw_logprobs as *mut f32,
-            logsumexp: o.logsumexp as *mut f32,
-            raw_logsumexp: raw_lse as *const f32,
-            v: v as u32,
-            d: d as u32,
-            samples: n as u32,
+            raw_logsumexp: t.raw_lse as *const f32,
             mask_words: if mask != 0 { v.div_ceil(32) as u32 } else { 0 },
             softcap: params.softcap.unwrap_or(0.0),
-            elem,
             top,
+            ..fallback_params(&t, o.addresses(), row_params, (v, d, n), elem)
         });
+        // SAFETY: the list (count and rows < B·n) is written by the truncation step before, on this
+        // stream; hidden and `gathered` hold `rows × D` elements, 16-byte aligned, `D % 8 == 0`
+        // (validated); the weight `V × D` elements of `elem`; the logits `rows × V` floats.
+        unsafe { self.launch_fallback_logits(&f, rows, (d, v), t.logits) }?;
+        // SAFETY: as above; the mask (non-null) holds B × ceil(V/32) words, the outputs `rows`.
+        unsafe { self.launch_after(&self.fallback_sample, fallback_sample_cfg(rows), &f) }?;
+        Ok(())
+    }
+
+    /// `fallback_gather`, then `fallback_logits` into `logits` (`[count, v]` of the listed rows):
+    /// each waits for the kernel before it.
+    ///
+    /// # Safety
+    /// `f`'s list holds the listed rows (written before on this stream); `f.hidden` and `f.gathered`
+    /// hold `rows × d`, `f.weight` `v × d` elements of `f.elem`, 16-byte aligned, `d % 8 == 0`;
+    /// `logits` holds `rows × v` floats.
+    unsafe fn launch_fallback_logits(
+        &self,
+        f: &ByValue<FallbackParams>,
+        rows: usize,
+        (d, v): (usize, usize),
+        logits: u64,
+    ) -> Result<()> {
         let chunks = (rows * d / 8) as u32;
         let cfg = LaunchConfig {
             grid_dim: (chunks.div_ceil(FALLBACK_GATHER_THREADS), 1, 1),
             block_dim: (FALLBACK_GATHER_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: the list (count and rows < B·n) was written by the truncation step before, on this
-        // stream; hidden and `gathered` hold `rows × D` elements, 16-byte aligned, `D % 8 == 0`
-        // (validated).
-        unsafe { self.launch_after(&self.fallback_gather, cfg, &f) }?;
+        // SAFETY: the caller's contract.
+        unsafe { self.launch_after(&self.fallback_gather, cfg, f) }?;
         let lv = FALLBACK_LOGITS_VARIANT;
         let n_btiles = (rows as u32).div_ceil(lv.block_b()).max(1);
         let n_vranges = lv.n_vranges(self.sm_count, self.fallback_logits.per_sm, n_btiles, v as u32);
+        let null = std::ptr::null_mut();
         let l = ByValue(FallbackLogitsParams {
             fused: FusedParams {
-                hidden: gathered as *const u16,
-                weight: weight as *const u16,
+                hidden: f.0.gathered as *const u16,
+                weight: f.0.weight,
                 rows: std::ptr::null(),
                 mask: std::ptr::null(),
-                masses: std::ptr::null_mut(),
-                logprobs: std::ptr::null_mut(),
-                raw_logprobs: std::ptr::null_mut(),
-                logsumexp: std::ptr::null_mut(),
-                raw_logsumexp: std::ptr::null_mut(),
+                masses: null as _,
+                logprobs: null as _,
+                raw_logprobs: null as _,
+                logsumexp: null as _,
+                raw_logsumexp: null as _,
                 adj_offsets: std::ptr::null(),
                 adjusted: std::ptr::null(),
-                candidates: std::ptr::null_mut(),
-                counters: std::ptr::null_mut(),
-                tokens: std::ptr::null_mut(),
-                scores: std::ptr::null_mut(),
-                tops: std::ptr::null_mut(),
+                candidates: null as _,
+                counters: null as _,
+                tokens: null as _,
+                scores: null as _,
+                tops: null as _,
                 b: rows as u32,
                 d: d as u32,
                 v: v as u32,
@@ -314,9 +351,9 @@ impl GpuBackend {
                 tensor_maps: std::ptr::null(),
                 tma_whole_tiles: v as u32 / BLOCK_V,
                 top_units: 0,
-                elem,
+                elem: f.0.elem,
             },
-            list: list as *const u32,
+            list: f.0.list,
             logits: logits as *mut f32,
         });
         let cfg = LaunchConfig {
@@ -324,14 +361,143 @@ impl GpuBackend {
             block_dim: (lv.threads(), 1, 1),
             shared_mem_bytes: lv.smem_bytes(Epilogue::Sample),
         };
-        // SAFETY: the list's count was written by the truncation step, the gathered rows by
-        // `fallback_gather` before, on this stream; `gathered` holds `rows × D` and the weight `V × D`
-        // elements of `elem`, 16-byte aligned; the logits hold `rows × V` floats; the kernel reads no
-        // other pointer of `fused` (null) and its blocks past the count return at once.
-        unsafe { self.launch_after(&self.fallback_logits.func, cfg, &l) }?;
-        // SAFETY: as above; the mask (non-null) holds B × ceil(V/32) words, the outputs `rows`.
-        unsafe { self.launch_after(&self.fallback_sample, fallback_sample_cfg(rows), &f) }?;
-        Ok(())
+        // SAFETY: the list's count and the gathered rows were written before, on this stream;
+        // `gathered` holds `rows × d` and the weight `v × d` elements, 16-byte aligned; the logits
+        // `rows × v` floats; the kernel reads no other pointer of `fused` (null) and its blocks past
+        // the count return at once.
+        unsafe { self.launch_after(&self.fallback_logits.func, cfg, &l) }
+    }
+
+    /// A tensor-parallel rank's truncation step before the exchange: each sample row's list of the
+    /// shard into the exchange buffer after its `[6, rows]` result words (`staging`): [`RANK_UNITS`]
+    /// units, the shard's [`flashsampling_kernels::truncate::RANK_TOP`] largest processed logits and
+    /// the bound of the rest. Keeps in the truncation buffers what the steps after the exchange need.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn launch_truncation_export(
+        &self,
+        params: &SamplingParams,
+        (d, v, vocab): (usize, usize, usize),
+        operands: (u64, u64, u64, ElementType),
+        units: usize,
+        staging: u64,
+        out: &mut DeviceSamples,
+    ) -> Result<()> {
+        let (rows, n) = (out.b, out.n);
+        let row_params = {
+            let (ptr, _s) = out.rows.device_ptr(&self.stream);
+            ptr
+        };
+        let tr = out.truncation.as_mut().expect("allocated before the fused launch");
+        tr.rank = Some(RankLaunch { operands, d, v, vocab, softcap: params.softcap.unwrap_or(0.0) });
+        let t = tr.ptrs(&self.stream);
+        let field = |k: u64| staging + 4 * k * rows as u64;
+        let p = ByValue(TruncateParams {
+            tops: t.tops as *const StoredTop,
+            units: units as u32,
+            export: field(6) as *mut StoredTop,
+            ..truncate_params(&t, [field(0), field(1), field(2), field(4)], row_params, (rows, n, vocab, d), operands.3)
+        });
+        // SAFETY: written by the fused launch and `reduce_rows` just before on this stream: the top
+        // lists (`rows × units`) and the plain tokens and log-sum-exps in the exchange buffer (read
+        // only in this mode); the row parameters hold `rows`, the truncation the requests; the
+        // exchange buffer holds `6·rows` words and then `rows × RANK_UNITS` units.
+        unsafe { self.launch_after(&self.truncate, truncate_cfg(rows), &p) }
+    }
+
+    /// A tensor-parallel rank's truncation step after the exchange, over every rank's lists
+    /// (`gathered`: `ranks` blocks of `[rows, RANK_UNITS]` units, `rank_stride` units apart), with
+    /// the merged tokens, scores and log-sum-exps already in `out`: certified rows are sampled, the
+    /// others listed for the fallback ([`Self::launch_rank_fallback`] after the host read the count).
+    pub(crate) fn launch_truncation_merge(
+        &self,
+        out: &mut DeviceSamples,
+        gathered: u64,
+        (ranks, rank_stride): (usize, usize),
+    ) -> Result<()> {
+        let (rows, n) = (out.b, out.n);
+        let row_params = {
+            let (ptr, _s) = out.rows.device_ptr(&self.stream);
+            ptr
+        };
+        let mut taken = out.truncation.take();
+        let tr = taken.as_mut().expect("a truncating rank launch allocated them");
+        let rank = tr.rank.expect("set by the rank's export step");
+        let t = tr.ptrs(&self.stream);
+        let o = out.output_ptrs(&self.stream, true);
+        let p = ByValue(TruncateParams {
+            tops: gathered as *const StoredTop,
+            units: RANK_UNITS as u32,
+            ranks: ranks as u32,
+            rank_stride: rank_stride as u32,
+            ..truncate_params(&t, o.addresses(), row_params, (rows, n, rank.vocab, rank.d), rank.operands.3)
+        });
+        drop(o);
+        // SAFETY: `gathered` holds `ranks` blocks of `rows × RANK_UNITS` units `rank_stride` apart
+        // (the all-gather and the merge before on this stream); the outputs, row parameters,
+        // truncation, flags and list as for the one-GPU step (the list's count zeroed before the
+        // fused launch); no adjustments, no raw log-probabilities (null: the weight is not read).
+        let result = unsafe { self.launch_after(&self.truncate, truncate_cfg(rows), &p) };
+        out.truncation = taken;
+        result
+    }
+
+    /// The number of rows the last truncation step listed for the fallback (a read from the
+    /// device: call it once that step is known to be done).
+    pub(crate) fn fallback_count(&self, out: &DeviceSamples) -> Result<usize> {
+        let tr = out.truncation.as_ref().expect("a truncating call allocated them");
+        Ok(self.stream.clone_dtoh(&tr.list.slice(..1))?[0] as usize)
+    }
+
+    /// A tensor-parallel rank's part of the fallback of `count` listed rows: their raw logits over
+    /// the shard into `local` (`[count, v]`, `v` the shard's scored rows), for the exchange.
+    pub(crate) fn launch_rank_fallback_logits(&self, out: &mut DeviceSamples, count: usize, local: u64) -> Result<()> {
+        let (rows, n) = (out.b, out.n);
+        let tr = out.truncation.as_mut().expect("a truncating rank launch allocated them");
+        let rank = tr.rank.expect("set by the rank's export step");
+        let t = tr.ptrs(&self.stream);
+        let (hidden, weight, _, elem) = rank.operands;
+        let f = ByValue(FallbackParams {
+            hidden: hidden as *const u16,
+            weight: weight as *const u16,
+            ..fallback_params(&t, [0; 4], 0, (rank.v, rank.d, n), elem)
+        });
+        debug_assert!(count <= rows);
+        // SAFETY: the list was written by the truncation step before, on this stream; the launch's
+        // hidden states (`rows × d`, the caller's buffers alive for this call) and `gathered` hold
+        // `rows × d`, the shard `v × d` elements of `elem`, 16-byte aligned; `local` holds
+        // `count × v ≤ rows × v` floats (the caller's), and only listed rows are stored.
+        unsafe { self.launch_fallback_logits(&f, rows, (rank.d, rank.v), local) }
+    }
+
+    /// The rest of a tensor-parallel rank's fallback: the listed rows sampled from their whole raw
+    /// logits `full` (`[count, vocab]`, assembled from every rank's), as on one GPU.
+    pub(crate) fn launch_rank_fallback_sample(&self, out: &mut DeviceSamples, full: u64) -> Result<()> {
+        let (rows, n) = (out.b, out.n);
+        let row_params = {
+            let (ptr, _s) = out.rows.device_ptr(&self.stream);
+            ptr
+        };
+        let mut taken = out.truncation.take();
+        let tr = taken.as_mut().expect("a truncating rank launch allocated them");
+        let rank = tr.rank.expect("set by the rank's export step");
+        let t = tr.ptrs(&self.stream);
+        let o = out.output_ptrs(&self.stream, true);
+        let (_, _, mask, elem) = rank.operands;
+        let f = ByValue(FallbackParams {
+            logits: full as *mut f32,
+            mask: mask as *const u32,
+            mask_words: if mask != 0 { rank.vocab.div_ceil(32) as u32 } else { 0 },
+            softcap: rank.softcap,
+            ..fallback_params(&t, o.addresses(), row_params, (rank.vocab, rank.d, n), elem)
+        });
+        drop(o);
+        // SAFETY: the list and `full` (`count × vocab` floats of the listed rows) were written
+        // before on this stream; the mask (non-null: the launch's, B × ceil(vocab/32) words); the
+        // outputs `rows`; no raw log-probabilities or adjustments (null: hidden states and weight are
+        // not read).
+        let result = unsafe { self.launch_after(&self.fallback_sample, fallback_sample_cfg(rows), &f) };
+        out.truncation = taken;
+        result
     }
 }
 
@@ -393,34 +559,13 @@ impl GpuBackend {
                 tr.uploaded = trunc.clone();
                 tr.list_is_all = true;
             }
-            let (list_ptr, _l) = tr.list.device_ptr(&self.stream);
-            let (truncation, _u) = tr.truncation.device_ptr(&self.stream);
             let (logits_ptr, _g) = logits.device_ptr_mut(&self.stream);
             let o = out.output_ptrs(&self.stream, false);
+            let t = tr.ptrs(&self.stream);
             let f = ByValue(FallbackParams {
-                list: list_ptr as *const u32,
                 logits: logits_ptr as *mut f32,
-                hidden: std::ptr::null(),
-                weight: std::ptr::null(),
-                gathered: std::ptr::null_mut(),
-                mask: std::ptr::null(),
-                rows: row_params as *const RowParams,
-                truncation: truncation as *const Truncation,
-                adj_offsets: std::ptr::null(),
-                adjusted: std::ptr::null(),
-                tokens: o.tokens as *mut u32,
-                scores: o.scores as *mut f32,
-                logprobs: std::ptr::null_mut(),
-                raw_logprobs: std::ptr::null_mut(),
-                logsumexp: std::ptr::null_mut(),
-                raw_logsumexp: std::ptr::null(),
-                v: v as u32,
-                d: 8,
-                samples: 1,
-                mask_words: 0,
-                softcap: 0.0,
-                elem: ElementType::Bf16, // no hidden states or weight are read
-                top: TopOutputs::OFF,
+                // No hidden states or weight are read: the element type is a placeholder.
+                ..fallback_params(&t, o.addresses(), row_params, (v, 8, 1), ElementType::Bf16)
             });
             // SAFETY: the list holds b rows (uploaded above), the logits `b × v` floats (checked), the
             // row parameters and truncation `b` entries, the outputs `b`; no mask, adjustments or
@@ -451,4 +596,86 @@ fn truncation_words(params: &SamplingParams, b: usize) -> Vec<u32> {
             [top_k, top_p.to_bits(), min_p.to_bits(), 0]
         })
         .collect()
+}
+
+/// `truncate_rows`' launch shape: one block per sample row.
+fn truncate_cfg(rows: usize) -> LaunchConfig {
+    LaunchConfig { grid_dim: (rows as u32, 1, 1), block_dim: (TRUNCATE_THREADS, 1, 1), shared_mem_bytes: TRUNCATE_SMEM }
+}
+
+/// `truncate_rows`' parameters with the truncation buffers `t`, the outputs (tokens, scores,
+/// log-probabilities, log-sum-exps), the row parameters and `(rows, n, v, d)`; one rank, no top
+/// lists, adjustments, raw log-probabilities, top log-probabilities or export (the callers set
+/// theirs).
+fn truncate_params(
+    t: &TruncationPtrs,
+    [tokens, scores, logprobs, logsumexp]: [u64; 4],
+    row_params: u64,
+    (rows, n, v, d): (usize, usize, usize, usize),
+    elem: ElementType,
+) -> TruncateParams {
+    TruncateParams {
+        tops: std::ptr::null(),
+        rows: row_params as *const RowParams,
+        truncation: t.truncation as *const Truncation,
+        adj_offsets: std::ptr::null(),
+        adjusted: std::ptr::null(),
+        hidden: std::ptr::null(),
+        weight: std::ptr::null(),
+        tokens: tokens as *mut u32,
+        scores: scores as *mut f32,
+        logprobs: logprobs as *mut f32,
+        raw_logprobs: std::ptr::null_mut(),
+        logsumexp: logsumexp as *mut f32,
+        raw_logsumexp: std::ptr::null(),
+        flags: t.flags as *mut u32,
+        fallback: t.list as *mut u32,
+        b: rows as u32,
+        units: 0,
+        v: v as u32,
+        d: d as u32,
+        samples: n as u32,
+        elem,
+        top: TopOutputs::OFF,
+        export: std::ptr::null_mut(),
+        ranks: 1,
+        rank_stride: 0,
+    }
+}
+
+/// The fallback's parameters with the truncation buffers `t` (list, logits, gathered rows), the
+/// outputs (tokens, scores, log-probabilities, log-sum-exps), the row parameters and `(v, d, n)`;
+/// no operands, mask, soft-cap, adjustments, raw or top log-probabilities (the callers set theirs).
+fn fallback_params(
+    t: &TruncationPtrs,
+    [tokens, scores, logprobs, logsumexp]: [u64; 4],
+    row_params: u64,
+    (v, d, n): (usize, usize, usize),
+    elem: ElementType,
+) -> FallbackParams {
+    FallbackParams {
+        list: t.list as *const u32,
+        logits: t.logits as *mut f32,
+        hidden: std::ptr::null(),
+        weight: std::ptr::null(),
+        gathered: t.gathered as *mut u16,
+        mask: std::ptr::null(),
+        rows: row_params as *const RowParams,
+        truncation: t.truncation as *const Truncation,
+        adj_offsets: std::ptr::null(),
+        adjusted: std::ptr::null(),
+        tokens: tokens as *mut u32,
+        scores: scores as *mut f32,
+        logprobs: logprobs as *mut f32,
+        raw_logprobs: std::ptr::null_mut(),
+        logsumexp: logsumexp as *mut f32,
+        raw_logsumexp: std::ptr::null(),
+        v: v as u32,
+        d: d as u32,
+        samples: n as u32,
+        mask_words: 0,
+        softcap: 0.0,
+        elem,
+        top: TopOutputs::OFF,
+    }
 }

@@ -21,8 +21,8 @@ use crate::ranks::{RankLogProbs, RankRow, merge_rank_row};
 /// Merges row `i` of the gathered results.
 ///
 /// # Safety
-/// Launched as documented in the module; `gathered` holds `G·K·B` words; the outputs hold `B`
-/// entries (the log-probability ones when `K = 6`).
+/// Launched as documented in the module; `gathered` holds `G` blocks of `K·B` words, `rank_words`
+/// apart; the outputs hold `B` entries (the log-probability ones when `K = 6`).
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn merge_ranks(p: MergeRanksParams) {
     // SAFETY: special-register reads.
@@ -30,10 +30,10 @@ pub unsafe extern "ptx-kernel" fn merge_ranks(p: MergeRanksParams) {
     if i >= p.b {
         return;
     }
-    let (b, k) = (p.b as usize, p.k as usize);
+    let (b, k, stride) = (p.b as usize, p.k as usize, p.rank_words as usize);
     let word = |rank: u32, field: usize| -> u32 {
-        // SAFETY: rank < G, field < K, i < B: inside [G, K, B].
-        unsafe { *p.gathered.add((rank as usize * k + field) * b + i as usize) }
+        // SAFETY: rank < G, field < K, i < B: inside rank `rank`'s `[K, B]` block.
+        unsafe { *p.gathered.add(rank as usize * stride + field * b + i as usize) }
     };
     let rows = (0..p.g).map(|r| RankRow {
         token: word(r, 0),

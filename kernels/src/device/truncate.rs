@@ -12,6 +12,12 @@
 //!    writes its top log-probabilities from the same prefix ([`TopOutputs`]). A row the walk cannot
 //!    decide, or whose top entries the prefix cannot give, is listed for the fallback (the latter
 //!    flagged [`FALLBACK_TOP`], with [`FALLBACK_KEEPS_SAMPLE`] when its sample stands).
+//!    Over tensor-parallel ranks the step runs twice: on each rank before the exchange with
+//!    [`TruncateParams::export`] set, where it stops after sorting and writes the row's
+//!    [`RANK_TOP`] largest entries of the shard with the bound of the rest; then on every rank
+//!    over the all-gathered exports ([`TruncateParams::ranks`] blocks of [`RANK_UNITS`] units),
+//!    with the merged tokens and log-sum-exps, as above (no raw log-probability: the weight is a
+//!    shard).
 //! 3. [`fallback_gather`], [`fallback_logits`] and [`fallback_sample`]: the listed rows' logits
 //!    materialized on the tensor cores (one read of the weight per 64 rows), their
 //!    threshold found exactly by a bitwise search over the f32 order (no sort), and the row sampled
@@ -62,7 +68,7 @@ use crate::params::{
     FALLBACK_KEEPS_SAMPLE, FALLBACK_ROW, FALLBACK_TOP, FallbackLogitsParams, FallbackParams, MAX_TOP_N, TopOutputs,
     TopSource, TruncateParams,
 };
-use crate::truncate::{KeptWalk, MAX_KEPT, Step, StoredTop};
+use crate::truncate::{KeptWalk, LANE_TOP, MAX_KEPT, RANK_TOP, RANK_UNITS, Step, StoredTop, TopList};
 
 /// Warps of a [`truncate_rows`] block.
 const WARPS_T: u32 = TRUNCATE_THREADS / 32;
@@ -258,15 +264,64 @@ unsafe fn sort_entries(n: u32, tid: u32) {
     }
 }
 
+/// A sample row's units: `n` per rank, `ranks` ranks `stride` units apart (one rank on one GPU;
+/// the all-gathered exports of a tensor-parallel call's ranks).
+#[derive(Clone, Copy)]
+struct RowUnits {
+    /// The row's first unit of rank 0.
+    first: *const StoredTop,
+    n: u32,
+    ranks: u32,
+    stride: u32,
+}
+
+impl RowUnits {
+    /// Rank `g`'s units of the row (`n` of them).
+    ///
+    /// # Safety
+    /// `g < ranks`; each rank's row holds `n` units at `first + rank · stride`.
+    #[inline(always)]
+    unsafe fn of_rank(&self, g: u32) -> *const StoredTop {
+        // SAFETY: the caller's contract.
+        unsafe { self.first.add(g as usize * self.stride as usize) }
+    }
+}
+
 /// Appends this thread's entries above `theta` to the entries area (its first
 /// [`TRUNCATE_CAPACITY`]; the count, in the shared word `counter`, goes on past it): units
 /// `tid, tid + T, …` of the row (four loads in flight), then its adjusted tokens `tid, tid + T, …`.
 ///
 /// # Safety
-/// `units` holds `n_units` entries; `counter` is a shared word zeroed before a barrier; the block's
-/// dynamic shared memory holds [`TRUNCATE_SMEM`] bytes.
+/// `units` is the row's ([`RowUnits::get`]); `counter` is a shared word zeroed before a barrier; the
+/// block's dynamic shared memory holds [`TRUNCATE_SMEM`] bytes.
 #[inline(always)]
-unsafe fn collect(units: *const StoredTop, n_units: u32, adj: &AdjRows, theta: f32, counter: u32, tid: u32) {
+unsafe fn collect(row: RowUnits, adj: &AdjRows, theta: f32, counter: u32, tid: u32) {
+    for g in 0..row.ranks {
+        // SAFETY: g < ranks (the caller's contract).
+        unsafe { collect_units(row.of_rank(g), row.n, theta, counter, tid) };
+    }
+    let mut i = adj.range().start + tid;
+    while i < adj.range().end {
+        let a = adj.get(i);
+        if a.token != INVALID_INDEX && a.z > theta {
+            // SAFETY: as above.
+            unsafe {
+                let slot = atom_shared_add_u32(counter, 1);
+                if slot < TRUNCATE_CAPACITY {
+                    store_entry(slot, (a.z, a.token));
+                }
+            }
+        }
+        i += TRUNCATE_THREADS;
+    }
+}
+
+/// [`collect`]'s part for one rank's `n_units` units of the row.
+///
+/// # Safety
+/// As [`collect`]; `units` holds `n_units` units.
+#[inline(always)]
+unsafe fn collect_units(units: *const StoredTop, n_units: u32, theta: f32, counter: u32, tid: u32) {
     const K: u32 = 4;
     let mut u = tid;
     while u < n_units {
@@ -303,20 +358,6 @@ unsafe fn collect(units: *const StoredTop, n_units: u32, adj: &AdjRows, theta: f
             }
         }
         u += K * TRUNCATE_THREADS;
-    }
-    let mut i = adj.range().start + tid;
-    while i < adj.range().end {
-        let a = adj.get(i);
-        if a.token != INVALID_INDEX && a.z > theta {
-            // SAFETY: as above.
-            unsafe {
-                let slot = atom_shared_add_u32(counter, 1);
-                if slot < TRUNCATE_CAPACITY {
-                    store_entry(slot, (a.z, a.token));
-                }
-            }
-        }
-        i += TRUNCATE_THREADS;
     }
 }
 
@@ -388,6 +429,30 @@ fn kept_lse(lse: f32, mass: f32) -> f32 {
     lse + ln(mass)
 }
 
+/// A tensor-parallel rank's export of a sample row: thread `j <` [`RANK_UNITS`] writes unit `j`,
+/// entries `2j, 2j + 1` of the sorted prefix (those below `n`) with `bound`.
+///
+/// # Safety
+/// `out` holds [`RANK_UNITS`] units; `n ≤ RANK_TOP` sorted entries are visible in shared memory.
+#[inline(always)]
+unsafe fn export_list(out: *mut StoredTop, n: u32, bound: f32, tid: u32) {
+    if tid < RANK_UNITS as u32 {
+        let mut list = TopList::<LANE_TOP>::EMPTY;
+        list.bound = bound;
+        for q in 0..LANE_TOP {
+            let j = tid * LANE_TOP as u32 + q as u32;
+            if j < n {
+                // SAFETY: j < n: a sorted entry.
+                let (z, i) = unsafe { load_entry(j) };
+                list.z[q] = z;
+                list.index[q] = i;
+            }
+        }
+        // SAFETY: tid < RANK_UNITS.
+        unsafe { *out.add(tid as usize) = StoredTop { list, _pad: 0 } };
+    }
+}
+
 /// Lists sample row `entry` (its row and flags) for the fallback.
 ///
 /// # Safety
@@ -450,6 +515,16 @@ pub unsafe extern "ptx-kernel" fn truncate_rows(p: TruncateParams) {
     // Greedy rows, rows that keep everything and rows without a token: the plain sample stands.
     let truncating = !(greedy || trunc.is_off(p.v) || token == INVALID_INDEX);
     let request = b / n_samples;
+    // SAFETY: b < B: the export holds B rows of RANK_UNITS units (when not null).
+    let export = (!p.export.is_null()).then(|| unsafe { p.export.add(b as usize * RANK_UNITS) });
+    if let Some(out) = export
+        && !truncating
+    {
+        // A rank's row that does not truncate (or has no live token in its shard): nothing to send.
+        // SAFETY: no entries are read.
+        unsafe { export_list(out, 0, f32::NEG_INFINITY, tid) };
+        return; // block-uniform
+    }
     let top = TopPlan::of(&p.top, b % n_samples == 0, greedy, token);
     if !truncating && !matches!(top, TopPlan::Prefix { .. }) {
         if let TopPlan::Direct { token } = top {
@@ -473,26 +548,35 @@ pub unsafe extern "ptx-kernel" fn truncate_rows(p: TruncateParams) {
         // SAFETY: the rounds' counters, zeroed before the barrier below.
         unsafe { st_shared_u32(control + 4 * tid, 0) };
     }
-    // SAFETY: row b's units are inside `tops`.
-    let units = unsafe { p.tops.add(b as usize * p.units as usize) };
+    let units = RowUnits {
+        // SAFETY: row b's units (of rank 0) are inside `tops`.
+        first: unsafe { p.tops.add(b as usize * p.units as usize) },
+        n: p.units,
+        ranks: p.ranks.max(1),
+        stride: p.rank_stride,
+    };
     // 1. β: the largest bound (eight loads in flight).
     let mut m = f32::NEG_INFINITY;
-    let mut u = tid;
-    while u < p.units {
-        let mut x = [f32::NEG_INFINITY; 8];
-        for (k, x) in x.iter_mut().enumerate() {
-            let v = u + k as u32 * TRUNCATE_THREADS;
-            if v < p.units {
-                // SAFETY: v < units.
-                *x = unsafe { (*units.add(v as usize)).list.bound };
+    for g in 0..units.ranks {
+        // SAFETY: g < ranks.
+        let rank = unsafe { units.of_rank(g) };
+        let mut u = tid;
+        while u < units.n {
+            let mut x = [f32::NEG_INFINITY; 8];
+            for (k, x) in x.iter_mut().enumerate() {
+                let v = u + k as u32 * TRUNCATE_THREADS;
+                if v < units.n {
+                    // SAFETY: v < n: one of the rank's units of the row.
+                    *x = unsafe { (*rank.add(v as usize)).list.bound };
+                }
             }
-        }
-        for x in x {
-            if x > m {
-                m = x;
+            for x in x {
+                if x > m {
+                    m = x;
+                }
             }
+            u += 8 * TRUNCATE_THREADS;
         }
-        u += 8 * TRUNCATE_THREADS;
     }
     // SAFETY: every thread; the warps' slots; block-uniform barrier.
     let beta = unsafe {
@@ -520,7 +604,7 @@ pub unsafe extern "ptx-kernel" fn truncate_rows(p: TruncateParams) {
         // SAFETY: every thread; the counter was zeroed before the first barrier; block-uniform
         // barrier; `n` is the same in every thread (nothing writes this counter after it).
         let n = unsafe {
-            collect(units, p.units, &adj, theta, counter, tid);
+            collect(units, &adj, theta, counter, tid);
             _syncthreads();
             ld_shared_u32(counter)
         };
@@ -564,6 +648,20 @@ pub unsafe extern "ptx-kernel" fn truncate_rows(p: TruncateParams) {
     {
         // SAFETY: every thread (n is block-uniform); the entries are visible.
         unsafe { sort_entries(n, tid) };
+    }
+    if let Some(out) = export {
+        // A rank's step ends here: its shard's largest entries and the bound of the rest (the next
+        // entry, or the collection's threshold; none when it overflowed: `+∞`, the merged row is
+        // uncertain).
+        let (n, bound) = match collected {
+            // SAFETY: RANK_TOP < n ≤ capacity: a sorted entry.
+            Some(n) if n > RANK_TOP as u32 => (RANK_TOP as u32, unsafe { load_entry(RANK_TOP as u32).0 }),
+            Some(n) => (n, theta),
+            None => (0, f32::INFINITY),
+        };
+        // SAFETY: every thread; the sorted entries are visible (the sort ends with a barrier).
+        unsafe { export_list(out, n, bound, tid) };
+        return; // block-uniform
     }
     // 4. The walk (a truncating row), in thread 0; `None` for a row that does not truncate.
     let outcome = if !truncating {
@@ -673,7 +771,7 @@ pub unsafe extern "ptx-kernel" fn truncate_rows(p: TruncateParams) {
                     *p.logsumexp.add(b as usize) = lse_kept;
                 }
             }
-            if warp == 0 && c.index != token {
+            if warp == 0 && c.index != token && !p.raw_logprobs.is_null() {
                 // A new token: its raw log-probability from its recomputed logit.
                 let d = p.d as usize;
                 // SAFETY: all 32 lanes of warp 0 (`c` is block-uniform); row b of the hidden states
