@@ -9,7 +9,8 @@
 //!
 //! ```text
 //! cargo run --release --example tp_ranks -- [--world 2] [--batch B] [--hidden D] [--vocab V]
-//!                                           [--seed S] [--timeout-ms MS] [--fail-rank R]
+//!                                           [--seed S] [--top-k K] [--top-p P] [--timeout-ms MS]
+//!                                           [--fail-rank R]
 //! ```
 //!
 //! Run without `--rank`, the example is the **launcher**: it makes an NCCL unique id
@@ -18,7 +19,9 @@
 //! each prints (`RANK r TOKENS t0,t1,...`, or `RANK r ERROR <message>`) and checks that every rank
 //! printed the same tokens and that they equal the CPU backend's sample of the whole head (same
 //! synthetic data, same `SamplingParams::new(0.8, seed)`), bit for bit. Defaults: 2 ranks, B = 8,
-//! D = 1024, V = 32003 (not a multiple of 4: the last shard holds padding), seed 42.
+//! D = 1024, V = 32003 (not a multiple of 4: the last shard holds padding), seed 42. `--top-k K` and
+//! `--top-p P` truncate every row (the ranks then exchange their shards' top lists, and rows the
+//! merged lists cannot decide take the exact fallback over the ranks' gathered logits).
 //!
 //! `--fail-rank R` shows that a failed rank does not hang the others: rank R exits (code 3, printing
 //! `RANK R EXITING WITHOUT SAMPLING`) right after the group is formed, before sampling, like a
@@ -63,6 +66,9 @@ struct Args {
     d: usize,
     v: usize,
     seed: u64,
+    /// `--top-k`, `--top-p` (0 and 1: off).
+    top_k: u32,
+    top_p: f32,
     /// `--timeout-ms`; `None`: the mode's default.
     timeout_ms: Option<u64>,
     fail_rank: Option<usize>,
@@ -77,17 +83,37 @@ impl Args {
         Duration::from_millis(self.timeout_ms.unwrap_or(if self.fail_rank.is_some() { 5_000 } else { 60_000 }))
     }
 
+    /// The call every rank makes, and the reference on the whole head.
+    fn params(&self) -> SamplingParams {
+        let p = SamplingParams::new(TEMPERATURE, self.seed);
+        if self.top_k == 0 && self.top_p >= 1.0 {
+            return p;
+        }
+        p.with_top_k(vec![self.top_k; self.b]).with_top_p(vec![self.top_p; self.b])
+    }
+
     /// How long joining the group may take: the sampling timeout, but at least [`DEFAULT_TIMEOUT`].
     fn join_timeout(&self) -> Duration {
         self.timeout().max(DEFAULT_TIMEOUT)
     }
 }
 
-const USAGE: &str = "usage: tp_ranks [--world 2] [--batch B] [--hidden D] [--vocab V] [--seed S] [--timeout-ms MS] [--fail-rank R]\n       (internal, set by the launcher: --rank R --id HEX)";
+const USAGE: &str = "usage: tp_ranks [--world 2] [--batch B] [--hidden D] [--vocab V] [--seed S] [--top-k K] [--top-p P] [--timeout-ms MS] [--fail-rank R]\n       (internal, set by the launcher: --rank R --id HEX)";
 
 fn parse() -> Result<Args, String> {
-    let mut a =
-        Args { world: 2, b: 8, d: 1024, v: 32_003, seed: 42, timeout_ms: None, fail_rank: None, rank: None, id: None };
+    let mut a = Args {
+        world: 2,
+        b: 8,
+        d: 1024,
+        v: 32_003,
+        seed: 42,
+        top_k: 0,
+        top_p: 1.0,
+        timeout_ms: None,
+        fail_rank: None,
+        rank: None,
+        id: None,
+    };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut val = || it.next().ok_or(format!("{flag} needs a value"));
@@ -97,6 +123,8 @@ fn parse() -> Result<Args, String> {
             "--hidden" => a.d = val()?.parse().map_err(|e| format!("--hidden: {e}"))?,
             "--vocab" => a.v = val()?.parse().map_err(|e| format!("--vocab: {e}"))?,
             "--seed" => a.seed = val()?.parse().map_err(|e| format!("--seed: {e}"))?,
+            "--top-k" => a.top_k = val()?.parse().map_err(|e| format!("--top-k: {e}"))?,
+            "--top-p" => a.top_p = val()?.parse().map_err(|e| format!("--top-p: {e}"))?,
             "--timeout-ms" => a.timeout_ms = Some(val()?.parse().map_err(|e| format!("--timeout-ms: {e}"))?),
             "--fail-rank" => a.fail_rank = Some(val()?.parse().map_err(|e| format!("--fail-rank: {e}"))?),
             "--rank" => a.rank = Some(val()?.parse().map_err(|e| format!("--rank: {e}"))?),
@@ -110,6 +138,9 @@ fn parse() -> Result<Args, String> {
     }
     if a.world == 0 || a.b == 0 || a.d == 0 || a.v == 0 {
         return Err("--world, --batch, --hidden and --vocab must be positive".into());
+    }
+    if !(a.top_p > 0.0 && a.top_p <= 1.0) {
+        return Err("--top-p must be in (0, 1]".into());
     }
     if a.rank.is_some() != a.id.is_some() {
         return Err("--rank and --id go together (the launcher passes both)".into());
@@ -209,7 +240,7 @@ fn child(a: &Args, rank: usize, id: &str) -> ! {
     let hm = DeviceMatrix { data: h_dev.as_view(), rows: a.b, cols: a.d };
     let wm = DeviceMatrix { data: w_dev.as_view(), rows: layout.rows, cols: a.d };
     let mut out = tp.gpu().alloc_samples(a.b, layout.rows).or_die(rank, "allocating the outputs");
-    let params = SamplingParams::new(TEMPERATURE, a.seed);
+    let params = a.params();
 
     tp.sample_device(&hm, &wm, &params, None, &mut out).or_die(rank, "sampling");
     // Wait with the rank's deadline, never on the stream directly: a dead peer is then a timeout.
@@ -301,6 +332,8 @@ fn spawn_rank(a: &Args, r: usize, id: &CommId) -> std::io::Result<Rank> {
         .args(["--hidden", &a.d.to_string()])
         .args(["--vocab", &a.v.to_string()])
         .args(["--seed", &a.seed.to_string()])
+        .args(["--top-k", &a.top_k.to_string()])
+        .args(["--top-p", &a.top_p.to_string()])
         .args(["--timeout-ms", &a.timeout().as_millis().to_string()]);
     if let Some(f) = a.fail_rank {
         cmd.args(["--fail-rank", &f.to_string()]);
@@ -412,7 +445,7 @@ fn launcher(a: &Args) -> i32 {
     // The one-device reference, computed while the ranks run (not needed with --fail-rank).
     let reference = if a.fail_rank.is_none() {
         let (hidden, weight) = flashsampling::synthetic::lm_head(a.b, a.d, a.v, a.seed);
-        let params = SamplingParams::new(TEMPERATURE, a.seed);
+        let params = a.params();
         Some(CpuBackend::new().sample(Matrix::new(&hidden, a.b, a.d), Matrix::new(&weight, a.v, a.d), &params))
     } else {
         None

@@ -839,7 +839,7 @@ impl TpRank {
         let stream = self.gpu.stream().clone();
         let fb = self.fallback.as_mut().expect("allocated above");
         let (local, _l) = fb.local.device_ptr_mut(&stream);
-        self.gpu.launch_rank_fallback_logits(out, count, local)
+        self.gpu.launch_rank_fallback_logits(out, local)
     }
 
     /// Enqueues the all-gather of the fallback rows' logits (`[count, v_max]` per rank).

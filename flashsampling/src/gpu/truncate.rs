@@ -404,15 +404,13 @@ impl GpuBackend {
         unsafe { self.launch_after(&self.truncate, truncate_cfg(rows), &p) }
     }
 
-    /// A tensor-parallel rank's truncation step after the exchange, over every rank's lists
-    /// (`gathered`: `ranks` blocks of `[rows, RANK_UNITS]` units, `rank_stride` units apart), with
-    /// the merged tokens, scores and log-sum-exps already in `out`: certified rows are sampled, the
-    /// others listed for the fallback ([`Self::launch_rank_fallback`] after the host read the count).
-    pub(crate) fn launch_truncation_merge(
+    /// Runs `launch` with what a tensor-parallel rank's steps after the exchange build their
+    /// parameters from: the truncation buffers' and the outputs' addresses (this backend's, on its
+    /// stream only), the row parameters, the rank's launch, and `(rows, n)`.
+    fn rank_step(
         &self,
         out: &mut DeviceSamples,
-        gathered: u64,
-        (ranks, rank_stride): (usize, usize),
+        launch: impl FnOnce(&TruncationPtrs, [u64; 4], u64, RankLaunch, (usize, usize)) -> Result<()>,
     ) -> Result<()> {
         let (rows, n) = (out.b, out.n);
         let row_params = {
@@ -423,22 +421,37 @@ impl GpuBackend {
         let tr = taken.as_mut().expect("a truncating rank launch allocated them");
         let rank = tr.rank.expect("set by the rank's export step");
         let t = tr.ptrs(&self.stream);
-        let o = out.output_ptrs(&self.stream, true);
-        let p = ByValue(TruncateParams {
-            tops: gathered as *const StoredTop,
-            units: RANK_UNITS as u32,
-            ranks: ranks as u32,
-            rank_stride: rank_stride as u32,
-            ..truncate_params(&t, o.addresses(), row_params, (rows, n, rank.vocab, rank.d), rank.operands.3)
-        });
-        drop(o);
-        // SAFETY: `gathered` holds `ranks` blocks of `rows × RANK_UNITS` units `rank_stride` apart
-        // (the all-gather and the merge before on this stream); the outputs, row parameters,
-        // truncation, flags and list as for the one-GPU step (the list's count zeroed before the
-        // fused launch); no adjustments, no raw log-probabilities (null: the weight is not read).
-        let result = unsafe { self.launch_after(&self.truncate, truncate_cfg(rows), &p) };
+        let outputs = out.output_ptrs(&self.stream, true).addresses();
+        let result = launch(&t, outputs, row_params, rank, (rows, n));
         out.truncation = taken;
         result
+    }
+
+    /// A tensor-parallel rank's truncation step after the exchange, over every rank's lists
+    /// (`gathered`: `ranks` blocks of `[rows, RANK_UNITS]` units, `rank_stride` units apart), with
+    /// the merged tokens, scores and log-sum-exps already in `out`: certified rows are sampled, the
+    /// others listed for the fallback (the host reads their count: [`Self::fallback_count`]).
+    pub(crate) fn launch_truncation_merge(
+        &self,
+        out: &mut DeviceSamples,
+        gathered: u64,
+        (ranks, rank_stride): (usize, usize),
+    ) -> Result<()> {
+        self.rank_step(out, |t, outputs, row_params, rank, (rows, n)| {
+            let p = ByValue(TruncateParams {
+                tops: gathered as *const StoredTop,
+                units: RANK_UNITS as u32,
+                ranks: ranks as u32,
+                rank_stride: rank_stride as u32,
+                ..truncate_params(t, outputs, row_params, (rows, n, rank.vocab, rank.d), rank.operands.3)
+            });
+            // SAFETY: `gathered` holds `ranks` blocks of `rows × RANK_UNITS` units `rank_stride`
+            // apart (the all-gather and the merge before on this stream); the outputs, row
+            // parameters, truncation, flags and list as for the one-GPU step (the list's count zeroed
+            // before the fused launch); no adjustments, no raw log-probabilities (null: the weight is
+            // not read).
+            unsafe { self.launch_after(&self.truncate, truncate_cfg(rows), &p) }
+        })
     }
 
     /// The number of rows the last truncation step listed for the fallback (a read from the
@@ -448,56 +461,43 @@ impl GpuBackend {
         Ok(self.stream.clone_dtoh(&tr.list.slice(..1))?[0] as usize)
     }
 
-    /// A tensor-parallel rank's part of the fallback of `count` listed rows: their raw logits over
-    /// the shard into `local` (`[count, v]`, `v` the shard's scored rows), for the exchange.
-    pub(crate) fn launch_rank_fallback_logits(&self, out: &mut DeviceSamples, count: usize, local: u64) -> Result<()> {
-        let (rows, n) = (out.b, out.n);
-        let tr = out.truncation.as_mut().expect("a truncating rank launch allocated them");
-        let rank = tr.rank.expect("set by the rank's export step");
-        let t = tr.ptrs(&self.stream);
-        let (hidden, weight, _, elem) = rank.operands;
-        let f = ByValue(FallbackParams {
-            hidden: hidden as *const u16,
-            weight: weight as *const u16,
-            ..fallback_params(&t, [0; 4], 0, (rank.v, rank.d, n), elem)
-        });
-        debug_assert!(count <= rows);
-        // SAFETY: the list was written by the truncation step before, on this stream; the launch's
-        // hidden states (`rows × d`, the caller's buffers alive for this call) and `gathered` hold
-        // `rows × d`, the shard `v × d` elements of `elem`, 16-byte aligned; `local` holds
-        // `count × v ≤ rows × v` floats (the caller's), and only listed rows are stored.
-        unsafe { self.launch_fallback_logits(&f, rows, (rank.d, rank.v), local) }
+    /// A tensor-parallel rank's part of the fallback: the listed rows' raw logits over the shard
+    /// into `local` (`[count, v]`, `v` the shard's scored rows; room for every sample row), for the
+    /// exchange.
+    pub(crate) fn launch_rank_fallback_logits(&self, out: &mut DeviceSamples, local: u64) -> Result<()> {
+        self.rank_step(out, |t, _, _, rank, (rows, n)| {
+            let (hidden, weight, _, elem) = rank.operands;
+            let f = ByValue(FallbackParams {
+                hidden: hidden as *const u16,
+                weight: weight as *const u16,
+                ..fallback_params(t, [0; 4], 0, (rank.v, rank.d, n), elem)
+            });
+            // SAFETY: the list was written by the truncation step before, on this stream; the
+            // launch's hidden states (`rows × d`, the caller's buffers, alive for this call) and
+            // `gathered` hold `rows × d`, the shard `v × d` elements of `elem`, 16-byte aligned;
+            // `local` holds `count × v` floats for the list's count, and only listed rows are stored.
+            unsafe { self.launch_fallback_logits(&f, rows, (rank.d, rank.v), local) }
+        })
     }
 
     /// The rest of a tensor-parallel rank's fallback: the listed rows sampled from their whole raw
     /// logits `full` (`[count, vocab]`, assembled from every rank's), as on one GPU.
     pub(crate) fn launch_rank_fallback_sample(&self, out: &mut DeviceSamples, full: u64) -> Result<()> {
-        let (rows, n) = (out.b, out.n);
-        let row_params = {
-            let (ptr, _s) = out.rows.device_ptr(&self.stream);
-            ptr
-        };
-        let mut taken = out.truncation.take();
-        let tr = taken.as_mut().expect("a truncating rank launch allocated them");
-        let rank = tr.rank.expect("set by the rank's export step");
-        let t = tr.ptrs(&self.stream);
-        let o = out.output_ptrs(&self.stream, true);
-        let (_, _, mask, elem) = rank.operands;
-        let f = ByValue(FallbackParams {
-            logits: full as *mut f32,
-            mask: mask as *const u32,
-            mask_words: if mask != 0 { rank.vocab.div_ceil(32) as u32 } else { 0 },
-            softcap: rank.softcap,
-            ..fallback_params(&t, o.addresses(), row_params, (rank.vocab, rank.d, n), elem)
-        });
-        drop(o);
-        // SAFETY: the list and `full` (`count × vocab` floats of the listed rows) were written
-        // before on this stream; the mask (non-null: the launch's, B × ceil(vocab/32) words); the
-        // outputs `rows`; no raw log-probabilities or adjustments (null: hidden states and weight are
-        // not read).
-        let result = unsafe { self.launch_after(&self.fallback_sample, fallback_sample_cfg(rows), &f) };
-        out.truncation = taken;
-        result
+        self.rank_step(out, |t, outputs, row_params, rank, (rows, n)| {
+            let (_, _, mask, elem) = rank.operands;
+            let f = ByValue(FallbackParams {
+                logits: full as *mut f32,
+                mask: mask as *const u32,
+                mask_words: if mask != 0 { rank.vocab.div_ceil(32) as u32 } else { 0 },
+                softcap: rank.softcap,
+                ..fallback_params(t, outputs, row_params, (rank.vocab, rank.d, n), elem)
+            });
+            // SAFETY: the list and `full` (`count × vocab` floats of the listed rows) were written
+            // before on this stream; the mask (non-null: the launch's, B × ceil(vocab/32) words); the
+            // outputs `rows`; no raw log-probabilities or adjustments (null: hidden states and weight
+            // are not read).
+            unsafe { self.launch_after(&self.fallback_sample, fallback_sample_cfg(rows), &f) }
+        })
     }
 }
 
