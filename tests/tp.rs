@@ -314,6 +314,7 @@ fn truncation_over_ranks(g: usize) {
         let cases = [
             ("top-k/top-p/min-p", base.clone()),
             ("+ log-probs", base.clone().with_logprobs(LogProbs::Processed)),
+            ("+ raw log-probs", base.clone().with_logprobs(LogProbs::ProcessedAndRaw)),
             ("+ mask + soft-cap", base.clone().with_allowed(half_mask(b, v, 5)).with_softcap(15.0)),
         ];
         for &(name, ls) in &splits {
@@ -325,9 +326,15 @@ fn truncation_over_ranks(g: usize) {
                     let at = format!("V={v} B={b} {name} shards, {case}, rank {r}");
                     assert_eq!(got.tokens, whole.tokens, "{at}: tokens");
                     assert_eq!(bits(&got.scores), bits(&whole.scores), "{at}: scores");
-                    if let Some(lp) = &whole.logprobs {
-                        for (i, (x, y)) in got.logprobs.as_ref().unwrap().iter().zip(lp).enumerate() {
-                            assert!((x - y).abs() <= 1e-4, "{at}: row {i} log-probability {x} against {y}");
+                    for (name, g, w) in [
+                        ("log-probability", &got.logprobs, &whole.logprobs),
+                        ("raw log-probability", &got.raw_logprobs, &whole.raw_logprobs),
+                    ] {
+                        assert_eq!(g.is_some(), w.is_some(), "{at}: {name}s");
+                        if let (Some(g), Some(w)) = (g, w) {
+                            for (i, (x, y)) in g.iter().zip(w).enumerate() {
+                                assert!((x - y).abs() <= 1e-4, "{at}: row {i} {name} {x} against {y}");
+                            }
                         }
                     }
                     let flags = got.truncation_fallback.as_ref().expect("a truncating call reports its fallback");
@@ -345,7 +352,7 @@ fn truncation_over_ranks(g: usize) {
             }
         }
     }
-    assert_eq!(compared, 2 * g * 3 * g);
+    assert_eq!(compared, 2 * g * 4 * g);
     assert!(certified > 0 && fell_back > 0, "both paths taken");
     visible(&format!(
         "TP={g} truncation: {certified} sample rows certified from the lists, {fell_back} by the fallback"
@@ -359,7 +366,9 @@ fn truncation_over_ranks(g: usize) {
     let (h, sh) = (Matrix::new(&hidden, b, d), shards(&weight, &ls));
     let mut group = TpGroup::new(&ordinals, &ls, TIMEOUT).unwrap();
     let p = SamplingParams::new(1.0, 9).with_top_k(vec![10; b]);
-    for bad in [p.clone().with_top_logprobs(3, false), p.clone().with_logprobs(LogProbs::ProcessedAndRaw)] {
+    for bad in
+        [p.clone().with_top_logprobs(3, false), p.clone().with_logprobs(LogProbs::ProcessedAndRaw).with_softcap(20.0)]
+    {
         assert!(matches!(group.sample(h, &sh, &bad), Err(Error::Unsupported { .. })));
     }
     let whole = GpuBackend::new(0).unwrap().sample(h, Matrix::new(&weight, v, d), &p).unwrap();

@@ -18,10 +18,11 @@
 //! Rows the lists cannot certify go to the exact fallback: the host reads their count (one wait on
 //! the truncation step, with the deadline; the only host round trip of a truncating call), each
 //! rank computes their raw logits over its shard, those are all-gathered (`count × V_max` floats
-//! per rank) and assembled into whole rows, and every rank samples them as on one GPU. Not composed
-//! yet (typed [`Error::Unsupported`] before any launch): top log-probabilities, raw
-//! log-probabilities and sparse adjustments together with truncation; a shard entirely past V is
-//! [`Error::InvalidShards`] for a truncating call.
+//! per rank) and assembled into whole rows, and every rank samples them as on one GPU. Raw
+//! log-probabilities come from the merged raw log-sum-exp (a changed token's raw logit is its
+//! processed one: no soft-cap). Not composed yet (typed [`Error::Unsupported`] before any launch):
+//! top log-probabilities, sparse adjustments, or raw log-probabilities with a soft-cap, together
+//! with truncation; a shard entirely past V is [`Error::InvalidShards`] for a truncating call.
 //!
 //! Two ways to run it:
 //! - [`TpGroup`]: one process driving several local GPUs (tests, benchmarks);
@@ -773,6 +774,8 @@ impl TpRank {
         let stream = self.gpu.stream().clone();
         let ex = self.exchange.as_ref().expect("allocated by launch_local");
         let (g, _g) = ex.gathered.device_ptr(&stream);
+        // With truncation the merged raw log-sum-exps go where the truncation step reads them.
+        let raw_lse = if call.truncating { self.gpu.truncation_raw_lse(out).unwrap_or(0) } else { 0 };
         let outs = out.output_ptrs(&stream, call.k == WORDS_LOGPROBS);
         let p = ByValue(MergeRanksParams {
             gathered: g as *const u32,
@@ -781,6 +784,7 @@ impl TpRank {
             logprobs: outs.logprobs as *mut f32,
             raw_logprobs: outs.raw_logprobs as *mut f32,
             logsumexp: outs.logsumexp as *mut f32,
+            raw_logsumexp: raw_lse as *mut f32,
             b: call.rows as u32,
             g: self.world as u32,
             k: call.k as u32,

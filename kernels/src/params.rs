@@ -222,6 +222,9 @@ pub struct MergeRanksParams {
     pub raw_logprobs: *mut f32,
     /// Output with `K = 6`: processed log-sum-exps `[B]`.
     pub logsumexp: *mut f32,
+    /// Output with `K = 6` (or null): raw log-sum-exps `[B]` (what a truncation step after the merge
+    /// reads).
+    pub raw_logsumexp: *mut f32,
     /// Rows.
     pub b: u32,
     /// Ranks.
@@ -387,7 +390,8 @@ pub struct TruncateParams {
     pub adjusted: *const AdjustedToken,
     /// Hidden states of the launch `[B, D]` (the raw logit of a changed token).
     pub hidden: *const u16,
-    /// Weight `[V, D]`.
+    /// Weight `[V, D]` (null over tensor-parallel ranks, where the call has no soft-cap or adjustment:
+    /// a token's raw logit is then its processed one, which the kernel has).
     pub weight: *const u16,
     /// In and out: the plain sample's token and score `[B]`, replaced by the truncated one.
     pub tokens: *mut u32,
@@ -503,7 +507,8 @@ pub struct FallbackParams {
     pub logits: *mut f32,
     /// Hidden states `[B, D]`.
     pub hidden: *const u16,
-    /// Weight `[V, D]`.
+    /// Weight `[V, D]` (null over tensor-parallel ranks, where the call has no soft-cap or adjustment:
+    /// a token's raw logit is then its processed one, which the kernel has).
     pub weight: *const u16,
     /// The listed rows' hidden states, slot-major (`[B, D]` of [`Self::elem`]: slot `s` holds row
     /// `list[1 + s]`), written by `fallback_gather` for `fallback_logits`.

@@ -78,8 +78,11 @@ pub(crate) fn check_rank_truncation(params: &SamplingParams, vocab: usize) -> Re
     if params.top_logprobs > 0 {
         return Err(Error::Unsupported { control: "top log-probabilities", path });
     }
-    if params.logprobs == LogProbs::ProcessedAndRaw && params.truncates(vocab) {
-        return Err(Error::Unsupported { control: "raw log-probabilities with top-k / top-p / min-p", path });
+    if params.logprobs == LogProbs::ProcessedAndRaw && params.truncates(vocab) && params.softcap.is_some() {
+        return Err(Error::Unsupported {
+            control: "raw log-probabilities with top-k / top-p / min-p and a soft-cap",
+            path,
+        });
     }
     if params.adjustments.as_ref().is_some_and(|a| !a.tokens.is_empty()) && params.truncates(vocab) {
         return Err(Error::Unsupported { control: "sparse adjustments with top-k / top-p / min-p", path });

@@ -404,13 +404,20 @@ impl GpuBackend {
         unsafe { self.launch_after(&self.truncate, truncate_cfg(rows), &p) }
     }
 
+    /// The device address of the raw log-sum-exps a truncating call's steps read (`[rows]`): where
+    /// a tensor-parallel rank's merge writes the merged ones. `None` before a truncating call.
+    pub(crate) fn truncation_raw_lse(&self, out: &mut DeviceSamples) -> Option<u64> {
+        out.truncation.as_mut().map(|t| t.raw_lse.device_ptr_mut(&self.stream).0)
+    }
+
     /// Runs `launch` with what a tensor-parallel rank's steps after the exchange build their
     /// parameters from: the truncation buffers' and the outputs' addresses (this backend's, on its
-    /// stream only), the row parameters, the rank's launch, and `(rows, n)`.
+    /// stream only; the raw log-probabilities' last), the row parameters, the rank's launch, and
+    /// `(rows, n)`.
     fn rank_step(
         &self,
         out: &mut DeviceSamples,
-        launch: impl FnOnce(&TruncationPtrs, [u64; 4], u64, RankLaunch, (usize, usize)) -> Result<()>,
+        launch: impl FnOnce(&TruncationPtrs, ([u64; 4], u64), u64, RankLaunch, (usize, usize)) -> Result<()>,
     ) -> Result<()> {
         let (rows, n) = (out.b, out.n);
         let row_params = {
@@ -421,7 +428,10 @@ impl GpuBackend {
         let tr = taken.as_mut().expect("a truncating rank launch allocated them");
         let rank = tr.rank.expect("set by the rank's export step");
         let t = tr.ptrs(&self.stream);
-        let outputs = out.output_ptrs(&self.stream, true).addresses();
+        let outputs = {
+            let o = out.output_ptrs(&self.stream, true);
+            (o.addresses(), o.raw_logprobs)
+        };
         let result = launch(&t, outputs, row_params, rank, (rows, n));
         out.truncation = taken;
         result
@@ -437,19 +447,22 @@ impl GpuBackend {
         gathered: u64,
         (ranks, rank_stride): (usize, usize),
     ) -> Result<()> {
-        self.rank_step(out, |t, outputs, row_params, rank, (rows, n)| {
+        self.rank_step(out, |t, (outputs, raw), row_params, rank, (rows, n)| {
             let p = ByValue(TruncateParams {
                 tops: gathered as *const StoredTop,
                 units: RANK_UNITS as u32,
                 ranks: ranks as u32,
                 rank_stride: rank_stride as u32,
+                raw_logprobs: raw as *mut f32,
+                raw_logsumexp: t.raw_lse as *const f32,
                 ..truncate_params(t, outputs, row_params, (rows, n, rank.vocab, rank.d), rank.operands.3)
             });
             // SAFETY: `gathered` holds `ranks` blocks of `rows × RANK_UNITS` units `rank_stride`
-            // apart (the all-gather and the merge before on this stream); the outputs, row
-            // parameters, truncation, flags and list as for the one-GPU step (the list's count zeroed
-            // before the fused launch); no adjustments, no raw log-probabilities (null: the weight is
-            // not read).
+            // apart (the all-gather and the merge before on this stream, which also wrote the merged
+            // raw log-sum-exps); the outputs, row parameters, truncation, flags and list as for the
+            // one-GPU step (the list's count zeroed before the fused launch); no adjustments; no
+            // weight (null: a changed token's raw logit is its processed one, the call has no
+            // soft-cap).
             unsafe { self.launch_after(&self.truncate, truncate_cfg(rows), &p) }
         })
     }
@@ -483,10 +496,12 @@ impl GpuBackend {
     /// The rest of a tensor-parallel rank's fallback: the listed rows sampled from their whole raw
     /// logits `full` (`[count, vocab]`, assembled from every rank's), as on one GPU.
     pub(crate) fn launch_rank_fallback_sample(&self, out: &mut DeviceSamples, full: u64) -> Result<()> {
-        self.rank_step(out, |t, outputs, row_params, rank, (rows, n)| {
+        self.rank_step(out, |t, (outputs, raw), row_params, rank, (rows, n)| {
             let (_, _, mask, elem) = rank.operands;
             let f = ByValue(FallbackParams {
                 logits: full as *mut f32,
+                raw_logprobs: raw as *mut f32,
+                raw_logsumexp: t.raw_lse as *const f32,
                 mask: mask as *const u32,
                 mask_words: if mask != 0 { rank.vocab.div_ceil(32) as u32 } else { 0 },
                 softcap: rank.softcap,
@@ -494,8 +509,8 @@ impl GpuBackend {
             });
             // SAFETY: the list and `full` (`count × vocab` floats of the listed rows) were written
             // before on this stream; the mask (non-null: the launch's, B × ceil(vocab/32) words); the
-            // outputs `rows`; no raw log-probabilities or adjustments (null: hidden states and weight
-            // are not read).
+            // outputs and the merged raw log-sum-exps `rows`; no adjustments; no weight (null: hidden
+            // states and weight are not read; the sampled token's raw logit is its processed one).
             unsafe { self.launch_after(&self.fallback_sample, fallback_sample_cfg(rows), &f) }
         })
     }

@@ -55,6 +55,9 @@ pub unsafe extern "ptx-kernel" fn merge_ranks(p: MergeRanksParams) {
             *p.logprobs.add(i as usize) = l.logprob;
             *p.raw_logprobs.add(i as usize) = l.raw_logprob;
             *p.logsumexp.add(i as usize) = l.logsumexp;
+            if !p.raw_logsumexp.is_null() {
+                *p.raw_logsumexp.add(i as usize) = l.raw_logsumexp;
+            }
         }
     }
 }

@@ -772,12 +772,18 @@ pub unsafe extern "ptx-kernel" fn truncate_rows(p: TruncateParams) {
                 }
             }
             if warp == 0 && c.index != token && !p.raw_logprobs.is_null() {
-                // A new token: its raw log-probability from its recomputed logit.
+                // A new token: its raw log-probability from its recomputed logit; over ranks (no
+                // weight: a shard) from its processed one, which is the raw one (no soft-cap or
+                // adjustment there).
                 let d = p.d as usize;
                 // SAFETY: all 32 lanes of warp 0 (`c` is block-uniform); row b of the hidden states
                 // and row `c.index < V` of the weight hold D elements, 16-byte aligned.
-                let y = unsafe {
-                    warp_dot(p.hidden.add(b as usize * d), p.weight.add(c.index as usize * d), d, lane, p.elem)
+                let y = if p.weight.is_null() {
+                    zt
+                } else {
+                    unsafe {
+                        warp_dot(p.hidden.add(b as usize * d), p.weight.add(c.index as usize * d), d, lane, p.elem)
+                    }
                 };
                 if lane == 0 {
                     // SAFETY: b < B.
@@ -1403,8 +1409,13 @@ pub unsafe extern "ptx-kernel" fn fallback_sample(p: FallbackParams) {
     if !p.raw_logprobs.is_null() && tid < 32 && c.token() != INVALID_INDEX {
         let d = p.d as usize;
         // SAFETY: warp 0, all 32 lanes (`c` is block-uniform); row b of the hidden states and row
-        // c.index < V of the weight hold D elements, 16-byte aligned.
-        let y = unsafe { warp_dot(p.hidden.add(b as usize * d), p.weight.add(c.index as usize * d), d, tid, p.elem) };
+        // c.index < V of the weight hold D elements, 16-byte aligned; without a weight (tensor-parallel
+        // ranks: no soft-cap or adjustment) the processed logit of the allowed token is its raw one.
+        let y = if p.weight.is_null() {
+            unsafe { *z.add(c.index as usize) }
+        } else {
+            unsafe { warp_dot(p.hidden.add(b as usize * d), p.weight.add(c.index as usize * d), d, tid, p.elem) }
+        };
         if tid == 0 {
             // SAFETY: b < B.
             unsafe { *p.raw_logprobs.add(b as usize) = y - *p.raw_logsumexp.add(b as usize) };
