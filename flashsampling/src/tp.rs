@@ -619,7 +619,9 @@ impl TpRank {
     /// with the same hidden states and parameters (the same batch); afterwards `out` holds the
     /// whole head's tokens (and log-probabilities) on every rank. Wait with [`Self::synchronize`]
     /// (which has a deadline) rather than synchronizing the stream directly, so that a failed peer
-    /// is an error and not a hang.
+    /// is an error and not a hang. A call with top-k / top-p / min-p returns only after its
+    /// truncation step (the host reads how many rows need the fallback, with the deadline) and,
+    /// when some do, with their exchange enqueued.
     pub fn sample_device<T: Element>(
         &mut self,
         hidden: &DeviceMatrix<'_, T>,
@@ -1016,7 +1018,8 @@ impl TpGroup {
 
     /// Samples on every rank: `hidden[r]`, `weights[r]`, `outs[r]` on rank `r`'s GPU (the same
     /// batch on every rank). Every rank's inputs are validated before any launch; then the local
-    /// launches, the grouped all-gather and the merges are enqueued, asynchronous.
+    /// launches, the grouped all-gather and the merges are enqueued, asynchronous (with top-k /
+    /// top-p / min-p the call waits for the truncation step, as [`TpRank::sample_device`] does).
     pub fn sample_device<T: Element>(
         &mut self,
         hidden: &[DeviceMatrix<'_, T>],
