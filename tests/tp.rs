@@ -315,6 +315,17 @@ fn truncation_over_ranks(g: usize) {
             ("top-k/top-p/min-p", base.clone()),
             ("+ log-probs", base.clone().with_logprobs(LogProbs::Processed)),
             ("+ raw log-probs", base.clone().with_logprobs(LogProbs::ProcessedAndRaw)),
+            ("+ top 5", base.clone().with_logprobs(LogProbs::Processed).with_top_logprobs(5, false)),
+            (
+                "+ mask + raw top 5 (from the fallback's rows)",
+                base.clone().with_allowed(half_mask(b, v, 6)).with_top_logprobs(5, true),
+            ),
+            (
+                "top 20 alone (no truncation)",
+                SamplingParams::new(0.9, 0x70 ^ v as u64)
+                    .with_streams((0..b as u64).map(|r| 3 * r + 1).collect())
+                    .with_top_logprobs(20, false),
+            ),
             ("+ mask + soft-cap", base.clone().with_allowed(half_mask(b, v, 5)).with_softcap(15.0)),
         ];
         for &(name, ls) in &splits {
@@ -337,7 +348,21 @@ fn truncation_over_ranks(g: usize) {
                             }
                         }
                     }
-                    let flags = got.truncation_fallback.as_ref().expect("a truncating call reports its fallback");
+                    assert_eq!(got.top_logprobs.is_some(), whole.top_logprobs.is_some(), "{at}: top log-probs");
+                    if let (Some(g), Some(w)) = (&got.top_logprobs, &whole.top_logprobs) {
+                        for (r, (g, w)) in g.iter().zip(w).enumerate() {
+                            let tokens = |l: &Vec<(u32, f32)>| l.iter().map(|e| e.0).collect::<Vec<_>>();
+                            assert_eq!(tokens(g), tokens(w), "{at}: request {r}'s top tokens");
+                            for (x, y) in g.iter().zip(w) {
+                                assert!((x.1 - y.1).abs() <= 1e-4, "{at}: request {r}'s top {x:?} against {y:?}");
+                            }
+                        }
+                    }
+                    let Some(flags) = got.truncation_fallback.as_ref() else {
+                        assert!(!params.truncates(v), "{at}: a truncating call reports its fallback");
+                        compared += 1;
+                        continue;
+                    };
                     assert!(flags[2] && flags[3], "{at}: the flat row must take the fallback");
                     // A top-k of at most 50 is always certified: the merged lists hold at least
                     // RANK_TOP = 128 entries above their bound.
@@ -352,7 +377,7 @@ fn truncation_over_ranks(g: usize) {
             }
         }
     }
-    assert_eq!(compared, 2 * g * 4 * g);
+    assert_eq!(compared, 2 * g * 7 * g);
     assert!(certified > 0 && fell_back > 0, "both paths taken");
     visible(&format!(
         "TP={g} truncation: {certified} sample rows certified from the lists, {fell_back} by the fallback"
@@ -366,9 +391,10 @@ fn truncation_over_ranks(g: usize) {
     let (h, sh) = (Matrix::new(&hidden, b, d), shards(&weight, &ls));
     let mut group = TpGroup::new(&ordinals, &ls, TIMEOUT).unwrap();
     let p = SamplingParams::new(1.0, 9).with_top_k(vec![10; b]);
-    for bad in
-        [p.clone().with_top_logprobs(3, false), p.clone().with_logprobs(LogProbs::ProcessedAndRaw).with_softcap(20.0)]
-    {
+    for bad in [
+        p.clone().with_adjustments(cross_shard_adjustments(b, v)),
+        p.clone().with_logprobs(LogProbs::ProcessedAndRaw).with_softcap(20.0),
+    ] {
         assert!(matches!(group.sample(h, &sh, &bad), Err(Error::Unsupported { .. })));
     }
     let whole = GpuBackend::new(0).unwrap().sample(h, Matrix::new(&weight, v, d), &p).unwrap();

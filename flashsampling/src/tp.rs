@@ -729,15 +729,16 @@ impl TpRank {
         Ok(call)
     }
 
-    /// Whether `params` truncates (top-k / top-p / min-p: the ranks then exchange top lists), after
-    /// the checks of what a truncating call over shards cannot do yet (the same on every rank).
+    /// Whether the call runs the truncation step (top-k / top-p / min-p, top log-probabilities: the
+    /// ranks then exchange top lists), after the checks of what such a call over shards cannot do
+    /// yet (the same on every rank).
     fn check_truncation(&self, params: &SamplingParams) -> Result<bool> {
         let vocab = self.layout.vocab;
         check_rank_truncation(params, vocab)?;
-        let truncating = params.truncates(vocab);
+        let truncating = params.truncates(vocab) || params.top_logprobs > 0;
         if let Some(l) = self.layouts.iter().find(|l| l.offset >= l.vocab).filter(|_| truncating) {
             return Err(Error::InvalidShards {
-                reason: "top-k / top-p / min-p over shards needs every shard to hold vocabulary rows",
+                reason: "top-k / top-p / min-p or top log-probabilities over shards need every shard to hold vocabulary rows",
                 at: l.offset,
             });
         }
@@ -1176,6 +1177,7 @@ impl TpGroup {
                 if let Some(flags) = out.truncation_fallback() {
                     samples.truncation_fallback = Some(s.clone_dtoh(&flags)?.into_iter().map(|f| f != 0).collect());
                 }
+                samples.top_logprobs = rank.gpu.download_top_logprobs(out)?;
                 Ok(samples)
             })
             .collect()

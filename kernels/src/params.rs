@@ -428,7 +428,8 @@ pub struct TruncateParams {
     /// this rank's shard, `[B, RANK_UNITS]` units ([`crate::truncate::RANK_UNITS`]): its
     /// [`crate::truncate::RANK_TOP`] largest processed logits, largest first, with the bound of the
     /// rest in every unit (`+∞` when the rank cannot bound them: the merged row is then uncertain),
-    /// and writes nothing else.
+    /// and writes nothing else (its `top` says only which rows the step after the exchange takes top
+    /// entries from: their lists are exported too).
     pub export: *mut StoredTop,
     /// The ranks whose units `tops` holds: `1` on one GPU; after the exchange `G` blocks of
     /// `[B, units]` units, `rank_stride` units apart (the all-gathered exports).

@@ -75,17 +75,19 @@ pub const SHARD_OFFSET_ALIGN: usize = 4;
 /// same on every rank, before any launch.
 pub(crate) fn check_rank_truncation(params: &SamplingParams, vocab: usize) -> Result<()> {
     let path = "over vocab shards (tensor parallel) yet";
-    if params.top_logprobs > 0 {
-        return Err(Error::Unsupported { control: "top log-probabilities", path });
-    }
     if params.logprobs == LogProbs::ProcessedAndRaw && params.truncates(vocab) && params.softcap.is_some() {
         return Err(Error::Unsupported {
             control: "raw log-probabilities with top-k / top-p / min-p and a soft-cap",
             path,
         });
     }
-    if params.adjustments.as_ref().is_some_and(|a| !a.tokens.is_empty()) && params.truncates(vocab) {
-        return Err(Error::Unsupported { control: "sparse adjustments with top-k / top-p / min-p", path });
+    if params.adjustments.as_ref().is_some_and(|a| !a.tokens.is_empty())
+        && (params.truncates(vocab) || params.top_logprobs > 0)
+    {
+        return Err(Error::Unsupported {
+            control: "sparse adjustments with top-k / top-p / min-p or top log-probabilities",
+            path,
+        });
     }
     Ok(())
 }
@@ -873,25 +875,31 @@ impl GpuBackend {
         if let Some(flags) = out.truncation_fallback() {
             samples.truncation_fallback = Some(self.stream.clone_dtoh(&flags)?.into_iter().map(|f| f != 0).collect());
         }
-        if let Some((tokens, logprobs)) = out.top_logprobs() {
-            let (tokens, logprobs) = (self.stream.clone_dtoh(&tokens)?, self.stream.clone_dtoh(&logprobs)?);
-            let per = out.top_n.max(1);
-            samples.top_logprobs = Some(
-                tokens
-                    .chunks(per)
-                    .zip(logprobs.chunks(per))
-                    .map(|(t, l)| {
-                        t.iter()
-                            .zip(l)
-                            .take_while(|(t, _)| **t != flashsampling_kernels::INVALID_INDEX)
-                            .map(|(&t, &l)| (t, l))
-                            .collect()
-                    })
-                    .collect(),
-            );
-        }
+        samples.top_logprobs = self.download_top_logprobs(&out)?;
         check_samples_of(&samples, n, hidden, &[weight.data])?;
         Ok(samples)
+    }
+
+    /// The last call's top log-probabilities in `out`, per request (each list up to its last entry).
+    pub(crate) fn download_top_logprobs(&self, out: &DeviceSamples) -> Result<Option<Vec<Vec<(u32, f32)>>>> {
+        let Some((tokens, logprobs)) = out.top_logprobs() else {
+            return Ok(None);
+        };
+        let (tokens, logprobs) = (self.stream.clone_dtoh(&tokens)?, self.stream.clone_dtoh(&logprobs)?);
+        let per = out.top_n.max(1);
+        Ok(Some(
+            tokens
+                .chunks(per)
+                .zip(logprobs.chunks(per))
+                .map(|(t, l)| {
+                    t.iter()
+                        .zip(l)
+                        .take_while(|(t, _)| **t != flashsampling_kernels::INVALID_INDEX)
+                        .map(|(&t, &l)| (t, l))
+                        .collect()
+                })
+                .collect(),
+        ))
     }
 
     /// Samples on device buffers: one launch of the fused kernel on [`Self::stream`] (two with

@@ -82,6 +82,8 @@ pub(crate) struct RankLaunch {
     v: usize,
     vocab: usize,
     softcap: f32,
+    /// The call's top log-probabilities (`n`, source).
+    top: (u32, TopSource),
 }
 
 /// Device addresses of the truncation buffers (this backend's, written and read on its stream only,
@@ -96,6 +98,18 @@ struct TruncationPtrs {
     raw_lse: u64,
     top_tokens: u64,
     top_logprobs: u64,
+}
+
+impl TruncationPtrs {
+    /// Where the call's top log-probabilities (`n`, source) go.
+    fn top_outputs(&self, (n, source): (u32, TopSource)) -> TopOutputs {
+        TopOutputs {
+            tokens: self.top_tokens as *mut u32,
+            logprobs: self.top_logprobs as *mut f32,
+            n: if source == TopSource::Off { 0 } else { n },
+            source,
+        }
+    }
 }
 
 impl TruncationBuffers {
@@ -194,16 +208,7 @@ impl GpuBackend {
         };
         let mut taken = out.truncation.take();
         let tr = taken.as_mut().expect("allocated before the fused launch");
-        // The raw logits are the processed ones (the truncation step's prefix holds them) unless the
-        // call soft-caps, masks or adjusts them.
-        let changes_logits = params.softcap.is_some() || operands.2 != 0 || adjusted.is_some();
-        let source = match (params.top_logprobs, params.top_logprobs_raw, changes_logits) {
-            (0, _, _) => TopSource::Off,
-            (_, false, _) => TopSource::Processed,
-            (_, true, false) => TopSource::RawFromLists,
-            (_, true, true) => TopSource::RawInFallback,
-        };
-        let top = (params.top_logprobs, source);
+        let top = top_source(params, operands.2 != 0 || adjusted.is_some());
         let result =
             self.launch_truncation_with(params, (b, d, v), operands, units, adjusted, (row_params, top), tr, out);
         out.truncation = taken;
@@ -244,12 +249,7 @@ impl GpuBackend {
     ) -> Result<()> {
         let (rows, n) = (out.b, out.n);
         let t = tr.ptrs(&self.stream);
-        let top = TopOutputs {
-            tokens: t.top_tokens as *mut u32,
-            logprobs: t.top_logprobs as *mut f32,
-            n: if source == TopSource::Off { 0 } else { top_n },
-            source,
-        };
+        let top = t.top_outputs((top_n, source));
         let o = out.output_ptrs(&self.stream, true);
         let (offsets, results) = adjusted.unwrap_or((0, 0));
         let p = ByValue(TruncateParams {
@@ -388,13 +388,16 @@ impl GpuBackend {
             ptr
         };
         let tr = out.truncation.as_mut().expect("allocated before the fused launch");
-        tr.rank = Some(RankLaunch { operands, d, v, vocab, softcap: params.softcap.unwrap_or(0.0) });
+        let top = top_source(params, operands.2 != 0);
+        tr.rank = Some(RankLaunch { operands, d, v, vocab, softcap: params.softcap.unwrap_or(0.0), top });
         let t = tr.ptrs(&self.stream);
         let field = |k: u64| staging + 4 * k * rows as u64;
         let p = ByValue(TruncateParams {
             tops: t.tops as *const StoredTop,
             units: units as u32,
             export: field(6) as *mut StoredTop,
+            // Which rows the step after the exchange takes top entries from (nothing is written).
+            top: TopOutputs { n: top.0, source: top.1, ..TopOutputs::OFF },
             ..truncate_params(&t, [field(0), field(1), field(2), field(4)], row_params, (rows, n, vocab, d), operands.3)
         });
         // SAFETY: written by the fused launch and `reduce_rows` just before on this stream: the top
@@ -455,6 +458,7 @@ impl GpuBackend {
                 rank_stride: rank_stride as u32,
                 raw_logprobs: raw as *mut f32,
                 raw_logsumexp: t.raw_lse as *const f32,
+                top: t.top_outputs(rank.top),
                 ..truncate_params(t, outputs, row_params, (rows, n, rank.vocab, rank.d), rank.operands.3)
             });
             // SAFETY: `gathered` holds `ranks` blocks of `rows × RANK_UNITS` units `rank_stride`
@@ -502,6 +506,7 @@ impl GpuBackend {
                 logits: full as *mut f32,
                 raw_logprobs: raw as *mut f32,
                 raw_logsumexp: t.raw_lse as *const f32,
+                top: t.top_outputs(rank.top),
                 mask: mask as *const u32,
                 mask_words: if mask != 0 { rank.vocab.div_ceil(32) as u32 } else { 0 },
                 softcap: rank.softcap,
@@ -693,4 +698,18 @@ fn fallback_params(
         elem,
         top: TopOutputs::OFF,
     }
+}
+
+/// A call's top log-probabilities: how many, and where the kernels find them. The raw logits are
+/// the processed ones (the truncation step's prefix holds them) unless the call soft-caps them or
+/// `masks_or_adjusts`.
+fn top_source(params: &SamplingParams, masks_or_adjusts: bool) -> (u32, TopSource) {
+    let changes_logits = params.softcap.is_some() || masks_or_adjusts;
+    let source = match (params.top_logprobs, params.top_logprobs_raw, changes_logits) {
+        (0, _, _) => TopSource::Off,
+        (_, false, _) => TopSource::Processed,
+        (_, true, false) => TopSource::RawFromLists,
+        (_, true, true) => TopSource::RawInFallback,
+    };
+    (params.top_logprobs, source)
 }

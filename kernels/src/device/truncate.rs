@@ -515,17 +515,19 @@ pub unsafe extern "ptx-kernel" fn truncate_rows(p: TruncateParams) {
     // Greedy rows, rows that keep everything and rows without a token: the plain sample stands.
     let truncating = !(greedy || trunc.is_off(p.v) || token == INVALID_INDEX);
     let request = b / n_samples;
+    let top = TopPlan::of(&p.top, b % n_samples == 0, greedy, token);
     // SAFETY: b < B: the export holds B rows of RANK_UNITS units (when not null).
     let export = (!p.export.is_null()).then(|| unsafe { p.export.add(b as usize * RANK_UNITS) });
     if let Some(out) = export
-        && !truncating
+        && !(truncating || matches!(top, TopPlan::Prefix { .. }))
     {
-        // A rank's row that does not truncate (or has no live token in its shard): nothing to send.
+        // A rank's row that neither truncates nor takes top entries from its prefix (or has no live
+        // token in its shard): nothing to send. (An export writes no output: `top` only says what
+        // the step over the merged lists will need.)
         // SAFETY: no entries are read.
         unsafe { export_list(out, 0, f32::NEG_INFINITY, tid) };
         return; // block-uniform
     }
-    let top = TopPlan::of(&p.top, b % n_samples == 0, greedy, token);
     if !truncating && !matches!(top, TopPlan::Prefix { .. }) {
         if let TopPlan::Direct { token } = top {
             // SAFETY: the top outputs hold B / n requests; the entry is the token itself.
