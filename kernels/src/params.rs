@@ -159,6 +159,43 @@ pub struct FusedParams {
     pub elem: ElementType,
 }
 
+impl FusedParams {
+    /// No operand, output or work (every pointer null): the base of the parameters of a launch
+    /// that reads only some fields, and of a truncation step that reduces nothing
+    /// ([`TruncateParams::reduce`]).
+    pub const NONE: Self = Self {
+        hidden: core::ptr::null(),
+        weight: core::ptr::null(),
+        rows: core::ptr::null(),
+        mask: core::ptr::null(),
+        masses: core::ptr::null_mut(),
+        logprobs: core::ptr::null_mut(),
+        raw_logprobs: core::ptr::null_mut(),
+        logsumexp: core::ptr::null_mut(),
+        raw_logsumexp: core::ptr::null_mut(),
+        adj_offsets: core::ptr::null(),
+        adjusted: core::ptr::null(),
+        candidates: core::ptr::null_mut(),
+        counters: core::ptr::null_mut(),
+        tokens: core::ptr::null_mut(),
+        scores: core::ptr::null_mut(),
+        tops: core::ptr::null_mut(),
+        b: 0,
+        d: 0,
+        v: 0,
+        v_offset: 0,
+        v_end: 0,
+        samples: 1,
+        n_vranges: 0,
+        mask_words: 0,
+        softcap: 0.0,
+        tensor_maps: core::ptr::null(),
+        tma_whole_tiles: 0,
+        top_units: 0,
+        elem: ElementType::Bf16,
+    };
+}
+
 /// One CUDA tensor map (`CUtensorMap`): an opaque 128-byte TMA descriptor that the host encodes
 /// with `cuTensorMapEncodeTiled` and the TMA copies read from device memory (64-byte aligned).
 #[repr(C, align(128))]
@@ -378,6 +415,12 @@ pub struct LogitsParams {
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct TruncateParams {
+    /// The fused truncation launch's parameters when this step first reduces each sample row's
+    /// candidates and masses itself (what `reduce_rows` does after a log-probability launch: the
+    /// token, score, log-probabilities and log-sum-exps land in the outputs below, which are the
+    /// launch's); [`FusedParams::NONE`] (null `candidates`) when they were reduced before (a
+    /// tensor-parallel rank's step after the exchange).
+    pub reduce: FusedParams,
     /// The fused pass's top lists, `[B, units]`.
     pub tops: *const StoredTop,
     /// Per-sample-row parameters `[B]`.
@@ -409,6 +452,10 @@ pub struct TruncateParams {
     pub flags: *mut u32,
     /// Out: the fallback's rows: `[0]` their count (zero before the launch), then the rows.
     pub fallback: *mut u32,
+    /// Out (or null): the listed rows' hidden states, slot-major as
+    /// [`FallbackParams::gathered`]: the block that lists a row copies its row of `hidden` to its
+    /// slot, so that `fallback_logits` needs no `fallback_gather` before it.
+    pub gathered: *mut u16,
     /// Sample rows.
     pub b: u32,
     /// Units per row (`n_vranges · top_units`).

@@ -197,7 +197,7 @@ pub struct DeviceMatrix<'a, T = bf16> {
 ///
 /// **Arrival counters.** The plain fused kernels' last-block reduction counts arrivals per batch tile
 /// in `counters` (`u32`, at least `n_btiles` of them; the log-probability and truncation kernels leave
-/// them alone: `reduce_rows` reduces their rows after them). They cannot be left non-zero in a way a
+/// them alone: `reduce_rows` or the truncation step reduces their rows after them). They cannot be left non-zero in a way a
 /// later call observes:
 /// 1. `alloc_samples` zeroes them (stream-ordered before any launch that uses them), and a buffer
 ///    too small for a launch is replaced by a fresh, zeroed one before that launch.
@@ -476,8 +476,8 @@ pub struct GpuBackend {
     /// Tuning override of the persistent grid's blocks per multiprocessor
     /// (`FLASHSAMPLING_BLOCKS_PER_SM`); samples do not depend on it.
     blocks_per_sm_override: Option<u32>,
-    /// `reduce_rows` is launched with programmatic stream serialization (off with
-    /// `FLASHSAMPLING_PDL=0`, to measure it).
+    /// `reduce_rows` and the truncation step's kernels are launched with programmatic stream
+    /// serialization (off with `FLASHSAMPLING_PDL=0`, to measure it).
     dependent_launch: bool,
     stream: Arc<CudaStream>,
     /// Every fused-kernel variant, in [`FUSED_VARIANTS`] order; `None` where this GPU cannot run it
@@ -1260,7 +1260,7 @@ impl GpuBackend {
         if launch.epilogue == Epilogue::Truncate {
             self.prepare_truncation(params, shape.b, out)?;
         }
-        self.launch_fused(shape, params, (hidden, weight, mask), out, launch, ranged, adjusted)?;
+        let fused = self.launch_fused(shape, params, (hidden, weight, mask), out, launch, ranged, adjusted)?;
         if launch.epilogue == Epilogue::Truncate {
             let units = launch.n_vranges as usize * launch.variant.top_units() as usize;
             let operands = (hidden, weight, mask, ranged.elem);
@@ -1269,7 +1269,10 @@ impl GpuBackend {
                     let shape = (shape.d, shape.v, ranged.range.vocab);
                     self.launch_truncation_export(params, shape, operands, units, staging, out)?;
                 }
-                None => self.launch_truncation(params, (shape.b, shape.d, shape.v), operands, units, adjusted, out)?,
+                None => {
+                    let shape = (shape.b, shape.d, shape.v);
+                    self.launch_truncation(params, shape, (operands, fused), units, adjusted, out)?
+                }
             }
         }
         Ok(())
@@ -1352,6 +1355,10 @@ impl GpuBackend {
         Ok((base, results))
     }
 
+    /// The fused launch, and `reduce_rows` after a log-probability launch (or a truncation launch
+    /// of a tensor-parallel rank, whose results go to the exchange). A one-GPU truncation launch
+    /// leaves its rows' reduction to the truncation step (`TruncateParams::reduce`): returns the
+    /// launch's parameters for it.
     fn launch_fused(
         &self,
         shape: Shape,
@@ -1361,7 +1368,7 @@ impl GpuBackend {
         launch: LaunchShape,
         ranged: Ranged,
         adjusted: Option<(u64, u64)>,
-    ) -> Result<()> {
+    ) -> Result<FusedParams> {
         let loaded = self.loaded(launch.variant).expect("only loaded variants are chosen");
         let entry = loaded.entry(launch.epilogue);
         let variant = launch.variant;
@@ -1478,8 +1485,10 @@ impl GpuBackend {
         // the grid matches `FusedParams`; a TMA variant's tensor maps (256-byte aligned
         // allocation) describe exactly these buffers and shapes.
         unsafe { self.stream.launch_builder(&entry.func).arg(&p).launch(cfg) }?;
-        if lp {
-            // The log-probability and truncation kernels leave their rows' reduction to this one.
+        let reduced_by_step = launch.epilogue == Epilogue::Truncate && ranged.staging.is_none();
+        if lp && !reduced_by_step {
+            // The log-probability kernels (and a rank's truncation kernel) leave their rows'
+            // reduction to this one.
             let cfg = LaunchConfig {
                 grid_dim: (rows as u32, 1, 1),
                 block_dim: (REDUCE_BLOCK_THREADS, 1, 1),
@@ -1491,7 +1500,7 @@ impl GpuBackend {
             // (`griddepcontrol.wait`) for the fused kernel before it reads anything.
             unsafe { self.launch_after(&self.reduce_rows, cfg, &p) }?;
         }
-        Ok(())
+        Ok(p.0)
     }
 
     /// Launches `func` after the kernel before it on this stream: with programmatic stream

@@ -3,7 +3,9 @@
 //! lists and samples within it, and writes each request's top log-probabilities from the same sorted
 //! prefix; the rows it cannot decide go to the exact fallback (their logits materialized, their
 //! threshold searched, their top entries selected). Three launches after the fused one,
-//! asynchronous, no host round trip: the fallback's kernels return at once when no row needs them.
+//! asynchronous, no host round trip: the step (which first reduces the fused kernel's candidates and
+//! masses per row, and copies the hidden state of each row it lists), then the fallback's logits and
+//! sampler, which return at once when no row needs them.
 //! The truncation step and the fallback's kernels are launched with programmatic stream
 //! serialization (each waits for the one before it; `FLASHSAMPLING_PDL=0` turns it off), and
 //! what the step needs from the host (the truncation words, the list's zeroed count) is set up
@@ -164,7 +166,8 @@ impl GpuBackend {
         // SAFETY: every buffer is written before it is read: the lists, flags and raw log-sum-exps by
         // the fused kernel and the truncation step, the top log-probabilities (the `n` slots of each
         // request a call asks for) by the truncation step or the fallback, the truncation by its upload, the list's count by
-        // the memset before each truncation step, the gathered rows by `fallback_gather`, the logits
+        // the memset before each truncation step, the gathered rows by the truncation step or `fallback_gather` (the
+        // listed ones only), the logits
         // by `fallback_logits` (of the listed rows only; `fallback_sample` reads no others).
         out.truncation = Some(unsafe {
             TruncationBuffers {
@@ -186,17 +189,20 @@ impl GpuBackend {
         Ok(())
     }
 
-    /// The launches after a fused truncation launch: the truncation step, then the fallback's
-    /// logits and sampler (which return at once when no row was left to them). `hidden` is the
-    /// fused launch's (`B·n` rows), `mask` its mask (the adjusted tokens' bits cleared), `elem` the
-    /// element type of hidden states and weight, `adjusted` its adjustments (offsets, results). The
-    /// top log-probabilities `params` asks for land in the truncation buffers.
+    /// The launches after a fused truncation launch `fused` (its parameters): the truncation step,
+    /// which first reduces each row's candidates and masses (no `reduce_rows` stands between the
+    /// fused kernel and it) and copies the hidden state of each row it lists for the fallback, then
+    /// the fallback's logits and sampler (which return at once when no row was left to them).
+    /// `hidden` is the fused launch's (`B·n` rows), `mask` its mask (the adjusted tokens' bits
+    /// cleared), `elem` the element type of hidden states and weight, `adjusted` its adjustments
+    /// (offsets, results). The top log-probabilities `params` asks for land in the truncation
+    /// buffers.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn launch_truncation(
         &self,
         params: &SamplingParams,
         (b, d, v): (usize, usize, usize),
-        operands: (u64, u64, u64, ElementType),
+        (operands, fused): ((u64, u64, u64, ElementType), FusedParams),
         units: usize,
         adjusted: Option<(u64, u64)>,
         out: &mut DeviceSamples,
@@ -209,8 +215,16 @@ impl GpuBackend {
         let mut taken = out.truncation.take();
         let tr = taken.as_mut().expect("allocated before the fused launch");
         let top = top_source(params, operands.2 != 0 || adjusted.is_some());
-        let result =
-            self.launch_truncation_with(params, (b, d, v), operands, units, adjusted, (row_params, top), tr, out);
+        let result = self.launch_truncation_with(
+            params,
+            (b, d, v),
+            (operands, fused),
+            units,
+            adjusted,
+            (row_params, top),
+            tr,
+            out,
+        );
         out.truncation = taken;
         result
     }
@@ -240,7 +254,7 @@ impl GpuBackend {
         &self,
         params: &SamplingParams,
         (_b, d, v): (usize, usize, usize),
-        (hidden, weight, mask, elem): (u64, u64, u64, ElementType),
+        ((hidden, weight, mask, elem), fused): ((u64, u64, u64, ElementType), FusedParams),
         units: usize,
         adjusted: Option<(u64, u64)>,
         (row_params, (top_n, source)): (u64, (u32, TopSource)),
@@ -253,6 +267,8 @@ impl GpuBackend {
         let o = out.output_ptrs(&self.stream, true);
         let (offsets, results) = adjusted.unwrap_or((0, 0));
         let p = ByValue(TruncateParams {
+            reduce: fused,
+            gathered: t.gathered as *mut u16,
             tops: t.tops as *const StoredTop,
             adj_offsets: offsets as *const u32,
             adjusted: results as *const AdjustedToken,
@@ -265,12 +281,13 @@ impl GpuBackend {
             ..truncate_params(&t, o.addresses(), row_params, (rows, n, v, d), elem)
         });
         // SAFETY: written by the fused launch just before on this stream: the top lists (`rows ×
-        // units`), the plain tokens, scores, log-probabilities and log-sum-exps (`rows` each) and the
-        // raw log-sum-exps; the row parameters hold `rows`, the truncation `b` requests, the list
-        // rows + 1 words (count zeroed above), the flags `rows`; hidden `rows × D` and weight `V × D`
-        // elements of `elem`, 16-byte aligned (validated); the adjustments as in the fused launch; the
-        // top outputs `rows × MAX_TOP_N ≥ requests × n` entries (`n ≤ MAX_TOP_N`, validated).
-        // With programmatic stream serialization (`FLASHSAMPLING_PDL` not 0) each of the four kernels
+        // units`), the candidates and masses (`fused`'s, reduced by the step itself into the plain
+        // tokens, scores, log-probabilities and log-sum-exps, `rows` each, and the raw log-sum-exps);
+        // the row parameters hold `rows`, the truncation `b` requests, the list rows + 1 words (count
+        // zeroed above), the flags `rows`; hidden and `gathered` `rows × D`, weight `V × D` elements
+        // of `elem`, 16-byte aligned (validated); the adjustments as in the fused launch; the top
+        // outputs `rows × MAX_TOP_N ≥ requests × n` entries (`n ≤ MAX_TOP_N`, validated). With
+        // programmatic stream serialization (`FLASHSAMPLING_PDL` not 0) each of the three kernels
         // below waits (`griddepcontrol.wait`) for the one before it before any memory access.
         unsafe { self.launch_after(&self.truncate, truncate_cfg(rows), &p) }?;
         let f = ByValue(FallbackParams {
@@ -286,72 +303,57 @@ impl GpuBackend {
             top,
             ..fallback_params(&t, o.addresses(), row_params, (v, d, n), elem)
         });
-        // SAFETY: the list (count and rows < B·n) is written by the truncation step before, on this
-        // stream; hidden and `gathered` hold `rows × D` elements, 16-byte aligned, `D % 8 == 0`
-        // (validated); the weight `V × D` elements of `elem`; the logits `rows × V` floats.
-        unsafe { self.launch_fallback_logits(&f, rows, (d, v), t.logits) }?;
+        // SAFETY: the list (count and rows < B·n) and the listed rows' hidden states in `gathered`
+        // are written by the truncation step before, on this stream; `gathered` holds `rows × D`
+        // elements, 16-byte aligned, `D % 8 == 0` (validated); the weight `V × D` elements of
+        // `elem`; the logits `rows × V` floats.
+        unsafe { self.launch_fallback_logits(&f, (rows, false), (d, v), t.logits) }?;
         // SAFETY: as above; the mask (non-null) holds B × ceil(V/32) words, the outputs `rows`.
         unsafe { self.launch_after(&self.fallback_sample, fallback_sample_cfg(rows), &f) }?;
         Ok(())
     }
 
-    /// `fallback_gather`, then `fallback_logits` into `logits` (`[count, v]` of the listed rows):
-    /// each waits for the kernel before it.
+    /// With `gather`, `fallback_gather` (the listed rows' hidden states into `f.gathered`), then
+    /// `fallback_logits` into `logits` (`[count, v]` of the listed rows): each waits for the kernel
+    /// before it. Without `gather`, the step that listed the rows copied them.
     ///
     /// # Safety
-    /// `f`'s list holds the listed rows (written before on this stream); `f.hidden` and `f.gathered`
-    /// hold `rows × d`, `f.weight` `v × d` elements of `f.elem`, 16-byte aligned, `d % 8 == 0`;
-    /// `logits` holds `rows × v` floats.
+    /// `f`'s list holds the listed rows (written before on this stream), and without `gather`
+    /// `f.gathered` their hidden states; `f.hidden` (with `gather`) and `f.gathered` hold `rows ×
+    /// d`, `f.weight` `v × d` elements of `f.elem`, 16-byte aligned, `d % 8 == 0`; `logits` holds
+    /// `rows × v` floats.
     unsafe fn launch_fallback_logits(
         &self,
         f: &ByValue<FallbackParams>,
-        rows: usize,
+        (rows, gather): (usize, bool),
         (d, v): (usize, usize),
         logits: u64,
     ) -> Result<()> {
-        let chunks = (rows * d / 8) as u32;
-        let cfg = LaunchConfig {
-            grid_dim: (chunks.div_ceil(FALLBACK_GATHER_THREADS), 1, 1),
-            block_dim: (FALLBACK_GATHER_THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: the caller's contract.
-        unsafe { self.launch_after(&self.fallback_gather, cfg, f) }?;
+        if gather {
+            let chunks = (rows * d / 8) as u32;
+            let cfg = LaunchConfig {
+                grid_dim: (chunks.div_ceil(FALLBACK_GATHER_THREADS), 1, 1),
+                block_dim: (FALLBACK_GATHER_THREADS, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: the caller's contract.
+            unsafe { self.launch_after(&self.fallback_gather, cfg, f) }?;
+        }
         let lv = FALLBACK_LOGITS_VARIANT;
         let n_btiles = (rows as u32).div_ceil(lv.block_b()).max(1);
         let n_vranges = lv.n_vranges(self.sm_count, self.fallback_logits.per_sm, n_btiles, v as u32);
-        let null = std::ptr::null_mut();
         let l = ByValue(FallbackLogitsParams {
             fused: FusedParams {
                 hidden: f.0.gathered as *const u16,
                 weight: f.0.weight,
-                rows: std::ptr::null(),
-                mask: std::ptr::null(),
-                masses: null as _,
-                logprobs: null as _,
-                raw_logprobs: null as _,
-                logsumexp: null as _,
-                raw_logsumexp: null as _,
-                adj_offsets: std::ptr::null(),
-                adjusted: std::ptr::null(),
-                candidates: null as _,
-                counters: null as _,
-                tokens: null as _,
-                scores: null as _,
-                tops: null as _,
                 b: rows as u32,
                 d: d as u32,
                 v: v as u32,
-                v_offset: 0,
                 v_end: v as u32,
-                samples: 1,
                 n_vranges,
-                mask_words: 0,
-                softcap: 0.0,
-                tensor_maps: std::ptr::null(),
                 tma_whole_tiles: v as u32 / BLOCK_V,
-                top_units: 0,
                 elem: f.0.elem,
+                ..FusedParams::NONE
             },
             list: f.0.list,
             logits: logits as *mut f32,
@@ -493,7 +495,7 @@ impl GpuBackend {
             // launch's hidden states (`rows × d`, the caller's buffers, alive for this call) and
             // `gathered` hold `rows × d`, the shard `v × d` elements of `elem`, 16-byte aligned;
             // `local` holds `count × v` floats for the list's count, and only listed rows are stored.
-            unsafe { self.launch_fallback_logits(&f, rows, (rank.d, rank.v), local) }
+            unsafe { self.launch_fallback_logits(&f, (rows, true), (rank.d, rank.v), local) }
         })
     }
 
@@ -624,9 +626,9 @@ fn truncate_cfg(rows: usize) -> LaunchConfig {
 }
 
 /// `truncate_rows`' parameters with the truncation buffers `t`, the outputs (tokens, scores,
-/// log-probabilities, log-sum-exps), the row parameters and `(rows, n, v, d)`; one rank, no top
-/// lists, adjustments, raw log-probabilities, top log-probabilities or export (the callers set
-/// theirs).
+/// log-probabilities, log-sum-exps), the row parameters and `(rows, n, v, d)`; one rank, no
+/// reduction, top lists, adjustments, raw log-probabilities, top log-probabilities, export or
+/// copy of the listed rows (the callers set theirs).
 fn truncate_params(
     t: &TruncationPtrs,
     [tokens, scores, logprobs, logsumexp]: [u64; 4],
@@ -635,6 +637,8 @@ fn truncate_params(
     elem: ElementType,
 ) -> TruncateParams {
     TruncateParams {
+        reduce: FusedParams::NONE,
+        gathered: std::ptr::null_mut(),
         tops: std::ptr::null(),
         rows: row_params as *const RowParams,
         truncation: t.truncation as *const Truncation,

@@ -92,13 +92,15 @@ pub(super) unsafe fn warp_dot(hidden: *const u16, weight: *const u16, d: usize, 
     y
 }
 
-/// `Σ_k hidden[k] · weight[k]` over `d` entries (`d % 8 == 0`) with the whole block: thread `t` of
-/// `threads` sums the 16-byte chunks `t, t + threads, …`, four in flight (one round to memory up to
-/// D = 8192 at 256 threads), then a butterfly per warp and the warps' sums in order (thread 0's
-/// result; `slots` holds one word per warp).
+/// `Σ_k hidden[k] · weight[k]` over `d` entries (`d % 8 == 0`) with the block's first `threads`
+/// threads (a multiple of 32; the others only meet the barrier): thread `t` sums the 16-byte chunks
+/// `t, t + threads, …`, four in flight (one round to memory up to D = 8192 at 256 threads), then a
+/// butterfly per warp and those warps' sums in order (thread 0's result; `slots` holds one word per
+/// taking-part warp).
 ///
 /// # Safety
-/// Every thread of the block calls it; both rows hold `d` elements of type `elem`, 16-byte aligned.
+/// Every thread of the block calls it, at least `threads` of them; both rows hold `d` elements of
+/// type `elem`, 16-byte aligned.
 #[inline(always)]
 pub(super) unsafe fn block_dot(
     (hidden, weight): (*const u16, *const u16),
@@ -109,8 +111,9 @@ pub(super) unsafe fn block_dot(
 ) -> f32 {
     let stride = 8 * threads as usize;
     let mut y = 0.0f32;
+    let part = tid < threads; // warp-uniform
     let mut k = 8 * tid as usize;
-    while k < d {
+    while part && k < d {
         let mut c = [[0.0f32; 4]; 8];
         unrolled!(I in [0, 1, 2, 3] {
             let at = k + I * stride;
@@ -135,7 +138,7 @@ pub(super) unsafe fn block_dot(
     }
     // SAFETY: one word per warp inside `slots`; block-uniform barrier.
     unsafe {
-        if tid % 32 == 0 {
+        if part && tid % 32 == 0 {
             st_shared_u32(slots + 4 * (tid / 32), y.to_bits());
         }
         _syncthreads();

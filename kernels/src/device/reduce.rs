@@ -5,9 +5,10 @@
 //! butterfly merges the lanes). The plain fused kernels run it in the last block of each batch tile
 //! to finish ([`reduce_if_last`]); the standalone `reduce_candidates` kernel (baselines) runs
 //! [`reduce_candidates`], one warp per row. The log-probability and truncation kernels end with
-//! their candidates and masses written; the `reduce_rows` kernel, launched after them, reduces
-//! each row with a whole block ([`reduce_row_block`]: the merged masses, the token's logit, its
-//! log-probabilities).
+//! their candidates and masses written; each row is then reduced by a whole block
+//! ([`reduce_row_block`]: the merged masses, the token's logit, its log-probabilities): in the
+//! `reduce_rows` kernel launched after a log-probability launch, and at the start of the
+//! truncation step after a truncation launch.
 
 use core::arch::nvptx::{_block_idx_x, _syncthreads, _thread_idx_x};
 
@@ -258,43 +259,40 @@ pub(super) unsafe fn reduce_if_last(
     }
 }
 
-/// The block-per-row reduction, a kernel of its own launched after every log-probability (`_lp`)
-/// and truncation (`_tk`) fused kernel: block `b` (of B) reduces sample row `b` with
-/// [`REDUCE_BLOCK_THREADS`] threads — thread `t` merges the row's candidates and masses `t, t +
-/// threads, …` and its adjusted tokens, each warp merges its lanes, every thread merges the warps'
+/// The block-per-row reduction of sample row `b` after a log-probability (`_lp`) or truncation
+/// (`_tk`) fused launch `p`, run by the `reduce_rows` kernel (one block per row, launched after
+/// every log-probability launch) and at the start of the truncation step (`truncate_rows`, which
+/// then needs no `reduce_rows` before it). `PARTS` = [`REDUCE_BLOCK_THREADS`] threads of the block
+/// take part (the others only meet the barriers), so the sums are taken in the same order whatever
+/// the block's size: thread `t` merges the row's candidates and masses `t, t + PARTS, …` and its
+/// adjusted tokens, each warp merges its lanes, every thread merges the first `PARTS / 32` warps'
 /// results in order (so all hold the row's candidate and mass); then the sampled token's logit `y`,
-/// one block-wide dot product; thread 0 writes the token, its score and [`write_logprobs`]. In the fused kernel's last block this took one warp per row, 12–15 µs each
-/// (docs/findings/18); here the rows run on B multiprocessors at once.
+/// one block-wide dot product; thread 0 writes the token, its score and [`write_logprobs`]. In the
+/// fused kernel's last block this took one warp per row, 12–15 µs each (docs/findings/18); here
+/// the rows run on B multiprocessors at once.
 ///
 /// # Safety
-/// Launched with `grid = B`, `REDUCE_BLOCK_THREADS` threads and `REDUCE_BLOCK_SMEM` bytes of dynamic
-/// shared memory, after (on the same stream) the log-probability fused kernel with the same `p`.
+/// Every thread of a block of at least `PARTS` threads calls it (`tid` its index), `b < p.b`, after
+/// `griddepcontrol.wait` when launched with programmatic stream serialization, after the fused
+/// launch with the same `p` on the same stream; `smem` is the shared address of
+/// [`REDUCE_BLOCK_SMEM`](crate::config::REDUCE_BLOCK_SMEM) free bytes (`28 · PARTS / 32`, 16-byte
+/// aligned), not used by the caller until after its next barrier. Outputs are written by thread 0:
+/// the caller's other threads see them after a barrier.
 #[inline(always)]
-pub(super) unsafe fn reduce_row_block(p: FusedParams) {
-    // SAFETY: special-register reads.
-    let (tid, b) = unsafe { (_thread_idx_x(), _block_idx_x()) };
-    if b >= p.b {
-        return; // block-uniform
-    }
-    // Launched with programmatic stream serialization, this block may be resident before the fused
-    // kernel has finished: wait for it (and its candidates and masses). A truncation step launched
-    // after it the same way may be scheduled from now on.
-    griddepcontrol_launch_dependents();
-    griddepcontrol_wait();
-    const W: u32 = REDUCE_BLOCK_THREADS / 32;
-    let (cand_slots, mass_slots, dot_slots) = {
-        let base = mov_u32_dynamic_smem();
-        (base, base + 8 * W, base + 24 * W)
-    };
+pub(super) unsafe fn reduce_row_block(p: &FusedParams, b: u32, tid: u32, smem: u32) {
+    const PARTS: u32 = REDUCE_BLOCK_THREADS;
+    const W: u32 = PARTS / 32;
+    let part = tid < PARTS; // warp-uniform
+    let (cand_slots, mass_slots, dot_slots) = (smem, smem + 8 * W, smem + 24 * W);
     let n = p.n_vranges;
     let row = b as usize * n as usize;
     let (candidates, masses) = (p.candidates as *const Candidate, p.masses as *const RowMass);
     let mut c = Candidate::EMPTY;
     let mut mass = RowMass::EMPTY;
     let mut i = tid;
-    while i < n {
+    while part && i < n {
         // SAFETY: i < n: inside the row's candidates and masses ([B, n_vranges] each), written by
-        // the fused kernel before this launch (waited for above).
+        // the fused kernel before this launch (waited for: the caller's contract).
         let (cw, mw) = unsafe {
             (
                 ld_global_cg_v2_u32(candidates.add(row + i as usize) as *const u32),
@@ -303,26 +301,27 @@ pub(super) unsafe fn reduce_row_block(p: FusedParams) {
         };
         c = c.merge(Candidate { score: f32::from_bits(cw[0]), index: cw[1] });
         mass = merge_mass(mass, mass_of_words(mw));
-        i += REDUCE_BLOCK_THREADS;
+        i += PARTS;
     }
     // SAFETY: b < B (the offsets hold B / n + 1 entries with adjustments).
-    let adj = unsafe { AdjRows::of(&p, b) };
+    let adj = unsafe { AdjRows::of(p, b) };
     // The adjusted tokens compete with their adjusted scores and add their processed mass (their
     // raw logits are in the fused pass's raw mass; the fused pass skipped them otherwise).
     let mut i = adj.start + tid;
-    while i < adj.end {
+    while part && i < adj.end {
         let a = adj.get(i);
         c = c.merge(Candidate { score: a.score, index: a.token });
         if a.scaled != f32::NEG_INFINITY {
             mass.processed.update(a.scaled, exp);
         }
-        i += REDUCE_BLOCK_THREADS;
+        i += PARTS;
     }
-    // SAFETY: every lane of every warp; the slots are inside the launch's REDUCE_BLOCK_SMEM bytes.
+    // SAFETY: every lane of every warp; the slots are inside the caller's `28 · W` bytes; a
+    // block-uniform barrier.
     unsafe {
         let c = merge_butterfly(c, [1, 2, 4, 8, 16]);
         let m = merge_mass_butterfly(mass, [1, 2, 4, 8, 16]);
-        if tid % 32 == 0 {
+        if part && tid % 32 == 0 {
             st_shared_v2_u32(cand_slots + 8 * (tid / 32), [c.score.to_bits(), c.index]);
             st_shared_v4_u32(mass_slots + 16 * (tid / 32), super::merge::mass_words(m));
         }
@@ -343,15 +342,15 @@ pub(super) unsafe fn reduce_row_block(p: FusedParams) {
         // The token's weight row: its global index minus the shard's first (`v_offset ≤ token`).
         let rows = (p.hidden.wrapping_add(b as usize * d), p.weight.wrapping_add((token - p.v_offset) as usize * d));
         // SAFETY: every thread (block-uniform branch); row b of the hidden states and row `token −
-        // v_offset < V` of the weight hold D elements, 16-byte aligned; one slot per warp.
-        y = unsafe { block_dot(rows, d, (tid, REDUCE_BLOCK_THREADS), dot_slots, p.elem) };
+        // v_offset < V` of the weight hold D elements, 16-byte aligned; one slot per taking-part warp.
+        y = unsafe { block_dot(rows, d, (tid, PARTS), dot_slots, p.elem) };
     }
     if tid == 0 {
         // SAFETY: b < B: entry b of every output; a log-probability launch.
         unsafe {
             *p.tokens.add(b as usize) = token;
             *p.scores.add(b as usize) = c.score;
-            write_logprobs(&p, b, (c, mass), y, adj);
+            write_logprobs(p, b, (c, mass), y, adj);
         }
     }
 }
@@ -378,9 +377,22 @@ pub(super) unsafe fn reduce_candidates(p: ReduceParams) {
 /// The log-probability reduction: one block per sample row ([`reduce_row_block`]).
 ///
 /// # Safety
-/// See [`reduce_row_block`].
+/// Launched with `grid = B` (`p.b`), [`REDUCE_BLOCK_THREADS`] threads and
+/// [`REDUCE_BLOCK_SMEM`](crate::config::REDUCE_BLOCK_SMEM) bytes of dynamic shared memory, after
+/// (on the same stream) the log-probability fused kernel with the same `p`.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn reduce_rows(p: FusedParams) {
-    // SAFETY: forwarded launch contract.
-    unsafe { reduce_row_block(p) }
+    // SAFETY: special-register reads.
+    let (tid, b) = unsafe { (_thread_idx_x(), _block_idx_x()) };
+    if b >= p.b {
+        return; // block-uniform
+    }
+    // Launched with programmatic stream serialization, this block may be resident before the fused
+    // kernel has finished: wait for it (and its candidates and masses). A kernel launched after it
+    // the same way may be scheduled from now on.
+    griddepcontrol_launch_dependents();
+    griddepcontrol_wait();
+    // SAFETY: every thread of a REDUCE_BLOCK_THREADS-thread block, b < B, after the wait; the
+    // launch's REDUCE_BLOCK_SMEM bytes of dynamic shared memory.
+    unsafe { reduce_row_block(&p, b, tid, mov_u32_dynamic_smem()) }
 }

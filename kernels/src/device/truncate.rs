@@ -4,22 +4,26 @@
 //! 1. The fused kernel's [`Epilogue::Truncate`](crate::config::Epilogue::Truncate) instantiation
 //!    samples as usual (the plain winner, the log-masses) and writes each lane's top list per
 //!    (row, vocab range, unit).
-//! 2. [`truncate_rows`]: per sample row, the lists' entries above the largest bound `β` are the row's
+//! 2. [`truncate_rows`]: per sample row, first the row's reduction when [`TruncateParams::reduce`]
+//!    is set (the plain token, its score, log-probabilities and log-sum-exps from the fused
+//!    kernel's candidates and masses: [`reduce_row_block`], what `reduce_rows` does after a
+//!    log-probability launch, so no kernel stands between the fused one and this step). Then the lists' entries above the largest bound `β` are the row's
 //!    exact prefix down to `β`: the block collects them in shared memory and sorts them, and
 //!    [`KeptWalk`] (one thread) takes them largest first until the threshold is proven; then the
 //!    row samples within its kept set with the plain pass's scores (a kept plain winner wins again)
 //!    and its log-probabilities are renormalized over the kept set. The request's first sample row
 //!    writes its top log-probabilities from the same prefix ([`TopOutputs`]). A row the walk cannot
 //!    decide, or whose top entries the prefix cannot give, is listed for the fallback (the latter
-//!    flagged [`FALLBACK_TOP`], with [`FALLBACK_KEEPS_SAMPLE`] when its sample stands).
+//!    flagged [`FALLBACK_TOP`], with [`FALLBACK_KEEPS_SAMPLE`] when its sample stands); with
+//!    [`TruncateParams::gathered`] the block also copies a listed row's hidden state to its slot.
 //!    Over tensor-parallel ranks the step runs twice: on each rank before the exchange with
 //!    [`TruncateParams::export`] set, where it stops after sorting and writes the row's
 //!    [`RANK_TOP`] largest entries of the shard with the bound of the rest; then on every rank
 //!    over the all-gathered exports ([`TruncateParams::ranks`] blocks of [`RANK_UNITS`] units),
 //!    with the merged tokens and log-sum-exps, as above (no raw log-probability: the weight is a
 //!    shard).
-//! 3. [`fallback_gather`], [`fallback_logits`] and [`fallback_sample`]: the listed rows' logits
-//!    materialized on the tensor cores (one read of the weight per 64 rows), their
+//! 3. [`fallback_logits`] and [`fallback_sample`] (over ranks, where the step after the exchange
+//!    gathers nothing, [`fallback_gather`] first): the listed rows' logits materialized on the tensor cores (one read of the weight per 64 rows), their
 //!    threshold found exactly by a bitwise search over the f32 order (no sort), and the row sampled
 //!    with the same noise; a row flagged [`FALLBACK_TOP`] gets its top entries by [`select_top`]
 //!    (raw ones before the row is processed in place). Also the benchmark's unfused top-k / top-p
@@ -55,13 +59,13 @@ use super::ptx::{
     ld_shared_u64, ld_shared_v2_u32, ld_shared_v4_u32, mov_u32_dynamic_smem, red_shared_add_u32, shfl_sync_bfly_b32,
     st_shared_u32, st_shared_u64, st_shared_v2_u32, st_shared_v4_u32,
 };
-use super::reduce::{AdjRows, ln, merge_butterfly};
+use super::reduce::{AdjRows, ln, merge_butterfly, reduce_row_block};
 use super::schedule::{BlockWork, Thread};
 use crate::INVALID_INDEX;
 use crate::candidate::Candidate;
 use crate::config::{
     BLOCK_V, FALLBACK_LOGITS_VARIANT, FALLBACK_SAMPLE_SMEM, FALLBACK_SAMPLE_THREADS, Family, FusedVariant,
-    TRUNCATE_CAPACITY, TRUNCATE_SMEM, TRUNCATE_THREADS,
+    REDUCE_BLOCK_SMEM, REDUCE_BLOCK_THREADS, TRUNCATE_CAPACITY, TRUNCATE_SMEM, TRUNCATE_THREADS,
 };
 use crate::logits::softcap;
 use crate::params::{
@@ -86,9 +90,13 @@ const ROUNDS: u32 = 4;
 /// mass).
 const THRESHOLD_WORD: u32 = ROUNDS;
 const STEP_WORD: u32 = ROUNDS + 1;
+/// Control word: the fallback list's slot of the row (for the copy of its hidden state).
+const LIST_WORD: u32 = STEP_WORD + 3;
 /// Entries the walk reads at most: it decides (or gives up) before taking entry `MAX_KEPT`.
 const WALK_ENTRIES: u32 = MAX_KEPT as u32 + 1;
-const _: () = assert!(TRUNCATE_SMEM == CONTROL_AT + 64 && 4 * (STEP_WORD + 3) <= 64);
+const _: () = assert!(TRUNCATE_SMEM == CONTROL_AT + 64 && 4 * (LIST_WORD + 1) <= 64);
+// The row's reduction ([`reduce_row_block`]) runs in the entries area, with its threads.
+const _: () = assert!(REDUCE_BLOCK_SMEM <= MASSES_AT && REDUCE_BLOCK_THREADS <= TRUNCATE_THREADS);
 const _: () = assert!(TRUNCATE_CAPACITY.is_power_of_two() && TRUNCATE_CAPACITY >= 64);
 const _: () = assert!(WALK_ENTRIES < TRUNCATE_CAPACITY && MAX_KEPT as u32 <= TRUNCATE_THREADS);
 const _: () = assert!(TRUNCATE_THREADS.is_multiple_of(32) && TRUNCATE_THREADS <= 1024);
@@ -453,21 +461,46 @@ unsafe fn export_list(out: *mut StoredTop, n: u32, bound: f32, tid: u32) {
     }
 }
 
-/// Lists sample row `entry` (its row and flags) for the fallback.
+/// Lists sample row `b` with `flags` for the fallback (thread 0) and, with
+/// [`TruncateParams::gathered`], copies its row of the hidden states to its slot there (thread `t`
+/// the 16-byte chunks `t, t + T, …`).
 ///
 /// # Safety
-/// One thread per listed row; the list holds `B + 1` words and at most `B` rows are listed.
+/// Every thread of the row's block calls it together, once; `word` is the shared control word
+/// [`LIST_WORD`]; the list holds `B + 1` words; `b < B`; with `gathered`, it and `hidden` hold
+/// `B × D` elements, 16-byte aligned, `D % 8 == 0`.
 #[inline(always)]
-unsafe fn list_for_fallback(list: *mut u32, entry: u32) {
-    // SAFETY: the caller's contract.
-    unsafe {
-        let slot = atom_global_add_u32(list, 1);
-        *list.add(1 + slot as usize) = entry;
+unsafe fn list_row(p: &TruncateParams, b: u32, flags: u32, tid: u32, word: u32) {
+    if tid == 0 {
+        // SAFETY: one thread per listed row, at most B rows listed: inside the list.
+        unsafe {
+            let slot = atom_global_add_u32(p.fallback, 1);
+            *p.fallback.add(1 + slot as usize) = b | flags;
+            st_shared_u32(word, slot);
+        }
+    }
+    if p.gathered.is_null() {
+        return; // block-uniform
+    }
+    // SAFETY: block-uniform barrier; the slot is visible after it.
+    let slot = unsafe {
+        _syncthreads();
+        ld_shared_u32(word)
+    } as usize;
+    let chunks = p.d as usize / 8;
+    let (src, dst) = (p.hidden as *const [u32; 4], p.gathered as *mut [u32; 4]);
+    let mut c = tid as usize;
+    while c < chunks {
+        // SAFETY: b < B and slot < B: chunk c < D / 8 of both rows.
+        unsafe { *dst.add(slot * chunks + c) = *src.add(b as usize * chunks + c) };
+        c += TRUNCATE_THREADS as usize;
     }
 }
 
 /// The truncation step: one block per sample row (see the module).
 ///
+/// 0. With [`TruncateParams::reduce`]: the row's reduction ([`reduce_row_block`], its first
+///    [`REDUCE_BLOCK_THREADS`] threads), then a barrier.
 /// 1. `β`: the largest bound over the row's units (a block max; adjusted tokens have no bound).
 /// 2. Every thread appends its units' entries above `β` (and its adjusted tokens' entries above
 ///    `β`) to shared memory through a shared atomic counter: the row's exact prefix down to `β`.
@@ -480,7 +513,7 @@ unsafe fn list_for_fallback(list: *mut u32, entry: u32) {
 ///    shared memory, in the order of the CPU reference: the same f32 sums.
 /// 5. Certified: thread `j` scores kept entry `j` with the plain pass's noise, a block argmax
 ///    picks the sample, and warp 0 recomputes a changed token's raw logit. Uncertain: the row is
-///    listed for the fallback.
+///    listed for the fallback (and, with [`TruncateParams::gathered`], its hidden state copied).
 ///
 /// # Safety
 /// Launched as documented in the module after the fused truncation launch on the same stream, with
@@ -489,7 +522,8 @@ unsafe fn list_for_fallback(list: *mut u32, entry: u32) {
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn truncate_rows(p: TruncateParams) {
     // Launched with programmatic stream serialization: the fallback's launches may be scheduled
-    // now; nothing is read or written before `reduce_rows` (and the fused kernel before it) is done.
+    // now; nothing is read or written before the kernel before it (the fused one; `reduce_rows` or
+    // the exchange's merge over ranks) is done.
     griddepcontrol_launch_dependents();
     griddepcontrol_wait();
     // SAFETY: special-register reads.
@@ -497,6 +531,19 @@ pub unsafe extern "ptx-kernel" fn truncate_rows(p: TruncateParams) {
     let (lane, warp) = (tid % 32, tid / 32);
     if b >= p.b {
         return; // block-uniform
+    }
+    let smem = mov_u32_dynamic_smem();
+    let (masses, slots, control) = (smem + MASSES_AT, smem + SLOTS_AT, smem + CONTROL_AT);
+    if !p.reduce.candidates.is_null() {
+        // 0. The row's candidates and masses reduced (the plain token, its score, the
+        // log-probabilities and log-sum-exps), as `reduce_rows` does after a log-probability launch.
+        // SAFETY: every thread of the block (block-uniform branch; TRUNCATE_THREADS ≥
+        // REDUCE_BLOCK_THREADS), b < B, after the wait; the entries area is free until the
+        // collection; the barrier makes thread 0's outputs visible to the block and frees the area.
+        unsafe {
+            reduce_row_block(&p.reduce, b, tid, smem);
+            _syncthreads();
+        }
     }
     let n_samples = p.samples.max(1);
     // SAFETY: b < B; the truncation holds B / n entries; the outputs B.
@@ -534,18 +581,15 @@ pub unsafe extern "ptx-kernel" fn truncate_rows(p: TruncateParams) {
             unsafe { write_top(&p.top, request, (token != INVALID_INDEX) as u32, tid, |_| (token, 0.0)) };
         }
         if tid == 0 {
-            // SAFETY: see above; one thread lists the row.
-            unsafe {
-                *flag = 0;
-                if top == TopPlan::Fallback {
-                    list_for_fallback(p.fallback, b | FALLBACK_TOP | FALLBACK_KEEPS_SAMPLE);
-                }
-            }
+            // SAFETY: b < B.
+            unsafe { *flag = 0 };
+        }
+        if top == TopPlan::Fallback {
+            // SAFETY: every thread (block-uniform branch), once.
+            unsafe { list_row(&p, b, FALLBACK_TOP | FALLBACK_KEEPS_SAMPLE, tid, control + 4 * LIST_WORD) };
         }
         return; // block-uniform
     }
-    let smem = mov_u32_dynamic_smem();
-    let (masses, slots, control) = (smem + MASSES_AT, smem + SLOTS_AT, smem + CONTROL_AT);
     if tid < ROUNDS {
         // SAFETY: the rounds' counters, zeroed before the barrier below.
         unsafe { st_shared_u32(control + 4 * tid, 0) };
@@ -816,15 +860,15 @@ pub unsafe extern "ptx-kernel" fn truncate_rows(p: TruncateParams) {
     }
     let sample_in_fallback = matches!(outcome, Some(Step::Uncertain));
     if tid == 0 {
-        // SAFETY: b < B; one thread lists the row.
-        unsafe {
-            *flag = sample_in_fallback as u32;
-            if sample_in_fallback || top_in_fallback {
-                let flags = if top_in_fallback { FALLBACK_TOP } else { 0 }
-                    | if sample_in_fallback { 0 } else { FALLBACK_KEEPS_SAMPLE };
-                list_for_fallback(p.fallback, b | flags);
-            }
-        }
+        // SAFETY: b < B.
+        unsafe { *flag = sample_in_fallback as u32 };
+    }
+    if sample_in_fallback || top_in_fallback {
+        let flags = if top_in_fallback { FALLBACK_TOP } else { 0 }
+            | if sample_in_fallback { 0 } else { FALLBACK_KEEPS_SAMPLE };
+        // SAFETY: every thread (block-uniform: the outcome and the top plan are), once; the control
+        // word is not otherwise used.
+        unsafe { list_row(&p, b, flags, tid, control + 4 * LIST_WORD) };
     }
 }
 
