@@ -29,7 +29,7 @@ use flashsampling_kernels::truncate::{RANK_UNITS, StoredTop, Truncation};
 
 use super::{ByValue, DeviceSamples, GpuBackend};
 use crate::error::{Error, Result};
-use crate::params::SamplingParams;
+use crate::params::{LogProbs, SamplingParams};
 
 // SAFETY: `#[repr(C)]`, `Copy`, plain integers, floats and device addresses (as `ByValue`'s others).
 unsafe impl cudarc::driver::DeviceRepr for ByValue<TruncateParams> {}
@@ -266,6 +266,13 @@ impl GpuBackend {
         let top = t.top_outputs((top_n, source));
         let o = out.output_ptrs(&self.stream, true);
         let (offsets, results) = adjusted.unwrap_or((0, 0));
+        // A call without log-probabilities computes no token's logit for them: not the plain
+        // token's (the reduction's dot product) nor a changed token's raw one. The log-sum-exps
+        // (the walk's, the raw top log-probabilities') are still written.
+        let wants = params.logprobs != LogProbs::Off;
+        let raw_logprobs = if wants { o.raw_logprobs } else { 0 };
+        let null = std::ptr::null_mut();
+        let fused = if wants { fused } else { FusedParams { logprobs: null, raw_logprobs: null, ..fused } };
         let p = ByValue(TruncateParams {
             reduce: fused,
             gathered: t.gathered as *mut u16,
@@ -274,7 +281,7 @@ impl GpuBackend {
             adjusted: results as *const AdjustedToken,
             hidden: hidden as *const u16,
             weight: weight as *const u16,
-            raw_logprobs: o.raw_logprobs as *mut f32,
+            raw_logprobs: raw_logprobs as *mut f32,
             raw_logsumexp: t.raw_lse as *const f32,
             units: units as u32,
             top,
@@ -296,7 +303,7 @@ impl GpuBackend {
             mask: mask as *const u32,
             adj_offsets: offsets as *const u32,
             adjusted: results as *const AdjustedToken,
-            raw_logprobs: o.raw_logprobs as *mut f32,
+            raw_logprobs: raw_logprobs as *mut f32,
             raw_logsumexp: t.raw_lse as *const f32,
             mask_words: if mask != 0 { v.div_ceil(32) as u32 } else { 0 },
             softcap: params.softcap.unwrap_or(0.0),

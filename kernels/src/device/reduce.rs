@@ -126,10 +126,13 @@ pub(super) fn ln(x: f32) -> f32 {
 /// Row `b`'s log-probability outputs (one thread): the token's processed log-probability `z / T −
 /// lse` (`z` = the token's logit `y` soft-capped, or its adjusted logit when an adjusted token won;
 /// `0` for a greedy row), its raw one `y − lse_raw`, and the row's log-sum-exp of `z / T` (NaN for a
-/// greedy row). A row without a token (`valid` false) gets NaN everywhere.
+/// greedy row). A row without a token (`valid` false) gets NaN everywhere. Null `logprobs` (a
+/// truncation step whose call asks for no log-probabilities; `y` is then not computed): the
+/// log-sum-exps alone.
 ///
 /// # Safety
-/// `b < B`; `p` is a log-probability launch (its outputs hold B entries).
+/// `b < B`; `p` is a log-probability launch (its outputs hold B entries; `logprobs` and
+/// `raw_logprobs` both or neither).
 #[inline(always)]
 unsafe fn write_logprobs(p: &FusedParams, b: u32, (cand, mass): (Candidate, RowMass), y: f32, adj: AdjRows) {
     let token = cand.token();
@@ -153,10 +156,13 @@ unsafe fn write_logprobs(p: &FusedParams, b: u32, (cand, mass): (Candidate, RowM
         let lp = if greedy { 0.0 } else { z * transform.inv_temperature - lse };
         (lp, y - lse_raw, if greedy { f32::NAN } else { lse })
     };
-    // SAFETY: b < B; the log-probability outputs hold B entries (`raw_logsumexp` when not null).
+    // SAFETY: b < B; the log-probability outputs hold B entries (`logprobs`, `raw_logprobs` and
+    // `raw_logsumexp` when not null).
     unsafe {
-        *p.logprobs.add(b as usize) = lp;
-        *p.raw_logprobs.add(b as usize) = raw;
+        if !p.logprobs.is_null() {
+            *p.logprobs.add(b as usize) = lp;
+            *p.raw_logprobs.add(b as usize) = raw;
+        }
         *p.logsumexp.add(b as usize) = lse;
         if !p.raw_logsumexp.is_null() {
             *p.raw_logsumexp.add(b as usize) = lse_raw;
@@ -267,7 +273,7 @@ pub(super) unsafe fn reduce_if_last(
 /// the block's size: thread `t` merges the row's candidates and masses `t, t + PARTS, …` and its
 /// adjusted tokens, each warp merges its lanes, every thread merges the first `PARTS / 32` warps'
 /// results in order (so all hold the row's candidate and mass); then the sampled token's logit `y`,
-/// one block-wide dot product; thread 0 writes the token, its score and [`write_logprobs`]. In the
+/// one block-wide dot product (skipped without `logprobs`); thread 0 writes the token, its score and [`write_logprobs`]. In the
 /// fused kernel's last block this took one warp per row, 12–15 µs each (docs/findings/18); here
 /// the rows run on B multiprocessors at once.
 ///
@@ -336,8 +342,10 @@ pub(super) unsafe fn reduce_row_block(p: &FusedParams, b: u32, tid: u32, smem: u
     }
     let token = c.token();
     let mut y = 0.0f32;
-    if token != crate::INVALID_INDEX {
-        // Block-uniform: every thread merged the same entries in the same order.
+    // The token's logit only for its log-probabilities (a truncation step whose call asks none
+    // passes no `logprobs`).
+    if token != crate::INVALID_INDEX && !p.logprobs.is_null() {
+        // Block-uniform: every thread merged the same entries in the same order; `p` is uniform.
         let d = p.d as usize;
         // The token's weight row: its global index minus the shard's first (`v_offset ≤ token`).
         let rows = (p.hidden.wrapping_add(b as usize * d), p.weight.wrapping_add((token - p.v_offset) as usize * d));

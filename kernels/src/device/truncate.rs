@@ -57,6 +57,7 @@ use super::pipeline::BlockRing;
 use super::ptx::{
     atom_global_add_u32, atom_shared_add_u32, griddepcontrol_launch_dependents, griddepcontrol_wait, ld_shared_u32,
     ld_shared_u64, ld_shared_v2_u32, ld_shared_v4_u32, mov_u32_dynamic_smem, red_shared_add_u32, shfl_sync_bfly_b32,
+    shfl_sync_up_b32,
     st_shared_u32, st_shared_u64, st_shared_v2_u32, st_shared_v4_u32,
 };
 use super::reduce::{AdjRows, ln, merge_butterfly, reduce_row_block};
@@ -94,10 +95,13 @@ const STEP_WORD: u32 = ROUNDS + 1;
 const LIST_WORD: u32 = STEP_WORD + 3;
 /// Entries the walk reads at most: it decides (or gives up) before taking entry `MAX_KEPT`.
 const WALK_ENTRIES: u32 = MAX_KEPT as u32 + 1;
-const _: () = assert!(TRUNCATE_SMEM == CONTROL_AT + 64 && 4 * (LIST_WORD + 1) <= 64);
+const _: () = assert!(TRUNCATE_SMEM == CONTROL_AT + 64 && 4 * (KEPT_WORD + 1) <= 64);
 // The row's reduction ([`reduce_row_block`]) runs in the entries area, with its threads.
 const _: () = assert!(REDUCE_BLOCK_SMEM <= MASSES_AT && REDUCE_BLOCK_THREADS <= TRUNCATE_THREADS);
 const _: () = assert!(TRUNCATE_CAPACITY.is_power_of_two() && TRUNCATE_CAPACITY >= 64);
+// The selection: its entries in registers, its 256-bin histogram in the walk's running sums.
+const _: () = assert!(TRUNCATE_CAPACITY.is_multiple_of(TRUNCATE_THREADS) && MAX_KEPT >= 256 && TRUNCATE_THREADS >= 256);
+const _: () = assert!(WALK_ENTRIES < SORT_CAP && SORT_CAP < TRUNCATE_CAPACITY);
 const _: () = assert!(WALK_ENTRIES < TRUNCATE_CAPACITY && MAX_KEPT as u32 <= TRUNCATE_THREADS);
 const _: () = assert!(TRUNCATE_THREADS.is_multiple_of(32) && TRUNCATE_THREADS <= 1024);
 // The top log-probabilities: sorted in one block of 64 entries, written one per thread, after at
@@ -270,6 +274,138 @@ unsafe fn sort_entries(n: u32, tid: u32) {
         unsafe { _syncthreads() };
         size *= 2;
     }
+}
+
+/// Collected entries the truncation step sorts at most as they are: past it, [`select_prefix`]
+/// keeps only the largest ones first (the walk reads at most [`WALK_ENTRIES`]).
+const SORT_CAP: u32 = 512;
+/// Control words of [`select_prefix`]: the level's digit, the entries above its bin, the entries
+/// in its bin; then the compaction's counter.
+const SELECT_WORD: u32 = LIST_WORD + 1;
+const KEPT_WORD: u32 = SELECT_WORD + 3;
+/// Collected entries per thread (the selection holds them in registers).
+const PER_THREAD: usize = (TRUNCATE_CAPACITY / TRUNCATE_THREADS) as usize;
+
+/// Warp 0's part of a selection level: over the 256 bins of `hist` (bin `d` counts the entries with
+/// digit `d`; lane `l` takes bins `255 − 8l` down to `248 − 8l`), the digit `d` at which the count
+/// from the top reaches `need` (`1 ≤ need ≤` the bins' total) and the count above it, in the
+/// control words ([`SELECT_WORD`]: `d`, the count of bins above `d`, bin `d`).
+///
+/// # Safety
+/// All 32 lanes of one warp; `hist` holds 256 words, written before a barrier; `control` is the
+/// control words' shared address.
+#[inline(always)]
+unsafe fn find_digit(hist: u32, need: u32, lane: u32, control: u32) {
+    let top = 255 - 8 * lane;
+    let mut bins = [0u32; 8];
+    let mut own = 0;
+    for (j, bin) in bins.iter_mut().enumerate() {
+        // SAFETY: top − j ≤ 255: inside the histogram.
+        *bin = unsafe { ld_shared_u32(hist + 4 * (top - j as u32)) };
+        own += *bin;
+    }
+    // Inclusive scan over the lanes (lane 0 holds the top bins).
+    let mut upto = own;
+    for s in [1u32, 2, 4, 8, 16] {
+        // SAFETY: all 32 lanes.
+        let o = unsafe { shfl_sync_up_b32(upto, s) };
+        if lane >= s {
+            upto += o;
+        }
+    }
+    let before = upto - own;
+    if before < need && need <= upto {
+        // The one lane whose bins reach `need`.
+        let mut acc = before;
+        let mut j = 0;
+        while acc + bins[j] < need {
+            acc += bins[j];
+            j += 1;
+        }
+        // SAFETY: the control words.
+        unsafe {
+            st_shared_u32(control + 4 * SELECT_WORD, top - j as u32);
+            st_shared_u32(control + 4 * (SELECT_WORD + 1), acc);
+            st_shared_u32(control + 4 * (SELECT_WORD + 2), bins[j]);
+        }
+    }
+}
+
+/// Keeps at the front of the entries area only the `n` collected entries whose key is at least
+/// the [`WALK_ENTRIES`]-th largest's, rounded down to the first of a radix select's levels (8 bits
+/// each, from the top) whose bin leaves at most [`SORT_CAP`] entries: every entry the walk, the top
+/// log-probabilities or a rank's export can read is among them, in the same order once sorted.
+/// Returns their count and the smallest value of their key range (every dropped entry is below
+/// it); `None` (nothing moved) when even the exact key keeps more than [`SORT_CAP`] (ties).
+///
+/// # Safety
+/// Every thread of the block together, `SORT_CAP < n ≤` [`TRUNCATE_CAPACITY`], after a barrier that
+/// made the entries visible; `hist` is 256 free shared words; `control` the control words (those
+/// of [`SELECT_WORD`] and [`KEPT_WORD`] free). Ends with a barrier.
+#[inline(always)]
+unsafe fn select_prefix(n: u32, hist: u32, control: u32, tid: u32) -> Option<(u32, f32)> {
+    let mut mine = [NO_ENTRY; PER_THREAD];
+    for (k, e) in mine.iter_mut().enumerate() {
+        let i = tid + k as u32 * TRUNCATE_THREADS;
+        if i < n {
+            // SAFETY: i < n ≤ capacity: a collected entry.
+            *e = unsafe { load_entry(i) };
+        }
+    }
+    let (lane, warp) = (tid % 32, tid / 32);
+    let (mut prefix, mut above) = (0u32, 0u32);
+    let mut kept = None;
+    for level in 0..4u32 {
+        let shift = 24 - 8 * level;
+        // SAFETY: block-uniform barriers (the level loop and its exit are the same everywhere);
+        // the bins inside `hist`; warp 0 reads them between the second and the third barrier.
+        let (d, a, h) = unsafe {
+            if tid < 256 {
+                st_shared_u32(hist + 4 * tid, 0);
+            }
+            if level == 0 && tid == 0 {
+                st_shared_u32(control + 4 * KEPT_WORD, 0);
+            }
+            _syncthreads();
+            for e in mine {
+                let k = key(e.0);
+                if e.1 != NO_ENTRY.1 && (level == 0 || (k >> (shift + 8)) == (prefix >> (shift + 8))) {
+                    red_shared_add_u32(hist + 4 * ((k >> shift) & 0xFF), 1);
+                }
+            }
+            _syncthreads();
+            if warp == 0 {
+                find_digit(hist, WALK_ENTRIES - above, lane, control);
+            }
+            _syncthreads();
+            let word = |j: u32| ld_shared_u32(control + 4 * (SELECT_WORD + j));
+            (word(0), word(1), word(2))
+        };
+        prefix |= d << shift;
+        above += a;
+        if above + h <= SORT_CAP {
+            kept = Some(prefix);
+            break; // block-uniform
+        }
+    }
+    let t = kept?;
+    for e in mine {
+        if e.1 != NO_ENTRY.1 && key(e.0) >= t {
+            // SAFETY: every entry was read into registers before the first barrier above; slots
+            // below the kept count ≤ SORT_CAP < capacity are unique (the atomic).
+            unsafe {
+                let slot = atom_shared_add_u32(control + 4 * KEPT_WORD, 1);
+                store_entry(slot, e);
+            }
+        }
+    }
+    // SAFETY: every thread; block-uniform barrier; the count is final after it.
+    let c = unsafe {
+        _syncthreads();
+        ld_shared_u32(control + 4 * KEPT_WORD)
+    };
+    let bits = if t >> 31 != 0 { t & 0x7FFF_FFFF } else { !t };
+    Some((c, f32::from_bits(bits)))
 }
 
 /// A sample row's units: `n` per rank, `ranks` ranks `stride` units apart (one rank on one GPU;
@@ -688,7 +824,21 @@ pub unsafe extern "ptx-kernel" fn truncate_rows(p: TruncateParams) {
         theta = next;
         round += 1;
     };
-    // 3. Sorted, largest first.
+    // 3. Sorted, largest first: past [`SORT_CAP`] entries, only the largest ones the walk can read
+    // (with their bin of a radix select), and the threshold lowered to their range's bound.
+    let collected = match collected {
+        // SAFETY: every thread (n is block-uniform); the entries are visible (the collection's
+        // barrier); the running sums (256 words) and the selection's control words are free until
+        // the walk.
+        Some(n) if n > SORT_CAP => match unsafe { select_prefix(n, masses, control, tid) } {
+            Some((kept, bound)) => {
+                theta = bound;
+                Some(kept)
+            }
+            None => Some(n),
+        },
+        c => c,
+    };
     if let Some(n) = collected
         && n > 0
     {
