@@ -200,7 +200,7 @@ pub enum Step {
 /// `exp` the exponential to use. Before taking value `z` (the next largest; when the lists are
 /// exhausted, the largest bound `β` with `exhausted`, which bounds every unseen token), it decides
 /// whether the kept set is already a proven prefix of what it took.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct KeptWalk {
     t: Truncation,
     inv_t: f32,
@@ -265,17 +265,41 @@ impl KeptWalk {
         self.cum
     }
 
-    /// Decides on `z`, the next largest value (`exhausted`: `β`, bounding every unseen token), given
-    /// `prefix(j)`: the `j`-th value taken and the running sum after it (`j < count`; the caller
-    /// stores them), which top-p under top-k reads back once the top-k block is complete.
+    /// The walk after taking the prefix's first `n` values, rebuilt from the prefix alone: `zmax`
+    /// its first value, `cum` the running sum after `n` (each taken value's [`Self::prob`] added
+    /// in order), `tau_k` its `k`-th value (read once `n ≥ k`), and `p_reached` the first count at
+    /// which the running sum reached `top_p`, with the value taken last then (read once that count
+    /// is at most `n`; `(0, _)`: not yet). It holds what [`Self::next`] holds after `n` takes, so
+    /// that the steps of several counts can be decided at once (the GPU's warp takes 32).
     #[inline(always)]
-    pub fn next(
-        &mut self,
-        z: f32,
-        exhausted: bool,
-        exp: impl Fn(f32) -> f32 + Copy,
-        prefix: impl Fn(u32) -> (f32, f32),
-    ) -> Step {
+    #[allow(clippy::too_many_arguments)]
+    pub fn after(
+        (t, inv_t, lse, v): (Truncation, f32, f32, u32),
+        n: u32,
+        zmax: f32,
+        cum: f32,
+        tau_k: f32,
+        p_reached: (u32, f32),
+    ) -> Self {
+        let mut w = Self::new(t, inv_t, lse, v);
+        w.n = n;
+        w.cum = cum;
+        if n > 0 {
+            w.zmax = zmax;
+        }
+        if w.k_on() && n >= t.top_k {
+            w.tau_k = tau_k;
+        }
+        if t.top_p < 1.0 && !w.k_on() && p_reached.0 > 0 && p_reached.0 <= n {
+            (w.p_count, w.tau_p) = p_reached;
+        }
+        w
+    }
+
+    /// What the walk does with `z`, the next largest value (`exhausted`: `β`, bounding every unseen
+    /// token), before taking it: decide ([`Self::decide`]), give up, or take it ([`Self::take`]).
+    #[inline(always)]
+    pub fn verdict(&self, z: f32, exhausted: bool, exp: impl Fn(f32) -> f32 + Copy) -> Verdict {
         let k_on = self.k_on();
         let p_on = self.t.top_p < 1.0;
         if self.n > 0 {
@@ -286,51 +310,96 @@ impl KeptWalk {
             // Top-p under top-k needs the whole top-k block (its mass) first.
             let blocked = p_on && k_on && !below_k;
             if !blocked && (below_k | below_p | below_m) {
-                let mut count = self.n;
-                if p_on && k_on {
-                    // The block is complete: the smallest prefix reaching p of its mass, then the
-                    // ties of its last entry.
-                    let target = self.t.top_p * self.cum;
-                    let mut j = 1;
-                    while j < self.n && prefix(j - 1).1 < target {
-                        j += 1;
-                    }
-                    let last = prefix(j - 1).0;
-                    while j < self.n && prefix(j).0 == last {
-                        j += 1;
-                    }
-                    count = j;
-                }
-                if self.t.min_p > 0.0 {
-                    // Min-p may cut inside a top-k block (taken before the block was complete).
-                    let mut j = 1;
-                    while j < count && self.min_p_keeps(prefix(j).0, exp) {
-                        j += 1;
-                    }
-                    count = j;
-                }
-                let mass = if count == self.n { self.cum } else { prefix(count - 1).1 };
-                return Step::Kept { count, mass };
+                return Verdict::Decide;
             }
         }
         if exhausted || self.n as usize >= MAX_KEPT {
-            return Step::Uncertain;
+            return Verdict::Uncertain;
         }
-        // Take z.
+        Verdict::Take
+    }
+
+    /// The kept set once [`Self::verdict`] said [`Verdict::Decide`], given `prefix(j)`: the `j`-th
+    /// value taken and the running sum after it (`j < count`), which top-p under top-k and min-p
+    /// read back.
+    #[inline(always)]
+    pub fn decide(&self, exp: impl Fn(f32) -> f32 + Copy, prefix: impl Fn(u32) -> (f32, f32)) -> Step {
+        let mut count = self.n;
+        if self.t.top_p < 1.0 && self.k_on() {
+            // The block is complete: the smallest prefix reaching p of its mass, then the ties of
+            // its last entry.
+            let target = self.t.top_p * self.cum;
+            let mut j = 1;
+            while j < self.n && prefix(j - 1).1 < target {
+                j += 1;
+            }
+            let last = prefix(j - 1).0;
+            while j < self.n && prefix(j).0 == last {
+                j += 1;
+            }
+            count = j;
+        }
+        if self.t.min_p > 0.0 {
+            // Min-p may cut inside a top-k block (taken before the block was complete).
+            let mut j = 1;
+            while j < count && self.min_p_keeps(prefix(j).0, exp) {
+                j += 1;
+            }
+            count = j;
+        }
+        let mass = if count == self.n { self.cum } else { prefix(count - 1).1 };
+        Step::Kept { count, mass }
+    }
+
+    /// Takes `z` into the prefix.
+    #[inline(always)]
+    pub fn take(&mut self, z: f32, exp: impl Fn(f32) -> f32 + Copy) {
         if self.n == 0 {
             self.zmax = z;
         }
         self.cum += self.prob(z, exp);
         self.n += 1;
-        if k_on && self.n == self.t.top_k {
+        if self.k_on() && self.n == self.t.top_k {
             self.tau_k = z;
         }
-        if p_on && !k_on && self.p_count == 0 && self.cum >= self.t.top_p {
+        if self.t.top_p < 1.0 && !self.k_on() && self.p_count == 0 && self.cum >= self.t.top_p {
             self.tau_p = z;
             self.p_count = self.n;
         }
-        Step::More
     }
+
+    /// Decides on `z`, the next largest value (`exhausted`: `β`, bounding every unseen token), given
+    /// `prefix(j)`: the `j`-th value taken and the running sum after it (`j < count`; the caller
+    /// stores them), which top-p under top-k reads back once the top-k block is complete:
+    /// [`Self::verdict`], then [`Self::decide`] or [`Self::take`].
+    #[inline(always)]
+    pub fn next(
+        &mut self,
+        z: f32,
+        exhausted: bool,
+        exp: impl Fn(f32) -> f32 + Copy,
+        prefix: impl Fn(u32) -> (f32, f32),
+    ) -> Step {
+        match self.verdict(z, exhausted, exp) {
+            Verdict::Decide => self.decide(exp, prefix),
+            Verdict::Uncertain => Step::Uncertain,
+            Verdict::Take => {
+                self.take(z, exp);
+                Step::More
+            }
+        }
+    }
+}
+
+/// What [`KeptWalk::verdict`] does with the next value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Take it and offer the next one.
+    Take,
+    /// The kept set is proven: [`KeptWalk::decide`].
+    Decide,
+    /// The prefix cannot prove the threshold: the exact fallback.
+    Uncertain,
 }
 
 /// The sample of a certified row: the argmax of the perturbed scores over its kept prefix
@@ -574,6 +643,118 @@ mod tests {
         }
         std::eprintln!("{certified} of {total} certified");
         assert!(certified * 3 > total, "{certified} of {total} certified");
+    }
+
+    /// The walk as the GPU's warp runs it: the running sums added in order, then every count `j`
+    /// rebuilt with [`KeptWalk::after`] and asked its verdict on value `j` (the first that does not
+    /// take decides), 32 counts at a time as the warp does, with the first count at which the sum
+    /// reached `top_p` carried over from earlier chunks.
+    fn walk_by_counts(prefix: &[f32], beta: f32, t: Truncation, inv_t: f32, lse: f32, v: u32) -> Step {
+        let n = prefix.len() as u32;
+        let w0 = KeptWalk::new(t, inv_t, lse, v);
+        let last = n.min(MAX_KEPT as u32);
+        let zmax = prefix.first().copied().unwrap_or(f32::NEG_INFINITY);
+        let tau_k = if t.top_k > 0 && t.top_k <= n { prefix[t.top_k as usize - 1] } else { f32::NEG_INFINITY };
+        let mut cums = std::vec![0.0f32; n as usize];
+        let (mut base, mut p_reached) = (0.0f32, (0u32, f32::NEG_INFINITY));
+        for c in 0.. {
+            let js: Vec<u32> = (32 * c..32 * c + 32).collect();
+            let mut before = [0.0f32; 32];
+            let mut s = base;
+            for (l, &j) in js.iter().enumerate() {
+                before[l] = s;
+                if j < n {
+                    s += w0.prob(prefix[j as usize], exp);
+                    cums[j as usize] = s;
+                }
+            }
+            if p_reached.0 == 0
+                && let Some(&j) = js.iter().find(|&&j| j < n && cums[j as usize] >= t.top_p)
+            {
+                p_reached = (j + 1, prefix[j as usize]);
+            }
+            for (l, &j) in js.iter().enumerate() {
+                if j > last {
+                    break;
+                }
+                let (z, exhausted) = if j < n { (prefix[j as usize], false) } else { (beta, true) };
+                let w = KeptWalk::after((t, inv_t, lse, v), j, zmax, before[l], tau_k, p_reached);
+                match w.verdict(z, exhausted, exp) {
+                    Verdict::Take => {}
+                    Verdict::Uncertain => return Step::Uncertain,
+                    Verdict::Decide => return w.decide(exp, |i| (prefix[i as usize], cums[i as usize])),
+                }
+            }
+            base = s;
+        }
+        unreachable!()
+    }
+
+    #[test]
+    fn the_walk_by_counts_is_the_sequential_walk() {
+        let mut g = Mix(41);
+        let (mut decided, mut states) = (0, 0);
+        for case in 0..600 {
+            let n = (g.next() * 320.0) as usize;
+            let mut prefix: Vec<f32> = (0..n)
+                .map(|_| match case % 3 {
+                    0 => -(g.next() * 20.0) as f32,
+                    1 => (g.next() * 2.0) as f32,
+                    _ => ((g.next() * 8.0).floor() * 0.5) as f32, // ties
+                })
+                .collect();
+            prefix.sort_by(|a, b| b.total_cmp(a));
+            let beta = prefix.last().map_or(0.0, |&x| x - (g.next() as f32));
+            let t = Truncation {
+                top_k: [0, 1, 3, 31, 32, 33, 50, 64, 300][(g.next() * 9.0) as usize],
+                top_p: [1.0, 0.1, 0.5, 0.9, 0.99, 0.999][(g.next() * 6.0) as usize],
+                min_p: [0.0, 0.0, 0.01, 0.3][(g.next() * 4.0) as usize],
+                _pad: 0,
+            };
+            let v = 100_000;
+            if t.is_off(v) {
+                continue;
+            }
+            let inv_t = [1.0f32, 2.0, 0.5][case % 3];
+            // A log-sum-exp at least the prefix's (the rest of the row adds mass).
+            let m = prefix.first().copied().unwrap_or(0.0);
+            let lse = m * inv_t
+                + (1.0 + g.next() as f32 * 3.0)
+                + prefix.iter().map(|&x| exp((x - m) * inv_t)).sum::<f32>().ln();
+            // The sequential walk, and its state after each take against the rebuilt one.
+            let mut w = KeptWalk::new(t, inv_t, lse, v);
+            let mut cums: Vec<f32> = Vec::new();
+            let mut p_reached = (0u32, f32::NEG_INFINITY);
+            let tau_k =
+                if t.top_k > 0 && t.top_k as usize <= n { prefix[t.top_k as usize - 1] } else { f32::NEG_INFINITY };
+            let sequential = loop {
+                let j = cums.len();
+                let rebuilt = KeptWalk::after(
+                    (t, inv_t, lse, v),
+                    j as u32,
+                    prefix.first().copied().unwrap_or(f32::NEG_INFINITY),
+                    w.mass(),
+                    tau_k,
+                    p_reached,
+                );
+                assert_eq!(rebuilt, w, "case {case}: state after {j} takes");
+                states += 1;
+                let (x, exhausted) = if j < n { (prefix[j], false) } else { (beta, true) };
+                match w.next(x, exhausted, exp, |i| (prefix[i as usize], cums[i as usize])) {
+                    Step::More => {
+                        cums.push(w.mass());
+                        if p_reached.0 == 0 && w.mass() >= t.top_p {
+                            p_reached = (cums.len() as u32, x);
+                        }
+                    }
+                    done => break done,
+                }
+            };
+            decided += matches!(sequential, Step::Kept { .. }) as u32;
+            assert_eq!(walk_by_counts(&prefix, beta, t, inv_t, lse, v), sequential, "case {case}: {t:?}, n = {n}");
+        }
+        std::eprintln!("{decided} rows decided, {states} states compared");
+        assert!(decided > 200 && states > 10_000, "{decided} decided, {states} states");
     }
 
     #[test]

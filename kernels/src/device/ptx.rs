@@ -71,6 +71,24 @@ pub unsafe fn shfl_sync_bfly_b32(x: u32, lane_mask: u32) -> u32 {
     r
 }
 
+/// `shfl.sync.idx.b32`: the value of lane `src` (`src < 32`), over the full warp.
+///
+/// # Safety
+/// All 32 lanes must execute it together.
+#[inline(always)]
+pub unsafe fn shfl_sync_idx_b32(x: u32, src: u32) -> u32 {
+    let r: u32;
+    // SAFETY: register-only; the caller guarantees all lanes participate (member mask 0xffffffff).
+    unsafe {
+        asm!(
+            "shfl.sync.idx.b32 {0}, {1}, {2}, 0x1f, 0xffffffff;",
+            out(reg32) r, in(reg32) x, in(reg32) src,
+            options(nomem, nostack),
+        );
+    }
+    r
+}
+
 /// `st.shared.v2.u32`: store 8 bytes to shared memory.
 ///
 /// # Safety

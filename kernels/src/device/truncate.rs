@@ -9,7 +9,7 @@
 //!    kernel's candidates and masses: [`reduce_row_block`], what `reduce_rows` does after a
 //!    log-probability launch, so no kernel stands between the fused one and this step). Then the lists' entries above the largest bound `β` are the row's
 //!    exact prefix down to `β`: the block collects them in shared memory and sorts them, and
-//!    [`KeptWalk`] (one thread) takes them largest first until the threshold is proven; then the
+//!    [`KeptWalk`] (warp 0, 32 counts at a time) takes them largest first until the threshold is proven; then the
 //!    row samples within its kept set with the plain pass's scores (a kept plain winner wins again)
 //!    and its log-probabilities are renormalized over the kept set. The request's first sample row
 //!    writes its top log-probabilities from the same prefix ([`TopOutputs`]). A row the walk cannot
@@ -55,10 +55,10 @@ use super::fragment::exp;
 use super::mainloop::MmaSyncMainloop;
 use super::pipeline::BlockRing;
 use super::ptx::{
-    atom_global_add_u32, atom_shared_add_u32, griddepcontrol_launch_dependents, griddepcontrol_wait, ld_shared_u32,
-    ld_shared_u64, ld_shared_v2_u32, ld_shared_v4_u32, mov_u32_dynamic_smem, red_shared_add_u32, shfl_sync_bfly_b32,
-    shfl_sync_up_b32,
-    st_shared_u32, st_shared_u64, st_shared_v2_u32, st_shared_v4_u32,
+    atom_global_add_u32, atom_shared_add_u32, bar_warp_sync, griddepcontrol_launch_dependents, griddepcontrol_wait,
+    ld_shared_u32, ld_shared_u64, ld_shared_v2_u32, ld_shared_v4_u32, mov_u32_dynamic_smem, red_shared_add_u32,
+    shfl_sync_bfly_b32, shfl_sync_idx_b32, shfl_sync_up_b32, st_shared_u32, st_shared_u64, st_shared_v2_u32,
+    st_shared_v4_u32,
 };
 use super::reduce::{AdjRows, ln, merge_butterfly, reduce_row_block};
 use super::schedule::{BlockWork, Thread};
@@ -73,7 +73,9 @@ use crate::params::{
     FALLBACK_KEEPS_SAMPLE, FALLBACK_ROW, FALLBACK_TOP, FallbackLogitsParams, FallbackParams, MAX_TOP_N, TopOutputs,
     TopSource, TruncateParams,
 };
-use crate::truncate::{KeptWalk, LANE_TOP, MAX_KEPT, RANK_TOP, RANK_UNITS, Step, StoredTop, TopList};
+use crate::truncate::{
+    KeptWalk, LANE_TOP, MAX_KEPT, RANK_TOP, RANK_UNITS, Step, StoredTop, TopList, Truncation, Verdict,
+};
 
 /// Warps of a [`truncate_rows`] block.
 const WARPS_T: u32 = TRUNCATE_THREADS / 32;
@@ -408,6 +410,99 @@ unsafe fn select_prefix(n: u32, hist: u32, control: u32, tid: u32) -> Option<(u3
     Some((c, f32::from_bits(bits)))
 }
 
+/// The warp's minimum of `x` (every lane gets it).
+///
+/// # Safety
+/// All 32 lanes call it together.
+#[inline(always)]
+unsafe fn warp_min_u32(mut x: u32) -> u32 {
+    for m in [1u32, 2, 4, 8, 16] {
+        // SAFETY: all 32 lanes (the caller's contract).
+        x = x.min(unsafe { shfl_sync_bfly_b32(x, m) });
+    }
+    x
+}
+
+/// [`KeptWalk`] over the `n` sorted entries (`theta` bounding every other token), 32 counts at a
+/// time: in chunk `c`, lane `l` takes count `j = 32c + l`, the running sums are added in order
+/// through one chain of shuffles (the sums after `j` and after `j + 1` takes; the latter stored in
+/// `masses` for the decision), the walk after `j` takes is rebuilt ([`KeptWalk::after`]: the first
+/// value, that sum, the `k`-th value, the first count whose sum reached `top_p`) and asked its
+/// verdict on entry `j`; the first count that does not take decides, the whole warp computing
+/// the same [`KeptWalk::decide`]. Every state is the one the sequential walk holds, so the step is
+/// its step bit for bit (`truncate::tests::the_walk_by_counts_is_the_sequential_walk`), without
+/// one dependent round of loads and branches per entry in a single thread.
+///
+/// # Safety
+/// All 32 lanes of one warp; `n ≤` [`TRUNCATE_CAPACITY`] sorted entries are visible in shared
+/// memory; `masses` holds [`MAX_KEPT`] free words.
+#[inline(always)]
+unsafe fn warp_walk(n: u32, theta: f32, walk: (Truncation, f32, f32, u32), masses: u32, lane: u32) -> Step {
+    let (t, inv_t, lse, v) = walk;
+    let first = KeptWalk::new(t, inv_t, lse, v);
+    // The walk decides at count min(n, MAX_KEPT) at the latest (exhausted, or full).
+    let last = n.min(MAX_KEPT as u32);
+    // SAFETY: entries below n (as everywhere below).
+    let zmax = if n > 0 { unsafe { load_entry(0).0 } } else { f32::NEG_INFINITY };
+    let tau_k = if t.top_k > 0 && t.top_k <= n { unsafe { load_entry(t.top_k - 1).0 } } else { f32::NEG_INFINITY };
+    let (mut base, mut p_reached) = (0.0f32, (0u32, f32::NEG_INFINITY));
+    let mut c = 0;
+    loop {
+        let j = 32 * c + lane;
+        // SAFETY: j < n: a sorted entry.
+        let (z, exhausted) = if j < n { (unsafe { load_entry(j).0 }, false) } else { (theta, true) };
+        let prob = if j < n { first.prob(z, exp) } else { 0.0 };
+        // The running sums in order: lane l's before and after its own take.
+        let (mut s, mut before, mut after) = (base, 0.0f32, 0.0f32);
+        for i in 0..32 {
+            if lane == i {
+                before = s;
+            }
+            // SAFETY: all 32 lanes.
+            s += f32::from_bits(unsafe { shfl_sync_idx_b32(prob.to_bits(), i) });
+            if lane == i {
+                after = s;
+            }
+        }
+        if j < last {
+            // SAFETY: j < MAX_KEPT: inside the running sums.
+            unsafe { st_shared_u32(masses + 4 * j, after.to_bits()) };
+        }
+        if p_reached.0 == 0 {
+            // SAFETY: all 32 lanes.
+            let m = unsafe { warp_min_u32(if j < n && after >= t.top_p { j + 1 } else { u32::MAX }) };
+            if m != u32::MAX {
+                // SAFETY: all 32 lanes; entry m − 1 is lane (m − 1) % 32's of this chunk.
+                p_reached = (m, f32::from_bits(unsafe { shfl_sync_idx_b32(z.to_bits(), (m - 1) % 32) }));
+            }
+        }
+        let w = KeptWalk::after(walk, j, zmax, before, tau_k, p_reached);
+        let verdict = if j <= last { w.verdict(z, exhausted, exp) } else { Verdict::Take };
+        // SAFETY: all 32 lanes.
+        let stop = unsafe { warp_min_u32(if verdict == Verdict::Take { u32::MAX } else { j }) };
+        if stop != u32::MAX {
+            // The running sums stored above are visible to the whole warp after this.
+            bar_warp_sync();
+            // SAFETY: all 32 lanes; `stop` is lane stop % 32's count of this chunk.
+            let (uncertain, before) = unsafe {
+                let src = stop % 32;
+                (
+                    shfl_sync_idx_b32((verdict == Verdict::Uncertain) as u32, src) != 0,
+                    shfl_sync_idx_b32(before.to_bits(), src),
+                )
+            };
+            if uncertain {
+                return Step::Uncertain;
+            }
+            let w = KeptWalk::after(walk, stop, zmax, f32::from_bits(before), tau_k, p_reached);
+            // SAFETY: the decision reads entries and running sums below `stop` ≤ last.
+            return w.decide(exp, |i| unsafe { (load_entry(i).0, f32::from_bits(ld_shared_u32(masses + 4 * i))) });
+        }
+        base = s;
+        c += 1;
+    }
+}
+
 /// A sample row's units: `n` per rank, `ranks` ranks `stride` units apart (one rank on one GPU;
 /// the all-gathered exports of a tensor-parallel call's ranks).
 #[derive(Clone, Copy)]
@@ -644,11 +739,14 @@ unsafe fn list_row(p: &TruncateParams, b: u32, flags: u32, tid: u32, word: u32) 
 ///    round collects above a higher threshold that still leaves [`MAX_KEPT`]` + 1` entries above it
 ///    (all the walk can read, so its result is the same); after `ROUNDS` (4) rounds, the row is
 ///    uncertain.
-/// 3. The block sorts them descending (value, then the lower index first: the lists' order).
-/// 4. Thread 0 walks them with [`KeptWalk`] (`β` when they run out), storing the running sums in
-///    shared memory, in the order of the CPU reference: the same f32 sums.
+/// 3. The block sorts them descending (value, then the lower index first: the lists' order); past
+///    [`SORT_CAP`] entries only those [`select_prefix`] keeps (every one the walk can read).
+/// 4. Warp 0 walks them with [`KeptWalk`] (`β` when they run out), 32 counts at a time
+///    ([`warp_walk`]), storing the running sums in shared memory, added in the order of the CPU
+///    reference: the same f32 sums, the same step.
 /// 5. Certified: thread `j` scores kept entry `j` with the plain pass's noise, a block argmax
-///    picks the sample, and warp 0 recomputes a changed token's raw logit. Uncertain: the row is
+///    picks the sample, and warp 0 recomputes a changed token's raw logit (when the call asks for
+///    log-probabilities). Uncertain: the row is
 ///    listed for the fallback (and, with [`TruncateParams::gathered`], its hidden state copied).
 ///
 /// # Safety
@@ -859,41 +957,26 @@ pub unsafe extern "ptx-kernel" fn truncate_rows(p: TruncateParams) {
         unsafe { export_list(out, n, bound, tid) };
         return; // block-uniform
     }
-    // 4. The walk (a truncating row), in thread 0; `None` for a row that does not truncate.
+    // 4. The walk (a truncating row), by warp 0 ([`warp_walk`]); `None` for a row that does not
+    // truncate.
     let outcome = if !truncating {
         None
     } else if let Some(n) = collected {
-        if tid == 0 {
-            // The walk reads back entry j < count ≤ MAX_KEPT: sorted above, its running sum stored
-            // below by this thread.
-            // SAFETY: j < MAX_KEPT < capacity: inside the entries and the running sums.
-            let prefix = |j: u32| unsafe { (load_entry(j).0, f32::from_bits(ld_shared_u32(masses + 4 * j))) };
-            let mut walk = KeptWalk::new(trunc, row.transform.inv_temperature, lse, p.v);
-            // The next value, loaded one entry ahead (`theta` once they run out: it bounds the rest).
-            // SAFETY: j < n ≤ capacity: a sorted entry.
-            let value = |j: u32| if j < n { unsafe { load_entry(j).0 } } else { theta };
-            let mut j = 0;
-            let mut z = value(0);
-            let step = loop {
-                let (zj, exhausted) = (z, j >= n);
-                z = value(j + 1);
-                match walk.next(zj, exhausted, exp, prefix) {
-                    Step::More => {
-                        // SAFETY: j = count - 1 < MAX_KEPT: inside the running sums.
-                        unsafe { st_shared_u32(masses + 4 * j, walk.mass().to_bits()) };
-                        j += 1;
-                    }
-                    done => break done,
-                }
-            };
+        if warp == 0 {
+            // SAFETY: all 32 lanes of warp 0; the n sorted entries are visible (the sort ends with a
+            // barrier; the selection too); the running sums' area is free (the selection's
+            // histogram is read before its last barrier).
+            let step = unsafe { warp_walk(n, theta, (trunc, row.transform.inv_temperature, lse, p.v), masses, lane) };
             let words = match step {
                 Step::Kept { count, mass } => [1, count, mass.to_bits()],
                 _ => [0; 3],
             };
-            // SAFETY: the step's control words.
-            unsafe {
-                for (k, w) in words.into_iter().enumerate() {
-                    st_shared_u32(control + 4 * (STEP_WORD + k as u32), w);
+            if lane == 0 {
+                // SAFETY: the step's control words.
+                unsafe {
+                    for (k, w) in words.into_iter().enumerate() {
+                        st_shared_u32(control + 4 * (STEP_WORD + k as u32), w);
+                    }
                 }
             }
         }
@@ -1014,8 +1097,8 @@ pub unsafe extern "ptx-kernel" fn truncate_rows(p: TruncateParams) {
         unsafe { *flag = sample_in_fallback as u32 };
     }
     if sample_in_fallback || top_in_fallback {
-        let flags = if top_in_fallback { FALLBACK_TOP } else { 0 }
-            | if sample_in_fallback { 0 } else { FALLBACK_KEEPS_SAMPLE };
+        let flags =
+            if top_in_fallback { FALLBACK_TOP } else { 0 } | if sample_in_fallback { 0 } else { FALLBACK_KEEPS_SAMPLE };
         // SAFETY: every thread (block-uniform: the outcome and the top plan are), once; the control
         // word is not otherwise used.
         unsafe { list_row(&p, b, flags, tid, control + 4 * LIST_WORD) };
