@@ -20,9 +20,11 @@
 //! rank computes their raw logits over its shard, those are all-gathered (`count × V_max` floats
 //! per rank) and assembled into whole rows, and every rank samples them as on one GPU. Raw
 //! log-probabilities come from the merged raw log-sum-exp (a changed token's raw logit is its
-//! processed one: no soft-cap). Not composed yet (typed [`Error::Unsupported`] before any launch):
-//! top log-probabilities, sparse adjustments, or raw log-probabilities with a soft-cap, together
-//! with truncation; a shard entirely past V is [`Error::InvalidShards`] for a truncating call.
+//! processed one: no soft-cap). Top log-probabilities come from the same merged lists or the
+//! fallback's assembled rows. Not composed yet (typed [`Error::Unsupported`] before any launch):
+//! sparse adjustments with truncation or top log-probabilities, raw log-probabilities with
+//! truncation and a soft-cap; a shard entirely past V is [`Error::InvalidShards`] for a truncating
+//! call.
 //!
 //! Two ways to run it:
 //! - [`TpGroup`]: one process driving several local GPUs (tests, benchmarks);
