@@ -439,11 +439,12 @@ unsafe fn warp_min_u32(mut x: u32) -> u32 {
 #[inline(always)]
 unsafe fn warp_walk(n: u32, theta: f32, walk: (Truncation, f32, f32, u32), masses: u32, lane: u32) -> Step {
     let (t, inv_t, lse, v) = walk;
-    let first = KeptWalk::new(t, inv_t, lse, v);
+    let fresh = KeptWalk::new(t, inv_t, lse, v);
     // The walk decides at count min(n, MAX_KEPT) at the latest (exhausted, or full).
     let last = n.min(MAX_KEPT as u32);
-    // SAFETY: entries below n (as everywhere below).
+    // SAFETY: entry 0 < n, a sorted entry.
     let zmax = if n > 0 { unsafe { load_entry(0).0 } } else { f32::NEG_INFINITY };
+    // SAFETY: entry k − 1 < n, a sorted entry.
     let tau_k = if t.top_k > 0 && t.top_k <= n { unsafe { load_entry(t.top_k - 1).0 } } else { f32::NEG_INFINITY };
     let (mut base, mut p_reached) = (0.0f32, (0u32, f32::NEG_INFINITY));
     let mut c = 0;
@@ -451,7 +452,7 @@ unsafe fn warp_walk(n: u32, theta: f32, walk: (Truncation, f32, f32, u32), masse
         let j = 32 * c + lane;
         // SAFETY: j < n: a sorted entry.
         let (z, exhausted) = if j < n { (unsafe { load_entry(j).0 }, false) } else { (theta, true) };
-        let prob = if j < n { first.prob(z, exp) } else { 0.0 };
+        let prob = if j < n { fresh.prob(z, exp) } else { 0.0 };
         // The running sums in order: lane l's before and after its own take.
         let (mut s, mut before, mut after) = (base, 0.0f32, 0.0f32);
         for i in 0..32 {
