@@ -348,10 +348,17 @@ pub(super) unsafe fn consume<C: Consumer, const S: u32>(
     let (mut tile, step) = if shared { (first, 1) } else { (first + c, 2) };
     let mut j = 0; // this consumer's tile count
     while tile < end {
-        // A phase-parity wait is only sound while the barrier is at most one phase short of the
-        // awaited one: wait until the other consumer has seen its tile's stages land (so the fills
-        // before ours are complete). Consumer 0's first tile needs no turn. Sharing, each consumer
-        // waits for every stage in order, which keeps it so by itself.
+        // A phase-parity wait is only sound while the barrier is at most one phase past the awaited
+        // one: wait until the other consumer has seen its tile's stages land (so the fills before
+        // ours are complete). Consumer 0's first tile needs no turn. Every warp of the other
+        // consumer arrives (the barrier counts 4): the turn's next phase then needs each of them at
+        // its next tile, which needs this turn of every warp here — this warp's included — so no
+        // warp can find the barrier two phases on. (With one arrival per consumer, its first warp
+        // could hand over while this consumer's last warp was still in the previous tile's epilogue;
+        // with one stage per tile and epilogues that take different times per warp, the other
+        // consumer then completed a second phase and that warp waited for a third: a deadlock,
+        // docs/findings/25.) Sharing, each consumer waits for every stage in order, which keeps it
+        // so by itself.
         if !shared && (c == 1 || j > 0) {
             // SAFETY: warpgroup-uniform; an initialized barrier.
             unsafe { wait(bars.turn(c), (j + c + 1) % 2) };
@@ -366,7 +373,7 @@ pub(super) unsafe fn consume<C: Consumer, const S: u32>(
             // before the MMAs that read it.
             unsafe {
                 wait(bars.full(slot), (stage / S) % 2);
-                if !shared && k + 1 == n_k && tid % 128 == 0 {
+                if !shared && k + 1 == n_k && lane == 0 {
                     mbarrier_arrive_shared_cta_b64(bars.turn(1 - c));
                 }
                 wgmma_fence_sync_aligned();

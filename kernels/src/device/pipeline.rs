@@ -173,7 +173,8 @@ impl Pipeline {
     /// `FusedVariant::prefix_bytes`) and the ring (`w_rows` weight
     /// and `block_b` hidden rows per slot) after them, and initializes the barriers: `full` expects
     /// one arrival (the TMA producer's, with the stage's bytes), `empty` the 4 warps of one consumer
-    /// (taking turns, `split = 1`) or of both (sharing every stage, `split = 2`), `turn` one.
+    /// (taking turns, `split = 1`) or of both (sharing every stage, `split = 2`), `turn[c]` the 4 warps
+    /// of the other consumer (see [`consume`](super::mainloop::consume) for why every warp).
     /// Ends with a block barrier.
     ///
     /// # Safety
@@ -198,7 +199,7 @@ impl Pipeline {
             }
             for c in 0..2 {
                 // SAFETY: as above.
-                unsafe { mbarrier_init_shared_cta_b64(bars.turn(c), 1) };
+                unsafe { mbarrier_init_shared_cta_b64(bars.turn(c), CONSUMER_ARRIVALS) };
             }
             fence_mbarrier_init_release_cluster();
         }
