@@ -4,7 +4,7 @@
 //! to the same noise and merge with the same rule; they differ only in how the logits were summed.
 
 use crate::candidate::Candidate;
-use crate::noise::RowNoise;
+use crate::noise::{RowNoise, gumbel_bound, gumbel_of};
 
 /// Temperatures below this (the subnormal ones, `0 < T < 2⁻¹²⁶ ≈ 1.18e-38`) decode greedily, as
 /// `T = 0` does: there `T · gumbel` would be a subnormal with too few bits to rank anything, and the
@@ -80,8 +80,85 @@ impl Transform {
 
 /// Epilogue for four consecutive vocab entries `v0 .. v0 + 4` (`v0 % 4 == 0`) of one row: one Philox
 /// call, four scores, entries at or beyond `vocab` skipped (never scored as 0).
+///
+/// **Pruned noise.** An entry's noise (two logarithms) is computed only when the entry could beat the
+/// candidate: its score with the noise's upper bound [`gumbel_bound`] (a few integer and f32 operations
+/// on the draw) is not below the candidate's score. Scores are monotone in the noise (`n ≥ 0`, and f32
+/// multiplies and adds round monotonically), so a skipped entry's score is strictly below the
+/// candidate's and [`Candidate::update`] would have left the candidate unchanged: the candidate after
+/// every call is the one of [`update_group4_unpruned`], bit for bit (NaN and `−∞` candidates never skip:
+/// `x < NaN` and `x < −∞` are false). Along a row the candidate rises, so most of a long row's noise is
+/// skipped (a record among `j` draws has probability `1/j`).
 #[inline(always)]
 pub fn update_group4(
+    cand: &mut Candidate,
+    logits: [f32; 4],
+    v0: u32,
+    vocab: u32,
+    noise: &RowNoise,
+    transform: &Transform,
+) {
+    update_group4_above(cand, f32::NEG_INFINITY, logits, v0, vocab, noise, transform);
+}
+
+/// [`update_group4`] that also skips the entries whose bound is below `floor`, a score another unit's
+/// candidate of the same row already holds (same transform and noise key), or `−∞` for none.
+///
+/// This unit's candidate may then miss entries, but only entries that lose to that other candidate,
+/// so the row's merged candidate is the one of [`update_group4_unpruned`] bit for bit. Ties cannot be
+/// lost: an entry is skipped only when even its bound is strictly below the floor. A NaN floor skips
+/// nothing (`x < NaN` is false); a NaN candidate keeps winning (only a NaN replaces it).
+#[inline(always)]
+pub fn update_group4_above(
+    cand: &mut Candidate,
+    floor: f32,
+    logits: [f32; 4],
+    v0: u32,
+    vocab: u32,
+    noise: &RowNoise,
+    transform: &Transform,
+) {
+    if transform.is_greedy() {
+        let mut j = 0;
+        while j < 4 {
+            let v = v0 + j as u32;
+            if v < vocab {
+                cand.update(transform.score(logits[j], 0.0), v);
+            }
+            j += 1;
+        }
+        return;
+    }
+    let (x, t) = noise.draws4(v0 >> 2);
+    // Four calls with constant indices, not a loop: with the branch inside, the compiler keeps a loop
+    // rolled and indexes `x`, `t` and `logits` in local memory.
+    let bounded = (floor, vocab, transform);
+    update_draw(cand, bounded, logits[0], v0, x[0], t[0]);
+    update_draw(cand, bounded, logits[1], v0 + 1, x[1], t[1]);
+    update_draw(cand, bounded, logits[2], v0 + 2, x[2], t[2]);
+    update_draw(cand, bounded, logits[3], v0 + 3, x[3], t[3]);
+}
+
+/// One entry of [`update_group4_above`]: its noise only if its bound reaches the candidate or `floor`.
+#[inline(always)]
+fn update_draw(
+    cand: &mut Candidate,
+    (floor, vocab, transform): (f32, u32, &Transform),
+    y: f32,
+    v: u32,
+    x: u32,
+    t: f32,
+) {
+    if v < vocab && !(transform.score(y, gumbel_bound(x, t)) < cand.score.max(floor)) {
+        cand.update(transform.score(y, gumbel_of(x, t)), v);
+    }
+}
+
+/// [`update_group4`] with every entry's noise computed (no bound, no skip): the reference its
+/// identity test compares against, and the Gumbel-max baseline over materialized logits (the way
+/// FlashInfer's `sampling_from_logits` draws every entry's noise).
+#[inline(always)]
+pub fn update_group4_unpruned(
     cand: &mut Candidate,
     logits: [f32; 4],
     v0: u32,
@@ -175,6 +252,112 @@ mod tests {
             update_aligned(&mut aligned, chunk, 4 * q as u32, vocab, &noise, &t);
         }
         assert_eq!(aligned, whole);
+    }
+
+    /// Xorshift64 words for the pruning tests.
+    fn xorshift(mut s: u64) -> impl FnMut() -> u64 {
+        move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        }
+    }
+
+    /// A uniform value in `[-spread/2, spread/2)` from the top 53 bits of `r`.
+    fn centered(r: u64, spread: f32) -> f32 {
+        spread * (((r >> 11) as f64 / (1u64 << 53) as f64) as f32 - 0.5)
+    }
+
+    #[test]
+    fn pruned_noise_gives_the_unpruned_candidate_bit_for_bit() {
+        // Rows of groups fed to both epilogues from the same start; the candidate must agree after every
+        // group (score bits and index). Logits: spread rows (most noise skipped), flat rows, ties, and
+        // special values; temperatures on both sides of 1, subnormal-greedy, huge.
+        let mut next = xorshift(0x2545_f491_4f6c_dd1d);
+        let specials = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, f32::MAX, -f32::MAX, 0.0, -0.0, 1e-40];
+        let (mut skipped, mut computed) = (0u64, 0u64);
+        for case in 0..3000u32 {
+            let t = [1.0f32, 0.7, 1e-3, 1.7, 40.0, 0.0, 1e-39, 1e30][case as usize % 8];
+            let transform = Transform::from_temperature(t);
+            let noise = RowNoise { seed: next(), stream: next(), sample: case % 5 };
+            let spread = [0.0f32, 0.5, 4.0, 30.0][(case / 8) as usize % 4];
+            let vocab = 4 * 64 - (case % 3);
+            let mut a = Candidate::EMPTY;
+            let mut b = Candidate::EMPTY;
+            if case % 7 == 3 {
+                a = Candidate { score: (next() % 40) as f32 * 0.25, index: 7 };
+                b = a;
+            }
+            for q in 0..64u32 {
+                let mut y = [0.0f32; 4];
+                for yj in y.iter_mut() {
+                    let r = next();
+                    *yj = if r % 97 == 0 {
+                        specials[(r >> 8) as usize % specials.len()]
+                    } else if r % 5 == 0 {
+                        // Coarse values: ties between entries and with the candidate.
+                        ((r >> 16) % 9) as f32 * 0.25
+                    } else {
+                        centered(r, spread)
+                    };
+                }
+                if !transform.is_greedy() {
+                    let (x, tt) = noise.draws4(q);
+                    for j in 0..4 {
+                        let up = transform.score(y[j], crate::noise::gumbel_bound(x[j], tt[j]));
+                        if up < a.score { skipped += 1 } else { computed += 1 }
+                    }
+                }
+                update_group4(&mut a, y, 4 * q, vocab, &noise, &transform);
+                update_group4_unpruned(&mut b, y, 4 * q, vocab, &noise, &transform);
+                assert_eq!((a.score.to_bits(), a.index), (b.score.to_bits(), b.index), "case {case} group {q}");
+            }
+        }
+        // Not vacuous: both branches are taken many times.
+        assert!(skipped > 100_000 && computed > 100_000, "skipped {skipped}, computed {computed}");
+    }
+
+    #[test]
+    fn floors_from_other_units_keep_the_merged_candidate() {
+        // Four units take turns on a row's groups (as the four lanes of a quad do, tile by tile), each
+        // with the best score of the others as its floor after every round; their merge must be the
+        // unpruned candidate of the whole row.
+        let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
+        for case in 0..400u32 {
+            let transform = Transform::from_temperature([1.0f32, 0.6, 2.5, 1e-4][case as usize % 4]);
+            let noise = RowNoise { seed: next(), stream: next(), sample: 0 };
+            let spread = [0.5f32, 3.0, 20.0][(case / 4) as usize % 3];
+            let mut units = [Candidate::EMPTY; 4];
+            let mut whole = Candidate::EMPTY;
+            for round in 0..24u32 {
+                let floor = |u: usize, units: &[Candidate; 4]| {
+                    (0..4).filter(|&o| o != u).map(|o| units[o].score).fold(f32::NEG_INFINITY, f32::max)
+                };
+                let floors: [f32; 4] = core::array::from_fn(|u| floor(u, &units));
+                for u in 0..4u32 {
+                    for k in 0..4u32 {
+                        let group = (round * 4 + k) * 4 + u;
+                        let mut y = [0.0f32; 4];
+                        for yj in y.iter_mut() {
+                            let r = next();
+                            *yj = if r % 251 == 0 {
+                                f32::NAN
+                            } else if r % 3 == 0 {
+                                ((r >> 16) % 5) as f32 * 0.5
+                            } else {
+                                centered(r, spread)
+                            };
+                        }
+                        let c = &mut units[u as usize];
+                        update_group4_above(c, floors[u as usize], y, 4 * group, 1 << 20, &noise, &transform);
+                        update_group4_unpruned(&mut whole, y, 4 * group, 1 << 20, &noise, &transform);
+                    }
+                }
+            }
+            let merged = units.iter().fold(Candidate::EMPTY, |a, &b| a.merge(b));
+            assert_eq!((merged.score.to_bits(), merged.index), (whole.score.to_bits(), whole.index), "case {case}");
+        }
     }
 
     #[test]

@@ -211,18 +211,55 @@ fn refine(ctr: [u32; 4], key: [u32; 2], x: [u32; 4]) -> [f32; 4] {
     refined_distances(x, x2)
 }
 
-/// Gumbel noise of the four words of Philox counter `ctr` under `key`, refining extreme words with a
-/// second call (the counter with [`REFINE_SAMPLE_BIT`] set in `ctr[1]`). [`RowNoise::gumbel4`] is this
-/// function of the counter in the module documentation.
+/// The four draws of Philox counter `ctr` under `key`: their words `x` and distances `t` from the
+/// nearer end of (0, 1), refining extreme words with a second call (the counter with
+/// [`REFINE_SAMPLE_BIT`] set in `ctr[1]`). Draw `l`'s noise is `gumbel_of(x[l], t[l])`, bounded above by
+/// `gumbel_bound(x[l], t[l])`.
 #[inline(always)]
-pub fn gumbel4_at(ctr: [u32; 4], key: [u32; 2]) -> [f32; 4] {
+pub fn draws4_at(ctr: [u32; 4], key: [u32; 2]) -> ([u32; 4], [f32; 4]) {
     let x = philox4x32_10(ctr, key);
     let mut t = [tail_distance(x[0]), tail_distance(x[1]), tail_distance(x[2]), tail_distance(x[3])];
     // One test per group; taken with probability 4 · 2^-23.
     if is_extreme(x[0]) | is_extreme(x[1]) | is_extreme(x[2]) | is_extreme(x[3]) {
         t = refine(ctr, key, x);
     }
+    (x, t)
+}
+
+/// Gumbel noise of the four words of Philox counter `ctr` under `key` ([`draws4_at`], then
+/// [`gumbel_of`]). [`RowNoise::gumbel4`] is this function of the counter in the module documentation.
+#[inline(always)]
+pub fn gumbel4_at(ctr: [u32; 4], key: [u32; 2]) -> [f32; 4] {
+    let (x, t) = draws4_at(ctr, key);
     [gumbel_of(x[0], t[0]), gumbel_of(x[1], t[1]), gumbel_of(x[2], t[2]), gumbel_of(x[3], t[3])]
+}
+
+/// Slack added to [`gumbel_bound`] for the roundings of the computed noise and of the bound itself
+/// (each below 2e-5 nats; see [`gumbel_bound`]).
+pub const GUMBEL_BOUND_SLACK: f32 = 1.0 / 256.0;
+/// `-ln(ln 2)` (0.366 513 …) rounded up, plus [`GUMBEL_BOUND_SLACK`]: the bound of a lower-half draw.
+const LOWER_HALF_BOUND: f32 = 0.366_514 + GUMBEL_BOUND_SLACK;
+
+/// An upper bound of the noise `gumbel_of(x, t)` of a draw, for a few integer and f32 operations
+/// instead of two logarithms: the fused epilogue skips the noise of a logit that cannot beat its
+/// row's candidate even with this bound ([`crate::epilogue::update_group4`]).
+///
+/// - Lower half (`u = t ≤ 1/2`): `E = -ln t ≥ ln 2`, so `g = -ln E ≤ -ln(ln 2)`.
+/// - Upper half (`u = 1 − t`): `E = -ln(1 − t) ≥ t`, so `g ≤ -ln t = ln 2 · (−log₂ t)`. With
+///   `t = 2^e · m`, `m ∈ [1, 2)`, the bits of the f32 `t` read as a number are `2^23 · (e + 127 + (m − 1))`
+///   and `m − 1 ≤ log₂ m` on `[1, 2]`, so `−log₂ t ≤ 127 − bits · 2^-23` (at most 0.086 above it).
+///
+/// Both hold for every `t` the generator forms, refined or not (`t ∈ [2^-65, 1/2]`, normal floats).
+/// The computed noise exceeds the exact `-ln(-ln u)` of its `t` by less than 2e-5 (the logarithm's
+/// relative error below 2.5e-7, tested; `|g| < 46`), and the bound's own f32 evaluation (the bits'
+/// conversion, a subtraction and a multiply, each within 2^-24 relative of values below 2^30, 66 and
+/// 46) rounds by less than 1e-5; [`GUMBEL_BOUND_SLACK`] covers both with a factor of 100 to spare. The
+/// tests `gumbel_bound_holds_on_every_word` and `gumbel_bound_is_above_every_draw` check the bound on
+/// every unrefined 32-bit word (least margin 3.9e-3: the slack) and on refined draws.
+#[inline(always)]
+pub fn gumbel_bound(x: u32, t: f32) -> f32 {
+    let upper = core::f32::consts::LN_2 * (127.0 - t.to_bits() as f32 * (1.0 / 8_388_608.0)) + GUMBEL_BOUND_SLACK;
+    if (x as i32) >= 0 { LOWER_HALF_BOUND } else { upper }
 }
 
 /// [`gumbel4_at`] as a function of the words: `x` the group's Philox words, `x2` the refinement call's
@@ -271,6 +308,12 @@ impl RowNoise {
     #[inline(always)]
     pub fn gumbel4(&self, group: u32) -> [f32; 4] {
         gumbel4_at(self.counter(group), self.key())
+    }
+
+    /// The draws (words and distances) of vocab entries `4·group .. 4·group + 4` ([`draws4_at`]).
+    #[inline(always)]
+    pub fn draws4(&self, group: u32) -> ([u32; 4], [f32; 4]) {
+        draws4_at(self.counter(group), self.key())
     }
 
     /// Gumbel noise of one vocab entry (the same bits as [`Self::gumbel4`] gives it).
@@ -497,6 +540,70 @@ mod tests {
             assert!(expected >= 100.0, "gap {gap}: too few expected hits ({expected})");
             assert!(z.abs() < 4.5, "gap {gap}: {hits} hits, expected {expected:.1} (z = {z:.2})");
         }
+    }
+
+    /// Checks `gumbel_bound` above the computed noise of word `x` (unrefined, and refined with `x2`
+    /// where extreme); returns the bound's excess.
+    fn bound_excess(x: u32, x2: u32) -> f32 {
+        let t = if is_extreme(x) { tail_distance_refined(x, x2) } else { tail_distance(x) };
+        let (g, b) = (gumbel_of(x, t), gumbel_bound(x, t));
+        assert!(g < b, "word {x:#x}/{x2:#x}: noise {g} above its bound {b}");
+        b - g
+    }
+
+    #[test]
+    fn gumbel_bound_is_above_every_draw() {
+        let mut rng = Mix(0xb0d);
+        let mut worst = 0.0f32;
+        for x in test_words().into_iter().chain((0..1u32 << 16).flat_map(|j| [j, !j, j << 16, !(j << 16)])) {
+            let e = bound_excess(x, rng.word());
+            // Tight where skipping matters, the large noise of draws near 1 (`t ≤ 2^-6`, noise above
+            // 4.1): within 0.1 nats (the bits' 0.086 of log₂ and `E ≥ t`'s `ln(1 + t/2)`).
+            if (x as i32) < 0 && tail_distance(x) <= 1.0 / 64.0 {
+                worst = worst.max(e);
+            }
+        }
+        for _ in 0..200_000 {
+            let j = rng.word() % REFINE_BELOW;
+            bound_excess(j, rng.word());
+            bound_excess(!j, rng.word());
+            bound_excess(rng.word(), 0);
+        }
+        for x2 in [0, 1, u32::MAX] {
+            bound_excess(0, x2);
+            bound_excess(u32::MAX, x2);
+        }
+        assert!(worst < 0.1, "the bound is {worst} nats above an upper-half draw's noise");
+        // The largest bound is the generator's reach, a bit above it.
+        let top = gumbel_bound(u32::MAX, tail_distance_refined(u32::MAX, 0));
+        assert!(top >= GUMBEL_MAX && top < GUMBEL_MAX + 0.01, "{top}");
+    }
+
+    /// Every unrefined 32-bit word (about 22 s on two cores in a release build); the refined ones are
+    /// sampled by `gumbel_bound_is_above_every_draw`.
+    #[test]
+    fn gumbel_bound_holds_on_every_word() {
+        let threads = std::thread::available_parallelism().map_or(2, |n| n.get()) as u64;
+        let span = (1u64 << 32) / threads + 1;
+        let handles: Vec<_> = (0..threads)
+            .map(|k| {
+                std::thread::spawn(move || {
+                    let (lo, hi) = (k * span, ((k + 1) * span).min(1 << 32));
+                    let mut worst = f32::INFINITY;
+                    for x in lo..hi {
+                        let x = x as u32;
+                        if !is_extreme(x) {
+                            let t = tail_distance(x);
+                            worst = worst.min(gumbel_bound(x, t) - gumbel_of(x, t));
+                        }
+                    }
+                    worst
+                })
+            })
+            .collect();
+        let least = handles.into_iter().map(|h| h.join().unwrap()).fold(f32::INFINITY, f32::min);
+        std::println!("least margin of the bound over every unrefined word: {least:e}");
+        assert!(least > 0.0);
     }
 
     #[test]

@@ -20,7 +20,7 @@ use super::ptx::{
 use super::reduce::{self, merge_butterfly};
 use crate::candidate::Candidate;
 use crate::config::{BASELINE_THREADS, LOGITS_CHUNK, STREAM_READ_THREADS};
-use crate::epilogue::update_group4;
+use crate::epilogue::update_group4_unpruned;
 use crate::logmass::LogMass;
 use crate::noise::{RowNoise, uniform_open};
 use crate::params::{LogitsParams, ReduceParams, StreamReadParams};
@@ -58,7 +58,7 @@ unsafe fn gumbel_logits_body(p: LogitsParams) {
         if v0 < p.v {
             // SAFETY: v0 + 4 <= V (V % 4 == 0), 16-byte aligned.
             let x = unsafe { ld_global_nc_v4_f32(logits.add(v0 as usize)) };
-            update_group4(&mut cand, x, base + v0, base + p.v, &noise, &p.transform);
+            update_group4_unpruned(&mut cand, x, base + v0, base + p.v, &noise, &p.transform);
         }
         k += 1;
     }

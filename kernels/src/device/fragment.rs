@@ -22,10 +22,10 @@
 
 use super::mainloop::{Accumulators, WgmmaShape};
 use super::merge::{MergeArea, SharedMasses, put_merged};
-use super::ptx::ex2_approx_ftz_f32;
+use super::ptx::{ex2_approx_ftz_f32, shfl_sync_bfly_b32};
 use crate::candidate::Candidate;
 use crate::config::{ROWS_PER_LANE, TMA_T_TILE_V};
-use crate::epilogue::update_group4;
+use crate::epilogue::update_group4_above;
 use crate::logits::softcap;
 use crate::params::{FusedParams, RowMass, RowParams};
 use crate::truncate::{LANE_TOP, LANE_TOP_WIDE, StoredTop, TopList};
@@ -80,7 +80,7 @@ pub(super) fn lane_epilogue<const LP: bool, const TOP: bool, const SC: bool, con
     row: RowRef,
     v0: u32,
     y: [f32; 4],
-    cand: &mut Candidate,
+    (cand, floor): (&mut Candidate, f32),
     (mass, top): (&mut RowMass, &mut TopList<L>),
 ) {
     // The global vocab index of the group: a vocab shard's rows start at `v_offset` (a multiple of
@@ -103,7 +103,7 @@ pub(super) fn lane_epilogue<const LP: bool, const TOP: bool, const SC: bool, con
         }
     }
     let transform = row.transform();
-    update_group4(cand, z, g0, g_end, &row.noise(), &transform);
+    update_group4_above(cand, floor, z, g0, g_end, &row.noise(), &transform);
     if LP {
         let mut raw = [f32::NEG_INFINITY; 4];
         let mut processed = [f32::NEG_INFINITY; 4];
@@ -179,7 +179,14 @@ fn mma_sync_tile_with<const NB: usize, const LP: bool, const TOP: bool, const SC
         if b < p.b {
             let logits = column_logits::<NB>(acc, i);
             let (cand, mass, top) = (&mut cands[i as usize], &mut masses[i as usize], &mut tops[i as usize]);
-            lane_epilogue::<LP, TOP, SC, MK, LANE_TOP>(p, row_params(p, b), v0, logits, cand, (mass, top));
+            lane_epilogue::<LP, TOP, SC, MK, LANE_TOP>(
+                p,
+                row_params(p, b),
+                v0,
+                logits,
+                (cand, f32::NEG_INFINITY),
+                (mass, top),
+            );
         }
     }
 }
@@ -276,7 +283,14 @@ fn weight_a_tile_with<
                             _ => tops[I + 3 * pass],
                         }
                     };
-                    lane_epilogue::<LP, TOP, SC, MK, LANE_TOP>(p, row_params(p, b), v0, logits, &mut cand, (&mut mass, &mut top));
+                    lane_epilogue::<LP, TOP, SC, MK, LANE_TOP>(
+                        p,
+                        row_params(p, b),
+                        v0,
+                        logits,
+                        (&mut cand, f32::NEG_INFINITY),
+                        (&mut mass, &mut top),
+                    );
                     if TOP {
                         match r {
                             0 => tops[I] = top,
@@ -301,6 +315,22 @@ fn weight_a_tile_with<
     }
 }
 
+/// The largest of the four lanes' `score` in the lane's quad (lanes `4g .. 4g + 4`; NaN ignored unless
+/// all four are NaN).
+///
+/// # Safety
+/// All 32 lanes of the warp call it together (converged).
+#[inline(always)]
+unsafe fn quad_best(score: f32) -> f32 {
+    let mut s = score;
+    for m in [1u32, 2] {
+        // SAFETY: the whole warp, converged (the caller's contract).
+        let other = f32::from_bits(unsafe { shfl_sync_bfly_b32(s.to_bits(), m) });
+        s = s.max(other);
+    }
+    s
+}
+
 /// Hidden-as-A `wgmma` tile `tile` (256 vocab rows): for each of the lane's two batch rows `b[e]`
 /// (skipped past B), the 16 Philox groups `tile·256 + 16J + 4q ..` (`J = 0..16`). Accumulator
 /// `4j + 2e + c` is batch row `e`, slab column `8j + 2q + c` = vocab row `16J + 4q + 2i + c` for
@@ -321,6 +351,11 @@ fn hidden_a_tile_with<const LP: bool, const TOP: bool, const SC: bool, const MK:
     (masses, tops): (SharedMasses, &mut [TopList<LANE_TOP_WIDE>; 2]),
 ) {
     let v_lane = tile * TMA_T_TILE_V + 4 * q;
+    // Each row's floor: the best score the quad's four lanes (lanes 4g .. 4g + 4, the lanes scoring
+    // these two batch rows) held after the previous tile. No entry below it can be the row's sample,
+    // so the pruned noise skips against it too (`update_group4_above`).
+    // SAFETY: the whole warp calls the epilogue converged (`consume`, after its aligned wgmma wait).
+    let floors = unsafe { [quad_best(cands[0].score), quad_best(cands[1].score)] };
     for r in 0..4u32 {
         let (e, j_hi) = (r % 2, r / 2);
         let row = if e == 0 { b[0] } else { b[1] };
@@ -329,7 +364,15 @@ fn hidden_a_tile_with<const LP: bool, const TOP: bool, const SC: bool, const MK:
             let mut cand = if e == 0 { cands[0] } else { cands[1] };
             // SAFETY: row e < 2, the lane's masses.
             let mut mass = if LP { unsafe { masses.get(e) } } else { RowMass::EMPTY };
-            let mut top = if e == 0 { tops[0] } else { tops[1] };
+            // (Only the truncation kernels touch the lists: otherwise the selects of the two 68-byte
+            // lists became byte-wise copies in local memory once the pruned noise grew the loop.)
+            let mut top = if !TOP {
+                TopList::EMPTY
+            } else if e == 0 {
+                tops[0]
+            } else {
+                tops[1]
+            };
             // Accumulator 4j + 2e + c with j = 2J + i, J = 8·j_hi + J_lo: 64·j_hi + 8·J_lo + 4i + 2e + c.
             let pick = |i: usize| match r {
                 0 => acc[i],
@@ -341,14 +384,20 @@ fn hidden_a_tile_with<const LP: bool, const TOP: bool, const SC: bool, const MK:
                 // Columns 8j + 2q + c for j = 2J, 2J + 1: vocab rows 16J + 4q + 0..4.
                 let logits = [pick(8 * J), pick(8 * J + 1), pick(8 * J + 4), pick(8 * J + 5)];
                 let v0 = v_lane + 16 * (8 * j_hi + J as u32);
-                lane_epilogue::<LP, TOP, SC, MK, LANE_TOP_WIDE>(p, params, v0, logits, &mut cand, (&mut mass, &mut top));
+                let floor = if e == 0 { floors[0] } else { floors[1] };
+                lane_epilogue::<LP, TOP, SC, MK, LANE_TOP_WIDE>(p, params, v0, logits, (&mut cand, floor), (&mut mass, &mut top));
             });
             if e == 0 {
                 cands[0] = cand;
-                tops[0] = top;
             } else {
                 cands[1] = cand;
-                tops[1] = top;
+            }
+            if TOP {
+                if e == 0 {
+                    tops[0] = top;
+                } else {
+                    tops[1] = top;
+                }
             }
             if LP {
                 // SAFETY: as for the load.
