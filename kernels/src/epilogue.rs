@@ -6,6 +6,21 @@
 use crate::candidate::Candidate;
 use crate::noise::{RowNoise, gumbel_bound, gumbel_of};
 
+/// `$body` once for each compile-time `$i < $n` (`$n ≤ 8`, a constant after monomorphization), as
+/// separate blocks: a loop with a Philox call per iteration is too large for LLVM to unroll by itself,
+/// and a rolled loop would index the group arrays in local memory on the GPU.
+macro_rules! for_each {
+    ($i:ident < $n:expr, $body:block) => {
+        for_each!(@ $i, $n, $body, 0, 1, 2, 3, 4, 5, 6, 7)
+    };
+    (@ $i:ident, $n:expr, $body:block, $($k:literal),*) => {
+        $( {
+            const $i: usize = $k;
+            if $i < $n $body
+        } )*
+    };
+}
+
 /// Temperatures below this (the subnormal ones, `0 < T < 2⁻¹²⁶ ≈ 1.18e-38`) decode greedily, as
 /// `T = 0` does: there `T · gumbel` would be a subnormal with too few bits to rank anything, and the
 /// distribution is the argmax up to ties of subnormal logits.
@@ -79,7 +94,8 @@ impl Transform {
 }
 
 /// Epilogue for four consecutive vocab entries `v0 .. v0 + 4` (`v0 % 4 == 0`) of one row: one Philox
-/// call, four scores, entries at or beyond `vocab` skipped (never scored as 0).
+/// call to screen them and one more per entry that could beat the candidate
+/// ([`update_groups_above`]), entries at or beyond `vocab` skipped (never scored as 0).
 ///
 /// **Pruned noise.** An entry's noise (two logarithms) is computed only when the entry could beat the
 /// candidate: its score with the noise's upper bound [`gumbel_bound`] (a few integer and f32 operations
@@ -118,40 +134,125 @@ pub fn update_group4_above(
     noise: &RowNoise,
     transform: &Transform,
 ) {
-    if transform.is_greedy() {
-        let mut j = 0;
-        while j < 4 {
-            let v = v0 + j as u32;
-            if v < vocab {
-                cand.update(transform.score(logits[j], 0.0), v);
-            }
-            j += 1;
-        }
-        return;
-    }
-    let (x, t) = noise.draws4(v0 >> 2);
-    // Four calls with constant indices, not a loop: with the branch inside, the compiler keeps a loop
-    // rolled and indexes `x`, `t` and `logits` in local memory.
-    let bounded = (floor, vocab, transform);
-    update_draw(cand, bounded, logits[0], v0, x[0], t[0]);
-    update_draw(cand, bounded, logits[1], v0 + 1, x[1], t[1]);
-    update_draw(cand, bounded, logits[2], v0 + 2, x[2], t[2]);
-    update_draw(cand, bounded, logits[3], v0 + 3, x[3], t[3]);
+    update_groups_above::<1>(cand, floor, &[logits], (v0, 0), vocab, noise, transform);
 }
 
-/// One entry of [`update_group4_above`]: its noise only if its bound reaches the candidate or `floor`.
+/// Most groups one [`update_groups_above`] call takes: the bits of its screening mask.
+pub const MAX_GROUPS: usize = 8;
+
+/// [`update_group4_above`] for `G` groups of one row at once: group `q` is vocab entries
+/// `v0 + stride·q .. + 4` (`v0` and `stride` multiples of 4), its logits `logits[q]`. The candidate
+/// afterwards is the one of `G` calls of [`update_group4_above`] (and so of [`update_group4_unpruned`])
+/// bit for bit.
+///
+/// Two passes, so that the common case runs without a branch and the rare one exists once:
+///
+/// 1. **Screen** (unrolled, branch-free): each group's Philox words and unrefined distances, each
+///    entry's score with its noise bound [`gumbel_bound`] against `lim = max(candidate, floor)` at
+///    entry; an entry that could reach `lim` (or lies in a group with an extreme word, whose
+///    distance needs the refinement) sets its bit in a `4·G`-bit mask. Entries past `vocab` never do.
+/// 2. **Draw** (a loop over the set bits, lowest first): the entry's draw again ([`RowNoise::draw_at`],
+///    refined where extreme), its bound against the candidate *now* (which may have risen), and only
+///    then its two logarithms and [`Candidate::update`].
+///
+/// Exact: an entry left out in either pass has a score strictly below the candidate or the floor
+/// at that point, and both only rise, so it loses to the row's final candidate; the candidate is the
+/// maximum of the entries taken under a total order, whatever order they come in. On a GPU the screen
+/// of `G` groups gives the scheduler `G` independent Philox chains, and the draw loop is one copy of
+/// the two logarithms instead of one per entry (whose code, 4·`G` times over, overflowed the
+/// instruction cache: docs/findings/26).
 #[inline(always)]
-fn update_draw(
+pub fn update_groups_above<const G: usize>(
     cand: &mut Candidate,
-    (floor, vocab, transform): (f32, u32, &Transform),
-    y: f32,
-    v: u32,
-    x: u32,
-    t: f32,
+    floor: f32,
+    logits: &[[f32; 4]; G],
+    (v0, stride): (u32, u32),
+    vocab: u32,
+    noise: &RowNoise,
+    transform: &Transform,
 ) {
-    if v < vocab && !(transform.score(y, gumbel_bound(x, t)) < cand.score.max(floor)) {
-        cand.update(transform.score(y, gumbel_of(x, t)), v);
+    const { assert!(G >= 1 && G <= MAX_GROUPS) };
+    if transform.is_greedy() {
+        for_each!(Q < G, {
+            for_each!(J < 4, {
+                let v = v0 + stride * Q as u32 + J as u32;
+                if v < vocab {
+                    cand.update(transform.score(logits[Q][J], 0.0), v);
+                }
+            });
+        });
+        return;
     }
+    // 1. Screen. One group (the column adapters' call) refines its extreme words right away and keeps
+    // its draws for the second pass; wider passes draw again there.
+    let lim = cand.score.max(floor);
+    let mut need = 0u32;
+    let mut kept = ([0u32; 4], [0.0f32; 4]);
+    for_each!(Q < G, {
+        let g0 = v0 + stride * Q as u32;
+        let (x, t, extreme) = if G == 1 {
+            let (x, t) = noise.draws4(g0 >> 2);
+            kept = (x, t);
+            (x, t, false)
+        } else {
+            noise.draws4_unrefined(g0 >> 2)
+        };
+        for_each!(J < 4, {
+            let reach = !(transform.score(logits[Q][J], gumbel_bound(x[J], t[J])) < lim);
+            let bit = (g0 + (J as u32) < vocab) & (extreme | reach);
+            need |= (bit as u32) << (4 * Q + J);
+        });
+    });
+    // 2. Draw.
+    while need != 0 {
+        let k = need.trailing_zeros();
+        need &= need - 1;
+        let v = v0 + stride * (k / 4) + k % 4;
+        let y = pick(logits, k);
+        let (x, t) = if G == 1 { pick_draw(kept, k) } else { noise.draw_at(v) };
+        if !(transform.score(y, gumbel_bound(x, t)) < cand.score.max(floor)) {
+            cand.update(transform.score(y, gumbel_of(x, t)), v);
+        }
+    }
+}
+
+/// Draw `k % 4` of a group's draws, by selects.
+#[inline(always)]
+fn pick_draw((x, t): ([u32; 4], [f32; 4]), k: u32) -> (u32, f32) {
+    let odd = k & 1 != 0;
+    let lo = if odd { (x[1], t[1]) } else { (x[0], t[0]) };
+    let hi = if odd { (x[3], t[3]) } else { (x[2], t[2]) };
+    if k & 2 != 0 { hi } else { lo }
+}
+
+/// `logits[k / 4][k % 4]` by a tree of selects on the bits of `k` (five levels for 32 entries), with
+/// compile-time indices only. A chain of `k / 4 == q` tests or a dynamic index would let LLVM turn the
+/// pick into a jump table over an array in local memory (seen in the PTX: a 128-byte stack frame per
+/// hidden-as-A kernel).
+#[inline(always)]
+fn pick<const G: usize>(logits: &[[f32; 4]; G], k: u32) -> f32 {
+    let mut v = [0.0f32; 4 * MAX_GROUPS];
+    for_each!(Q < G, {
+        v[4 * Q] = logits[Q][0];
+        v[4 * Q + 1] = logits[Q][1];
+        v[4 * Q + 2] = logits[Q][2];
+        v[4 * Q + 3] = logits[Q][3];
+    });
+    // Level `l` halves the entries by bit `l` of `k`; levels past the array's width (4·G) are left out.
+    macro_rules! level {
+        ($bit:literal, [$($i:literal),*]) => {
+            if (1usize << $bit) < 4 * G {
+                let odd = (k >> $bit) & 1 != 0;
+                $( v[$i] = if odd { v[2 * $i + 1] } else { v[2 * $i] }; )*
+            }
+        };
+    }
+    level!(0, [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]);
+    level!(1, [0, 1, 2, 3, 4, 5, 6, 7]);
+    level!(2, [0, 1, 2, 3]);
+    level!(3, [0, 1]);
+    level!(4, [0]);
+    v[0]
 }
 
 /// [`update_group4`] with every entry's noise computed (no bound, no skip): the reference its
@@ -208,6 +309,16 @@ pub fn update_tile(cand: &mut Candidate, logits: &[f32], v0: u32, vocab: u32, no
             cand.update(transform.score(logits[i], g), v);
         }
         i += 1;
+    }
+    // Aligned groups, `MAX_GROUPS` at a time where the slice allows (the screen-and-draw passes of the
+    // GPU's hidden-as-A lanes, here with consecutive groups), then one at a time.
+    while i + 4 * MAX_GROUPS <= logits.len() {
+        let groups: [[f32; 4]; MAX_GROUPS] = core::array::from_fn(|q| {
+            let k = i + 4 * q;
+            [logits[k], logits[k + 1], logits[k + 2], logits[k + 3]]
+        });
+        update_groups_above(cand, f32::NEG_INFINITY, &groups, (v0 + i as u32, 4), vocab, noise, transform);
+        i += 4 * MAX_GROUPS;
     }
     while i + 4 <= logits.len() {
         let group = [logits[i], logits[i + 1], logits[i + 2], logits[i + 3]];
@@ -352,6 +463,126 @@ mod tests {
                         let c = &mut units[u as usize];
                         update_group4_above(c, floors[u as usize], y, 4 * group, 1 << 20, &noise, &transform);
                         update_group4_unpruned(&mut whole, y, 4 * group, 1 << 20, &noise, &transform);
+                    }
+                }
+            }
+            let merged = units.iter().fold(Candidate::EMPTY, |a, &b| a.merge(b));
+            assert_eq!((merged.score.to_bits(), merged.index), (whole.score.to_bits(), whole.index), "case {case}");
+        }
+    }
+
+    #[test]
+    fn screened_passes_give_the_unpruned_candidate_bit_for_bit() {
+        // Rows in passes of G groups (strides 4 and 16, as the CPU's tiles and the GPU's hidden-as-A
+        // lanes lay them out), from the same start as the unpruned epilogue over the same groups; the
+        // candidates must agree after every pass. Same value mix as the per-group test, plus vocab ends
+        // inside a pass.
+        let mut next = xorshift(0x5bd1_e995_1b87_3593);
+        let specials = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, f32::MAX, -f32::MAX, 0.0, -0.0, 1e-40];
+        for case in 0..1500u32 {
+            let t = [1.0f32, 0.7, 1e-3, 1.7, 40.0, 0.0, 1e-39, 1e30][case as usize % 8];
+            let transform = Transform::from_temperature(t);
+            let noise = RowNoise { seed: next(), stream: next(), sample: case % 3 };
+            let spread = [0.0f32, 0.5, 4.0, 30.0][(case / 8) as usize % 4];
+            let stride = if case % 2 == 0 { 4 } else { 16 };
+            let vocab = 16 * 8 * 6 - (case % 37);
+            let mut a = Candidate::EMPTY;
+            let mut b = Candidate::EMPTY;
+            if case % 7 == 3 {
+                a = Candidate { score: (next() % 40) as f32 * 0.25, index: 7 };
+                b = a;
+            }
+            let logit = |next: &mut dyn FnMut() -> u64| {
+                let r = next();
+                if r % 97 == 0 {
+                    specials[(r >> 8) as usize % specials.len()]
+                } else if r % 5 == 0 {
+                    ((r >> 16) % 9) as f32 * 0.25
+                } else {
+                    centered(r, spread)
+                }
+            };
+            for pass in 0..6u32 {
+                let v0 = pass * stride * 8;
+                let y: [[f32; 4]; 8] = core::array::from_fn(|_| core::array::from_fn(|_| logit(&mut next)));
+                if case % 3 == 0 {
+                    // An odd pass width: three groups.
+                    let y3 = [y[0], y[1], y[2]];
+                    update_groups_above(&mut a, f32::NEG_INFINITY, &y3, (v0, stride), vocab, &noise, &transform);
+                    for (q, g) in y3.iter().enumerate() {
+                        update_group4_unpruned(&mut b, *g, v0 + stride * q as u32, vocab, &noise, &transform);
+                    }
+                } else {
+                    update_groups_above(&mut a, f32::NEG_INFINITY, &y, (v0, stride), vocab, &noise, &transform);
+                    for (q, g) in y.iter().enumerate() {
+                        update_group4_unpruned(&mut b, *g, v0 + stride * q as u32, vocab, &noise, &transform);
+                    }
+                }
+                assert_eq!((a.score.to_bits(), a.index), (b.score.to_bits(), b.index), "case {case} pass {pass}");
+            }
+        }
+    }
+
+    #[test]
+    fn screened_passes_refine_extreme_words() {
+        // A group with an extreme upper-half word (found once by a search over this key's groups, 4 min in
+        // a release build): its unrefined distance is not the draw's, and its refined noise exceeds the
+        // bound computed from the unrefined one, so a screen trusting that bound would skip a logit
+        // between the two. Such an entry must still win.
+        let noise = RowNoise { seed: 0x0dd_ba11, stream: 0x5eed, sample: 1 };
+        let (group, j) = (815_981_970u32, 1usize);
+        let (x, t_raw, extreme) = noise.draws4_unrefined(group);
+        let (_, t) = noise.draws4(group);
+        let (g, b_raw) = (gumbel_of(x[j], t[j]), gumbel_bound(x[j], t_raw[j]));
+        assert!(extreme && crate::noise::is_extreme(x[j]) && (x[j] as i32) < 0 && g > b_raw + 0.5, "{x:08x?}");
+        // Candidate at 0; the entry's logit puts its unrefined bound 0.25 below it and its noise above.
+        let mut y = [[-100.0f32; 4]; 8];
+        y[(group % 8) as usize][j] = -(b_raw + 0.25);
+        let v0 = 4 * (group - group % 8);
+        let start = Candidate { score: 0.0, index: 0 };
+        let t1 = Transform::from_temperature(1.0);
+        let (mut a, mut b) = (start, start);
+        update_groups_above(&mut a, f32::NEG_INFINITY, &y, (v0, 4), u32::MAX, &noise, &t1);
+        for (q, g4) in y.iter().enumerate() {
+            update_group4_unpruned(&mut b, *g4, v0 + 4 * q as u32, u32::MAX, &noise, &t1);
+        }
+        assert_eq!(b.index, 4 * group + j as u32, "the entry wins without pruning");
+        assert_eq!((a.score.to_bits(), a.index), (b.score.to_bits(), b.index));
+    }
+
+    #[test]
+    fn floors_hold_for_screened_passes() {
+        // The quad of the hidden-as-A kernels: four units, each a pass of 8 groups at stride 16 per
+        // round with the others' best as its floor; their merge is the unpruned candidate of the row.
+        let mut next = xorshift(0x2127_599b_f432_5c37);
+        for case in 0..300u32 {
+            let transform = Transform::from_temperature([1.0f32, 0.6, 2.5, 1e-4][case as usize % 4]);
+            let noise = RowNoise { seed: next(), stream: next(), sample: 0 };
+            let spread = [0.5f32, 3.0, 20.0][(case / 4) as usize % 3];
+            let mut units = [Candidate::EMPTY; 4];
+            let mut whole = Candidate::EMPTY;
+            for round in 0..12u32 {
+                let floors: [f32; 4] = core::array::from_fn(|u| {
+                    (0..4).filter(|&o| o != u).map(|o| units[o].score).fold(f32::NEG_INFINITY, f32::max)
+                });
+                for u in 0..4u32 {
+                    let v0 = round * 128 + 4 * u;
+                    let y: [[f32; 4]; 8] = core::array::from_fn(|_| {
+                        core::array::from_fn(|_| {
+                            let r = next();
+                            if r % 251 == 0 {
+                                f32::NAN
+                            } else if r % 3 == 0 {
+                                ((r >> 16) % 5) as f32 * 0.5
+                            } else {
+                                centered(r, spread)
+                            }
+                        })
+                    });
+                    let c = &mut units[u as usize];
+                    update_groups_above(c, floors[u as usize], &y, (v0, 16), 1 << 20, &noise, &transform);
+                    for (q, g) in y.iter().enumerate() {
+                        update_group4_unpruned(&mut whole, *g, v0 + 16 * q as u32, 1 << 20, &noise, &transform);
                     }
                 }
             }

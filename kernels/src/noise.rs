@@ -252,15 +252,22 @@ const LOWER_HALF_BOUND: f32 = 0.366_514 + GUMBEL_BOUND_SLACK;
 /// Both hold for every `t` the generator forms, refined or not (`t ∈ [2^-65, 1/2]`, normal floats).
 /// The computed noise exceeds the exact `-ln(-ln u)` of its `t` by less than 2e-5 (the logarithm's
 /// relative error below 2.5e-7, tested; `|g| < 46`), and the bound's own f32 evaluation (the bits'
-/// conversion, a subtraction and a multiply, each within 2^-24 relative of values below 2^30, 66 and
-/// 46) rounds by less than 1e-5; [`GUMBEL_BOUND_SLACK`] covers both with a factor of 100 to spare. The
-/// tests `gumbel_bound_holds_on_every_word` and `gumbel_bound_is_above_every_draw` check the bound on
-/// every unrefined 32-bit word (least margin 3.9e-3: the slack) and on refined draws.
+/// conversion, a multiply and a subtraction, each within 2^-24 relative of values below 2^30, 89 and
+/// 89, with the two constants rounded to nearest) rounds by less than 2e-5; [`GUMBEL_BOUND_SLACK`]
+/// covers both with a factor of 100 to spare. The constants are folded (`127·ln 2 + slack − bits ·
+/// (ln 2 · 2^-23)`: a conversion, a multiply and an add per entry). The tests
+/// `gumbel_bound_holds_on_every_word` and `gumbel_bound_is_above_every_draw` check the bound on every
+/// unrefined 32-bit word (least margin about 3.9e-3: the slack) and on refined draws.
 #[inline(always)]
 pub fn gumbel_bound(x: u32, t: f32) -> f32 {
-    let upper = core::f32::consts::LN_2 * (127.0 - t.to_bits() as f32 * (1.0 / 8_388_608.0)) + GUMBEL_BOUND_SLACK;
+    let upper = UPPER_HALF_BOUND_AT_ONE - t.to_bits() as f32 * UPPER_HALF_BOUND_PER_BIT;
     if (x as i32) >= 0 { LOWER_HALF_BOUND } else { upper }
 }
+
+/// `127 · ln 2 + GUMBEL_BOUND_SLACK`: [`gumbel_bound`]'s upper-half bound at `bits(t) = 0`.
+const UPPER_HALF_BOUND_AT_ONE: f32 = 127.0 * core::f32::consts::LN_2 + GUMBEL_BOUND_SLACK;
+/// `ln 2 · 2^-23`: what one unit of `bits(t)` takes off the upper-half bound.
+const UPPER_HALF_BOUND_PER_BIT: f32 = core::f32::consts::LN_2 / 8_388_608.0;
 
 /// [`gumbel4_at`] as a function of the words: `x` the group's Philox words, `x2` the refinement call's
 /// words (used only where `x` is extreme).
@@ -314,6 +321,29 @@ impl RowNoise {
     #[inline(always)]
     pub fn draws4(&self, group: u32) -> ([u32; 4], [f32; 4]) {
         draws4_at(self.counter(group), self.key())
+    }
+
+    /// The group's words, their *unrefined* distances [`tail_distance`], and whether any word is
+    /// extreme (then the distances of the extreme words are not the draws': [`Self::draws4`] refines
+    /// them). One Philox call and no branch: the screening pass of
+    /// [`crate::epilogue::update_groups_above`].
+    #[inline(always)]
+    pub fn draws4_unrefined(&self, group: u32) -> ([u32; 4], [f32; 4], bool) {
+        let x = philox4x32_10(self.counter(group), self.key());
+        let t = [tail_distance(x[0]), tail_distance(x[1]), tail_distance(x[2]), tail_distance(x[3])];
+        (x, t, is_extreme(x[0]) | is_extreme(x[1]) | is_extreme(x[2]) | is_extreme(x[3]))
+    }
+
+    /// The draw (word and distance, refined where extreme) of vocab entry `v`: [`Self::draws4`] of its
+    /// group, entry `v & 3` taken with selects (no array index, so nothing goes to local memory on the
+    /// GPU).
+    #[inline(always)]
+    pub fn draw_at(&self, v: u32) -> (u32, f32) {
+        let (x, t) = self.draws4(v >> 2);
+        let odd = v & 1 != 0;
+        let lo = if odd { (x[1], t[1]) } else { (x[0], t[0]) };
+        let hi = if odd { (x[3], t[3]) } else { (x[2], t[2]) };
+        if v & 2 != 0 { hi } else { lo }
     }
 
     /// Gumbel noise of one vocab entry (the same bits as [`Self::gumbel4`] gives it).
@@ -663,6 +693,30 @@ mod tests {
         {
             assert_ne!(other.gumbel4(10), g4, "{other:?}");
         }
+    }
+
+    #[test]
+    fn screening_draws_are_the_draws_where_no_word_is_extreme() {
+        // `draws4_unrefined` = `draws4` with the refinement left out (and flagged), `draw_at` = entry
+        // `v & 3` of `draws4`; over ordinary groups and the extreme ones found among 2^22 groups.
+        let noise = RowNoise { seed: 0x5151, stream: 77, sample: 0 };
+        let mut extremes = 0;
+        for group in 0..1u32 << 22 {
+            let (x, t, extreme) = noise.draws4_unrefined(group);
+            let want = is_extreme(x[0]) | is_extreme(x[1]) | is_extreme(x[2]) | is_extreme(x[3]);
+            assert_eq!(extreme, want, "group {group}");
+            if extreme || group % 4096 == 0 {
+                let (x_r, t_r) = noise.draws4(group);
+                assert_eq!(x, x_r);
+                for j in 0..4 {
+                    assert_eq!(t[j].to_bits() == t_r[j].to_bits(), !is_extreme(x[j]), "group {group} entry {j}");
+                    let (xa, ta) = noise.draw_at(4 * group + j as u32);
+                    assert_eq!((xa, ta.to_bits()), (x_r[j], t_r[j].to_bits()));
+                }
+                extremes += extreme as u32;
+            }
+        }
+        assert!(extremes >= 1, "no extreme group among 2^22");
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Fragment → logits adapters: each MMA leaves a lane's logits in its own fragment layout; these
 //! functions pick, for every batch row the lane scores, its logits of four consecutive vocab rows
 //! (one Philox group) and hand them to the ONE lane epilogue, [`lane_epilogue`], which runs the
-//! shared no_std [`update_group4`] (logit transform, Philox noise, argmax into the row's
+//! shared no_std [`update_groups_above`] (logit transform, Philox noise, argmax into the row's
 //! [`Candidate`]) — the very function the CPU backend runs — after the per-row controls (soft-cap,
 //! allowed-token mask; temperature and noise key from [`row_params`]), and, in the log-probability
 //! kernels (`LP`), updates the row's [`RowMass`]. A per-row control is therefore written once: in
@@ -22,10 +22,10 @@
 
 use super::mainloop::{Accumulators, WgmmaShape};
 use super::merge::{MergeArea, SharedMasses, put_merged};
-use super::ptx::{ex2_approx_ftz_f32, shfl_sync_bfly_b32};
+use super::ptx::{ex2_approx_ftz_f32, mov_b32, shfl_sync_bfly_b32};
 use crate::candidate::Candidate;
 use crate::config::{ROWS_PER_LANE, TMA_T_TILE_V};
-use crate::epilogue::update_group4_above;
+use crate::epilogue::update_groups_above;
 use crate::logits::softcap;
 use crate::params::{FusedParams, RowMass, RowParams};
 use crate::truncate::{LANE_TOP, LANE_TOP_WIDE, StoredTop, TopList};
@@ -65,69 +65,95 @@ pub(super) fn exp(x: f32) -> f32 {
     ex2_approx_ftz_f32(x * core::f32::consts::LOG2_E)
 }
 
-/// The lane epilogue: logits `y` of weight rows `v0 .. v0 + 4` (`v0 % 4 == 0`; global vocab indices
-/// from `v0 + v_offset`) of one batch row →
+/// The lane epilogue: logits `y[q]` of weight rows `v0 + stride·q .. + 4` for `q < G` (`v0 % 4 ==
+/// 0`, `stride % 4 == 0`; global vocab indices from `v0 + v_offset`) of one batch row →
 /// processed logits `z` (soft-cap, then the allowed-token mask: `−∞` where a token is not allowed)
-/// → transformed, perturbed scores → the row's candidate (the no_std [`update_group4`], which skips
-/// rows at or past V). With `LP`, the row's log-mass takes the raw logits and `z / T` too; with
-/// `TOP`, the row's top list takes `z` (the truncation kernels). `SC`:
+/// → transformed, perturbed scores → the row's candidate (the no_std [`update_groups_above`]: a
+/// branch-free screen of the `G` groups against the candidate and `floor`, then the noise of the few
+/// entries that could win; rows at or past V skipped). With `LP`, the row's log-mass takes the raw
+/// logits and `z / T` too; with `TOP`, the row's top list takes `z` (the truncation kernels). `SC`:
 /// the launch soft-caps (`p.softcap > 0`); `MK`: it has a mask or a vocab offset (a shard). The adapters are instantiated for
 /// each and pick one per tile ([`controls_dispatch`]), so the controls' code stays out of the plain
 /// path's unrolled loop, whose instruction footprint decides its speed (docs/findings/13).
+///
+/// The column adapters pass one group (`G = 1`: a lane holds four vocab rows of a batch column),
+/// the hidden-as-A adapter eight in the plain kernels (`G = 8`, stride 16: the lane's groups of one
+/// batch row in a pass) and one at a time in the `_lp` and `_tk` kernels (fewer live registers).
 #[inline(always)]
-pub(super) fn lane_epilogue<const LP: bool, const TOP: bool, const SC: bool, const MK: bool, const L: usize>(
+pub(super) fn lane_epilogue<
+    const LP: bool,
+    const TOP: bool,
+    const SC: bool,
+    const MK: bool,
+    const L: usize,
+    const G: usize,
+>(
     p: &FusedParams,
     row: RowRef,
-    v0: u32,
-    y: [f32; 4],
+    (v0, stride): (u32, u32),
+    y: [[f32; 4]; G],
     (cand, floor): (&mut Candidate, f32),
     (mass, top): (&mut RowMass, &mut TopList<L>),
 ) {
-    // The global vocab index of the group: a vocab shard's rows start at `v_offset` (a multiple of
-    // 4, so the group stays one Philox counter and one mask word). Only the `MK` instantiation adds
-    // it (a shard's launch takes that path, see `controls_dispatch`): the plain loop is unchanged.
-    let (g0, g_end) = if MK { (v0 + p.v_offset, p.v_end) } else { (v0, p.v) };
+    // The global vocab index of a group: a vocab shard's rows start at `v_offset` (a multiple of 4,
+    // so a group stays one Philox counter and one mask word). Only the `MK` instantiation adds it (a
+    // shard's launch takes that path, see `controls_dispatch`): the plain loop is unchanged.
+    let (offset, g_end) = if MK { (p.v_offset, p.v_end) } else { (0, p.v) };
     let mut z = y;
-    if SC {
-        z = [softcap(y[0], p.softcap), softcap(y[1], p.softcap), softcap(y[2], p.softcap), softcap(y[3], p.softcap)];
-    }
-    if MK && v0 < p.v && !p.mask.is_null() {
-        // SAFETY: request < B / n and g0 / 32 < ceil(V_global / 32) = mask_words (g0 < v_offset + v ≤
-        // the model's V): inside the mask. The four bits of the group are in one word (g0 % 4 == 0).
-        let word = unsafe { *p.mask.add(row.request() as usize * p.mask_words as usize + (g0 / 32) as usize) };
-        let bits = word >> (g0 % 32);
-        for (j, zj) in z.iter_mut().enumerate() {
-            if (bits >> j) & 1 == 0 {
-                *zj = f32::NEG_INFINITY;
+    unrolled!(Q in [0, 1, 2, 3, 4, 5, 6, 7] {
+        if Q < G {
+            let vq = v0 + stride * Q as u32;
+            let gq = vq + offset;
+            if SC {
+                let c = p.softcap;
+                z[Q] = [softcap(y[Q][0], c), softcap(y[Q][1], c), softcap(y[Q][2], c), softcap(y[Q][3], c)];
             }
-        }
-    }
-    let transform = row.transform();
-    update_group4_above(cand, floor, z, g0, g_end, &row.noise(), &transform);
-    if LP {
-        let mut raw = [f32::NEG_INFINITY; 4];
-        let mut processed = [f32::NEG_INFINITY; 4];
-        let inv_t = transform.inv_temperature;
-        for j in 0..4 {
-            if v0 + (j as u32) < p.v {
-                raw[j] = y[j];
-                // Greedy rows have no processed distribution (1/T = ∞): nothing is added.
-                if !transform.is_greedy() {
-                    processed[j] = z[j] * inv_t;
+            if MK && vq < p.v && !p.mask.is_null() {
+                // SAFETY: request < B / n and gq / 32 < ceil(V_global / 32) = mask_words (gq < v_offset + v
+                // ≤ the model's V): inside the mask. The four bits of the group are in one word (gq % 4 == 0).
+                let word = unsafe { *p.mask.add(row.request() as usize * p.mask_words as usize + (gq / 32) as usize) };
+                let bits = word >> (gq % 32);
+                for (j, zj) in z[Q].iter_mut().enumerate() {
+                    if (bits >> j) & 1 == 0 {
+                        *zj = f32::NEG_INFINITY;
+                    }
                 }
             }
         }
-        mass.raw.update4(raw, exp);
-        mass.processed.update4(processed, exp);
-    }
-    if TOP {
-        // The truncation kernels: the row's largest processed logits (masked ones are −∞: skipped).
-        for (j, &zj) in z.iter().enumerate() {
-            if v0 + (j as u32) < p.v {
-                top.update(zj, g0 + j as u32);
+    });
+    let transform = row.transform();
+    // The log-mass and top-list updates first, the candidate last: then only `z` stays live through
+    // the screen and the draw loop (after them, the raw logits too: the `_lp` kernels spilled 2 KiB).
+    unrolled!(Q in [0, 1, 2, 3, 4, 5, 6, 7] {
+        if Q < G {
+            let vq = v0 + stride * Q as u32;
+            if LP {
+                let mut raw = [f32::NEG_INFINITY; 4];
+                let mut processed = [f32::NEG_INFINITY; 4];
+                let inv_t = transform.inv_temperature;
+                for j in 0..4 {
+                    if vq + (j as u32) < p.v {
+                        raw[j] = y[Q][j];
+                        // Greedy rows have no processed distribution (1/T = ∞): nothing is added.
+                        if !transform.is_greedy() {
+                            processed[j] = z[Q][j] * inv_t;
+                        }
+                    }
+                }
+                mass.raw.update4(raw, exp);
+                mass.processed.update4(processed, exp);
+            }
+            if TOP {
+                // The truncation kernels: the row's largest processed logits (masked ones are −∞: skipped).
+                for (j, &zj) in z[Q].iter().enumerate() {
+                    if vq + (j as u32) < p.v {
+                        top.update(zj, vq + offset + j as u32);
+                    }
+                }
             }
         }
-    }
+    });
+    update_groups_above::<G>(cand, floor, &z, (v0 + offset, stride), g_end, &row.noise(), &transform);
 }
 
 /// Calls `$f::<…, SC, MK>` for this launch's soft-cap (`SC`) and mask or vocab offset (`MK`): one
@@ -179,11 +205,11 @@ fn mma_sync_tile_with<const NB: usize, const LP: bool, const TOP: bool, const SC
         if b < p.b {
             let logits = column_logits::<NB>(acc, i);
             let (cand, mass, top) = (&mut cands[i as usize], &mut masses[i as usize], &mut tops[i as usize]);
-            lane_epilogue::<LP, TOP, SC, MK, LANE_TOP>(
+            lane_epilogue::<LP, TOP, SC, MK, LANE_TOP, 1>(
                 p,
                 row_params(p, b),
-                v0,
-                logits,
+                (v0, 0),
+                [logits],
                 (cand, f32::NEG_INFINITY),
                 (mass, top),
             );
@@ -283,11 +309,11 @@ fn weight_a_tile_with<
                             _ => tops[I + 3 * pass],
                         }
                     };
-                    lane_epilogue::<LP, TOP, SC, MK, LANE_TOP>(
+                    lane_epilogue::<LP, TOP, SC, MK, LANE_TOP, 1>(
                         p,
                         row_params(p, b),
-                        v0,
-                        logits,
+                        (v0, 0),
+                        [logits],
                         (&mut cand, f32::NEG_INFINITY),
                         (&mut mass, &mut top),
                     );
@@ -336,10 +362,13 @@ unsafe fn quad_best(score: f32) -> f32 {
 /// `4j + 2e + c` is batch row `e`, slab column `8j + 2q + c` = vocab row `16J + 4q + 2i + c` for
 /// `j = 2J + i`.
 ///
-/// The 32 (row, group) pairs run as 4 passes of 8 unrolled groups: pass `r` takes batch row
-/// `e = r % 2` and groups `J = 8·(r / 2) ..`, picking its accumulators with selects among the 4
-/// compile-time indices they can have. Fully unrolled, the code of 32 groups overflows the
-/// instruction cache (ncu: 39% of stalls on instruction fetch, docs/findings).
+/// The 32 (row, group) pairs run as 4 passes of 8 groups: pass `r` takes batch row `e = r % 2` and
+/// groups `J = 8·(r / 2) ..`, picking its accumulators with selects among the 4 compile-time indices
+/// they can have (blends on the bits of `r`), and hands the 8 groups to one [`lane_epilogue`] (`G = 8`:
+/// a branch-free screen of the 32 entries, then the noise of the few that could win; the `_lp` and
+/// `_tk` kernels one group at a time). Fully unrolled, the code of 32 groups
+/// overflows the instruction cache (ncu: 39% of stalls on instruction fetch, docs/findings); so did one
+/// copy of the two logarithms per entry (27% of the epilogue's stalls, docs/findings/26).
 #[inline(always)]
 fn hidden_a_tile_with<const LP: bool, const TOP: bool, const SC: bool, const MK: bool>(
     p: &FusedParams,
@@ -374,19 +403,44 @@ fn hidden_a_tile_with<const LP: bool, const TOP: bool, const SC: bool, const MK:
                 tops[1]
             };
             // Accumulator 4j + 2e + c with j = 2J + i, J = 8·j_hi + J_lo: 64·j_hi + 8·J_lo + 4i + 2e + c.
-            let pick = |i: usize| match r {
-                0 => acc[i],
-                1 => acc[i + 2],
-                2 => acc[i + 64],
-                _ => acc[i + 66],
+            // Pass r's accumulator of index i: a blend on the bits of r (uniform masks, one `lop3` per
+            // step), not a `match`, which became a tree of four branches per logit (docs/findings/26).
+            let (odd_row, high_half) = (mov_b32(0u32.wrapping_sub(e)), mov_b32(0u32.wrapping_sub(j_hi)));
+            let blend = |a: f32, b: f32, m: u32| f32::from_bits((b.to_bits() & m) | (a.to_bits() & !m));
+            let pick = |i: usize| {
+                blend(blend(acc[i], acc[i + 2], odd_row), blend(acc[i + 64], acc[i + 66], odd_row), high_half)
             };
+            // Columns 8j + 2q + c for j = 2J, 2J + 1: vocab rows 16J + 4q + 0..4 of group J of the pass.
+            let mut logits = [[0.0f32; 4]; 8];
             unrolled!(J in [0, 1, 2, 3, 4, 5, 6, 7] {
-                // Columns 8j + 2q + c for j = 2J, 2J + 1: vocab rows 16J + 4q + 0..4.
-                let logits = [pick(8 * J), pick(8 * J + 1), pick(8 * J + 4), pick(8 * J + 5)];
-                let v0 = v_lane + 16 * (8 * j_hi + J as u32);
-                let floor = if e == 0 { floors[0] } else { floors[1] };
-                lane_epilogue::<LP, TOP, SC, MK, LANE_TOP_WIDE>(p, params, v0, logits, (&mut cand, floor), (&mut mass, &mut top));
+                logits[J] = [pick(8 * J), pick(8 * J + 1), pick(8 * J + 4), pick(8 * J + 5)];
             });
+            let v0 = v_lane + 16 * 8 * j_hi;
+            let floor = if e == 0 { floors[0] } else { floors[1] };
+            if LP || TOP {
+                // The log-probability and truncation kernels screen one group at a time: the eight
+                // groups' logits live through the screen and the draw loop spilled 2–6 KiB there
+                // (ptxas, `tmat_n64x2_lp` / `_tk`; docs/findings/26).
+                unrolled!(J in [0, 1, 2, 3, 4, 5, 6, 7] {
+                    lane_epilogue::<LP, TOP, SC, MK, LANE_TOP_WIDE, 1>(
+                        p,
+                        params,
+                        (v0 + 16 * J as u32, 0),
+                        [logits[J]],
+                        (&mut cand, floor),
+                        (&mut mass, &mut top),
+                    );
+                });
+            } else {
+                lane_epilogue::<LP, TOP, SC, MK, LANE_TOP_WIDE, 8>(
+                    p,
+                    params,
+                    (v0, 16),
+                    logits,
+                    (&mut cand, floor),
+                    (&mut mass, &mut top),
+                );
+            }
             if e == 0 {
                 cands[0] = cand;
             } else {

@@ -133,6 +133,18 @@ pub unsafe fn shfl_sync_up_b32(x: u32, delta: u32) -> u32 {
     r
 }
 
+/// `mov.b32`: `x` itself, through an instruction the compiler cannot see into. A blend mask made
+/// with it (`(a & m) | (b & !m)`, one `lop3` on the GPU) stays a bitwise blend of two registers: a
+/// mask LLVM can see is a sign-extended bool becomes a select, and a select between two elements of
+/// a register array a load through a selected pointer, which puts the whole array in local memory.
+#[inline(always)]
+pub fn mov_b32(x: u32) -> u32 {
+    let r: u32;
+    // SAFETY: register-only instruction.
+    unsafe { asm!("mov.b32 {0}, {1};", out(reg32) r, in(reg32) x, options(pure, nomem, nostack)) };
+    r
+}
+
 /// `ex2.approx.ftz.f32`: 2^x (about 2 ulp; the log-mass of the log-probability kernels and the
 /// benchmark baselines, never the sample itself).
 #[inline(always)]
