@@ -242,7 +242,7 @@ const LOWER_HALF_BOUND: f32 = 0.366_514 + GUMBEL_BOUND_SLACK;
 
 /// An upper bound of the noise `gumbel_of(x, t)` of a draw, for a few integer and f32 operations
 /// instead of two logarithms: the fused epilogue skips the noise of a logit that cannot beat its
-/// row's candidate even with this bound ([`crate::epilogue::update_group4`]).
+/// row's candidate even with this bound ([`crate::epilogue::update_groups_above`]).
 ///
 /// - Lower half (`u = t ≤ 1/2`): `E = -ln t ≥ ln 2`, so `g = -ln E ≤ -ln(ln 2)`.
 /// - Upper half (`u = 1 − t`): `E = -ln(1 − t) ≥ t`, so `g ≤ -ln t = ln 2 · (−log₂ t)`. With

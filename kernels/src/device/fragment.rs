@@ -382,7 +382,7 @@ fn hidden_a_tile_with<const LP: bool, const TOP: bool, const SC: bool, const MK:
     let v_lane = tile * TMA_T_TILE_V + 4 * q;
     // Each row's floor: the best score the quad's four lanes (lanes 4g .. 4g + 4, the lanes scoring
     // these two batch rows) held after the previous tile. No entry below it can be the row's sample,
-    // so the pruned noise skips against it too (`update_group4_above`).
+    // so the pruned noise skips against it too (`update_groups_above`).
     // SAFETY: the whole warp calls the epilogue converged (`consume`, after its aligned wgmma wait).
     let floors = unsafe { [quad_best(cands[0].score), quad_best(cands[1].score)] };
     for r in 0..4u32 {
