@@ -380,13 +380,43 @@ mod tests {
         spread * (((r >> 11) as f64 / (1u64 << 53) as f64) as f32 - 0.5)
     }
 
+    /// Special values, for [`mixed_logit`].
+    const SPECIALS: [f32; 8] = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, f32::MAX, -f32::MAX, 0.0, -0.0, 1e-40];
+
+    /// The identity tests' logit from word `r`: a special value (1 in 97), a coarse value (1 in 5: ties
+    /// between entries and with the candidate), else uniform over `spread`.
+    fn mixed_logit(r: u64, spread: f32) -> f32 {
+        if r % 97 == 0 {
+            SPECIALS[(r >> 8) as usize % SPECIALS.len()]
+        } else if r % 5 == 0 {
+            ((r >> 16) % 9) as f32 * 0.25
+        } else {
+            centered(r, spread)
+        }
+    }
+
+    /// The floor tests' logit from word `r`: NaN (1 in 251), a coarse value (1 in 3), else uniform.
+    fn floor_logit(r: u64, spread: f32) -> f32 {
+        if r % 251 == 0 {
+            f32::NAN
+        } else if r % 3 == 0 {
+            ((r >> 16) % 5) as f32 * 0.5
+        } else {
+            centered(r, spread)
+        }
+    }
+
+    /// The best score of the units other than `u`: unit `u`'s floor.
+    fn others_best(units: &[Candidate; 4], u: usize) -> f32 {
+        (0..4).filter(|&o| o != u).map(|o| units[o].score).fold(f32::NEG_INFINITY, f32::max)
+    }
+
     #[test]
     fn pruned_noise_gives_the_unpruned_candidate_bit_for_bit() {
         // Rows of groups fed to both epilogues from the same start; the candidate must agree after every
         // group (score bits and index). Logits: spread rows (most noise skipped), flat rows, ties, and
         // special values; temperatures on both sides of 1, subnormal-greedy, huge.
         let mut next = xorshift(0x2545_f491_4f6c_dd1d);
-        let specials = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, f32::MAX, -f32::MAX, 0.0, -0.0, 1e-40];
         let (mut skipped, mut computed) = (0u64, 0u64);
         for case in 0..3000u32 {
             let t = [1.0f32, 0.7, 1e-3, 1.7, 40.0, 0.0, 1e-39, 1e30][case as usize % 8];
@@ -403,15 +433,7 @@ mod tests {
             for q in 0..64u32 {
                 let mut y = [0.0f32; 4];
                 for yj in y.iter_mut() {
-                    let r = next();
-                    *yj = if r % 97 == 0 {
-                        specials[(r >> 8) as usize % specials.len()]
-                    } else if r % 5 == 0 {
-                        // Coarse values: ties between entries and with the candidate.
-                        ((r >> 16) % 9) as f32 * 0.25
-                    } else {
-                        centered(r, spread)
-                    };
+                    *yj = mixed_logit(next(), spread);
                 }
                 if !transform.is_greedy() {
                     let (x, tt) = noise.draws4(q);
@@ -442,23 +464,13 @@ mod tests {
             let mut units = [Candidate::EMPTY; 4];
             let mut whole = Candidate::EMPTY;
             for round in 0..24u32 {
-                let floor = |u: usize, units: &[Candidate; 4]| {
-                    (0..4).filter(|&o| o != u).map(|o| units[o].score).fold(f32::NEG_INFINITY, f32::max)
-                };
-                let floors: [f32; 4] = core::array::from_fn(|u| floor(u, &units));
+                let floors: [f32; 4] = core::array::from_fn(|u| others_best(&units, u));
                 for u in 0..4u32 {
                     for k in 0..4u32 {
                         let group = (round * 4 + k) * 4 + u;
                         let mut y = [0.0f32; 4];
                         for yj in y.iter_mut() {
-                            let r = next();
-                            *yj = if r % 251 == 0 {
-                                f32::NAN
-                            } else if r % 3 == 0 {
-                                ((r >> 16) % 5) as f32 * 0.5
-                            } else {
-                                centered(r, spread)
-                            };
+                            *yj = floor_logit(next(), spread);
                         }
                         let c = &mut units[u as usize];
                         update_group4_above(c, floors[u as usize], y, 4 * group, 1 << 20, &noise, &transform);
@@ -478,7 +490,6 @@ mod tests {
         // candidates must agree after every pass. Same value mix as the per-group test, plus vocab ends
         // inside a pass.
         let mut next = xorshift(0x5bd1_e995_1b87_3593);
-        let specials = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, f32::MAX, -f32::MAX, 0.0, -0.0, 1e-40];
         for case in 0..1500u32 {
             let t = [1.0f32, 0.7, 1e-3, 1.7, 40.0, 0.0, 1e-39, 1e30][case as usize % 8];
             let transform = Transform::from_temperature(t);
@@ -492,19 +503,9 @@ mod tests {
                 a = Candidate { score: (next() % 40) as f32 * 0.25, index: 7 };
                 b = a;
             }
-            let logit = |next: &mut dyn FnMut() -> u64| {
-                let r = next();
-                if r % 97 == 0 {
-                    specials[(r >> 8) as usize % specials.len()]
-                } else if r % 5 == 0 {
-                    ((r >> 16) % 9) as f32 * 0.25
-                } else {
-                    centered(r, spread)
-                }
-            };
             for pass in 0..6u32 {
                 let v0 = pass * stride * 8;
-                let y: [[f32; 4]; 8] = core::array::from_fn(|_| core::array::from_fn(|_| logit(&mut next)));
+                let y: [[f32; 4]; 8] = core::array::from_fn(|_| core::array::from_fn(|_| mixed_logit(next(), spread)));
                 if case % 3 == 0 {
                     // An odd pass width: three groups.
                     let y3 = [y[0], y[1], y[2]];
@@ -562,23 +563,11 @@ mod tests {
             let mut units = [Candidate::EMPTY; 4];
             let mut whole = Candidate::EMPTY;
             for round in 0..12u32 {
-                let floors: [f32; 4] = core::array::from_fn(|u| {
-                    (0..4).filter(|&o| o != u).map(|o| units[o].score).fold(f32::NEG_INFINITY, f32::max)
-                });
+                let floors: [f32; 4] = core::array::from_fn(|u| others_best(&units, u));
                 for u in 0..4u32 {
                     let v0 = round * 128 + 4 * u;
-                    let y: [[f32; 4]; 8] = core::array::from_fn(|_| {
-                        core::array::from_fn(|_| {
-                            let r = next();
-                            if r % 251 == 0 {
-                                f32::NAN
-                            } else if r % 3 == 0 {
-                                ((r >> 16) % 5) as f32 * 0.5
-                            } else {
-                                centered(r, spread)
-                            }
-                        })
-                    });
+                    let y: [[f32; 4]; 8] =
+                        core::array::from_fn(|_| core::array::from_fn(|_| floor_logit(next(), spread)));
                     let c = &mut units[u as usize];
                     update_groups_above(c, floors[u as usize], &y, (v0, 16), 1 << 20, &noise, &transform);
                     for (q, g) in y.iter().enumerate() {
