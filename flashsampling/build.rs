@@ -177,7 +177,10 @@ fn build_from_source(manifest: &std::path::Path) -> Vec<(Module, String, PathBuf
             format!("{}:{}:{}", m.stem(), arch(m), entries.join(","))
         })
         .collect();
-    let bounds: Vec<String> = entry_points().filter_map(|(e, _, t)| t.map(|t| format!("{e}={t}"))).collect();
+    // `entry=threads`, or `entry=threads+` for a pinned bound (`.minnctapersm 1` too).
+    let bounds: Vec<String> = entry_points()
+        .filter_map(|(e, _, b)| b.map(|b| format!("{e}={}{}", b.threads, if b.pinned { "+" } else { "" })))
+        .collect();
 
     let target_dir = out_dir.join("ptx-target");
     let mut cmd = Command::new(&cargo);
@@ -252,12 +255,21 @@ fn check_and_emit(
         let Some(at) = text.find(&format!(".entry {entry}(")) else {
             fail(&format!("the {} PTX module lacks the entry point `{entry}`", module.stem()))
         };
-        // Entries that run one block per multiprocessor carry their thread bound (the link step).
-        if let Some(threads) = bound {
+        // Entries that run one block per multiprocessor carry their thread bound (the link step), and
+        // those that move registers between warpgroups `.minnctapersm 1` (else ptxas ignores
+        // `setmaxnreg`).
+        if let Some(bound) = bound {
             let head = &text[at..(at + 600).min(text.len())];
-            let want = format!(".maxntid {threads}, 1, 1");
-            if !head.split('{').next().unwrap_or("").contains(&want) {
+            let head = head.split('{').next().unwrap_or("");
+            let want = format!(".maxntid {}, 1, 1", bound.threads);
+            if !head.contains(&want) {
                 fail(&format!("the PTX entry `{entry}` lacks `{want}` (kernels/link-ptx.sh)"));
+            }
+            if head.contains(".minnctapersm 1") != bound.pinned {
+                fail(&format!(
+                    "the PTX entry `{entry}`: `.minnctapersm 1` expected {} (kernels/link-ptx.sh)",
+                    bound.pinned
+                ));
             }
         }
     }

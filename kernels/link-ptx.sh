@@ -57,7 +57,9 @@ fi
 #               <stem>.ptx beside it; arch `sm_90a` gets PTX ISA 8.3 for `fence.proxy.tensormap`)
 #   FS_MAXNTID  "entry=threads,…"  entries that run one block of that size per multiprocessor: rustc
 #               has no launch-bounds attribute, so `.maxntid threads, 1, 1` is written here and ptxas
-#               then budgets registers for exactly that block.
+#               then budgets registers for exactly that block; `entry=threads+` also gets
+#               `.minnctapersm 1` (kernels that move registers with `setmaxnreg`: ptxas honours it only
+#               when the entry's register count is known, else warns C7508 and ignores it).
 : "${FS_MODULES:?set FS_MODULES (build.rs lists the modules and their entry points)}"
 module() {  # entries, cpu, output, extra llc flags
   "$FS_LLVM_BIN/opt" "$work/linked.bc" -o "$work/opt-$2.bc" \
@@ -74,8 +76,9 @@ for spec in "${specs[@]}"; do
   module "$entries" "$arch" "$dest" "$extra"
   IFS=',' read -ra bounds <<< "${FS_MAXNTID:-}"
   for bound in "${bounds[@]}"; do
-    entry="${bound%%=*}"; threads="${bound#*=}"
+    entry="${bound%%=*}"; threads="${bound#*=}"; pin=""
+    case "$threads" in *+) threads="${threads%+}"; pin='\n.minnctapersm 1' ;; esac
     # The line after the entry's parameter list: `)` (then `{`); the bound goes between them.
-    sed -i -E "/^\.visible \.entry ${entry}\(\$/,/^\)/ s/^\)(.*)\$/)\1\n.maxntid ${threads}, 1, 1/" "$dest"
+    sed -i -E "/^\.visible \.entry ${entry}\(\$/,/^\)/ s/^\)(.*)\$/)\1\n.maxntid ${threads}, 1, 1${pin}/" "$dest"
   done
 done

@@ -484,6 +484,20 @@ impl FusedVariant {
     pub const fn max_threads(&self) -> Option<u32> {
         Some(self.threads())
     }
+    /// Whether the kernel's warpgroups move registers (`setmaxnreg`: the producer warpgroup gives
+    /// its share to the consumers): the hidden-as-A kernels (128 accumulators per thread) and the
+    /// weight-as-A ones with N = 64 (16 batch columns per lane). Their entries also carry
+    /// `.minnctapersm 1` ([`entry_points`]): without a known register count at entry ptxas ignores
+    /// `setmaxnreg` (its warning C7508) and keeps the whole kernel within the even share of 168
+    /// (`tma_n64_tk` then spilled 2 KiB, 352 bytes with it).
+    #[inline]
+    pub const fn moves_registers(&self) -> bool {
+        match self.family {
+            Family::MmaSync => false,
+            Family::WgmmaWeightA => 8 * self.n_tiles == 64,
+            Family::WgmmaHiddenA => true,
+        }
+    }
     /// Whether the kernel copies with TMA and so needs the launch's tensor maps.
     #[inline]
     pub const fn uses_tma(&self) -> bool {
@@ -771,20 +785,40 @@ pub const LOGITS_CHUNK: u32 = 4 * BASELINE_THREADS * 4;
 /// Shared memory of the baseline kernels (one 8-byte slot per warp).
 pub const BASELINE_SMEM_BYTES: u32 = 8 * (BASELINE_THREADS / 32);
 
-/// Every entry point with its module and thread bound (what the build's link step needs).
-pub fn entry_points() -> impl Iterator<Item = (&'static str, Module, Option<u32>)> {
+/// An entry point's launch bound, as the link step writes it into the PTX entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EntryBound {
+    /// `.maxntid threads, 1, 1`: ptxas budgets registers for one block of that size per multiprocessor.
+    pub threads: u32,
+    /// Also `.minnctapersm 1`: the entry's register count is then known, which ptxas needs to honour
+    /// the kernel's `setmaxnreg` ([`FusedVariant::moves_registers`]).
+    pub pinned: bool,
+}
+
+impl EntryBound {
+    /// `.maxntid threads, 1, 1` only (for an entry with a thread bound).
+    fn unpinned(threads: Option<u32>) -> Option<Self> {
+        threads.map(|threads| Self { threads, pinned: false })
+    }
+}
+
+/// Every entry point with its module and launch bound (what the build's link step needs).
+pub fn entry_points() -> impl Iterator<Item = (&'static str, Module, Option<EntryBound>)> {
     FUSED_VARIANTS
         .iter()
-        .flat_map(|v| Epilogue::ALL.map(|e| (v.entry_for(e), v.module(), v.max_threads())))
+        .flat_map(|v| {
+            let bound = v.max_threads().map(|threads| EntryBound { threads, pinned: v.moves_registers() });
+            Epilogue::ALL.map(|e| (v.entry_for(e), v.module(), bound))
+        })
         .chain([
             (EXPAND_ENTRY, Module::Portable, None),
             (MERGE_RANKS_ENTRY, Module::Portable, None),
             (ADJUST_ENTRY, Module::Portable, None),
-            (REDUCE_BLOCK_ENTRY, Module::Portable, Some(REDUCE_BLOCK_THREADS)),
-            (TRUNCATE_ENTRY, Module::Portable, Some(TRUNCATE_THREADS)),
+            (REDUCE_BLOCK_ENTRY, Module::Portable, EntryBound::unpinned(Some(REDUCE_BLOCK_THREADS))),
+            (TRUNCATE_ENTRY, Module::Portable, EntryBound::unpinned(Some(TRUNCATE_THREADS))),
             (FALLBACK_GATHER_ENTRY, Module::Portable, None),
-            (FALLBACK_LOGITS_ENTRY, Module::Portable, FALLBACK_LOGITS_VARIANT.max_threads()),
-            (FALLBACK_SAMPLE_ENTRY, Module::Portable, Some(FALLBACK_SAMPLE_THREADS)),
+            (FALLBACK_LOGITS_ENTRY, Module::Portable, EntryBound::unpinned(FALLBACK_LOGITS_VARIANT.max_threads())),
+            (FALLBACK_SAMPLE_ENTRY, Module::Portable, EntryBound::unpinned(Some(FALLBACK_SAMPLE_THREADS))),
         ])
         .chain(TEST_ENTRIES.iter().map(|&e| (e, Module::Test, None)))
 }
@@ -827,6 +861,8 @@ mod tests {
                 Family::WgmmaWeightA | Family::WgmmaHiddenA => {
                     assert_eq!(v.module(), Module::Hopper);
                     assert_eq!(v.max_threads(), Some(384));
+                    // The kernels that move registers have one producer and two consumer warpgroups.
+                    assert_eq!(v.moves_registers(), v.family == Family::WgmmaHiddenA || 8 * v.n_tiles == 64);
                     // wgmma slabs are whole 1024-byte swizzle atoms; N is a wgmma width with a shape.
                     assert_eq!(v.stage_bytes() % 1024, 0, "{}", v.entry);
                     assert!(matches!(8 * v.n_tiles, 16 | 32 | 64), "{}", v.entry);

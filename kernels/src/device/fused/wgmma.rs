@@ -25,6 +25,10 @@
 //!   `4·(8w + g) + 2h + e`, so lane `(w, g, q)` holds the four consecutive vocab rows
 //!   `4·(8w + g) ..` (one Philox group) of each tile for its `N / 4` batch columns
 //!   ([`fragment::weight_a_tile`]).
+//! - **Registers**: the N = 64 kernels (16 columns per lane: their candidates, and in the `_tk`
+//!   kernels 16 top lists, beside 32 accumulators) lower the producer warpgroup's budget to
+//!   [`PRODUCER_REGS`] and raise the consumers' to [`CONSUMER_REGS`] (`setmaxnreg`), each role ending
+//!   in its own copy of [`merge::finish`]; N = 16 and 32 fit the even share of 168.
 //! - **End**: block merge (contributors: the 8 consumer warps when taking turns, the 4 warps `w` when
 //!   splitting) and, in the plain kernels, the last block's reduction (the `_lp` / `_tk` kernels
 //!   leave their rows to `reduce_rows`).
@@ -43,9 +47,17 @@ use crate::device::mainloop::{Consumer, N16, N32, N64, WgmmaShape, consume, mma_
 use crate::device::merge::{self, MergeArea, SharedMasses};
 use crate::device::pipeline::{Pipeline, Ring};
 use crate::device::producer::produce_tma;
+use crate::device::ptx::{setmaxnreg_dec_sync_aligned_u32, setmaxnreg_inc_sync_aligned_u32};
 use crate::device::schedule::{BlockWork, Thread};
 use crate::params::FusedParams;
 use crate::truncate::{LANE_TOP, TopList};
+
+/// Per-thread registers of the producer warpgroup after `setmaxnreg` (the N = 64 kernels).
+const PRODUCER_REGS: u32 = 24;
+/// Per-thread registers of a consumer warpgroup after `setmaxnreg` (the N = 64 kernels): the 168 of
+/// an even share plus the producer's 144 given up, split over the two consumers.
+const CONSUMER_REGS: u32 = 240;
+const _: () = assert!(PRODUCER_REGS + 2 * CONSUMER_REGS <= 3 * 168);
 
 /// The consumer: `N` hidden rows from slab row `128 + hidden`, the weight-as-A fragment adapter.
 struct WeightA<'a, T: WgmmaShape, const LP: bool, const TOP: bool> {
@@ -112,14 +124,34 @@ unsafe fn body<T: WgmmaShape, const S: u32, const SPLIT: u32, const LP: bool, co
         )
     };
     let area = MergeArea::new(block_b, v.merge_contributors());
+    let threads = 32 * WS_WARPS;
     let mut cands = [Candidate::EMPTY; 32];
     let mut tops = [TopList::<LANE_TOP>::EMPTY; 32]; // read and written only with TOP
+    // The N = 64 kernels move registers from the producer to the consumers (`setmaxnreg`), as the
+    // hidden-as-A kernels do: their 16 columns' candidates (and top lists) beside 32 accumulators
+    // spilled within the even share of 168 (`tma_n64_tk`: 2 KiB). Each role then ends in its own
+    // copy of `merge::finish`, so ptxas allocates each under its own budget.
+    let regs = v.moves_registers();
     if wg == 0 {
+        if regs {
+            // SAFETY: the whole producer warpgroup, converged (warpgroup-uniform branch).
+            unsafe { setmaxnreg_dec_sync_aligned_u32::<PRODUCER_REGS>() };
+        }
         if t.warp == 0 {
             // SAFETY: the producer warp; forwarded launch contract (the tensor maps are encoded).
             unsafe { produce_tma::<S, false>(&p, pipe, t.lane, work.b_first) };
         }
+        if regs {
+            // SAFETY: every thread of the block reaches one `finish` (the consumers theirs).
+            unsafe { merge::finish::<LP>(area, &p, t.tid, threads, work) };
+            return;
+        }
     } else {
+        if regs {
+            // SAFETY: the whole consumer warpgroup, converged; the producer's release leaves the pool
+            // enough for both consumers (PRODUCER_REGS + 2 · CONSUMER_REGS ≤ 3 · 168).
+            unsafe { setmaxnreg_inc_sync_aligned_u32::<CONSUMER_REGS>() };
+        }
         let c = wg - 1;
         let slot_b = if SPLIT == 2 { c } else { 0 };
         // SAFETY: the log-probability kernels' launches reserve the masses
@@ -152,9 +184,14 @@ unsafe fn body<T: WgmmaShape, const S: u32, const SPLIT: u32, const LP: bool, co
                 fragment::put_tops_columns::<32>(&p, &work, (contributor, slot_b * n), lanes, &tops, n as usize / 4);
             }
         };
+        if regs {
+            // SAFETY: every thread of the block reaches one `finish` (the producer warpgroup its own).
+            unsafe { merge::finish::<LP>(area, &p, t.tid, threads, work) };
+            return;
+        }
     }
     // SAFETY: every thread of the block reaches the block merge and the final reduction.
-    unsafe { merge::finish::<LP>(area, &p, t.tid, 32 * WS_WARPS, work) };
+    unsafe { merge::finish::<LP>(area, &p, t.tid, threads, work) };
 }
 
 macro_rules! entry {

@@ -182,7 +182,7 @@ macro_rules! entry {
             const V: FusedVariant = $variant;
             const {
                 assert!(str_eq(V.entry_for($epilogue), stringify!($name)) && matches!(V.family, Family::WgmmaHiddenA));
-                assert!(V.threads() == 32 * WS_WARPS && V.n_tiles == 8);
+                assert!(V.threads() == 32 * WS_WARPS && V.n_tiles == 8 && V.moves_registers());
             };
             // SAFETY: forwarded launch contract.
             unsafe { body::<{ V.stages_for($epilogue) }, { V.warps_b }, $lp, $top>(p, V) }
