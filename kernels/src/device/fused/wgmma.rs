@@ -6,7 +6,8 @@
 //! of [`tma_weight_tiles`](crate::config::tma_weight_tiles) and
 //! [`tma_weight_rows`](crate::config::tma_weight_rows), hidden map of `BLOCK_B` rows); launch with
 //! `grid = n_vranges · n_btiles` blocks of 384 threads (the link step writes `.maxntid 384, 1, 1`,
-//! so ptxas keeps them within the 168 registers per thread one such block per SM allows) and
+//! so ptxas keeps them within the 168 registers per thread one such block per SM allows, and for
+//! the N = 64 kernels `.minnctapersm 1`, so it honours their `setmaxnreg`) and
 //! [`FusedVariant::smem_bytes`] bytes of dynamic shared memory.
 //!
 //! # Thread mapping

@@ -7,7 +7,8 @@
 //! # Parameters
 //! [`FusedParams`] by value with this launch's [`TensorMaps`](crate::params::TensorMaps) (the weight
 //! map of [`tma_weight_tiles_t`](crate::config::tma_weight_tiles_t)); launch with
-//! `grid = n_vranges · n_btiles` blocks of 384 threads (`.maxntid 384, 1, 1` from the link step) and
+//! `grid = n_vranges · n_btiles` blocks of 384 threads (`.maxntid 384, 1, 1` and `.minnctapersm 1`
+//! from the link step: ptxas honours `setmaxnreg` only with the entry's register count known) and
 //! [`FusedVariant::smem_bytes`] bytes of dynamic shared memory. Needs `V % 16 == 0`.
 //!
 //! # Thread mapping
