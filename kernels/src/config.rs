@@ -488,7 +488,7 @@ impl FusedVariant {
     /// its share to the consumers): the hidden-as-A kernels (128 accumulators per thread) and the
     /// weight-as-A ones with N = 64 (16 batch columns per lane). Their entries also carry
     /// `.minnctapersm 1` ([`entry_points`]): without a known register count at entry ptxas ignores
-    /// `setmaxnreg` (its warning C7508) and keeps the whole kernel within the even share of 168
+    /// `setmaxnreg` (its info line C7508) and keeps the whole kernel within the even share of 168
     /// (`tma_n64_tk` then spilled 2 KiB, 352 bytes with it).
     #[inline]
     pub const fn moves_registers(&self) -> bool {
