@@ -4,7 +4,7 @@
 //! to the same noise and merge with the same rule; they differ only in how the logits were summed.
 
 use crate::candidate::Candidate;
-use crate::noise::{RowNoise, gumbel_bound, gumbel_of};
+use crate::noise::{RowNoise, gumbel_bound, gumbel_of, select_draw};
 
 /// `$body` once for each compile-time `$i < $n` (`$n ≤ 8`, a constant after monomorphization), as
 /// separate blocks: a loop with a Philox call per iteration is too large for LLVM to unroll by itself,
@@ -209,20 +209,11 @@ pub fn update_groups_above<const G: usize>(
         need &= need - 1;
         let v = v0 + stride * (k / 4) + k % 4;
         let y = pick(logits, k);
-        let (x, t) = if G == 1 { pick_draw(kept, k) } else { noise.draw_at(v) };
+        let (x, t) = if G == 1 { select_draw(kept, k) } else { noise.draw_at(v) };
         if !(transform.score(y, gumbel_bound(x, t)) < cand.score.max(floor)) {
             cand.update(transform.score(y, gumbel_of(x, t)), v);
         }
     }
-}
-
-/// Draw `k % 4` of a group's draws, by selects.
-#[inline(always)]
-fn pick_draw((x, t): ([u32; 4], [f32; 4]), k: u32) -> (u32, f32) {
-    let odd = k & 1 != 0;
-    let lo = if odd { (x[1], t[1]) } else { (x[0], t[0]) };
-    let hi = if odd { (x[3], t[3]) } else { (x[2], t[2]) };
-    if k & 2 != 0 { hi } else { lo }
 }
 
 /// `logits[k / 4][k % 4]` by a tree of selects on the bits of `k` (five levels for 32 entries), with

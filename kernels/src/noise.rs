@@ -217,13 +217,31 @@ fn refine(ctr: [u32; 4], key: [u32; 2], x: [u32; 4]) -> [f32; 4] {
 /// `gumbel_bound(x[l], t[l])`.
 #[inline(always)]
 pub fn draws4_at(ctr: [u32; 4], key: [u32; 2]) -> ([u32; 4], [f32; 4]) {
-    let x = philox4x32_10(ctr, key);
-    let mut t = [tail_distance(x[0]), tail_distance(x[1]), tail_distance(x[2]), tail_distance(x[3])];
+    let (x, mut t, extreme) = draws4_unrefined_at(ctr, key);
     // One test per group; taken with probability 4 · 2^-23.
-    if is_extreme(x[0]) | is_extreme(x[1]) | is_extreme(x[2]) | is_extreme(x[3]) {
+    if extreme {
         t = refine(ctr, key, x);
     }
     (x, t)
+}
+
+/// [`draws4_at`] without the refinement: the words, their unrefined distances [`tail_distance`], and
+/// whether any word is extreme (then its distance is not the draw's). One Philox call, no branch.
+#[inline(always)]
+pub fn draws4_unrefined_at(ctr: [u32; 4], key: [u32; 2]) -> ([u32; 4], [f32; 4], bool) {
+    let x = philox4x32_10(ctr, key);
+    let t = [tail_distance(x[0]), tail_distance(x[1]), tail_distance(x[2]), tail_distance(x[3])];
+    (x, t, is_extreme(x[0]) | is_extreme(x[1]) | is_extreme(x[2]) | is_extreme(x[3]))
+}
+
+/// Draw `k % 4` of a group's draws `(x, t)`, by selects on the bits of `k` (no array index, so nothing
+/// goes to local memory on the GPU).
+#[inline(always)]
+pub fn select_draw((x, t): ([u32; 4], [f32; 4]), k: u32) -> (u32, f32) {
+    let odd = k & 1 != 0;
+    let lo = if odd { (x[1], t[1]) } else { (x[0], t[0]) };
+    let hi = if odd { (x[3], t[3]) } else { (x[2], t[2]) };
+    if k & 2 != 0 { hi } else { lo }
 }
 
 /// Gumbel noise of the four words of Philox counter `ctr` under `key` ([`draws4_at`], then
@@ -329,21 +347,14 @@ impl RowNoise {
     /// [`crate::epilogue::update_groups_above`].
     #[inline(always)]
     pub fn draws4_unrefined(&self, group: u32) -> ([u32; 4], [f32; 4], bool) {
-        let x = philox4x32_10(self.counter(group), self.key());
-        let t = [tail_distance(x[0]), tail_distance(x[1]), tail_distance(x[2]), tail_distance(x[3])];
-        (x, t, is_extreme(x[0]) | is_extreme(x[1]) | is_extreme(x[2]) | is_extreme(x[3]))
+        draws4_unrefined_at(self.counter(group), self.key())
     }
 
     /// The draw (word and distance, refined where extreme) of vocab entry `v`: [`Self::draws4`] of its
-    /// group, entry `v & 3` taken with selects (no array index, so nothing goes to local memory on the
-    /// GPU).
+    /// group, entry `v & 3` taken by [`select_draw`].
     #[inline(always)]
     pub fn draw_at(&self, v: u32) -> (u32, f32) {
-        let (x, t) = self.draws4(v >> 2);
-        let odd = v & 1 != 0;
-        let lo = if odd { (x[1], t[1]) } else { (x[0], t[0]) };
-        let hi = if odd { (x[3], t[3]) } else { (x[2], t[2]) };
-        if v & 2 != 0 { hi } else { lo }
+        select_draw(self.draws4(v >> 2), v)
     }
 
     /// Gumbel noise of one vocab entry (the same bits as [`Self::gumbel4`] gives it).
