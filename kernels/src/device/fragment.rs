@@ -288,15 +288,21 @@ fn weight_a_tile_with<
             if if pass == 4 { I < pass && pass * r + I < cols } else { I < cols } {
                 let (j, c) = ((pass / 2) * r + I / 2, I % 2);
                 let b = b0 + 8 * j as u32 + 2 * quad + c as u32;
+                let mut cand = match r {
+                    0 => cands[I],
+                    1 => cands[I + pass],
+                    2 => cands[I + 2 * pass],
+                    _ => cands[I + 3 * pass],
+                };
+                // The column's floor: the best score the 8 lanes holding this batch column (lanes
+                // q, q + 4, …, q + 28) had before this tile. No entry below another lane's candidate
+                // can be the row's sample, so the screen skips against it too (`update_groups_above`).
+                // SAFETY: the whole warp calls the epilogue converged (`consume`, after its aligned
+                // wgmma wait); the column index is warp-uniform, so every lane shuffles here.
+                let floor = unsafe { column_best(cand.score) };
                 if b < p.b {
                     let a = 4 * (I / 2) + c;
                     let logits = [pick(0, a), pick(0, a + 2), pick(1, a), pick(1, a + 2)];
-                    let mut cand = match r {
-                        0 => cands[I],
-                        1 => cands[I + pass],
-                        2 => cands[I + 2 * pass],
-                        _ => cands[I + 3 * pass],
-                    };
                     // SAFETY: column pass·r + I < N / 4, the lane's masses.
                     let mut mass = if !LP { RowMass::EMPTY } else { unsafe { masses.get((pass * r + I) as u32) } };
                     let mut top = if !TOP {
@@ -314,7 +320,7 @@ fn weight_a_tile_with<
                         row_params(p, b),
                         (v0, 0),
                         [logits],
-                        (&mut cand, f32::NEG_INFINITY),
+                        (&mut cand, floor),
                         (&mut mass, &mut top),
                     );
                     if TOP {
@@ -350,6 +356,22 @@ fn weight_a_tile_with<
 unsafe fn quad_best(score: f32) -> f32 {
     let mut s = score;
     for m in [1u32, 2] {
+        // SAFETY: the whole warp, converged (the caller's contract).
+        let other = f32::from_bits(unsafe { shfl_sync_bfly_b32(s.to_bits(), m) });
+        s = s.max(other);
+    }
+    s
+}
+
+/// The largest of the 8 lanes' `score` that hold the lane's batch columns in the weight-as-A layout
+/// (lanes `q, q + 4, …, q + 28`, `q = lane % 4`; NaN ignored unless all are NaN).
+///
+/// # Safety
+/// All 32 lanes of the warp call it together (converged).
+#[inline(always)]
+unsafe fn column_best(score: f32) -> f32 {
+    let mut s = score;
+    for m in [4u32, 8, 16] {
         // SAFETY: the whole warp, converged (the caller's contract).
         let other = f32::from_bits(unsafe { shfl_sync_bfly_b32(s.to_bits(), m) });
         s = s.max(other);
