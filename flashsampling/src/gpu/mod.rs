@@ -1438,7 +1438,11 @@ impl GpuBackend {
             }
             None => (tokens, scores),
         };
-        if raw_lse != 0 && ranged.staging.is_none() {
+        // A one-GPU truncation launch writes the raw log-sum-exps (through the step's reduction) only
+        // when something reads them: raw log-probabilities or raw top log-probabilities. Without
+        // them the truncation kernels skip the raw log-mass (`FusedParams::raw_logsumexp` null).
+        let wants_raw = params.logprobs != LogProbs::Off || (params.top_logprobs > 0 && params.top_logprobs_raw);
+        if raw_lse != 0 && ranged.staging.is_none() && wants_raw {
             lp_ptrs[4] = raw_lse;
         }
         let p = ByValue(FusedParams {

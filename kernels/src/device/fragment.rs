@@ -140,7 +140,13 @@ pub(super) fn lane_epilogue<
                         }
                     }
                 }
-                mass.raw.update4(raw, exp);
+                // The truncation kernels skip the raw log-mass when the launch asks nobody for the
+                // raw distribution (null `raw_logsumexp`: no raw log-probabilities, raw top
+                // log-probabilities or tensor-parallel exchange; a uniform branch). The
+                // log-probability kernels always keep it.
+                if !TOP || !p.raw_logsumexp.is_null() {
+                    mass.raw.update4(raw, exp);
+                }
                 mass.processed.update4(processed, exp);
             }
             if TOP {
