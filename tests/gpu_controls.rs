@@ -98,6 +98,20 @@ fn control_identities_hold_bit_for_bit_on_the_gpu() {
         same("an empty adjustment list", &base.clone().with_adjustments(SparseAdjustments::none(b)));
 
         same("log-probabilities on", &base.clone().with_logprobs(LogProbs::ProcessedAndRaw));
+        same("processed log-probabilities on", &base.clone().with_logprobs(LogProbs::Processed));
+        // Without raw log-probabilities the kernels skip the raw log-mass: the processed outputs
+        // are the same bits (each log-mass is its own sum), and no raw ones come back.
+        for params in [base.clone(), base.clone().with_temperatures(mixed_temperatures(b)).with_softcap(2.0)] {
+            let both = gpu.sample_scored(h, w, &params.clone().with_logprobs(LogProbs::ProcessedAndRaw)).unwrap();
+            let processed = gpu.sample_scored(h, w, &params.with_logprobs(LogProbs::Processed)).unwrap();
+            assert!(processed.raw_logprobs.is_none() && both.raw_logprobs.is_some(), "B={b} V={v}");
+            let opt_bits = |x: &Option<Vec<f32>>| x.as_deref().map(bits);
+            assert_eq!(
+                (&processed.tokens, opt_bits(&processed.logprobs), opt_bits(&processed.logsumexp)),
+                (&both.tokens, opt_bits(&both.logprobs), opt_bits(&both.logsumexp)),
+                "processed log-probabilities with and without the raw ones, B={b} V={v}"
+            );
+        }
         // Per-row temperatures and seeds: row r equals the scalar call with row r's values.
         let temps = mixed_temperatures(b);
         let seeds: Vec<u64> = (0..b as u64).map(|r| 7 * r + 1).collect();
@@ -294,6 +308,9 @@ fn bad_controls_are_typed_errors_on_the_gpu_backend() {
     assert!(out.logprobs().is_none());
     sample_on_device(&gpu, (&dh, b), (&dw, v), d, &p.clone().with_logprobs(LogProbs::Processed), &mut out);
     assert!(out.logprobs().is_some() && out.logsumexp().is_some());
+    assert!(out.raw_logprobs().is_none(), "processed log-probabilities only: no raw ones");
+    sample_on_device(&gpu, (&dh, b), (&dw, v), d, &p.clone().with_logprobs(LogProbs::ProcessedAndRaw), &mut out);
+    assert!(out.logprobs().is_some() && out.raw_logprobs().is_some() && out.logsumexp().is_some());
     sample_on_device(&gpu, (&dh, b), (&dw, v), d, &p, &mut out);
     assert!(out.logprobs().is_none(), "a plain call after a log-probability call: no stale log-probabilities");
 }

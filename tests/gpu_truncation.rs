@@ -117,6 +117,49 @@ fn truncation_matches_the_cpu_on_exact_logits() {
     assert!(bad * 1000 <= rows, "{bad} of {rows} rows differ from the CPU");
 }
 
+/// The step's two entries (one block per multiprocessor with every register, or two sharing it)
+/// build one body: forced either way, a call gives the same tokens, scores, log-probabilities,
+/// top log-probabilities and fallback rows bit for bit, below and above the multiprocessor count.
+#[test]
+fn both_truncation_step_entries_give_the_same_samples() {
+    use flashsampling::kernels::config::TruncateStep;
+    let Some(mut gpu) = gpu_or_skip("both_truncation_step_entries_give_the_same_samples") else { return };
+    for &(b, d, v) in &[(3usize, 64usize, 151_936usize), (200, 64, 5008)] {
+        let (hidden, weight) = exact_head(b, d, v, 1.5, 0x13_57E9 ^ (b * 31 + v) as u64);
+        let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
+        let (k, p, m) = row_truncations(b, v as u32);
+        let params = SamplingParams::new(0.9, 29)
+            .with_streams((0..b as u64).map(|r| 5 * r + 1).collect())
+            .with_temperatures(mixed_temperatures(b))
+            .with_top_k(k)
+            .with_top_p(p)
+            .with_min_p(m)
+            .with_logprobs(LogProbs::ProcessedAndRaw)
+            .with_top_logprobs(5, false);
+        let got = TruncateStep::ALL.map(|step| {
+            gpu.set_truncate_step(Some(step));
+            gpu.sample_scored(h, w, &params).unwrap()
+        });
+        gpu.set_truncate_step(None);
+        let [a, p2] = &got;
+        assert_eq!(a.tokens, p2.tokens, "B={b} V={v}: tokens");
+        let bits = |x: &[f32]| x.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        let opt_bits = |x: &Option<Vec<f32>>| x.as_deref().map(bits);
+        assert_eq!(bits(&a.scores), bits(&p2.scores), "B={b} V={v}: scores");
+        assert_eq!(opt_bits(&a.logprobs), opt_bits(&p2.logprobs), "B={b} V={v}: log-probabilities");
+        assert_eq!(opt_bits(&a.raw_logprobs), opt_bits(&p2.raw_logprobs), "B={b} V={v}: raw log-probabilities");
+        assert_eq!(opt_bits(&a.logsumexp), opt_bits(&p2.logsumexp), "B={b} V={v}: log-sum-exps");
+        assert_eq!(a.truncation_fallback, p2.truncation_fallback, "B={b} V={v}: fallback rows");
+        let top_bits = |x: &Option<Vec<Vec<(u32, f32)>>>| {
+            x.as_ref().map(|x| {
+                x.iter().map(|r| r.iter().map(|&(i, l)| (i, l.to_bits())).collect::<Vec<_>>()).collect::<Vec<_>>()
+            })
+        };
+        assert_eq!(top_bits(&a.top_logprobs), top_bits(&p2.top_logprobs), "B={b} V={v}: top log-probabilities");
+        visible(&format!("GPU truncation step: alone == paired bit for bit, B={b:>3} V={v}"));
+    }
+}
+
 #[test]
 fn rows_that_keep_everything_draw_the_plain_sample() {
     let Some(gpu) = gpu_or_skip("rows_that_keep_everything_draw_the_plain_sample") else { return };

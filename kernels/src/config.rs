@@ -713,10 +713,46 @@ pub const REDUCE_BLOCK_THREADS: u32 = 256;
 /// (16) and a partial dot product (4).
 pub const REDUCE_BLOCK_SMEM: u32 = 28 * (REDUCE_BLOCK_THREADS / 32);
 
-/// PTX entry point of the truncation step (portable module): per sample row, the certificate over
-/// the fused pass's top lists and the sample within the kept set (`params::TruncateParams`).
-pub const TRUNCATE_ENTRY: &str = "truncate_rows";
-/// Threads per block of the truncation step (one block per sample row; its entry carries this
+/// The truncation step (portable module; per sample row, the certificate over the fused pass's top
+/// lists and the sample within the kept set, `params::TruncateParams`) is one body built as two
+/// entry points that differ only in their launch bound: how many of its blocks a multiprocessor
+/// holds, and so how many registers a thread gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TruncateStep {
+    /// `truncate_rows`: `.maxntid 512` + `.minnctapersm 1`, up to 128 registers a thread (no
+    /// spills). For launches of at most one block per multiprocessor, where a second resident block
+    /// would have nothing to do.
+    Alone,
+    /// `truncate_rows_paired`: `.maxntid 512` only; ptxas then keeps two blocks per multiprocessor
+    /// (64 registers a thread, a few hundred bytes of spills), so a launch of more rows than
+    /// multiprocessors runs in one wave of overlapping blocks instead of two.
+    Paired,
+}
+
+impl TruncateStep {
+    /// Both, in the order the host loads them.
+    pub const ALL: [Self; 2] = [Self::Alone, Self::Paired];
+
+    /// The PTX entry point.
+    pub const fn entry(self) -> &'static str {
+        match self {
+            Self::Alone => "truncate_rows",
+            Self::Paired => "truncate_rows_paired",
+        }
+    }
+
+    /// The step for a launch of `rows` blocks on `sm_count` multiprocessors.
+    pub const fn for_rows(rows: u32, sm_count: u32) -> Self {
+        if rows <= sm_count { Self::Alone } else { Self::Paired }
+    }
+
+    /// Its launch bound.
+    const fn bound(self) -> EntryBound {
+        EntryBound { threads: TRUNCATE_THREADS, pinned: matches!(self, Self::Alone) }
+    }
+}
+
+/// Threads per block of the truncation step (one block per sample row; its entries carry this
 /// bound, so ptxas keeps a block's registers within the multiprocessor's 64 K).
 pub const TRUNCATE_THREADS: u32 = 512;
 /// Entries above the threshold the truncation step collects and sorts per row (a power of two). The
@@ -791,7 +827,8 @@ pub struct EntryBound {
     /// `.maxntid threads, 1, 1`: ptxas budgets registers for one block of that size per multiprocessor.
     pub threads: u32,
     /// Also `.minnctapersm 1`: the entry's register count is then known, which ptxas needs to honour
-    /// the kernel's `setmaxnreg` ([`FusedVariant::moves_registers`]).
+    /// the kernel's `setmaxnreg` ([`FusedVariant::moves_registers`]); without it ptxas may budget
+    /// registers for two blocks per multiprocessor ([`TruncateStep::Alone`] takes all of them).
     pub pinned: bool,
 }
 
@@ -815,11 +852,11 @@ pub fn entry_points() -> impl Iterator<Item = (&'static str, Module, Option<Entr
             (MERGE_RANKS_ENTRY, Module::Portable, None),
             (ADJUST_ENTRY, Module::Portable, None),
             (REDUCE_BLOCK_ENTRY, Module::Portable, EntryBound::unpinned(Some(REDUCE_BLOCK_THREADS))),
-            (TRUNCATE_ENTRY, Module::Portable, EntryBound::unpinned(Some(TRUNCATE_THREADS))),
             (FALLBACK_GATHER_ENTRY, Module::Portable, None),
             (FALLBACK_LOGITS_ENTRY, Module::Portable, EntryBound::unpinned(FALLBACK_LOGITS_VARIANT.max_threads())),
             (FALLBACK_SAMPLE_ENTRY, Module::Portable, EntryBound::unpinned(Some(FALLBACK_SAMPLE_THREADS))),
         ])
+        .chain(TruncateStep::ALL.map(|t| (t.entry(), Module::Portable, Some(t.bound()))))
         .chain(TEST_ENTRIES.iter().map(|&e| (e, Module::Test, None)))
 }
 
@@ -881,10 +918,28 @@ mod tests {
         for (i, (e, _, _)) in all.iter().enumerate() {
             assert!(all[..i].iter().all(|(f, _, _)| f != e), "{e} listed twice");
         }
-        assert_eq!(all.len(), Epilogue::ALL.len() * FUSED_VARIANTS.len() + 8 + TEST_ENTRIES.len());
+        assert_eq!(all.len(), Epilogue::ALL.len() * FUSED_VARIANTS.len() + 9 + TEST_ENTRIES.len());
         // Sixteen boxes of 8 rows, 4 apart, cover a 128-row tile's 32 Philox groups.
         assert_eq!(TMA_WEIGHT_BOXES * TMA_WEIGHT_BOX_ROWS, BLOCK_V);
         assert_eq!(TMA_WEIGHT_ROW_STEP * TMA_WEIGHT_BOX_ROWS, WARP_TILE_V);
+    }
+
+    #[test]
+    fn the_truncation_step_takes_a_multiprocessor_alone_up_to_one_block_each() {
+        for sms in [1u32, 114, 132, 148] {
+            for rows in 1..=2 * sms + 1 {
+                let want = if rows <= sms { TruncateStep::Alone } else { TruncateStep::Paired };
+                assert_eq!(TruncateStep::for_rows(rows, sms), want, "{rows} rows on {sms} SMs");
+            }
+        }
+        let bounds: std::vec::Vec<_> =
+            entry_points().filter(|(e, _, _)| TruncateStep::ALL.iter().any(|t| t.entry() == *e)).collect();
+        assert_eq!(bounds.len(), 2);
+        for (e, module, bound) in bounds {
+            assert_eq!(module, Module::Portable, "{e}");
+            let b = bound.expect("the step's entries carry a bound");
+            assert_eq!((b.threads, b.pinned), (TRUNCATE_THREADS, e == TruncateStep::Alone.entry()), "{e}");
+        }
     }
 
     #[test]

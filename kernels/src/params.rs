@@ -100,7 +100,8 @@ pub struct FusedParams {
     /// processed distribution (`0` for a greedy row), `[B]`.
     pub logprobs: *mut f32,
     /// Output of the log-probability kernels: each row's sampled token's log-probability under
-    /// `softmax(y)` (nothing applied), `[B]`.
+    /// `softmax(y)` (nothing applied), `[B]`. Null in a log-probability (`_lp`) launch: no raw
+    /// log-probabilities, and the kernels skip the raw log-mass.
     pub raw_logprobs: *mut f32,
     /// Output of the log-probability kernels: each row's log-sum-exp of `z / T` (NaN for a greedy
     /// row), `[B]`.

@@ -11,8 +11,8 @@ use cudarc::nvrtc::Ptx;
 use flashsampling_kernels::config::{
     ADJUST_ENTRY, ADJUST_THREADS, BLOCK_V, EXPAND_ENTRY, EXPAND_THREADS, Epilogue, FALLBACK_GATHER_ENTRY,
     FALLBACK_LOGITS_ENTRY, FALLBACK_LOGITS_VARIANT, FALLBACK_SAMPLE_ENTRY, FUSED_VARIANTS, Family, FusedVariant,
-    MAX_DIM, Module, REDUCE_BLOCK_ENTRY, REDUCE_BLOCK_SMEM, REDUCE_BLOCK_THREADS, TMA_T_VOCAB_ALIGN, TRUNCATE_ENTRY,
-    TmaLayout, tma_hidden, tma_weight_rows, tma_weight_tiles, tma_weight_tiles_t, variant_for_batch,
+    MAX_DIM, Module, REDUCE_BLOCK_ENTRY, REDUCE_BLOCK_SMEM, REDUCE_BLOCK_THREADS, TMA_T_VOCAB_ALIGN, TmaLayout,
+    TruncateStep, tma_hidden, tma_weight_rows, tma_weight_tiles, tma_weight_tiles_t, variant_for_batch,
 };
 use flashsampling_kernels::logits::Adjustment;
 use flashsampling_kernels::params::{
@@ -254,6 +254,9 @@ pub struct DeviceSamples {
     n: usize,
     /// Whether the last call computed log-probabilities.
     has_logprobs: bool,
+    /// The last call asked for raw log-probabilities too ([`LogProbs::ProcessedAndRaw`]; a
+    /// tensor-parallel merge fills them with every log-probability call).
+    has_raw_logprobs: bool,
     /// Host copy of the words in `rows` (skips the upload when a call reuses them).
     uploaded_rows: Vec<u64>,
     /// The TMA kernels' tensor maps ([`TensorMaps`], 384 bytes: three 128-byte maps) in device memory.
@@ -328,9 +331,10 @@ impl DeviceSamples {
     }
 
     /// Log-probabilities of the last call's tokens under `softmax(logits)` (`[B, n]`), when it asked
-    /// for [`LogProbs::ProcessedAndRaw`] (computed with every log-probability call).
+    /// for [`LogProbs::ProcessedAndRaw`] (a call asking [`LogProbs::Processed`] on one GPU neither
+    /// computes nor writes them: its kernels skip the raw log-mass).
     pub fn raw_logprobs(&self) -> Option<CudaView<'_, f32>> {
-        self.raw_logprobs.as_ref().filter(|_| self.has_logprobs).map(|l| l.slice(..self.b))
+        self.raw_logprobs.as_ref().filter(|_| self.has_raw_logprobs).map(|l| l.slice(..self.b))
     }
 
     /// Each sample row's log-sum-exp of `logits / T` (`[B, n]`: the same for the `n` samples of a
@@ -408,6 +412,7 @@ impl DeviceSamples {
         self.b = rows;
         self.n = n;
         self.has_logprobs = logprobs;
+        self.has_raw_logprobs = logprobs;
         self.has_truncation = false;
         self.top_n = 0;
     }
@@ -490,9 +495,13 @@ pub struct GpuBackend {
     /// The log-probability reduction (portable module), launched after every log-probability and
     /// truncation fused kernel.
     reduce_rows: CudaFunction,
-    /// The truncation step and the fallback's kernels (portable module): its gather, its logits on
-    /// the tensor cores (with their occupancy, as a fused variant's) and its sampler.
-    truncate: CudaFunction,
+    /// The truncation step's two entries (portable module: [`TruncateStep::Alone`], then
+    /// [`TruncateStep::Paired`]) and the fallback's kernels: its gather, its logits on the tensor
+    /// cores (with their occupancy, as a fused variant's) and its sampler.
+    truncate: (CudaFunction, CudaFunction),
+    /// Measurement override of the truncation step's entry (`FLASHSAMPLING_TRUNCATE_STEP=alone` or
+    /// `paired`; [`TruncateStep::for_rows`] otherwise); samples do not depend on it.
+    truncate_step_override: Option<TruncateStep>,
     fallback_gather: CudaFunction,
     fallback_logits: LoadedEntry,
     fallback_sample: CudaFunction,
@@ -641,7 +650,8 @@ impl GpuBackend {
         let expand = module.load_function(EXPAND_ENTRY)?;
         let adjust = module.load_function(ADJUST_ENTRY)?;
         let reduce_rows = module.load_function(REDUCE_BLOCK_ENTRY)?;
-        let truncate = module.load_function(TRUNCATE_ENTRY)?;
+        let truncate =
+            (module.load_function(TruncateStep::Alone.entry())?, module.load_function(TruncateStep::Paired.entry())?);
         let fallback_gather = module.load_function(FALLBACK_GATHER_ENTRY)?;
         let lv = FALLBACK_LOGITS_VARIANT;
         let fallback_logits =
@@ -662,6 +672,11 @@ impl GpuBackend {
             ctx,
             sm_count,
             dependent_launch: std::env::var("FLASHSAMPLING_PDL").map_or(true, |v| v != "0"),
+            truncate_step_override: match std::env::var("FLASHSAMPLING_TRUNCATE_STEP").as_deref() {
+                Ok("alone") => Some(TruncateStep::Alone),
+                Ok("paired") => Some(TruncateStep::Paired),
+                _ => None,
+            },
             blocks_per_sm_override: std::env::var("FLASHSAMPLING_BLOCKS_PER_SM")
                 .ok()
                 .and_then(|s| s.parse().ok())
@@ -711,6 +726,14 @@ impl GpuBackend {
         }
         self.variant_override = variant;
         Ok(())
+    }
+
+    /// Forces the truncation step's entry ([`TruncateStep`]; `None`: [`TruncateStep::for_rows`]
+    /// per launch, the default). Both build the same body: samples, log-probabilities and fallback
+    /// rows do not depend on it (tests, benchmarks). The environment variable
+    /// `FLASHSAMPLING_TRUNCATE_STEP=alone` or `paired` sets it at construction.
+    pub fn set_truncate_step(&mut self, step: Option<TruncateStep>) {
+        self.truncate_step_override = step;
     }
 
     /// The fused-kernel variant a call with `b` rows, vocab size `v` and `epilogue` launches
@@ -821,6 +844,7 @@ impl GpuBackend {
                 b,
                 n: 1,
                 has_logprobs: false,
+                has_raw_logprobs: false,
                 uploaded_rows: Vec::new(),
                 tensor_maps: self.stream.alloc::<u64>(size_of::<TensorMaps>() / 8)?,
                 tensor_maps_for: None,
@@ -1021,6 +1045,7 @@ impl GpuBackend {
         out.b = rows;
         out.n = n;
         out.has_logprobs = epilogue.has_logprobs() && params.logprobs != LogProbs::Off;
+        out.has_raw_logprobs = epilogue.has_logprobs() && params.logprobs == LogProbs::ProcessedAndRaw;
         out.has_truncation = truncates;
         out.top_n = params.top_logprobs as usize;
         let ranged = Ranged { range, staging, elem: T::TYPE };
@@ -1438,6 +1463,15 @@ impl GpuBackend {
             }
             None => (tokens, scores),
         };
+        // A one-GPU log-probability launch without raw log-probabilities leaves them unwritten (null
+        // `raw_logprobs`): its kernels then skip the raw log-mass. (A rank's go to the exchange; the
+        // truncation kernels decide by `raw_logsumexp`, below.)
+        if launch.epilogue == Epilogue::LogProbs
+            && ranged.staging.is_none()
+            && params.logprobs != LogProbs::ProcessedAndRaw
+        {
+            lp_ptrs[2] = 0;
+        }
         // A one-GPU truncation launch writes the raw log-sum-exps (through the step's reduction) only
         // when something reads them: raw log-probabilities or raw top log-probabilities. Without
         // them the truncation kernels skip the raw log-mass (`FusedParams::raw_logsumexp` null).

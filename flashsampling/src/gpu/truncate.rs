@@ -19,7 +19,7 @@ use cudarc::driver::sys;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
 use flashsampling_kernels::config::{
     BLOCK_V, Epilogue, FALLBACK_GATHER_THREADS, FALLBACK_LOGITS_VARIANT, FALLBACK_SAMPLE_SMEM, FALLBACK_SAMPLE_THREADS,
-    TRUNCATE_SMEM, TRUNCATE_THREADS,
+    TRUNCATE_SMEM, TRUNCATE_THREADS, TruncateStep,
 };
 use flashsampling_kernels::params::{
     AdjustedToken, ElementType, FallbackLogitsParams, FallbackParams, FusedParams, MAX_TOP_N, RowParams, TopOutputs,
@@ -296,7 +296,7 @@ impl GpuBackend {
         // outputs `rows × MAX_TOP_N ≥ requests × n` entries (`n ≤ MAX_TOP_N`, validated). With
         // programmatic stream serialization (`FLASHSAMPLING_PDL` not 0) each of the three kernels
         // below waits (`griddepcontrol.wait`) for the one before it before any memory access.
-        unsafe { self.launch_after(&self.truncate, truncate_cfg(rows), &p) }?;
+        unsafe { self.launch_after(self.truncate_step(rows), truncate_cfg(rows), &p) }?;
         let f = ByValue(FallbackParams {
             hidden: hidden as *const u16,
             weight: weight as *const u16,
@@ -413,7 +413,7 @@ impl GpuBackend {
         // lists (`rows × units`) and the plain tokens and log-sum-exps in the exchange buffer (read
         // only in this mode); the row parameters hold `rows`, the truncation the requests; the
         // exchange buffer holds `6·rows` words and then `rows × RANK_UNITS` units.
-        unsafe { self.launch_after(&self.truncate, truncate_cfg(rows), &p) }
+        unsafe { self.launch_after(self.truncate_step(rows), truncate_cfg(rows), &p) }
     }
 
     /// The device address of the raw log-sum-exps a truncating call's steps read (`[rows]`): where
@@ -476,7 +476,7 @@ impl GpuBackend {
             // one-GPU step (the list's count zeroed before the fused launch); no adjustments; no
             // weight (null: a changed token's raw logit is its processed one, the call has no
             // soft-cap).
-            unsafe { self.launch_after(&self.truncate, truncate_cfg(rows), &p) }
+            unsafe { self.launch_after(self.truncate_step(rows), truncate_cfg(rows), &p) }
         })
     }
 
@@ -569,6 +569,7 @@ impl GpuBackend {
         out.b = b;
         out.n = 1;
         out.has_logprobs = false;
+        out.has_raw_logprobs = false;
         out.has_truncation = false;
         out.top_n = 0;
         let trunc = truncation_words(params, b);
@@ -627,7 +628,19 @@ fn truncation_words(params: &SamplingParams, b: usize) -> Vec<u32> {
         .collect()
 }
 
-/// `truncate_rows`' launch shape: one block per sample row.
+impl GpuBackend {
+    /// The truncation step's entry for a launch of `rows` blocks ([`TruncateStep::for_rows`], or
+    /// `FLASHSAMPLING_TRUNCATE_STEP`'s).
+    fn truncate_step(&self, rows: usize) -> &cudarc::driver::CudaFunction {
+        let rows = u32::try_from(rows).unwrap_or(u32::MAX);
+        match self.truncate_step_override.unwrap_or(TruncateStep::for_rows(rows, self.sm_count)) {
+            TruncateStep::Alone => &self.truncate.0,
+            TruncateStep::Paired => &self.truncate.1,
+        }
+    }
+}
+
+/// The truncation step's launch shape: one block per sample row.
 fn truncate_cfg(rows: usize) -> LaunchConfig {
     LaunchConfig { grid_dim: (rows as u32, 1, 1), block_dim: (TRUNCATE_THREADS, 1, 1), shared_mem_bytes: TRUNCATE_SMEM }
 }

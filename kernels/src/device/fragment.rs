@@ -140,11 +140,11 @@ pub(super) fn lane_epilogue<
                         }
                     }
                 }
-                // The truncation kernels skip the raw log-mass when the launch asks nobody for the
-                // raw distribution (null `raw_logsumexp`: no raw log-probabilities, raw top
-                // log-probabilities or tensor-parallel exchange; a uniform branch). The
-                // log-probability kernels always keep it.
-                if !TOP || !p.raw_logsumexp.is_null() {
+                // The raw log-mass only when the launch asks for the raw distribution (a uniform
+                // branch): the truncation kernels by `raw_logsumexp` (null: no raw log-probabilities,
+                // raw top log-probabilities or tensor-parallel exchange), the log-probability kernels
+                // by `raw_logprobs` (null: a one-GPU call without raw log-probabilities).
+                if if TOP { !p.raw_logsumexp.is_null() } else { !p.raw_logprobs.is_null() } {
                     mass.raw.update4(raw, exp);
                 }
                 mass.processed.update4(processed, exp);
@@ -305,7 +305,7 @@ fn weight_a_tile_with<
                 // can be the row's sample, so the screen skips against it too (`update_groups_above`).
                 // SAFETY: the whole warp calls the epilogue converged (`consume`, after its aligned
                 // wgmma wait); the column index is warp-uniform, so every lane shuffles here.
-                let floor = unsafe { column_best(cand.score) };
+                let floor = unsafe { lanes_best(cand.score, [4, 8, 16]) };
                 if b < p.b {
                     let a = 4 * (I / 2) + c;
                     let logits = [pick(0, a), pick(0, a + 2), pick(1, a), pick(1, a + 2)];
@@ -353,31 +353,17 @@ fn weight_a_tile_with<
     }
 }
 
-/// The largest of the four lanes' `score` in the lane's quad (lanes `4g .. 4g + 4`; NaN ignored unless
-/// all four are NaN).
+/// The largest `score` of the lanes that differ from this one only in the bits of `masks` (a
+/// butterfly max; NaN ignored unless all are NaN): `[1, 2]` the lane's quad (lanes `4g .. 4g + 4`,
+/// the hidden-as-A layout's batch row), `[4, 8, 16]` the 8 lanes `q, q + 4, …, q + 28` (`q = lane %
+/// 4`) that hold the lane's batch columns in the weight-as-A layout.
 ///
 /// # Safety
 /// All 32 lanes of the warp call it together (converged).
 #[inline(always)]
-unsafe fn quad_best(score: f32) -> f32 {
+unsafe fn lanes_best<const N: usize>(score: f32, masks: [u32; N]) -> f32 {
     let mut s = score;
-    for m in [1u32, 2] {
-        // SAFETY: the whole warp, converged (the caller's contract).
-        let other = f32::from_bits(unsafe { shfl_sync_bfly_b32(s.to_bits(), m) });
-        s = s.max(other);
-    }
-    s
-}
-
-/// The largest of the 8 lanes' `score` that hold the lane's batch columns in the weight-as-A layout
-/// (lanes `q, q + 4, …, q + 28`, `q = lane % 4`; NaN ignored unless all are NaN).
-///
-/// # Safety
-/// All 32 lanes of the warp call it together (converged).
-#[inline(always)]
-unsafe fn column_best(score: f32) -> f32 {
-    let mut s = score;
-    for m in [4u32, 8, 16] {
+    for m in masks {
         // SAFETY: the whole warp, converged (the caller's contract).
         let other = f32::from_bits(unsafe { shfl_sync_bfly_b32(s.to_bits(), m) });
         s = s.max(other);
@@ -412,7 +398,7 @@ fn hidden_a_tile_with<const LP: bool, const TOP: bool, const SC: bool, const MK:
     // these two batch rows) held after the previous tile. No entry below it can be the row's sample,
     // so the pruned noise skips against it too (`update_groups_above`).
     // SAFETY: the whole warp calls the epilogue converged (`consume`, after its aligned wgmma wait).
-    let floors = unsafe { [quad_best(cands[0].score), quad_best(cands[1].score)] };
+    let floors = unsafe { [lanes_best(cands[0].score, [1, 2]), lanes_best(cands[1].score, [1, 2])] };
     for r in 0..4u32 {
         let (e, j_hi) = (r % 2, r / 2);
         let row = if e == 0 { b[0] } else { b[1] };

@@ -128,11 +128,12 @@ pub(super) fn ln(x: f32) -> f32 {
 /// `0` for a greedy row), its raw one `y − lse_raw`, and the row's log-sum-exp of `z / T` (NaN for a
 /// greedy row). A row without a token (`valid` false) gets NaN everywhere. Null `logprobs` (a
 /// truncation step whose call asks for no log-probabilities; `y` is then not computed): the
-/// log-sum-exps alone.
+/// log-sum-exps alone. Null `raw_logprobs` (a one-GPU log-probability call without raw ones, whose
+/// kernels skipped the raw log-mass): no raw log-probability.
 ///
 /// # Safety
-/// `b < B`; `p` is a log-probability launch (its outputs hold B entries; `logprobs` and
-/// `raw_logprobs` both or neither).
+/// `b < B`; `p` is a log-probability launch (its outputs hold B entries; `raw_logprobs` null or
+/// not, and null when `logprobs` is).
 #[inline(always)]
 unsafe fn write_logprobs(p: &FusedParams, b: u32, (cand, mass): (Candidate, RowMass), y: f32, adj: AdjRows) {
     let token = cand.token();
@@ -161,7 +162,9 @@ unsafe fn write_logprobs(p: &FusedParams, b: u32, (cand, mass): (Candidate, RowM
     unsafe {
         if !p.logprobs.is_null() {
             *p.logprobs.add(b as usize) = lp;
-            *p.raw_logprobs.add(b as usize) = raw;
+            if !p.raw_logprobs.is_null() {
+                *p.raw_logprobs.add(b as usize) = raw;
+            }
         }
         *p.logsumexp.add(b as usize) = lse;
         if !p.raw_logsumexp.is_null() {

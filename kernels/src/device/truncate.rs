@@ -30,10 +30,11 @@
 //!    sampler over GEMM logits.
 //!
 //! # Thread mapping
-//! - `truncate_rows`: `grid = B` blocks of [`TRUNCATE_THREADS`] (= 512) threads, one per sample row;
+//! - `truncate_rows` and `truncate_rows_paired` (one body, two launch bounds:
+//!   [`TruncateStep`](crate::config::TruncateStep)): `grid = B` blocks of [`TRUNCATE_THREADS`] (= 512) threads, one per sample row;
 //!   thread `t` reads units `t, t + 512, …` (and adjusted tokens `t, t + 512, …`) in each pass over
 //!   the row; the collected entries (up to [`TRUNCATE_CAPACITY`]) are sorted by the whole block (warp
-//!   `w` takes the blocks of 64 entries `w, w + 16, …` for the strides below 64), thread 0 walks, and
+//!   `w` takes the blocks of 64 entries `w, w + 16, …` for the strides below 64), warp 0 walks, and
 //!   thread `j` samples kept entry `j`; [`TRUNCATE_SMEM`] bytes of dynamic shared memory hold the
 //!   entries, the walk's running sums, the block reductions' slots and the control words.
 //! - `fallback_gather`: one thread per 16-byte chunk of `B` rows; slot `s < count` copies row
@@ -756,6 +757,28 @@ unsafe fn list_row(p: &TruncateParams, b: u32, flags: u32, tid: u32, word: u32) 
 /// and `fallback[0] == 0`.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn truncate_rows(p: TruncateParams) {
+    // SAFETY: the caller's contract, the same as the body's.
+    unsafe { truncate_row(p) }
+}
+
+/// [`truncate_rows`] built with room for two blocks per multiprocessor
+/// ([`TruncateStep::Paired`](crate::config::TruncateStep::Paired)): the same body, the same results.
+///
+/// # Safety
+/// As [`truncate_rows`].
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn truncate_rows_paired(p: TruncateParams) {
+    // SAFETY: the caller's contract, the same as the body's.
+    unsafe { truncate_row(p) }
+}
+
+/// The body of both truncation-step entries (their launch bounds differ:
+/// [`TruncateStep`](crate::config::TruncateStep)).
+///
+/// # Safety
+/// As [`truncate_rows`].
+#[inline(always)]
+unsafe fn truncate_row(p: TruncateParams) {
     // Launched with programmatic stream serialization: the fallback's launches may be scheduled
     // now; nothing is read or written before the kernel before it (the fused one; `reduce_rows` or
     // the exchange's merge over ranks) is done.
