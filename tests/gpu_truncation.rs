@@ -38,6 +38,12 @@ fn row_truncations(b: usize, v: u32) -> (Vec<u32>, Vec<f32>, Vec<f32>) {
     )
 }
 
+/// `params` with mixed per-row temperatures and [`row_truncations`] for `b` rows of a vocabulary of `v`.
+fn with_mixed_truncations(params: SamplingParams, b: usize, v: usize) -> SamplingParams {
+    let (k, p, m) = row_truncations(b, v as u32);
+    params.with_temperatures(mixed_temperatures(b)).with_top_k(k).with_top_p(p).with_min_p(m)
+}
+
 /// Counts the rows where GPU and CPU disagree (token or score bits), and checks the log-probabilities
 /// of the rows that agree.
 fn mismatches(what: &str, g: &flashsampling::Samples, c: &flashsampling::Samples) -> usize {
@@ -79,13 +85,8 @@ fn truncation_matches_the_cpu_on_exact_logits() {
     {
         let (hidden, weight) = exact_head(b, d, v, 1.5, 0x13_0000 ^ (b * 31 + v) as u64);
         let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
-        let (k, p, m) = row_truncations(b, v as u32);
-        let base = SamplingParams::new(0.9, 17)
-            .with_streams((0..b as u64).map(|r| 3 * r + 11).collect())
-            .with_temperatures(mixed_temperatures(b))
-            .with_top_k(k)
-            .with_top_p(p)
-            .with_min_p(m);
+        let streams = (0..b as u64).map(|r| 3 * r + 11).collect();
+        let base = with_mixed_truncations(SamplingParams::new(0.9, 17).with_streams(streams), b, v);
         let cases = [
             ("truncation", base.clone()),
             (
@@ -127,13 +128,8 @@ fn both_truncation_step_entries_give_the_same_samples() {
     for &(b, d, v) in &[(3usize, 64usize, 151_936usize), (200, 64, 5008)] {
         let (hidden, weight) = exact_head(b, d, v, 1.5, 0x13_57E9 ^ (b * 31 + v) as u64);
         let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
-        let (k, p, m) = row_truncations(b, v as u32);
-        let params = SamplingParams::new(0.9, 29)
-            .with_streams((0..b as u64).map(|r| 5 * r + 1).collect())
-            .with_temperatures(mixed_temperatures(b))
-            .with_top_k(k)
-            .with_top_p(p)
-            .with_min_p(m)
+        let streams = (0..b as u64).map(|r| 5 * r + 1).collect();
+        let params = with_mixed_truncations(SamplingParams::new(0.9, 29).with_streams(streams), b, v)
             .with_logprobs(LogProbs::ProcessedAndRaw)
             .with_top_logprobs(5, false);
         let got = TruncateStep::ALL.map(|step| {
