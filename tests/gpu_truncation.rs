@@ -139,7 +139,6 @@ fn both_truncation_step_entries_give_the_same_samples() {
         gpu.set_truncate_step(None);
         let [a, p2] = &got;
         assert_eq!(a.tokens, p2.tokens, "B={b} V={v}: tokens");
-        let bits = |x: &[f32]| x.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
         let opt_bits = |x: &Option<Vec<f32>>| x.as_deref().map(bits);
         assert_eq!(bits(&a.scores), bits(&p2.scores), "B={b} V={v}: scores");
         assert_eq!(opt_bits(&a.logprobs), opt_bits(&p2.logprobs), "B={b} V={v}: log-probabilities");
