@@ -112,6 +112,46 @@ impl<const L: usize> TopList<L> {
         }
     }
 
+    /// [`TopList::update`] for a list whose tokens come in ascending index order: `index` is above
+    /// every index this list was offered before (a lane's entries in the fused pass: its vocab
+    /// rows ascend within a tile and its tiles ascend within the block's range). The list and
+    /// bound afterwards are [`TopList::update`]'s bit for bit.
+    ///
+    /// Every listed index is then below `index`, so a listed entry tied with `z` ranks above it:
+    /// the new entry goes below the slots with `z[j] ≥ z` (`p_j = z > z[j]`, false then true down
+    /// the sorted list), each slot `j` with `p_j` takes slot `j − 1`'s entry (or the new one where
+    /// `p_{j−1}` is false), and the last slot's entry (when `p_{L−1}`) or the new one is the
+    /// dropped entry that may raise the bound. `−∞` and NaN compare false everywhere: nothing
+    /// changes, as [`TopList::update`] returns early for them. With selects only, for lists of at
+    /// most 2 entries (the column kernels' lane lists, where a good share of a lane's few entries
+    /// go in); longer lists (the hidden-as-A kernels' 8, which most entries stay out of) take
+    /// [`TopList::update`] itself, whose insertion is a branch past one test of the last slot (the
+    /// selects of 8 slots spilled more there: ptxas, `tmat_n64_tk` 1104 → 1200 bytes of loads).
+    #[inline(always)]
+    pub fn update_ascending(&mut self, z: f32, index: u32) {
+        if L > 2 {
+            self.update(z, index);
+            return;
+        }
+        let (z_old, i_old) = (self.z, self.index);
+        let mut j = 0;
+        let mut above_prev = false; // p_{j−1}; slot −1 is +∞ (never below the new entry)
+        while j < L {
+            let p = z > z_old[j];
+            if p {
+                let (zj, ij) = if above_prev { (z_old[j - 1], i_old[j - 1]) } else { (z, index) };
+                self.z[j] = zj;
+                self.index[j] = ij;
+            }
+            above_prev = p;
+            j += 1;
+        }
+        let out = if above_prev { z_old[L - 1] } else { z };
+        if out > self.bound {
+            self.bound = out;
+        }
+    }
+
     /// Takes another unit's list (any size): associative and commutative, [`TopList::EMPTY`] the
     /// identity.
     #[inline(always)]
@@ -324,28 +364,31 @@ impl KeptWalk {
     /// read back.
     #[inline(always)]
     pub fn decide(&self, exp: impl Fn(f32) -> f32 + Copy, prefix: impl Fn(u32) -> (f32, f32)) -> Step {
+        self.decide_by(exp, prefix, InOrder)
+    }
+
+    /// [`Self::decide`] with its three searches (each the first count in a range whose entry
+    /// passes a test) done by `search`: [`InOrder`] here, 32 counts at a time on the GPU. Every
+    /// search returns the same count however it looks, so the step is the same.
+    #[inline(always)]
+    pub fn decide_by(
+        &self,
+        exp: impl Fn(f32) -> f32 + Copy,
+        prefix: impl Fn(u32) -> (f32, f32),
+        search: impl FirstOf,
+    ) -> Step {
         let mut count = self.n;
         if self.t.top_p < 1.0 && self.k_on() {
             // The block is complete: the smallest prefix reaching p of its mass, then the ties of
             // its last entry.
             let target = self.t.top_p * self.cum;
-            let mut j = 1;
-            while j < self.n && prefix(j - 1).1 < target {
-                j += 1;
-            }
+            let j = search.first(1, self.n, |j| !(prefix(j - 1).1 < target));
             let last = prefix(j - 1).0;
-            while j < self.n && prefix(j).0 == last {
-                j += 1;
-            }
-            count = j;
+            count = search.first(j, self.n, |j| prefix(j).0 != last);
         }
         if self.t.min_p > 0.0 {
             // Min-p may cut inside a top-k block (taken before the block was complete).
-            let mut j = 1;
-            while j < count && self.min_p_keeps(prefix(j).0, exp) {
-                j += 1;
-            }
-            count = j;
+            count = search.first(1, count, |j| !self.min_p_keeps(prefix(j).0, exp));
         }
         let mass = if count == self.n { self.cum } else { prefix(count - 1).1 };
         Step::Kept { count, mass }
@@ -388,6 +431,27 @@ impl KeptWalk {
                 Step::More
             }
         }
+    }
+}
+
+/// A search of [`KeptWalk::decide_by`]: the first `j` in `lo..hi` with `hit(j)`, else `hi`.
+pub trait FirstOf: Copy {
+    /// See the trait.
+    fn first(self, lo: u32, hi: u32, hit: impl Fn(u32) -> bool) -> u32;
+}
+
+/// [`FirstOf`] one count after the other.
+#[derive(Clone, Copy, Debug)]
+pub struct InOrder;
+
+impl FirstOf for InOrder {
+    #[inline(always)]
+    fn first(self, lo: u32, hi: u32, hit: impl Fn(u32) -> bool) -> u32 {
+        let mut j = lo;
+        while j < hi && !hit(j) {
+            j += 1;
+        }
+        j
     }
 }
 
@@ -530,6 +594,66 @@ mod tests {
         assert_eq!(two, TopList::<2>::EMPTY);
     }
 
+    /// A list's words, for bit-for-bit comparisons (`±0` differ, as the stored floats do).
+    fn list_bits<const L: usize>(l: &TopList<L>) -> ([u32; L], [u32; L], u32) {
+        (l.z.map(f32::to_bits), l.index, l.bound.to_bits())
+    }
+
+    fn ascending_updates_are_updates<const L: usize>(seed: u64) -> (u64, u64) {
+        // Streams in ascending index order (gaps between indices, as a lane's rows have) of coarse
+        // values (ties with listed entries and with the bound), specials and spread values; both
+        // updates from the same state after every entry.
+        const SPECIALS: [f32; 8] = [f32::NAN, f32::NEG_INFINITY, f32::INFINITY, 0.0, -0.0, f32::MAX, -f32::MAX, 1e-40];
+        let mut g = Mix(seed);
+        let (mut inserted, mut kept_out) = (0u64, 0u64);
+        for case in 0..400u32 {
+            let len = 1 + (g.next() * 60.0) as usize;
+            let coarse = [1.0f64, 3.0, 16.0][case as usize % 3];
+            let (mut a, mut b) = (TopList::<L>::EMPTY, TopList::<L>::EMPTY);
+            let mut index = (g.next() * 100.0) as u32;
+            for _ in 0..len {
+                let r = g.next();
+                let z = if r < 0.06 {
+                    SPECIALS[(g.next() * 8.0) as usize % 8]
+                } else if r < 0.7 {
+                    (g.next() * coarse).floor() as f32 - 1.0
+                } else {
+                    (g.next() * 40.0 - 20.0) as f32
+                };
+                let last = a.z[L - 1];
+                a.update(z, index);
+                b.update_ascending(z, index);
+                assert_eq!(list_bits(&a), list_bits(&b), "L {L} case {case} z {z} index {index}");
+                if z > last {
+                    inserted += 1
+                } else {
+                    kept_out += 1
+                }
+                index += 1 + (g.next() * 3.0) as u32;
+            }
+        }
+        (inserted, kept_out)
+    }
+
+    #[test]
+    fn ascending_updates_give_the_lists_of_updates_bit_for_bit() {
+        for (seed, (inserted, kept_out)) in
+            [(1, ascending_updates_are_updates::<1>(1)), (2, ascending_updates_are_updates::<2>(2))]
+        {
+            // Not vacuous: entries go into the list and stay out of it many times.
+            assert!(inserted > 500 && kept_out > 500, "seed {seed}: {inserted} inserted, {kept_out} kept out");
+        }
+        // Out of order the shortcut is not `update` (why the lanes' order is its contract): a tie
+        // with a listed entry of a higher index ranks above it.
+        let mut a = TopList::<2>::EMPTY;
+        a.update(1.0, 9);
+        let (mut u, mut w) = (a, a);
+        u.update(1.0, 4);
+        w.update_ascending(1.0, 4);
+        assert_eq!(u.index, [4, 9]);
+        assert_eq!(w.index, [9, 4]);
+    }
+
     #[test]
     fn certified_thresholds_match_the_f64_reference() {
         let mut g = Mix(11);
@@ -645,6 +769,24 @@ mod tests {
         assert!(certified * 3 > total, "{certified} of {total} certified");
     }
 
+    /// [`FirstOf`] as the GPU's warp searches (`device::truncate`): every count of a chunk of 32
+    /// tested at once, the smallest hit taken.
+    #[derive(Clone, Copy)]
+    struct By32;
+
+    impl FirstOf for By32 {
+        fn first(self, lo: u32, hi: u32, hit: impl Fn(u32) -> bool) -> u32 {
+            let mut base = lo;
+            while base < hi {
+                if let Some(j) = (base..(base + 32).min(hi)).filter(|&j| hit(j)).min() {
+                    return j;
+                }
+                base += 32;
+            }
+            hi
+        }
+    }
+
     /// The walk as the GPU's warp runs it: the running sums added in order, then every count `j`
     /// rebuilt with [`KeptWalk::after`] and asked its verdict on value `j` (the first that does not
     /// take decides), 32 counts at a time as the warp does, with the first count at which the sum
@@ -682,7 +824,7 @@ mod tests {
                 match w.verdict(z, exhausted, exp) {
                     Verdict::Take => {}
                     Verdict::Uncertain => return Step::Uncertain,
-                    Verdict::Decide => return w.decide(exp, |i| (prefix[i as usize], cums[i as usize])),
+                    Verdict::Decide => return w.decide_by(exp, |i| (prefix[i as usize], cums[i as usize]), By32),
                 }
             }
             base = s;

@@ -71,7 +71,8 @@ pub(super) fn exp(x: f32) -> f32 {
 /// → transformed, perturbed scores → the row's candidate (the no_std [`update_groups_above`]: a
 /// branch-free screen of the `G` groups against the candidate and `floor`, then the noise of the few
 /// entries that could win; rows at or past V skipped). With `LP`, the row's log-mass takes the raw
-/// logits and `z / T` too; with `TOP`, the row's top list takes `z` (the truncation kernels). `SC`:
+/// logits and `z / T` too; with `TOP`, the row's top list takes `z` (the truncation kernels; a list
+/// must be offered its entries in ascending vocab index order, [`TopList::update_ascending`]). `SC`:
 /// the launch soft-caps (`p.softcap > 0`); `MK`: it has a mask or a vocab offset (a shard). The adapters are instantiated for
 /// each and pick one per tile ([`controls_dispatch`]), so the controls' code stays out of the plain
 /// path's unrolled loop, whose instruction footprint decides its speed (docs/findings/13).
@@ -150,10 +151,13 @@ pub(super) fn lane_epilogue<
                 mass.processed.update4(processed, exp);
             }
             if TOP {
-                // The truncation kernels: the row's largest processed logits (masked ones are −∞: skipped).
+                // The truncation kernels: the row's largest processed logits (masked ones are −∞: skipped),
+                // with selects only: a lane's list takes its entries in ascending index order (the
+                // groups of a call ascend, `stride > 0` or one group; every adapter's calls for a list
+                // ascend tile by tile within the block's range), the contract of `update_ascending`.
                 for (j, &zj) in z[Q].iter().enumerate() {
                     if vq + (j as u32) < p.v {
-                        top.update(zj, vq + offset + j as u32);
+                        top.update_ascending(zj, vq + offset + j as u32);
                     }
                 }
             }

@@ -75,7 +75,7 @@ use crate::params::{
     TopSource, TruncateParams,
 };
 use crate::truncate::{
-    KeptWalk, LANE_TOP, MAX_KEPT, RANK_TOP, RANK_UNITS, Step, StoredTop, TopList, Truncation, Verdict,
+    FirstOf, KeptWalk, LANE_TOP, MAX_KEPT, RANK_TOP, RANK_UNITS, Step, StoredTop, TopList, Truncation, Verdict,
 };
 
 /// Warps of a [`truncate_rows`] block.
@@ -282,6 +282,39 @@ unsafe fn sort_entries(n: u32, tid: u32) {
 /// Collected entries the truncation step sorts at most as they are: past it, [`select_prefix`]
 /// keeps only the largest ones first (the walk reads at most [`WALK_ENTRIES`]).
 const SORT_CAP: u32 = 512;
+/// Entries one warp sorts alone ([`sort_entries`] of at most 64 entries is its first stage only:
+/// warp 0's registers, no shared-memory stage between barriers).
+const WARP_SORT: u32 = 64;
+
+/// What the selection keeps before the sort: at least `need` of the largest entries (every one
+/// that anything after it reads), in a key range of at most `cap` entries.
+#[derive(Clone, Copy, PartialEq)]
+struct Keep {
+    need: u32,
+    cap: u32,
+}
+
+impl Keep {
+    /// Everything the walk, the top log-probabilities or a rank's export can read.
+    const WALK: Keep = Keep { need: WALK_ENTRIES, cap: SORT_CAP };
+
+    /// A row that truncates with top-k on (`k < V`) and, in a one-GPU step, needs at most
+    /// [`WARP_SORT`] entries — its `k` largest, the next one (which proves the `k`-th's threshold,
+    /// ties with the `k`-th included in its key range) and its top log-probabilities' `top_n` —
+    /// keeps only those, so one warp sorts them: the walk never takes more than the top-k block and
+    /// its ties, and decides on the entry after them, which the selection keeps. Any other row:
+    /// [`Keep::WALK`].
+    #[inline(always)]
+    fn of_row(truncating: bool, t: Truncation, v: u32, top_n: u32, export: bool) -> Keep {
+        let k_on = t.top_k > 0 && t.top_k < v;
+        if truncating && k_on && !export && t.top_k < WARP_SORT && top_n <= WARP_SORT {
+            Keep { need: (t.top_k + 1).max(top_n), cap: WARP_SORT }
+        } else {
+            Keep::WALK
+        }
+    }
+}
+const _: () = assert!(WARP_SORT <= 64 && MAX_TOP_N <= WARP_SORT);
 /// Control words of [`select_prefix`]: the level's digit, the entries above its bin, the entries
 /// in its bin; then the compaction's counter.
 const SELECT_WORD: u32 = LIST_WORD + 1;
@@ -335,18 +368,19 @@ unsafe fn find_digit(hist: u32, need: u32, lane: u32, control: u32) {
 }
 
 /// Keeps at the front of the entries area only the `n` collected entries whose key is at least
-/// the [`WALK_ENTRIES`]-th largest's, rounded down to the first of a radix select's levels (8 bits
-/// each, from the top) whose bin leaves at most [`SORT_CAP`] entries: every entry the walk, the top
-/// log-probabilities or a rank's export can read is among them, in the same order once sorted.
-/// Returns their count and the smallest value of their key range (every dropped entry is below
-/// it); `None` (nothing moved) when even the exact key keeps more than [`SORT_CAP`] (ties).
+/// the `keep.need`-th largest's, rounded down to the first of a radix select's levels (8 bits
+/// each, from the top) whose bin leaves at most `keep.cap` entries: every entry the walk, the top
+/// log-probabilities or a rank's export can read ([`Keep`]) is among them, in the same order once
+/// sorted. Returns their count and the smallest value of their key range (every dropped entry is
+/// below it); `None` (nothing moved) when even the exact key keeps more than `keep.cap` (ties).
 ///
 /// # Safety
-/// Every thread of the block together, `SORT_CAP < n ≤` [`TRUNCATE_CAPACITY`], after a barrier that
+/// Every thread of the block together with the same `keep` (`1 ≤ need ≤ cap ≤` [`SORT_CAP`]),
+/// `keep.cap < n ≤` [`TRUNCATE_CAPACITY`], after a barrier that
 /// made the entries visible; `hist` is 256 free shared words; `control` the control words (those
 /// of [`SELECT_WORD`] and [`KEPT_WORD`] free). Ends with a barrier.
 #[inline(always)]
-unsafe fn select_prefix(n: u32, hist: u32, control: u32, tid: u32) -> Option<(u32, f32)> {
+unsafe fn select_prefix(n: u32, keep: Keep, hist: u32, control: u32, tid: u32) -> Option<(u32, f32)> {
     let mut mine = [NO_ENTRY; PER_THREAD];
     for (k, e) in mine.iter_mut().enumerate() {
         let i = tid + k as u32 * TRUNCATE_THREADS;
@@ -378,7 +412,7 @@ unsafe fn select_prefix(n: u32, hist: u32, control: u32, tid: u32) -> Option<(u3
             }
             _syncthreads();
             if warp == 0 {
-                find_digit(hist, WALK_ENTRIES - above, lane, control);
+                find_digit(hist, keep.need - above, lane, control);
             }
             _syncthreads();
             let word = |j: u32| ld_shared_u32(control + 4 * (SELECT_WORD + j));
@@ -386,7 +420,7 @@ unsafe fn select_prefix(n: u32, hist: u32, control: u32, tid: u32) -> Option<(u3
         };
         prefix |= d << shift;
         above += a;
-        if above + h <= SORT_CAP {
+        if above + h <= keep.cap {
             kept = Some(prefix);
             break; // block-uniform
         }
@@ -395,7 +429,7 @@ unsafe fn select_prefix(n: u32, hist: u32, control: u32, tid: u32) -> Option<(u3
     for e in mine {
         if e.1 != NO_ENTRY.1 && key(e.0) >= t {
             // SAFETY: every entry was read into registers before the first barrier above; slots
-            // below the kept count ≤ SORT_CAP < capacity are unique (the atomic).
+            // below the kept count ≤ cap < capacity are unique (the atomic).
             unsafe {
                 let slot = atom_shared_add_u32(control + 4 * KEPT_WORD, 1);
                 store_entry(slot, e);
@@ -498,10 +532,42 @@ unsafe fn warp_walk(n: u32, theta: f32, walk: (Truncation, f32, f32, u32), masse
             }
             let w = KeptWalk::after(walk, stop, zmax, f32::from_bits(before), tau_k, p_reached);
             // SAFETY: the decision reads entries and running sums below `stop` ≤ last.
-            return w.decide(exp, |i| unsafe { (load_entry(i).0, f32::from_bits(ld_shared_u32(masses + 4 * i))) });
+            // SAFETY (the searches): all 32 lanes of the warp call them together.
+            let search = WarpSearch { lane };
+            return w.decide_by(
+                exp,
+                |i| unsafe { (load_entry(i).0, f32::from_bits(ld_shared_u32(masses + 4 * i))) },
+                search,
+            );
         }
         base = s;
         c += 1;
+    }
+}
+
+/// [`FirstOf`] for warp 0's decision ([`warp_walk`]): lane `l` tests count `base + l` of each
+/// chunk of 32, the warp's smallest hit is the first — the count the search in order finds.
+/// Every lane of the warp must search together (the walk's contract).
+#[derive(Clone, Copy)]
+struct WarpSearch {
+    lane: u32,
+}
+
+impl FirstOf for WarpSearch {
+    #[inline(always)]
+    fn first(self, lo: u32, hi: u32, hit: impl Fn(u32) -> bool) -> u32 {
+        let mut base = lo;
+        while base < hi {
+            let j = base + self.lane;
+            let found = j < hi && hit(j);
+            // SAFETY: all 32 lanes (`lo`, `hi` are the same in every lane: the search is uniform).
+            let m = unsafe { warp_min_u32(if found { j } else { u32::MAX }) };
+            if m != u32::MAX {
+                return m;
+            }
+            base += 32;
+        }
+        hi
     }
 }
 
@@ -742,7 +808,9 @@ unsafe fn list_row(p: &TruncateParams, b: u32, flags: u32, tid: u32, word: u32) 
 ///    (all the walk can read, so its result is the same); after `ROUNDS` (4) rounds, the row is
 ///    uncertain.
 /// 3. The block sorts them descending (value, then the lower index first: the lists' order); past
-///    [`SORT_CAP`] entries only those [`select_prefix`] keeps (every one the walk can read).
+///    [`SORT_CAP`] entries only those [`select_prefix`] keeps (every one the walk can read), and
+///    for a row with top-k below [`WARP_SORT`], past that many only its `k + 1` largest (and its
+///    top log-probabilities' entries) with their key range, which warp 0 sorts alone ([`Keep`]).
 /// 4. Warp 0 walks them with [`KeptWalk`] (`β` when they run out), 32 counts at a time
 ///    ([`warp_walk`]), storing the running sums in shared memory, added in the order of the CPU
 ///    reference: the same f32 sums, the same step.
@@ -946,19 +1014,37 @@ unsafe fn truncate_row(p: TruncateParams) {
         theta = next;
         round += 1;
     };
-    // 3. Sorted, largest first: past [`SORT_CAP`] entries, only the largest ones the walk can read
-    // (with their bin of a radix select), and the threshold lowered to their range's bound.
+    // 3. Sorted, largest first: past `keep.cap` entries, only the largest ones that anything after
+    // reads (with their bin of a radix select; [`Keep`]), and the threshold raised to their range's
+    // bound. A top-k row keeps at most [`WARP_SORT`], which one warp sorts; when ties defeat that,
+    // the walk's selection.
+    let top_n = if matches!(top, TopPlan::Prefix { .. }) { p.top.n } else { 0 };
+    let keep = Keep::of_row(truncating, trunc, p.v, top_n, export.is_some());
     let collected = match collected {
-        // SAFETY: every thread (n is block-uniform); the entries are visible (the collection's
-        // barrier); the running sums (256 words) and the selection's control words are free until
-        // the walk.
-        Some(n) if n > SORT_CAP => match unsafe { select_prefix(n, masses, control, tid) } {
-            Some((kept, bound)) => {
-                theta = bound;
-                Some(kept)
+        Some(n) if n > keep.cap => {
+            // One inlined selection, run again with the walk's bounds when ties defeat the small
+            // one (a loop, not a second inlined copy: the paired kernel's registers).
+            let mut keep = keep;
+            let kept = loop {
+                // SAFETY: every thread (n and keep are block-uniform); the entries are visible (the
+                // collection's barrier); the running sums (256 words) and the selection's control
+                // words are free until the walk; a selection that keeps nothing moves nothing and
+                // ends with a barrier, so the second one starts from the same entries.
+                let kept = unsafe { select_prefix(n, keep, masses, control, tid) };
+                if kept.is_none() && keep != Keep::WALK && n > SORT_CAP {
+                    keep = Keep::WALK;
+                    continue; // block-uniform
+                }
+                break kept;
+            };
+            match kept {
+                Some((kept, bound)) => {
+                    theta = bound;
+                    Some(kept)
+                }
+                None => Some(n),
             }
-            None => Some(n),
-        },
+        }
         c => c,
     };
     if let Some(n) = collected
