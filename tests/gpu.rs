@@ -610,3 +610,88 @@ fn arrival_counters_are_zero_after_many_launches() {
         assert_eq!(on_device, host, "B={b} V={v}");
     }
 }
+
+#[test]
+fn stage_balanced_ranges_draw_what_whole_tiles_draw_bit_for_bit() {
+    let Some(mut gpu) = gpu_or_skip("stage_balanced_ranges_draw_what_whole_tiles_draw_bit_for_bit") else { return };
+    // Issue 15.1: vocab ranges balanced to the pipeline stage cut tiles between two blocks; the
+    // upper block's head hands its accumulators to the lower block's tail, so every logit is the
+    // same MMA sequence in D order and tokens and scores must be bit-identical to whole tiles, for
+    // every weight-as-A variant (both consumer layouts: taking turns, and splitting with `x2`) and
+    // every epilogue. Log-probabilities may differ by rounding only (the ranges' log-masses group
+    // other tiles). D not a multiple of the 64-column stage; V whose tiles leave whole ranges uneven.
+    use flashsampling::params::LogProbs;
+    let variants: Vec<FusedVariant> =
+        gpu.fused_variants().into_iter().filter(|v| v.family == Family::WgmmaWeightA).collect();
+    if variants.is_empty() {
+        visible("SKIP stage_balanced_ranges_draw_what_whole_tiles_draw_bit_for_bit: no sm_90a module on this GPU");
+        return;
+    }
+    let shapes: &[(usize, usize, usize)] =
+        if quick() { &[(3, 1000, 40_000)] } else { &[(1, 1000, 40_000), (5, 520, 128_256), (37, 200, 33_800)] };
+    let mut runs = 0;
+    for &(b0, d, v) in shapes {
+        let mut rng = TestRng::new(DATA_SEED ^ 0x15A ^ (b0 * 31 + d + v) as u64);
+        let weight = rng.normal_bf16(v * d, 2.0 / (d as f64).sqrt());
+        let w_dev = gpu.stream().clone_htod(&weight).unwrap();
+        for &variant in &variants {
+            // A batch inside the variant's one batch tile (balancing needs one).
+            let b = b0.min(variant.block_b() as usize).max(if variant.warps_b == 2 { 65 } else { 1 });
+            let hidden = rng.normal_bf16(b * d, 1.0);
+            let h_dev = gpu.stream().clone_htod(&hidden).unwrap();
+            gpu.set_fused_variant(Some(variant)).unwrap();
+            let base =
+                SamplingParams::new(0.8, SEED ^ b as u64).with_streams((0..b as u64).map(|i| 3 * i + 2).collect());
+            let calls = [
+                ("plain", Epilogue::Sample, base.clone()),
+                ("log-probs", Epilogue::LogProbs, base.clone().with_logprobs(LogProbs::Processed)),
+                (
+                    "top-k + top-p",
+                    Epilogue::Truncate,
+                    base.clone().with_top_k(vec![40; b]).with_top_p(vec![0.9; b]).with_logprobs(LogProbs::Processed),
+                ),
+            ];
+            for (what, epilogue, params) in calls {
+                let mut results = Vec::new();
+                for on in [false, true] {
+                    gpu.set_stage_balance(Some(on));
+                    assert_eq!(gpu.balances_stages_for(b, v, epilogue), on, "{variant} B={b} V={v} {what}");
+                    let mut out = gpu.alloc_samples(b, v).unwrap();
+                    for _ in 0..2 {
+                        gpu.sample_device(
+                            &DeviceMatrix { data: h_dev.as_view(), rows: b, cols: d },
+                            &DeviceMatrix { data: w_dev.as_view(), rows: v, cols: d },
+                            &params,
+                            &mut out,
+                        )
+                        .unwrap();
+                        if on {
+                            let c = gpu.stream().clone_dtoh(&out.handoff_counters().unwrap()).unwrap();
+                            assert!(c.iter().all(|&c| c == 0), "{variant} B={b} V={v} {what}: handoff counters {c:?}");
+                        }
+                    }
+                    let tokens = gpu.stream().clone_dtoh(&out.tokens()).unwrap();
+                    let scores: Vec<u32> =
+                        gpu.stream().clone_dtoh(&out.scores()).unwrap().iter().map(|s| s.to_bits()).collect();
+                    let lp = out.logprobs().map(|l| gpu.stream().clone_dtoh(&l).unwrap());
+                    results.push((tokens, scores, lp));
+                }
+                let ((t0, s0, l0), (t1, s1, l1)) = (&results[0], &results[1]);
+                assert!(t0.iter().all(|&t| (t as usize) < v), "{variant} {what}: a row without a token");
+                assert_eq!(t1, t0, "{variant} B={b} D={d} V={v} {what}: tokens, balanced vs whole tiles");
+                assert_eq!(s1, s0, "{variant} B={b} D={d} V={v} {what}: scores, balanced vs whole tiles");
+                assert_eq!(l0.is_some(), epilogue != Epilogue::Sample);
+                if let (Some(l0), Some(l1)) = (l0, l1) {
+                    for (r, (a, c)) in l0.iter().zip(l1).enumerate() {
+                        assert!((a - c).abs() <= 1e-5, "{variant} {what} row {r}: log-probability {a} vs {c}");
+                    }
+                }
+                runs += 1;
+            }
+            visible(&format!("stage-balanced {variant:<28} B={b:>3} D={d:>4} V={v:>6}: bit-identical to whole tiles"));
+        }
+    }
+    assert_eq!(runs, 3 * shapes.len() * variants.len());
+    gpu.set_stage_balance(None);
+    gpu.set_fused_variant(None).unwrap();
+}

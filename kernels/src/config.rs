@@ -632,10 +632,19 @@ impl FusedVariant {
     #[inline]
     pub const fn balances_stages(&self, tiles: u32, n: u32, n_btiles: u32) -> bool {
         let n = if n == 0 { 1 } else { n };
-        matches!(self.family, Family::WgmmaWeightA)
-            && n_btiles == 1
-            && tiles >= 2 * n
-            && (tiles.div_ceil(n) * n - tiles) as u64 * 64 > tiles as u64
+        self.can_balance_stages(tiles, n, n_btiles) && (tiles.div_ceil(n) * n - tiles) as u64 * 64 > tiles as u64
+    }
+    /// Whether such a launch can run stage-balanced ranges at all (what [`Self::balances_stages`]
+    /// asks besides the unevenness; a forced balance, `FLASHSAMPLING_BALANCE_STAGES=1`, still needs it).
+    #[inline]
+    pub const fn can_balance_stages(&self, tiles: u32, n: u32, n_btiles: u32) -> bool {
+        matches!(self.family, Family::WgmmaWeightA) && n_btiles == 1 && n >= 2 && tiles >= 2 * n
+    }
+    /// f32 accumulators per consumer thread of the weight-as-A kernels (`N`: two 64-row halves of
+    /// `N / 2`), which a head hands over (`FusedParams::handoff`).
+    #[inline]
+    pub const fn handoff_floats_per_thread(&self) -> u32 {
+        8 * self.n_tiles
     }
 }
 
@@ -709,13 +718,7 @@ impl RangeStages {
         let s0 = (total * r as u64 / n) as u32;
         let s1 = (total * (r as u64 + 1) / n) as u32;
         let (c0, c1) = (s0 % n_k, s1 % n_k);
-        RangeStages {
-            head: if c0 == 0 { 0 } else { n_k - c0 },
-            first: s0.div_ceil(n_k),
-            end: s1 / n_k,
-            tail: c1,
-            n_k,
-        }
+        RangeStages { head: if c0 == 0 { 0 } else { n_k - c0 }, first: s0.div_ceil(n_k), end: s1 / n_k, tail: c1, n_k }
     }
 
     /// Pieces in the block's order: the head (if any), the whole tiles, the tail (if any).
@@ -743,11 +746,7 @@ impl RangeStages {
     /// `i % S`).
     #[inline]
     pub const fn first_stage(&self, j: u32) -> u32 {
-        if self.head > 0 {
-            if j == 0 { 0 } else { self.head + (j - 1) * self.n_k }
-        } else {
-            j * self.n_k
-        }
+        if self.head > 0 { if j == 0 { 0 } else { self.head + (j - 1) * self.n_k } } else { j * self.n_k }
     }
 
     /// Every stage of the range.
@@ -1073,6 +1072,8 @@ mod tests {
         assert!(!TMAT_N64.balances_stages(1002, 132, 1) && !MMA_SYNC_N16.balances_stages(1002, 132, 1));
         assert!(!TMA_N16.balances_stages(200, 132, 1), "fewer than two tiles per range");
         assert!(!TMA_N16.balances_stages(1056, 132, 1), "8 tiles each");
+        assert!(TMA_N16.can_balance_stages(1056, 132, 1) && !TMA_N16.can_balance_stages(1056, 1, 1));
+        assert_eq!(TMA_N64X2.handoff_floats_per_thread(), 64);
     }
 
     /// Shared memory one block may have on compute capability 9.0 (227 KiB).

@@ -158,6 +158,15 @@ pub struct FusedParams {
     pub top_units: u32,
     /// Element type of `hidden` and `weight` (selects the MMA instruction per stage).
     pub elem: ElementType,
+    /// Stage-balanced vocab ranges ([`crate::config::RangeStages::balanced`], weight-as-A kernels
+    /// only; null: whole tiles): per range boundary `r` (1..n_vranges) and consumer slot `c` (0, or the
+    /// consumer with split batch tiles), the f32 accumulators of the cut tile's head, which the block
+    /// of range `r` hands to the block of range `r − 1` (`device::handoff`): slot `2r + c` holds
+    /// `128 · acc` floats (`acc`: accumulators per consumer thread, the variant's batch width `N`).
+    pub handoff: *mut f32,
+    /// The handoff slots' counters `[2 · n_vranges]`, zero before the launch and after it (the last
+    /// reader of a slot resets it).
+    pub handoff_flags: *mut u32,
 }
 
 impl FusedParams {
@@ -194,6 +203,8 @@ impl FusedParams {
         tma_whole_tiles: 0,
         top_units: 0,
         elem: ElementType::Bf16,
+        handoff: core::ptr::null_mut(),
+        handoff_flags: core::ptr::null_mut(),
     };
 }
 

@@ -130,6 +130,21 @@ struct LaunchShape {
     n_btiles: u32,
     /// Vocab ranges = candidates per row.
     n_vranges: u32,
+    /// Ranges balanced to the pipeline stage ([`FusedVariant::balances_stages`]): the launch needs
+    /// the handoff buffers ([`DeviceSamples::handoff_counters`]).
+    balanced: bool,
+}
+
+impl LaunchShape {
+    /// Floats of the handoff slots a balanced launch needs: 2 per range boundary (one per consumer
+    /// slot), 128 consumer threads' accumulators each (`FusedParams::handoff`).
+    fn handoff_floats(&self) -> usize {
+        2 * self.n_vranges as usize * 128 * self.variant.handoff_floats_per_thread() as usize
+    }
+    /// Counters of the handoff slots.
+    fn handoff_counters(&self) -> usize {
+        2 * self.n_vranges as usize
+    }
 }
 
 /// One loaded kernel of a variant.
@@ -244,6 +259,9 @@ pub struct DeviceSamples {
     adjusted: Option<CudaSlice<u32>>,
     /// Truncating calls' buffers (top-k, top-p, min-p).
     truncation: Option<TruncationBuffers>,
+    /// Stage-balanced launches: the handoff slots (`FusedParams::handoff`) and their counters
+    /// (zeroed at allocation; every launch leaves them zero, as the arrival counters).
+    handoff: Option<(CudaSlice<f32>, CudaSlice<u32>)>,
     /// Whether the last call truncated (its fallback flags are valid).
     has_truncation: bool,
     /// Top log-probabilities per request of the last call (0: none asked).
@@ -377,6 +395,13 @@ impl DeviceSamples {
         self.counters.as_view()
     }
 
+    /// The handoff slots' counters of stage-balanced launches, on the device (tests: all zero
+    /// between launches); `None` before the first such launch.
+    #[doc(hidden)]
+    pub fn handoff_counters(&self) -> Option<CudaView<'_, u32>> {
+        self.handoff.as_ref().map(|(_, c)| c.as_view())
+    }
+
     /// Capacity: (batch rows, candidates, arrival counters) the buffers hold.
     #[doc(hidden)]
     pub fn capacity(&self) -> (usize, usize, usize) {
@@ -396,8 +421,14 @@ impl DeviceSamples {
                         .all(|o| o.as_ref().is_some_and(|l| l.len() >= b))
             }
         };
+        let handoff_fits = !launch.balanced
+            || self
+                .handoff
+                .as_ref()
+                .is_some_and(|(h, c)| h.len() >= launch.handoff_floats() && c.len() >= launch.handoff_counters());
         same_context(self.tokens.context(), ctx)
             && masses_fit
+            && handoff_fits
             && n_cands.is_some_and(|n| self.candidates.len() >= n)
             && self.counters.len() >= launch.n_btiles as usize
             && self.rows.len() >= 4 * b
@@ -510,6 +541,9 @@ pub struct GpuBackend {
     /// Variant forced for every batch size (`FLASHSAMPLING_FUSED_VARIANT` or
     /// [`GpuBackend::set_fused_variant`]); samples do not depend on it.
     variant_override: Option<FusedVariant>,
+    /// Stage-balanced vocab ranges forced on or off (`FLASHSAMPLING_BALANCE_STAGES=1` or `0`, or
+    /// [`GpuBackend::set_stage_balance`]); samples do not depend on it.
+    stage_balance_override: Option<bool>,
 }
 
 impl std::fmt::Debug for GpuBackend {
@@ -663,6 +697,11 @@ impl GpuBackend {
             fallback_logits,
             fallback_sample,
             variant_override: None,
+            stage_balance_override: match std::env::var("FLASHSAMPLING_BALANCE_STAGES").as_deref() {
+                Ok("1") => Some(true),
+                Ok("0") => Some(false),
+                _ => None,
+            },
             sm90a: module_sm90a.is_some(),
             fused,
             expand,
@@ -728,6 +767,24 @@ impl GpuBackend {
         Ok(())
     }
 
+    /// Forces the vocab ranges of the weight-as-A kernels balanced to the pipeline stage (`Some(true)`,
+    /// where the launch allows it: one batch tile, at least two tiles per range) or to whole tiles
+    /// (`Some(false)`); `None`, the default, balances where whole tiles leave the largest range more
+    /// than 1/64 above the mean ([`FusedVariant::balances_stages`]). Samples, scores and
+    /// log-probabilities do not depend on it: a cut tile's logits are the same MMAs in the same
+    /// order. The environment variable `FLASHSAMPLING_BALANCE_STAGES=1` or `0` sets it at
+    /// construction.
+    pub fn set_stage_balance(&mut self, on: Option<bool>) {
+        self.stage_balance_override = on;
+    }
+
+    /// Whether a call with `b` sample rows, vocab size `v` and `epilogue` runs stage-balanced vocab
+    /// ranges (tests, benchmarks).
+    #[doc(hidden)]
+    pub fn balances_stages_for(&self, b: usize, v: usize, epilogue: Epilogue) -> bool {
+        self.launch_shape_in(b, v, v, epilogue).balanced
+    }
+
     /// Forces the truncation step's entry ([`TruncateStep`]; `None`: [`TruncateStep::for_rows`]
     /// per launch, the default). Both build the same body: samples, log-probabilities and fallback
     /// rows do not depend on it (tests, benchmarks). The environment variable
@@ -780,7 +837,12 @@ impl GpuBackend {
         let n_btiles = (b as u32).div_ceil(variant.block_b()).max(1);
         let per_sm = self.blocks_per_sm_override.unwrap_or(loaded.entry(epilogue).per_sm);
         let n_vranges = variant.n_vranges(self.sm_count, per_sm, n_btiles, v as u32);
-        LaunchShape { variant, epilogue, n_btiles, n_vranges }
+        let tiles = (v as u32).div_ceil(variant.tile_v());
+        let balanced = match self.stage_balance_override {
+            None => variant.balances_stages(tiles, n_vranges, n_btiles),
+            Some(on) => on && variant.can_balance_stages(tiles, n_vranges, n_btiles),
+        };
+        LaunchShape { variant, epilogue, n_btiles, n_vranges, balanced }
     }
 
     /// Allocates the per-batch buffers for up to `b` rows and vocab size `v`: `B × n_vranges`
@@ -839,6 +901,14 @@ impl GpuBackend {
                 adj: None,
                 adjusted: None,
                 truncation: None,
+                handoff: if launch.balanced {
+                    Some((
+                        self.stream.alloc::<f32>(launch.handoff_floats())?,
+                        self.stream.alloc_zeros::<u32>(launch.handoff_counters())?,
+                    ))
+                } else {
+                    None
+                },
                 has_truncation: false,
                 top_n: 0,
                 b,
@@ -1435,6 +1505,14 @@ impl GpuBackend {
         let (counters, _n) = out.counters.device_ptr_mut(&self.stream);
         let (tokens, _t) = out.tokens.device_ptr_mut(&self.stream);
         let (scores, _r) = out.scores.device_ptr_mut(&self.stream);
+        let (handoff, handoff_flags, _h) = match (&mut out.handoff, launch.balanced) {
+            (Some((h, c)), true) => {
+                let (h, gh) = h.device_ptr_mut(&self.stream);
+                let (c, gc) = c.device_ptr_mut(&self.stream);
+                (h, c, Some((gh, gc)))
+            }
+            _ => (0, 0, None),
+        };
         let mut lp_ptrs = [0u64; 5];
         let mut _lp_guards = Vec::new();
         if lp {
@@ -1509,6 +1587,8 @@ impl GpuBackend {
             tma_whole_tiles: shape.v as u32 / BLOCK_V,
             top_units: variant.top_units(),
             elem: ranged.elem,
+            handoff: handoff as *mut f32,
+            handoff_flags: handoff_flags as *mut u32,
         });
         let cfg = LaunchConfig {
             grid_dim: (launch.n_btiles * launch.n_vranges, 1, 1),
@@ -1521,7 +1601,9 @@ impl GpuBackend {
         // launch leaves them zero); a mask (non-null) holds B·ceil(V/32) words, every request index
         // < B; a log-probability launch's masses hold rows·n_vranges and its outputs `rows` entries;
         // the grid matches `FusedParams`; a TMA variant's tensor maps (256-byte aligned
-        // allocation) describe exactly these buffers and shapes.
+        // allocation) describe exactly these buffers and shapes; a stage-balanced launch
+        // (one batch tile, every block resident) has its handoff slots (`fits`: 2 · n_vranges ·
+        // 128 · N floats) and their zero counters (each launch leaves them zero).
         unsafe { self.stream.launch_builder(&entry.func).arg(&p).launch(cfg) }?;
         let reduced_by_step = launch.epilogue == Epilogue::Truncate && ranged.staging.is_none();
         if lp && !reduced_by_step {

@@ -7,7 +7,9 @@
 //!   after each stage's MMAs.
 //! - **`wgmma`** ([`consume`], sm_90a): a consumer warpgroup waits for each stage on its `full`
 //!   barrier, issues the stage's `wgmma.mma_async` as one group straight from the ring's swizzled
-//!   slabs, and releases the previous stage's slot once that group is complete. The operand roles
+//!   slabs, and releases the previous stage's slot once that group is complete; it runs the pieces
+//!   of its block's range ([`crate::config::RangeStages`]), handing a head's accumulators to the block
+//!   below and resuming a tail from the block above's (`super::handoff`). The operand roles
 //!   are the [`Consumer`]'s: weight as A (`m64nNk16`, two 64-row halves of a 128-row tile,
 //!   [`mma_stage_weight_a`]) or hidden as A (`m64n256k16`, a 256-row tile as B,
 //!   [`mma_stage_hidden_a`]).
@@ -35,7 +37,7 @@ use super::ptx::{
     wgmma_wait_group_sync_aligned,
 };
 use super::schedule::{BlockWork, Thread};
-use crate::config::{CHUNK_D, M_TILES_PER_WARP, ROWS_PER_LANE, STAGE_K, STAGE_ROW_BYTES, WARP_TILE_V};
+use crate::config::{CHUNK_D, M_TILES_PER_WARP, PieceKind, ROWS_PER_LANE, STAGE_K, STAGE_ROW_BYTES, WARP_TILE_V};
 use crate::params::{ElementType, FusedParams};
 
 /// One `mma.sync` warp's accumulators: `[M tile][N tile][fragment]`.
@@ -201,6 +203,8 @@ pub(super) trait WgmmaShape {
     unsafe fn mma<const F16: bool>(acc: &mut Self::Acc, desc_a: u64, desc_b: u64);
     /// Accumulator element `i` (compile-time index after unrolling).
     fn at(acc: &Self::Acc, i: usize) -> f32;
+    /// Sets accumulator element `i` (compile-time index after unrolling).
+    fn set(acc: &mut Self::Acc, i: usize, x: f32);
 }
 
 macro_rules! wgmma_shape {
@@ -219,6 +223,10 @@ macro_rules! wgmma_shape {
             #[inline(always)]
             fn at(acc: &Self::Acc, i: usize) -> f32 {
                 acc[i]
+            }
+            #[inline(always)]
+            fn set(acc: &mut Self::Acc, i: usize, x: f32) {
+                acc[i] = x;
             }
         }
     };
@@ -317,6 +325,9 @@ pub(super) trait Consumer {
     type Acc: Copy;
     /// Zeroed accumulators.
     const ZERO: Self::Acc;
+    /// Whether it runs the head and tail pieces of stage-balanced ranges ([`Self::hand_off`],
+    /// [`Self::resume`]); a consumer that does not is only given whole tiles.
+    const HANDS_OFF: bool;
     /// Issues the stage's `wgmma` on the slab in `slot` into `acc`.
     ///
     /// # Safety
@@ -324,56 +335,73 @@ pub(super) trait Consumer {
     unsafe fn mma(&self, slot: u32, acc: &mut Self::Acc);
     /// Transform + noise + argmax of tile `tile` from its final accumulators.
     fn epilogue(&mut self, tile: u32, acc: &Self::Acc);
+    /// Hands the accumulators of the block's head piece to the block of the range below
+    /// (`super::handoff`).
+    ///
+    /// # Safety
+    /// The whole warpgroup, once, after the head's MMAs are complete; a launch with handoff buffers.
+    unsafe fn hand_off(&self, acc: &Self::Acc);
+    /// The accumulators the block of the range above handed over for this block's tail piece.
+    ///
+    /// # Safety
+    /// The whole warpgroup, once, before the tail's MMAs; a launch with handoff buffers.
+    unsafe fn resume(&self) -> Self::Acc;
 }
 
-/// One consumer warpgroup's pass over the pipeline's tiles `[first, end)` of `n_k` stages each: tiles
-/// `first + c, first + c + 2, …` taking turns with the other consumer (`shared = false`), or every
-/// tile when both share each stage. Per stage it waits for `full`, issues the consumer's `mma` as
-/// one `wgmma` group, and releases the previous stage's slot once that group is complete; after a
-/// tile's last stage it drains its MMAs and runs the consumer's `epilogue`.
+/// One consumer warpgroup's pass over the pipeline's range: its pieces
+/// ([`RangeStages::piece`](crate::config::RangeStages::piece): head, whole tiles, tail)
+/// `c, c + 2, …` taking turns with the other consumer (`shared = false`), or
+/// every piece when both share each stage. Per stage it waits for `full`, issues the consumer's
+/// `mma` as one `wgmma` group, and releases the previous stage's slot once that group is complete;
+/// after a piece's last stage it drains its MMAs and runs the consumer's `epilogue` — or, for a head,
+/// hands the accumulators over. A tail starts from the accumulators handed over instead of zeros.
 ///
 /// # Safety
 /// The 128 threads of consumer warpgroup `c` (`wg = c + 1`) call it converged, with the barriers of
-/// [`Pipeline::setup`] and a producer filling stage `i` of the block into slot `i % S`.
+/// [`Pipeline::setup`] and a producer filling stage `i` of the block into slot `i % S`; the range
+/// has a head or a tail only if `C::HANDS_OFF`.
 #[inline(always)]
 pub(super) unsafe fn consume<C: Consumer, const S: u32>(
     consumer: &mut C,
-    Pipeline { bars, first, end, n_k, .. }: Pipeline,
+    Pipeline { bars, range, .. }: Pipeline,
     c: u32,
     shared: bool,
     tid: u32,
 ) {
     let lane = tid % 32;
-    // Taking turns: every other tile; sharing: every tile.
-    let (mut tile, step) = if shared { (first, 1) } else { (first + c, 2) };
-    let mut j = 0; // this consumer's tile count
-    while tile < end {
+    // Taking turns: every other piece; sharing: every piece.
+    let (mut j, step) = if shared { (0, 1) } else { (c, 2) };
+    let mut n = 0; // this consumer's piece count
+    while j < range.pieces() {
         // A phase-parity wait is only sound while the barrier is at most one phase past the awaited
-        // one: wait until the other consumer has seen its tile's stages land (so the fills before
-        // ours are complete). Consumer 0's first tile needs no turn. Every warp of the other
+        // one: wait until the other consumer has seen its piece's stages land (so the fills before
+        // ours are complete). Consumer 0's first piece needs no turn. Every warp of the other
         // consumer arrives (the barrier counts 4): the turn's next phase then needs each of them at
-        // its next tile, which needs this turn of every warp here — this warp's included — so no
+        // its next piece, which needs this turn of every warp here — this warp's included — so no
         // warp can find the barrier two phases on. (With one arrival per consumer, its first warp
         // could hand over while this consumer's last warp was still in the previous tile's epilogue;
         // with one stage per tile and epilogues that take different times per warp, the other
         // consumer then completed a second phase and that warp waited for a third: a deadlock,
         // docs/findings/25.) Sharing, each consumer waits for every stage in order, which keeps it
         // so by itself.
-        if !shared && (c == 1 || j > 0) {
+        if !shared && (c == 1 || n > 0) {
             // SAFETY: warpgroup-uniform; an initialized barrier.
-            unsafe { wait(bars.turn(c), (j + c + 1) % 2) };
+            unsafe { wait(bars.turn(c), (n + c + 1) % 2) };
         }
-        let mut acc = C::ZERO;
-        let mut stage = (tile - first) * n_k;
+        let piece = range.piece(j);
+        let tail = C::HANDS_OFF && piece.kind == PieceKind::Tail;
+        // SAFETY: the whole warpgroup, once for the tail (the last piece), before its MMAs.
+        let mut acc = if tail { unsafe { consumer.resume() } } else { C::ZERO };
+        let mut stage = range.first_stage(j);
         let mut held = 0; // slot of the previous stage, still read by its MMAs
-        for k in 0..n_k {
+        for k in piece.k0..piece.k1 {
             let slot = stage % S;
             // SAFETY: warpgroup-uniform control flow: the whole consumer runs this loop converged.
             // The barrier orders the landed stage (fenced into the async proxy, or written by it)
             // before the MMAs that read it.
             unsafe {
                 wait(bars.full(slot), (stage / S) % 2);
-                if !shared && k + 1 == n_k && lane == 0 {
+                if !shared && k + 1 == piece.k1 && lane == 0 {
                     mbarrier_arrive_shared_cta_b64(bars.turn(1 - c));
                 }
                 wgmma_fence_sync_aligned();
@@ -381,7 +409,7 @@ pub(super) unsafe fn consume<C: Consumer, const S: u32>(
                 wgmma_commit_group_sync_aligned();
                 // The previous stage's group is done; this one may still run.
                 wgmma_wait_group_sync_aligned::<1>();
-                if k > 0 && lane == 0 {
+                if k > piece.k0 && lane == 0 {
                     mbarrier_arrive_shared_cta_b64(bars.empty(held));
                 }
             }
@@ -396,8 +424,13 @@ pub(super) unsafe fn consume<C: Consumer, const S: u32>(
                 mbarrier_arrive_shared_cta_b64(bars.empty(held));
             }
         }
-        consumer.epilogue(tile, &acc);
-        tile += step;
-        j += 1;
+        if C::HANDS_OFF && piece.kind == PieceKind::Head {
+            // SAFETY: the whole warpgroup, once (the head is the first piece), its MMAs complete.
+            unsafe { consumer.hand_off(&acc) };
+        } else {
+            consumer.epilogue(piece.tile, &acc);
+        }
+        j += step;
+        n += 1;
     }
 }

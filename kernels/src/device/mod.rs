@@ -4,6 +4,7 @@
 //! |---|---|
 //! | [`schedule`] | tile scheduler: a block's batch tile and vocab range (persistent grid), thread coordinates |
 //! | [`pipeline`] | shared-memory rings and their synchronization (`cp.async` groups, `mbarrier`s) |
+//! | `handoff` | a cut tile's accumulators from one block to the next (stage-balanced vocab ranges) |
 //! | [`producer`] | what fills a stage: the TMA producer warp, the `cp.async` block producer |
 //! | [`mainloop`] | the MMA mainloops: `mma.sync` (portable), `wgmma` consumers (sm_90a) |
 //! | [`fragment`] | fragment → logits adapters feeding the one lane epilogue (the no_std core's) |
@@ -34,6 +35,7 @@ mod baselines;
 mod dot;
 mod fragment;
 mod fused;
+mod handoff;
 mod mainloop;
 mod merge;
 mod pipeline;

@@ -9,8 +9,9 @@
 //!   `turn[c]` orders the two consumer warpgroups that take turns on the tiles.
 //!
 //! A stage is `STAGE_K` = 64 D columns (one 128-byte line) of every staged weight and hidden row.
-//! Stage `i` of a block (tile `first + i / n_k`, D step `i % n_k`) lives in slot `i % S`, in its
-//! `(i / S)`-th fill, so the barriers' phase parity is `(i / S) % 2`.
+//! Stage `i` of a block (its `i`-th in the order of its range's pieces,
+//! [`RangeStages::piece`]: with whole tiles, tile `first + i / n_k`, D step `i % n_k`) lives in slot
+//! `i % S`, in its `(i / S)`-th fill, so the barriers' phase parity is `(i / S) % 2`.
 
 use core::arch::nvptx::_syncthreads;
 
@@ -18,7 +19,7 @@ use super::ptx::{
     bar_warp_sync, cp_async_wait_group, fence_mbarrier_init_release_cluster, mbarrier_init_shared_cta_b64,
     mbarrier_try_wait_parity_shared_cta_b64, mov_u32_dynamic_smem,
 };
-use crate::config::{BLOCK_V, STAGE_ROW_BYTES};
+use crate::config::{BLOCK_V, RangeStages, STAGE_ROW_BYTES};
 
 /// `cp.async.wait_group S − 2`: this thread's copies of the oldest of the `S − 1` stages in flight
 /// have landed (an `S`-deep ring, one commit group per stage).
@@ -146,26 +147,13 @@ pub(super) unsafe fn wait(bar: u32, parity: u32) {
     bar_warp_sync();
 }
 
-/// Advances a stage position (tile, D step, ring slot) by one stage.
-#[inline(always)]
-pub(super) fn advance(tile: &mut u32, k: &mut u32, slot: &mut u32, n_k: u32, s: u32) {
-    *k += 1;
-    if *k == n_k {
-        *k = 0;
-        *tile += 1;
-    }
-    *slot = if *slot + 1 == s { 0 } else { *slot + 1 };
-}
-
-/// A `wgmma` block's staging pipeline: its barriers, its ring, and the stages it runs: `n_k` per tile
-/// of `[first, end)`, stage `i` in slot `i % S`.
+/// A `wgmma` block's staging pipeline: its barriers, its ring, and the stages it runs: the pieces of
+/// `range` in order (head, whole tiles, tail), the block's stage `i` in slot `i % S`.
 #[derive(Clone, Copy)]
 pub(super) struct Pipeline {
     pub(super) bars: Barriers,
     pub(super) ring: Ring,
-    pub(super) first: u32,
-    pub(super) end: u32,
-    pub(super) n_k: u32,
+    pub(super) range: RangeStages,
 }
 
 impl Pipeline {
@@ -185,7 +173,7 @@ impl Pipeline {
         prefix_bytes: u32,
         (w_rows, block_b): (u32, u32),
         split: u32,
-        (first, end, n_k): (u32, u32, u32),
+        range: RangeStages,
     ) -> Self {
         let bars = Barriers { base: mov_u32_dynamic_smem() + prefix_bytes, slots: S };
         let ring = Ring::new(bars.base + 8 * (2 * S + 2), w_rows, block_b);
@@ -205,13 +193,7 @@ impl Pipeline {
         }
         // SAFETY: every thread of the block reaches it (the caller's contract).
         unsafe { _syncthreads() };
-        Pipeline { bars, ring, first, end, n_k }
-    }
-
-    /// Stages of the block: `n_k` per tile.
-    #[inline(always)]
-    pub(super) fn stages(self) -> u32 {
-        (self.end - self.first) * self.n_k
+        Pipeline { bars, ring, range }
     }
 
     /// Before stage `stage` refills `slot` (`stage % S`): waits until the consumers have released

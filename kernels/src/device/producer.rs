@@ -12,7 +12,7 @@
 //!   MMAs: `cp.async` copies of 16 bytes, each group of 8 threads moving one whole 128-byte line, one
 //!   commit group per stage ([`super::pipeline::BlockRing`], [`super::pipeline::wait_oldest_stage`]).
 
-use super::pipeline::{BlockRing, Pipeline, advance};
+use super::pipeline::{BlockRing, Pipeline};
 use super::ptx::{
     bar_warp_sync, cp_async_bulk_tensor_2d_shared_cluster_global_tile_mbarrier_complete_tx_bytes,
     cp_async_bulk_tensor_5d_shared_cluster_global_tile_mbarrier_complete_tx_bytes, cp_async_cg_shared_global_16,
@@ -23,7 +23,8 @@ use crate::config::{
 };
 use crate::params::{FusedParams, TensorMaps};
 
-/// The TMA producer warp: per stage of the block's tiles `[first, end)`, waits until the slot is
+/// The TMA producer warp: per stage of the block's range (its pieces in order: head, whole tiles,
+/// tail, [`RangeStages::piece`](crate::config::RangeStages::piece)), waits until the slot is
 /// released, announces the stage's bytes on its `full` barrier and copies the weight slab (one tile
 /// box from lane 0, or 16 row boxes from lanes 0–15 for a partial last tile) and the hidden box of
 /// `ring.n` rows (lane 16) into it.
@@ -38,7 +39,7 @@ pub(super) unsafe fn produce_tma<const S: u32, const HIDDEN_A: bool>(
     lane: u32,
     b_first: u32,
 ) {
-    let Pipeline { bars, ring, first, n_k, .. } = pipe;
+    let Pipeline { bars, ring, range } = pipe;
     let maps = p.tensor_maps;
     // SAFETY: `tensor_maps` points at this launch's maps in device memory (launch contract).
     let (tiles_map, rows_map, hidden_map) = unsafe {
@@ -56,65 +57,69 @@ pub(super) unsafe fn produce_tma<const S: u32, const HIDDEN_A: bool>(
         }
     }
     let stage_bytes = (ring.w_rows + ring.n) * STAGE_ROW_BYTES;
-    let stages = pipe.stages();
-    let (mut tile, mut k, mut slot) = (first, 0, 0);
-    for stage in 0..stages {
-        // SAFETY: barriers of this block, waited by the whole warp; the copies write only `slot`, which
-        // no MMA reads any more once its previous fill has been released, and complete on the phase
-        // of `full[slot]` that lane 0 has just armed with exactly their bytes (one tile box of
-        // 128 × 128 bytes or 16 boxes of 8 × 128 bytes, and one hidden box of `ring.n` × 128 bytes,
-        // zero-filled where outside).
-        unsafe {
-            pipe.wait_until_free::<S>(stage, slot);
-            if lane == 0 {
-                mbarrier_arrive_expect_tx_shared_cta_b64(bars.full(slot), stage_bytes);
-            }
-            bar_warp_sync();
-            let x = (k * STAGE_K) as i32;
-            let dst = ring.slab(slot);
-            if HIDDEN_A {
-                // One box of the 256-row tile (`config::tma_weight_tiles_t`: J = 16·tile).
+    let (mut stage, mut slot) = (0, 0);
+    for j in 0..range.pieces() {
+        let piece = range.piece(j);
+        let tile = piece.tile;
+        for k in piece.k0..piece.k1 {
+            // SAFETY: barriers of this block, waited by the whole warp; the copies write only `slot`, which
+            // no MMA reads any more once its previous fill has been released, and complete on the phase
+            // of `full[slot]` that lane 0 has just armed with exactly their bytes (one tile box of
+            // 128 × 128 bytes or 16 boxes of 8 × 128 bytes, and one hidden box of `ring.n` × 128 bytes,
+            // zero-filled where outside).
+            unsafe {
+                pipe.wait_until_free::<S>(stage, slot);
                 if lane == 0 {
-                    cp_async_bulk_tensor_5d_shared_cluster_global_tile_mbarrier_complete_tx_bytes(
-                        dst,
-                        tiles_map,
-                        [x, 0, 0, 0, (tile * (TMA_T_TILE_V / 16)) as i32],
+                    mbarrier_arrive_expect_tx_shared_cta_b64(bars.full(slot), stage_bytes);
+                }
+                bar_warp_sync();
+                let x = (k * STAGE_K) as i32;
+                let dst = ring.slab(slot);
+                if HIDDEN_A {
+                    // One box of the 256-row tile (`config::tma_weight_tiles_t`: J = 16·tile).
+                    if lane == 0 {
+                        cp_async_bulk_tensor_5d_shared_cluster_global_tile_mbarrier_complete_tx_bytes(
+                            dst,
+                            tiles_map,
+                            [x, 0, 0, 0, (tile * (TMA_T_TILE_V / 16)) as i32],
+                            bars.full(slot),
+                        );
+                    }
+                } else if tile < p.tma_whole_tiles {
+                    if lane == 0 {
+                        let w = (tile * (BLOCK_V / 32)) as i32;
+                        cp_async_bulk_tensor_5d_shared_cluster_global_tile_mbarrier_complete_tx_bytes(
+                            dst,
+                            tiles_map,
+                            [x, 0, 0, w, 0],
+                            bars.full(slot),
+                        );
+                    }
+                } else if lane < TMA_WEIGHT_BOXES {
+                    let row = lane * TMA_WEIGHT_BOX_ROWS;
+                    let y = (tile * BLOCK_V + vocab_of_slab_row(row)) as i32;
+                    cp_async_bulk_tensor_2d_shared_cluster_global_tile_mbarrier_complete_tx_bytes(
+                        dst + row * STAGE_ROW_BYTES,
+                        rows_map,
+                        x,
+                        y,
                         bars.full(slot),
                     );
                 }
-            } else if tile < p.tma_whole_tiles {
-                if lane == 0 {
-                    let w = (tile * (BLOCK_V / 32)) as i32;
-                    cp_async_bulk_tensor_5d_shared_cluster_global_tile_mbarrier_complete_tx_bytes(
+                if lane == TMA_WEIGHT_BOXES {
+                    let dst = ring.hidden(slot, 0);
+                    cp_async_bulk_tensor_2d_shared_cluster_global_tile_mbarrier_complete_tx_bytes(
                         dst,
-                        tiles_map,
-                        [x, 0, 0, w, 0],
+                        hidden_map,
+                        x,
+                        b_first as i32,
                         bars.full(slot),
                     );
                 }
-            } else if lane < TMA_WEIGHT_BOXES {
-                let row = lane * TMA_WEIGHT_BOX_ROWS;
-                let y = (tile * BLOCK_V + vocab_of_slab_row(row)) as i32;
-                cp_async_bulk_tensor_2d_shared_cluster_global_tile_mbarrier_complete_tx_bytes(
-                    dst + row * STAGE_ROW_BYTES,
-                    rows_map,
-                    x,
-                    y,
-                    bars.full(slot),
-                );
             }
-            if lane == TMA_WEIGHT_BOXES {
-                let dst = ring.hidden(slot, 0);
-                cp_async_bulk_tensor_2d_shared_cluster_global_tile_mbarrier_complete_tx_bytes(
-                    dst,
-                    hidden_map,
-                    x,
-                    b_first as i32,
-                    bars.full(slot),
-                );
-            }
+            stage += 1;
+            slot = if slot + 1 == S { 0 } else { slot + 1 };
         }
-        advance(&mut tile, &mut k, &mut slot, n_k, S);
     }
 }
 

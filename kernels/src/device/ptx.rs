@@ -266,6 +266,19 @@ pub fn griddepcontrol_wait() {
     unsafe { asm!("griddepcontrol.wait;", options(nostack)) };
 }
 
+/// `ld.acquire.gpu.global.u32`: a load of a word other blocks update, ordered before this thread's
+/// later memory accesses (acquire at GPU scope).
+///
+/// # Safety
+/// `ptr` must be a 4-byte aligned global address of a readable word.
+#[inline(always)]
+pub unsafe fn ld_acquire_gpu_global_u32(ptr: *const u32) -> u32 {
+    let v: u32;
+    // SAFETY: the caller guarantees the address.
+    unsafe { asm!("ld.acquire.gpu.global.u32 {0}, [{1}];", out(reg32) v, in(reg64) ptr, options(nostack)) };
+    v
+}
+
 /// `atom.global.add.u32`: atomically adds `v` to `*ptr` and returns the old value.
 ///
 /// # Safety

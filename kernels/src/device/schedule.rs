@@ -5,22 +5,17 @@
 //! Persistent: the host launches `n_vranges · n_btiles` blocks, as many per multiprocessor as the
 //! kernel's occupancy allows. Block `blk` covers batch tile `blk % n_btiles` (the kernel's
 //! `BLOCK_B` rows) and vocab range `blk / n_btiles`, an even share of the `ceil(V / tile_v)` vocab
-//! tiles (as even as integers allow), taken in order. The batch tiles of one range are adjacent block
+//! tiles (as even as integers allow), taken in order — or, in the weight-as-A kernels when the host
+//! asks ([`FusedParams::handoff`]), an even share of the tiles' pipeline stages
+//! ([`BlockWork::stages`], `super::handoff`). The batch tiles of one range are adjacent block
 //! indices, so they run together and share that range's weight rows through L2. Vocab range `r` is
 //! also the candidate column `r` of `FusedParams::candidates`.
 
 use core::arch::nvptx::{_block_idx_x, _thread_idx_x};
 
 use super::ptx::griddepcontrol_launch_dependents;
+use crate::config::{RangeStages, STAGE_K};
 use crate::params::FusedParams;
-
-/// The tiles `[first, end)` of vocab range `r` of `n`: `tiles` tiles split as evenly as integers allow.
-#[inline(always)]
-pub(super) fn tile_range(tiles: u32, n: u32, r: u32) -> (u32, u32) {
-    let tiles = tiles as u64;
-    let n = n.max(1) as u64;
-    ((tiles * r as u64 / n) as u32, (tiles * (r as u64 + 1) / n) as u32)
-}
 
 /// What a block covers: its batch tile, its vocab range and the range's tiles.
 #[derive(Clone, Copy)]
@@ -51,8 +46,22 @@ impl BlockWork {
         let blk = unsafe { _block_idx_x() };
         let n_btiles = p.b.div_ceil(block_b).max(1);
         let (btile, vrange) = (blk % n_btiles, blk / n_btiles);
-        let (first, end) = tile_range(p.v.div_ceil(tile_v), p.n_vranges, vrange);
+        let RangeStages { first, end, .. } = RangeStages::whole(p.v.div_ceil(tile_v), p.n_vranges, vrange, 1);
         BlockWork { btile, b_first: btile * block_b, vrange, first, end }
+    }
+
+    /// The pipeline stages of the block's range for tiles of `tile_v` rows and `STAGE_K` D columns
+    /// per stage: balanced to the stage ([`RangeStages::balanced`]) when `balanced` (a kernel whose
+    /// consumers hand off accumulators, launched with [`FusedParams::handoff`]), else its whole
+    /// tiles `[first, end)`.
+    #[inline(always)]
+    pub(super) fn stages(&self, p: &FusedParams, tile_v: u32, balanced: bool) -> RangeStages {
+        let n_k = p.d.div_ceil(STAGE_K);
+        if balanced {
+            RangeStages::balanced(p.v.div_ceil(tile_v), p.n_vranges, self.vrange, n_k)
+        } else {
+            RangeStages { head: 0, first: self.first, end: self.end, tail: 0, n_k }
+        }
     }
 }
 

@@ -40,10 +40,9 @@
 use core::marker::PhantomData;
 
 use crate::candidate::Candidate;
-use crate::config::{
-    BLOCK_V, Epilogue, Family, FusedVariant, STAGE_K, TMA_N16, TMA_N32, TMA_N64, TMA_N64X2, WS_WARPS, str_eq,
-};
+use crate::config::{BLOCK_V, Epilogue, Family, FusedVariant, TMA_N16, TMA_N32, TMA_N64, TMA_N64X2, WS_WARPS, str_eq};
 use crate::device::fragment;
+use crate::device::handoff::Handoff;
 use crate::device::mainloop::{Consumer, N16, N32, N64, WgmmaShape, consume, mma_stage_weight_a};
 use crate::device::merge::{self, MergeArea, SharedMasses};
 use crate::device::pipeline::{Pipeline, Ring};
@@ -74,12 +73,29 @@ struct WeightA<'a, T: WgmmaShape, const LP: bool, const TOP: bool> {
     masses: SharedMasses,
     /// The rows' top lists (truncation kernels only).
     tops: &'a mut [TopList<LANE_TOP>; 32],
+    /// The handoff slots of the block's range boundaries (stage-balanced ranges):
+    /// (vocab range, consumer slot, consumer thread 0..128).
+    handoff: (u32, u32, u32),
     shape: PhantomData<T>,
+}
+
+impl<T: WgmmaShape, const LP: bool, const TOP: bool> WeightA<'_, T, LP, TOP> {
+    /// The thread's view of the handoff slot of range boundary `boundary`.
+    ///
+    /// # Safety
+    /// A launch with handoff buffers; `boundary < n_vranges`.
+    #[inline(always)]
+    unsafe fn slot(&self, boundary: u32) -> Handoff {
+        let (_, c, t) = self.handoff;
+        // SAFETY: forwarded contract; c < 2, t < 128, `2N` floats per thread (the variant's `N`).
+        unsafe { Handoff::at(self.p, boundary, c, t, 2 * (T::N / 2)) }
+    }
 }
 
 impl<T: WgmmaShape, const LP: bool, const TOP: bool> Consumer for WeightA<'_, T, LP, TOP> {
     type Acc = [T::Acc; 2];
     const ZERO: Self::Acc = [T::ZERO; 2];
+    const HANDS_OFF: bool = true;
     #[inline(always)]
     unsafe fn mma(&self, slot: u32, acc: &mut Self::Acc) {
         // SAFETY: forwarded contract.
@@ -89,6 +105,46 @@ impl<T: WgmmaShape, const LP: bool, const TOP: bool> Consumer for WeightA<'_, T,
     fn epilogue(&mut self, tile: u32, acc: &Self::Acc) {
         let v0 = tile * BLOCK_V + self.v_lane;
         fragment::weight_a_tile::<T, LP, TOP>(self.p, self.b0_quad, v0, acc, self.cands, (self.masses, self.tops));
+    }
+    #[inline(always)]
+    unsafe fn hand_off(&self, acc: &Self::Acc) {
+        // The head's tile is the last of the range below: boundary = this range.
+        // SAFETY: a handoff launch (the caller's contract); the block's range is > 0 (it has a head).
+        let slot = unsafe { self.slot(self.handoff.0) };
+        let half = T::N / 2;
+        for h in 0..2 {
+            for q in 0..half / 4 {
+                let i = (4 * q) as usize;
+                let x = [T::at(&acc[h], i), T::at(&acc[h], i + 1), T::at(&acc[h], i + 2), T::at(&acc[h], i + 3)];
+                // SAFETY: float group h·N/8 + q < N/4 of the thread's 2·(N/2).
+                unsafe { slot.store(h as u32 * (half / 4) + q, x) };
+            }
+        }
+        // SAFETY: once, after this thread's stores.
+        unsafe { slot.publish() };
+    }
+    #[inline(always)]
+    unsafe fn resume(&self) -> Self::Acc {
+        // The tail's tile is the first (head) of the range above: boundary = this range + 1.
+        // SAFETY: a handoff launch; the block has a tail, so a range above.
+        let slot = unsafe { self.slot(self.handoff.0 + 1) };
+        // SAFETY: the writer is the block of the range above, which runs its head first.
+        unsafe { slot.wait() };
+        let mut acc = Self::ZERO;
+        let half = T::N / 2;
+        for h in 0..2 {
+            for q in 0..half / 4 {
+                // SAFETY: after the wait; inside the thread's floats, as in `hand_off`.
+                let x = unsafe { slot.load(h as u32 * (half / 4) + q) };
+                let i = (4 * q) as usize;
+                for (e, x) in x.into_iter().enumerate() {
+                    T::set(&mut acc[h], i + e, x);
+                }
+            }
+        }
+        // SAFETY: once, after this thread's loads.
+        unsafe { slot.release() };
+        acc
     }
 }
 
@@ -121,7 +177,7 @@ unsafe fn body<T: WgmmaShape, const S: u32, const SPLIT: u32, const LP: bool, co
             v.prefix_bytes(e),
             (BLOCK_V, block_b),
             SPLIT,
-            (work.first, work.end, p.d.div_ceil(STAGE_K)),
+            work.stages(&p, BLOCK_V, !p.handoff.is_null()),
         )
     };
     let area = MergeArea::new(block_b, v.merge_contributors());
@@ -167,6 +223,7 @@ unsafe fn body<T: WgmmaShape, const S: u32, const SPLIT: u32, const LP: bool, co
             cands: &mut cands,
             masses,
             tops: &mut tops,
+            handoff: (work.vrange, slot_b, t.tid % 128),
             shape: PhantomData,
         };
         // SAFETY: the whole consumer warpgroup, converged; forwarded launch contract.

@@ -37,7 +37,7 @@
 //! skipped by the lane epilogue.
 
 use crate::candidate::Candidate;
-use crate::config::{Epilogue, Family, FusedVariant, STAGE_K, TMA_T_TILE_V, TMAT_N64, TMAT_N64X2, WS_WARPS, str_eq};
+use crate::config::{Epilogue, Family, FusedVariant, TMA_T_TILE_V, TMAT_N64, TMAT_N64X2, WS_WARPS, str_eq};
 use crate::device::fragment;
 use crate::device::mainloop::{Consumer, consume, mma_stage_hidden_a};
 use crate::device::merge::{self, MergeArea, SharedMasses};
@@ -75,6 +75,7 @@ struct HiddenA<'a, const LP: bool, const TOP: bool> {
 impl<const LP: bool, const TOP: bool> Consumer for HiddenA<'_, LP, TOP> {
     type Acc = [f32; 128];
     const ZERO: Self::Acc = [0.0; 128];
+    const HANDS_OFF: bool = false;
     #[inline(always)]
     unsafe fn mma(&self, slot: u32, acc: &mut Self::Acc) {
         // SAFETY: forwarded contract.
@@ -83,6 +84,11 @@ impl<const LP: bool, const TOP: bool> Consumer for HiddenA<'_, LP, TOP> {
     #[inline(always)]
     fn epilogue(&mut self, tile: u32, acc: &Self::Acc) {
         fragment::hidden_a_tile::<LP, TOP>(self.p, self.b, tile, self.q, acc, self.cands, (self.masses, self.tops));
+    }
+    // Never called: this kernel runs whole tiles only (`HANDS_OFF = false`).
+    unsafe fn hand_off(&self, _: &Self::Acc) {}
+    unsafe fn resume(&self) -> Self::Acc {
+        Self::ZERO
     }
 }
 
@@ -111,7 +117,7 @@ unsafe fn body<const S: u32, const SPLIT: u32, const LP: bool, const TOP: bool>(
             v.prefix_bytes(e),
             (TMA_T_TILE_V, block_b),
             SPLIT,
-            (work.first, work.end, p.d.div_ceil(STAGE_K)),
+            work.stages(&p, TMA_T_TILE_V, false),
         )
     };
     let area = MergeArea::new(block_b, v.merge_contributors());
