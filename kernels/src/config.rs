@@ -621,24 +621,31 @@ impl FusedVariant {
         let n = self.n_vranges(sm_count, 1, n_btiles, v);
         v.div_ceil(self.tile_v()).div_ceil(n) * self.tile_v()
     }
-    /// Whether a launch of this variant over `tiles` vocab tiles in `n` vocab ranges, with
-    /// `n_btiles` batch tiles, balances its ranges to the pipeline stage ([`RangeStages::balanced`])
-    /// instead of whole tiles: only the weight-as-A kernels (their consumers can hand a part-done
-    /// tile's accumulators over, `device::handoff`), only one batch tile (every block of the grid is
-    /// then resident at once, which the handoff's wait needs: the launch is one block per
-    /// multiprocessor at most), at least two tiles per range, and only where whole tiles leave the
-    /// largest range more than 1/64 above the mean (Llama-3-70B: 1002 tiles over 132 ranges, 8
-    /// against 7.59; Qwen3-8B's 1187 over 132, 9 against 8.99, stays whole).
+    /// Whether a launch of this variant with epilogue `e` over `tiles` vocab tiles in `n` vocab
+    /// ranges, with `n_btiles` batch tiles, balances its ranges to the pipeline stage
+    /// ([`RangeStages::balanced`]) instead of whole tiles: where it can ([`Self::can_balance_stages`])
+    /// and only where whole tiles leave the largest range more than 1/64 above the mean (Llama-3-70B:
+    /// 1002 tiles over 132 ranges, 8 against 7.59; Qwen3-8B's 1187 over 132, 9 against 8.99, stays
+    /// whole).
     #[inline]
-    pub const fn balances_stages(&self, tiles: u32, n: u32, n_btiles: u32) -> bool {
+    pub const fn balances_stages(&self, e: Epilogue, tiles: u32, n: u32, n_btiles: u32) -> bool {
         let n = if n == 0 { 1 } else { n };
-        self.can_balance_stages(tiles, n, n_btiles) && (tiles.div_ceil(n) * n - tiles) as u64 * 64 > tiles as u64
+        self.can_balance_stages(e, tiles, n, n_btiles) && (tiles.div_ceil(n) * n - tiles) as u64 * 64 > tiles as u64
     }
-    /// Whether such a launch can run stage-balanced ranges at all (what [`Self::balances_stages`]
-    /// asks besides the unevenness; a forced balance, `FLASHSAMPLING_BALANCE_STAGES=1`, still needs it).
+    /// Whether such a launch can run stage-balanced ranges at all (what a forced balance,
+    /// `FLASHSAMPLING_BALANCE_STAGES=1`, still needs): only the weight-as-A kernels of the plain and
+    /// the log-probability epilogues (their consumers hand a part-done tile's accumulators over,
+    /// `device::handoff`; the truncation kernels keep whole tiles: the handoff code cost their
+    /// register-bound consumers spills and up to 8.6% at Qwen3-8B B = 64, docs/findings/34), only one
+    /// batch tile (every block of the grid is then resident at once, which the handoff's wait needs:
+    /// at most one block per multiprocessor), at least two tiles per range.
     #[inline]
-    pub const fn can_balance_stages(&self, tiles: u32, n: u32, n_btiles: u32) -> bool {
-        matches!(self.family, Family::WgmmaWeightA) && n_btiles == 1 && n >= 2 && tiles >= 2 * n
+    pub const fn can_balance_stages(&self, e: Epilogue, tiles: u32, n: u32, n_btiles: u32) -> bool {
+        matches!(self.family, Family::WgmmaWeightA)
+            && !matches!(e, Epilogue::Truncate)
+            && n_btiles == 1
+            && n >= 2
+            && tiles >= 2 * n
     }
     /// f32 accumulators per consumer thread of the weight-as-A kernels (`N`: two 64-row halves of
     /// `N / 2`), which a head hands over (`FusedParams::handoff`).
@@ -1065,14 +1072,16 @@ mod tests {
 
     #[test]
     fn stage_balancing_is_chosen_for_the_weight_as_a_kernels_when_whole_tiles_are_uneven() {
-        assert!(TMA_N16.balances_stages(1002, 132, 1));
-        assert!(TMA_N32.balances_stages(1002, 132, 1));
-        assert!(!TMA_N32.balances_stages(1187, 132, 1), "Qwen3-8B: 9 against 8.99");
-        assert!(!TMA_N32.balances_stages(1002, 66, 2), "two batch tiles");
-        assert!(!TMAT_N64.balances_stages(1002, 132, 1) && !MMA_SYNC_N16.balances_stages(1002, 132, 1));
-        assert!(!TMA_N16.balances_stages(200, 132, 1), "fewer than two tiles per range");
-        assert!(!TMA_N16.balances_stages(1056, 132, 1), "8 tiles each");
-        assert!(TMA_N16.can_balance_stages(1056, 132, 1) && !TMA_N16.can_balance_stages(1056, 1, 1));
+        let (s, l, t) = (Epilogue::Sample, Epilogue::LogProbs, Epilogue::Truncate);
+        assert!(TMA_N16.balances_stages(s, 1002, 132, 1) && TMA_N16.balances_stages(l, 1002, 132, 1));
+        assert!(!TMA_N16.balances_stages(t, 1002, 132, 1), "truncation kernels keep whole tiles");
+        assert!(TMA_N32.balances_stages(s, 1002, 132, 1));
+        assert!(!TMA_N32.balances_stages(s, 1187, 132, 1), "Qwen3-8B: 9 against 8.99");
+        assert!(!TMA_N32.balances_stages(s, 1002, 66, 2), "two batch tiles");
+        assert!(!TMAT_N64.balances_stages(s, 1002, 132, 1) && !MMA_SYNC_N16.balances_stages(s, 1002, 132, 1));
+        assert!(!TMA_N16.balances_stages(s, 200, 132, 1), "fewer than two tiles per range");
+        assert!(!TMA_N16.balances_stages(s, 1056, 132, 1), "8 tiles each");
+        assert!(TMA_N16.can_balance_stages(s, 1056, 132, 1) && !TMA_N16.can_balance_stages(s, 1056, 1, 1));
         assert_eq!(TMA_N64X2.handoff_floats_per_thread(), 64);
     }
 

@@ -768,7 +768,8 @@ impl GpuBackend {
     }
 
     /// Forces the vocab ranges of the weight-as-A kernels balanced to the pipeline stage (`Some(true)`,
-    /// where the launch allows it: one batch tile, at least two tiles per range) or to whole tiles
+    /// where the launch allows it: a plain or log-probability launch, one batch tile, at least two
+    /// tiles per range, [`FusedVariant::can_balance_stages`]) or to whole tiles
     /// (`Some(false)`); `None`, the default, balances where whole tiles leave the largest range more
     /// than 1/64 above the mean ([`FusedVariant::balances_stages`]). Samples, scores and
     /// log-probabilities do not depend on it: a cut tile's logits are the same MMAs in the same
@@ -839,8 +840,8 @@ impl GpuBackend {
         let n_vranges = variant.n_vranges(self.sm_count, per_sm, n_btiles, v as u32);
         let tiles = (v as u32).div_ceil(variant.tile_v());
         let balanced = match self.stage_balance_override {
-            None => variant.balances_stages(tiles, n_vranges, n_btiles),
-            Some(on) => on && variant.can_balance_stages(tiles, n_vranges, n_btiles),
+            None => variant.balances_stages(epilogue, tiles, n_vranges, n_btiles),
+            Some(on) => on && variant.can_balance_stages(epilogue, tiles, n_vranges, n_btiles),
         };
         LaunchShape { variant, epilogue, n_btiles, n_vranges, balanced }
     }

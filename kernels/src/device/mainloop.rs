@@ -37,7 +37,9 @@ use super::ptx::{
     wgmma_wait_group_sync_aligned,
 };
 use super::schedule::{BlockWork, Thread};
-use crate::config::{CHUNK_D, M_TILES_PER_WARP, PieceKind, ROWS_PER_LANE, STAGE_K, STAGE_ROW_BYTES, WARP_TILE_V};
+use crate::config::{
+    CHUNK_D, M_TILES_PER_WARP, Piece, PieceKind, ROWS_PER_LANE, STAGE_K, STAGE_ROW_BYTES, WARP_TILE_V,
+};
 use crate::params::{ElementType, FusedParams};
 
 /// One `mma.sync` warp's accumulators: `[M tile][N tile][fragment]`.
@@ -359,7 +361,7 @@ pub(super) trait Consumer {
 /// # Safety
 /// The 128 threads of consumer warpgroup `c` (`wg = c + 1`) call it converged, with the barriers of
 /// [`Pipeline::setup`] and a producer filling stage `i` of the block into slot `i % S`; the range
-/// has a head or a tail only if `C::HANDS_OFF`.
+/// has a head or a tail only if `C::HANDS_OFF` (else it is read as its whole tiles).
 #[inline(always)]
 pub(super) unsafe fn consume<C: Consumer, const S: u32>(
     consumer: &mut C,
@@ -372,7 +374,10 @@ pub(super) unsafe fn consume<C: Consumer, const S: u32>(
     // Taking turns: every other piece; sharing: every piece.
     let (mut j, step) = if shared { (0, 1) } else { (c, 2) };
     let mut n = 0; // this consumer's piece count
-    while j < range.pieces() {
+    // A consumer that never hands off runs whole tiles only: the pieces are then the tiles, known so
+    // at compile time (no piece arithmetic, no handoff code in its registers).
+    let pieces = if C::HANDS_OFF { range.pieces() } else { range.end - range.first };
+    while j < pieces {
         // A phase-parity wait is only sound while the barrier is at most one phase past the awaited
         // one: wait until the other consumer has seen its piece's stages land (so the fills before
         // ours are complete). Consumer 0's first piece needs no turn. Every warp of the other
@@ -388,11 +393,14 @@ pub(super) unsafe fn consume<C: Consumer, const S: u32>(
             // SAFETY: warpgroup-uniform; an initialized barrier.
             unsafe { wait(bars.turn(c), (n + c + 1) % 2) };
         }
-        let piece = range.piece(j);
+        let (piece, mut stage) = if C::HANDS_OFF {
+            (range.piece(j), range.first_stage(j))
+        } else {
+            (Piece { tile: range.first + j, k0: 0, k1: range.n_k, kind: PieceKind::Whole }, j * range.n_k)
+        };
         let tail = C::HANDS_OFF && piece.kind == PieceKind::Tail;
         // SAFETY: the whole warpgroup, once for the tail (the last piece), before its MMAs.
         let mut acc = if tail { unsafe { consumer.resume() } } else { C::ZERO };
-        let mut stage = range.first_stage(j);
         let mut held = 0; // slot of the previous stage, still read by its MMAs
         for k in piece.k0..piece.k1 {
             let slot = stage % S;

@@ -27,13 +27,13 @@ use crate::params::{FusedParams, TensorMaps};
 /// tail, [`RangeStages::piece`](crate::config::RangeStages::piece)), waits until the slot is
 /// released, announces the stage's bytes on its `full` barrier and copies the weight slab (one tile
 /// box from lane 0, or 16 row boxes from lanes 0–15 for a partial last tile) and the hidden box of
-/// `ring.n` rows (lane 16) into it.
+/// `ring.n` rows (lane 16) into it. `WHOLE`: the range has no head or tail (whole tiles).
 ///
 /// # Safety
 /// Called by the 32 lanes of warp 0 of a kernel launched as documented, whose `p.tensor_maps` hold
 /// this launch's weight and hidden maps.
 #[inline(always)]
-pub(super) unsafe fn produce_tma<const S: u32, const HIDDEN_A: bool>(
+pub(super) unsafe fn produce_tma<const S: u32, const HIDDEN_A: bool, const WHOLE: bool>(
     p: &FusedParams,
     pipe: Pipeline,
     lane: u32,
@@ -58,10 +58,16 @@ pub(super) unsafe fn produce_tma<const S: u32, const HIDDEN_A: bool>(
     }
     let stage_bytes = (ring.w_rows + ring.n) * STAGE_ROW_BYTES;
     let (mut stage, mut slot) = (0, 0);
-    for j in 0..range.pieces() {
-        let piece = range.piece(j);
-        let tile = piece.tile;
-        for k in piece.k0..piece.k1 {
+    // Without head and tail pieces (`WHOLE`: whole tiles) the pieces are the tiles.
+    let pieces = if WHOLE { range.end - range.first } else { range.pieces() };
+    for j in 0..pieces {
+        let (tile, k0, k1) = if WHOLE {
+            (range.first + j, 0, range.n_k)
+        } else {
+            let piece = range.piece(j);
+            (piece.tile, piece.k0, piece.k1)
+        };
+        for k in k0..k1 {
             // SAFETY: barriers of this block, waited by the whole warp; the copies write only `slot`, which
             // no MMA reads any more once its previous fill has been released, and complete on the phase
             // of `full[slot]` that lane 0 has just armed with exactly their bytes (one tile box of

@@ -95,7 +95,9 @@ impl<T: WgmmaShape, const LP: bool, const TOP: bool> WeightA<'_, T, LP, TOP> {
 impl<T: WgmmaShape, const LP: bool, const TOP: bool> Consumer for WeightA<'_, T, LP, TOP> {
     type Acc = [T::Acc; 2];
     const ZERO: Self::Acc = [T::ZERO; 2];
-    const HANDS_OFF: bool = true;
+    // The truncation kernels keep whole tiles: the handoff code cost their register-bound consumers
+    // spills (docs/findings/34).
+    const HANDS_OFF: bool = !TOP;
     #[inline(always)]
     unsafe fn mma(&self, slot: u32, acc: &mut Self::Acc) {
         // SAFETY: forwarded contract.
@@ -177,7 +179,7 @@ unsafe fn body<T: WgmmaShape, const S: u32, const SPLIT: u32, const LP: bool, co
             v.prefix_bytes(e),
             (BLOCK_V, block_b),
             SPLIT,
-            work.stages(&p, BLOCK_V, !p.handoff.is_null()),
+            work.stages(&p, BLOCK_V, !TOP && !p.handoff.is_null()),
         )
     };
     let area = MergeArea::new(block_b, v.merge_contributors());
@@ -196,7 +198,7 @@ unsafe fn body<T: WgmmaShape, const S: u32, const SPLIT: u32, const LP: bool, co
         }
         if t.warp == 0 {
             // SAFETY: the producer warp; forwarded launch contract (the tensor maps are encoded).
-            unsafe { produce_tma::<S, false>(&p, pipe, t.lane, work.b_first) };
+            unsafe { produce_tma::<S, false, TOP>(&p, pipe, t.lane, work.b_first) };
         }
         if regs {
             // SAFETY: every thread of the block reaches one `finish` (the consumers theirs).

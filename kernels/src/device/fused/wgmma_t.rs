@@ -127,7 +127,7 @@ unsafe fn body<const S: u32, const SPLIT: u32, const LP: bool, const TOP: bool>(
         unsafe { setmaxnreg_dec_sync_aligned_u32::<PRODUCER_REGS>() };
         if t.warp == 0 {
             // SAFETY: the producer warp; forwarded launch contract (the tensor maps are encoded).
-            unsafe { produce_tma::<S, true>(&p, pipe, t.lane, work.b_first) };
+            unsafe { produce_tma::<S, true, true>(&p, pipe, t.lane, work.b_first) };
         }
         // SAFETY: every thread of the block reaches one `finish` (the consumers theirs).
         unsafe { merge::finish::<LP>(area, &p, t.tid, threads, work) };
