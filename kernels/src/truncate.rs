@@ -212,10 +212,18 @@ impl Truncation {
     /// Keeps everything.
     pub const NONE: Self = Self { top_k: 0, top_p: 1.0, min_p: 0.0, _pad: 0 };
 
+    /// Whether top-k truncates a vocabulary of `v`: `0 < k < V` (`0` and `≥ V` keep every token).
+    /// The one definition of "top-k on": the certificate's walk, the truncation step's selection and
+    /// its fallback ask this.
+    #[inline(always)]
+    pub const fn top_k_on(&self, v: u32) -> bool {
+        self.top_k > 0 && self.top_k < v
+    }
+
     /// Whether it keeps every token of a vocabulary of `v` (all three off).
     #[inline(always)]
     pub fn is_off(&self, v: u32) -> bool {
-        (self.top_k == 0 || self.top_k >= v) && !(self.top_p < 1.0) && !(self.min_p > 0.0)
+        !self.top_k_on(v) && !(self.top_p < 1.0) && !(self.min_p > 0.0)
     }
 }
 
@@ -278,7 +286,7 @@ impl KeptWalk {
     }
 
     fn k_on(&self) -> bool {
-        self.t.top_k > 0 && self.t.top_k < self.v
+        self.t.top_k_on(self.v)
     }
 
     /// The probability of `z` under the untruncated processed distribution.

@@ -306,7 +306,7 @@ impl Keep {
     /// [`Keep::WALK`].
     #[inline(always)]
     fn of_row(truncating: bool, t: Truncation, v: u32, top_n: u32, export: bool) -> Keep {
-        let k_on = t.top_k > 0 && t.top_k < v;
+        let k_on = t.top_k_on(v);
         if truncating && k_on && !export && t.top_k < WARP_SORT && top_n <= WARP_SORT {
             Keep { need: (t.top_k + 1).max(top_n), cap: WARP_SORT }
         } else {
@@ -1710,7 +1710,7 @@ pub unsafe extern "ptx-kernel" fn fallback_sample(p: FallbackParams) {
     let fixed = |x: f32| (e(x) * FIXED) as u64;
     let live = |x: f32| x > f32::NEG_INFINITY;
     // Top-k: the k-th largest key (everything when fewer than k tokens are live).
-    let tk = if trunc.top_k > 0 && trunc.top_k < v {
+    let tk = if trunc.top_k_on(v) {
         // SAFETY: every thread; z as above.
         unsafe { count_select(z, v, tid, trunc.top_k as u64, |_, x| live(x).then(|| key(x))) }
     } else {
