@@ -338,7 +338,7 @@ fn variant_sweep(gpu: &mut GpuBackend, timer: &EventTimer, a: &Args, bandwidth: 
             let wm = DeviceMatrix { data: w_dev.as_view(), rows: v, cols: d };
             let sample = SamplingParams::new(1.0, 7);
             gpu.set_fused_variant(None)?;
-            let default = gpu.fused_variant_for(b, v, Epilogue::Sample);
+            let default = gpu.fused_variant_for(b, d, v, Epilogue::Sample);
             let mut cells = Vec::new();
             let mut tokens: Option<Vec<u32>> = None;
             for &entry in &entries {

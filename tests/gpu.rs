@@ -146,7 +146,7 @@ fn fused_kernel_matches_the_cpu_backend() {
                     continue;
                 }
                 let m = compare_with_cpu(&gpu, b, d, v, 1.0);
-                let kernel = gpu.fused_variant_for(b, v, Epilogue::Sample);
+                let kernel = gpu.fused_variant_for(b, d, v, Epilogue::Sample);
                 visible(&format!("fused vs CPU: B={b:>3} D={d:>4} V={v:>6} {kernel}: {m} mismatching rows of {b}"));
                 rows += b;
                 mismatches += m;
@@ -430,7 +430,7 @@ fn large_batches_match_the_cpu() {
             let m = compare_with_cpu(&gpu, b, d, v, t);
             visible(&format!(
                 "large batch: B={b} D={d} V={v} T={t} {}: {m} mismatching rows",
-                gpu.fused_variant_for(b, v, Epilogue::Sample)
+                gpu.fused_variant_for(b, d, v, Epilogue::Sample)
             ));
         }
     }
@@ -657,7 +657,7 @@ fn stage_balanced_ranges_draw_what_whole_tiles_draw_bit_for_bit() {
                     gpu.set_stage_balance(Some(on));
                     // The truncation kernels keep whole tiles even when balancing is forced.
                     let balanced = on && epilogue != Epilogue::Truncate;
-                    assert_eq!(gpu.balances_stages_for(b, v, epilogue), balanced, "{variant} B={b} V={v} {what}");
+                    assert_eq!(gpu.balances_stages_for(b, d, v, epilogue), balanced, "{variant} B={b} V={v} {what}");
                     let mut out = gpu.alloc_samples(b, v).unwrap();
                     for _ in 0..2 {
                         gpu.sample_device(

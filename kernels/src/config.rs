@@ -612,6 +612,17 @@ impl FusedVariant {
         let tiles = v.div_ceil(self.tile_v());
         if want < tiles { want } else { tiles }
     }
+    /// Batch rows `b` rows occupy in this variant's batch tiles: `⌈b / block_b⌉ · block_b` (every
+    /// tile multiplies and streams its weights for all of its rows, used or not).
+    #[inline]
+    pub const fn padded_rows(&self, b: u32) -> u32 {
+        b.div_ceil(self.block_b()) * self.block_b()
+    }
+    /// Rows of the last batch tile of `b` rows (`1 ..= block_b`; `0` for `b = 0`).
+    #[inline]
+    pub const fn last_tile_rows(&self, b: u32) -> u32 {
+        if b == 0 { 0 } else { b - (b.div_ceil(self.block_b()) - 1) * self.block_b() }
+    }
     /// Vocab rows of the largest vocab range (whole tiles) for `b` rows and vocab size `v` on
     /// `sm_count` multiprocessors with one block each: what the block that finishes last streams.
     #[inline]
@@ -763,7 +774,7 @@ impl RangeStages {
     }
 }
 
-/// The variant the host launches for batch size `b`, vocab size `v` and `epilogue` on `sm_count`
+/// The variant the host launches for batch size `b`, hidden size `d`, vocab size `v` and `epilogue` on `sm_count`
 /// multiprocessors, with `sm90a` telling whether the Hopper module is loaded (compute capability
 /// 9.0), chosen from the `cargo bench -- --variants` sweeps on the H200 (BENCHMARKS.md,
 /// `benchmarks/2026-11-29-h200-sweep-tma-kernels`):
@@ -782,13 +793,18 @@ impl RangeStages {
 ///   stream their weights at about the same rate, hidden-as-A with a quarter instead of half a weight
 ///   byte of hidden rows per weight byte through L2; Llama-3-70B: 1024 rows each, hidden-as-A 1–2%
 ///   faster; Qwen3-8B: 1280 against 1152 rows, weight-as-A 4–6% faster); beyond 64 rows hidden-as-A
-///   (`tmat_n64` up to 128 rows, `tmat_n64x2` beyond). Hidden-as-A needs `v % 16 == 0`, else
-///   `tma_n64` and `tma_n64x2`.
+///   (`tmat_n64` or `tmat_n64x2` by how the rows fill their batch tiles: [`hidden_as_a_beyond_64`]).
+///   Hidden-as-A needs `v % 16 == 0`, else `tma_n64` and `tma_n64x2`.
 /// - Portable (`mma.sync`): 16, 32, 64 or 128-row batch tiles by B.
 ///
 /// Every choice supports `v` ([`FusedVariant::supports_vocab`]).
 #[inline]
-pub const fn variant_for_batch(b: u32, v: u32, epilogue: Epilogue, sm90a: bool, sm_count: u32) -> FusedVariant {
+pub const fn variant_for_batch(
+    (b, d, v): (u32, u32, u32),
+    epilogue: Epilogue,
+    sm90a: bool,
+    sm_count: u32,
+) -> FusedVariant {
     let hidden_as_a = v % TMA_T_VOCAB_ALIGN == 0;
     if sm90a {
         match b {
@@ -811,8 +827,7 @@ pub const fn variant_for_batch(b: u32, v: u32, epilogue: Epilogue, sm90a: bool, 
                 TMAT_N64
             }
             33..=64 => TMA_N64,
-            65..=128 if hidden_as_a => TMAT_N64,
-            _ if hidden_as_a => TMAT_N64X2,
+            _ if hidden_as_a => hidden_as_a_beyond_64(b, d),
             _ => TMA_N64X2,
         }
     } else {
@@ -823,6 +838,38 @@ pub const fn variant_for_batch(b: u32, v: u32, epilogue: Epilogue, sm90a: bool, 
             _ => MMA_SYNC_N128,
         }
     }
+}
+
+/// Largest hidden size at which `tmat_n64` is chosen for 80–128 rows ([`hidden_as_a_beyond_64`]):
+/// between the sweeps' 5120, where it took 0.92–0.99 × the time of `tmat_n64x2`, and 6144, where
+/// it took 1.01–1.04 ×.
+pub const TMAT_TURNS_MAX_D: u32 = 5120;
+
+/// The hidden-as-A kernel for `b > 64` rows of hidden size `d`, by how the rows fill the batch
+/// tiles of `tmat_n64` (64 rows, the consumers taking turns) and `tmat_n64x2` (128 rows the
+/// consumers split):
+/// - 65–79 rows: `tmat_n64x2`. `tmat_n64`'s second tile is then less than a quarter full, its
+///   blocks run ahead of the full tile's, the two stop sharing each weight tile through L2 and the
+///   weights stream twice (Qwen3-8B B = 65: 0.549 ms, 1.96 × the floor, against 0.405 ms).
+/// - 80–128 rows (equal padding): `tmat_n64` up to `d` = [`TMAT_TURNS_MAX_D`], where overlapping
+///   one consumer's epilogue with the other's MMAs pays (the epilogue's share of a tile falls as
+///   `1 / d`): at D = 2048–5120 it takes 0.88–0.98 × `tmat_n64x2`'s time at 96–128 rows
+///   (0.99–1.03 × at 80); from D = 6144 `tmat_n64x2`, which reads each weight tile once:
+///   `tmat_n64` took 1.01–1.23 × its time at D = 6144–16384 (0.97–0.99 × at D = 8192, V = 152064,
+///   112–128 rows: the rule's one measured loss, up to 3%).
+/// - 129–192 rows: `tmat_n64`, which pads fewer rows (192 against 256): 3–18% faster with every
+///   epilogue (plain, log-probabilities, mask, truncation), at every D swept (2048–16384).
+/// - beyond: `tmat_n64x2`. Where `tmat_n64` would pad fewer rows again (257–320, 513–576) its
+///   five or more batch tiles lost (B = 288, 320, 576: up to 1.15 × slower).
+///
+/// Measured in `benchmarks/2026-12-04-h200-hidden-as-a-batch-tiles` (calls 2–5: sweeps of both kernels over
+/// ten LM-head shapes, the same-call A/Bs against the previous rule).
+#[inline]
+const fn hidden_as_a_beyond_64(b: u32, d: u32) -> FusedVariant {
+    let quarter_full = 4 * TMAT_N64.last_tile_rows(b) >= TMAT_N64.block_b();
+    let pads_fewer = TMAT_N64.padded_rows(b) < TMAT_N64X2.padded_rows(b);
+    let tiles = b.div_ceil(TMAT_N64.block_b());
+    if tiles <= 3 && (pads_fewer || (quarter_full && d <= TMAT_TURNS_MAX_D)) { TMAT_N64 } else { TMAT_N64X2 }
 }
 
 /// PTX entry point of the row-expansion kernel (portable module): the hidden states of a launch with
@@ -1168,12 +1215,31 @@ mod tests {
         for b in 1..=512 {
             for v in [1000, 128_256, 151_936, 151_937] {
                 for sm90a in [false, true] {
-                    chosen.push(variant_for_batch(b, v, Epilogue::Sample, sm90a, 132));
+                    chosen.push(variant_for_batch((b, 4096, v), Epilogue::Sample, sm90a, 132));
                 }
             }
         }
         for v in FUSED_VARIANTS {
             assert!(chosen.contains(&v), "{} is never chosen", v.entry);
+        }
+    }
+
+    #[test]
+    fn the_launch_for_an_unknown_hidden_size_needs_the_largest_buffers() {
+        // `GpuBackend::alloc_samples` knows no D and sizes its candidates (`B × vocab ranges`) by the
+        // launch of `d = u32::MAX`: it must have at least the vocab ranges of the launch of any D
+        // (one block per multiprocessor, as every kernel that the choice depends on D for runs).
+        let ranges = |f: FusedVariant, b: u32, v: u32| f.n_vranges(132, 1, b.div_ceil(f.block_b()), v);
+        for b in 1..=2048 {
+            for v in [1000, 32_768, 128_256, 151_936, 151_937] {
+                for e in Epilogue::ALL {
+                    let any = ranges(variant_for_batch((b, u32::MAX, v), e, true, 132), b, v);
+                    for d in [64, 2048, 4096, TMAT_TURNS_MAX_D, TMAT_TURNS_MAX_D + 1, 16384] {
+                        let this = ranges(variant_for_batch((b, d, v), e, true, 132), b, v);
+                        assert!(any >= this, "B = {b}, D = {d}, V = {v}, {e:?}: {any} < {this} ranges");
+                    }
+                }
+            }
         }
     }
 
@@ -1235,11 +1301,11 @@ mod tests {
             for v in [1000, 1008, 151_937, 151_936, 128_256] {
                 for e in Epilogue::ALL {
                     assert_eq!(
-                        variant_for_batch(b, v, e, false, 132).module(),
+                        variant_for_batch((b, 4096, v), e, false, 132).module(),
                         Module::Portable,
                         "B = {b} without sm_90a"
                     );
-                    let f = variant_for_batch(b, v, e, true, 132);
+                    let f = variant_for_batch((b, 4096, v), e, true, 132);
                     assert!(f.uses_tma(), "B = {b} with sm_90a: {}", f.entry);
                     assert!(f.supports_vocab(v), "B = {b}, V = {v}: {}", f.entry);
                 }
@@ -1247,9 +1313,9 @@ mod tests {
             // Qwen3-8B's and Llama-3-70B's vocabularies get the hidden-as-A kernels beyond 64 rows;
             // from 33 rows on an H200 (132 multiprocessors) Llama-3-70B's already: both kernels'
             // largest range is 1024 rows there, where Qwen3-8B's would be 1280 against 1152.
-            let qwen = variant_for_batch(b, 151_936, Epilogue::Sample, true, 132);
+            let qwen = variant_for_batch((b, 4096, 151_936), Epilogue::Sample, true, 132);
             assert_eq!(qwen.family == Family::WgmmaHiddenA, b > 64, "B = {b}: {}", qwen.entry);
-            let llama = variant_for_batch(b, 128_256, Epilogue::Sample, true, 132);
+            let llama = variant_for_batch((b, 8192, 128_256), Epilogue::Sample, true, 132);
             assert_eq!(llama.family == Family::WgmmaHiddenA, b > 32, "B = {b}: {}", llama.entry);
             // With log-probabilities Qwen3-8B's from 33 rows on and Llama-3-70B's from 17 (its ranges are no
             // longer there), with truncation both from 65; V % 16 ≠ 0 never.
@@ -1259,11 +1325,38 @@ mod tests {
                 (Epilogue::Truncate, 151_936, 64),
                 (Epilogue::Truncate, 128_256, 64),
             ] {
-                let f = variant_for_batch(b, v, e, true, 132);
+                let f = variant_for_batch((b, 4096, v), e, true, 132);
                 assert_eq!(f.family == Family::WgmmaHiddenA, b > from, "B = {b}, V = {v}, {e:?}: {}", f.entry);
-                assert_ne!(variant_for_batch(b, 151_937, e, true, 132).family, Family::WgmmaHiddenA);
+                assert_ne!(variant_for_batch((b, 4096, 151_937), e, true, 132).family, Family::WgmmaHiddenA);
             }
         }
+        // Beyond 64 rows the hidden-as-A kernel by how the rows fill the batch tiles (and at 80–128
+        // rows by D), every epilogue.
+        for (d, turns) in
+            [(2048, true), (4096, true), (TMAT_TURNS_MAX_D, true), (6144, false), (8192, false), (16384, false)]
+        {
+            let at_80 = if turns { TMAT_N64 } else { TMAT_N64X2 };
+            for (bs, want) in
+                [(65..=79, TMAT_N64X2), (80..=128, at_80), (129..=192, TMAT_N64), (193..=2048, TMAT_N64X2)]
+            {
+                for b in bs {
+                    for e in Epilogue::ALL {
+                        for v in [151_936, 128_256] {
+                            assert_eq!(
+                                variant_for_batch((b, d, v), e, true, 132),
+                                want,
+                                "B = {b}, D = {d}, V = {v}, {e:?}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!((TMAT_N64.padded_rows(65), TMAT_N64X2.padded_rows(65), TMAT_N64.last_tile_rows(65)), (128, 128, 1));
+        assert_eq!(
+            (TMAT_N64.padded_rows(129), TMAT_N64X2.padded_rows(129), TMAT_N64X2.last_tile_rows(256)),
+            (192, 256, 128)
+        );
         assert_eq!(
             (TMA_N64.largest_range_rows(132, 64, 151_936), TMAT_N64.largest_range_rows(132, 64, 151_936)),
             (1152, 1280)

@@ -505,6 +505,11 @@ fn same_context(a: &CudaContext, b: &CudaContext) -> bool {
     a.cu_ctx() == b.cu_ctx()
 }
 
+/// The hidden size the buffers of [`GpuBackend::alloc_samples`] are sized for (not known there):
+/// the kernel choice's largest-D arm, whose launches have the most vocab ranges of any D
+/// (`config::tests::the_launch_for_an_unknown_hidden_size_needs_the_largest_buffers`).
+const ANY_D: usize = u32::MAX as usize;
+
 /// The CUDA backend.
 pub struct GpuBackend {
     ctx: Arc<CudaContext>,
@@ -779,11 +784,11 @@ impl GpuBackend {
         self.stage_balance_override = on;
     }
 
-    /// Whether a call with `b` sample rows, vocab size `v` and `epilogue` runs stage-balanced vocab
-    /// ranges (tests, benchmarks).
+    /// Whether a call with `b` sample rows, hidden size `d`, vocab size `v` and `epilogue` runs
+    /// stage-balanced vocab ranges (tests, benchmarks).
     #[doc(hidden)]
-    pub fn balances_stages_for(&self, b: usize, v: usize, epilogue: Epilogue) -> bool {
-        self.launch_shape_in(b, v, v, epilogue).balanced
+    pub fn balances_stages_for(&self, b: usize, d: usize, v: usize, epilogue: Epilogue) -> bool {
+        self.launch_shape_in(b, d, v, v, epilogue).balanced
     }
 
     /// Forces the truncation step's entry ([`TruncateStep`]; `None`: [`TruncateStep::for_rows`]
@@ -794,11 +799,12 @@ impl GpuBackend {
         self.truncate_step_override = step;
     }
 
-    /// The fused-kernel variant a call with `b` rows, vocab size `v` and `epilogue` launches
-    /// (`Epilogue::Sample` without log-probabilities and truncation; `LogProbs` with
-    /// log-probabilities; `Truncate` with top-k / top-p / min-p).
-    pub fn fused_variant_for(&self, b: usize, v: usize, epilogue: Epilogue) -> FusedVariant {
-        self.variant_override.unwrap_or(variant_for_batch(b as u32, v as u32, epilogue, self.sm90a, self.sm_count))
+    /// The fused-kernel variant a call with `b` rows, hidden size `d`, vocab size `v` and
+    /// `epilogue` launches (`Epilogue::Sample` without log-probabilities and truncation; `LogProbs`
+    /// with log-probabilities; `Truncate` with top-k / top-p / min-p).
+    pub fn fused_variant_for(&self, b: usize, d: usize, v: usize, epilogue: Epilogue) -> FusedVariant {
+        let shape = (b as u32, d.min(u32::MAX as usize) as u32, v as u32);
+        self.variant_override.unwrap_or(variant_for_batch(shape, epilogue, self.sm90a, self.sm_count))
     }
 
     /// Whether the Hopper (sm_90a) module is loaded: compute capability 9.0 and
@@ -831,9 +837,9 @@ impl GpuBackend {
     /// whole head) and epilogue `epilogue`: the variant is the one the
     /// whole head would get (so a vocab shard sums its logits like the one-GPU call and its samples
     /// are bit-identical), unless it cannot run `v` rows (hidden-as-A kernels need `v % 16 == 0`).
-    fn launch_shape_in(&self, b: usize, v: usize, vocab: usize, epilogue: Epilogue) -> LaunchShape {
-        let whole = self.fused_variant_for(b, vocab, epilogue);
-        let variant = if whole.supports_vocab(v as u32) { whole } else { self.fused_variant_for(b, v, epilogue) };
+    fn launch_shape_in(&self, b: usize, d: usize, v: usize, vocab: usize, epilogue: Epilogue) -> LaunchShape {
+        let whole = self.fused_variant_for(b, d, vocab, epilogue);
+        let variant = if whole.supports_vocab(v as u32) { whole } else { self.fused_variant_for(b, d, v, epilogue) };
         let loaded = self.loaded(variant).expect("only loaded variants are chosen");
         let n_btiles = (b as u32).div_ceil(variant.block_b()).max(1);
         let per_sm = self.blocks_per_sm_override.unwrap_or(loaded.entry(epilogue).per_sm);
@@ -852,6 +858,10 @@ impl GpuBackend {
     /// (filled with `INVALID_INDEX`) and scores (NaN). `b` and `v` must be in `1 ..= MAX_DIM`
     /// ([`Error::EmptyBatch`], [`Error::EmptyVocab`], [`Error::TooLarge`]); a device out of memory is
     /// [`Error::Driver`] with [`Error::is_out_of_memory`].
+    ///
+    /// The kernel beyond 64 rows also depends on the hidden size, which this does not know: the
+    /// candidates are sized for the launch with the most vocab ranges of any hidden size, so a call
+    /// of up to `b` rows and vocab `v` never allocates again.
     pub fn alloc_samples(&self, b: usize, v: usize) -> Result<DeviceSamples> {
         self.alloc_for(b, v, Epilogue::Sample)
     }
@@ -859,12 +869,12 @@ impl GpuBackend {
     /// [`Self::alloc_samples`] for `b` sample rows (`B·n`) and kernels with epilogue `epilogue` (the
     /// log-probability buffers with [`Epilogue::LogProbs`]).
     fn alloc_for(&self, b: usize, v: usize, epilogue: Epilogue) -> Result<DeviceSamples> {
-        self.alloc_for_in(b, v, v, epilogue)
+        self.alloc_for_in(b, ANY_D, v, v, epilogue)
     }
 
-    /// [`Self::alloc_for`] for `v` weight rows of a `vocab`-entry head (the launch
-    /// [`Self::launch_shape_in`] makes).
-    fn alloc_for_in(&self, b: usize, v: usize, vocab: usize, epilogue: Epilogue) -> Result<DeviceSamples> {
+    /// [`Self::alloc_for`] for hidden size `d` ([`ANY_D`]: not known) and `v` weight rows of a
+    /// `vocab`-entry head (the launch [`Self::launch_shape_in`] makes).
+    fn alloc_for_in(&self, b: usize, d: usize, v: usize, vocab: usize, epilogue: Epilogue) -> Result<DeviceSamples> {
         if b == 0 {
             return Err(Error::EmptyBatch);
         }
@@ -877,7 +887,7 @@ impl GpuBackend {
                 return Err(Error::TooLarge { what, value, max });
             }
         }
-        let launch = self.launch_shape_in(b, v, vocab.max(v), epilogue);
+        let launch = self.launch_shape_in(b, d, v, vocab.max(v), epilogue);
         let n_cands = b.checked_mul(launch.n_vranges as usize).filter(|&n| n <= isize::MAX as usize / 16).ok_or(
             Error::TooLarge { what: "candidates (B × vocab ranges)", value: usize::MAX, max: isize::MAX as usize / 8 },
         )?;
@@ -1086,7 +1096,7 @@ impl GpuBackend {
                 check_rank_truncation(params, range.vocab)?;
             }
         }
-        let launch = self.launch_shape_in(rows, shape.v, range.vocab, epilogue);
+        let launch = self.launch_shape_in(rows, shape.d, shape.v, range.vocab, epilogue);
         let variant = launch.variant;
         if !variant.supports_vocab(shape.v as u32) {
             return Err(Error::UnsupportedVocab {
@@ -1106,7 +1116,7 @@ impl GpuBackend {
         // Every buffer the launch touches must be large enough for it (and on this context): else a
         // fresh set, sized by the same launch shape (zeroed counters, invalid tokens).
         if !out.fits(rows, &launch, &self.ctx) {
-            *out = self.alloc_for_in(rows, shape.v, range.vocab, epilogue)?;
+            *out = self.alloc_for_in(rows, shape.d, shape.v, range.vocab, epilogue)?;
         }
         if epilogue == Epilogue::Truncate {
             let units = launch.n_vranges as usize * variant.top_units() as usize;
