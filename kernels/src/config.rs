@@ -865,7 +865,7 @@ pub const TMAT_TURNS_MAX_D: u32 = 5120;
 /// Measured in `benchmarks/2026-12-04-h200-hidden-as-a-batch-tiles` (calls 2–5: sweeps of both kernels over
 /// ten LM-head shapes, the same-call A/Bs against the previous rule).
 #[inline]
-const fn hidden_as_a_beyond_64(b: u32, d: u32) -> FusedVariant {
+pub const fn hidden_as_a_beyond_64(b: u32, d: u32) -> FusedVariant {
     let quarter_full = 4 * TMAT_N64.last_tile_rows(b) >= TMAT_N64.block_b();
     let pads_fewer = TMAT_N64.padded_rows(b) < TMAT_N64X2.padded_rows(b);
     let tiles = b.div_ceil(TMAT_N64.block_b());
