@@ -612,24 +612,28 @@ impl FusedVariant {
         let tiles = v.div_ceil(self.tile_v());
         if want < tiles { want } else { tiles }
     }
-    /// Batch rows `b` rows occupy in this variant's batch tiles: `⌈b / block_b⌉ · block_b` (every
-    /// tile multiplies and streams its weights for all of its rows, used or not).
+    /// Batch tiles of a launch of `b` rows: `⌈b / block_b⌉`, at least one.
+    #[inline]
+    pub const fn batch_tiles(&self, b: u32) -> u32 {
+        let n = b.div_ceil(self.block_b());
+        if n == 0 { 1 } else { n }
+    }
+    /// Batch rows `b` rows occupy in this variant's batch tiles: [`Self::batch_tiles`] · `block_b`
+    /// (every tile multiplies and streams its weights for all of its rows, used or not).
     #[inline]
     pub const fn padded_rows(&self, b: u32) -> u32 {
-        b.div_ceil(self.block_b()) * self.block_b()
+        self.batch_tiles(b) * self.block_b()
     }
     /// Rows of the last batch tile of `b` rows (`1 ..= block_b`; `0` for `b = 0`).
     #[inline]
     pub const fn last_tile_rows(&self, b: u32) -> u32 {
-        if b == 0 { 0 } else { b - (b.div_ceil(self.block_b()) - 1) * self.block_b() }
+        b - (self.batch_tiles(b) - 1) * self.block_b()
     }
     /// Vocab rows of the largest vocab range (whole tiles) for `b` rows and vocab size `v` on
     /// `sm_count` multiprocessors with one block each: what the block that finishes last streams.
     #[inline]
     pub const fn largest_range_rows(&self, sm_count: u32, b: u32, v: u32) -> u32 {
-        let n_btiles = b.div_ceil(self.block_b());
-        let n_btiles = if n_btiles == 0 { 1 } else { n_btiles };
-        let n = self.n_vranges(sm_count, 1, n_btiles, v);
+        let n = self.n_vranges(sm_count, 1, self.batch_tiles(b), v);
         v.div_ceil(self.tile_v()).div_ceil(n) * self.tile_v()
     }
     /// Whether a launch of this variant with epilogue `e` over `tiles` vocab tiles in `n` vocab
@@ -868,8 +872,11 @@ pub const TMAT_TURNS_MAX_D: u32 = 5120;
 pub const fn hidden_as_a_beyond_64(b: u32, d: u32) -> FusedVariant {
     let quarter_full = 4 * TMAT_N64.last_tile_rows(b) >= TMAT_N64.block_b();
     let pads_fewer = TMAT_N64.padded_rows(b) < TMAT_N64X2.padded_rows(b);
-    let tiles = b.div_ceil(TMAT_N64.block_b());
-    if tiles <= 3 && (pads_fewer || (quarter_full && d <= TMAT_TURNS_MAX_D)) { TMAT_N64 } else { TMAT_N64X2 }
+    if TMAT_N64.batch_tiles(b) <= 3 && (pads_fewer || (quarter_full && d <= TMAT_TURNS_MAX_D)) {
+        TMAT_N64
+    } else {
+        TMAT_N64X2
+    }
 }
 
 /// PTX entry point of the row-expansion kernel (portable module): the hidden states of a launch with
@@ -1229,7 +1236,7 @@ mod tests {
         // `GpuBackend::alloc_samples` knows no D and sizes its candidates (`B × vocab ranges`) by the
         // launch of `d = u32::MAX`: it must have at least the vocab ranges of the launch of any D
         // (one block per multiprocessor, as every kernel that the choice depends on D for runs).
-        let ranges = |f: FusedVariant, b: u32, v: u32| f.n_vranges(132, 1, b.div_ceil(f.block_b()), v);
+        let ranges = |f: FusedVariant, b: u32, v: u32| f.n_vranges(132, 1, f.batch_tiles(b), v);
         for b in 1..=2048 {
             for v in [1000, 32_768, 128_256, 151_936, 151_937] {
                 for e in Epilogue::ALL {

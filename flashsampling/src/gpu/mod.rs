@@ -841,7 +841,7 @@ impl GpuBackend {
         let whole = self.fused_variant_for(b, d, vocab, epilogue);
         let variant = if whole.supports_vocab(v as u32) { whole } else { self.fused_variant_for(b, d, v, epilogue) };
         let loaded = self.loaded(variant).expect("only loaded variants are chosen");
-        let n_btiles = (b as u32).div_ceil(variant.block_b()).max(1);
+        let n_btiles = variant.batch_tiles(b as u32);
         let per_sm = self.blocks_per_sm_override.unwrap_or(loaded.entry(epilogue).per_sm);
         let n_vranges = variant.n_vranges(self.sm_count, per_sm, n_btiles, v as u32);
         let tiles = (v as u32).div_ceil(variant.tile_v());

@@ -347,7 +347,7 @@ impl GpuBackend {
             unsafe { self.launch_after(&self.fallback_gather, cfg, f) }?;
         }
         let lv = FALLBACK_LOGITS_VARIANT;
-        let n_btiles = (rows as u32).div_ceil(lv.block_b()).max(1);
+        let n_btiles = lv.batch_tiles(rows as u32);
         let n_vranges = lv.n_vranges(self.sm_count, self.fallback_logits.per_sm, n_btiles, v as u32);
         let l = ByValue(FallbackLogitsParams {
             fused: FusedParams {
