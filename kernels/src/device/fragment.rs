@@ -21,7 +21,7 @@
 //! few constants an index can have), so accumulators and candidates stay in registers.
 
 use super::mainloop::{Accumulators, WgmmaShape};
-use super::merge::{MergeArea, SharedMasses, put_merged};
+use super::merge::{MergeArea, SharedMasses, put_merged, put_merged_mass};
 use super::ptx::{ex2_approx_ftz_f32, mov_b32, shfl_sync_bfly_b32};
 use crate::candidate::Candidate;
 use crate::config::{ROWS_PER_LANE, TMA_T_TILE_V};
@@ -530,12 +530,19 @@ pub(super) fn hidden_a_tile<const LP: bool, const TOP: bool>(
 /// Block merge, step 1, for the column layouts of [`mma_sync_tile`] and [`weight_a_tile`]: the
 /// lane's candidate `I < columns` (batch column `8·(I/2) + 2·quad + I%2`; `columns` = `N / 4`, at
 /// most 16, a compile-time constant after inlining) is merged over the eight lane groups (shuffles
-/// 4, 8, 16) and stored by group 0 at `[contributor][row0 + column]`.
+/// 4, 8, 16) and stored by group 0 at `[contributor][row0 + column]`; with `LP` its log-mass too.
+///
+/// `ROLLED`: the masses are merged in a loop over the columns rather than one unrolled copy per
+/// column (the `wgmma` kernels, whose masses are in shared memory; `mma_sync` keeps them in a
+/// register array, which a loop would put in local memory). This code runs once per block, after
+/// the last tile, from a cold instruction cache while the weights stream through L2: sixteen
+/// copies of the mass butterfly kept the log-probability kernels' blocks 8–16 µs past their last
+/// epilogue (the plain kernels' 1–2 µs; docs/findings/36). The merges are the same in either form.
 ///
 /// # Safety
 /// All 32 lanes of the warp call it together; the slots are inside the merge area.
 #[inline(always)]
-pub(super) unsafe fn put_columns<const C: usize, const LP: bool>(
+pub(super) unsafe fn put_columns<const C: usize, const LP: bool, const ROLLED: bool>(
     area: MergeArea,
     contributor: u32,
     row0: u32,
@@ -543,14 +550,31 @@ pub(super) unsafe fn put_columns<const C: usize, const LP: bool>(
     (cands, mass): (&[Candidate; C], impl Fn(usize) -> RowMass),
     columns: usize,
 ) {
+    let column = |i: u32| 8 * (i / 2) + 2 * quad + i % 2;
     // Constant indices: `cands` stays in registers.
     unrolled!(I in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] {
         if I < columns && I < C {
-            let col = 8 * (I as u32 / 2) + 2 * quad + I as u32 % 2;
+            let lp = LP && !ROLLED;
             // SAFETY: forwarded contract (all lanes reach this point).
-            unsafe { put_merged::<_, LP>(area, contributor, row0 + col, (cands[I], || mass(I)), [4, 8, 16], group == 0) };
+            unsafe {
+                if lp {
+                    put_merged::<_, true>(area, contributor, row0 + column(I as u32), (cands[I], || mass(I)), [4, 8, 16], group == 0)
+                } else {
+                    put_merged::<_, false>(area, contributor, row0 + column(I as u32), (cands[I], || RowMass::EMPTY), [4, 8, 16], group == 0)
+                }
+            };
         }
     });
+    if LP && ROLLED {
+        // An opaque trip count keeps the loop rolled (one copy of the butterfly).
+        let n = mov_b32(columns.min(C) as u32);
+        let mut i = 0;
+        while i < n {
+            // SAFETY: forwarded contract (all lanes run the same iterations: `n` is warp-uniform).
+            unsafe { put_merged_mass(area, contributor, row0 + column(i), mass(i as usize), [4, 8, 16], group == 0) };
+            i += 1;
+        }
+    }
 }
 
 /// Block merge, step 1, for [`hidden_a_tile`]: each of the lane's two batch rows (block rows

@@ -158,12 +158,30 @@ pub(super) unsafe fn put_merged<const K: usize, const LP: bool>(
         unsafe { st_shared_v2_u32(area.slot(contributor, row), [cand.score.to_bits(), cand.index]) };
     }
     if LP {
-        // SAFETY: forwarded contract (all lanes, the same masks).
-        let mass = unsafe { merge_mass_butterfly(mass(), masks) };
-        if leader {
-            // SAFETY: inside the merge area, which holds the masses in the log-probability kernels.
-            unsafe { st_shared_v4_u32(area.mass_slot(contributor, row), mass_words(mass)) };
-        }
+        // SAFETY: forwarded contract.
+        unsafe { put_merged_mass(area, contributor, row, mass(), masks, leader) };
+    }
+}
+
+/// Step 1 of the log-mass: merges `mass` over the lanes `lane ^ m` and the `leader` stores it at
+/// `[contributor][row]` of the masses.
+///
+/// # Safety
+/// As [`put_merged`], in a log-probability kernel's merge area (which holds the masses).
+#[inline(always)]
+pub(super) unsafe fn put_merged_mass<const K: usize>(
+    area: MergeArea,
+    contributor: u32,
+    row: u32,
+    mass: RowMass,
+    masks: [u32; K],
+    leader: bool,
+) {
+    // SAFETY: forwarded contract (all lanes, the same masks).
+    let mass = unsafe { merge_mass_butterfly(mass, masks) };
+    if leader {
+        // SAFETY: inside the merge area, which holds the masses in the log-probability kernels.
+        unsafe { st_shared_v4_u32(area.mass_slot(contributor, row), mass_words(mass)) };
     }
 }
 

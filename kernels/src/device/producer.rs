@@ -15,13 +15,54 @@
 use super::pipeline::{BlockRing, Pipeline};
 use super::ptx::{
     bar_warp_sync, cp_async_bulk_tensor_2d_shared_cluster_global_tile_mbarrier_complete_tx_bytes,
-    cp_async_bulk_tensor_5d_shared_cluster_global_tile_mbarrier_complete_tx_bytes, cp_async_cg_shared_global_16,
-    cp_async_commit_group, fence_proxy_tensormap_generic_acquire_gpu, mbarrier_arrive_expect_tx_shared_cta_b64,
+    cp_async_bulk_tensor_2d_shared_cluster_global_tile_mbarrier_complete_tx_bytes_l2_cache_hint,
+    cp_async_bulk_tensor_5d_shared_cluster_global_tile_mbarrier_complete_tx_bytes,
+    cp_async_bulk_tensor_5d_shared_cluster_global_tile_mbarrier_complete_tx_bytes_l2_cache_hint,
+    cp_async_cg_shared_global_16, cp_async_commit_group, createpolicy_fractional_l2_evict_first_b64,
+    fence_proxy_tensormap_generic_acquire_gpu, mbarrier_arrive_expect_tx_shared_cta_b64,
 };
 use crate::config::{
     BLOCK_V, STAGE_K, STAGE_ROW_BYTES, TMA_T_TILE_V, TMA_WEIGHT_BOX_ROWS, TMA_WEIGHT_BOXES, vocab_of_slab_row,
 };
 use crate::params::{FusedParams, TensorMaps};
+
+/// One 2-D weight copy (16 rows of a partial tile), with the L2 policy `policy` when given.
+///
+/// # Safety
+/// As [`cp_async_bulk_tensor_2d_shared_cluster_global_tile_mbarrier_complete_tx_bytes`].
+#[inline(always)]
+unsafe fn copy_2d(dst: u32, map: u64, (x, y): (i32, i32), bar: u32, policy: Option<u64>) {
+    // SAFETY: forwarded contract; the policy only changes L2 eviction priorities.
+    unsafe {
+        match policy {
+            Some(p) => cp_async_bulk_tensor_2d_shared_cluster_global_tile_mbarrier_complete_tx_bytes_l2_cache_hint(
+                dst,
+                map,
+                (x, y),
+                bar,
+                p,
+            ),
+            None => cp_async_bulk_tensor_2d_shared_cluster_global_tile_mbarrier_complete_tx_bytes(dst, map, x, y, bar),
+        }
+    }
+}
+
+/// One 5-D weight copy, with the L2 policy `policy` when given.
+///
+/// # Safety
+/// As [`cp_async_bulk_tensor_5d_shared_cluster_global_tile_mbarrier_complete_tx_bytes`].
+#[inline(always)]
+unsafe fn copy_5d(dst: u32, map: u64, c: [i32; 5], bar: u32, policy: Option<u64>) {
+    // SAFETY: forwarded contract; the policy only changes L2 eviction priorities.
+    unsafe {
+        match policy {
+            Some(p) => cp_async_bulk_tensor_5d_shared_cluster_global_tile_mbarrier_complete_tx_bytes_l2_cache_hint(
+                dst, map, c, bar, p,
+            ),
+            None => cp_async_bulk_tensor_5d_shared_cluster_global_tile_mbarrier_complete_tx_bytes(dst, map, c, bar),
+        }
+    }
+}
 
 /// The TMA producer warp: per stage of the block's range (its pieces in order: head, whole tiles,
 /// tail, [`RangeStages::piece`](crate::config::RangeStages::piece)), waits until the slot is
@@ -57,6 +98,14 @@ pub(super) unsafe fn produce_tma<const S: u32, const HIDDEN_A: bool, const WHOLE
         }
     }
     let stage_bytes = (ring.w_rows + ring.n) * STAGE_ROW_BYTES;
+    // The weights are read once per batch tile. With one batch tile (every launch of up to
+    // `ring.n` rows) no block reads a weight byte again, so their copies ask L2 to evict those lines
+    // first: the lines that are read again stay (the hidden rows every block reads each stage, the
+    // kernels' code, the candidates and top lists the next kernel reads). With more batch tiles the
+    // other tiles' blocks read each weight tile again through L2: no hint (an `evict_normal` hint
+    // there took 4–6% longer at B = 128–256, docs/findings/36).
+    let evict_first = p.b <= ring.n;
+    let policy = createpolicy_fractional_l2_evict_first_b64();
     let (mut stage, mut slot) = (0, 0);
     // Without head and tail pieces (`WHOLE`: whole tiles) the pieces are the tiles.
     let pieces = if WHOLE { range.end - range.first } else { range.pieces() };
@@ -84,33 +133,19 @@ pub(super) unsafe fn produce_tma<const S: u32, const HIDDEN_A: bool, const WHOLE
                 if HIDDEN_A {
                     // One box of the 256-row tile (`config::tma_weight_tiles_t`: J = 16·tile).
                     if lane == 0 {
-                        cp_async_bulk_tensor_5d_shared_cluster_global_tile_mbarrier_complete_tx_bytes(
-                            dst,
-                            tiles_map,
-                            [x, 0, 0, 0, (tile * (TMA_T_TILE_V / 16)) as i32],
-                            bars.full(slot),
-                        );
+                        let c = [x, 0, 0, 0, (tile * (TMA_T_TILE_V / 16)) as i32];
+                        copy_5d(dst, tiles_map, c, bars.full(slot), evict_first.then_some(policy));
                     }
                 } else if tile < p.tma_whole_tiles {
                     if lane == 0 {
                         let w = (tile * (BLOCK_V / 32)) as i32;
-                        cp_async_bulk_tensor_5d_shared_cluster_global_tile_mbarrier_complete_tx_bytes(
-                            dst,
-                            tiles_map,
-                            [x, 0, 0, w, 0],
-                            bars.full(slot),
-                        );
+                        copy_5d(dst, tiles_map, [x, 0, 0, w, 0], bars.full(slot), evict_first.then_some(policy));
                     }
                 } else if lane < TMA_WEIGHT_BOXES {
                     let row = lane * TMA_WEIGHT_BOX_ROWS;
                     let y = (tile * BLOCK_V + vocab_of_slab_row(row)) as i32;
-                    cp_async_bulk_tensor_2d_shared_cluster_global_tile_mbarrier_complete_tx_bytes(
-                        dst + row * STAGE_ROW_BYTES,
-                        rows_map,
-                        x,
-                        y,
-                        bars.full(slot),
-                    );
+                    let dst = dst + row * STAGE_ROW_BYTES;
+                    copy_2d(dst, rows_map, (x, y), bars.full(slot), evict_first.then_some(policy));
                 }
                 if lane == TMA_WEIGHT_BOXES {
                     let dst = ring.hidden(slot, 0);

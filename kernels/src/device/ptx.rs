@@ -715,6 +715,67 @@ pub unsafe fn cp_async_bulk_tensor_5d_shared_cluster_global_tile_mbarrier_comple
     }
 }
 
+/// `cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint
+/// [dst], [map, {x, y}], [bar], policy;`: the 2-D copy with an L2 eviction policy for the bytes it
+/// reads (`policy` from a `createpolicy` below).
+///
+/// # Safety
+/// As [`cp_async_bulk_tensor_2d_shared_cluster_global_tile_mbarrier_complete_tx_bytes`].
+#[inline(always)]
+pub unsafe fn cp_async_bulk_tensor_2d_shared_cluster_global_tile_mbarrier_complete_tx_bytes_l2_cache_hint(
+    dst: u32,
+    map: u64,
+    (x, y): (i32, i32),
+    bar: u32,
+    policy: u64,
+) {
+    // SAFETY: the caller guarantees the map, the destination and the barrier; the policy only
+    // changes L2 eviction priorities.
+    unsafe {
+        asm!(
+            "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [{0}], [{1}, {{{2}, {3}}}], [{4}], {5};",
+            in(reg32) dst, in(reg64) map, in(reg32) x, in(reg32) y, in(reg32) bar, in(reg64) policy,
+            options(nostack),
+        );
+    }
+}
+
+/// `cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint
+/// [dst], [map, {c0, c1, c2, c3, c4}], [bar], policy;`: the 5-D copy with an L2 eviction policy.
+///
+/// # Safety
+/// As [`cp_async_bulk_tensor_2d_shared_cluster_global_tile_mbarrier_complete_tx_bytes`].
+#[inline(always)]
+pub unsafe fn cp_async_bulk_tensor_5d_shared_cluster_global_tile_mbarrier_complete_tx_bytes_l2_cache_hint(
+    dst: u32,
+    map: u64,
+    c: [i32; 5],
+    bar: u32,
+    policy: u64,
+) {
+    // SAFETY: as the 2-D form.
+    unsafe {
+        asm!(
+            "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [{0}], [{1}, {{{2}, {3}, {4}, {5}, {6}}}], [{7}], {8};",
+            in(reg32) dst, in(reg64) map, in(reg32) c[0], in(reg32) c[1], in(reg32) c[2], in(reg32) c[3], in(reg32) c[4],
+            in(reg32) bar, in(reg64) policy,
+            options(nostack),
+        );
+    }
+}
+
+/// `createpolicy.fractional.L2::evict_first.b64 policy, 1.0;`: an L2 policy under which the lines
+/// a memory operation brings in are evicted before others (data read once).
+#[inline(always)]
+pub fn createpolicy_fractional_l2_evict_first_b64() -> u64 {
+    let p: u64;
+    // SAFETY: register-only instruction.
+    unsafe {
+        asm!("createpolicy.fractional.L2::evict_first.b64 {0}, 1.0;", out(reg64) p, options(pure, nomem, nostack))
+    };
+    p
+}
+
 /// `fence.proxy.tensormap::generic.acquire.gpu [map], 128;`: this thread's later TMA copies through
 /// the tensor map at generic address `map` see its bytes as written (by the host copy before the
 /// launch) through the generic proxy.

@@ -91,7 +91,14 @@ unsafe fn body<
     // contributes vocab rows `w / WB` for batch rows `8·NB·(w % WB) ..` of the block.
     unsafe {
         let lanes = (t.group, t.quad);
-        fragment::put_columns::<16, LP>(area, warp_v, warp_b * 8 * NB as u32, lanes, (&cands, |i| masses[i]), 2 * NB);
+        fragment::put_columns::<16, LP, false>(
+            area,
+            warp_v,
+            warp_b * 8 * NB as u32,
+            lanes,
+            (&cands, |i| masses[i]),
+            2 * NB,
+        );
         if TOP && active {
             fragment::put_tops_columns::<16>(&p, &work, (warp_v, warp_b * 8 * NB as u32), lanes, &tops, 2 * NB);
         }

@@ -239,7 +239,7 @@ unsafe fn body<T: WgmmaShape, const S: u32, const SPLIT: u32, const LP: bool, co
                 // SAFETY: column i < N / 4, the lane's masses (read only with LP).
                 unsafe { masses.get(i as u32) }
             });
-            fragment::put_columns::<32, LP>(area, contributor, slot_b * n, lanes, state, n as usize / 4);
+            fragment::put_columns::<32, LP, true>(area, contributor, slot_b * n, lanes, state, n as usize / 4);
             if TOP {
                 fragment::put_tops_columns::<32>(&p, &work, (contributor, slot_b * n), lanes, &tops, n as usize / 4);
             }
