@@ -790,9 +790,11 @@ impl RangeStages {
 ///   kernel's wider top lists cost more: 0.66–0.71 ms against 0.53–0.65 on Qwen3-8B, 0.78–0.82
 ///   against 0.71–0.82 on Llama-3-70B; both same-call, forced, in
 ///   `benchmarks/2026-12-01-h200-reduce-rows-and-tensor-core-fallback/call4-*`), and for the plain
-///   call when its largest vocab range is no longer. With log-probabilities the same range test picks
-///   it from 17 rows (Llama-3-70B: 1024 rows both, temps + log-probs 0.542–0.551 ms against
-///   0.549–0.559 with `tma_n32`; Qwen3-8B: 1280 against 1152, 0.353–0.356 against 0.329–0.340; `call6-*`)
+///   call when its largest vocab range is no longer. With log-probabilities from 17 rows only where its
+///   largest range is strictly shorter: since the weight-as-A kernels' rolled mass merge
+///   (docs/findings/36) `tma_n32_lp` is the faster at equal ranges (Llama-3-70B, 1024 rows both:
+///   temps + log-probs 0.509–0.510 ms against 0.525–0.529 with `tmat_n64_lp` at B = 17–32, same
+///   call, forced; before it 0.549–0.559 against 0.542–0.551, `call6-*`; Qwen3-8B: 1280 against 1152)
 ///   ([`FusedVariant::largest_range_rows`]: both run one 384-thread block per multiprocessor and
 ///   stream their weights at about the same rate, hidden-as-A with a quarter instead of half a weight
 ///   byte of hidden rows per weight byte through L2; Llama-3-70B: 1024 rows each, hidden-as-A 1–2%
@@ -816,7 +818,7 @@ pub const fn variant_for_batch(
             17..=32
                 if hidden_as_a
                     && matches!(epilogue, Epilogue::LogProbs)
-                    && TMAT_N64.largest_range_rows(sm_count, b, v) <= TMA_N32.largest_range_rows(sm_count, b, v) =>
+                    && TMAT_N64.largest_range_rows(sm_count, b, v) < TMA_N32.largest_range_rows(sm_count, b, v) =>
             {
                 TMAT_N64
             }
@@ -1324,11 +1326,12 @@ mod tests {
             assert_eq!(qwen.family == Family::WgmmaHiddenA, b > 64, "B = {b}: {}", qwen.entry);
             let llama = variant_for_batch((b, 8192, 128_256), Epilogue::Sample, true, 132);
             assert_eq!(llama.family == Family::WgmmaHiddenA, b > 32, "B = {b}: {}", llama.entry);
-            // With log-probabilities Qwen3-8B's from 33 rows on and Llama-3-70B's from 17 (its ranges are no
-            // longer there), with truncation both from 65; V % 16 ≠ 0 never.
+            // With log-probabilities both from 33 rows on (at 17–32 the hidden-as-A kernel only where its
+            // largest range is strictly shorter: Llama-3-70B's is equal), with truncation both from 65;
+            // V % 16 ≠ 0 never.
             for (e, v, from) in [
                 (Epilogue::LogProbs, 151_936, 32),
-                (Epilogue::LogProbs, 128_256, 16),
+                (Epilogue::LogProbs, 128_256, 32),
                 (Epilogue::Truncate, 151_936, 64),
                 (Epilogue::Truncate, 128_256, 64),
             ] {
