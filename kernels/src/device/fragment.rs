@@ -536,7 +536,7 @@ pub(super) fn hidden_a_tile<const LP: bool, const TOP: bool>(
 /// column (the `wgmma` kernels, whose masses are in shared memory; `mma_sync` keeps them in a
 /// register array, which a loop would put in local memory). This code runs once per block, after
 /// the last tile, from a cold instruction cache while the weights stream through L2: sixteen
-/// copies of the mass butterfly kept the log-probability kernels' blocks 8–16 µs past their last
+/// copies of the mass butterfly kept the log-probability kernels' blocks 8–18 µs past their last
 /// epilogue (the plain kernels' 1–2 µs; docs/findings/36). The merges are the same in either form.
 ///
 /// # Safety
