@@ -280,3 +280,163 @@ fn truncation_over_shards_equals_the_whole_head() {
         "truncation over shards: {certified} sample rows without the fallback, {fell_back} with it"
     ));
 }
+
+#[test]
+fn truncating_and_top_n_calls_over_padded_shards_never_score_the_padding() {
+    // Issue 48, items 1-2: the last shard padded past V with the largest logits by far (50), or a
+    // shard entirely past V. Top-k / top-p / min-p, a mask with top-k (V = 32 puts padding rows
+    // past the mask's words) and top log-probabilities draw the whole head's tokens, never ≥ V.
+    use flashsampling::controls::TokenMask;
+    let cpu = CpuBackend::new().with_threads(2);
+    let (b, d) = (4usize, 8usize);
+    for (v, padded, layouts) in [
+        (11usize, 16usize, vec![vec![6usize, 16], vec![4, 8, 12, 16], vec![11, 16], vec![8, 12, 16]]),
+        (32, 40, vec![vec![20, 40], vec![32, 40], vec![12, 24, 36, 40]]),
+    ] {
+        let (hidden, weight) = crafted_lm_head(padded, b, d, |i| if i < v { (i % 4) as f32 } else { 50.0 });
+        let h = Matrix::new(&hidden, b, d);
+        let whole_w = Matrix::new(&weight[..v * d], v, d);
+        let words = v.div_ceil(32);
+        let allowed = (0..v).filter(|i| i % 3 != 1).fold(0u32, |m, i| m | (1 << i));
+        let mask = TokenMask { words: vec![allowed; b * words], words_per_row: words };
+        let base = SamplingParams::new(1.0, 0x48).with_streams((0..b as u64).collect());
+        let cases = [
+            base.clone().with_top_k(vec![3; b]),
+            base.clone().with_top_p(vec![0.5; b]),
+            base.clone().with_min_p(vec![0.2; b]),
+            base.clone().with_allowed(mask).with_top_k(vec![2; b]),
+            base.clone().with_top_logprobs(5, false),
+            base.clone().with_top_logprobs(5, true).with_top_k(vec![3; b]),
+        ];
+        for params in &cases {
+            let whole = cpu.sample_scored(h, whole_w, params).unwrap();
+            for ends in &layouts {
+                let shards = VocabShard::split(Matrix::new(&weight, padded, d), ends).unwrap();
+                let got = cpu.sample_sharded(h, &shards, v, params).unwrap();
+                let at = format!("V = {v}, shards ending at {ends:?}, {params:?}");
+                assert!(got.tokens.iter().all(|&t| (t as usize) < v), "{at}: {:?}", got.tokens);
+                assert_eq!(got.tokens, whole.tokens, "{at}");
+                assert_eq!(bits(&got.scores), bits(&whole.scores), "{at}");
+                assert_eq!(got.top_logprobs, whole.top_logprobs, "{at}");
+            }
+        }
+    }
+}
+
+mod layouts {
+    //! The class, not the case (issue 48): any shard layout (even and padded, uneven, with shards
+    //! past V) × any control gives the one-device result, and never a token ≥ V.
+    use super::common::{TestRng, bits, random_adjustments, random_mask};
+    use flashsampling::params::LogProbs;
+    use flashsampling::{CpuBackend, Matrix, SamplingParams, VocabShard};
+    use half::bf16;
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, RngSeed};
+
+    /// Shard ends over `0 .. padded` (`padded ≥ v`): `kind` 0 even (G ranks of `ceil(V / G)` rows
+    /// rounded up to 4, the last padded), 1 uneven cuts below V then padding, 2 uneven with whole
+    /// shards past V.
+    fn ends(v: usize, g: usize, kind: u8, rng: &mut TestRng) -> Vec<usize> {
+        match kind {
+            0 => {
+                let rows = v.div_ceil(g).next_multiple_of(4);
+                (1..=g).map(|r| r * rows).collect()
+            }
+            _ => {
+                let mut cuts: Vec<usize> = (1..g).map(|_| 1 + rng.next_u64() as usize % (v - 1).max(1)).collect();
+                cuts.sort_unstable();
+                cuts.dedup();
+                cuts.retain(|&c| c < v);
+                let pad = 1 + rng.next_u64() as usize % 9;
+                cuts.push(v + pad);
+                if kind == 2 {
+                    cuts.push(v + pad + 3);
+                    cuts.push(v + pad + 8);
+                }
+                cuts
+            }
+        }
+    }
+
+    /// One of the controls, by `which`, for `b` rows of a `v`-token head.
+    fn control(which: u8, b: usize, v: usize, seed: u64) -> SamplingParams {
+        let base = SamplingParams::new(0.9, seed).with_streams((0..b as u64).map(|r| 7 * r + 1).collect());
+        let k = |r: usize| [0u32, 1, 3, 17][r % 4];
+        match which {
+            0 => base,
+            1 => base.with_allowed(random_mask(b, v, 0.5, seed)),
+            2 => base.with_adjustments(random_adjustments(b, v, 3, seed)),
+            3 => base.with_top_k((0..b).map(k).collect()),
+            4 => base.with_top_p((0..b).map(|r| [0.3, 0.9, 1.0][r % 3]).collect()).with_top_k((0..b).map(k).collect()),
+            5 => base.with_min_p((0..b).map(|r| [0.0, 0.1, 0.5][r % 3]).collect()),
+            6 => base.with_logprobs(LogProbs::ProcessedAndRaw).with_softcap(5.0).with_samples_per_row(2),
+            7 => base.with_top_logprobs(4, seed % 2 == 0),
+            8 => base.with_allowed(random_mask(b, v, 0.3, seed)).with_top_k((0..b).map(k).collect()),
+            _ => base
+                .with_logprobs(LogProbs::Processed)
+                .with_top_p(vec![0.8; b])
+                .with_temperatures((0..b).map(|r| [0.0, 1.3, 0.5][r % 3]).collect()),
+        }
+    }
+
+    fn close(what: &str, a: &Option<Vec<f32>>, e: &Option<Vec<f32>>) -> Result<(), TestCaseError> {
+        prop_assert_eq!(a.is_some(), e.is_some(), "{}", what);
+        if let (Some(a), Some(e)) = (a, e) {
+            for (x, y) in a.iter().zip(e) {
+                let ok = (x.is_nan() && y.is_nan()) || x == y || (x - y).abs() <= 1e-5 * y.abs().max(1.0);
+                prop_assert!(ok, "{}: {} vs {}", what, x, y);
+            }
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(Config {
+            cases: 96,
+            failure_persistence: None,
+            rng_seed: RngSeed::Fixed(0x48_5AAD),
+            ..Config::default()
+        })]
+        #[test]
+        fn any_layout_and_control_gives_the_one_device_result(
+            b in 1usize..5,
+            d in prop::sample::select(vec![8usize, 16]),
+            v in 2usize..200,
+            g in 1usize..6,
+            kind in 0u8..3,
+            which in 0u8..10,
+            seed in any::<u64>(),
+        ) {
+            let mut rng = TestRng::new(seed);
+            let ends = ends(v, g, kind, &mut rng);
+            let padded = *ends.last().unwrap();
+            let hidden = rng.normal_bf16(b * d, 1.0);
+            let mut weight = rng.normal_bf16(padded * d, 2.0 / (d as f64).sqrt());
+            // The padding holds what would win by far, NaN included: never scored.
+            for (i, x) in weight[v * d..].iter_mut().enumerate() {
+                *x = if i % 5 == 0 { bf16::NAN } else { bf16::from_f32(60.0) };
+            }
+            let params = control(which, b, v, seed);
+            let h = Matrix::new(&hidden, b, d);
+            let cpu = CpuBackend::new().with_threads(1);
+            let whole = cpu.sample_scored(h, Matrix::new(&weight[..v * d], v, d), &params).unwrap();
+            let shards = VocabShard::split(Matrix::new(&weight, padded, d), &ends).unwrap();
+            let got = cpu.sample_sharded(h, &shards, v, &params).unwrap();
+            prop_assert!(got.tokens.iter().all(|&t| (t as usize) < v), "tokens {:?}", got.tokens);
+            prop_assert_eq!(&got.tokens, &whole.tokens, "shards ending at {:?}", ends);
+            prop_assert_eq!(bits(&got.scores), bits(&whole.scores));
+            close("log-probs", &got.logprobs, &whole.logprobs)?;
+            close("raw log-probs", &got.raw_logprobs, &whole.raw_logprobs)?;
+            close("log-sum-exp", &got.logsumexp, &whole.logsumexp)?;
+            match (&got.top_logprobs, &whole.top_logprobs) {
+                (Some(a), Some(e)) => {
+                    for (ra, re) in a.iter().zip(e) {
+                        prop_assert_eq!(ra.iter().map(|t| t.0).collect::<Vec<_>>(), re.iter().map(|t| t.0).collect::<Vec<_>>());
+                        close("top log-probs", &Some(ra.iter().map(|t| t.1).collect()), &Some(re.iter().map(|t| t.1).collect()))?;
+                    }
+                }
+                (a, e) => prop_assert_eq!(a.is_some(), e.is_some()),
+            }
+        }
+    }
+}

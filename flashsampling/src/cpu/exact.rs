@@ -232,7 +232,8 @@ impl CpuBackend {
     ) -> Samples {
         let (b, d, n) = (hidden.rows, hidden.cols, params.n as usize);
         let slots = super::slots(params, b);
-        let want_raw = params.logprobs == LogProbs::ProcessedAndRaw;
+        let want_raw =
+            params.logprobs == LogProbs::ProcessedAndRaw || (params.top_logprobs > 0 && params.top_logprobs_raw);
         let (mut results, mut fell) = (Vec::with_capacity(b), Vec::with_capacity(b * n));
         for r in 0..b {
             let h: Vec<f32> = hidden.data[r * d..(r + 1) * d].iter().map(|x| x.to_f32()).collect();
@@ -241,7 +242,9 @@ impl CpuBackend {
             let (mut y, mut z) = (Vec::with_capacity(vocab), Vec::with_capacity(vocab));
             let mut list = TopList::<SHARD_TOP>::EMPTY;
             for shard in shards {
-                let ys: Vec<f32> = (0..shard.weight.rows)
+                // Rows at or past V are padding: never scored (as in the plain sharded path).
+                let rows = shard.weight.rows.min(vocab.saturating_sub(shard.offset));
+                let ys: Vec<f32> = (0..rows)
                     .map(|i| {
                         for (dst, src) in w.iter_mut().zip(&shard.weight.data[i * d..(i + 1) * d]) {
                             *dst = src.to_f32();

@@ -217,8 +217,8 @@ impl CpuBackend {
     /// [`Self::sample_scored`] on the whole weight, tokens and scores bit for bit, log-probabilities
     /// within f32 rounding of the merge. With top-k / top-p / min-p the shards exchange their top
     /// lists instead (the certificate, and the exact fallback for the rows it leaves:
-    /// [`Samples::truncation_fallback`]); top log-probabilities are not exchanged
-    /// ([`Error::Unsupported`]).
+    /// [`Samples::truncation_fallback`]); top log-probabilities come from the rows' logits gathered
+    /// from the shards (as the fallback gathers them).
     pub fn sample_sharded<T: Element>(
         &self,
         hidden: Matrix<'_, T>,
@@ -227,8 +227,9 @@ impl CpuBackend {
         params: &SamplingParams,
     ) -> Result<Samples> {
         validate_shards(shards, vocab)?;
-        if params.truncates(vocab) && params.top_logprobs == 0 {
-            // Truncation: the shards exchange their top lists (simulated); see `exact.rs`.
+        if params.truncates(vocab) || params.top_logprobs > 0 {
+            // Truncation: the shards exchange their top lists (simulated); see `exact.rs`. Top
+            // log-probabilities come from the rows gathered from the shards.
             for &shard in shards {
                 let w = shard.weight;
                 validate_in_vocab(
@@ -239,8 +240,7 @@ impl CpuBackend {
                 )?;
             }
             let samples = self.sample_sharded_truncated(hidden, shards, vocab, params);
-            let weights: Vec<&[T]> = shards.iter().map(|s| s.weight.data).collect();
-            check_samples_of(&samples, params.n as usize, hidden, &weights)?;
+            check_samples_of(&samples, params.n as usize, hidden, &scored_rows(shards, vocab))?;
             return Ok(samples);
         }
         let parts =
@@ -259,10 +259,21 @@ impl CpuBackend {
             }
             samples.logsumexp = Some(lp.iter().step_by(params.n as usize).map(|l| l.logsumexp).collect());
         }
-        let weights: Vec<&[T]> = shards.iter().map(|s| s.weight.data).collect();
-        check_samples_of(&samples, params.n as usize, hidden, &weights)?;
+        check_samples_of(&samples, params.n as usize, hidden, &scored_rows(shards, vocab))?;
         Ok(samples)
     }
+}
+
+/// The weight rows of `shards` that are scored: those below `vocab` (padding past it never is, so a
+/// NaN there does not make a row's error [`Error::NanLogit`]).
+fn scored_rows<'a, T>(shards: &[VocabShard<'a, T>], vocab: usize) -> Vec<&'a [T]> {
+    shards
+        .iter()
+        .map(|s| {
+            let rows = s.weight.rows.min(vocab.saturating_sub(s.offset));
+            &s.weight.data[..(rows * s.weight.cols).min(s.weight.data.len())]
+        })
+        .collect()
 }
 
 /// The checks of a rank-local step: shapes and parameters against the whole vocabulary (`vocab`:
