@@ -554,3 +554,32 @@ fn bad_layouts_and_batches_are_typed_errors_before_any_launch() {
     assert_eq!(ok[0].tokens, whole);
     assert_eq!(ok[1].tokens, whole);
 }
+
+#[test]
+fn even_layouts_and_comm_ids_are_checked_without_a_gpu() {
+    // Issue 48, items 8-9 (no GPU needed): sizes that would wrap around in a release build are
+    // typed errors, and an NCCL id is exactly 256 hexadecimal digits.
+    for (vocab, ranks, pad) in [(usize::MAX, 1, 4), (usize::MAX, 8, 4), (1 << 31, 2, 4), (10, usize::MAX, 4)] {
+        let err = ShardLayout::even(vocab, 8, ranks, pad).unwrap_err();
+        assert!(matches!(err, Error::TooLarge { .. }), "V = {vocab}, {ranks} ranks: {err:?}");
+    }
+    assert!(matches!(ShardLayout::even(1 << 30, 8, 3, usize::MAX - 3), Err(Error::TooLarge { .. })));
+    assert!(matches!(ShardLayout::even(0, 8, 2, 4), Err(Error::EmptyVocab)));
+    assert!(matches!(ShardLayout::even(10, 8, 0, 4), Err(Error::InvalidShards { .. })));
+    assert!(matches!(ShardLayout::even(10, 8, 2, 6), Err(Error::InvalidShards { .. })));
+    // Every layout that is returned tiles 0 .. V with no empty shard (padding past V allowed).
+    for (vocab, ranks, pad) in [(10, 4, 4), (151_936, 8, 64), (1 << 30, 4, 128), (5, 16, 4)] {
+        let ls = ShardLayout::even(vocab, 8, ranks, pad).unwrap();
+        assert_eq!(ls.len(), ranks);
+        assert!(ls.iter().all(|l| l.rows > 0 && l.rows % pad == 0), "{ls:?}");
+        assert!(ls.windows(2).all(|w| w[1].offset == w[0].offset + w[0].rows));
+        assert!(ls.last().map_or(0, |l| l.offset + l.rows) >= vocab);
+    }
+    let id = "0123456789abcdefABCDEF".repeat(12);
+    assert!(CommId::from_hex(&id[..256]).is_ok());
+    for bad in ["+1".repeat(128), "-1".repeat(128), " 1".repeat(128), "0x".repeat(128), format!("{}g", &id[..255])] {
+        assert!(matches!(CommId::from_hex(&bad), Err(Error::InvalidCommId(_))), "{bad:?}");
+    }
+    assert!(matches!(CommId::from_hex(&id[..254]), Err(Error::InvalidCommId(_))));
+    assert!(matches!(CommId::from_hex(&"é".repeat(128)), Err(Error::InvalidCommId(_))));
+}

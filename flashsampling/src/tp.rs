@@ -107,7 +107,8 @@ impl CommId {
     /// Parses [`Self::to_hex`]'s output.
     pub fn from_hex(s: &str) -> Result<Self> {
         let bad = || Error::InvalidCommId(s.chars().take(16).collect());
-        if s.len() != 256 || !s.is_ascii() {
+        // Exactly 256 hex digits: `from_str_radix` alone would also take a sign (`"+1"`).
+        if s.len() != 256 || !s.bytes().all(|c| c.is_ascii_hexdigit()) {
             return Err(bad());
         }
         let mut out = [0u8; 128];
@@ -121,6 +122,9 @@ impl CommId {
         nccl::ncclUniqueId { internal: self.0.map(|b| b as std::ffi::c_char) }
     }
 }
+
+/// Most ranks a layout or a group takes (NCCL's rank count is a C `int`; no machine has more GPUs).
+pub const MAX_RANKS: usize = 1 << 16;
 
 /// Whether the NCCL library can be opened (cudarc panics on a missing library, so this is checked
 /// before any NCCL call).
@@ -183,7 +187,27 @@ impl ShardLayout {
         if ranks == 0 || pad == 0 || pad % SHARD_OFFSET_ALIGN != 0 {
             return Err(Error::InvalidShards { reason: "ranks and padding must be positive multiples of 4", at: 0 });
         }
-        let rows = vocab.div_ceil(ranks).div_ceil(pad) * pad;
+        if vocab == 0 {
+            return Err(Error::EmptyVocab);
+        }
+        let max = MAX_DIM as usize;
+        if vocab > max {
+            return Err(Error::TooLarge { what: "vocab size V", value: vocab, max });
+        }
+        if ranks > MAX_RANKS {
+            return Err(Error::TooLarge { what: "ranks", value: ranks, max: MAX_RANKS });
+        }
+        // V ≤ 2³⁰ and ranks ≤ V: the padded shard and the padded head stay within the kernels' limit
+        // or are refused here (no wrap-around in release builds).
+        let rows = vocab.div_ceil(ranks).checked_next_multiple_of(pad).filter(|&r| r <= max);
+        let total = rows.and_then(|r| r.checked_mul(ranks)).filter(|&t| t <= max);
+        let (Some(rows), Some(_)) = (rows, total) else {
+            return Err(Error::TooLarge {
+                what: "vocab rows of all shards (V padded to the ranks)",
+                value: usize::MAX,
+                max,
+            });
+        };
         Ok((0..ranks).map(|r| Self { offset: r * rows, rows, vocab, d, elem: ElementType::Bf16 }).collect())
     }
 
@@ -497,7 +521,7 @@ impl TpRank {
         timeout: Duration,
     ) -> Result<Self> {
         ensure_nccl()?;
-        if world == 0 || rank >= world {
+        if world == 0 || rank >= world || world > MAX_RANKS {
             return Err(Error::InvalidRank { rank, world });
         }
         let gpu = GpuBackend::new(ordinal)?;
