@@ -67,27 +67,31 @@ fn parse() -> Result<Args, String> {
         convert: false,
         logprobs: false,
     };
-    let mut it = std::env::args().skip(1);
+    // Arguments as the OS gives them: a path need not be UTF-8 (a non-UTF-8 one is used as it is;
+    // any other non-UTF-8 argument is an error, not a panic).
+    let mut it = std::env::args_os().skip(1);
     while let Some(flag) = it.next() {
-        let mut val = || it.next().ok_or(format!("{flag} needs a value"));
+        let flag = flag.into_string().map_err(|f| format!("unknown argument {}", f.to_string_lossy()))?;
+        let mut raw = || it.next().ok_or(format!("{flag} needs a value"));
+        let text = |v: std::ffi::OsString| v.into_string().map_err(|v| format!("{flag}: {v:?} is not valid UTF-8"));
         match flag.as_str() {
-            "--batch" => a.b = val()?.parse().map_err(|e| format!("--batch: {e}"))?,
-            "--hidden" => a.d = val()?.parse().map_err(|e| format!("--hidden: {e}"))?,
-            "--vocab" => a.v = val()?.parse().map_err(|e| format!("--vocab: {e}"))?,
-            "--temperature" => a.temperature = val()?.parse().map_err(|e| format!("--temperature: {e}"))?,
-            "--seed" => a.seed = val()?.parse().map_err(|e| format!("--seed: {e}"))?,
+            "--batch" => a.b = text(raw()?)?.parse().map_err(|e| format!("--batch: {e}"))?,
+            "--hidden" => a.d = text(raw()?)?.parse().map_err(|e| format!("--hidden: {e}"))?,
+            "--vocab" => a.v = text(raw()?)?.parse().map_err(|e| format!("--vocab: {e}"))?,
+            "--temperature" => a.temperature = text(raw()?)?.parse().map_err(|e| format!("--temperature: {e}"))?,
+            "--seed" => a.seed = text(raw()?)?.parse().map_err(|e| format!("--seed: {e}"))?,
             "--backend" => {
-                a.backend = match val()?.as_str() {
+                a.backend = match text(raw()?)?.as_str() {
                     "auto" => BackendChoice::Auto,
                     "gpu" => BackendChoice::Gpu,
                     "cpu" => BackendChoice::Cpu,
                     o => return Err(format!("--backend: unknown backend {o}")),
                 }
             }
-            "--weight" => a.weight = Some(PathBuf::from(val()?)),
-            "--tensor" => a.tensor = val()?,
-            "--hidden-states" => a.hidden_states = Some(PathBuf::from(val()?)),
-            "--hidden-tensor" => a.hidden_tensor = Some(val()?),
+            "--weight" => a.weight = Some(PathBuf::from(raw()?)),
+            "--tensor" => a.tensor = text(raw()?)?,
+            "--hidden-states" => a.hidden_states = Some(PathBuf::from(raw()?)),
+            "--hidden-tensor" => a.hidden_tensor = Some(text(raw()?)?),
             "--convert" => a.convert = true,
             "--logprobs" => a.logprobs = true,
             "-h" | "--help" => {
@@ -164,9 +168,13 @@ fn inputs(a: &mut Args) -> Result<(Values, Values), Box<dyn std::error::Error>> 
     }
     let elem = want.or(hidden.as_ref().map(|(h, _)| h.elem())).unwrap_or(ElementType::Bf16);
     // Synthetic inputs (bf16 values, exact in f16 too) in the run's element type.
+    // The library's shape checks come before anything is built of the shape (a typed error for
+    // `--vocab 4000000000`, not an allocation that aborts).
+    flashsampling::params::check_shape(a.b, a.d, a.v)?;
+    SamplingParams::new(a.temperature, a.seed).transform()?;
     let (syn_hidden, syn_weight) = match (&hidden, &weight) {
         (Some(_), Some(_)) => (Vec::new(), Vec::new()),
-        _ => flashsampling::synthetic::lm_head(a.b, a.d, a.v, DATA_SEED),
+        _ => flashsampling::synthetic::try_lm_head(a.b, a.d, a.v, DATA_SEED)?,
     };
     let synthetic = |v: Vec<bf16>| Values::Bf16(v).into_elem(elem);
     let h = hidden.map_or_else(|| synthetic(syn_hidden), |(h, _)| h.values);

@@ -220,3 +220,183 @@ fn bad_files_and_missing_tensors_are_typed_errors() {
     assert!(matches!(err, Error::HiddenSizeMismatch { hidden: 8, weight: 16 }), "{err:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn index_cycles_empty_and_oversized_arrays_are_typed_errors() {
+    // Issue 48, items 3-4: an index naming itself, or two naming each other, recursed until the stack
+    // overflowed; a `.npy` header may declare any shape (2⁶² rows with no data was accepted, its
+    // byte count wrapping to 0), and an empty array loaded as a matrix of 0 columns.
+    let dir = scratch("cycles");
+    let d = 8usize;
+    let one = dir.join("self.index.json");
+    std::fs::write(&one, r#"{"weight_map": {"lm_head.weight": "self.index.json"}}"#).unwrap();
+    let (a, b) = (dir.join("a.index.json"), dir.join("b.index.json"));
+    std::fs::write(&a, r#"{"weight_map": {"lm_head.weight": "b.index.json"}}"#).unwrap();
+    std::fs::write(&b, r#"{"weight_map": {"lm_head.weight": "a.index.json"}}"#).unwrap();
+    for index in [&one, &a, &b] {
+        match load_safetensors(index, "lm_head.weight", None) {
+            Err(CheckpointError::Format { reason, .. }) => assert!(reason.contains("another index"), "{reason}"),
+            other => panic!("{}: {other:?}", index.display()),
+        }
+    }
+    let npy = dir.join("h.npy");
+    for shape in [[1usize << 62, 1], [1 << 61, 2], [usize::MAX, 1], [1 << 32, 1 << 32], [3, 1 << 62]] {
+        for descr in ["<f4", "<f2"] {
+            write_npy(&npy, descr, &shape, &[], false);
+            let got = load_hidden(&npy, None, Some(ElementType::Bf16));
+            assert!(matches!(got, Err(CheckpointError::Format { .. })), "{shape:?} {descr}: {got:?}");
+        }
+    }
+    for shape in [vec![1usize << 62, 0], vec![0, d], vec![0]] {
+        write_npy(&npy, "<f2", &shape, &[], false);
+        let got = load_hidden(&npy, None, None);
+        assert!(matches!(got, Err(CheckpointError::Shape { .. })), "{shape:?}: {got:?}");
+    }
+    let path = dir.join("empty.safetensors");
+    write_safetensors(&path, &[("w", Dtype::BF16, vec![0, d], vec![])]);
+    assert!(matches!(load_safetensors(&path, "w", None), Err(CheckpointError::Shape { .. })));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn fuzzed_checkpoint_files_give_typed_errors_only() {
+    // The loaders over random and mutated safetensors, index and `.npy` bytes (cycles, huge
+    // declared sizes, cut and flipped bytes): every call returns, a loaded matrix holds exactly
+    // rows × cols values, and nothing panics. Fixed seed, bounded in cases and time.
+    use std::panic::{AssertUnwindSafe, catch_unwind};
+    use std::time::{Duration, Instant};
+    let dir = scratch("fuzz");
+    let d = 8usize;
+    let mut rng = TestRng::new(0x48_F022);
+    let weight = rng.normal_bf16(4 * d, 1.0);
+    let st = dir.join("seed.safetensors");
+    write_safetensors(
+        &st,
+        &[
+            ("lm_head.weight", Dtype::BF16, vec![4, d], le_bytes_bf16(&weight)),
+            ("hidden_states", Dtype::F32, vec![2, d], vec![0x3f; 2 * d * 4]),
+        ],
+    );
+    let npy = dir.join("seed.npy");
+    write_npy(&npy, "<f2", &[2, d], &vec![0x3c; 2 * d * 2], false);
+    let seeds = [std::fs::read(&st).unwrap(), std::fs::read(&npy).unwrap()];
+    let indexes = [
+        r#"{"weight_map": {"lm_head.weight": "seed.safetensors"}}"#,
+        r#"{"weight_map": {"lm_head.weight": "case.index.json"}}"#,
+        r#"{"weight_map": {"lm_head.weight": "other.index.json", "x": 3}}"#,
+        r#"{"weight_map": {"lm_head.weight": "../../../../../../dev/null"}}"#,
+        r#"{"weight_map": {"lm_head.weight": "/"}}"#,
+        r#"{"weight_map": {"lm_head.weight": "case.npy"}}"#,
+        r#"{"weight_map": []}"#,
+    ];
+    std::fs::write(dir.join("other.index.json"), indexes[1]).unwrap();
+    let start = Instant::now();
+    let (mut loaded, mut errors, mut cases) = (0usize, 0usize, 0usize);
+    while cases < 3000 && start.elapsed() < Duration::from_secs(20) {
+        cases += 1;
+        let kind = rng.next_u64() % 4;
+        let mut bytes = match kind {
+            0 | 1 => seeds[kind as usize].clone(),
+            2 => indexes[(rng.next_u64() % indexes.len() as u64) as usize].as_bytes().to_vec(),
+            _ => (0..rng.next_u64() % 300).map(|_| rng.next_u64() as u8).collect(),
+        };
+        // Mutations: flip bytes, overwrite digits with large numbers, cut or extend.
+        for _ in 0..rng.next_u64() % 6 {
+            if bytes.is_empty() {
+                break;
+            }
+            let at = (rng.next_u64() % bytes.len() as u64) as usize;
+            match rng.next_u64() % 5 {
+                0 => bytes[at] ^= 1 << (rng.next_u64() % 8),
+                1 => bytes[at] = rng.next_u64() as u8,
+                2 => bytes.truncate(at),
+                3 => {
+                    let big = ["18446744073709551615", "4611686018427387904", "4294967296", "0", "-1"];
+                    let s = big[(rng.next_u64() % big.len() as u64) as usize].as_bytes();
+                    bytes.splice(at..at, s.iter().copied());
+                }
+                _ => bytes.extend((0..rng.next_u64() % 64).map(|_| rng.next_u64() as u8)),
+            }
+        }
+        let name = ["case.safetensors", "case.npy", "case.index.json", "case.bin"][kind as usize];
+        let path = dir.join(name);
+        std::fs::write(&path, &bytes).unwrap();
+        let to = [None, Some(ElementType::Bf16), Some(ElementType::F16)][(rng.next_u64() % 3) as usize];
+        let result = catch_unwind(AssertUnwindSafe(|| match kind {
+            1 => load_hidden(&path, None, to),
+            _ => load_safetensors(&path, ["lm_head.weight", "hidden_states", "x"][cases % 3], to),
+        }));
+        match result {
+            Ok(Ok(l)) => {
+                let n = match &l.values {
+                    Values::Bf16(v) => v.len(),
+                    Values::F16(v) => v.len(),
+                };
+                assert!(
+                    l.rows > 0 && l.cols > 0 && n == l.rows * l.cols,
+                    "case {cases}: {} x {} of {n}",
+                    l.rows,
+                    l.cols
+                );
+                loaded += 1;
+            }
+            Ok(Err(_)) => errors += 1,
+            Err(_) => panic!("case {cases} ({name}, {} bytes) panicked: {bytes:?}", bytes.len()),
+        }
+    }
+    assert!(loaded > 20 && errors > 200, "{cases} cases: {loaded} loaded, {errors} errors");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The main job's executable (`examples/sample.rs`), which `cargo test` builds beside the tests.
+fn sample_example() -> Option<PathBuf> {
+    let deps = std::env::current_exe().ok()?.parent()?.to_path_buf();
+    let exe = deps.parent()?.join("examples").join(format!("sample{}", std::env::consts::EXE_SUFFIX));
+    exe.exists().then_some(exe)
+}
+
+#[test]
+fn the_main_jobs_flags_are_checked_before_anything_is_allocated() {
+    // Issue 48, items 5-6: shapes past the library's limits aborted on a multi-terabyte allocation
+    // (exit 134), and a non-UTF-8 path or name panicked (exit 101). Now: the library's typed error
+    // and exit 1 (run) or 2 (arguments), quickly.
+    use std::os::unix::ffi::OsStrExt;
+    use std::process::Command;
+    let Some(exe) = sample_example() else {
+        panic!("the example `sample` was not built beside the tests (cargo test builds it)");
+    };
+    let run = |args: &[&std::ffi::OsStr]| {
+        let out = Command::new(&exe).args(["--backend", "cpu"]).args(args).output().unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let os = |s: &'static str| std::ffi::OsStr::new(s);
+    for (args, code, says) in [
+        (vec!["--vocab", "1073741825", "--hidden", "4096"], 1, "exceeds the supported maximum"),
+        (vec!["--vocab", "4000000000"], 1, "exceeds the supported maximum"),
+        (vec!["--batch", "1073741825"], 1, "exceeds the supported maximum"),
+        (vec!["--hidden", "1073741832", "--vocab", "8"], 1, "exceeds the supported maximum"),
+        (vec!["--hidden", "12"], 1, "not a multiple of 8"),
+        (vec!["--vocab", "0"], 1, "vocab size V is 0"),
+        (vec!["--hidden", "1073741824", "--vocab", "1073741824"], 1, "could not allocate"),
+        (vec!["--temperature", "-1"], 1, "temperature -1 is invalid"),
+        (vec!["--vocab", "-3"], 2, "--vocab"),
+        (vec!["--frobnicate"], 2, "unknown argument"),
+    ] {
+        let args: Vec<&std::ffi::OsStr> = args.into_iter().map(os).collect();
+        let (got, stderr) = run(&args);
+        assert_eq!(got, Some(code), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+    let bad = std::ffi::OsStr::from_bytes(b"/nonexistent/\xff\xfe.safetensors");
+    let (got, stderr) = run(&[os("--weight"), bad]);
+    assert_eq!(got, Some(1), "non-UTF-8 path: {stderr}");
+    assert!(stderr.contains("No such file"), "{stderr}");
+    let (got, stderr) = run(&[os("--tensor"), std::ffi::OsStr::from_bytes(b"lm\xff")]);
+    assert_eq!(got, Some(2), "non-UTF-8 tensor name: {stderr}");
+    assert!(stderr.contains("not valid UTF-8"), "{stderr}");
+    let (got, stderr) = run(&[std::ffi::OsStr::from_bytes(b"--\xff")]);
+    assert_eq!(got, Some(2), "non-UTF-8 flag: {stderr}");
+    // A small valid call still runs.
+    let (got, stderr) = run(&[os("--vocab"), os("64"), os("--hidden"), os("16"), os("--batch"), os("2")]);
+    assert_eq!(got, Some(0), "{stderr}");
+}

@@ -370,7 +370,7 @@ mod layouts {
             4 => base.with_top_p((0..b).map(|r| [0.3, 0.9, 1.0][r % 3]).collect()).with_top_k((0..b).map(k).collect()),
             5 => base.with_min_p((0..b).map(|r| [0.0, 0.1, 0.5][r % 3]).collect()),
             6 => base.with_logprobs(LogProbs::ProcessedAndRaw).with_softcap(5.0).with_samples_per_row(2),
-            7 => base.with_top_logprobs(4, seed % 2 == 0),
+            7 => base.with_top_logprobs(4, seed.is_multiple_of(2)),
             8 => base.with_allowed(random_mask(b, v, 0.3, seed)).with_top_k((0..b).map(k).collect()),
             _ => base
                 .with_logprobs(LogProbs::Processed)

@@ -46,8 +46,8 @@ pub enum CheckpointError {
         /// Up to 8 of the names the file has.
         available: String,
     },
-    /// A tensor that is not a matrix (`[rows, cols]`, or a vector: one row).
-    #[error("{path}: tensor {name:?} has shape {shape:?}; a matrix [rows, cols] (or a vector) is needed")]
+    /// A tensor that is not a matrix (`[rows, cols]`, or a vector: one row), or an empty one.
+    #[error("{path}: tensor {name:?} has shape {shape:?}; a non-empty matrix [rows, cols] (or a vector) is needed")]
     Shape {
         /// The file.
         path: PathBuf,
@@ -169,7 +169,7 @@ fn format_error(path: &Path, format: &'static str, reason: impl ToString) -> Che
 /// (`*.index.json`, `{"weight_map": {name: file}}`, files relative to the index) names for it: bf16
 /// and f16 as they are, f32 rounded to `f32_to` (else an error).
 pub fn load_safetensors(path: &Path, name: &str, f32_to: Option<ElementType>) -> Result<Loaded> {
-    if path.to_string_lossy().ends_with(".json") {
+    if is_index(path) {
         let text = std::fs::read_to_string(path).map_err(io(path))?;
         let index: serde_json::Value =
             serde_json::from_str(&text).map_err(|e| format_error(path, "safetensors index", e))?;
@@ -187,9 +187,25 @@ pub fn load_safetensors(path: &Path, name: &str, f32_to: Option<ElementType>) ->
         };
         let file =
             file.as_str().ok_or_else(|| format_error(path, "safetensors index", "a shard name is not a string"))?;
+        // A shard is a safetensors file: an index naming an index (itself, or two naming each
+        // other) would otherwise recurse without end.
+        if is_index(Path::new(file)) {
+            let reason = format!("the shard of {name:?} is {file:?}, another index; it must name a safetensors file");
+            return Err(format_error(path, "safetensors index", reason));
+        }
         let shard = path.parent().unwrap_or(Path::new(".")).join(file);
-        return load_safetensors(&shard, name, f32_to);
+        return load_tensor_file(&shard, name, f32_to);
     }
+    load_tensor_file(path, name, f32_to)
+}
+
+/// Whether `path` is read as a sharded checkpoint's index (its name ends in `.json`).
+fn is_index(path: &Path) -> bool {
+    path.to_string_lossy().ends_with(".json")
+}
+
+/// Tensor `name` of one safetensors file (no index).
+fn load_tensor_file(path: &Path, name: &str, f32_to: Option<ElementType>) -> Result<Loaded> {
     let file = std::fs::File::open(path).map_err(io(path))?;
     // SAFETY: the map is read-only and lives only inside this function; a concurrent writer to the
     // file could change the bytes under it, which the parse below would see as a format error or
@@ -225,13 +241,18 @@ fn words(bytes: &[u8]) -> impl Iterator<Item = u16> + '_ {
     bytes.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]]))
 }
 
-/// `[rows, cols]` of a 2-D tensor, `[1, n]` of a vector.
+/// `[rows, cols]` of a 2-D tensor, `[1, n]` of a vector; an empty one (a dimension of 0) is a
+/// [`CheckpointError::Shape`] too: it holds nothing to sample with.
 fn matrix_shape(path: &Path, name: &str, shape: &[usize]) -> Result<(usize, usize)> {
-    match *shape {
-        [n] => Ok((1, n)),
-        [rows, cols] => Ok((rows, cols)),
-        _ => Err(CheckpointError::Shape { path: path.to_path_buf(), name: name.to_string(), shape: shape.to_vec() }),
+    let (rows, cols) = match *shape {
+        [n] => (1, n),
+        [rows, cols] => (rows, cols),
+        _ => (0, 0),
+    };
+    if rows == 0 || cols == 0 {
+        return Err(CheckpointError::Shape { path: path.to_path_buf(), name: name.to_string(), shape: shape.to_vec() });
     }
+    Ok((rows, cols))
 }
 
 /// Loads hidden states `[B, D]`: a `.npy` file (by its extension), or tensor `name` (default
@@ -280,7 +301,6 @@ fn load_npy(path: &Path, f32_to: Option<ElementType>) -> Result<Loaded> {
         .collect::<Result<_>>()?;
     let (rows, cols) = matrix_shape(path, "array", &shape)?;
     let data = &bytes[start + header_len..];
-    let n = rows.checked_mul(cols).ok_or_else(|| bad("shape overflows"))?;
     let (width, from) = match descr {
         "<f4" => (4, "f32"),
         "<f2" => (2, "f16"),
@@ -293,7 +313,9 @@ fn load_npy(path: &Path, f32_to: Option<ElementType>) -> Result<Loaded> {
             });
         }
     };
-    if data.len() != n * width {
+    // The declared size, without wrapping: a header may declare any shape.
+    let size = rows.checked_mul(cols).and_then(|n| n.checked_mul(width));
+    if size != Some(data.len()) {
         return Err(bad(&format!("{} data bytes for shape {shape:?} of {descr}", data.len())));
     }
     let (values, converted_from) = match (width, f32_to) {

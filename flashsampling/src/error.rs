@@ -237,6 +237,15 @@ pub enum Error {
     /// A CUDA driver call failed; the `CUresult` is kept (see [`Error::is_out_of_memory`]).
     #[error("CUDA driver error: {0}")]
     Driver(#[from] DriverError),
+    /// Host memory for inputs a helper builds (a synthetic LM head) could not be had: the
+    /// allocation was refused, not attempted past what the system gives.
+    #[error("could not allocate {bytes} bytes of host memory for {what}")]
+    HostMemory {
+        /// What was to be allocated.
+        what: &'static str,
+        /// Its size in bytes (`usize::MAX` when the size itself overflows).
+        bytes: usize,
+    },
     /// A cuBLAS call failed (benchmark baselines only); the status is kept.
     #[error("cuBLAS error: {0}")]
     Cublas(#[from] CublasError),

@@ -340,6 +340,33 @@ pub struct Shape {
 /// Sample indices must be below this: the noise's refinement call sets the sample word's top bit.
 pub const MAX_SAMPLE: u32 = flashsampling_kernels::noise::REFINE_SAMPLE_BIT;
 
+/// The shape checks of every call, in the order the calls make them: B, V, D positive
+/// ([`Error::EmptyBatch`], [`Error::EmptyVocab`], [`Error::EmptyHidden`]), each at most
+/// [`MAX_DIM`] ([`Error::TooLarge`]), D a multiple of [`D_ALIGN`] ([`Error::HiddenNotAligned`]).
+/// For callers that build inputs of a shape (a CLI's synthetic LM head, a binding's buffers): check
+/// here before allocating them.
+pub fn check_shape(b: usize, d: usize, v: usize) -> Result<Shape> {
+    if b == 0 {
+        return Err(Error::EmptyBatch);
+    }
+    if v == 0 {
+        return Err(Error::EmptyVocab);
+    }
+    if d == 0 {
+        return Err(Error::EmptyHidden);
+    }
+    let max = MAX_DIM as usize;
+    for (what, value) in [("batch size B", b), ("vocab size V", v), ("hidden size D", d)] {
+        if value > max {
+            return Err(Error::TooLarge { what, value, max });
+        }
+    }
+    if d % D_ALIGN as usize != 0 {
+        return Err(Error::HiddenNotAligned { d, multiple: D_ALIGN as usize });
+    }
+    Ok(Shape { b, d, v })
+}
+
 /// Validates shapes, lengths and parameters; `hidden_len`/`weight_len` are the buffers' lengths.
 pub(crate) fn validate(
     hidden: (usize, usize, usize),
@@ -357,28 +384,11 @@ pub(crate) fn validate_in_vocab(
     params: &SamplingParams,
     vocab: usize,
 ) -> Result<(Shape, Transform)> {
-    if b == 0 {
-        return Err(Error::EmptyBatch);
-    }
-    if v == 0 {
-        return Err(Error::EmptyVocab);
-    }
-    if hd != wd {
+    if hd != wd && b != 0 && v != 0 {
         return Err(Error::HiddenSizeMismatch { hidden: hd, weight: wd });
     }
-    let d = hd;
-    if d == 0 {
-        return Err(Error::EmptyHidden);
-    }
+    let Shape { b, d, v } = check_shape(b, hd, v)?;
     let max = MAX_DIM as usize;
-    for (what, value) in [("batch size B", b), ("vocab size V", v), ("hidden size D", d)] {
-        if value > max {
-            return Err(Error::TooLarge { what, value, max });
-        }
-    }
-    if d % D_ALIGN as usize != 0 {
-        return Err(Error::HiddenNotAligned { d, multiple: D_ALIGN as usize });
-    }
     for (buffer, expected, actual) in [("hidden states", b * d, hidden_len), ("LM-head weight", v * d, weight_len)] {
         if expected != actual {
             return Err(Error::LengthMismatch { buffer, expected, actual });

@@ -2,6 +2,9 @@
 
 use half::bf16;
 
+use crate::error::{Error, Result};
+use crate::params::check_shape;
+
 /// SplitMix64: a tiny, fast, seedable generator for test and benchmark data.
 #[derive(Clone, Debug)]
 pub struct SplitMix64(u64);
@@ -36,22 +39,46 @@ impl SplitMix64 {
     /// 16-bit uniforms from one 64-bit draw, centred and scaled to unit variance (fast enough for
     /// billion-element LM heads; never all zeros; bounded by ±2√3·std).
     pub fn normal_bf16(&mut self, n: usize, std: f64) -> Vec<bf16> {
+        self.normal_bf16_iter(std).take(n).collect()
+    }
+
+    /// [`Self::normal_bf16`] into memory reserved first: [`Error::HostMemory`] (naming `what`)
+    /// when the system refuses it, never an abort.
+    pub fn try_normal_bf16(&mut self, n: usize, std: f64, what: &'static str) -> Result<Vec<bf16>> {
+        let mut out = Vec::new();
+        out.try_reserve_exact(n).map_err(|_| Error::HostMemory { what, bytes: n.saturating_mul(2) })?;
+        out.extend(self.normal_bf16_iter(std).take(n));
+        Ok(out)
+    }
+
+    fn normal_bf16_iter(&mut self, std: f64) -> impl Iterator<Item = bf16> + '_ {
         let scale = (3.0f32).sqrt() * std as f32 / 65536.0;
-        (0..n)
-            .map(|_| {
-                let x = self.next_u64();
-                let sum = (x & 0xffff) + ((x >> 16) & 0xffff) + ((x >> 32) & 0xffff) + (x >> 48) + 2;
-                bf16::from_f32((sum as f32 - 2.0 * 65536.0) * scale)
-            })
-            .collect()
+        std::iter::repeat_with(move || {
+            let x = self.next_u64();
+            let sum = (x & 0xffff) + ((x >> 16) & 0xffff) + ((x >> 32) & 0xffff) + (x >> 48) + 2;
+            bf16::from_f32((sum as f32 - 2.0 * 65536.0) * scale)
+        })
     }
 }
 
 /// A synthetic LM head: weight `[V, D]` ~ N(0, (2/√D)²) (logits of standard deviation ≈ 2 for unit
-/// hidden states) and hidden states `[B, D]` ~ N(0, 1), both from `seed`.
+/// hidden states) and hidden states `[B, D]` ~ N(0, 1), both from `seed`. Panics where the memory
+/// cannot be had; [`try_lm_head`] checks first.
 pub fn lm_head(b: usize, d: usize, v: usize, seed: u64) -> (Vec<bf16>, Vec<bf16>) {
     let mut rng = SplitMix64::new(seed);
     let weight = rng.normal_bf16(v * d, 2.0 / (d as f64).sqrt());
     let hidden = rng.normal_bf16(b * d, 1.0);
     (hidden, weight)
+}
+
+/// [`lm_head`] for a shape from outside (a command line): the shape goes through the library's
+/// checks first ([`check_shape`]: B, D, V positive and within the kernels' limits, D aligned), then
+/// the memory is reserved ([`Error::HostMemory`] when refused). The same values as [`lm_head`].
+pub fn try_lm_head(b: usize, d: usize, v: usize, seed: u64) -> Result<(Vec<bf16>, Vec<bf16>)> {
+    check_shape(b, d, v)?;
+    // b, d, v ≤ 2³⁰ each: the products fit a 64-bit usize.
+    let mut rng = SplitMix64::new(seed);
+    let weight = rng.try_normal_bf16(v * d, 2.0 / (d as f64).sqrt(), "the synthetic LM-head weight")?;
+    let hidden = rng.try_normal_bf16(b * d, 1.0, "the synthetic hidden states")?;
+    Ok((hidden, weight))
 }
