@@ -114,9 +114,14 @@ fn parse() -> Result<Args, String> {
         rank: None,
         id: None,
     };
-    let mut it = std::env::args().skip(1);
+    // Non-UTF-8 arguments are errors, not panics.
+    let mut it = std::env::args_os().skip(1);
     while let Some(flag) = it.next() {
-        let mut val = || it.next().ok_or(format!("{flag} needs a value"));
+        let flag = flag.into_string().map_err(|f| format!("unknown argument {}", f.to_string_lossy()))?;
+        let mut val = || {
+            let v = it.next().ok_or(format!("{flag} needs a value"))?;
+            v.into_string().map_err(|v| format!("{flag}: {v:?} is not valid UTF-8"))
+        };
         match flag.as_str() {
             "--world" => a.world = val()?.parse().map_err(|e| format!("--world: {e}"))?,
             "--batch" => a.b = val()?.parse().map_err(|e| format!("--batch: {e}"))?,
@@ -139,6 +144,9 @@ fn parse() -> Result<Args, String> {
     if a.world == 0 || a.b == 0 || a.d == 0 || a.v == 0 {
         return Err("--world, --batch, --hidden and --vocab must be positive".into());
     }
+    // The library's own limits, before anything is built of these sizes.
+    flashsampling::params::check_shape(a.b, a.d, a.v).map_err(|e| e.to_string())?;
+    ShardLayout::even(a.v, a.d, a.world, SHARD_PAD).map_err(|e| e.to_string())?;
     if !(a.top_p > 0.0 && a.top_p <= 1.0) {
         return Err("--top-p must be in (0, 1]".into());
     }
@@ -216,7 +224,8 @@ fn child(a: &Args, rank: usize, id: &str) -> ! {
 
     // The whole synthetic head, the same on every rank (deterministic from the seed); this rank
     // keeps rows `offset .. offset + rows` of the weight, zero rows past V.
-    let (hidden, weight) = flashsampling::synthetic::lm_head(a.b, a.d, a.v, a.seed);
+    let (hidden, weight) =
+        flashsampling::synthetic::try_lm_head(a.b, a.d, a.v, a.seed).or_die(rank, "building the synthetic head");
     let mut shard = vec![bf16::ZERO; layout.rows * a.d];
     let real_rows = layout.rows.min(a.v.saturating_sub(layout.offset));
     shard[..real_rows * a.d].copy_from_slice(&weight[layout.offset * a.d..(layout.offset + real_rows) * a.d]);
@@ -444,9 +453,10 @@ fn launcher(a: &Args) -> i32 {
 
     // The one-device reference, computed while the ranks run (not needed with --fail-rank).
     let reference = if a.fail_rank.is_none() {
-        let (hidden, weight) = flashsampling::synthetic::lm_head(a.b, a.d, a.v, a.seed);
         let params = a.params();
-        Some(CpuBackend::new().sample(Matrix::new(&hidden, a.b, a.d), Matrix::new(&weight, a.v, a.d), &params))
+        Some(flashsampling::synthetic::try_lm_head(a.b, a.d, a.v, a.seed).and_then(|(hidden, weight)| {
+            CpuBackend::new().sample(Matrix::new(&hidden, a.b, a.d), Matrix::new(&weight, a.v, a.d), &params)
+        }))
     } else {
         None
     };

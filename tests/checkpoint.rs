@@ -348,11 +348,12 @@ fn fuzzed_checkpoint_files_give_typed_errors_only() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The main job's executable (`examples/sample.rs`), which `cargo test` builds beside the tests.
-fn sample_example() -> Option<PathBuf> {
-    let deps = std::env::current_exe().ok()?.parent()?.to_path_buf();
-    let exe = deps.parent()?.join("examples").join(format!("sample{}", std::env::consts::EXE_SUFFIX));
-    exe.exists().then_some(exe)
+/// An example's executable (`examples/NAME.rs`), which `cargo test` builds beside the tests.
+fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().ok().and_then(|t| Some(t.parent()?.parent()?.join("examples")));
+    let exe = exe.map(|dir| dir.join(format!("{name}{}", std::env::consts::EXE_SUFFIX)));
+    exe.filter(|e| e.exists())
+        .unwrap_or_else(|| panic!("the example {name} was not built beside the tests (cargo test builds it)"))
 }
 
 #[test]
@@ -362,9 +363,7 @@ fn the_main_jobs_flags_are_checked_before_anything_is_allocated() {
     // and exit 1 (run) or 2 (arguments), quickly.
     use std::os::unix::ffi::OsStrExt;
     use std::process::Command;
-    let Some(exe) = sample_example() else {
-        panic!("the example `sample` was not built beside the tests (cargo test builds it)");
-    };
+    let exe = example("sample");
     let run = |args: &[&std::ffi::OsStr]| {
         let out = Command::new(&exe).args(["--backend", "cpu"]).args(args).output().unwrap();
         (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
@@ -399,4 +398,17 @@ fn the_main_jobs_flags_are_checked_before_anything_is_allocated() {
     // A small valid call still runs.
     let (got, stderr) = run(&[os("--vocab"), os("64"), os("--hidden"), os("16"), os("--batch"), os("2")]);
     assert_eq!(got, Some(0), "{stderr}");
+    // The tensor-parallel example checks its flags the same way (exit 2, before any rank starts).
+    let tp = example("tp_ranks");
+    for (args, says) in [
+        (vec![os("--vocab"), os("4000000000")], "exceeds the supported maximum"),
+        (vec![os("--world"), os("100000")], "ranks = 100000 exceeds"),
+        (vec![os("--hidden"), os("12")], "not a multiple of 8"),
+        (vec![os("--id"), std::ffi::OsStr::from_bytes(b"\xff")], "not valid UTF-8"),
+    ] {
+        let out = Command::new(&tp).args(&args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "tp_ranks {args:?}: {stderr}");
+        assert!(stderr.contains(says), "tp_ranks {args:?}: {stderr}");
+    }
 }
