@@ -367,6 +367,28 @@ pub fn check_shape(b: usize, d: usize, v: usize) -> Result<Shape> {
     Ok(Shape { b, d, v })
 }
 
+/// The checks of a call's operands, before its parameters and in the calls' order: the hidden
+/// states `(B, D, length)` and the weight `(V, D, length)` agree on D
+/// ([`Error::HiddenSizeMismatch`], after B and V are found positive), [`check_shape`], then each
+/// buffer holds exactly its shape's elements ([`Error::LengthMismatch`]). For bindings that take
+/// buffers from outside: check here before building anything per row.
+pub fn check_inputs(
+    (b, hd, hidden_len): (usize, usize, usize),
+    (v, wd, weight_len): (usize, usize, usize),
+) -> Result<Shape> {
+    if hd != wd && b != 0 && v != 0 {
+        return Err(Error::HiddenSizeMismatch { hidden: hd, weight: wd });
+    }
+    let shape = check_shape(b, hd, v)?;
+    // B, D, V ≤ 2³⁰: the products fit a 64-bit usize.
+    for (buffer, expected, actual) in [("hidden states", b * hd, hidden_len), ("LM-head weight", v * hd, weight_len)] {
+        if expected != actual {
+            return Err(Error::LengthMismatch { buffer, expected, actual });
+        }
+    }
+    Ok(shape)
+}
+
 /// Validates shapes, lengths and parameters; `hidden_len`/`weight_len` are the buffers' lengths.
 pub(crate) fn validate(
     hidden: (usize, usize, usize),
@@ -384,16 +406,8 @@ pub(crate) fn validate_in_vocab(
     params: &SamplingParams,
     vocab: usize,
 ) -> Result<(Shape, Transform)> {
-    if hd != wd && b != 0 && v != 0 {
-        return Err(Error::HiddenSizeMismatch { hidden: hd, weight: wd });
-    }
-    let Shape { b, d, v } = check_shape(b, hd, v)?;
+    let Shape { b, d, v } = check_inputs((b, hd, hidden_len), (v, wd, weight_len))?;
     let max = MAX_DIM as usize;
-    for (buffer, expected, actual) in [("hidden states", b * d, hidden_len), ("LM-head weight", v * d, weight_len)] {
-        if expected != actual {
-            return Err(Error::LengthMismatch { buffer, expected, actual });
-        }
-    }
     if let Some(s) = &params.streams {
         if s.len() != b {
             return Err(Error::LengthMismatch { buffer: "streams", expected: b, actual: s.len() });

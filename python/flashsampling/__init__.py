@@ -95,14 +95,50 @@ def _device_mask_words(torch, allowed, b, v, device):
     raise TypeError(f"allowed is {allowed.dtype}: a CUDA mask is torch.bool [B, V] or int32/uint32 words")
 
 
+def _is_bool(x):
+    return isinstance(x, (bool, np.bool_)) or str(getattr(x, "dtype", "")) in ("bool", "torch.bool")
+
+
+def _scalar(x):
+    """A 0-d NumPy array or tensor as its Python number (anything else as it is)."""
+    if _is_torch_tensor(x) and x.dim() == 0:
+        return x.item()
+    if isinstance(x, np.ndarray) and x.ndim == 0:
+        return x.item()
+    return x
+
+
+def _int(x, name):
+    """An integer control: a Python or NumPy integer, or a 0-d integer array or tensor. A float (even
+    2.0), a string or a bool is a TypeError: nothing is rounded or parsed silently."""
+    if not _is_bool(x):
+        x = _scalar(x)
+        if isinstance(x, (int, np.integer)) and not _is_bool(x):
+            return int(x)
+    raise TypeError(f"{name} must be an integer; got {type(x).__name__} {x!r}")
+
+
+def _float(x, name):
+    """A real-number control: a Python or NumPy int or float, or a 0-d real array or tensor; a string or
+    a bool is a TypeError."""
+    if not _is_bool(x):
+        x = _scalar(x)
+        if isinstance(x, (int, float, np.integer, np.floating)) and not _is_bool(x):
+            return float(x)
+    raise TypeError(f"{name} must be a real number; got {type(x).__name__} {x!r}")
+
+
 def _controls(b, temperature, seed, streams, sample, temperatures, seeds, n, logprobs, top_k, top_p, min_p,
               softcap, top_logprobs, top_logprobs_raw, mask_words, penalties):
-    """The ``controls`` dict of the native calls (their ``ControlArgs``: one key per control)."""
+    """The ``controls`` dict of the native calls (their ``ControlArgs``: one key per control). Integer
+    controls must be integers (``_int``), per-row integer lists too (the native side refuses floats)."""
     return dict(
-        temperature=float(temperature), seed=int(seed), streams=_list(streams), sample=int(sample),
-        temperatures=_list(temperatures), seeds=_list(seeds), n=int(n), logprobs=logprobs, top_k=_list(top_k),
-        top_p=_list(top_p), min_p=_list(min_p), softcap=None if softcap is None else float(softcap),
-        top_logprobs=int(top_logprobs), top_logprobs_raw=bool(top_logprobs_raw), mask_words=mask_words, **penalties,
+        temperature=_float(temperature, "temperature"), seed=_int(seed, "seed"), streams=_list(streams),
+        sample=_int(sample, "sample"), temperatures=_list(temperatures), seeds=_list(seeds), n=_int(n, "n"),
+        logprobs=logprobs, top_k=_list(top_k), top_p=_list(top_p), min_p=_list(min_p),
+        softcap=None if softcap is None else _float(softcap, "softcap"),
+        top_logprobs=_int(top_logprobs, "top_logprobs"), top_logprobs_raw=bool(top_logprobs_raw),
+        mask_words=mask_words, **penalties,
     )
 
 
@@ -380,7 +416,7 @@ def sample_cuda(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample
         lps = torch.empty(shape, dtype=torch.float32, device=device) if lp else None
         raw = torch.empty(shape, dtype=torch.float32, device=device) if logprobs == "processed_and_raw" else None
         lse = torch.empty((b * n,), dtype=torch.float32, device=device) if lp else None  # per sample row
-        k = int(top_logprobs)
+        k = _int(top_logprobs, "top_logprobs")
         top = (torch.empty((b, k), dtype=torch.int32, device=device),
                torch.empty((b, k), dtype=torch.float32, device=device)) if k > 0 else None
         controls = _controls(b, temperature, seed, streams, sample, temperatures, seeds, n, logprobs, top_k, top_p,

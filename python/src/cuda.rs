@@ -218,6 +218,13 @@ pub fn sample_cuda(
     top_tokens_ptr: Option<u64>,
     top_logprobs_ptr: Option<u64>,
 ) -> PyResult<()> {
+    // The shapes first (the buffers' lengths are their shapes' here: only pointers cross), so that
+    // nothing is built per row of a `b` past the library's limits.
+    flashsampling::params::check_inputs(
+        (b, hidden_d, b.saturating_mul(hidden_d)),
+        (v, weight_d, v.saturating_mul(weight_d)),
+    )
+    .map_err(to_py)?;
     let params = ControlArgs::from_dict(controls)?.params(b, v)?;
     let top = match (top_tokens_ptr, top_logprobs_ptr) {
         (Some(t), Some(l)) => Some((t, l, elements("top log-probabilities", b, params.top_logprobs as usize)?)),

@@ -10,7 +10,7 @@ use flashsampling::params::LogProbs;
 use flashsampling::{CpuBackend, Error, Matrix, SamplingParams};
 use half::bf16;
 use pyo3::buffer::PyBuffer;
-use pyo3::exceptions::{PyNotImplementedError, PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyMemoryError, PyNotImplementedError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -20,6 +20,7 @@ fn to_py(e: Error) -> PyErr {
     match e {
         Error::Driver(_) | Error::Cublas(_) | Error::NoGpu(_) => PyRuntimeError::new_err(e.to_string()),
         Error::Unsupported { .. } => PyNotImplementedError::new_err(e.to_string()),
+        Error::HostMemory { .. } => PyMemoryError::new_err(e.to_string()),
         _ => PyValueError::new_err(e.to_string()),
     }
 }
@@ -238,23 +239,31 @@ impl Penalties {
             Some((lengths, flat)) => Some(split_rows("per-row output tokens", lengths, flat, b)?),
             None => None,
         };
-        let per_row = |buffer, values: &Option<Vec<f32>>, default: f32| -> Result<Vec<f32>, Error> {
+        // Row `r`'s value: the list's (its length checked first), else the default. Nothing is
+        // allocated per row for a control that was not given.
+        fn per_row<'a>(
+            b: usize,
+            buffer: &'static str,
+            values: &'a Option<Vec<f32>>,
+            default: f32,
+        ) -> Result<impl Fn(usize) -> f32 + 'a, Error> {
             match values {
                 Some(x) if x.len() != b => Err(Error::LengthMismatch { buffer, expected: b, actual: x.len() }),
-                Some(x) => Ok(x.clone()),
-                None => Ok(vec![default; b]),
+                _ => Ok(move |r: usize| values.as_ref().map_or(default, |x| x[r])),
             }
-        };
-        let repetition = per_row("per-row repetition penalties", &self.repetition_penalty, 1.0)?;
-        let frequency = per_row("per-row frequency penalties", &self.frequency_penalty, 0.0)?;
-        let presence = per_row("per-row presence penalties", &self.presence_penalty, 0.0)?;
-        let mut rows = Vec::with_capacity(b);
+        }
+        let repetition = per_row(b, "per-row repetition penalties", &self.repetition_penalty, 1.0)?;
+        let frequency = per_row(b, "per-row frequency penalties", &self.frequency_penalty, 0.0)?;
+        let presence = per_row(b, "per-row presence penalties", &self.presence_penalty, 0.0)?;
+        let mut rows = Vec::new();
+        let bytes = b.saturating_mul(std::mem::size_of::<RowPenalties>());
+        rows.try_reserve_exact(b).map_err(|_| Error::HostMemory { what: "per-row penalties", bytes })?;
         for row in 0..b {
             let p = RowPenalties {
                 logit_bias: bias_rows.as_ref().map_or(&[][..], |r| r[row]),
-                repetition_penalty: repetition[row],
-                frequency_penalty: frequency[row],
-                presence_penalty: presence[row],
+                repetition_penalty: repetition(row),
+                frequency_penalty: frequency(row),
+                presence_penalty: presence(row),
                 prompt: prompt_rows.as_ref().map_or(&[][..], |r| r[row]),
                 output: output_rows.as_ref().map_or(&[][..], |r| r[row]),
             };
@@ -287,6 +296,13 @@ fn sample_cpu<'py>(
     threads: Option<usize>,
     f16: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
+    // The operands first (shapes against the library's limits, lengths against the buffers), so
+    // that nothing is built per row of a `b` that the buffers do not hold.
+    flashsampling::params::check_inputs(
+        (b, hidden_d, hidden_bits.item_count()),
+        (v, weight_d, weight_bits.item_count()),
+    )
+    .map_err(to_py)?;
     let params = ControlArgs::from_dict(controls)?.params(b, v)?;
     let cpu = match threads {
         Some(t) => CpuBackend::new().with_threads(t),

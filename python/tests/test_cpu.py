@@ -305,3 +305,43 @@ def test_bad_adjustments_raise_the_librarys_errors():
         with pytest.raises(ValueError, match=message):
             fs.sample(hidden, weight, 1.0, **kw)
     assert fs.sample(hidden, weight, 0.0, logit_bias=[{1: 50.0}, {2: 50.0}]).tolist() == [1, 2]
+
+
+def test_integer_controls_must_be_integers():
+    # Issue 48, item 10: a float, a string or a bool where an integer goes was truncated silently.
+    hidden, weight = lm_head(2, 64, 100, 7)
+    for kw in [dict(seed=1.5), dict(seed="7"), dict(seed=True), dict(sample=1.5), dict(top_logprobs=2.5),
+               dict(n=2.0), dict(seed=np.float64(3.0)), dict(seed=np.array(2.5))]:
+        with pytest.raises(TypeError, match="must be an integer"):
+            fs.sample(hidden, weight, **kw)
+    for kw in [dict(temperature="0.7"), dict(temperature=True), dict(softcap="30")]:
+        with pytest.raises(TypeError, match="must be a real number"):
+            fs.sample(hidden, weight, **kw)
+    with pytest.raises(TypeError):
+        fs.sample(hidden, weight, seeds=[1.5, 2.5])
+    with pytest.raises(TypeError):
+        fs.sample(hidden, weight, top_k=[2.5, 3])
+    # NumPy integers and 0-d integer arrays are integers; the draws are the plain int's.
+    want = fs.sample(hidden, weight, 1.0, seed=7, sample=3)
+    for seed in [np.int64(7), np.uint32(7), np.array(7)]:
+        assert np.array_equal(fs.sample(hidden, weight, np.float32(1.0), seed=seed, sample=np.int16(3)), want)
+
+
+def test_the_native_call_checks_shapes_before_it_builds_rows():
+    # Issue 48, item 7: the importable native function built per-row lists for any `b` before it
+    # checked the buffers (2^62 rows: a capacity-overflow panic; 2^40: an allocation that aborts).
+    def controls(**kw):
+        return dict(temperature=1.0, seed=0, **kw)
+
+    h, w = np.zeros(8, np.uint16), np.zeros(128, np.uint16)
+    for b in [2**62, 2**40, 2**31]:
+        with pytest.raises(ValueError, match="exceeds the supported maximum"):
+            fs._sample_cpu(h, b, 8, w, 16, 8, controls(repetition_penalty=[1.0]))
+        with pytest.raises(ValueError, match="exceeds the supported maximum"):
+            fs._sample_cuda(0, 0, 0, b, 8, 0, 16, 8, 0, 0, 1, controls(presence_penalty=[0.5]))
+    with pytest.raises(ValueError, match="hidden states has 8 elements, but its shape needs 1024"):
+        fs._sample_cpu(h, 128, 8, w, 16, 8, controls(frequency_penalty=[0.0] * 128))
+    with pytest.raises(ValueError, match="vocab size V is 0"):
+        fs._sample_cpu(h, 1, 8, w, 0, 8, controls())
+    out = fs._sample_cpu(h, 1, 8, w, 16, 8, controls(repetition_penalty=[1.2]))
+    assert len(out["tokens"]) == 1
