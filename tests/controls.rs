@@ -168,13 +168,16 @@ fn bad_controls_are_typed_errors() {
     assert!(cpu.sample(h, w, &p.clone().with_sample((1 << 31) - 3).with_samples_per_row(3)).is_ok());
     // Not over shards (truncation, top log-probabilities): said before any work.
     let shards = VocabShard::split(w, &[5, 10]).unwrap();
-    // Truncation over shards runs through the exchanged top lists (tests/shard.rs); a rank-local step
-    // cannot send them, and top log-probabilities are not exchanged.
+    // Truncation over shards runs through the exchanged top lists, top log-probabilities through the
+    // gathered rows (tests/shard.rs); a rank-local step cannot send either.
     assert!(cpu.sample_sharded(h, &shards, v, &p.clone().with_top_k(vec![3, 3])).is_ok());
     let e = cpu.shard_results(h, shards[0], v, &p.clone().with_top_k(vec![3, 3])).unwrap_err();
     assert!(matches!(e, Error::Unsupported { path: "over vocab shards", .. }), "{e:?}");
-    let e = cpu.sample_sharded(h, &shards, v, &p.clone().with_top_logprobs(2, false)).unwrap_err();
+    let top = p.clone().with_top_logprobs(2, false);
+    let e = cpu.shard_results(h, shards[0], v, &top).unwrap_err();
     assert!(matches!(e, Error::Unsupported { path: "over vocab shards", .. }), "{e:?}");
+    let whole = cpu.sample_scored(h, w, &top).unwrap();
+    assert_eq!(cpu.sample_sharded(h, &shards, v, &top).unwrap().top_logprobs, whole.top_logprobs);
     // Log-probabilities over shards work (tests/shard.rs compares them with the whole head).
     assert!(cpu.sample_sharded(h, &shards, v, &p.with_logprobs(LogProbs::Processed)).is_ok());
 }
@@ -462,4 +465,82 @@ fn f16_inputs_on_the_cpu_backend() {
     weight[3] = f16::NAN;
     let e = cpu.sample(Matrix::new(&hidden, 1, 8), Matrix::new(&weight, 2, 8), &SamplingParams::greedy()).unwrap_err();
     assert!(matches!(e, Error::NanLogit { row: 0 }), "{e:?}");
+}
+
+/// The +∞ rule's outputs of one call (issue 48, item 11), checked against the rule: the drawn token
+/// is the first `+∞` logit, its log-probability (processed and raw) 0, the row's log-sum-exp `+∞`, in
+/// top lists the first `+∞` token 0 and every other `−∞`.
+fn assert_infinite_rule(what: &str, s: &flashsampling::Samples, first_inf: &[u32], n: usize, greedy: &[bool]) {
+    for (i, &t) in s.tokens.iter().enumerate() {
+        let row = i / n;
+        assert_eq!(t, first_inf[row], "{what}: sample {i}");
+        if let Some(lp) = &s.logprobs {
+            assert_eq!(lp[i], 0.0, "{what}: log-prob of sample {i}");
+        }
+        if let Some(raw) = &s.raw_logprobs {
+            assert_eq!(raw[i], 0.0, "{what}: raw log-prob of sample {i}");
+        }
+    }
+    if let Some(lse) = &s.logsumexp {
+        for (row, &l) in lse.iter().enumerate() {
+            if greedy[row] {
+                assert!(l.is_nan(), "{what}: greedy row {row} log-sum-exp {l}");
+            } else {
+                assert_eq!(l, f32::INFINITY, "{what}: row {row} log-sum-exp");
+            }
+        }
+    }
+    if let Some(top) = &s.top_logprobs {
+        for (row, list) in top.iter().enumerate() {
+            assert_eq!(list[0], (first_inf[row], 0.0), "{what}: row {row} top list {list:?}");
+            assert!(list[1..].iter().all(|e| e.1 == f32::NEG_INFINITY), "{what}: row {row} top list {list:?}");
+        }
+    }
+}
+
+#[test]
+fn a_positive_infinite_logit_takes_all_the_mass_in_the_log_probabilities() {
+    // Issue 48, item 11: a +∞ logit made every log-probability and the log-sum-exp NaN. The rule
+    // (the softmax limit; ties to the lowest index, as the token): the drawn +∞ token has log-prob
+    // 0, every other −∞, and the log-sum-exp is +∞ — on the tiled, materialized (top-n, top-k) and
+    // sharded paths alike.
+    let cpu = CpuBackend::new().with_threads(2);
+    let (b, d, v) = (4usize, 8usize, 300usize);
+    // Row r's logits: 2 (i % 7 - 3), and +∞ at tokens 40 + r and 250 (the first wins): finite bf16
+    // products beyond f32's range (2 · bf16::MAX), no ∞ input, so no 0 · ∞.
+    let two = half::bf16::from_f32(2.0);
+    let mut hidden = vec![half::bf16::ZERO; b * d];
+    let mut weight = vec![half::bf16::ZERO; v * d];
+    for r in 0..b {
+        hidden[r * d] = two;
+        hidden[r * d + 1 + r] = two;
+    }
+    for i in 0..v {
+        weight[i * d] = if i == 250 { half::bf16::MAX } else { half::bf16::from_f32((i % 7) as f32 - 3.0) };
+    }
+    for r in 0..b {
+        weight[(40 + r) * d + 1 + r] = half::bf16::MAX;
+    }
+    let first_inf: Vec<u32> = (0..b as u32).map(|r| 40 + r).collect();
+    let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
+    let greedy = [false, true, false, false];
+    let base = SamplingParams::new(0.8, 0x11)
+        .with_temperatures(vec![0.8, 0.0, 1.5, 1.0])
+        .with_samples_per_row(3)
+        .with_logprobs(LogProbs::ProcessedAndRaw);
+    for (what, params) in [
+        ("tiled", base.clone()),
+        ("top-n", base.clone().with_top_logprobs(5, false)),
+        ("raw top-n", base.clone().with_top_logprobs(5, true)),
+        ("top-k", base.clone().with_top_k(vec![3; b])),
+        ("top-p", base.clone().with_top_p(vec![0.9; b])),
+    ] {
+        let s = cpu.sample_scored(h, w, &params).unwrap();
+        assert_infinite_rule(what, &s, &first_inf, 3, &greedy);
+        for ends in [vec![100, 300], vec![41, 42, 251, 300]] {
+            let shards = VocabShard::split(w, &ends).unwrap();
+            let got = cpu.sample_sharded(h, &shards, v, &params).unwrap();
+            assert_infinite_rule(&format!("{what} over shards ending at {ends:?}"), &got, &first_inf, 3, &greedy);
+        }
+    }
 }

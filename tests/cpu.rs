@@ -490,3 +490,97 @@ fn driver_errors_keep_their_cuda_code() {
     assert!(!Error::EmptyBatch.is_out_of_memory());
     assert!(std::error::Error::source(&oom).is_some(), "the driver error is the source");
 }
+
+#[test]
+fn validation_errors_come_in_the_documented_order() {
+    // Issue 48, item 12: README's "Validation errors" table lists the checks in the order the code
+    // makes them. Each row's problem is set on a valid call, the later rows' first (an earlier row's
+    // setting wins where two touch one field); with rows k.. present the call reports row k's error.
+    // Row 13 (a sharded call's vocabulary) is a rank-local step's: checked at the end.
+    use flashsampling::controls::{SparseAdjustments, TokenMask};
+    use flashsampling::kernels::logits::Adjustment;
+    use flashsampling::params::MAX_TOP_LOGPROBS;
+    #[derive(Clone)]
+    struct Case {
+        b: usize,
+        hd: usize,
+        wd: usize,
+        v: usize,
+        hidden_extra: usize,
+        p: SamplingParams,
+    }
+    type Problem = (usize, fn(&mut Case), fn(&Error) -> bool);
+    let problems: [Problem; 14] = [
+        (1, |c| c.wd = c.hd + 8, |e| matches!(e, Error::HiddenSizeMismatch { .. })),
+        (2, |c| (c.hd, c.wd) = (0, 0), |e| matches!(e, Error::EmptyHidden)),
+        (3, |c| c.v = 1 << 31, |e| matches!(e, Error::TooLarge { what: "vocab size V", .. })),
+        (4, |c| (c.hd, c.wd) = (12, 12), |e| matches!(e, Error::HiddenNotAligned { d: 12, .. })),
+        (
+            5,
+            |c| (c.hidden_extra, c.p.streams) = (1, Some(vec![0; 3])),
+            |e| matches!(e, Error::LengthMismatch { buffer: "hidden states", .. }),
+        ),
+        (6, |c| c.p.n = 0, |e| matches!(e, Error::InvalidSampleCount { n: 0, .. })),
+        (7, |c| c.p.sample = 1 << 31, |e| matches!(e, Error::InvalidSample(_))),
+        (
+            8,
+            |c| c.p.temperatures = Some(vec![1.0, f32::NAN]),
+            |e| matches!(e, Error::InvalidRowTemperature { row: 1, .. }),
+        ),
+        (9, |c| c.p.top_k = Some(vec![1]), |e| matches!(e, Error::LengthMismatch { buffer: "per-row top-k", .. })),
+        (10, |c| c.p.top_p = Some(vec![0.5, 2.0]), |e| matches!(e, Error::InvalidTruncation { what: "top-p", .. })),
+        (
+            11,
+            |c| c.p.top_logprobs = MAX_TOP_LOGPROBS + 1,
+            |e| matches!(e, Error::TooLarge { what: "top log-probabilities per row", .. }),
+        ),
+        (12, |c| c.p.softcap = Some(-1.0), |e| matches!(e, Error::InvalidSoftcap(_))),
+        (
+            14,
+            |c| {
+                c.p.allowed = Some(TokenMask { words: vec![u32::MAX; 1], words_per_row: 2 });
+                let a = Adjustment { bias: 1.0, repetition: 1.0, subtract: 0.0 };
+                c.p.adjustments =
+                    Some(SparseAdjustments { offsets: vec![0, 1, 1], tokens: vec![1000], adjustments: vec![a] });
+            },
+            |e| matches!(e, Error::LengthMismatch { .. }),
+        ),
+        (15, |c| c.p.temperature = f32::NAN, |e| matches!(e, Error::InvalidTemperature(_))),
+    ];
+    let cpu = CpuBackend::new().with_threads(1);
+    let valid = Case { b: 2, hd: 16, wd: 16, v: 40, hidden_extra: 0, p: SamplingParams::new(1.0, 1) };
+    let data = vec![bf16::ONE; 4096];
+    for k in 0..=problems.len() {
+        let mut c = valid.clone();
+        for (_, set, _) in problems[k..].iter().rev() {
+            set(&mut c);
+        }
+        let h = Matrix::new(&data[..c.b * c.hd + c.hidden_extra], c.b, c.hd);
+        let w = Matrix::new(&data[..c.v.min(64) * c.wd], c.v, c.wd);
+        let got = cpu.sample(h, w, &c.p);
+        match problems.get(k) {
+            Some((row, _, is)) => {
+                let e = got.unwrap_err();
+                assert!(is(&e), "with rows {row}.. of the table present, row {row}'s error; got {e:?}");
+            }
+            None => assert!(got.is_ok(), "the valid call: {got:?}"),
+        }
+    }
+    // Row 2's other errors, and the host mask before the adjustments (row 14).
+    let (one, p) = (&data[..16], SamplingParams::new(f32::NAN, 1));
+    assert!(matches!(cpu.sample(Matrix::new(&[], 0, 16), Matrix::new(one, 1, 8), &p), Err(Error::EmptyBatch)));
+    assert!(matches!(cpu.sample(Matrix::new(one, 1, 16), Matrix::new(&[], 0, 8), &p), Err(Error::EmptyVocab)));
+    let mut c = valid.clone();
+    problems[12].1(&mut c);
+    c.p.allowed = None;
+    let e = cpu.sample(Matrix::new(&data[..32], 2, 16), Matrix::new(&data[..640], 40, 16), &c.p).unwrap_err();
+    assert!(matches!(e, Error::TokenOutOfRange { row: 0, token: 1000, v: 40 }), "{e:?}");
+    // Row 13 after row 12, before row 14: a rank's shard of a vocabulary past 2³⁰.
+    let shard = flashsampling::VocabShard::new(Matrix::new(&data[..640], 40, 16), 0);
+    let (h, mut p) = (Matrix::new(&data[..32], 2, 16), SamplingParams::new(1.0, 1).with_softcap(-1.0));
+    assert!(matches!(cpu.shard_candidates(h, shard, 1 << 31, &p), Err(Error::InvalidSoftcap(_))));
+    p.softcap = None;
+    p.allowed = Some(TokenMask { words: vec![0; 1], words_per_row: 1 });
+    let e = cpu.shard_candidates(h, shard, 1 << 31, &p).unwrap_err();
+    assert!(matches!(e, Error::TooLarge { what: "vocab size V", .. }), "{e:?}");
+}

@@ -57,6 +57,14 @@ impl LogMass {
         Self { max, sum: self.sum * exp(self.max - max) + other.sum * exp(other.max - max) }
     }
 
+    /// `ln Σ exp(x)` of the values seen, with `ln` the logarithm to use: `max + ln(sum)`, or
+    /// `max` itself when it is infinite (`−∞`: nothing seen; `+∞`: a `+∞` value holds all the
+    /// mass, whatever the sum became).
+    #[inline(always)]
+    pub fn lse_with(self, ln: impl Fn(f32) -> f32) -> f32 {
+        if self.max == f32::INFINITY || self.max == f32::NEG_INFINITY { self.max } else { self.max + ln(self.sum) }
+    }
+
     /// Combines two states with the host's exponential ([`exp`]). Device code passes its own
     /// exponential to [`LogMass::merge_with`] (this crate's core imports nothing from `device`).
     #[cfg(not(target_arch = "nvptx64"))]
@@ -64,6 +72,15 @@ impl LogMass {
     pub fn merge(self, other: Self) -> Self {
         self.merge_with(other, exp)
     }
+}
+
+/// The log-probability `x − lse` of a value `x` (a logit over the temperature, or a raw logit) in a
+/// distribution of log-sum-exp `lse`, where a `+∞` logit takes all the mass (the softmax limit; the
+/// first `+∞` token is the one drawn): with `lse = +∞`, a `+∞` value has log-probability 0 and every
+/// other value `−∞` (not `∞ − ∞`). Every backend and kernel that reports log-probabilities uses it.
+#[inline(always)]
+pub fn log_prob(x: f32, lse: f32) -> f32 {
+    if lse == f32::INFINITY { if x == f32::INFINITY { 0.0 } else { f32::NEG_INFINITY } } else { x - lse }
 }
 
 /// e^x on the host (`core` has no `exp`): a range-reduced degree-6 polynomial (relative error below

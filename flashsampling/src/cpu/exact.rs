@@ -5,7 +5,7 @@ use flashsampling_kernels::Candidate;
 use flashsampling_kernels::epilogue::update_tile;
 use flashsampling_kernels::truncate::{KeptWalk, Step, TopList, Truncation, sample_kept};
 
-use super::{CpuBackend, Slot, dot};
+use super::{CpuBackend, Slot, dot, log_prob};
 use crate::Samples;
 use crate::params::{Element, LogProbs, Matrix, SamplingParams, Shape};
 use crate::shard::VocabShard;
@@ -126,13 +126,13 @@ impl RowResult {
             .map(|c| match (valid(c), greedy) {
                 (false, _) => f32::NAN,
                 (true, true) => 0.0,
-                (true, false) => (z[c.index as usize] as f64 * inv_t - lse) as f32,
+                (true, false) => log_prob(z[c.index as usize] as f64 * inv_t, lse) as f32,
             })
             .collect();
         let raw_logprobs = match (raw, raw_lse) {
             (Some(y), Some(l)) => cands
                 .iter()
-                .map(|c| if valid(c) { (y[c.index as usize] as f64 - l) as f32 } else { f32::NAN })
+                .map(|c| if valid(c) { log_prob(y[c.index as usize] as f64, l) as f32 } else { f32::NAN })
                 .collect(),
             _ => Vec::new(),
         };
@@ -153,7 +153,15 @@ impl RowResult {
                 order.iter().map(|&i| (i, 0.0)).collect()
             } else {
                 order.truncate(params.top_logprobs as usize);
-                order.iter().map(|&i| (i, (vals[i as usize] as f64 * scale - l) as f32)).collect()
+                // With +∞ logits the first (lowest index) takes all the mass, the others none.
+                order
+                    .iter()
+                    .enumerate()
+                    .map(|(j, &i)| {
+                        let x = if j > 0 && vals[i as usize] == f32::INFINITY { 0.0 } else { vals[i as usize] as f64 };
+                        (i, log_prob(x * scale, l) as f32)
+                    })
+                    .collect()
             }
         };
         Self { cands: cands.to_vec(), logprobs, raw_logprobs, lse: lse as f32, top }
@@ -209,10 +217,11 @@ pub(crate) fn kept_threshold(z: &[f32], t: f64, k: u32, p: f32, min_p: f32) -> f
 /// GPU rank sends.
 pub(crate) const SHARD_TOP: usize = flashsampling_kernels::truncate::RANK_TOP;
 
-/// `ln Σ exp(x)` in f64 over `xs` (`−∞` when empty or all `−∞`).
+/// `ln Σ exp(x)` in f64 over `xs` (`−∞` when empty or all `−∞`; `+∞` when a value is: it holds all
+/// the mass).
 fn lse_f64(xs: impl Iterator<Item = f64> + Clone) -> f64 {
     let m = xs.clone().fold(f64::NEG_INFINITY, f64::max);
-    if m == f64::NEG_INFINITY { m } else { m + xs.map(|x| (x - m).exp()).sum::<f64>().ln() }
+    if m == f64::NEG_INFINITY || m == f64::INFINITY { m } else { m + xs.map(|x| (x - m).exp()).sum::<f64>().ln() }
 }
 
 impl CpuBackend {

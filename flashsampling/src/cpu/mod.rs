@@ -5,7 +5,7 @@
 mod exact;
 mod tiled;
 
-use tiled::add_logprobs;
+use tiled::{add_logprobs, log_prob};
 
 use flashsampling_kernels::config::BLOCK_V;
 use flashsampling_kernels::{Candidate, RowNoise, Transform};
@@ -195,8 +195,8 @@ impl CpuBackend {
                         let wt: Vec<f32> = w.data[t * d..(t + 1) * d].iter().map(|x| x.to_f32()).collect();
                         let y = dot(&h, &wt);
                         let z = params.row_logits(row).one(y, token as usize) as f64;
-                        let lp = if greedy { 0.0 } else { z * slot.inv_temperature - lse };
-                        (lp as f32, (y as f64 - raw_lse) as f32)
+                        let lp = if greedy { 0.0 } else { log_prob(z * slot.inv_temperature, lse) };
+                        (lp as f32, log_prob(y as f64, raw_lse) as f32)
                     };
                     RankLogProbs {
                         logprob,

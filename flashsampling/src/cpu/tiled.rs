@@ -123,7 +123,13 @@ impl RowMass {
     const EMPTY: Self = Self { processed: (f64::NEG_INFINITY, 0.0), raw: (f64::NEG_INFINITY, 0.0) };
 
     fn add((max, sum): &mut (f64, f64), x: f64) {
-        if x > *max {
+        if *max == f64::INFINITY {
+            // A +∞ logit holds all the mass (see `log_prob`): the rest adds nothing.
+            return;
+        }
+        if x == f64::INFINITY {
+            (*max, *sum) = (x, 1.0);
+        } else if x > *max {
             *sum = *sum * (*max - x).exp() + 1.0;
             *max = x;
         } else if x > f64::NEG_INFINITY {
@@ -147,8 +153,8 @@ impl RowMass {
     fn merge(self, o: Self) -> Self {
         fn join(a: (f64, f64), b: (f64, f64)) -> (f64, f64) {
             let max = a.0.max(b.0);
-            if max == f64::NEG_INFINITY {
-                return (max, 0.0);
+            if max == f64::NEG_INFINITY || max == f64::INFINITY {
+                return (max, if max == f64::INFINITY { 1.0 } else { 0.0 });
             }
             (max, a.1 * (a.0 - max).exp() + b.1 * (b.0 - max).exp())
         }
@@ -156,7 +162,7 @@ impl RowMass {
     }
 
     fn lse((max, sum): (f64, f64)) -> f64 {
-        max + sum.ln()
+        if max == f64::INFINITY { max } else { max + sum.ln() }
     }
 
     /// The log-sum-exp of the processed logits over the temperature (`−∞` when none was seen).
@@ -168,6 +174,14 @@ impl RowMass {
     pub(super) fn raw_lse(&self) -> f64 {
         Self::lse(self.raw)
     }
+}
+
+/// The f64 twin of `kernels::logmass::log_prob`: the log-probability `x − lse` of a value `x` (a
+/// logit over the temperature, or a raw logit) under a distribution of log-sum-exp `lse`. A `+∞`
+/// logit takes all the mass (the softmax limit; the first `+∞` token is the one drawn): with
+/// `lse = +∞` a `+∞` value has log-probability 0 and every other value `−∞`, not `∞ − ∞`.
+pub(super) fn log_prob(x: f64, lse: f64) -> f64 {
+    if lse == f64::INFINITY { if x == f64::INFINITY { 0.0 } else { f64::NEG_INFINITY } } else { x - lse }
 }
 
 /// Fills the log-probabilities of `samples` from the rows' log-mass and each sampled token's logit
@@ -191,10 +205,13 @@ pub(super) fn add_logprobs(
         let y = logit(row, token);
         let z = params.row_logits(row).one(y, token as usize) as f64;
         let y = y as f64;
-        let processed =
-            if slot.inv_temperature > 0.0 { z * slot.inv_temperature - RowMass::lse(mass[row].processed) } else { 0.0 };
+        let processed = if slot.inv_temperature > 0.0 {
+            log_prob(z * slot.inv_temperature, RowMass::lse(mass[row].processed))
+        } else {
+            0.0
+        };
         lp.push(processed as f32);
-        raw.push((y - RowMass::lse(mass[row].raw)) as f32);
+        raw.push(log_prob(y, RowMass::lse(mass[row].raw)) as f32);
     }
     let lse = (0..mass.len())
         .map(
