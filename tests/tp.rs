@@ -29,8 +29,8 @@ use flashsampling::kernels::logits::Adjustment;
 use flashsampling::params::LogProbs;
 use flashsampling::tp::nccl_available;
 use flashsampling::{
-    CommId, DeviceMatrix, ElementType, Error, GpuBackend, Matrix, SamplingParams, ShardLayout, TpGroup, TpRank,
-    VocabShard,
+    CommId, CpuBackend, DeviceMatrix, ElementType, Error, GpuBackend, Matrix, SamplingParams, ShardLayout, TpGroup,
+    TpRank, VocabShard,
 };
 use half::{bf16, f16};
 
@@ -582,4 +582,76 @@ fn even_layouts_and_comm_ids_are_checked_without_a_gpu() {
     }
     assert!(matches!(CommId::from_hex(&id[..254]), Err(Error::InvalidCommId(_))));
     assert!(matches!(CommId::from_hex(&"é".repeat(128)), Err(Error::InvalidCommId(_))));
+}
+
+/// Issue 48 on the GPU: the layout property of `tests/shard.rs` (any layout × any control gives the
+/// one-device result and never a token ≥ V) over the ranks of a [`TpGroup`]: one rank on one GPU
+/// (its shard padded past V), and with two GPUs even, uneven and padded layouts (offsets multiples of
+/// 4, as the GPU needs; a shard wholly past V in plain calls). Tokens and scores bit for bit those of
+/// the one-GPU call on the whole head (and the CPU backend's `sample_sharded` of the same layout
+/// equals its whole-head call), seeded cases; what the ranks cannot compose yet must be the
+/// documented `Unsupported` or `InvalidShards`. SKIPs without a GPU and NCCL.
+#[test]
+fn any_layout_and_control_over_ranks_gives_the_one_device_result() {
+    if !gpus_or_skip("any_layout_and_control_over_ranks_gives_the_one_device_result", 1) {
+        return;
+    }
+    let count = cudarc::driver::CudaContext::device_count().unwrap_or(1).clamp(1, 2) as usize;
+    let ordinals: Vec<usize> = (0..count).collect();
+    let (cpu, one) = (CpuBackend::new(), GpuBackend::new(0).unwrap());
+    let mut rng = TestRng::new(0x48_7A00);
+    let (mut compared, mut refused) = (0usize, 0usize);
+    for case in 0..24 {
+        let (b, d) = ([1usize, 3, 9, 40][case % 4], [64usize, 128][case % 2]);
+        let v = 4 * (50 + (rng.next_u64() % 3000) as usize) + (rng.next_u64() % 4) as usize;
+        // Shard ends: multiples of 4, the last padded past V (by 4 to 64 rows, or a whole shard).
+        let pad = 4 * (1 + (rng.next_u64() % 16) as usize);
+        let padded = v.next_multiple_of(4) + pad;
+        let ends: Vec<usize> = match (count, case % 3) {
+            (1, _) => vec![padded],
+            (_, 0) => {
+                let rows = v.div_ceil(2).next_multiple_of(64);
+                vec![rows, 2 * rows]
+            }
+            (_, 1) => vec![4 * (1 + (rng.next_u64() as usize % (v / 4 - 1))), padded],
+            _ => vec![v.next_multiple_of(4), padded],
+        };
+        let ls = layouts(&ends, v, d);
+        let padded = *ends.last().unwrap();
+        let (hidden, weight) = padded_head(b, d, v, padded, 0x48_7A01 ^ case as u64);
+        let (h, sh) = (Matrix::new(&hidden, b, d), shards(&weight, &ls));
+        let base = SamplingParams::new(0.9, case as u64).with_streams((0..b as u64).map(|r| 3 * r + 1).collect());
+        let k = |r: usize| [0u32, 1, 5, 40][r % 4];
+        let params = match case % 8 {
+            0 => base,
+            1 => base.with_allowed(half_mask(b, v, case as u64)),
+            2 => base.with_adjustments(cross_shard_adjustments(b, v)),
+            3 => base.with_top_k((0..b).map(k).collect()),
+            4 => base.with_top_p(vec![0.8; b]).with_min_p(vec![0.05; b]),
+            5 => base.with_logprobs(LogProbs::ProcessedAndRaw).with_samples_per_row(2),
+            6 => base.with_top_logprobs(5, false),
+            _ => base.with_softcap(15.0).with_top_k((0..b).map(k).collect()),
+        };
+        let mut group = TpGroup::new(&ordinals[..ends.len()], &ls, TIMEOUT).unwrap();
+        let at = format!("case {case}: B={b} D={d} V={v} shards ending at {ends:?}, {params:?}");
+        match group.sample(h, &sh, &params) {
+            Ok(ranks) => {
+                let whole_w = Matrix::new(&weight[..v * d], v, d);
+                let cpu_whole = cpu.sample_scored(h, whole_w, &params).unwrap();
+                let sharded = cpu.sample_sharded(h, &sh, v, &params).unwrap();
+                assert_eq!(sharded.tokens, cpu_whole.tokens, "{at}: the CPU's sharded call");
+                let whole = one.sample_scored(h, whole_w, &params).unwrap();
+                for got in &ranks {
+                    assert!(got.tokens.iter().all(|&t| (t as usize) < v), "{at}: a padding row was sampled");
+                    assert_eq!(got.tokens, whole.tokens, "{at}: tokens");
+                    assert_eq!(bits(&got.scores), bits(&whole.scores), "{at}: scores");
+                }
+                compared += 1;
+            }
+            Err(Error::Unsupported { .. }) | Err(Error::InvalidShards { .. }) => refused += 1,
+            Err(e) => panic!("{at}: {e:?}"),
+        }
+    }
+    visible(&format!("layouts over {count} rank(s): {compared} compared, {refused} refused as documented"));
+    assert!(compared >= 16, "{compared} compared");
 }
