@@ -314,3 +314,40 @@ fn bad_controls_are_typed_errors_on_the_gpu_backend() {
     sample_on_device(&gpu, (&dh, b), (&dw, v), d, &p, &mut out);
     assert!(out.logprobs().is_none(), "a plain call after a log-probability call: no stale log-probabilities");
 }
+
+/// Issue 48, item 11, on the GPU (written without a GPU; the GPU issue runs it): a `+∞` logit takes
+/// all the mass in the fused log-probabilities, as on the CPU backend: the drawn `+∞` token
+/// log-probability 0 (processed and raw), the row's log-sum-exp `+∞` — every kernel variant, with
+/// `n` samples and greedy rows, equal to the CPU's.
+#[test]
+fn a_positive_infinite_logit_takes_all_the_mass_on_the_gpu() {
+    let Some(mut gpu) = gpu_or_skip("a_positive_infinite_logit_takes_all_the_mass_on_the_gpu") else { return };
+    let cpu = CpuBackend::new();
+    let (b, d, v) = (4usize, 8usize, 4096usize);
+    let two = half::bf16::from_f32(2.0);
+    let mut hidden = vec![half::bf16::ZERO; b * d];
+    let mut weight = vec![half::bf16::ZERO; v * d];
+    for r in 0..b {
+        hidden[r * d] = two;
+        hidden[r * d + 1 + r] = two;
+        weight[(40 + r) * d + 1 + r] = half::bf16::MAX; // 2 · bf16::MAX: +∞ in f32, row r's first
+    }
+    for i in 0..v {
+        weight[i * d] = if i == 250 { half::bf16::MAX } else { half::bf16::from_f32((i % 7) as f32 - 3.0) };
+    }
+    let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
+    let params = SamplingParams::new(0.8, 0x11)
+        .with_temperatures(vec![0.8, 0.0, 1.5, 1.0])
+        .with_samples_per_row(3)
+        .with_logprobs(LogProbs::ProcessedAndRaw);
+    let c = cpu.sample_scored(h, w, &params).unwrap();
+    assert_eq!(c.tokens, (0..b as u32).flat_map(|r| [40 + r; 3]).collect::<Vec<_>>());
+    on_every_variant(&mut gpu, (h, w), &params, |entry, g| {
+        assert_eq!(g.tokens, c.tokens, "{entry}: tokens");
+        assert_eq!(g.logprobs, c.logprobs, "{entry}: log-probabilities");
+        assert_eq!(g.raw_logprobs, c.raw_logprobs, "{entry}: raw log-probabilities");
+        for (x, y) in g.logsumexp.iter().flatten().zip(c.logsumexp.iter().flatten()) {
+            assert!(x == y || (x.is_nan() && y.is_nan()), "{entry}: log-sum-exp {x} vs {y}");
+        }
+    });
+}

@@ -57,12 +57,12 @@ impl LogMass {
         Self { max, sum: self.sum * exp(self.max - max) + other.sum * exp(other.max - max) }
     }
 
-    /// `ln Σ exp(x)` of the values seen, with `ln` the logarithm to use: `max + ln(sum)`, or
-    /// `max` itself when it is infinite (`−∞`: nothing seen; `+∞`: a `+∞` value holds all the
-    /// mass, whatever the sum became).
+    /// `ln Σ exp(x)` of the values seen, with `ln` the logarithm to use (`ln(0) = −∞`): `max +
+    /// ln(sum)` (`−∞` when nothing was seen), or `+∞` when `max` is: a `+∞` value holds all the
+    /// mass, whatever the sum became (`∞ − ∞` makes it NaN).
     #[inline(always)]
     pub fn lse_with(self, ln: impl Fn(f32) -> f32) -> f32 {
-        if self.max == f32::INFINITY || self.max == f32::NEG_INFINITY { self.max } else { self.max + ln(self.sum) }
+        if self.max == f32::INFINITY { self.max } else { self.max + ln(self.sum) }
     }
 
     /// Combines two states with the host's exponential ([`exp`]). Device code passes its own
@@ -80,7 +80,8 @@ impl LogMass {
 /// other value `−∞` (not `∞ − ∞`). Every backend and kernel that reports log-probabilities uses it.
 #[inline(always)]
 pub fn log_prob(x: f32, lse: f32) -> f32 {
-    if lse == f32::INFINITY { if x == f32::INFINITY { 0.0 } else { f32::NEG_INFINITY } } else { x - lse }
+    // `x − ∞` is already `−∞` for every other value: only `∞ − ∞` needs the rule.
+    if x == f32::INFINITY && lse == x { 0.0 } else { x - lse }
 }
 
 /// e^x on the host (`core` has no `exp`): a range-reduced degree-6 polynomial (relative error below
@@ -126,5 +127,21 @@ mod tests {
         four.update4([7.5, -1.0, 7.5, 0.0], exp);
         assert_eq!(four.max, 7.5);
         assert!(((four.sum as f64) - want).abs() < 1e-5 * want, "{} vs {want}", four.sum);
+    }
+
+    #[test]
+    fn a_positive_infinite_value_holds_all_the_mass() {
+        let ln = |x: f32| (x as f64).ln() as f32;
+        // A +∞ value seen among others: the sum becomes NaN (∞ − ∞), the log-sum-exp is still +∞.
+        let mut m = LogMass::EMPTY;
+        m.update4([1.0, f32::INFINITY, 2.0, f32::INFINITY], exp);
+        m = m.merge(LogMass { max: 3.0, sum: 1.0 });
+        assert_eq!(m.lse_with(ln), f32::INFINITY);
+        assert_eq!(LogMass::EMPTY.lse_with(ln), f32::NEG_INFINITY);
+        assert_eq!(LogMass { max: 2.0, sum: 1.0 }.lse_with(ln), 2.0);
+        assert_eq!(log_prob(f32::INFINITY, f32::INFINITY), 0.0);
+        assert_eq!(log_prob(5.0, f32::INFINITY), f32::NEG_INFINITY);
+        assert_eq!(log_prob(f32::NEG_INFINITY, f32::INFINITY), f32::NEG_INFINITY);
+        assert_eq!(log_prob(1.5, 2.0).to_bits(), (1.5f32 - 2.0).to_bits());
     }
 }
