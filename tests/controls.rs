@@ -508,21 +508,7 @@ fn a_positive_infinite_logit_takes_all_the_mass_in_the_log_probabilities() {
     // truncation edges' device patch (docs/findings/37): its tokens are checked here.
     let cpu = CpuBackend::new().with_threads(2);
     let (b, d, v) = (4usize, 8usize, 300usize);
-    // Row r's logits: 2 (i % 7 - 3), and +∞ at tokens 40 + r and 250 (the first wins): finite bf16
-    // products beyond f32's range (2 · bf16::MAX), no ∞ input, so no 0 · ∞.
-    let two = half::bf16::from_f32(2.0);
-    let mut hidden = vec![half::bf16::ZERO; b * d];
-    let mut weight = vec![half::bf16::ZERO; v * d];
-    for r in 0..b {
-        hidden[r * d] = two;
-        hidden[r * d + 1 + r] = two;
-    }
-    for i in 0..v {
-        weight[i * d] = if i == 250 { half::bf16::MAX } else { half::bf16::from_f32((i % 7) as f32 - 3.0) };
-    }
-    for r in 0..b {
-        weight[(40 + r) * d + 1 + r] = half::bf16::MAX;
-    }
+    let (hidden, weight) = infinite_logit_head(b, d, v);
     let first_inf: Vec<u32> = (0..b as u32).map(|r| 40 + r).collect();
     let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
     let greedy = [false, true, false, false];

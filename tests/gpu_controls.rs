@@ -324,17 +324,7 @@ fn a_positive_infinite_logit_takes_all_the_mass_on_the_gpu() {
     let Some(mut gpu) = gpu_or_skip("a_positive_infinite_logit_takes_all_the_mass_on_the_gpu") else { return };
     let cpu = CpuBackend::new();
     let (b, d, v) = (4usize, 8usize, 4096usize);
-    let two = half::bf16::from_f32(2.0);
-    let mut hidden = vec![half::bf16::ZERO; b * d];
-    let mut weight = vec![half::bf16::ZERO; v * d];
-    for r in 0..b {
-        hidden[r * d] = two;
-        hidden[r * d + 1 + r] = two;
-        weight[(40 + r) * d + 1 + r] = half::bf16::MAX; // 2 · bf16::MAX: +∞ in f32, row r's first
-    }
-    for i in 0..v {
-        weight[i * d] = if i == 250 { half::bf16::MAX } else { half::bf16::from_f32((i % 7) as f32 - 3.0) };
-    }
+    let (hidden, weight) = infinite_logit_head(b, d, v);
     let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
     let params = SamplingParams::new(0.8, 0x11)
         .with_temperatures(vec![0.8, 0.0, 1.5, 1.0])

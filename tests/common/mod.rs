@@ -579,3 +579,22 @@ pub fn assert_top_case(what: &str, hidden: &[bf16], weight: &[bf16], raw: bool, 
         }
     }
 }
+
+/// A head whose rows each hold `+∞` logits (issue 48, item 11): row `r`'s logits are `2 (i % 7 − 3)`,
+/// and `+∞` at tokens `40 + r` and 250 (the first is drawn): finite bf16 products beyond f32's range
+/// (`2 · bf16::MAX`), no `∞` input, so no `0 · ∞`. `b ≤ d − 1`, `v > 250`. Returns (hidden, weight).
+pub fn infinite_logit_head(b: usize, d: usize, v: usize) -> (Vec<bf16>, Vec<bf16>) {
+    assert!(b < d && v > 250);
+    let two = bf16::from_f32(2.0);
+    let mut hidden = vec![bf16::ZERO; b * d];
+    let mut weight = vec![bf16::ZERO; v * d];
+    for r in 0..b {
+        hidden[r * d] = two;
+        hidden[r * d + 1 + r] = two;
+        weight[(40 + r) * d + 1 + r] = bf16::MAX;
+    }
+    for i in 0..v {
+        weight[i * d] = if i == 250 { bf16::MAX } else { bf16::from_f32((i % 7) as f32 - 3.0) };
+    }
+    (hidden, weight)
+}
