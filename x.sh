@@ -36,25 +36,38 @@ ensure_python_tools() {
   .tools/py/bin/pip install --quiet --disable-pip-version-check "maturin==1.16.0" "pytest==9.2.0" "numpy==2.4.6"
 }
 
+# `step NAME CMD…`: runs CMD and notes its wall time for the summary `test` prints last.
+STEP_TIMES=""
+step() {
+  local name=$1 t0=$SECONDS
+  shift
+  "$@"
+  STEP_TIMES+=$(printf '  %-26s %5d s' "$name" $((SECONDS - t0)))$'\n'
+}
+
 cmd="${1:-}"; shift || true
 case "$cmd" in
   sample)
     ensure_toolchain
     exec cargo run --release --example sample -- "$@" ;;
   test)
-    ensure_toolchain
-    ensure_ptxas
-    FLASHSAMPLING_REQUIRE_PTXAS=1 cargo test --release
+    step "toolchain" ensure_toolchain
+    step "ptxas wheel" ensure_ptxas
+    # The library's build assembles its PTX once (ptxas -v: the cubins, and the report tests/ptxas.rs reads).
+    FLASHSAMPLING_REQUIRE_PTXAS=1 step "cargo test (build + run)" cargo test --release
     # A downstream crate on stable Rust: no nightly, rust-src or llvm-tools (the PTX ships prebuilt).
-    rustup run stable cargo --version >/dev/null 2>&1 || rustup toolchain install stable --profile minimal >/dev/null
-    rustup run stable cargo run --release --quiet --manifest-path ci/stable-consumer/Cargo.toml
+    # The consumer and the wheel below skip the cubins (FLASHSAMPLING_CUBIN=0: the PTX was assembled
+    # and checked above; they load the PTX, which only a GPU would notice).
+    rustup run stable cargo --version >/dev/null 2>&1 || step "stable toolchain" rustup toolchain install stable --profile minimal
+    FLASHSAMPLING_CUBIN=0 step "stable consumer" rustup run stable cargo run --release --quiet --manifest-path ci/stable-consumer/Cargo.toml
     # The Python package: its abi3 wheel, installed into .tools/py, and its tests (NumPy, CPU path; the
     # CUDA tests list their skip reasons without PyTorch or a GPU).
-    ensure_python_tools
+    step "python tools" ensure_python_tools
     rm -rf target/wheels
-    .tools/py/bin/maturin build --release --quiet -m python/Cargo.toml -o target/wheels
+    FLASHSAMPLING_CUBIN=0 step "python wheel" .tools/py/bin/maturin build --release --quiet -m python/Cargo.toml -o target/wheels
     .tools/py/bin/pip install --quiet --force-reinstall --no-deps target/wheels/flashsampling-*.whl
-    .tools/py/bin/python -m pytest -q -rs -p no:cacheprovider --import-mode=importlib python/tests ;;
+    step "python tests" .tools/py/bin/python -m pytest -q -rs -p no:cacheprovider --import-mode=importlib python/tests
+    printf '\nstep times (./x.sh test):\n%s' "$STEP_TIMES" ;;
   ptx)
     ensure_toolchain
     FLASHSAMPLING_UPDATE_PTX=1 exec cargo test --release --test ptx_prebuilt -- --nocapture ;;

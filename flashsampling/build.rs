@@ -42,31 +42,51 @@ fn main() {
 
 /// Assembles the Hopper module for sm_90a and (when built for sm_90) the portable one for sm_90 with
 /// the first `ptxas` found, into `$OUT_DIR/<stem>.cubin`; an empty file where there is no `ptxas`,
-/// it is turned off, or it fails (a build warning then: the crate loads the PTX instead).
+/// it is turned off, or it fails (a build warning then: the crate loads the PTX instead). ptxas runs
+/// with `-v`: its report (registers, shared memory, spills per entry) goes to
+/// `$OUT_DIR/<stem>.ptxas.txt` (`FLASHSAMPLING_PTXAS_REPORT_PATH`, `…_SM90A_PATH`; empty when not
+/// assembled), which `tests/ptxas.rs` reads instead of assembling the modules again, and its
+/// warnings are shown as build warnings.
 fn emit_cubins(manifest: &std::path::Path, ptx: &[(Module, String, PathBuf)]) {
     println!("cargo:rerun-if-env-changed=FLASHSAMPLING_PTXAS");
     println!("cargo:rerun-if-env-changed=FLASHSAMPLING_CUBIN");
     let out_dir = PathBuf::from(env::var("OUT_DIR").unwrap());
     let off = env::var("FLASHSAMPLING_CUBIN").is_ok_and(|v| v == "0");
     let ptxas = if off { None } else { find_ptxas(manifest) };
-    for (module, arch, var) in [
-        (Module::Portable, "sm_90", "FLASHSAMPLING_CUBIN_PATH"),
-        (Module::Hopper, "sm_90a", "FLASHSAMPLING_CUBIN_SM90A_PATH"),
+    for (module, arch, var, report_var) in [
+        (Module::Portable, "sm_90", "FLASHSAMPLING_CUBIN_PATH", "FLASHSAMPLING_PTXAS_REPORT_PATH"),
+        (Module::Hopper, "sm_90a", "FLASHSAMPLING_CUBIN_SM90A_PATH", "FLASHSAMPLING_PTXAS_REPORT_SM90A_PATH"),
     ] {
         let (_, _, ptx_path) = ptx.iter().find(|(m, _, _)| *m == module).unwrap();
         let dest = out_dir.join(format!("{}.cubin", module.stem()));
+        let report = out_dir.join(format!("{}.ptxas.txt", module.stem()));
         let portable_sm = env::var("FLASHSAMPLING_SM").unwrap_or_else(|_| PREBUILT_SM.into());
         let wanted = module == Module::Hopper || portable_sm == arch;
+        let mut log = String::new();
         let built = match (&ptxas, wanted) {
             (Some(ptxas), true) => {
-                let status =
-                    Command::new(ptxas).arg(format!("-arch={arch}")).arg(ptx_path).arg("-o").arg(&dest).status();
-                match status {
-                    Ok(s) if s.success() => true,
+                let out = Command::new(ptxas)
+                    .arg(format!("-arch={arch}"))
+                    .arg("-v")
+                    .arg(ptx_path)
+                    .arg("-o")
+                    .arg(&dest)
+                    .output();
+                match out {
+                    Ok(o) if o.status.success() => {
+                        log = String::from_utf8_lossy(&o.stderr).into_owned() + &String::from_utf8_lossy(&o.stdout);
+                        for line in log.lines().filter(|l| l.contains("warning")) {
+                            println!("cargo:warning=ptxas ({arch}): {line}");
+                        }
+                        true
+                    }
                     other => {
+                        let why =
+                            other.map_or_else(|e| e.to_string(), |o| String::from_utf8_lossy(&o.stderr).into_owned());
                         println!(
-                            "cargo:warning=ptxas {} for {arch} failed ({other:?}): the PTX is loaded instead",
-                            ptx_path.display()
+                            "cargo:warning=ptxas {} for {arch} failed ({}): the PTX is loaded instead",
+                            ptx_path.display(),
+                            why.lines().next().unwrap_or("")
                         );
                         false
                     }
@@ -77,7 +97,9 @@ fn emit_cubins(manifest: &std::path::Path, ptx: &[(Module, String, PathBuf)]) {
         if !built {
             std::fs::write(&dest, b"").unwrap();
         }
+        std::fs::write(&report, log).unwrap();
         println!("cargo:rustc-env={var}={}", dest.display());
+        println!("cargo:rustc-env={report_var}={}", report.display());
     }
 }
 

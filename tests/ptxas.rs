@@ -8,8 +8,12 @@
 //! step at most [`TRUNCATE_STEP_SPILL_BUDGET`], the reduction and the fallback none (up to 64 bytes).
 //! Prints the register / shared memory / spill lines.
 //!
-//! ptxas is looked up in `$FLASHSAMPLING_PTXAS`, `.tools/nvcc/nvidia/cuda_nvcc/bin/ptxas`, then `PATH`.
-//! Without it the test prints a SKIP line, or fails when `FLASHSAMPLING_REQUIRE_PTXAS=1`.
+//! The library's build already assembled the modules it embeds with `ptxas -v` when it found a ptxas
+//! (its cubins); the test reads those reports (`flashsampling::PTXAS_REPORT_PATHS`) and assembles a
+//! module itself only where there is none (a build without ptxas, `FLASHSAMPLING_CUBIN=0`, or the
+//! binary moved to another machine). ptxas is looked up in `$FLASHSAMPLING_PTXAS`,
+//! `.tools/nvcc/nvidia/cuda_nvcc/bin/ptxas`, then `PATH`. Without a report or a ptxas the test prints
+//! a SKIP line, or fails when `FLASHSAMPLING_REQUIRE_PTXAS=1`.
 
 mod common;
 
@@ -27,17 +31,36 @@ fn find_ptxas() -> Option<PathBuf> {
     Command::new("ptxas").arg("--version").output().ok().filter(|o| o.status.success()).map(|_| PathBuf::from("ptxas"))
 }
 
+/// The build's ptxas report at `path`, when it assembled this module (a non-empty file).
+fn build_report(path: &str) -> Option<String> {
+    std::fs::read_to_string(path).ok().filter(|log| log.contains("Compiling entry function"))
+}
+
 #[test]
 fn ptx_assembles_for_sm_90_within_spill_budgets() {
-    let Some(ptxas) = find_ptxas() else {
+    let [portable, hopper] = flashsampling::PTXAS_REPORT_PATHS;
+    let (portable, hopper) = (build_report(portable), build_report(hopper));
+    let ptxas = find_ptxas();
+    if ptxas.is_none() && (portable.is_none() || hopper.is_none()) {
         if std::env::var("FLASHSAMPLING_REQUIRE_PTXAS").is_ok_and(|v| v == "1") {
             panic!("FLASHSAMPLING_REQUIRE_PTXAS=1 but no ptxas found (run ./x.sh test, which installs it)");
         }
         common::visible("SKIP ptx_assembles_for_sm_90_within_spill_budgets: no ptxas (./x.sh test installs it)");
         return;
-    };
-    let mut summary = assemble(&ptxas, flashsampling::PTX, flashsampling::PTX_SM);
-    summary.extend(assemble(&ptxas, flashsampling::PTX_SM90A, "sm_90a"));
+    }
+    let mut summary = Vec::new();
+    for (report, ptx, arch) in
+        [(portable, flashsampling::PTX, flashsampling::PTX_SM), (hopper, flashsampling::PTX_SM90A, "sm_90a")]
+    {
+        let log = match report {
+            Some(log) => {
+                common::visible(&format!("ptxas ({arch}): the library build's report"));
+                log
+            }
+            None => assemble(ptxas.as_ref().expect("checked above"), ptx, arch),
+        };
+        summary.extend(check_report(&log, arch));
+    }
     for s in &summary {
         common::visible(s);
     }
@@ -95,9 +118,8 @@ fn spill_bytes(line: &str) -> u32 {
     num("bytes spill stores") + num("bytes spill loads")
 }
 
-/// Assembles one PTX module for `arch`; returns its per-entry summary lines (registers, shared
-/// memory, stack, spills). Panics if ptxas fails.
-fn assemble(ptxas: &PathBuf, ptx_text: &str, arch: &str) -> Vec<String> {
+/// Assembles one PTX module for `arch` with `-v`; returns ptxas's report. Panics if ptxas fails.
+fn assemble(ptxas: &PathBuf, ptx_text: &str, arch: &str) -> String {
     let dir = std::env::temp_dir().join(format!("flashsampling-ptxas-{}-{arch}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let ptx = dir.join("flashsampling.ptx");
@@ -112,6 +134,12 @@ fn assemble(ptxas: &PathBuf, ptx_text: &str, arch: &str) -> Vec<String> {
     let log = String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
     let _ = std::fs::remove_dir_all(&dir);
     assert!(out.status.success(), "ptxas ({arch}) failed:\n{log}");
+    log
+}
+
+/// Checks a ptxas `-v` report of one module for `arch` (no warning, no serialized `wgmma`, no ignored
+/// `setmaxnreg`); returns its per-entry summary lines (registers, shared memory, stack, spills).
+fn check_report(log: &str, arch: &str) -> Vec<String> {
     assert!(!log.contains("warning"), "ptxas ({arch}) warned:\n{log}");
     // C7511: "Potential Performance Loss: wgmma.mma_async instructions are serialized due to …" (an
     // info line, not a warning): each MMA then waits for the one before, and its accumulators may

@@ -72,6 +72,12 @@ pub const PTX_SM90A: &str = include_str!(env!("FLASHSAMPLING_PTX_SM90A_PATH"));
 pub const CUBIN: &[u8] = include_bytes!(env!("FLASHSAMPLING_CUBIN_PATH"));
 /// [`PTX_SM90A`] assembled for sm_90a by the build's `ptxas` (empty when the build had none).
 pub const CUBIN_SM90A: &[u8] = include_bytes!(env!("FLASHSAMPLING_CUBIN_SM90A_PATH"));
+/// The build's ptxas reports (`ptxas -v`: registers, shared memory and spills per entry) of
+/// [`CUBIN`] and [`CUBIN_SM90A`], as paths on the build machine (each file empty when that cubin
+/// is): `tests/ptxas.rs` reads them instead of assembling the modules a second time.
+#[doc(hidden)]
+pub const PTXAS_REPORT_PATHS: [&str; 2] =
+    [env!("FLASHSAMPLING_PTXAS_REPORT_PATH"), env!("FLASHSAMPLING_PTXAS_REPORT_SM90A_PATH")];
 /// The test PTX module ([`kernels::config::Module::Test`]: device noise tests and benchmark
 /// baselines), loaded only by the `internals` feature's test hooks and baselines.
 #[cfg(feature = "internals")]
