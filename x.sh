@@ -6,6 +6,8 @@
 #   ./x.sh test            every test (GPU tests print SKIP without a GPU), then a crate that uses the
 #                          library on stable Rust with the shipped PTX (ci/stable-consumer), then the
 #                          Python package's wheel and its tests (python/)
+#   ./x.sh check           type-check the kernel crate for the nvptx target, its warnings shown (seconds
+#                          when warm; the first run builds `core` for the target)
 #   ./x.sh ptx             rebuild the shipped PTX (flashsampling/ptx/) from the kernel sources
 #   ./x.sh bench [ARGS]    cargo bench (needs a GPU)
 #   ./x.sh gpu-bundle      build test + bench executables and the PTX into gpu-bundle/ for a GPU machine
@@ -68,6 +70,12 @@ case "$cmd" in
     .tools/py/bin/pip install --quiet --force-reinstall --no-deps target/wheels/flashsampling-*.whl
     step "python tests" .tools/py/bin/python -m pytest -q -rs -p no:cacheprovider --import-mode=importlib python/tests
     printf '\nstep times (./x.sh test):\n%s' "$STEP_TIMES" ;;
+  check)
+    ensure_toolchain
+    # The device code as the PTX build compiles it (nvptx64, core built from rust-src), checked only;
+    # a target directory of its own, so the host build's artifacts stay as they are.
+    exec cargo check --manifest-path kernels/Cargo.toml --lib --release --target nvptx64-nvidia-cuda \
+      -Zbuild-std=core --target-dir target/nvptx-check "$@" ;;
   ptx)
     ensure_toolchain
     FLASHSAMPLING_UPDATE_PTX=1 exec cargo test --release --test ptx_prebuilt -- --nocapture ;;
@@ -78,5 +86,5 @@ case "$cmd" in
     ensure_toolchain
     exec scripts/gpu-bundle.sh ;;
   *)
-    sed -n '2,19p' "$0"; exit 2 ;;
+    sed -n '2,21p' "$0"; exit 2 ;;
 esac

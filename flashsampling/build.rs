@@ -245,9 +245,19 @@ fn build_from_source(manifest: &std::path::Path) -> Vec<(Module, String, PathBuf
         .arg("-C")
         .arg(format!("linker={}", kernels.join("link-ptx.sh").display()))
         .arg(format!("-Clink-arg=--fs-link-script={script_hash:016x}"));
-    let status = cmd.status().unwrap_or_else(|e| fail(&format!("cannot run `{cargo}`: {e}")));
-    if !status.success() {
+    let out = cmd.output().unwrap_or_else(|e| fail(&format!("cannot run `{cargo}`: {e}")));
+    let log = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        eprintln!("{log}");
         fail("the nested PTX build of flashsampling-kernels failed (see its output above)");
+    }
+    // Its warnings (the device code's), which cargo would otherwise hide: each with its location.
+    let lines: Vec<&str> = log.lines().collect();
+    for (i, line) in lines.iter().enumerate() {
+        if line.starts_with("warning") && !line.contains("generated") {
+            let at = lines[i + 1..].iter().find(|l| l.trim_start().starts_with("-->")).map_or("", |l| l.trim());
+            println!("cargo:warning=device code (nvptx): {line} {at}");
+        }
     }
     // The link step writes every module next to rustc's output in deps/ (cargo copies up only the
     // first, which rustc names after the crate).

@@ -4,8 +4,8 @@
 //!   arms the slot's `full` barrier with the stage's byte count, and issues tensor-memory-accelerator
 //!   copies (`cp.async.bulk.tensor`) that complete on that barrier: the weight slab — lane 0 as one
 //!   5-D box whose dimensions put the tile's rows in the permuted slab order the MMA lanes need
-//!   ([`TensorMaps::weight_tiles`]), or, for the weight-as-A kernels' last tile when `V % 128 ≠ 0`,
-//!   lanes 0–15 as 16 boxes of 8 rows 4 vocab rows apart ([`TensorMaps::weight_rows`]) — and lane 16
+//!   ([`TensorMaps::weight_tiles`](crate::params::TensorMaps::weight_tiles)), or, for the weight-as-A kernels' last tile when `V % 128 ≠ 0`,
+//!   lanes 0–15 as 16 boxes of 8 rows 4 vocab rows apart ([`TensorMaps::weight_rows`](crate::params::TensorMaps::weight_rows)) — and lane 16
 //!   the hidden box of `ring.n` rows. No thread waits for its own copies, so all `S` slots can be in
 //!   flight; the tensor maps zero-fill rows past V and B, and D columns past D.
 //! - [`BlockIssuer`]: the `mma.sync` kernel's producer, run by every thread of the block between its
@@ -24,7 +24,7 @@ use super::ptx::{
 use crate::config::{
     BLOCK_V, STAGE_K, STAGE_ROW_BYTES, TMA_T_TILE_V, TMA_WEIGHT_BOX_ROWS, TMA_WEIGHT_BOXES, vocab_of_slab_row,
 };
-use crate::params::{FusedParams, TensorMaps};
+use crate::params::FusedParams;
 
 /// One 2-D weight copy (16 rows of a partial tile), with the L2 policy `policy` when given.
 ///

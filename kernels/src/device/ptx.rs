@@ -187,19 +187,6 @@ pub unsafe fn cp_async_cg_shared_global_16(dst: u32, src: *const u32, src_size: 
     }
 }
 
-/// `cp.async.ca.shared.global [dst], [src], 16, src_size;`: as the `.cg` form, but cached in L1 (hidden
-/// states and weight tiles shared by sibling warps).
-///
-/// # Safety
-/// As [`cp_async_cg_shared_global_16`].
-#[inline(always)]
-pub unsafe fn cp_async_ca_shared_global_16(dst: u32, src: *const u32, src_size: u32) {
-    // SAFETY: the caller guarantees both addresses.
-    unsafe {
-        asm!("cp.async.ca.shared.global [{0}], [{1}], 16, {2};", in(reg32) dst, in(reg64) src, in(reg32) src_size, options(nostack));
-    }
-}
-
 /// `cp.async.commit_group;`: closes the group of this thread's outstanding `cp.async` copies.
 #[inline(always)]
 pub fn cp_async_commit_group() {
@@ -462,14 +449,6 @@ pub unsafe fn wgmma_commit_group_sync_aligned() {
 pub unsafe fn wgmma_wait_group_sync_aligned<const N: u32>() {
     // SAFETY: the caller guarantees warpgroup-wide execution.
     unsafe { asm!("wgmma.wait_group.sync.aligned {n};", n = const N, options(nostack)) };
-}
-
-/// `fence.proxy.async.shared::cta;`: makes this thread's generic-proxy writes to shared memory (here:
-/// landed `cp.async` copies) visible to the async proxy, which `wgmma` reads its operands through.
-#[inline(always)]
-pub fn fence_proxy_async_shared_cta() {
-    // SAFETY: a memory fence; no operands.
-    unsafe { asm!("fence.proxy.async.shared::cta;", options(nostack)) };
 }
 
 /// Defines `wgmma.mma_async.sync.aligned.m64nNk16.f32.<ty>.<ty>` for one `N` and element type: the

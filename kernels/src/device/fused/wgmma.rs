@@ -235,10 +235,8 @@ unsafe fn body<T: WgmmaShape, const S: u32, const SPLIT: u32, const LP: bool, co
         // SAFETY: the whole warp is here (warpgroup-uniform branch); inside the merge area.
         unsafe {
             let lanes = (t.group, t.quad);
-            let state = (&cands, |i| {
-                // SAFETY: column i < N / 4, the lane's masses (read only with LP).
-                unsafe { masses.get(i as u32) }
-            });
+            // (Inside the block's `unsafe`: column i < N / 4, the lane's masses, read only with LP.)
+            let state = (&cands, |i| masses.get(i as u32));
             fragment::put_columns::<32, LP, true>(area, contributor, slot_b * n, lanes, state, n as usize / 4);
             if TOP {
                 fragment::put_tops_columns::<32>(&p, &work, (contributor, slot_b * n), lanes, &tops, n as usize / 4);

@@ -160,10 +160,8 @@ unsafe fn body<const S: u32, const SPLIT: u32, const LP: bool, const TOP: bool>(
         let contributor = if SPLIT == 2 { 0 } else { c };
         // SAFETY: the whole warp is here; inside the merge area. Every thread reaches one `finish`.
         unsafe {
-            let state = (&cands, |e| {
-                // SAFETY: row e < 2, the lane's masses (read only with LP).
-                unsafe { masses.get(e) }
-            });
+            // (Inside the block's `unsafe`: row e < 2, the lane's masses, read only with LP.)
+            let state = (&cands, |e| masses.get(e));
             fragment::put_rows::<LP>(area, contributor, rows, t.quad, state);
             if TOP {
                 fragment::put_tops_rows(&p, &work, contributor, rows, t.quad, &tops);
