@@ -3,7 +3,7 @@
 #
 #   ./x.sh sample [ARGS]   the main job: sample a batch from a synthetic LM head or a checkpoint's
 #                          (--weight FILE; GPU if present, else CPU)
-#   ./x.sh test            every test (GPU tests print SKIP without a GPU), then a crate that uses the
+#   ./x.sh test            rustfmt and clippy, every test (GPU tests print SKIP without a GPU), then a crate that uses the
 #                          library on stable Rust with the shipped PTX (ci/stable-consumer), then the
 #                          Python package's wheel and its tests (python/)
 #   ./x.sh check           type-check the kernel crate for the nvptx target, its warnings shown (seconds
@@ -55,8 +55,11 @@ case "$cmd" in
   test)
     step "toolchain" ensure_toolchain
     step "ptxas wheel" ensure_ptxas
+    step "rustfmt" cargo fmt --all --check
     # The library's build assembles its PTX once (ptxas -v: the cubins, and the report tests/ptxas.rs reads).
     FLASHSAMPLING_REQUIRE_PTXAS=1 step "cargo test (build + run)" cargo test --release
+    # Lints of every target, warnings as errors (the allowed ones and why: Cargo.toml).
+    step "clippy" cargo clippy --release --all-targets --quiet -- -D warnings
     # A downstream crate on stable Rust: no nightly, rust-src or llvm-tools (the PTX ships prebuilt).
     # The consumer and the wheel below skip the cubins (FLASHSAMPLING_CUBIN=0: the PTX was assembled
     # and checked above; they load the PTX, which only a GPU would notice).

@@ -186,7 +186,7 @@ fn main() -> R<()> {
     let read_src: CudaSlice<u8> = stream.alloc_zeros(copy_bytes)?;
     let blocks = 8 * gpu.sm_count();
     let mut read_out: CudaSlice<u32> = stream.alloc_zeros(blocks as usize)?;
-    let read = timer.time(&stream, 3, 20, || Ok(base.stream_read(&read_src, &mut read_out, blocks)?))?;
+    let read = timer.time(&stream, 3, 20, || base.stream_read(&read_src, &mut read_out, blocks))?;
     let read_rate = copy_bytes as f64 / (read.median * 1e-3); // bytes/s
     drop((read_src, read_out));
     // The HBM floor's bandwidth: the faster of the two ways to stream the weights.
@@ -219,7 +219,7 @@ fn main() -> R<()> {
         let (pa, _a) = ga.device_ptr(&stream);
         let (pb, _b) = gb.device_ptr(&stream);
         let (pc, _c) = gc.device_ptr_mut(&stream);
-        timer.time(&stream, 3, 20, || Ok(gemm_bf16_f32(base.blas(), (n, n, n), pa, pb, pc)?))?
+        timer.time(&stream, 3, 20, || gemm_bf16_f32(base.blas(), (n, n, n), pa, pb, pc))?
     };
     let tc_rate = 2.0 * (n as f64).powi(3) / (big.median * 1e-3); // FLOP/s
     drop((ga, gb, gc));
@@ -254,21 +254,20 @@ fn main() -> R<()> {
             let sample = SamplingParams::new(1.0, 7);
             let greedy = SamplingParams::greedy();
             let mut out = gpu.alloc_samples(b, v)?;
-            let ours = timer.time(&stream, 10, runs, || Ok(gpu.sample_device(&hm, &wm, &sample, &mut out)?))?;
+            let ours = timer.time(&stream, 10, runs, || gpu.sample_device(&hm, &wm, &sample, &mut out))?;
             let ours_tokens = stream.clone_dtoh(&out.tokens())?;
             let mut out_g = gpu.alloc_samples(b, v)?;
-            let ours_greedy =
-                timer.time(&stream, 10, runs, || Ok(gpu.sample_device(&hm, &wm, &greedy, &mut out_g)?))?;
+            let ours_greedy = timer.time(&stream, 10, runs, || gpu.sample_device(&hm, &wm, &greedy, &mut out_g))?;
             // Logits and probabilities, [B, vb] f32 each.
             let mut buf = base.alloc(b, vb, &sample)?;
-            let gemm = timer.time(&stream, 10, runs, || Ok(base.gemm(&hm.data, &wb, d, &mut buf)?))?;
+            let gemm = timer.time(&stream, 10, runs, || base.gemm(&hm.data, &wb, d, &mut buf))?;
             let mult = timer.time(&stream, 10, runs, || {
                 base.gemm(&hm.data, &wb, d, &mut buf)?;
-                Ok(base.softmax_multinomial(&mut buf, &sample)?)
+                base.softmax_multinomial(&mut buf, &sample)
             })?;
             let gum = timer.time(&stream, 10, runs, || {
                 base.gemm(&hm.data, &wb, d, &mut buf)?;
-                Ok(base.gumbel_over_logits(&mut buf, &sample)?)
+                base.gumbel_over_logits(&mut buf, &sample)
             })?;
             let gum_tokens = stream.clone_dtoh(&buf.tokens)?;
             let agree = ours_tokens.iter().zip(&gum_tokens).filter(|(x, y)| x == y).count();
@@ -324,7 +323,7 @@ fn variant_sweep(gpu: &mut GpuBackend, timer: &EventTimer, a: &Args, bandwidth: 
     if !a.only.is_empty() {
         entries.retain(|e| a.only.iter().any(|o| e.entry.contains(o.as_str())));
     }
-    eprintln!("fused kernel occupancy (variant: blocks/SM): {}", occupancy(&gpu));
+    eprintln!("fused kernel occupancy (variant: blocks/SM): {}", occupancy(gpu));
     let mut csv = String::from("config,d,v,b,variant,default,median_ms,min_ms,max_ms,hbm_floor_ms\n");
     let names: Vec<&str> = entries.iter().map(|e| e.entry).collect();
     let mut table = format!("| config | B | {} |\n|---|---|{}\n", names.join(" | "), "---|".repeat(entries.len()));
@@ -348,7 +347,7 @@ fn variant_sweep(gpu: &mut GpuBackend, timer: &EventTimer, a: &Args, bandwidth: 
                 }
                 gpu.set_fused_variant(Some(entry))?;
                 let mut out = gpu.alloc_samples(b, v)?;
-                let t = timer.time(&stream, 10, a.runs, || Ok(gpu.sample_device(&hm, &wm, &sample, &mut out)?))?;
+                let t = timer.time(&stream, 10, a.runs, || gpu.sample_device(&hm, &wm, &sample, &mut out))?;
                 let got = stream.clone_dtoh(&out.tokens())?;
                 // Rows whose token differs from the first variant's (the mma.sync variants must agree
                 // bit for bit; wgmma sums each k16 step in another order, so near-ties may flip).
@@ -481,11 +480,11 @@ fn controls(gpu: &GpuBackend, timer: &EventTimer, a: &Args, bandwidth: f64) -> R
             let wm16 = DeviceMatrix { data: w16.slice(..v * d), rows: v, cols: d };
             for &mode in &modes {
                 let stats = if mode == "f16" {
-                    timer.time(&stream, 10, runs, || Ok(gpu.sample_device(&hm16, &wm16, &plain, &mut out)?))?
+                    timer.time(&stream, 10, runs, || gpu.sample_device(&hm16, &wm16, &plain, &mut out))?
                 } else {
                     let &(_, params, masked) = cases.iter().find(|c| c.0 == mode).expect("every mode has a case");
                     let m = masked.then_some(&mask);
-                    timer.time(&stream, 10, runs, || Ok(gpu.sample_device_masked(&hm, &wm, params, m, &mut out)?))?
+                    timer.time(&stream, 10, runs, || gpu.sample_device_masked(&hm, &wm, params, m, &mut out))?
                 };
                 record(mode, stats);
             }
@@ -535,14 +534,14 @@ fn truncation(gpu: &GpuBackend, timer: &EventTimer, a: &Args, bandwidth: f64) ->
             let top_k = if a.heavy_rows { 0 } else { 50 };
             let cut = plain.clone().with_top_k(vec![top_k; b]).with_top_p(vec![0.9; b]);
             let mut out = gpu.alloc_samples(b, v)?;
-            let p = timer.time(&stream, 10, runs, || Ok(gpu.sample_device(&hm, &wm, &plain, &mut out)?))?;
+            let p = timer.time(&stream, 10, runs, || gpu.sample_device(&hm, &wm, &plain, &mut out))?;
             let p10 = timer.time(&stream, 2, runs, || {
                 for _ in 0..10 {
                     gpu.sample_device(&hm, &wm, &plain, &mut out)?;
                 }
                 Ok(())
             })?;
-            let t = timer.time(&stream, 10, runs, || Ok(gpu.sample_device(&hm, &wm, &cut, &mut out)?))?;
+            let t = timer.time(&stream, 10, runs, || gpu.sample_device(&hm, &wm, &cut, &mut out))?;
             // Ten calls between two events (a decode loop's back-to-back calls: the host enqueues
             // the next call's launches while the GPU runs), per call.
             let t10 = timer.time(&stream, 2, runs, || {
@@ -561,10 +560,10 @@ fn truncation(gpu: &GpuBackend, timer: &EventTimer, a: &Args, bandwidth: f64) ->
             }
             let mut buf = base.alloc(b, v, &plain)?;
             let mut out_u = gpu.alloc_samples(b, v)?;
-            let gemm = timer.time(&stream, 10, runs, || Ok(base.gemm(&hm.data, &wm.data, d, &mut buf)?))?;
+            let gemm = timer.time(&stream, 10, runs, || base.gemm(&hm.data, &wm.data, d, &mut buf))?;
             let u = timer.time(&stream, 10, runs, || {
                 base.gemm(&hm.data, &wm.data, d, &mut buf)?;
-                Ok(gpu.sample_truncated_logits(&mut buf.logits, (b, v), &cut, &mut out_u)?)
+                gpu.sample_truncated_logits(&mut buf.logits, (b, v), &cut, &mut out_u)
             })?;
             let unfused_tokens = stream.clone_dtoh(&out_u.tokens())?;
             let equal = fused_tokens.iter().zip(&unfused_tokens).filter(|(a, b)| a == b).count() as f64 / b as f64;

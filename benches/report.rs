@@ -184,7 +184,8 @@ fn plot(path: &Path, config: &str, rows: &[Row]) -> Result<(), Box<dyn std::erro
         .y_label_area_size(60)
         .build_cartesian_2d((1f64..bmax).log_scale(), 0f64..ymax)?;
     chart.configure_mesh().x_desc("batch size B").y_desc("time per call (ms)").draw()?;
-    let series: [(&str, RGBColor, Box<dyn Fn(&Row) -> f64>); 6] = [
+    type Series<'a> = (&'a str, RGBColor, Box<dyn Fn(&Row) -> f64>);
+    let series: [Series; 6] = [
         ("FlashSampling (ours)", RGBColor(200, 30, 30), Box::new(|r: &Row| r.ours.0)),
         ("cuBLAS GEMM alone", RGBColor(30, 30, 200), Box::new(|r: &Row| r.gemm.0)),
         ("GEMM + softmax + multinomial", RGBColor(120, 60, 160), Box::new(|r: &Row| r.gemm_multinomial.0)),

@@ -408,8 +408,8 @@ fn run_config(
             let mut out1 = gpu0.alloc_samples(b, v)?;
             gpu0.sample_device(&hs[0], &whole, &params, &mut out1)?;
             let tokens1 = streams[0].clone_dtoh(&out1.tokens())?;
-            let t = timer0
-                .time(&streams[0], WARMUP, runs, || Ok(gpu0.sample_device(&hs[0], &whole, &params, &mut out1)?))?;
+            let t =
+                timer0.time(&streams[0], WARMUP, runs, || gpu0.sample_device(&hs[0], &whole, &params, &mut out1))?;
             (t, tokens1)
         };
 
@@ -417,7 +417,7 @@ fn run_config(
         let shard = {
             let gpu0 = group.ranks()[0].gpu();
             let mut o = gpu0.alloc_samples(b, rows)?;
-            timer0.time(&streams[0], WARMUP, runs, || Ok(gpu0.sample_device(&hs[0], &ws[0], &params, &mut o)?))?
+            timer0.time(&streams[0], WARMUP, runs, || gpu0.sample_device(&hs[0], &ws[0], &params, &mut o))?
         };
 
         // 2. TP=G: every rank's tokens must be TP=1's, bit for bit.
@@ -523,8 +523,7 @@ fn run_config(
             let mut out1 = gpu0.alloc_samples(b, v)?;
             gpu0.sample_device(&hs[0], &whole, &trunc, &mut out1)?;
             let tokens1 = streams[0].clone_dtoh(&out1.tokens())?;
-            let t = timer0
-                .time(&streams[0], WARMUP, runs, || Ok(gpu0.sample_device(&hs[0], &whole, &trunc, &mut out1)?))?;
+            let t = timer0.time(&streams[0], WARMUP, runs, || gpu0.sample_device(&hs[0], &whole, &trunc, &mut out1))?;
             (t, tokens1)
         };
         group.sample_device(&hs, &ws, &trunc, None, &mut outs)?;
@@ -542,8 +541,8 @@ fn run_config(
 
         // 7. cuBLAS GEMM of rank 0's shard alone.
         ctxs[0].bind_to_thread()?;
-        let gemm = timer0
-            .time(&streams[0], WARMUP, runs, || Ok(bases[0].gemm(&hs[0].data, &ws[0].data, d, &mut locals[0])?))?;
+        let gemm =
+            timer0.time(&streams[0], WARMUP, runs, || bases[0].gemm(&hs[0].data, &ws[0].data, d, &mut locals[0]))?;
 
         let row = Row {
             config: config.to_string(),

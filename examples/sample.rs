@@ -35,7 +35,7 @@ use flashsampling::timing::EventTimer;
 use flashsampling::{BackendChoice, CpuBackend, DeviceMatrix, Element, ElementType, Matrix, Sampler, SamplingParams};
 use half::bf16;
 
-const DATA_SEED: u64 = 0x5EED_0F_F1A5;
+const DATA_SEED: u64 = 0x005E_ED0F_F1A5;
 
 struct Args {
     b: usize,

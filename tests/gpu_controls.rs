@@ -281,7 +281,8 @@ fn bad_controls_are_typed_errors_on_the_gpu_backend() {
     let (hidden, weight) = ones(b, d, v);
     let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
     let p = SamplingParams::new(1.0, 1);
-    let cases: Vec<(SamplingParams, fn(&Error) -> bool)> = vec![
+    type Case = (SamplingParams, fn(&Error) -> bool);
+    let cases: Vec<Case> = vec![
         (p.clone().with_temperatures(vec![1.0]), |e| matches!(e, Error::LengthMismatch { .. })),
         (p.clone().with_temperatures(vec![1.0, f32::NAN]), |e| {
             matches!(e, Error::InvalidRowTemperature { row: 1, .. })

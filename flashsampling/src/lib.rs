@@ -83,6 +83,9 @@ pub const PTXAS_REPORT_PATHS: [&str; 2] =
 #[cfg(feature = "internals")]
 pub const PTX_TEST: &str = include_str!(env!("FLASHSAMPLING_PTX_TEST_PATH"));
 
+/// Each request's top log-probabilities: `(token, log-probability)` pairs, most likely first.
+pub type TopLogprobs = Vec<Vec<(u32, f32)>>;
+
 /// Tokens and their winning perturbed scores.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Samples {
@@ -105,7 +108,7 @@ pub struct Samples {
     /// lower id first), with their log-probabilities under the processed distribution (truncation
     /// included: at most the kept tokens), or under `softmax(logits)` with
     /// [`SamplingParams::top_logprobs_raw`].
-    pub top_logprobs: Option<Vec<Vec<(u32, f32)>>>,
+    pub top_logprobs: Option<TopLogprobs>,
     /// When the call truncated (top-k, top-p, min-p) on the GPU backend or over vocab shards
     /// (`CpuBackend::sample_sharded`): per sample (`[B, n]`), whether the certificate could not
     /// decide the row's kept set from the top lists and the exact fallback sampled it (its logits

@@ -408,10 +408,10 @@ pub(crate) fn validate_in_vocab(
 ) -> Result<(Shape, Transform)> {
     let Shape { b, d, v } = check_inputs((b, hd, hidden_len), (v, wd, weight_len))?;
     let max = MAX_DIM as usize;
-    if let Some(s) = &params.streams {
-        if s.len() != b {
-            return Err(Error::LengthMismatch { buffer: "streams", expected: b, actual: s.len() });
-        }
+    if let Some(s) = &params.streams
+        && s.len() != b
+    {
+        return Err(Error::LengthMismatch { buffer: "streams", expected: b, actual: s.len() });
     }
     for (buffer, len) in [
         ("per-row temperatures", params.temperatures.as_ref().map(Vec::len)),
@@ -429,10 +429,10 @@ pub(crate) fn validate_in_vocab(
     if last >= MAX_SAMPLE as u64 {
         return Err(Error::InvalidSample(last.min(u32::MAX as u64) as u32));
     }
-    if let Some(t) = &params.temperatures {
-        if let Some(row) = t.iter().position(|t| !t.is_finite() || *t < 0.0) {
-            return Err(Error::InvalidRowTemperature { row, temperature: t[row] });
-        }
+    if let Some(t) = &params.temperatures
+        && let Some(row) = t.iter().position(|t| !t.is_finite() || *t < 0.0)
+    {
+        return Err(Error::InvalidRowTemperature { row, temperature: t[row] });
     }
     for (buffer, len) in [
         ("per-row top-k", params.top_k.as_ref().map(Vec::len)),
@@ -458,10 +458,10 @@ pub(crate) fn validate_in_vocab(
             max: MAX_TOP_LOGPROBS as usize,
         });
     }
-    if let Some(cap) = params.softcap {
-        if !(cap.is_finite() && cap > 0.0) {
-            return Err(Error::InvalidSoftcap(cap));
-        }
+    if let Some(cap) = params.softcap
+        && !(cap.is_finite() && cap > 0.0)
+    {
+        return Err(Error::InvalidSoftcap(cap));
     }
     if vocab == 0 {
         return Err(Error::EmptyVocab);

@@ -162,6 +162,8 @@ pub const MAX_GROUPS: usize = 8;
 /// the two logarithms instead of one per entry (whose code, 4·`G` times over, overflowed the
 /// instruction cache: docs/findings/26).
 #[inline(always)]
+// `for_each!` unrolls `Q` up to `MAX_GROUPS` behind `Q < G` tests; clippy checks the arms that never run.
+#[allow(clippy::out_of_bounds_indexing)]
 pub fn update_groups_above<const G: usize>(
     cand: &mut Candidate,
     floor: f32,

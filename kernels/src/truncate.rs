@@ -592,8 +592,8 @@ mod tests {
         // Every unlisted token is at most the bound; listed ones are the largest, ties by index.
         let mut order: Vec<usize> = (0..z.len()).collect();
         order.sort_by(|&a, &b| z[b].total_cmp(&z[a]).then(a.cmp(&b)));
-        for j in 0..4 {
-            assert_eq!(whole.index[j] as usize, order[j]);
+        for (j, &i) in order.iter().enumerate().take(4) {
+            assert_eq!(whole.index[j] as usize, i);
         }
         assert_eq!(whole.bound, z[order[4]]);
         let mut two = TopList::<2>::EMPTY;

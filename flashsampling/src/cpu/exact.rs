@@ -221,7 +221,7 @@ pub(crate) const SHARD_TOP: usize = flashsampling_kernels::truncate::RANK_TOP;
 /// the mass).
 fn lse_f64(xs: impl Iterator<Item = f64> + Clone) -> f64 {
     let m = xs.clone().fold(f64::NEG_INFINITY, f64::max);
-    if m == f64::NEG_INFINITY || m == f64::INFINITY { m } else { m + xs.map(|x| (x - m).exp()).sum::<f64>().ln() }
+    if m.is_infinite() { m } else { m + xs.map(|x| (x - m).exp()).sum::<f64>().ln() }
 }
 
 impl CpuBackend {

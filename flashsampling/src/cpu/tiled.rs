@@ -153,7 +153,7 @@ impl RowMass {
     fn merge(self, o: Self) -> Self {
         fn join(a: (f64, f64), b: (f64, f64)) -> (f64, f64) {
             let max = a.0.max(b.0);
-            if max == f64::NEG_INFINITY || max == f64::INFINITY {
+            if max.is_infinite() {
                 return (max, if max == f64::INFINITY { 1.0 } else { 0.0 });
             }
             (max, a.1 * (a.0 - max).exp() + b.1 * (b.0 - max).exp())

@@ -593,10 +593,12 @@ fn load_module(
     cc: (i32, i32),
 ) -> Result<Arc<CudaModule>> {
     let jit = std::env::var("FLASHSAMPLING_JIT").is_ok_and(|v| v == "1");
-    if cc == (9, 0) && !jit && !cubin.is_empty() {
-        if let Ok(m) = ctx.load_module(Ptx::from_binary(cubin.to_vec())) {
-            return Ok(m);
-        }
+    if cc == (9, 0)
+        && !jit
+        && !cubin.is_empty()
+        && let Ok(m) = ctx.load_module(Ptx::from_binary(cubin.to_vec()))
+    {
+        return Ok(m);
     }
     Ok(ctx.load_module(Ptx::from_src(ptx))?)
 }
@@ -726,11 +728,11 @@ impl GpuBackend {
                 .and_then(|s| s.parse().ok())
                 .filter(|&n: &u32| (1..=32).contains(&n)),
         };
-        if let Ok(name) = std::env::var("FLASHSAMPLING_FUSED_VARIANT") {
-            if !name.is_empty() {
-                let variant = FusedVariant::by_name(&name).ok_or_else(|| gpu.unknown_variant(&name))?;
-                gpu.set_fused_variant(Some(variant))?;
-            }
+        if let Ok(name) = std::env::var("FLASHSAMPLING_FUSED_VARIANT")
+            && !name.is_empty()
+        {
+            let variant = FusedVariant::by_name(&name).ok_or_else(|| gpu.unknown_variant(&name))?;
+            gpu.set_fused_variant(Some(variant))?;
         }
         Ok(gpu)
     }
@@ -763,10 +765,10 @@ impl GpuBackend {
     /// `FLASHSAMPLING_FUSED_VARIANT=<entry point>` sets it at construction; an error when this GPU
     /// does not run the variant.
     pub fn set_fused_variant(&mut self, variant: Option<FusedVariant>) -> Result<()> {
-        if let Some(v) = variant {
-            if self.loaded(v).is_none() {
-                return Err(self.unknown_variant(v.entry));
-            }
+        if let Some(v) = variant
+            && self.loaded(v).is_none()
+        {
+            return Err(self.unknown_variant(v.entry));
         }
         self.variant_override = variant;
         Ok(())
@@ -986,7 +988,7 @@ impl GpuBackend {
     }
 
     /// The last call's top log-probabilities in `out`, per request (each list up to its last entry).
-    pub(crate) fn download_top_logprobs(&self, out: &DeviceSamples) -> Result<Option<Vec<Vec<(u32, f32)>>>> {
+    pub(crate) fn download_top_logprobs(&self, out: &DeviceSamples) -> Result<Option<crate::TopLogprobs>> {
         let Some((tokens, logprobs)) = out.top_logprobs() else {
             return Ok(None);
         };
