@@ -172,13 +172,17 @@ fn inputs(a: &mut Args) -> Result<(Values, Values), Box<dyn std::error::Error>> 
     // `--vocab 4000000000`, not an allocation that aborts).
     flashsampling::params::check_shape(a.b, a.d, a.v)?;
     SamplingParams::new(a.temperature, a.seed).transform()?;
-    let (syn_hidden, syn_weight) = match (&hidden, &weight) {
-        (Some(_), Some(_)) => (Vec::new(), Vec::new()),
-        _ => flashsampling::synthetic::try_lm_head(a.b, a.d, a.v, DATA_SEED)?,
-    };
+    // Only the operand not loaded is made (the same values as the whole synthetic head's part).
+    use flashsampling::synthetic::{try_lm_head_hidden, try_lm_head_weight};
     let synthetic = |v: Vec<bf16>| Values::Bf16(v).into_elem(elem);
-    let h = hidden.map_or_else(|| synthetic(syn_hidden), |(h, _)| h.values);
-    let w = weight.map_or_else(|| synthetic(syn_weight), |(w, _)| w.values);
+    let h = match hidden {
+        Some((h, _)) => h.values,
+        None => synthetic(try_lm_head_hidden(a.b, a.d, a.v, DATA_SEED)?),
+    };
+    let w = match weight {
+        Some((w, _)) => w.values,
+        None => synthetic(try_lm_head_weight(a.d, a.v, DATA_SEED)?),
+    };
     Ok((h, w))
 }
 

@@ -255,7 +255,9 @@ fn build_from_source(manifest: &std::path::Path) -> Vec<(Module, String, PathBuf
     let lines: Vec<&str> = log.lines().collect();
     for (i, line) in lines.iter().enumerate() {
         if line.starts_with("warning") && !line.contains("generated") {
-            let at = lines[i + 1..].iter().find(|l| l.trim_start().starts_with("-->")).map_or("", |l| l.trim());
+            // Its location: the `-->` line before the next diagnostic, if any.
+            let next = lines[i + 1..].iter().take_while(|l| !l.starts_with("warning") && !l.starts_with("error"));
+            let at = next.clone().find(|l| l.trim_start().starts_with("-->")).map_or("", |l| l.trim());
             println!("cargo:warning=device code (nvptx): {line} {at}");
         }
     }

@@ -412,3 +412,17 @@ fn the_main_jobs_flags_are_checked_before_anything_is_allocated() {
         assert!(stderr.contains(says), "tp_ranks {args:?}: {stderr}");
     }
 }
+
+#[test]
+fn the_synthetic_parts_are_the_whole_heads_and_shapes_are_checked_first() {
+    // The example makes only the operand it does not load (a checkpoint's weight beside synthetic
+    // hidden states allocates no synthetic weight): the parts equal the whole synthetic head's.
+    use flashsampling::synthetic::{lm_head, try_lm_head, try_lm_head_hidden, try_lm_head_weight};
+    let (hidden, weight) = lm_head(3, 16, 40, 7);
+    assert_eq!(try_lm_head_weight(16, 40, 7).unwrap(), weight);
+    assert_eq!(try_lm_head_hidden(3, 16, 40, 7).unwrap(), hidden);
+    assert_eq!(try_lm_head(3, 16, 40, 7).unwrap(), (hidden, weight));
+    assert!(matches!(try_lm_head_weight(16, 1 << 31, 7), Err(Error::TooLarge { .. })));
+    assert!(matches!(try_lm_head_hidden(1 << 31, 16, 40, 7), Err(Error::TooLarge { .. })));
+    assert!(matches!(try_lm_head_hidden(3, 12, 40, 7), Err(Error::HiddenNotAligned { .. })));
+}

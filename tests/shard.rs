@@ -382,6 +382,7 @@ mod layouts {
     fn close(what: &str, a: &Option<Vec<f32>>, e: &Option<Vec<f32>>) -> Result<(), TestCaseError> {
         prop_assert_eq!(a.is_some(), e.is_some(), "{}", what);
         if let (Some(a), Some(e)) = (a, e) {
+            prop_assert_eq!(a.len(), e.len(), "{} length", what);
             for (x, y) in a.iter().zip(e) {
                 let ok = (x.is_nan() && y.is_nan()) || x == y || (x - y).abs() <= 1e-5 * y.abs().max(1.0);
                 prop_assert!(ok, "{}: {} vs {}", what, x, y);

@@ -5,6 +5,9 @@ use half::bf16;
 use crate::error::{Error, Result};
 use crate::params::check_shape;
 
+/// SplitMix64's state increment.
+const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
+
 /// SplitMix64: a tiny, fast, seedable generator for test and benchmark data.
 #[derive(Clone, Debug)]
 pub struct SplitMix64(u64);
@@ -15,9 +18,14 @@ impl SplitMix64 {
         Self(seed)
     }
 
+    /// The generator as it is after `n` more draws (its state steps by a constant).
+    pub fn skip(&mut self, n: u64) {
+        self.0 = self.0.wrapping_add(GAMMA.wrapping_mul(n));
+    }
+
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        self.0 = self.0.wrapping_add(GAMMA);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
@@ -75,10 +83,21 @@ pub fn lm_head(b: usize, d: usize, v: usize, seed: u64) -> (Vec<bf16>, Vec<bf16>
 /// checks first ([`check_shape`]: B, D, V positive and within the kernels' limits, D aligned), then
 /// the memory is reserved ([`Error::HostMemory`] when refused). The same values as [`lm_head`].
 pub fn try_lm_head(b: usize, d: usize, v: usize, seed: u64) -> Result<(Vec<bf16>, Vec<bf16>)> {
+    Ok((try_lm_head_hidden(b, d, v, seed)?, try_lm_head_weight(d, v, seed)?))
+}
+
+/// [`try_lm_head`]'s weight alone (for a run whose hidden states come from a file).
+pub fn try_lm_head_weight(d: usize, v: usize, seed: u64) -> Result<Vec<bf16>> {
+    check_shape(1, d, v)?;
+    // d, v ≤ 2³⁰: the product fits a 64-bit usize.
+    SplitMix64::new(seed).try_normal_bf16(v * d, 2.0 / (d as f64).sqrt(), "the synthetic LM-head weight")
+}
+
+/// [`try_lm_head`]'s hidden states alone (for a run whose weight comes from a file): the weight's
+/// draws are skipped, not made.
+pub fn try_lm_head_hidden(b: usize, d: usize, v: usize, seed: u64) -> Result<Vec<bf16>> {
     check_shape(b, d, v)?;
-    // b, d, v ≤ 2³⁰ each: the products fit a 64-bit usize.
     let mut rng = SplitMix64::new(seed);
-    let weight = rng.try_normal_bf16(v * d, 2.0 / (d as f64).sqrt(), "the synthetic LM-head weight")?;
-    let hidden = rng.try_normal_bf16(b * d, 1.0, "the synthetic hidden states")?;
-    Ok((hidden, weight))
+    rng.skip((v * d) as u64);
+    rng.try_normal_bf16(b * d, 1.0, "the synthetic hidden states")
 }

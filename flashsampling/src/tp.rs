@@ -197,17 +197,17 @@ impl ShardLayout {
         if ranks > MAX_RANKS {
             return Err(Error::TooLarge { what: "ranks", value: ranks, max: MAX_RANKS });
         }
-        // V ≤ 2³⁰ and ranks ≤ V: the padded shard and the padded head stay within the kernels' limit
-        // or are refused here (no wrap-around in release builds).
-        let rows = vocab.div_ceil(ranks).checked_next_multiple_of(pad).filter(|&r| r <= max);
-        let total = rows.and_then(|r| r.checked_mul(ranks)).filter(|&t| t <= max);
-        let (Some(rows), Some(_)) = (rows, total) else {
+        // The padded shard and the padded head must stay within the kernels' limit: checked without
+        // wrap-around (a release build wrapped `usize::MAX` to a 0-row shard).
+        let rows = vocab.div_ceil(ranks).checked_next_multiple_of(pad).unwrap_or(usize::MAX);
+        let total = rows.saturating_mul(ranks);
+        if total > max {
             return Err(Error::TooLarge {
                 what: "vocab rows of all shards (V padded to the ranks)",
-                value: usize::MAX,
+                value: total,
                 max,
             });
-        };
+        }
         Ok((0..ranks).map(|r| Self { offset: r * rows, rows, vocab, d, elem: ElementType::Bf16 }).collect())
     }
 

@@ -142,14 +142,16 @@ def _controls(b, temperature, seed, streams, sample, temperatures, seeds, n, log
     )
 
 
-def _per_row_floats(x, b):
-    """A per-row float control: a number applies to every row; a list (array, tensor) is taken as it is
-    (its length is checked natively)."""
+def _per_row_floats(x, b, name):
+    """A per-row float control: a number applies to every row; a list (array, tensor) of numbers is taken
+    as it is (its length is checked natively). A string, bytes or a bool is a TypeError (``_float``)."""
     if x is None:
         return None
-    if isinstance(x, (int, float, np.number)) or getattr(x, "ndim", None) == 0:
-        return [float(x)] * b
-    return [float(y) for y in _list(x)]
+    if isinstance(x, (str, bytes)):
+        raise TypeError(f"{name} must be a real number or a per-row list of them; got {type(x).__name__} {x!r}")
+    if isinstance(x, (int, float, np.number, bool, np.bool_)) or getattr(x, "ndim", None) == 0:
+        return [_float(x, name)] * b
+    return [_float(y, f"{name}[{r}]") for r, y in enumerate(_list(x))]
 
 
 def _token_ids(row, what):
@@ -221,9 +223,9 @@ def _penalties(b, logit_bias=None, repetition_penalty=None, frequency_penalty=No
     """The logit bias and penalty keywords in the native side's form (each None when not given)."""
     return dict(
         logit_bias=_logit_bias(logit_bias, b),
-        repetition_penalty=_per_row_floats(repetition_penalty, b),
-        frequency_penalty=_per_row_floats(frequency_penalty, b),
-        presence_penalty=_per_row_floats(presence_penalty, b),
+        repetition_penalty=_per_row_floats(repetition_penalty, b, "repetition_penalty"),
+        frequency_penalty=_per_row_floats(frequency_penalty, b, "frequency_penalty"),
+        presence_penalty=_per_row_floats(presence_penalty, b, "presence_penalty"),
         prompt_tokens=_token_rows(prompt_tokens, "prompt_tokens"),
         output_tokens=_token_rows(output_tokens, "output_tokens"),
     )

@@ -321,6 +321,9 @@ def test_integer_controls_must_be_integers():
         fs.sample(hidden, weight, seeds=[1.5, 2.5])
     with pytest.raises(TypeError):
         fs.sample(hidden, weight, top_k=[2.5, 3])
+    for kw in [dict(repetition_penalty="12"), dict(frequency_penalty=True), dict(presence_penalty=[0.5, "1"])]:
+        with pytest.raises(TypeError, match="must be a real number"):
+            fs.sample(hidden, weight, **kw)
     # NumPy integers and 0-d integer arrays are integers; the draws are the plain int's.
     want = fs.sample(hidden, weight, 1.0, seed=7, sample=3)
     for seed in [np.int64(7), np.uint32(7), np.array(7)]:

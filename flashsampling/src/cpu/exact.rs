@@ -327,7 +327,8 @@ impl CpuBackend {
             results.push(RowResult::of(&z, want_raw.then_some(&y[..]), inv_t, &cands, params));
         }
         let mut samples = RowResult::samples(results, params);
-        samples.truncation_fallback = Some(fell);
+        // Only a call that truncates reports its fallback rows (a top-n call does not truncate).
+        samples.truncation_fallback = params.truncates(vocab).then_some(fell);
         samples
     }
 }
