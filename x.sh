@@ -8,7 +8,7 @@
 #                          Python package's wheel and its tests (python/)
 #   ./x.sh check           type-check the kernel crate for the nvptx target, its warnings shown (seconds
 #                          when warm; the first run builds `core` for the target)
-#   ./x.sh ptx             rebuild the shipped PTX (flashsampling/ptx/) from the kernel sources
+#   ./x.sh ptx             rebuild the shipped PTX (flashsampling/ptx/*.ptx.xz) from the kernel sources
 #   ./x.sh bench [ARGS]    cargo bench (needs a GPU)
 #   ./x.sh gpu-bundle      build test + bench executables and the PTX into gpu-bundle/ for a GPU machine
 #                          without Rust (see README)

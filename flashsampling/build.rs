@@ -1,5 +1,5 @@
-//! Embeds the kernel crate's PTX modules: the prebuilt ones shipped in `ptx/` (default: any stable
-//! Rust builds the crate), or, with the cargo feature `build-ptx` (for researchers changing the
+//! Embeds the kernel crate's PTX modules: the prebuilt ones shipped in `ptx/` (xz-compressed, decoded
+//! here by the pure-Rust `lzma-rs`; default: any stable Rust builds the crate), or, with the cargo feature `build-ptx` (for researchers changing the
 //! kernel; this repository's tests and benches turn it on), freshly built from `kernels/`.
 //!
 //! Building from source: a nested `cargo rustc` of `flashsampling-kernels` for `nvptx64-nvidia-cuda` with
@@ -117,8 +117,9 @@ fn find_ptxas(manifest: &std::path::Path) -> Option<PathBuf> {
     on_path.then(|| PathBuf::from("ptxas"))
 }
 
-/// The PTX shipped with the crate (`ptx/<stem>.ptx`, built for sm_90 by `./x.sh ptx` from the kernel
-/// sources; the tests check that a fresh build reproduces them byte for byte).
+/// The PTX shipped with the crate (`ptx/<stem>.ptx.xz`, built for sm_90 by `./x.sh ptx` from the
+/// kernel sources and xz-compressed; the tests check that a fresh build reproduces them byte for
+/// byte), decompressed into `$OUT_DIR/<stem>.ptx`.
 fn use_prebuilt(dir: &std::path::Path) -> Vec<(Module, String, PathBuf)> {
     if env::var("FLASHSAMPLING_SM").is_ok_and(|sm| sm != PREBUILT_SM) {
         fail(&format!(
@@ -130,13 +131,19 @@ fn use_prebuilt(dir: &std::path::Path) -> Vec<(Module, String, PathBuf)> {
     let ptx: Vec<(Module, String)> = Module::ALL
         .iter()
         .map(|&m| {
-            let path = dir.join(format!("{}.ptx", m.stem()));
-            let text = std::fs::read_to_string(&path)
-                .unwrap_or_else(|e| fail(&format!("no prebuilt PTX at {}: {e}", path.display())));
+            let path = dir.join(format!("{}.ptx.xz", m.stem()));
+            let packed =
+                std::fs::read(&path).unwrap_or_else(|e| fail(&format!("no prebuilt PTX at {}: {e}", path.display())));
+            let mut text = Vec::new();
+            lzma_rs::xz_decompress(&mut &packed[..], &mut text)
+                .unwrap_or_else(|e| fail(&format!("{}: not a valid xz file: {e:?}", path.display())));
+            let text =
+                String::from_utf8(text).unwrap_or_else(|_| fail(&format!("{}: the PTX is not UTF-8", path.display())));
             (m, text)
         })
         .collect();
-    check_and_emit(&ptx, dir, PREBUILT_SM, false)
+    let out_dir = PathBuf::from(env::var("OUT_DIR").unwrap());
+    check_and_emit(&ptx, &out_dir, PREBUILT_SM, true)
 }
 
 /// The architecture of the prebuilt portable and test modules.
