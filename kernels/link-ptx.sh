@@ -61,19 +61,12 @@ fi
 #               `.minnctapersm 1` (kernels that move registers with `setmaxnreg`: ptxas honours it only
 #               when the entry's register count is known, else warns C7508 and ignores it).
 : "${FS_MODULES:?set FS_MODULES (build.rs lists the modules and their entry points)}"
-module() {  # entries, cpu, output, extra llc flags
-  "$FS_LLVM_BIN/opt" "$work/linked.bc" -o "$work/opt-$2.bc" \
-    -passes='internalize,globaldce,default<O3>' -internalize-public-api-list="$1"
-  "$FS_LLVM_BIN/llc" "$work/opt-$2.bc" -o "$3" -O3 -mtriple=nvptx64-nvidia-cuda -mcpu="$2" --fp-contract=off ${4:-}
-}
-first=1
-IFS=';' read -ra specs <<< "$FS_MODULES"
-for spec in "${specs[@]}"; do
-  IFS=':' read -r stem arch entries <<< "$spec"
-  [ "$arch" = portable ] && arch="$sm"
-  if [ $first = 1 ]; then dest="$out"; first=0; else dest="$(dirname "$out")/$stem.ptx"; fi
-  extra=""; [ "$arch" = sm_90a ] && extra="-mattr=+ptx83"
-  module "$entries" "$arch" "$dest" "$extra"
+module() {  # stem, arch, entries, output: optimize, lower to PTX, then write the entries' bounds
+  local stem=$1 arch=$2 entries=$3 dest=$4 extra="" bound entry threads pin
+  [ "$arch" = sm_90a ] && extra="-mattr=+ptx83"
+  "$FS_LLVM_BIN/opt" "$work/linked.bc" -o "$work/opt-$stem.bc" \
+    -passes='internalize,globaldce,default<O3>' -internalize-public-api-list="$entries"
+  "$FS_LLVM_BIN/llc" "$work/opt-$stem.bc" -o "$dest" -O3 -mtriple=nvptx64-nvidia-cuda -mcpu="$arch" --fp-contract=off $extra
   IFS=',' read -ra bounds <<< "${FS_MAXNTID:-}"
   for bound in "${bounds[@]}"; do
     entry="${bound%%=*}"; threads="${bound#*=}"; pin=""
@@ -81,4 +74,18 @@ for spec in "${specs[@]}"; do
     # The line after the entry's parameter list: `)` (then `{`); the bound goes between them.
     sed -i -E "/^\.visible \.entry ${entry}\(\$/,/^\)/ s/^\)(.*)\$/)\1\n.maxntid ${threads}, 1, 1${pin}/" "$dest"
   done
+}
+# The modules are independent: built at once (each deterministic, so the result is the same).
+first=1
+pids=()
+IFS=';' read -ra specs <<< "$FS_MODULES"
+for spec in "${specs[@]}"; do
+  IFS=':' read -r stem arch entries <<< "$spec"
+  [ "$arch" = portable ] && arch="$sm"
+  if [ $first = 1 ]; then dest="$out"; first=0; else dest="$(dirname "$out")/$stem.ptx"; fi
+  module "$stem" "$arch" "$entries" "$dest" &
+  pids+=("$!")
+done
+for pid in "${pids[@]}"; do
+  wait "$pid"   # a module that failed fails the link (set -e)
 done
