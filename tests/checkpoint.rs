@@ -348,12 +348,15 @@ fn fuzzed_checkpoint_files_give_typed_errors_only() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// An example's executable (`examples/NAME.rs`), which `cargo test` builds beside the tests.
+/// An example's executable (`examples/NAME.rs`): where `cargo test` builds it beside the tests
+/// (`target/release/examples/`), or beside the test in a GPU bundle (`gpu-bundle/bin/`).
 fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().ok().and_then(|t| Some(t.parent()?.parent()?.join("examples")));
-    let exe = exe.map(|dir| dir.join(format!("{name}{}", std::env::consts::EXE_SUFFIX)));
-    exe.filter(|e| e.exists())
-        .unwrap_or_else(|| panic!("the example {name} was not built beside the tests (cargo test builds it)"))
+    let file = format!("{name}{}", std::env::consts::EXE_SUFFIX);
+    let deps = std::env::current_exe().unwrap().parent().unwrap().to_path_buf();
+    let places = [deps.parent().map(|t| t.join("examples").join(&file)), Some(deps.join(&file))];
+    places.into_iter().flatten().find(|e| e.exists()).unwrap_or_else(|| {
+        panic!("the example {name} was not built beside the tests (cargo test builds it; gpu-bundle copies it)")
+    })
 }
 
 #[test]
