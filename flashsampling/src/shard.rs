@@ -68,6 +68,12 @@ impl<'a, T> VocabShard<'a, T> {
     pub fn end(&self) -> usize {
         self.offset + self.weight.rows
     }
+
+    /// How many of the shard's rows are vocabulary rows of a `vocab`-entry head (those below it; the
+    /// rest is padding, never scored).
+    pub fn rows_in(&self, vocab: usize) -> usize {
+        self.weight.rows.min(vocab.saturating_sub(self.offset))
+    }
 }
 
 /// Checks that `shards`, in rank order, tile the vocabulary `0 .. vocab`: the first starts at 0,

@@ -153,13 +153,17 @@ impl RowResult {
                 order.iter().map(|&i| (i, 0.0)).collect()
             } else {
                 order.truncate(params.top_logprobs as usize);
-                // With +∞ logits the first (lowest index) takes all the mass, the others none.
+                // With +∞ logits (`l = +∞`) the first (lowest index) takes all the mass, the others none.
                 order
                     .iter()
                     .enumerate()
                     .map(|(j, &i)| {
-                        let x = if j > 0 && vals[i as usize] == f32::INFINITY { 0.0 } else { vals[i as usize] as f64 };
-                        (i, log_prob(x * scale, l) as f32)
+                        let lp = if j > 0 && l == f64::INFINITY {
+                            f64::NEG_INFINITY
+                        } else {
+                            log_prob(vals[i as usize] as f64 * scale, l)
+                        };
+                        (i, lp as f32)
                     })
                     .collect()
             }
@@ -252,8 +256,7 @@ impl CpuBackend {
             let mut list = TopList::<SHARD_TOP>::EMPTY;
             for shard in shards {
                 // Rows at or past V are padding: never scored (as in the plain sharded path).
-                let rows = shard.weight.rows.min(vocab.saturating_sub(shard.offset));
-                let ys: Vec<f32> = (0..rows)
+                let ys: Vec<f32> = (0..shard.rows_in(vocab))
                     .map(|i| {
                         for (dst, src) in w.iter_mut().zip(&shard.weight.data[i * d..(i + 1) * d]) {
                             *dst = src.to_f32();

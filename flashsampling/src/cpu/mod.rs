@@ -139,7 +139,7 @@ impl CpuBackend {
         let w = shard.weight;
         let shape = validate_shard(hidden, shard, vocab, params, false)?;
         let slots = slots(params, shape.b);
-        let rows = w.rows.min(vocab.saturating_sub(shard.offset));
+        let rows = shard.rows_in(vocab);
         if rows == 0 {
             return Ok(vec![Candidate::EMPTY; slots.len()]);
         }
@@ -162,7 +162,7 @@ impl CpuBackend {
         let shape = validate_shard(hidden, shard, vocab, params, true)?;
         let slots = slots(params, shape.b);
         let want_mass = params.logprobs != LogProbs::Off;
-        let rows = w.rows.min(vocab.saturating_sub(shard.offset));
+        let rows = shard.rows_in(vocab);
         if rows == 0 {
             let none = RankLogProbs {
                 logprob: f32::NAN,
@@ -267,13 +267,7 @@ impl CpuBackend {
 /// The weight rows of `shards` that are scored: those below `vocab` (padding past it never is, so a
 /// NaN there does not make a row's error [`Error::NanLogit`]).
 fn scored_rows<'a, T>(shards: &[VocabShard<'a, T>], vocab: usize) -> Vec<&'a [T]> {
-    shards
-        .iter()
-        .map(|s| {
-            let rows = s.weight.rows.min(vocab.saturating_sub(s.offset));
-            &s.weight.data[..(rows * s.weight.cols).min(s.weight.data.len())]
-        })
-        .collect()
+    shards.iter().map(|s| &s.weight.data[..(s.rows_in(vocab) * s.weight.cols).min(s.weight.data.len())]).collect()
 }
 
 /// The checks of a rank-local step: shapes and parameters against the whole vocabulary (`vocab`:
