@@ -1,25 +1,36 @@
-//! Embeds the kernel crate's PTX modules: the prebuilt ones shipped in `ptx/` (xz-compressed, decoded
-//! here by the pure-Rust `lzma-rs`; default: any stable Rust builds the crate), or, with the cargo feature `build-ptx` (for researchers changing the
-//! kernel; this repository's tests and benches turn it on), freshly built from `kernels/`.
+//! Embeds the kernel crate's device code: the prebuilt modules shipped in `ptx/` (xz-compressed,
+//! decoded here by the pure-Rust `lzma-rs`; default: any stable Rust builds the crate, and nothing is
+//! assembled), or, with the cargo feature `build-ptx` (for researchers changing the kernel; this
+//! repository's tests and benches turn it on), freshly built from `kernels/`.
+//!
+//! What ships (`ptx/`, refreshed by `./x.sh ptx`; the test `ptx_prebuilt` proves it is what the sources
+//! build): the portable and test modules as PTX for sm_90 (`<stem>.ptx.xz`), and both fused modules as
+//! cubins of the pinned ptxas (`<stem>.cubin.xz`: the portable one for sm_90, the Hopper one for
+//! sm_90a), so that a compute capability 9.0 GPU loads machine code instead of waiting for the driver's
+//! JIT (about two minutes for the sm_90a module). The Hopper PTX is not shipped (it loads on compute
+//! capability 9.0 only, where its cubin serves); `ptx/MANIFEST` records its length and digest and the
+//! ptxas that assembled the cubins.
 //!
 //! Building from source: a nested `cargo rustc` of `flashsampling-kernels` for `nvptx64-nvidia-cuda` with
 //! `-Zbuild-std=core` (clean environment, its own target directory), linked by `kernels/link-ptx.sh`
 //! with the toolchain's llvm-tools (`llvm-link`, `opt`, `llc`). Which entry point goes into which
 //! module, and which entry gets a `.maxntid` bound, comes from the variant table
 //! (`config::entry_points`), passed to the link step as `FS_MODULES` / `FS_MAXNTID`. The modules land
-//! in `$OUT_DIR/<stem>.ptx` (`config::Module::stem`) and their paths in `FLASHSAMPLING_PTX_PATH`,
-//! `FLASHSAMPLING_PTX_SM90A_PATH` and `FLASHSAMPLING_PTX_TEST_PATH`. Set `FLASHSAMPLING_SM` to build
-//! the portable and test modules for another architecture (default `sm_90`).
+//! in `$OUT_DIR/<stem>.ptx` (`config::Module::stem`). Set `FLASHSAMPLING_SM` to build the portable and
+//! test modules for another architecture (default `sm_90`). When a `ptxas` is at hand
+//! (`FLASHSAMPLING_PTXAS`, this repository's `.tools/`, or `PATH`; `FLASHSAMPLING_CUBIN=0` turns it
+//! off) the build assembles the cubins itself, once per module, with `-v`: its report (registers,
+//! shared memory, spills per entry) goes to `$OUT_DIR/<stem>.ptxas.txt`
+//! (`FLASHSAMPLING_PTXAS_REPORT_PATH`, `…_SM90A_PATH`), which `tests/ptxas.rs` reads.
 //!
-//! Cubins: when a `ptxas` is at hand (`FLASHSAMPLING_PTXAS`, this repository's `.tools/`, or `PATH`;
-//! `FLASHSAMPLING_CUBIN=0` turns it off), the Hopper module is also assembled for sm_90a and the
-//! portable one for sm_90, into `$OUT_DIR/<stem>.cubin` (`FLASHSAMPLING_CUBIN_PATH`,
-//! `FLASHSAMPLING_CUBIN_SM90A_PATH`; empty files without `ptxas`), so that a compute capability 9.0
-//! GPU loads machine code instead of waiting for the driver's JIT of the PTX (about two minutes for
-//! the sm_90a module on a fresh H200).
+//! Embedding: every module is zstd-compressed (`ruzstd`, its fastest level) into
+//! `$OUT_DIR/<file>.zst` and its path handed to the crate as `FLASHSAMPLING_EMBED_<NAME>` (an empty
+//! file for a module this build does not have), which `src/modules.rs` includes as `static` bytes and
+//! decodes when a GPU backend loads it: the library's metadata and every binary that links it carry
+//! a few MB instead of 36.
 
 use std::env;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use flashsampling_kernels::config::{Module, entry_points};
@@ -29,83 +40,180 @@ fn fail(msg: &str) -> ! {
     panic!("flashsampling build: {msg}");
 }
 
-fn main() {
-    let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
-    println!("cargo:rerun-if-env-changed=FLASHSAMPLING_SM");
-    let ptx = if env::var_os("CARGO_FEATURE_BUILD_PTX").is_none() {
-        use_prebuilt(&manifest.join("ptx"))
-    } else {
-        build_from_source(&manifest)
-    };
-    emit_cubins(&manifest, &ptx);
+/// The architecture of the prebuilt portable and test modules.
+const PREBUILT_SM: &str = "sm_90";
+
+/// The device code one build embeds (each empty when this build has none).
+#[derive(Default)]
+struct Embedded {
+    ptx: Vec<u8>,
+    ptx_sm90a: Vec<u8>,
+    ptx_test: Vec<u8>,
+    cubin: Vec<u8>,
+    cubin_sm90a: Vec<u8>,
+    /// `ptxas --version`'s last line for the ptxas that made the cubins ("" without cubins).
+    ptxas_version: String,
 }
 
-/// Assembles the Hopper module for sm_90a and (when built for sm_90) the portable one for sm_90 with
-/// the first `ptxas` found, into `$OUT_DIR/<stem>.cubin`; an empty file where there is no `ptxas`,
-/// it is turned off, or it fails (a build warning then: the crate loads the PTX instead). ptxas runs
-/// with `-v`: its report (registers, shared memory, spills per entry) goes to
-/// `$OUT_DIR/<stem>.ptxas.txt` (`FLASHSAMPLING_PTXAS_REPORT_PATH`, `…_SM90A_PATH`; empty when not
-/// assembled), which `tests/ptxas.rs` reads instead of assembling the modules again, and its
-/// warnings are shown as build warnings.
-fn emit_cubins(manifest: &std::path::Path, ptx: &[(Module, String, PathBuf)]) {
+fn main() {
+    let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
+    let out_dir = PathBuf::from(env::var("OUT_DIR").unwrap());
+    println!("cargo:rerun-if-env-changed=FLASHSAMPLING_SM");
     println!("cargo:rerun-if-env-changed=FLASHSAMPLING_PTXAS");
     println!("cargo:rerun-if-env-changed=FLASHSAMPLING_CUBIN");
-    let out_dir = PathBuf::from(env::var("OUT_DIR").unwrap());
-    let off = env::var("FLASHSAMPLING_CUBIN").is_ok_and(|v| v == "0");
-    let ptxas = if off { None } else { find_ptxas(manifest) };
-    for (module, arch, var, report_var) in [
-        (Module::Portable, "sm_90", "FLASHSAMPLING_CUBIN_PATH", "FLASHSAMPLING_PTXAS_REPORT_PATH"),
-        (Module::Hopper, "sm_90a", "FLASHSAMPLING_CUBIN_SM90A_PATH", "FLASHSAMPLING_PTXAS_REPORT_SM90A_PATH"),
+    let report = |m: Module| out_dir.join(format!("{}.ptxas.txt", m.stem()));
+    for m in [Module::Portable, Module::Hopper] {
+        let _ = std::fs::remove_file(report(m)); // this build's ptxas writes them again
+    }
+    let embedded = if env::var_os("CARGO_FEATURE_BUILD_PTX").is_none() {
+        use_prebuilt(&manifest.join("ptx"), &out_dir)
+    } else {
+        let ptx = build_from_source(&manifest);
+        let sm = env::var("FLASHSAMPLING_SM").unwrap_or_else(|_| PREBUILT_SM.into());
+        check_entries(&ptx);
+        let text = |m: Module| ptx.iter().find(|(n, _)| *n == m).unwrap().1.clone();
+        for (module, text) in &ptx {
+            std::fs::write(out_dir.join(format!("{}.ptx", module.stem())), text).unwrap();
+        }
+        println!("cargo:rustc-env=FLASHSAMPLING_PTX_SM={sm}");
+        let ptxas = if env::var("FLASHSAMPLING_CUBIN").is_ok_and(|v| v == "0") { None } else { find_ptxas(&manifest) };
+        let version = ptxas.as_deref().map(ptxas_version).unwrap_or_default();
+        let (cubin, cubin_sm90a) = match &ptxas {
+            // Both modules at once (the Hopper one takes most of the time).
+            Some(ptxas) => std::thread::scope(|s| {
+                let hopper = s.spawn(|| assemble(ptxas, &version, Module::Hopper, "sm_90a", &out_dir));
+                // The portable cubin only where the portable PTX is for sm_90 (what the GPUs that load
+                // cubins run).
+                let portable = if sm == "sm_90" {
+                    assemble(ptxas, &version, Module::Portable, "sm_90", &out_dir)
+                } else {
+                    Vec::new()
+                };
+                (portable, hopper.join().unwrap())
+            }),
+            None => (Vec::new(), Vec::new()),
+        };
+        let ptxas_version = if cubin_sm90a.is_empty() { String::new() } else { version };
+        Embedded {
+            ptx: text(Module::Portable).into_bytes(),
+            ptx_sm90a: text(Module::Hopper).into_bytes(),
+            ptx_test: text(Module::Test).into_bytes(),
+            cubin,
+            cubin_sm90a,
+            ptxas_version,
+        }
+    };
+    for (module, var) in [
+        (Module::Portable, "FLASHSAMPLING_PTXAS_REPORT_PATH"),
+        (Module::Hopper, "FLASHSAMPLING_PTXAS_REPORT_SM90A_PATH"),
     ] {
-        let (_, _, ptx_path) = ptx.iter().find(|(m, _, _)| *m == module).unwrap();
-        let dest = out_dir.join(format!("{}.cubin", module.stem()));
-        let report = out_dir.join(format!("{}.ptxas.txt", module.stem()));
-        let portable_sm = env::var("FLASHSAMPLING_SM").unwrap_or_else(|_| PREBUILT_SM.into());
-        let wanted = module == Module::Hopper || portable_sm == arch;
-        let mut log = String::new();
-        let built = match (&ptxas, wanted) {
-            (Some(ptxas), true) => {
-                let out = Command::new(ptxas)
-                    .arg(format!("-arch={arch}"))
-                    .arg("-v")
-                    .arg(ptx_path)
-                    .arg("-o")
-                    .arg(&dest)
-                    .output();
-                match out {
-                    Ok(o) if o.status.success() => {
-                        log = String::from_utf8_lossy(&o.stderr).into_owned() + &String::from_utf8_lossy(&o.stdout);
-                        for line in log.lines().filter(|l| l.contains("warning")) {
-                            println!("cargo:warning=ptxas ({arch}): {line}");
-                        }
-                        true
-                    }
-                    other => {
-                        let why =
-                            other.map_or_else(|e| e.to_string(), |o| String::from_utf8_lossy(&o.stderr).into_owned());
-                        println!(
-                            "cargo:warning=ptxas {} for {arch} failed ({}): the PTX is loaded instead",
-                            ptx_path.display(),
-                            why.lines().next().unwrap_or("")
-                        );
-                        false
+        if !report(module).exists() {
+            std::fs::write(report(module), "").unwrap();
+        }
+        println!("cargo:rustc-env={var}={}", report(module).display());
+    }
+    println!("cargo:rustc-env=FLASHSAMPLING_PTXAS_VERSION={}", embedded.ptxas_version);
+    for (name, bytes, var) in [
+        ("flashsampling.ptx", &embedded.ptx, "FLASHSAMPLING_EMBED_PTX"),
+        ("flashsampling_sm90a.ptx", &embedded.ptx_sm90a, "FLASHSAMPLING_EMBED_PTX_SM90A"),
+        ("flashsampling_test.ptx", &embedded.ptx_test, "FLASHSAMPLING_EMBED_PTX_TEST"),
+        ("flashsampling.cubin", &embedded.cubin, "FLASHSAMPLING_EMBED_CUBIN"),
+        ("flashsampling_sm90a.cubin", &embedded.cubin_sm90a, "FLASHSAMPLING_EMBED_CUBIN_SM90A"),
+    ] {
+        let dest = out_dir.join(format!("{name}.zst"));
+        let packed = if bytes.is_empty() {
+            Vec::new()
+        } else {
+            ruzstd::encoding::compress_to_vec(&bytes[..], ruzstd::encoding::CompressionLevel::Fastest)
+        };
+        std::fs::write(&dest, packed).unwrap();
+        println!("cargo:rustc-env={var}={}", dest.display());
+    }
+}
+
+/// `module`'s PTX in `out_dir` assembled by `ptxas -arch=<arch> -v` into `$OUT_DIR/<stem>.cubin`,
+/// its report into `$OUT_DIR/<stem>.ptxas.txt` (its warnings shown as build warnings); empty when
+/// ptxas fails (a build warning then: the crate loads the PTX instead). A cubin of the same PTX,
+/// architecture and ptxas version (`ptxas_version`) that a build of this target directory made
+/// before is taken from its cache ([`shared_dir`]) instead: ptxas is deterministic, and another
+/// profile or `cargo clippy` then does not assemble the 22 MB Hopper module again.
+fn assemble(ptxas: &Path, ptxas_version: &str, module: Module, arch: &str, out_dir: &Path) -> Vec<u8> {
+    let ptx = out_dir.join(format!("{}.ptx", module.stem()));
+    let dest = out_dir.join(format!("{}.cubin", module.stem()));
+    let report = out_dir.join(format!("{}.ptxas.txt", module.stem()));
+    let text = std::fs::read(&ptx).unwrap();
+    let key = fnv1a64(&[&text[..], ptxas_version.as_bytes(), arch.as_bytes()].concat());
+    let cache = shared_dir(out_dir).join("cubins");
+    let (cached, cached_report) =
+        (cache.join(format!("{arch}-{key:016x}.cubin")), cache.join(format!("{arch}-{key:016x}.ptxas.txt")));
+    if !ptxas_version.is_empty()
+        && let (Ok(cubin), Ok(log)) = (std::fs::read(&cached), std::fs::read_to_string(&cached_report))
+    {
+        std::fs::write(&dest, &cubin).unwrap();
+        std::fs::write(&report, &log).unwrap();
+        return cubin;
+    }
+    let out = Command::new(ptxas).arg(format!("-arch={arch}")).arg("-v").arg(&ptx).arg("-o").arg(&dest).output();
+    match out {
+        Ok(o) if o.status.success() => {
+            let log = String::from_utf8_lossy(&o.stderr).into_owned() + &String::from_utf8_lossy(&o.stdout);
+            for line in log.lines().filter(|l| l.contains("warning")) {
+                println!("cargo:warning=ptxas ({arch}): {line}");
+            }
+            std::fs::write(&report, &log).unwrap();
+            let cubin = std::fs::read(&dest).unwrap();
+            if !ptxas_version.is_empty() {
+                // Written under a temporary name, then renamed: a concurrent build never reads half a file.
+                let _ = std::fs::create_dir_all(&cache);
+                let tmp = cache.join(format!("{arch}-{key:016x}.{}.tmp", std::process::id()));
+                for (file, bytes) in [(&cached_report, log.as_bytes()), (&cached, &cubin[..])] {
+                    if std::fs::write(&tmp, bytes).is_ok() {
+                        let _ = std::fs::rename(&tmp, file);
                     }
                 }
             }
-            _ => false,
-        };
-        if !built {
-            std::fs::write(&dest, b"").unwrap();
+            cubin
         }
-        std::fs::write(&report, log).unwrap();
-        println!("cargo:rustc-env={var}={}", dest.display());
-        println!("cargo:rustc-env={report_var}={}", report.display());
+        other => {
+            let why = other.map_or_else(|e| e.to_string(), |o| String::from_utf8_lossy(&o.stderr).into_owned());
+            println!(
+                "cargo:warning=ptxas {} for {arch} failed ({}): the PTX is loaded instead",
+                ptx.display(),
+                why.lines().next().unwrap_or("")
+            );
+            std::fs::write(&report, "").unwrap();
+            Vec::new()
+        }
     }
+}
+
+/// FNV-1a, 64 bits (cache keys).
+fn fnv1a64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
+}
+
+/// A folder every build of this crate in this target directory and profile shares (the nested PTX
+/// build's target directory, the cubin cache): `<target>/<profile>/flashsampling-ptx`, beside the
+/// `build/` folder that holds `$OUT_DIR`; `$OUT_DIR` itself where the layout is another.
+fn shared_dir(out_dir: &Path) -> PathBuf {
+    match out_dir.ancestors().nth(3) {
+        Some(profile) if out_dir.ancestors().nth(2).and_then(Path::file_name) == Some("build".as_ref()) => {
+            profile.join("flashsampling-ptx")
+        }
+        _ => out_dir.to_path_buf(),
+    }
+}
+
+/// The last line of `ptxas --version` (e.g. `Cuda compilation tools, release 12.9, V12.9.86`).
+fn ptxas_version(ptxas: &Path) -> String {
+    let out = Command::new(ptxas).arg("--version").output();
+    let text = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+    text.lines().rfind(|l| l.contains("release")).unwrap_or("").trim().to_string()
 }
 
 /// `FLASHSAMPLING_PTXAS`, this repository's `.tools/nvcc/nvidia/cuda_nvcc/bin/ptxas` (what
 /// `./x.sh test` installs), or `ptxas` on `PATH`.
-fn find_ptxas(manifest: &std::path::Path) -> Option<PathBuf> {
+fn find_ptxas(manifest: &Path) -> Option<PathBuf> {
     if let Ok(p) = env::var("FLASHSAMPLING_PTXAS") {
         return Some(PathBuf::from(p));
     }
@@ -117,10 +225,19 @@ fn find_ptxas(manifest: &std::path::Path) -> Option<PathBuf> {
     on_path.then(|| PathBuf::from("ptxas"))
 }
 
-/// The PTX shipped with the crate (`ptx/<stem>.ptx.xz`, built for sm_90 by `./x.sh ptx` from the
-/// kernel sources and xz-compressed; the tests check that a fresh build reproduces them byte for
-/// byte), decompressed into `$OUT_DIR/<stem>.ptx`.
-fn use_prebuilt(dir: &std::path::Path) -> Vec<(Module, String, PathBuf)> {
+/// `dir/<name>` xz-decoded (a prebuilt file).
+fn unxz(dir: &Path, name: &str) -> Vec<u8> {
+    let path = dir.join(name);
+    let packed = std::fs::read(&path).unwrap_or_else(|e| fail(&format!("no prebuilt file at {}: {e}", path.display())));
+    let mut bytes = Vec::new();
+    lzma_rs::xz_decompress(&mut &packed[..], &mut bytes)
+        .unwrap_or_else(|e| fail(&format!("{}: not a valid xz file: {e:?}", path.display())));
+    bytes
+}
+
+/// The modules shipped with the crate (`ptx/`, see the crate's docs above), decoded. The PTX entry
+/// points are checked as in a build from source; the Hopper module's are in its cubin.
+fn use_prebuilt(dir: &Path, out_dir: &Path) -> Embedded {
     if env::var("FLASHSAMPLING_SM").is_ok_and(|sm| sm != PREBUILT_SM) {
         fail(&format!(
             "FLASHSAMPLING_SM asks for another architecture than the prebuilt PTX ({PREBUILT_SM}): \
@@ -128,28 +245,31 @@ fn use_prebuilt(dir: &std::path::Path) -> Vec<(Module, String, PathBuf)> {
         ));
     }
     println!("cargo:rerun-if-changed={}", dir.display());
-    let ptx: Vec<(Module, String)> = Module::ALL
-        .iter()
-        .map(|&m| {
-            let path = dir.join(format!("{}.ptx.xz", m.stem()));
-            let packed =
-                std::fs::read(&path).unwrap_or_else(|e| fail(&format!("no prebuilt PTX at {}: {e}", path.display())));
-            let mut text = Vec::new();
-            lzma_rs::xz_decompress(&mut &packed[..], &mut text)
-                .unwrap_or_else(|e| fail(&format!("{}: not a valid xz file: {e:?}", path.display())));
-            let text =
-                String::from_utf8(text).unwrap_or_else(|_| fail(&format!("{}: the PTX is not UTF-8", path.display())));
-            (m, text)
-        })
-        .collect();
-    let out_dir = PathBuf::from(env::var("OUT_DIR").unwrap());
-    check_and_emit(&ptx, &out_dir, PREBUILT_SM, true)
+    let text = |m: Module| {
+        let name = format!("{}.ptx", m.stem());
+        String::from_utf8(unxz(dir, &format!("{name}.xz")))
+            .unwrap_or_else(|_| fail(&format!("{name}.xz: the PTX is not UTF-8")))
+    };
+    let ptx = [(Module::Portable, text(Module::Portable)), (Module::Test, text(Module::Test))];
+    check_entries(&ptx);
+    for (module, text) in &ptx {
+        std::fs::write(out_dir.join(format!("{}.ptx", module.stem())), text).unwrap();
+    }
+    println!("cargo:rustc-env=FLASHSAMPLING_PTX_SM={PREBUILT_SM}");
+    let manifest = std::fs::read_to_string(dir.join("MANIFEST")).unwrap_or_default();
+    let ptxas_version = manifest.lines().find_map(|l| l.strip_prefix("ptxas: ")).unwrap_or("").to_string();
+    let [ptx, ptx_test] = ptx.map(|(_, t)| t.into_bytes());
+    Embedded {
+        ptx,
+        ptx_sm90a: Vec::new(),
+        ptx_test,
+        cubin: unxz(dir, "flashsampling.cubin.xz"),
+        cubin_sm90a: unxz(dir, "flashsampling_sm90a.cubin.xz"),
+        ptxas_version,
+    }
 }
 
-/// The architecture of the prebuilt portable and test modules.
-const PREBUILT_SM: &str = "sm_90";
-
-fn build_from_source(manifest: &std::path::Path) -> Vec<(Module, String, PathBuf)> {
+fn build_from_source(manifest: &Path) -> Vec<(Module, String)> {
     let root = manifest.parent().unwrap().to_path_buf();
     let kernels = root.join("kernels");
     let out_dir = PathBuf::from(env::var("OUT_DIR").unwrap());
@@ -211,7 +331,9 @@ fn build_from_source(manifest: &std::path::Path) -> Vec<(Module, String, PathBuf
         .filter_map(|(e, _, b)| b.map(|b| format!("{e}={}{}", b.threads, if b.pinned { "+" } else { "" })))
         .collect();
 
-    let target_dir = out_dir.join("ptx-target");
+    // Shared by every run of this build script in this target directory and profile (`cargo clippy`,
+    // other feature sets): the nested cargo finds its build up to date instead of starting over.
+    let target_dir = shared_dir(&out_dir).join("target");
     let mut cmd = Command::new(&cargo);
     // A clean environment: nothing of the outer build (profile, target, flags, jobserver) leaks in.
     for (key, _) in env::vars_os() {
@@ -276,23 +398,14 @@ fn build_from_source(manifest: &std::path::Path) -> Vec<(Module, String, PathBuf
         let built = target_dir.join("nvptx64-nvidia-cuda/release/deps").join(format!("{name}.ptx"));
         std::fs::read_to_string(&built).unwrap_or_else(|e| fail(&format!("no PTX at {}: {e}", built.display())))
     };
-    let ptx: Vec<(Module, String)> = Module::ALL.iter().map(|&m| (m, read(m))).collect();
-    check_and_emit(&ptx, &out_dir, &sm, true)
+    Module::ALL.iter().map(|&m| (m, read(m))).collect()
 }
 
-/// Checks that every entry point is in its module with its thread bound, and hands the modules to
-/// the crate: written to `dir` when `write`, their paths in `FLASHSAMPLING_PTX_PATH`,
-/// `FLASHSAMPLING_PTX_SM90A_PATH`, `FLASHSAMPLING_PTX_TEST_PATH`, and the portable architecture in
-/// `FLASHSAMPLING_PTX_SM`.
-fn check_and_emit(
-    ptx: &[(Module, String)],
-    dir: &std::path::Path,
-    sm: &str,
-    write: bool,
-) -> Vec<(Module, String, PathBuf)> {
-    let module_of = |m: Module| &ptx.iter().find(|(n, _)| *n == m).unwrap().1;
+/// Checks that every entry point of the modules in `ptx` is there with its thread bound (a module
+/// not in `ptx`, the prebuilt Hopper one, is not checked here).
+fn check_entries(ptx: &[(Module, String)]) {
     for (entry, module, bound) in entry_points() {
-        let text = module_of(module);
+        let Some((_, text)) = ptx.iter().find(|(m, _)| *m == module) else { continue };
         let Some(at) = text.find(&format!(".entry {entry}(")) else {
             fail(&format!("the {} PTX module lacks the entry point `{entry}`", module.stem()))
         };
@@ -314,20 +427,4 @@ fn check_and_emit(
             }
         }
     }
-    let mut paths = Vec::new();
-    for (module, text) in ptx {
-        let dest = dir.join(format!("{}.ptx", module.stem()));
-        if write {
-            std::fs::write(&dest, text).unwrap();
-        }
-        let var = match module {
-            Module::Portable => "FLASHSAMPLING_PTX_PATH",
-            Module::Hopper => "FLASHSAMPLING_PTX_SM90A_PATH",
-            Module::Test => "FLASHSAMPLING_PTX_TEST_PATH",
-        };
-        println!("cargo:rustc-env={var}={}", dest.display());
-        paths.push((*module, text.clone(), dest));
-    }
-    println!("cargo:rustc-env=FLASHSAMPLING_PTX_SM={sm}");
-    paths
 }

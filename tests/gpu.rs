@@ -134,6 +134,43 @@ fn compare_with_cpu(gpu: &flashsampling::GpuBackend, b: usize, d: usize, v: usiz
     near_tie_mismatches(&format!("B={b} D={d} V={v}"), (&hidden, &weight, d), &params, t, &g.tokens, &c.tokens)
 }
 
+/// Issue 49.4: on compute capability 9.0 the backend loads the embedded cubins (machine code of the
+/// pinned ptxas; no driver JIT, so a fresh machine's first backend is ready in about a second), and
+/// they draw what the CPU backend draws; elsewhere, or with `FLASHSAMPLING_JIT=1`, the PTX.
+#[test]
+fn compute_capability_9_loads_the_cubins_and_they_sample_exactly() {
+    use cudarc::driver::sys::CUdevice_attribute as A;
+    use flashsampling::ModuleCode;
+    let Some(gpu) = common::gpu_or_skip("compute_capability_9_loads_the_cubins_and_they_sample_exactly") else {
+        return;
+    };
+    let cc = (
+        gpu.context().attribute(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR).unwrap(),
+        gpu.context().attribute(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR).unwrap(),
+    );
+    let jit = std::env::var("FLASHSAMPLING_JIT").is_ok_and(|v| v == "1");
+    let portable_only = std::env::var("FLASHSAMPLING_PORTABLE").is_ok_and(|v| v == "1");
+    let (portable, hopper) = gpu.module_code();
+    common::visible(&format!("module code on compute capability {cc:?}: portable {portable:?}, Hopper {hopper:?}"));
+    if cc == (9, 0) && !jit {
+        assert_eq!(portable, ModuleCode::Cubin, "the portable module's cubin did not load");
+        if !portable_only {
+            assert_eq!(hopper, Some(ModuleCode::Cubin), "the Hopper module's cubin did not load");
+        }
+    } else {
+        assert_eq!(portable, ModuleCode::Ptx);
+    }
+    // A fresh backend from embedded cubins is ready in well under the driver JIT's minutes.
+    if cc == (9, 0) && !jit {
+        let t = std::time::Instant::now();
+        drop(flashsampling::GpuBackend::new(0).unwrap());
+        let took = t.elapsed();
+        common::visible(&format!("a second GpuBackend::new took {took:?}"));
+        assert!(took < std::time::Duration::from_secs(10), "{took:?}");
+    }
+    assert_eq!(compare_with_cpu(&gpu, 8, 256, 4096, 1.0), 0);
+}
+
 #[test]
 fn fused_kernel_matches_the_cpu_backend() {
     let Some(gpu) = gpu_or_skip("fused_kernel_matches_the_cpu_backend") else { return };

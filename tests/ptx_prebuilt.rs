@@ -1,18 +1,27 @@
-//! The PTX shipped with the host crate (`flashsampling/ptx/*.ptx.xz`, what stable-Rust consumers embed,
-//! xz-compressed) is exactly what the kernel sources build: this repository's build has the `build-ptx`
-//! feature on, so `flashsampling::PTX*` are fresh builds, compared here byte for byte with the shipped
-//! files decompressed.
+//! The device code shipped with the host crate (`flashsampling/ptx/`, what stable-Rust consumers
+//! embed) is exactly what the kernel sources build. This repository's build has the `build-ptx`
+//! feature on, so `flashsampling::{PTX, PTX_SM90A, PTX_TEST, CUBIN, CUBIN_SM90A}` are fresh builds,
+//! compared here with the shipped files:
 //!
-//! After a kernel change, refresh the shipped files with `./x.sh ptx`
-//! (`FLASHSAMPLING_UPDATE_PTX=1 cargo test --release --test ptx_prebuilt`), which compresses them with
-//! Python's `lzma` (xz, preset 9e, CRC32: the same bytes for the same PTX).
+//! - the portable and test PTX byte for byte with `flashsampling.ptx.xz` and `flashsampling_test.ptx.xz`;
+//! - the Hopper PTX (not shipped) with its length and digest in `MANIFEST`;
+//! - the cubins byte for byte with `flashsampling.cubin.xz` and `flashsampling_sm90a.cubin.xz`, when
+//!   the build's ptxas is the one `MANIFEST` names (ptxas is deterministic: the same PTX and version
+//!   give the same bytes); else a SKIP line, or a failure with `FLASHSAMPLING_REQUIRE_PTXAS=1` (as
+//!   `./x.sh test` sets, with the pinned ptxas it installs).
+//!
+//! After a kernel change, `./x.sh ptx` (`FLASHSAMPLING_UPDATE_PTX=1 cargo test --release --test
+//! ptx_prebuilt`) refreshes them, compressed by Python's `lzma` (xz, preset 9e, CRC32: the same bytes
+//! for the same input).
+
+mod common;
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-/// `text` xz-compressed by Python's `lzma` (deterministic for a given input and preset).
-fn xz(text: &str) -> Vec<u8> {
+/// `bytes` xz-compressed by Python's `lzma` (deterministic for a given input and preset).
+fn xz(bytes: &[u8]) -> Vec<u8> {
     const SCRIPT: &str = "import lzma, sys; sys.stdout.buffer.write(lzma.compress(sys.stdin.buffer.read(), \
                           format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC32, preset=9 | lzma.PRESET_EXTREME))";
     let mut child = Command::new("python3")
@@ -20,9 +29,9 @@ fn xz(text: &str) -> Vec<u8> {
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
-        .expect("python3 (its lzma module compresses the shipped PTX)");
+        .expect("python3 (its lzma module compresses the shipped files)");
     let mut stdin = child.stdin.take().unwrap();
-    let input = text.as_bytes().to_vec();
+    let input = bytes.to_vec();
     let writer = std::thread::spawn(move || stdin.write_all(&input));
     let out = child.wait_with_output().unwrap();
     writer.join().unwrap().unwrap();
@@ -30,40 +39,112 @@ fn xz(text: &str) -> Vec<u8> {
     out.stdout
 }
 
+/// The shipped file `path` decoded, `None` when it is missing or not valid xz.
+fn unxz(path: &Path) -> Option<Vec<u8>> {
+    let packed = std::fs::read(path).ok()?;
+    let mut bytes = Vec::new();
+    lzma_rs::xz_decompress(&mut &packed[..], &mut bytes).ok()?;
+    Some(bytes)
+}
+
+/// FNV-1a, 64 bits: the Hopper PTX's digest in `MANIFEST` (a check against drift, not tampering; the
+/// sm_90a cubin compared byte for byte is the full check).
+fn fnv1a64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
+}
+
+/// `MANIFEST`'s line for a module that is not shipped itself.
+fn digest_line(name: &str, bytes: &[u8]) -> String {
+    format!("{name}: {} bytes, FNV-1a 64 {:016x}", bytes.len(), fnv1a64(bytes))
+}
+
+/// `MANIFEST` for these modules, with the ptxas that made the cubins.
+fn manifest(ptxas: &str, hopper_ptx: &[u8]) -> String {
+    format!(
+        "# Written by ./x.sh ptx (tests/ptx_prebuilt.rs): what the files beside it were made from.\n\
+         ptxas: {ptxas}\n{}\n",
+        digest_line("flashsampling_sm90a.ptx", hopper_ptx)
+    )
+}
+
+fn require_ptxas() -> bool {
+    std::env::var("FLASHSAMPLING_REQUIRE_PTXAS").is_ok_and(|v| v == "1")
+}
+
 #[test]
-fn the_shipped_ptx_is_what_the_kernel_sources_build() {
+fn the_shipped_modules_are_what_the_kernel_sources_build() {
     // The repository the test was built in, or (a GPU bundle run elsewhere) the current directory's.
     let built_in = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("flashsampling/ptx");
     let dir = if built_in.is_dir() { built_in } else { PathBuf::from("flashsampling/ptx") };
-    let built = [
-        ("flashsampling.ptx.xz", flashsampling::PTX),
-        ("flashsampling_sm90a.ptx.xz", flashsampling::PTX_SM90A),
-        ("flashsampling_test.ptx.xz", flashsampling::PTX_TEST),
-    ];
     assert_eq!(
         flashsampling::PTX_SM,
         "sm_90",
         "the shipped PTX is for sm_90: build it with the default FLASHSAMPLING_SM"
     );
     let update = std::env::var("FLASHSAMPLING_UPDATE_PTX").is_ok_and(|v| v == "1");
-    for (name, text) in built {
+    let bytes = |a: &flashsampling::Artifact| a.bytes().unwrap();
+    let hopper_ptx = bytes(&flashsampling::PTX_SM90A);
+    assert!(!hopper_ptx.is_empty(), "a build from source embeds the Hopper PTX");
+    let ptxas = flashsampling::PTXAS_VERSION;
+    let cubins = [
+        ("flashsampling.cubin.xz", bytes(&flashsampling::CUBIN)),
+        ("flashsampling_sm90a.cubin.xz", bytes(&flashsampling::CUBIN_SM90A)),
+    ];
+    let shipped_manifest = std::fs::read_to_string(dir.join("MANIFEST")).unwrap_or_default();
+    let shipped_ptxas = shipped_manifest.lines().find_map(|l| l.strip_prefix("ptxas: ")).unwrap_or("");
+
+    let mut files = vec![
+        ("flashsampling.ptx.xz", bytes(&flashsampling::PTX)),
+        ("flashsampling_test.ptx.xz", bytes(&flashsampling::PTX_TEST)),
+    ];
+    let compare_cubins = !ptxas.is_empty() && cubins.iter().all(|(_, c)| !c.is_empty());
+    if update {
+        assert!(
+            compare_cubins,
+            "./x.sh ptx assembles the shipped cubins: it needs the pinned ptxas (./x.sh installs it into .tools/)"
+        );
+    }
+    if compare_cubins && (update || ptxas == shipped_ptxas) {
+        files.extend(cubins);
+    } else {
+        let why = if ptxas.is_empty() {
+            "this build assembled no cubins (no ptxas, or FLASHSAMPLING_CUBIN=0)".to_string()
+        } else {
+            format!("this build's ptxas ({ptxas}) is not the one that made the shipped cubins ({shipped_ptxas})")
+        };
+        assert!(!require_ptxas(), "FLASHSAMPLING_REQUIRE_PTXAS=1 but the cubins cannot be compared: {why}");
+        common::visible(&format!("SKIP the shipped cubins' comparison: {why}"));
+    }
+    for (name, built) in files {
         let path = dir.join(name);
-        let packed = std::fs::read(&path).unwrap_or_default();
-        let mut shipped = Vec::new();
-        let valid = lzma_rs::xz_decompress(&mut &packed[..], &mut shipped).is_ok();
+        let shipped = unxz(&path);
         if update {
-            if !(valid && shipped == text.as_bytes()) {
-                std::fs::write(&path, xz(text)).unwrap();
+            if shipped.as_deref() != Some(&built[..]) {
+                std::fs::write(&path, xz(&built)).unwrap();
                 println!("updated {}", path.display());
             }
             continue;
         }
         assert!(
-            valid && shipped == text.as_bytes(),
-            "{} differs from the PTX the kernel sources build ({} vs {} bytes): run ./x.sh ptx and commit it",
+            shipped.as_deref() == Some(&built[..]),
+            "{} differs from what the kernel sources build ({} vs {} bytes): run ./x.sh ptx and commit it",
             path.display(),
-            shipped.len(),
-            text.len()
+            shipped.as_ref().map_or(0, Vec::len),
+            built.len()
         );
     }
+    if update {
+        let text = manifest(ptxas, &hopper_ptx);
+        if text != shipped_manifest {
+            std::fs::write(dir.join("MANIFEST"), text).unwrap();
+            println!("updated {}", dir.join("MANIFEST").display());
+        }
+        return;
+    }
+    let want = digest_line("flashsampling_sm90a.ptx", &hopper_ptx);
+    assert!(
+        shipped_manifest.lines().any(|l| l == want),
+        "{}: no line `{want}`: the Hopper PTX differs from the shipped one's; run ./x.sh ptx and commit it",
+        dir.join("MANIFEST").display()
+    );
 }

@@ -50,14 +50,14 @@ fn ptx_assembles_for_sm_90_within_spill_budgets() {
     }
     let mut summary = Vec::new();
     for (report, ptx, arch) in
-        [(portable, flashsampling::PTX, flashsampling::PTX_SM), (hopper, flashsampling::PTX_SM90A, "sm_90a")]
+        [(portable, &flashsampling::PTX, flashsampling::PTX_SM), (hopper, &flashsampling::PTX_SM90A, "sm_90a")]
     {
         let log = match report {
             Some(log) => {
                 common::visible(&format!("ptxas ({arch}): the library build's report"));
                 log
             }
-            None => assemble(ptxas.as_ref().expect("checked above"), ptx, arch),
+            None => assemble(ptxas.as_ref().expect("checked above"), &ptx.text().unwrap(), arch),
         };
         summary.extend(check_report(&log, arch));
     }

@@ -91,7 +91,7 @@ impl Baselines {
     pub fn new(gpu: &GpuBackend) -> Result<Self> {
         let stream = gpu.stream().clone();
         let blas = CudaBlas::new(stream.clone())?;
-        let module = gpu.context().load_module(Ptx::from_src(PTX_TEST))?;
+        let module = gpu.context().load_module(Ptx::from_src(PTX_TEST.text()?))?;
         Ok(Self {
             blas,
             gumbel: module.load_function(GUMBEL_LOGITS_ENTRY)?,

@@ -246,6 +246,14 @@ pub enum Error {
         /// Its size in bytes (`usize::MAX` when the size itself overflows).
         bytes: usize,
     },
+    /// A module embedded in this build does not decode (a corrupted build).
+    #[error("the embedded {name} does not decode ({reason}): rebuild the crate")]
+    EmbeddedModule {
+        /// The module's file name.
+        name: &'static str,
+        /// What the decoder said.
+        reason: String,
+    },
     /// A cuBLAS call failed (benchmark baselines only); the status is kept.
     #[error("cuBLAS error: {0}")]
     Cublas(#[from] CublasError),

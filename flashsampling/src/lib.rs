@@ -38,6 +38,7 @@ pub mod controls;
 pub mod cpu;
 pub mod error;
 pub mod gpu;
+pub mod modules;
 pub mod params;
 pub mod shard;
 #[cfg(feature = "internals")]
@@ -50,38 +51,13 @@ pub use cpu::CpuBackend;
 pub use error::{Error, Result};
 pub use flashsampling_kernels as kernels;
 pub use flashsampling_kernels::stream_id;
-pub use gpu::{DeviceMatrix, DeviceSamples, GpuBackend, gpu_available};
+pub use gpu::{DeviceMatrix, DeviceSamples, GpuBackend, ModuleCode, gpu_available};
+#[cfg(feature = "internals")]
+pub use modules::PTX_TEST;
+pub use modules::{Artifact, CUBIN, CUBIN_SM90A, PTX, PTX_SM, PTX_SM90A, PTXAS_REPORT_PATHS, PTXAS_VERSION};
 pub use params::{Element, ElementType, Matrix, SamplingParams, Shape};
 pub use shard::{VocabShard, merge_shard_candidates};
 pub use tp::{CommId, ShardLayout, TpGroup, TpRank};
-
-/// The portable PTX module ([`kernels::config::Module::Portable`]: the `mma.sync` kernels), built
-/// by build.rs for the architecture `FLASHSAMPLING_SM` names at build time (default sm_90; see
-/// [`PTX_SM`]).
-pub const PTX: &str = include_str!(env!("FLASHSAMPLING_PTX_PATH"));
-/// Where build.rs wrote the portable PTX.
-pub const PTX_PATH: &str = env!("FLASHSAMPLING_PTX_PATH");
-/// The architecture the portable PTX was built for.
-pub const PTX_SM: &str = env!("FLASHSAMPLING_PTX_SM");
-/// The Hopper PTX module ([`kernels::config::Module::Hopper`]: the `wgmma` kernels), compiled for
-/// the arch-specific sm_90a target (loaded on compute capability 9.0 GPUs only).
-pub const PTX_SM90A: &str = include_str!(env!("FLASHSAMPLING_PTX_SM90A_PATH"));
-/// [`PTX`] assembled for sm_90 by the build's `ptxas` (empty when the build had none, or built the
-/// portable module for another architecture): what a compute capability 9.0 GPU loads instead of
-/// JIT-compiling [`PTX`].
-pub const CUBIN: &[u8] = include_bytes!(env!("FLASHSAMPLING_CUBIN_PATH"));
-/// [`PTX_SM90A`] assembled for sm_90a by the build's `ptxas` (empty when the build had none).
-pub const CUBIN_SM90A: &[u8] = include_bytes!(env!("FLASHSAMPLING_CUBIN_SM90A_PATH"));
-/// The build's ptxas reports (`ptxas -v`: registers, shared memory and spills per entry) of
-/// [`CUBIN`] and [`CUBIN_SM90A`], as paths on the build machine (each file empty when that cubin
-/// is): `tests/ptxas.rs` reads them instead of assembling the modules a second time.
-#[doc(hidden)]
-pub const PTXAS_REPORT_PATHS: [&str; 2] =
-    [env!("FLASHSAMPLING_PTXAS_REPORT_PATH"), env!("FLASHSAMPLING_PTXAS_REPORT_SM90A_PATH")];
-/// The test PTX module ([`kernels::config::Module::Test`]: device noise tests and benchmark
-/// baselines), loaded only by the `internals` feature's test hooks and baselines.
-#[cfg(feature = "internals")]
-pub const PTX_TEST: &str = include_str!(env!("FLASHSAMPLING_PTX_TEST_PATH"));
 
 /// Each request's top log-probabilities: `(token, log-probability)` pairs, most likely first.
 pub type TopLogprobs = Vec<Vec<(u32, f32)>>;

@@ -543,7 +543,7 @@ impl TpRank {
         layout: ShardLayout,
         timeout: Duration,
     ) -> Result<Self> {
-        let module = crate::gpu::load_portable_module(gpu.context())?;
+        let (module, _) = crate::gpu::load_portable_module(gpu.context())?;
         let merge = module.load_function(MERGE_RANKS_ENTRY)?;
         let done = gpu.context().new_event(None)?;
         let layouts = vec![layout];

@@ -23,8 +23,9 @@ use flashsampling_kernels::{Candidate, Transform};
 use half::bf16;
 
 use crate::error::{Error, Result};
+use crate::modules::{Artifact, CUBIN, CUBIN_SM90A, PTX, PTX_SM90A};
 use crate::params::{Element, ElementType, LogProbs, Matrix, SamplingParams, Shape, validate, validate_in_vocab};
-use crate::{CUBIN, CUBIN_SM90A, PTX, PTX_SM90A, Samples, check_samples_of};
+use crate::{Samples, check_samples_of};
 
 mod truncate;
 use truncate::TruncationBuffers;
@@ -543,6 +544,8 @@ pub struct GpuBackend {
     fallback_sample: CudaFunction,
     /// Whether the Hopper (sm_90a) module is loaded.
     sm90a: bool,
+    /// What the portable and (when loaded) the Hopper module run ([`GpuBackend::module_code`]).
+    module_code: (ModuleCode, Option<ModuleCode>),
     /// Variant forced for every batch size (`FLASHSAMPLING_FUSED_VARIANT` or
     /// [`GpuBackend::set_fused_variant`]); samples do not depend on it.
     variant_override: Option<FusedVariant>,
@@ -583,29 +586,42 @@ fn compute_capability(ctx: &CudaContext) -> Result<(i32, i32)> {
     ))
 }
 
-/// A module from its cubin (assembled for compute capability 9.0 by the build, see
-/// [`crate::CUBIN`]) on such a GPU, else, or when the cubin is empty, does not load, or
-/// `FLASHSAMPLING_JIT=1`, from its PTX through the driver's JIT.
+/// What a loaded module runs: machine code (a cubin) or PTX the driver JIT-compiled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModuleCode {
+    /// The embedded cubin (compute capability 9.0): no JIT.
+    Cubin,
+    /// The embedded PTX through the driver's JIT.
+    Ptx,
+}
+
+/// A module from its cubin (see [`crate::modules`]) on a compute capability 9.0 GPU, else, or when
+/// the cubin is empty, does not load, or `FLASHSAMPLING_JIT=1`, from its PTX through the driver's
+/// JIT; `None` when neither is embedded (a prebuilt build's Hopper PTX under `FLASHSAMPLING_JIT=1`).
 fn load_module(
     ctx: &Arc<CudaContext>,
-    ptx: &'static str,
-    cubin: &'static [u8],
+    ptx: &Artifact,
+    cubin: &Artifact,
     cc: (i32, i32),
-) -> Result<Arc<CudaModule>> {
+) -> Result<Option<(Arc<CudaModule>, ModuleCode)>> {
     let jit = std::env::var("FLASHSAMPLING_JIT").is_ok_and(|v| v == "1");
     if cc == (9, 0)
         && !jit
         && !cubin.is_empty()
-        && let Ok(m) = ctx.load_module(Ptx::from_binary(cubin.to_vec()))
+        && let Ok(m) = ctx.load_module(Ptx::from_binary(cubin.bytes()?))
     {
-        return Ok(m);
+        return Ok(Some((m, ModuleCode::Cubin)));
     }
-    Ok(ctx.load_module(Ptx::from_src(ptx))?)
+    if ptx.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some((ctx.load_module(Ptx::from_src(ptx.text()?))?, ModuleCode::Ptx)))
 }
 
 /// The portable module ([`PTX`], or its sm_90 cubin on compute capability 9.0; [`load_module`]).
-pub(crate) fn load_portable_module(ctx: &Arc<CudaContext>) -> Result<Arc<CudaModule>> {
-    load_module(ctx, PTX, CUBIN, compute_capability(ctx)?)
+pub(crate) fn load_portable_module(ctx: &Arc<CudaContext>) -> Result<(Arc<CudaModule>, ModuleCode)> {
+    let loaded = load_module(ctx, &PTX, &CUBIN, compute_capability(ctx)?)?;
+    Ok(loaded.expect("every build embeds the portable PTX (build.rs)"))
 }
 
 /// Launches `func` with the one parameter `p` on `stream` with programmatic stream serialization
@@ -659,14 +675,16 @@ impl GpuBackend {
         let sm_count =
             ctx.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
         let stream = ctx.new_stream()?;
-        let module = load_portable_module(&ctx)?;
+        let (module, portable_code) = load_portable_module(&ctx)?;
         // The arch-specific sm_90a module (`wgmma`) loads on compute capability 9.0 only.
         let cc = compute_capability(&ctx)?;
         // `FLASHSAMPLING_PORTABLE=1` keeps it unloaded, so a Hopper GPU runs the portable kernels the
         // way other GPUs do (to measure and test that path).
         let portable_only = std::env::var("FLASHSAMPLING_PORTABLE").is_ok_and(|v| v == "1");
-        let module_sm90a =
-            if cc == (9, 0) && !portable_only { Some(load_module(&ctx, PTX_SM90A, CUBIN_SM90A, cc)?) } else { None };
+        let loaded_sm90a =
+            if cc == (9, 0) && !portable_only { load_module(&ctx, &PTX_SM90A, &CUBIN_SM90A, cc)? } else { None };
+        let hopper_code = loaded_sm90a.as_ref().map(|(_, code)| *code);
+        let module_sm90a = loaded_sm90a.map(|(m, _)| m);
         // The persistent grid fills every multiprocessor to the occupancy its registers allow.
         let fused = FUSED_VARIANTS
             .iter()
@@ -710,6 +728,7 @@ impl GpuBackend {
                 _ => None,
             },
             sm90a: module_sm90a.is_some(),
+            module_code: (portable_code, hopper_code),
             fused,
             expand,
             adjust,
@@ -735,6 +754,13 @@ impl GpuBackend {
             gpu.set_fused_variant(Some(variant))?;
         }
         Ok(gpu)
+    }
+
+    /// What the portable module and the Hopper module (`None`: not loaded, outside compute capability
+    /// 9.0 or with `FLASHSAMPLING_PORTABLE=1`) run: their cubins on compute capability 9.0 (loaded in
+    /// milliseconds), else their PTX through the driver's JIT (see [`crate::modules`]).
+    pub fn module_code(&self) -> (ModuleCode, Option<ModuleCode>) {
+        self.module_code
     }
 
     /// Every fused-kernel variant this GPU runs with its resident blocks per multiprocessor (the
@@ -1675,7 +1701,7 @@ impl GpuBackend {
 
     #[cfg(feature = "internals")]
     fn noise_test(&self, entry: &str, counters: &[[u32; 4]], key: [u32; 2]) -> Result<Vec<[u32; 4]>> {
-        let func = self.ctx.load_module(Ptx::from_src(crate::PTX_TEST))?.load_function(entry)?;
+        let func = self.ctx.load_module(Ptx::from_src(crate::PTX_TEST.text()?))?.load_function(entry)?;
         let func = &func;
         let n = counters.len();
         if n == 0 {
