@@ -3,12 +3,14 @@
 #
 #   ./x.sh sample [ARGS]   the main job: sample a batch from a synthetic LM head or a checkpoint's
 #                          (--weight FILE; GPU if present, else CPU)
-#   ./x.sh test            rustfmt and clippy, every test (GPU tests print SKIP without a GPU), then a crate that uses the
+#   ./x.sh test [--slow]   rustfmt and clippy, every test (GPU tests print SKIP without a GPU), then a crate that uses the
 #                          library on stable Rust with the shipped PTX (ci/stable-consumer), then the
-#                          Python package's wheel and its tests (python/)
+#                          Python package's wheel and its tests (python/); --slow adds the slow tier (the
+#                          tests marked #[ignore = "slow tier …"], e.g. the 2^32-word noise walk; CI runs it)
 #   ./x.sh check           type-check the kernel crate for the nvptx target, its warnings shown (seconds
 #                          when warm; the first run builds `core` for the target)
-#   ./x.sh ptx             rebuild the shipped PTX (flashsampling/ptx/*.ptx.xz) from the kernel sources
+#   ./x.sh ptx             rebuild the shipped modules (flashsampling/ptx/: PTX, cubins, MANIFEST) from the
+#                          kernel sources with the pinned ptxas
 #   ./x.sh bench [ARGS]    cargo bench (needs a GPU)
 #   ./x.sh gpu-bundle      build test + bench executables and the PTX into gpu-bundle/ for a GPU machine
 #                          without Rust (see README)
@@ -56,20 +58,22 @@ case "$cmd" in
     step "toolchain" ensure_toolchain
     step "ptxas wheel" ensure_ptxas
     step "rustfmt" cargo fmt --all --check
-    # The library's build assembles its PTX once (ptxas -v: the cubins, and the report tests/ptxas.rs reads).
-    FLASHSAMPLING_REQUIRE_PTXAS=1 step "cargo test (build + run)" cargo test --release
+    # The library's build assembles its PTX once (ptxas -v: the cubins, and the report tests/ptxas.rs reads;
+    # ptx_prebuilt compares the cubins with the shipped ones, which needs this pinned ptxas).
+    slow=()
+    [ "${1:-}" = "--slow" ] && slow=(-- --include-ignored)
+    FLASHSAMPLING_REQUIRE_PTXAS=1 step "cargo test (build + run)" cargo test --release "${slow[@]}"
     # Lints of every target, warnings as errors (the allowed ones and why: Cargo.toml).
     step "clippy" cargo clippy --release --all-targets --quiet -- -D warnings
-    # A downstream crate on stable Rust: no nightly, rust-src or llvm-tools (the PTX ships prebuilt).
-    # The consumer and the wheel below skip the cubins (FLASHSAMPLING_CUBIN=0: the PTX was assembled
-    # and checked above; they load the PTX, which only a GPU would notice).
+    # A downstream crate on stable Rust: no nightly, rust-src, llvm-tools or ptxas (the portable PTX and
+    # both cubins ship prebuilt in flashsampling/ptx/; nothing is assembled, here or for the wheel).
     rustup run stable cargo --version >/dev/null 2>&1 || step "stable toolchain" rustup toolchain install stable --profile minimal
-    FLASHSAMPLING_CUBIN=0 step "stable consumer" rustup run stable cargo run --release --quiet --manifest-path ci/stable-consumer/Cargo.toml
+    step "stable consumer" rustup run stable cargo run --release --quiet --manifest-path ci/stable-consumer/Cargo.toml
     # The Python package: its abi3 wheel, installed into .tools/py, and its tests (NumPy, CPU path; the
     # CUDA tests list their skip reasons without PyTorch or a GPU).
     step "python tools" ensure_python_tools
     rm -rf target/wheels
-    FLASHSAMPLING_CUBIN=0 step "python wheel" .tools/py/bin/maturin build --release --quiet -m python/Cargo.toml -o target/wheels
+    step "python wheel" .tools/py/bin/maturin build --release --quiet -m python/Cargo.toml -o target/wheels
     .tools/py/bin/pip install --quiet --force-reinstall --no-deps target/wheels/flashsampling-*.whl
     step "python tests" .tools/py/bin/python -m pytest -q -rs -p no:cacheprovider --import-mode=importlib python/tests
     printf '\nstep times (./x.sh test):\n%s' "$STEP_TIMES" ;;
@@ -81,7 +85,8 @@ case "$cmd" in
       -Zbuild-std=core --target-dir target/nvptx-check "$@" ;;
   ptx)
     ensure_toolchain
-    FLASHSAMPLING_UPDATE_PTX=1 exec cargo test --release --test ptx_prebuilt -- --nocapture ;;
+    ensure_ptxas
+    FLASHSAMPLING_REQUIRE_PTXAS=1 FLASHSAMPLING_UPDATE_PTX=1 exec cargo test --release --test ptx_prebuilt -- --nocapture ;;
   bench)
     ensure_toolchain
     exec cargo bench -- "$@" ;;
@@ -89,5 +94,5 @@ case "$cmd" in
     ensure_toolchain
     exec scripts/gpu-bundle.sh ;;
   *)
-    sed -n '2,21p' "$0"; exit 2 ;;
+    sed -n '2,20p' "$0"; exit 2 ;;
 esac
