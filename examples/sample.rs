@@ -173,15 +173,17 @@ fn inputs(a: &mut Args) -> Result<(Values, Values), Box<dyn std::error::Error>> 
     flashsampling::params::check_shape(a.b, a.d, a.v)?;
     SamplingParams::new(a.temperature, a.seed).transform()?;
     // Only the operand not loaded is made (the same values as the whole synthetic head's part).
-    use flashsampling::synthetic::{try_lm_head_hidden, try_lm_head_weight};
-    let synthetic = |v: Vec<bf16>| Values::Bf16(v).into_elem(elem);
+    // Both reserved before either is drawn: a shape whose memory cannot be had fails at once.
+    let (h_made, w_made) =
+        flashsampling::synthetic::try_lm_head_parts(a.b, a.d, a.v, DATA_SEED, hidden.is_none(), weight.is_none())?;
+    let synthetic = |v: Option<Vec<bf16>>| Values::Bf16(v.expect("made when not loaded")).into_elem(elem);
     let h = match hidden {
         Some((h, _)) => h.values,
-        None => synthetic(try_lm_head_hidden(a.b, a.d, a.v, DATA_SEED)?),
+        None => synthetic(h_made),
     };
     let w = match weight {
         Some((w, _)) => w.values,
-        None => synthetic(try_lm_head_weight(a.d, a.v, DATA_SEED)?),
+        None => synthetic(w_made),
     };
     Ok((h, w))
 }

@@ -81,23 +81,51 @@ pub fn lm_head(b: usize, d: usize, v: usize, seed: u64) -> (Vec<bf16>, Vec<bf16>
 
 /// [`lm_head`] for a shape from outside (a command line): the shape goes through the library's
 /// checks first ([`check_shape`]: B, D, V positive and within the kernels' limits, D aligned), then
-/// the memory is reserved ([`Error::HostMemory`] when refused). The same values as [`lm_head`].
+/// the memory of both parts is reserved ([`Error::HostMemory`] when refused) before either is drawn.
+/// The same values as [`lm_head`].
 pub fn try_lm_head(b: usize, d: usize, v: usize, seed: u64) -> Result<(Vec<bf16>, Vec<bf16>)> {
-    Ok((try_lm_head_hidden(b, d, v, seed)?, try_lm_head_weight(d, v, seed)?))
+    let (hidden, weight) = try_lm_head_parts(b, d, v, seed, true, true)?;
+    Ok((hidden.expect("asked for"), weight.expect("asked for")))
+}
+
+/// `(hidden states, weight)` of a synthetic head, each `None` when not asked for.
+pub type HeadParts = (Option<Vec<bf16>>, Option<Vec<bf16>>);
+
+/// The parts of [`try_lm_head`] asked for (`(hidden, weight)`; for a run that loads the other from
+/// a file), each the same values as the whole head's: the shape checked, then the memory of every
+/// part asked for reserved before any is drawn (a refused part costs no time drawing the other),
+/// the weight's draws skipped, not made, when only the hidden states are asked for.
+pub fn try_lm_head_parts(b: usize, d: usize, v: usize, seed: u64, hidden: bool, weight: bool) -> Result<HeadParts> {
+    check_shape(b, d, v)?;
+    // b, d, v ≤ 2³⁰: the products fit a 64-bit usize.
+    let reserve = |want: bool, n: usize, what: &'static str| -> Result<Option<Vec<bf16>>> {
+        if !want {
+            return Ok(None);
+        }
+        let mut out = Vec::new();
+        out.try_reserve_exact(n).map_err(|_| Error::HostMemory { what, bytes: n.saturating_mul(2) })?;
+        Ok(Some(out))
+    };
+    let mut w = reserve(weight, v * d, "the synthetic LM-head weight")?;
+    let mut h = reserve(hidden, b * d, "the synthetic hidden states")?;
+    let mut rng = SplitMix64::new(seed);
+    match &mut w {
+        Some(w) => w.extend(rng.normal_bf16_iter(2.0 / (d as f64).sqrt()).take(v * d)),
+        None => rng.skip((v * d) as u64),
+    }
+    if let Some(h) = &mut h {
+        h.extend(rng.normal_bf16_iter(1.0).take(b * d));
+    }
+    Ok((h, w))
 }
 
 /// [`try_lm_head`]'s weight alone (for a run whose hidden states come from a file).
 pub fn try_lm_head_weight(d: usize, v: usize, seed: u64) -> Result<Vec<bf16>> {
-    check_shape(1, d, v)?;
-    // d, v ≤ 2³⁰: the product fits a 64-bit usize.
-    SplitMix64::new(seed).try_normal_bf16(v * d, 2.0 / (d as f64).sqrt(), "the synthetic LM-head weight")
+    Ok(try_lm_head_parts(1, d, v, seed, false, true)?.1.expect("asked for"))
 }
 
 /// [`try_lm_head`]'s hidden states alone (for a run whose weight comes from a file): the weight's
 /// draws are skipped, not made.
 pub fn try_lm_head_hidden(b: usize, d: usize, v: usize, seed: u64) -> Result<Vec<bf16>> {
-    check_shape(b, d, v)?;
-    let mut rng = SplitMix64::new(seed);
-    rng.skip((v * d) as u64);
-    rng.try_normal_bf16(b * d, 1.0, "the synthetic hidden states")
+    Ok(try_lm_head_parts(b, d, v, seed, true, false)?.0.expect("asked for"))
 }
