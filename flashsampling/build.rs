@@ -21,7 +21,9 @@
 //! (`FLASHSAMPLING_PTXAS`, this repository's `.tools/`, or `PATH`; `FLASHSAMPLING_CUBIN=0` turns it
 //! off) the build assembles the cubins itself, once per module, with `-v`: its report (registers,
 //! shared memory, spills per entry) goes to `$OUT_DIR/<stem>.ptxas.txt`
-//! (`FLASHSAMPLING_PTXAS_REPORT_PATH`, `…_SM90A_PATH`), which `tests/ptxas.rs` reads.
+//! (`FLASHSAMPLING_PTXAS_REPORT_PATH`, `…_SM90A_PATH`), which `tests/ptxas.rs` reads. Without a ptxas,
+//! a build whose PTX is the shipped PTX embeds the shipped cubins (they are its machine code), so a
+//! fresh machine's `./x.sh sample` needs neither ptxas nor the driver's JIT.
 //!
 //! Embedding: every module is zstd-compressed (`ruzstd`, its fastest level) into
 //! `$OUT_DIR/<file>.zst` and its path handed to the crate as `FLASHSAMPLING_EMBED_<NAME>` (an empty
@@ -66,6 +68,7 @@ fn main() {
         let _ = std::fs::remove_file(report(m)); // this build's ptxas writes them again
     }
     let embedded = if env::var_os("CARGO_FEATURE_BUILD_PTX").is_none() {
+        println!("cargo:rustc-env=FLASHSAMPLING_CUBINS_ASSEMBLED=0");
         use_prebuilt(&manifest.join("ptx"), &out_dir)
     } else {
         let ptx = build_from_source(&manifest);
@@ -93,7 +96,40 @@ fn main() {
             }),
             None => (Vec::new(), Vec::new()),
         };
-        let ptxas_version = if cubin_sm90a.is_empty() { String::new() } else { version };
+        let mut assembled = !cubin_sm90a.is_empty();
+        let mut ptxas_version = if assembled { version } else { String::new() };
+        let (mut cubin, mut cubin_sm90a) = (cubin, cubin_sm90a);
+        // No ptxas (a fresh machine's `./x.sh sample`): where the sources build exactly the shipped PTX,
+        // the shipped cubins are this PTX's machine code (the pinned ptxas's), so a GPU needs no JIT.
+        if !assembled && sm == PREBUILT_SM && env::var("FLASHSAMPLING_CUBIN").map_or(true, |v| v != "0") {
+            let dir = manifest.join("ptx");
+            println!("cargo:rerun-if-changed={}", dir.display());
+            let manifest_text = std::fs::read_to_string(dir.join("MANIFEST")).unwrap_or_default();
+            let hopper = text(Module::Hopper);
+            let digest = format!(
+                "flashsampling_sm90a.ptx: {} bytes, FNV-1a 64 {:016x}",
+                hopper.len(),
+                fnv1a64(hopper.as_bytes())
+            );
+            let portable_shipped = std::fs::read(dir.join("flashsampling.ptx.xz")).ok().and_then(|packed| {
+                let mut bytes = Vec::new();
+                lzma_rs::xz_decompress(&mut &packed[..], &mut bytes).ok().map(|_| bytes)
+            });
+            if manifest_text.lines().any(|l| l == digest)
+                && portable_shipped.as_deref() == Some(text(Module::Portable).as_bytes())
+            {
+                cubin = unxz(&dir, "flashsampling.cubin.xz");
+                cubin_sm90a = unxz(&dir, "flashsampling_sm90a.cubin.xz");
+                ptxas_version = manifest_text.lines().find_map(|l| l.strip_prefix("ptxas: ")).unwrap_or("").to_string();
+                assembled = false;
+            } else if ptxas.is_none() {
+                println!(
+                    "cargo:warning=no ptxas and the kernels differ from the shipped ones: a GPU loads them as PTX \
+                     through the driver's JIT (minutes on its first run; ./x.sh test installs ptxas)"
+                );
+            }
+        }
+        println!("cargo:rustc-env=FLASHSAMPLING_CUBINS_ASSEMBLED={}", assembled as u8);
         Embedded {
             ptx: text(Module::Portable).into_bytes(),
             ptx_sm90a: text(Module::Hopper).into_bytes(),

@@ -54,7 +54,9 @@ pub use flashsampling_kernels::stream_id;
 pub use gpu::{DeviceMatrix, DeviceSamples, GpuBackend, ModuleCode, gpu_available};
 #[cfg(feature = "internals")]
 pub use modules::PTX_TEST;
-pub use modules::{Artifact, CUBIN, CUBIN_SM90A, PTX, PTX_SM, PTX_SM90A, PTXAS_REPORT_PATHS, PTXAS_VERSION};
+pub use modules::{
+    Artifact, CUBIN, CUBIN_SM90A, CUBINS_ASSEMBLED, PTX, PTX_SM, PTX_SM90A, PTXAS_REPORT_PATHS, PTXAS_VERSION,
+};
 pub use params::{Element, ElementType, Matrix, SamplingParams, Shape};
 pub use shard::{VocabShard, merge_shard_candidates};
 pub use tp::{CommId, ShardLayout, TpGroup, TpRank};

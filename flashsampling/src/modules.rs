@@ -91,6 +91,11 @@ pub static PTX_TEST: Artifact = embedded!("flashsampling_test.ptx", "FLASHSAMPLI
 /// one's (`ptx/MANIFEST`) or this build's.
 #[doc(hidden)]
 pub const PTXAS_VERSION: &str = env!("FLASHSAMPLING_PTXAS_VERSION");
+/// Whether this build assembled the cubins itself (a build from source with a ptxas), rather than
+/// taking the shipped ones (a prebuilt build, or a build from source without ptxas whose PTX is the
+/// shipped PTX).
+#[doc(hidden)]
+pub const CUBINS_ASSEMBLED: bool = matches!(env!("FLASHSAMPLING_CUBINS_ASSEMBLED").as_bytes(), b"1");
 /// The build's ptxas reports (`ptxas -v`: registers, shared memory and spills per entry) of
 /// [`CUBIN`] and [`CUBIN_SM90A`], as paths on the build machine (each file empty when this build did
 /// not assemble that module): `tests/ptxas.rs` reads them instead of assembling the modules again.
