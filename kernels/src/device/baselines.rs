@@ -13,11 +13,12 @@
 
 use core::arch::nvptx::{_block_idx_x, _syncthreads, _thread_idx_x};
 
+use super::collective::merge_butterfly;
 use super::ptx::{
     ex2_approx_ftz_f32, ld_global_nc_v4_f32, ld_shared_v2_u32, mov_u32_dynamic_smem, shfl_sync_bfly_b32,
     shfl_sync_up_b32, st_shared_v2_u32,
 };
-use super::reduce::{self, merge_butterfly};
+use super::reduce;
 use crate::candidate::Candidate;
 use crate::config::{BASELINE_THREADS, LOGITS_CHUNK, STREAM_READ_THREADS};
 use crate::epilogue::update_group4_unpruned;

@@ -20,50 +20,17 @@
 //! Register arrays are indexed with compile-time indices only (unrolled loops, selects among the
 //! few constants an index can have), so accumulators and candidates stay in registers.
 
+use super::collective::exp;
 use super::mainloop::{Accumulators, WgmmaShape};
 use super::merge::{MergeArea, SharedMasses, put_merged, put_merged_mass};
-use super::ptx::{ex2_approx_ftz_f32, mov_b32, shfl_sync_bfly_b32};
+use super::ptx::{mov_b32, shfl_sync_bfly_b32};
+use super::rows::{RowRef, row_params};
 use crate::candidate::Candidate;
 use crate::config::{ROWS_PER_LANE, TMA_T_TILE_V};
 use crate::epilogue::update_groups_above;
 use crate::logits::softcap;
-use crate::params::{FusedParams, RowMass, RowParams};
+use crate::params::{FusedParams, RowMass};
 use crate::truncate::{LANE_TOP, LANE_TOP_WIDE, StoredTop, TopList};
-
-/// Batch row `b`'s parameters (`b < B`), loaded once per row and tile (32 bytes, L1-resident).
-#[derive(Clone, Copy)]
-pub(super) struct RowRef(RowParams);
-
-impl RowRef {
-    /// The row's noise key.
-    #[inline(always)]
-    pub(super) fn noise(self) -> crate::noise::RowNoise {
-        self.0.noise()
-    }
-    /// The row's temperature transform.
-    #[inline(always)]
-    pub(super) fn transform(self) -> crate::epilogue::Transform {
-        self.0.transform
-    }
-    /// The row's request (its mask row).
-    #[inline(always)]
-    pub(super) fn request(self) -> u32 {
-        self.0.request
-    }
-}
-
-/// Batch row `b`'s parameters (`b < B`: the caller's contract).
-#[inline(always)]
-pub(super) fn row_params(p: &FusedParams, b: u32) -> RowRef {
-    // SAFETY: b < B (the caller's contract) and `rows` holds B entries.
-    RowRef(unsafe { *p.rows.add(b as usize) })
-}
-
-/// e^x for the log-mass: `ex2.approx` of `x·log2(e)` (`−∞` → 0).
-#[inline(always)]
-pub(super) fn exp(x: f32) -> f32 {
-    ex2_approx_ftz_f32(x * core::f32::consts::LOG2_E)
-}
 
 /// The lane epilogue: logits `y[q]` of weight rows `v0 + stride·q .. + 4` for `q < G` (`v0 % 4 ==
 /// 0`, `stride % 4 == 0`; global vocab indices from `v0 + v_offset`) of one batch row →

@@ -8,18 +8,18 @@
 //!    property of the MMA fragment, so the fragment adapters call [`put_merged`] with their shuffle
 //!    masks), and one of them stores the result in the merge area at `[contributor][row]`;
 //! 2. after a block barrier, thread `t` takes block rows `t, t + threads, …`, merges each over the
-//!    contributors and writes it to `candidates[b, vrange]` ([`finish`]), and, in the plain kernels,
-//!    the last block of the batch tile reduces the tile's candidates to tokens
-//!    ([`super::reduce::reduce_if_last`]; the log-probability kernels' rows are reduced by a kernel
-//!    of their own, `reduce_rows`).
+//!    contributors and writes it to `candidates[b, vrange]` ([`finish`]). The entry point then
+//!    composes the reduction: in the plain kernels the last block of the batch tile reduces the
+//!    tile's candidates to tokens ([`super::reduce::reduce_if_last`]; the log-probability kernels'
+//!    rows are reduced by a kernel of their own, `reduce_rows`).
 //!
 //! The merge is the candidate's associative, commutative maximum under a total order, so any
 //! grouping and order gives the same winner.
 
 use core::arch::nvptx::_syncthreads;
 
+use super::collective::{mass_of_words, mass_words, merge_butterfly, merge_mass, merge_mass_butterfly};
 use super::ptx::{ld_shared_v2_u32, ld_shared_v4_u32, mov_u32_dynamic_smem, st_shared_v2_u32, st_shared_v4_u32};
-use super::reduce::{merge_butterfly, merge_mass_butterfly, reduce_if_last};
 use super::schedule::BlockWork;
 use crate::candidate::Candidate;
 use crate::config::CONSUMER_THREADS;
@@ -36,6 +36,12 @@ pub(super) struct MergeArea {
 }
 
 impl MergeArea {
+    /// The block's batch rows (what the reduction after the merge reads).
+    #[inline(always)]
+    pub(super) fn block_rows(&self) -> u32 {
+        self.block_rows
+    }
+
     /// The area of a block of `block_rows` batch rows and `contributors` contributors per row.
     #[inline(always)]
     pub(super) fn new(block_rows: u32, contributors: u32) -> Self {
@@ -119,22 +125,6 @@ impl SharedMasses {
     }
 }
 
-/// A [`RowMass`] as four words (processed max and sum, raw max and sum).
-#[inline(always)]
-pub(super) fn mass_words(m: RowMass) -> [u32; 4] {
-    [m.processed.max.to_bits(), m.processed.sum.to_bits(), m.raw.max.to_bits(), m.raw.sum.to_bits()]
-}
-
-/// The [`RowMass`] of four words ([`mass_words`]).
-#[inline(always)]
-pub(super) fn mass_of_words(w: [u32; 4]) -> RowMass {
-    use crate::logmass::LogMass;
-    RowMass {
-        processed: LogMass { max: f32::from_bits(w[0]), sum: f32::from_bits(w[1]) },
-        raw: LogMass { max: f32::from_bits(w[2]), sum: f32::from_bits(w[3]) },
-    }
-}
-
 /// Step 1: merges `cand` over the lanes `lane ^ m` (`m` in `masks`, the lanes that hold the same
 /// batch row of the same contributor), and the `leader` among them stores it at
 /// `[contributor][row]`.
@@ -185,11 +175,10 @@ pub(super) unsafe fn put_merged_mass<const K: usize>(
     }
 }
 
-/// Step 2 and the reduction: a block barrier, then thread `tid` of `threads` merges block rows
-/// `tid, tid + threads, …` (below B) over `contributors` and writes them to `candidates[b, vrange]`
-/// (with `LP`, their masses to `masses[b, vrange]`); then, in the plain kernels, the last block of
-/// the batch tile reduces its candidates to tokens, one row per warp. The log-probability kernels'
-/// rows are reduced by the `reduce_rows` kernel the host launches after them.
+/// Step 2: a block barrier, then thread `tid` of `threads` merges block rows `tid, tid + threads, …`
+/// (below B) over `contributors` and writes them to `candidates[b, vrange]` (with `LP`, their masses
+/// to `masses[b, vrange]`). The block's candidates are then merged; the entry point composes what
+/// follows (`fused::finish_block`: the reduction of the plain kernels).
 ///
 /// # Safety
 /// Every thread of the block calls it once, after its lanes' [`put_merged`] calls; every
@@ -217,16 +206,12 @@ pub(super) unsafe fn finish<const LP: bool>(area: MergeArea, p: &FusedParams, ti
                 for c in 0..contributors {
                     // SAFETY: stored in step 1 (the log-probability kernels), visible after the barrier.
                     let m = mass_of_words(unsafe { ld_shared_v4_u32(area.mass_slot(c, r)) });
-                    mass = super::reduce::merge_mass(mass, m);
+                    mass = merge_mass(mass, m);
                 }
                 // SAFETY: the log-probability kernels' `masses` holds [B, n_vranges] entries.
                 unsafe { *p.masses.add(at) = mass };
             }
         }
         r += threads;
-    }
-    if !LP {
-        // SAFETY: every thread of the block calls it, after the candidates are written.
-        unsafe { reduce_if_last(p, tid, threads / 32, work.btile, work.b_first, area.block_rows) };
     }
 }

@@ -2,6 +2,7 @@
 //!
 //! | module | role |
 //! |---|---|
+//! | `collective` | the math and warp/block collectives every role uses (`exp`, `ln`, butterfly merges, block sums), below all of them |
 //! | [`schedule`] | tile scheduler: a block's batch tile and vocab range (persistent grid), thread coordinates |
 //! | [`pipeline`] | shared-memory rings and their synchronization (`cp.async` groups, `mbarrier`s) |
 //! | `handoff` | a cut tile's accumulators from one block to the next (stage-balanced vocab ranges) |
@@ -11,7 +12,7 @@
 //! | [`merge`] | the block merge: lanes' candidates → one per (row, vocab range) |
 //! | [`reduce`] | the reduction: candidates → tokens (the fused kernel's last block; the standalone kernel) |
 //! | `fused` | entry points of the fused kernels, one file per family, composing the roles |
-//! | `rows` | the row expansion of launches with several samples per request |
+//! | `rows` | the per-row view of a launch (`RowRef`), and the row expansion of launches with several samples per request |
 //! | `adjust` | the sparse logit adjustments: adjusted tokens scored apart from the fused pass |
 //! | `truncate` | top-k / top-p / min-p: the truncation step over the fused pass's top lists, and its exact fallback |
 //! | `dot` | the warp dot product of the few logits recomputed outside the fused pass |
@@ -32,6 +33,7 @@ macro_rules! unrolled {
 
 mod adjust;
 mod baselines;
+mod collective;
 mod dot;
 mod fragment;
 mod fused;

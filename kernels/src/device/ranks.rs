@@ -11,7 +11,7 @@
 
 use core::arch::nvptx::{_block_dim_x, _block_idx_x, _thread_idx_x};
 
-use super::fragment::exp;
+use super::collective::exp;
 use super::ptx::lg2_approx_f32;
 #[cfg(doc)]
 use crate::config::MERGE_RANKS_THREADS;

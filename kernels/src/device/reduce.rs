@@ -12,54 +12,18 @@
 
 use core::arch::nvptx::{_block_idx_x, _syncthreads, _thread_idx_x};
 
+use super::collective::{exp, ln, mass_of_words, mass_words, merge_butterfly, merge_mass, merge_mass_butterfly};
 use super::dot::block_dot;
-use super::fragment::{exp, row_params};
-use super::merge::mass_of_words;
 use super::ptx::{
     atom_global_add_u32, fence_acq_rel_gpu, griddepcontrol_launch_dependents, griddepcontrol_wait, ld_global_cg_v2_u32,
-    ld_global_cg_v4_u32, ld_shared_v2_u32, ld_shared_v4_u32, lg2_approx_f32, mov_u32_dynamic_smem, shfl_sync_bfly_b32,
-    st_shared_v2_u32, st_shared_v4_u32,
+    ld_global_cg_v4_u32, ld_shared_v2_u32, ld_shared_v4_u32, mov_u32_dynamic_smem, st_shared_v2_u32, st_shared_v4_u32,
 };
+use super::rows::row_params;
 use crate::candidate::Candidate;
 use crate::config::{REDUCE_BLOCK_THREADS, REDUCE_ROWS_PER_BLOCK};
 use crate::logits::softcap;
 use crate::logmass::log_prob;
 use crate::params::{AdjustedToken, FusedParams, ReduceParams, RowMass};
-
-/// Merges `c` with the candidates of the lanes `lane ^ m` for each `m` in `masks` (butterfly).
-///
-/// # Safety
-/// All 32 lanes must call it together with the same `masks`.
-#[inline(always)]
-pub(super) unsafe fn merge_butterfly<const K: usize>(mut c: Candidate, masks: [u32; K]) -> Candidate {
-    for m in masks {
-        // SAFETY: every lane executes the same shuffles (the caller's contract).
-        let (score, index) = unsafe { (shfl_sync_bfly_b32(c.score.to_bits(), m), shfl_sync_bfly_b32(c.index, m)) };
-        c = c.merge(Candidate { score: f32::from_bits(score), index });
-    }
-    c
-}
-
-/// Merges two [`RowMass`]es with the device's exponential.
-#[inline(always)]
-pub(super) fn merge_mass(a: RowMass, b: RowMass) -> RowMass {
-    RowMass { processed: a.processed.merge_with(b.processed, exp), raw: a.raw.merge_with(b.raw, exp) }
-}
-
-/// Merges `m` with the masses of the lanes `lane ^ k` for each `k` in `masks` (butterfly).
-///
-/// # Safety
-/// All 32 lanes must call it together with the same `masks`.
-#[inline(always)]
-pub(super) unsafe fn merge_mass_butterfly<const K: usize>(mut m: RowMass, masks: [u32; K]) -> RowMass {
-    for k in masks {
-        let w = super::merge::mass_words(m);
-        // SAFETY: every lane executes the same shuffles (the caller's contract).
-        let o = unsafe { w.map(|x| shfl_sync_bfly_b32(x, k)) };
-        m = merge_mass(m, mass_of_words(o));
-    }
-    m
-}
 
 /// A sample row's adjusted tokens (sparse adjustments, `adjust_tokens`): entries `start .. end` of
 /// its request, its sample `j` of `n` each; empty without adjustments.
@@ -116,12 +80,6 @@ impl AdjRows {
         // launch, on the same stream).
         unsafe { *self.ptr.add((i * self.n + self.j) as usize) }
     }
-}
-
-/// `ln x` from `lg2.approx`.
-#[inline(always)]
-pub(super) fn ln(x: f32) -> f32 {
-    lg2_approx_f32(x) * core::f32::consts::LN_2
 }
 
 /// Row `b`'s log-probability outputs (one thread): the token's processed log-probability `z / T −
@@ -346,7 +304,7 @@ pub(super) unsafe fn reduce_row_block<const INF_RULE: bool>(p: &FusedParams, b: 
         let m = merge_mass_butterfly(mass, [1, 2, 4, 8, 16]);
         if part && tid % 32 == 0 {
             st_shared_v2_u32(cand_slots + 8 * (tid / 32), [c.score.to_bits(), c.index]);
-            st_shared_v4_u32(mass_slots + 16 * (tid / 32), super::merge::mass_words(m));
+            st_shared_v4_u32(mass_slots + 16 * (tid / 32), mass_words(m));
         }
         _syncthreads();
     }

@@ -50,9 +50,9 @@
 
 use core::arch::nvptx::{_block_dim_x, _block_idx_x, _syncthreads, _thread_idx_x};
 
+use super::collective::{block_best, block_max, block_sum_u64, exp, ln, warp_max, warp_min_u32};
 use super::dot::warp_dot;
 use super::fragment;
-use super::fragment::exp;
 use super::mainloop::MmaSyncMainloop;
 use super::pipeline::BlockRing;
 use super::ptx::{
@@ -61,7 +61,7 @@ use super::ptx::{
     shfl_sync_bfly_b32, shfl_sync_idx_b32, shfl_sync_up_b32, st_shared_u32, st_shared_u64, st_shared_v2_u32,
     st_shared_v4_u32,
 };
-use super::reduce::{AdjRows, ln, merge_butterfly, reduce_row_block};
+use super::reduce::{AdjRows, reduce_row_block};
 use super::schedule::{BlockWork, Thread};
 use crate::INVALID_INDEX;
 use crate::candidate::Candidate;
@@ -110,22 +110,6 @@ const _: () = assert!(TRUNCATE_THREADS.is_multiple_of(32) && TRUNCATE_THREADS <=
 // The top log-probabilities: sorted in one block of 64 entries, written one per thread, after at
 // least `MAX_KEPT + 1` entries when a round raised the threshold.
 const _: () = assert!(MAX_TOP_N <= 64 && MAX_TOP_N <= MAX_KEPT as u32 + 1 && MAX_TOP_N <= TRUNCATE_THREADS);
-
-/// The warp's maximum of `x` (every lane gets it).
-///
-/// # Safety
-/// All 32 lanes call it together.
-#[inline(always)]
-unsafe fn warp_max(mut x: f32) -> f32 {
-    for m in [1u32, 2, 4, 8, 16] {
-        // SAFETY: all 32 lanes (the caller's contract).
-        let o = f32::from_bits(unsafe { shfl_sync_bfly_b32(x.to_bits(), m) });
-        if o > x {
-            x = o;
-        }
-    }
-    x
-}
 
 /// A collected entry: a processed logit and its global vocab index.
 type Entry = (f32, u32);
@@ -443,19 +427,6 @@ unsafe fn select_prefix(n: u32, keep: Keep, hist: u32, control: u32, tid: u32) -
     };
     let bits = if t >> 31 != 0 { t & 0x7FFF_FFFF } else { !t };
     Some((c, f32::from_bits(bits)))
-}
-
-/// The warp's minimum of `x` (every lane gets it).
-///
-/// # Safety
-/// All 32 lanes call it together.
-#[inline(always)]
-unsafe fn warp_min_u32(mut x: u32) -> u32 {
-    for m in [1u32, 2, 4, 8, 16] {
-        // SAFETY: all 32 lanes (the caller's contract).
-        x = x.min(unsafe { shfl_sync_bfly_b32(x, m) });
-    }
-    x
 }
 
 /// [`KeptWalk`] over the `n` sorted entries (`theta` bounding every other token), 32 counts at a
@@ -1316,86 +1287,6 @@ unsafe fn logits_body<
 const T: u32 = FALLBACK_SAMPLE_THREADS;
 const WARPS: u32 = T / 32;
 
-/// The block's sum of `x` (every thread gets it): integers, so the order does not matter.
-///
-/// # Safety
-/// Every thread of a [`FALLBACK_SAMPLE_THREADS`]-thread block calls it together; the block's dynamic
-/// shared memory holds [`FALLBACK_SAMPLE_SMEM`] bytes.
-#[inline(always)]
-unsafe fn block_sum_u64(mut x: u64, tid: u32) -> u64 {
-    for m in [1u32, 2, 4, 8, 16] {
-        // SAFETY: all lanes (the caller's contract).
-        let (lo, hi) = unsafe { (shfl_sync_bfly_b32(x as u32, m), shfl_sync_bfly_b32((x >> 32) as u32, m)) };
-        x += (hi as u64) << 32 | lo as u64;
-    }
-    let base = mov_u32_dynamic_smem();
-    // SAFETY: block-uniform barriers; WARPS slots of 8 bytes.
-    unsafe {
-        _syncthreads();
-        if tid % 32 == 0 {
-            st_shared_u64(base + 8 * (tid / 32), x);
-        }
-        _syncthreads();
-        let mut total = 0u64;
-        for w in 0..WARPS {
-            total += ld_shared_u64(base + 8 * w);
-        }
-        total
-    }
-}
-
-/// The block's maximum of `x` (every thread gets it).
-///
-/// # Safety
-/// As [`block_sum_u64`].
-#[inline(always)]
-unsafe fn block_max(x: f32, tid: u32) -> f32 {
-    // SAFETY: all lanes.
-    let x = unsafe { warp_max(x) };
-    let base = mov_u32_dynamic_smem();
-    // SAFETY: as in `block_sum_u64`.
-    unsafe {
-        _syncthreads();
-        if tid % 32 == 0 {
-            st_shared_v2_u32(base + 8 * (tid / 32), [x.to_bits(), 0]);
-        }
-        _syncthreads();
-        let mut m = f32::NEG_INFINITY;
-        for w in 0..WARPS {
-            let y = f32::from_bits(ld_shared_v2_u32(base + 8 * w)[0]);
-            if y > m {
-                m = y;
-            }
-        }
-        m
-    }
-}
-
-/// The block's best candidate (every thread gets it).
-///
-/// # Safety
-/// As [`block_sum_u64`].
-#[inline(always)]
-unsafe fn block_best(c: Candidate, tid: u32) -> Candidate {
-    // SAFETY: all lanes.
-    let c = unsafe { merge_butterfly(c, [1, 2, 4, 8, 16]) };
-    let base = mov_u32_dynamic_smem();
-    // SAFETY: as in `block_sum_u64`.
-    unsafe {
-        _syncthreads();
-        if tid % 32 == 0 {
-            st_shared_v2_u32(base + 8 * (tid / 32), [c.score.to_bits(), c.index]);
-        }
-        _syncthreads();
-        let mut best = Candidate::EMPTY;
-        for w in 0..WARPS {
-            let [s, i] = ld_shared_v2_u32(base + 8 * w);
-            best = best.merge(Candidate { score: f32::from_bits(s), index: i });
-        }
-        best
-    }
-}
-
 /// The f32 order as a u32 order (for values that are not NaN).
 #[inline(always)]
 fn key(x: f32) -> u32 {
@@ -1569,7 +1460,7 @@ unsafe fn select_top(z: *const f32, v: u32, tid: u32, n: u32, pred: impl Fn(f32)
     // SAFETY: z as above.
     unsafe { for_each(z, v, tid, |_, x| above += key_at(x).is_some_and(|k| k > t) as u64) };
     // SAFETY: every thread.
-    let above = unsafe { block_sum_u64(above, tid) };
+    let above = unsafe { block_sum_u64::<WARPS>(above, tid) };
     // Of the entries at `t`, those with the largest `!i` (the lowest indices) that complete `n`.
     let ti = if above < n as u64 {
         let tied = |i: u32, x: f32| if key_at(x) == Some(t) { Some(!i) } else { None };
@@ -1703,7 +1594,7 @@ pub unsafe extern "ptx-kernel" fn fallback_sample(p: FallbackParams) {
         })
     };
     // SAFETY: every thread (the reductions below are reached by all).
-    let zmax = unsafe { block_max(m, tid) };
+    let zmax = unsafe { block_max::<WARPS>(m, tid) };
     let transform = row.transform;
     let inv_t = transform.inv_temperature;
     let e = |x: f32| exp((x - zmax) * inv_t);
@@ -1729,7 +1620,7 @@ pub unsafe extern "ptx-kernel" fn fallback_sample(p: FallbackParams) {
             })
         };
         // SAFETY: every thread.
-        let mk = unsafe { block_sum_u64(mk, tid) };
+        let mk = unsafe { block_sum_u64::<WARPS>(mk, tid) };
         let want = trunc.top_p as f64 * mk as f64;
         let mut target = want as u64;
         if (target as f64) < want {
@@ -1767,7 +1658,7 @@ pub unsafe extern "ptx-kernel" fn fallback_sample(p: FallbackParams) {
             g += T;
         }
         // SAFETY: every thread (`keeps_sample` is block-uniform).
-        let (c, mass) = unsafe { (block_best(c, tid), block_sum_u64(mass, tid)) };
+        let (c, mass) = unsafe { (block_best::<WARPS>(c, tid), block_sum_u64::<WARPS>(mass, tid)) };
         (c, zmax * inv_t + ln(mass as f32 / FIXED))
     };
     if top && !raw_top {

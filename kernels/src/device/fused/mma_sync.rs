@@ -18,7 +18,7 @@
 //! group per stage) → [`MmaSyncMainloop`] (one block barrier per stage; the pipeline runs on across
 //! tiles, so the next tile's first `S − 1` stages are in flight during a tile's epilogue) →
 //! [`fragment::mma_sync_tile`] (fragment → logits → lane epilogue) → [`fragment::put_columns`] +
-//! [`merge::finish`] (block merge, then in the plain kernels the last block of the batch tile
+//! `finish_block` ([`merge::finish`](crate::device::merge::finish), then in the plain kernels the last block of the batch tile
 //! reduces to tokens; the `_lp` / `_tk` kernels leave their rows to `reduce_rows`).
 //!
 //! [`BlockWork`]: crate::device::schedule::BlockWork
@@ -31,7 +31,7 @@ use crate::config::{
 };
 use crate::device::fragment;
 use crate::device::mainloop::MmaSyncMainloop;
-use crate::device::merge::{self, MergeArea};
+use crate::device::merge::MergeArea;
 use crate::device::pipeline::BlockRing;
 use crate::device::schedule::{BlockWork, Thread};
 use crate::params::{FusedParams, RowMass};
@@ -102,7 +102,7 @@ unsafe fn body<
         if TOP && active {
             fragment::put_tops_columns::<16>(&p, &work, (warp_v, warp_b * 8 * NB as u32), lanes, &tops, 2 * NB);
         }
-        merge::finish::<LP>(area, &p, t.tid, THREADS, work);
+        super::finish_block::<LP>(area, &p, t.tid, THREADS, work);
     }
 }
 

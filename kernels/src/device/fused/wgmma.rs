@@ -29,7 +29,7 @@
 //! - **Registers**: the N = 64 kernels (16 columns per lane: their candidates, and in the `_tk`
 //!   kernels 16 top lists, beside 32 accumulators) lower the producer warpgroup's budget to
 //!   [`PRODUCER_REGS`] and raise the consumers' to [`CONSUMER_REGS`] (`setmaxnreg`), each role ending
-//!   in its own copy of [`merge::finish`]; N = 16 and 32 fit the even share of 168.
+//!   in its own copy of `finish_block` (the block merge, [`merge::finish`](crate::device::merge::finish), and the reduction); N = 16 and 32 fit the even share of 168.
 //! - **End**: block merge (contributors: the 8 consumer warps when taking turns, the 4 warps `w` when
 //!   splitting) and, in the plain kernels, the last block's reduction (the `_lp` / `_tk` kernels
 //!   leave their rows to `reduce_rows`).
@@ -44,7 +44,7 @@ use crate::config::{BLOCK_V, Epilogue, Family, FusedVariant, TMA_N16, TMA_N32, T
 use crate::device::fragment;
 use crate::device::handoff::Handoff;
 use crate::device::mainloop::{Consumer, N16, N32, N64, WgmmaShape, consume, mma_stage_weight_a};
-use crate::device::merge::{self, MergeArea, SharedMasses};
+use crate::device::merge::{MergeArea, SharedMasses};
 use crate::device::pipeline::{Pipeline, Ring};
 use crate::device::producer::produce_tma;
 use crate::device::ptx::{setmaxnreg_dec_sync_aligned_u32, setmaxnreg_inc_sync_aligned_u32};
@@ -189,7 +189,7 @@ unsafe fn body<T: WgmmaShape, const S: u32, const SPLIT: u32, const LP: bool, co
     // The N = 64 kernels move registers from the producer to the consumers (`setmaxnreg`), as the
     // hidden-as-A kernels do: their 16 columns' candidates (and top lists) beside 32 accumulators
     // spilled within the even share of 168 (`tma_n64_tk`: 2 KiB). Each role then ends in its own
-    // copy of `merge::finish`, so ptxas allocates each under its own budget.
+    // copy of `finish_block`, so ptxas allocates each under its own budget.
     let regs = v.moves_registers();
     if wg == 0 {
         if regs {
@@ -202,7 +202,7 @@ unsafe fn body<T: WgmmaShape, const S: u32, const SPLIT: u32, const LP: bool, co
         }
         if regs {
             // SAFETY: every thread of the block reaches one `finish` (the consumers theirs).
-            unsafe { merge::finish::<LP>(area, &p, t.tid, threads, work) };
+            unsafe { super::finish_block::<LP>(area, &p, t.tid, threads, work) };
             return;
         }
     } else {
@@ -244,12 +244,12 @@ unsafe fn body<T: WgmmaShape, const S: u32, const SPLIT: u32, const LP: bool, co
         };
         if regs {
             // SAFETY: every thread of the block reaches one `finish` (the producer warpgroup its own).
-            unsafe { merge::finish::<LP>(area, &p, t.tid, threads, work) };
+            unsafe { super::finish_block::<LP>(area, &p, t.tid, threads, work) };
             return;
         }
     }
     // SAFETY: every thread of the block reaches the block merge and the final reduction.
-    unsafe { merge::finish::<LP>(area, &p, t.tid, threads, work) };
+    unsafe { super::finish_block::<LP>(area, &p, t.tid, threads, work) };
 }
 
 macro_rules! entry {

@@ -27,7 +27,7 @@
 //!   one candidate per batch row.
 //! - **Registers**: 128 accumulators exceed the even share of 168 per thread with the epilogue, so
 //!   the producer warpgroup lowers its budget to [`PRODUCER_REGS`] and the consumers raise theirs to
-//!   [`CONSUMER_REGS`] (`setmaxnreg`); each role ends in its own copy of [`merge::finish`], so ptxas
+//!   [`CONSUMER_REGS`] (`setmaxnreg`); each role ends in its own copy of `finish_block` (the block merge, [`merge::finish`](crate::device::merge::finish), and the reduction), so ptxas
 //!   allocates each under its own budget.
 //! - **End**: block merge (contributors: the two consumers when taking turns, one when splitting)
 //!   and, in the plain kernels, the last block's reduction (the `_lp` / `_tk` kernels leave their
@@ -40,7 +40,7 @@ use crate::candidate::Candidate;
 use crate::config::{Epilogue, Family, FusedVariant, TMA_T_TILE_V, TMAT_N64, TMAT_N64X2, WS_WARPS, str_eq};
 use crate::device::fragment;
 use crate::device::mainloop::{Consumer, consume, mma_stage_hidden_a};
-use crate::device::merge::{self, MergeArea, SharedMasses};
+use crate::device::merge::{MergeArea, SharedMasses};
 use crate::device::pipeline::{Pipeline, Ring};
 use crate::device::producer::produce_tma;
 use crate::device::ptx::{setmaxnreg_dec_sync_aligned_u32, setmaxnreg_inc_sync_aligned_u32};
@@ -130,7 +130,7 @@ unsafe fn body<const S: u32, const SPLIT: u32, const LP: bool, const TOP: bool>(
             unsafe { produce_tma::<S, true, true>(&p, pipe, t.lane, work.b_first) };
         }
         // SAFETY: every thread of the block reaches one `finish` (the consumers theirs).
-        unsafe { merge::finish::<LP>(area, &p, t.tid, threads, work) };
+        unsafe { super::finish_block::<LP>(area, &p, t.tid, threads, work) };
     } else {
         // SAFETY: the whole consumer warpgroup, converged; the producer's release leaves the pool
         // enough for both consumers (PRODUCER_REGS + 2 · CONSUMER_REGS ≤ 3 · 168).
@@ -166,7 +166,7 @@ unsafe fn body<const S: u32, const SPLIT: u32, const LP: bool, const TOP: bool>(
             if TOP {
                 fragment::put_tops_rows(&p, &work, contributor, rows, t.quad, &tops);
             }
-            merge::finish::<LP>(area, &p, t.tid, threads, work);
+            super::finish_block::<LP>(area, &p, t.tid, threads, work);
         }
     }
 }
