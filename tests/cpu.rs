@@ -269,7 +269,10 @@ fn bad_input_is_a_typed_error() {
         }
     }
     for bv in [0usize, 3, 130] {
-        assert_eq!(CpuBackend::new().with_block_v(bv).unwrap_err(), Error::InvalidTileSize(bv));
+        assert_eq!(
+            CpuBackend::new().with_block_v(bv).unwrap_err(),
+            Error::InvalidTileSize { block_v: bv, max: flashsampling::cpu::MAX_CPU_BLOCK_V }
+        );
     }
     // Every error has a readable message.
     assert!(Error::HiddenNotAligned { d: 12, multiple: 8 }.to_string().contains("multiple of 8"));
@@ -417,9 +420,14 @@ fn tile_size_and_thread_count_are_bounded() {
     use flashsampling::cpu::{MAX_CPU_BLOCK_V, MAX_CPU_THREADS};
     // Issue 11 item 2: a huge tile was accepted and the next call aborted on allocation.
     for bv in [MAX_CPU_BLOCK_V + 4, 1 << 31, u32::MAX as usize - 3, usize::MAX - 3] {
-        assert_eq!(CpuBackend::new().with_block_v(bv).unwrap_err(), Error::InvalidTileSize(bv));
+        assert_eq!(
+            CpuBackend::new().with_block_v(bv).unwrap_err(),
+            Error::InvalidTileSize { block_v: bv, max: MAX_CPU_BLOCK_V }
+        );
     }
-    assert!(Error::InvalidTileSize(3).to_string().contains(&MAX_CPU_BLOCK_V.to_string()));
+    assert!(
+        Error::InvalidTileSize { block_v: 3, max: MAX_CPU_BLOCK_V }.to_string().contains(&MAX_CPU_BLOCK_V.to_string())
+    );
     let cpu = CpuBackend::new().with_block_v(MAX_CPU_BLOCK_V).unwrap();
     let (b, d, v) = (3, 16, 70_000);
     let mut rng = TestRng::new(DATA_SEED + 40);

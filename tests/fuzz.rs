@@ -209,7 +209,7 @@ fn fuzz_the_cpu_backend_against_an_f64_reference() {
             Ok(c) => c.with_threads(threads),
             Err(e) => {
                 assert!(block_v == 0 || block_v % 4 != 0 || block_v > MAX_CPU_BLOCK_V, "{what}");
-                assert_eq!(e, Error::InvalidTileSize(block_v));
+                assert_eq!(e, Error::InvalidTileSize { block_v, max: MAX_CPU_BLOCK_V });
                 CpuBackend::new().with_threads(threads)
             }
         };

@@ -161,10 +161,15 @@ pub enum Error {
         /// The first row without a token.
         row: usize,
     },
-    /// A CPU tile size that is not a positive multiple of 4 at most
-    /// [`MAX_CPU_BLOCK_V`](crate::cpu::MAX_CPU_BLOCK_V).
-    #[error("vocab tile size {0} must be a positive multiple of 4, at most {max}", max = crate::cpu::MAX_CPU_BLOCK_V)]
-    InvalidTileSize(usize),
+    /// A CPU tile size that is not a positive multiple of 4 at most `max`
+    /// ([`MAX_CPU_BLOCK_V`](crate::cpu::MAX_CPU_BLOCK_V)).
+    #[error("vocab tile size {block_v} must be a positive multiple of 4, at most {max}")]
+    InvalidTileSize {
+        /// The tile size asked for.
+        block_v: usize,
+        /// The largest tile size.
+        max: usize,
+    },
     /// `FLASHSAMPLING_BACKEND` holds a value other than `auto`, `cpu` or `gpu` (or is not UTF-8).
     #[error("FLASHSAMPLING_BACKEND = {0:?} is not one of auto, cpu, gpu")]
     UnknownBackend(String),

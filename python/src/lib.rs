@@ -18,7 +18,9 @@ use pyo3::types::PyDict;
 /// (`Error::Unsupported`) `NotImplementedError`, CUDA errors `RuntimeError`; all with the Rust message.
 fn to_py(e: Error) -> PyErr {
     match e {
-        Error::Driver(_) | Error::Cublas(_) | Error::NoGpu(_) => PyRuntimeError::new_err(e.to_string()),
+        Error::Driver(_) | Error::Cublas(_) | Error::NoGpu(_) | Error::EmbeddedModule { .. } => {
+            PyRuntimeError::new_err(e.to_string())
+        }
         Error::Unsupported { .. } => PyNotImplementedError::new_err(e.to_string()),
         Error::HostMemory { .. } => PyMemoryError::new_err(e.to_string()),
         _ => PyValueError::new_err(e.to_string()),

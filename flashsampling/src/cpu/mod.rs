@@ -56,7 +56,7 @@ impl CpuBackend {
     /// [`Error::InvalidTileSize`]). Samples do not depend on it.
     pub fn with_block_v(mut self, block_v: usize) -> Result<Self> {
         if block_v == 0 || block_v % 4 != 0 || block_v > MAX_CPU_BLOCK_V {
-            return Err(Error::InvalidTileSize(block_v));
+            return Err(Error::InvalidTileSize { block_v, max: MAX_CPU_BLOCK_V });
         }
         self.block_v = block_v;
         Ok(self)

@@ -1,0 +1,114 @@
+//! The module graph has no import circle (issue 50.2): in `kernels/src` (the device roles, bottom to
+//! top: `ptx` → `collective` → `rows`, `schedule`, `pipeline` → … → `fused/*`) and in
+//! `flashsampling/src`, no module reaches itself through `crate::` / `super::` paths. A module's
+//! edges are the modules its code names (comments excluded); a parent and its children are not
+//! edges of each other.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// Every module of the crate rooted at `root` (`a::b` for `a/b.rs` or `a/b/mod.rs`) and its source
+/// without comments.
+fn modules(root: &Path) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            if path.extension().is_none_or(|e| e != "rs") {
+                continue;
+            }
+            let rel: PathBuf = path.strip_prefix(root).unwrap().with_extension("");
+            let mut parts: Vec<String> = rel.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+            if matches!(parts.last().map(String::as_str), Some("mod" | "lib")) {
+                parts.pop();
+            }
+            let src = std::fs::read_to_string(&path).unwrap();
+            let code: String = src.lines().map(|l| l.split("//").next().unwrap_or("")).collect::<Vec<_>>().join("\n");
+            out.insert(parts.join("::"), code);
+        }
+    }
+    out
+}
+
+/// The modules each module names through `crate::…` or `super::…` paths.
+fn edges(mods: &BTreeMap<String, String>) -> BTreeMap<String, BTreeSet<String>> {
+    let is_ident = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == ':';
+    let mut out = BTreeMap::new();
+    for (m, code) in mods {
+        let parent = m.rsplit_once("::").map_or("", |(p, _)| p);
+        let mut to = BTreeSet::new();
+        for (base, prefix) in [("crate::", String::new()), ("super::", parent.to_string())] {
+            for (at, _) in code.match_indices(base) {
+                if code[..at].ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_') {
+                    continue;
+                }
+                let path: String = code[at + base.len()..].chars().take_while(|&c| is_ident(c)).collect();
+                let full = if prefix.is_empty() { path } else { format!("{prefix}::{path}") };
+                let segs: Vec<&str> = full.split("::").filter(|s| !s.is_empty()).collect();
+                // The longest prefix that is a module; a module's own parent or child is no edge.
+                if let Some(target) =
+                    (1..=segs.len()).rev().map(|k| segs[..k].join("::")).find(|c| mods.contains_key(c))
+                    && target != *m
+                    && !m.starts_with(&format!("{target}::"))
+                    && !target.starts_with(&format!("{m}::"))
+                {
+                    to.insert(target);
+                }
+            }
+        }
+        out.insert(m.clone(), to);
+    }
+    out
+}
+
+/// A circle through `start`, if any (depth-first search back to it).
+fn circle_through(start: &str, g: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    let mut stack = vec![(start.to_string(), vec![start.to_string()])];
+    let mut seen = BTreeSet::new();
+    while let Some((m, path)) = stack.pop() {
+        for n in &g[&m] {
+            if n == start {
+                return Some([path.clone(), vec![n.clone()]].concat());
+            }
+            if seen.insert(n.clone()) {
+                stack.push((n.clone(), [path.clone(), vec![n.clone()]].concat()));
+            }
+        }
+    }
+    None
+}
+
+#[test]
+fn no_module_imports_one_that_imports_it_back() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    for krate in ["kernels/src", "flashsampling/src"] {
+        let mods = modules(&root.join(krate));
+        assert!(mods.len() > 10, "{krate}: {} modules found", mods.len());
+        let g = edges(&mods);
+        for m in g.keys() {
+            if let Some(c) = circle_through(m, &g) {
+                panic!("{krate}: an import circle: {}", c.join(" → "));
+            }
+        }
+    }
+}
+
+#[test]
+fn the_circle_check_finds_a_circle() {
+    // The check itself: two modules naming each other are a circle, a child naming its parent is not.
+    let mods: BTreeMap<String, String> = [
+        ("a".to_string(), "use crate::b::f;".to_string()),
+        ("b".to_string(), "fn f() { super::a::g() }".to_string()),
+        ("c".to_string(), "".to_string()),
+        ("c::d".to_string(), "use super::x;".to_string()),
+    ]
+    .into();
+    let g = edges(&mods);
+    assert_eq!(circle_through("a", &g), Some(vec!["a".into(), "b".into(), "a".into()]));
+    assert_eq!(circle_through("c::d", &g), None);
+}
