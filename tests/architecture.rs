@@ -112,3 +112,33 @@ fn the_circle_check_finds_a_circle() {
     assert_eq!(circle_through("a", &g), Some(vec!["a".into(), "b".into(), "a".into()]));
     assert_eq!(circle_through("c::d", &g), None);
 }
+
+/// Issue 50.1: the logit pipeline (`kernels::logits::LogitPipeline`, `Transform::scaled`) is the one
+/// place a logit is soft-capped, masked or scaled by the temperature. No device role and no host
+/// file calls `softcap(` itself or multiplies by `1/T` in f32 (the benchmark baselines and test
+/// kernels excepted; the CPU backend's log-probabilities scale in f64, its own reference precision).
+#[test]
+fn every_logit_goes_through_the_one_pipeline() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let mut offenders = Vec::new();
+    for krate in ["kernels/src/device", "flashsampling/src"] {
+        for (m, code) in modules(&root.join(krate)) {
+            if matches!(m.as_str(), "baselines" | "test_kernels") {
+                continue;
+            }
+            for line in code.lines() {
+                let l = line.replace(' ', "");
+                let calls_softcap = l.contains("softcap(") && !l.contains("fnwith_softcap(");
+                // Device code only: the CPU backend scales in f64 (`slot.inv_temperature`).
+                let f32_scale = krate.contains("device")
+                    && (l.contains("*inv_t")
+                        || l.contains("inv_t*")
+                        || (l.contains('*') && l.contains("inv_temperature")));
+                if calls_softcap || f32_scale {
+                    offenders.push(format!("{krate}/{m}: {}", line.trim()));
+                }
+            }
+        }
+    }
+    assert!(offenders.is_empty(), "logit processing outside the pipeline:\n{}", offenders.join("\n"));
+}

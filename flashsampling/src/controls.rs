@@ -206,30 +206,26 @@ impl RowLogits<'_> {
         self.softcap.is_none() && self.mask.is_none() && self.adjust.0.is_empty()
     }
 
-    /// Processes the logits of vocab rows `v0 .. v0 + logits.len()` in place: soft-cap, then the
-    /// adjustments of the tokens in range, then the mask (disallowed: `−∞`).
+    /// Processes the logits of vocab rows `v0 .. v0 + logits.len()` in place with the one logit
+    /// pipeline the kernels run ([`LogitPipeline::process`]: soft-cap, then the token's adjustment,
+    /// then the mask; disallowed: `−∞`).
     pub fn apply(&self, logits: &mut [f32], v0: usize) {
-        use flashsampling_kernels::logits::{allowed, softcap};
-        if let Some(cap) = self.softcap {
-            for y in logits.iter_mut() {
-                *y = softcap(*y, cap);
-            }
-        }
+        use flashsampling_kernels::logits::{LogitPipeline, allowed};
+        let pipe = LogitPipeline::new(self.softcap.unwrap_or(0.0));
         let (tokens, adj) = self.adjust;
-        let start = tokens.partition_point(|&t| (t as usize) < v0);
-        for (&t, a) in tokens[start..].iter().zip(&adj[start..]) {
-            let i = t as usize - v0;
-            if i >= logits.len() {
-                break;
-            }
-            logits[i] = a.apply(logits[i]);
-        }
-        if let Some(mask) = self.mask {
-            for (i, y) in logits.iter_mut().enumerate() {
-                if !allowed(mask, (v0 + i) as u32) {
-                    *y = f32::NEG_INFINITY;
+        // The adjusted tokens in range, in ascending order (the row's tokens are sorted).
+        let mut next = tokens.partition_point(|&t| (t as usize) < v0);
+        for (i, y) in logits.iter_mut().enumerate() {
+            let v = v0 + i;
+            let adjustment = match tokens.get(next) {
+                Some(&t) if t as usize == v => {
+                    next += 1;
+                    Some(&adj[next - 1])
                 }
-            }
+                _ => None,
+            };
+            let ok = self.mask.is_none_or(|mask| allowed(mask, v as u32));
+            *y = pipe.process(*y, adjustment, ok);
         }
     }
 

@@ -91,6 +91,14 @@ impl Transform {
     pub fn score(&self, logit: f32, noise: f32) -> f32 {
         logit * self.logit_scale() + noise * self.noise_scale
     }
+
+    /// The temperature step of the logit pipeline for the log-probabilities: `z / T` as computed
+    /// everywhere, `z · fl(1/T)` (meaningless for a greedy row, whose `1/T` is `+∞`; callers give it
+    /// log-probability 0).
+    #[inline(always)]
+    pub fn scaled(&self, z: f32) -> f32 {
+        z * self.inv_temperature
+    }
 }
 
 /// Epilogue for four consecutive vocab entries `v0 .. v0 + 4` (`v0 % 4 == 0`) of one row: one Philox

@@ -96,6 +96,66 @@ impl Adjustment {
     }
 }
 
+/// THE logit pipeline: what a logit becomes before the argmax and the log-probabilities, written once
+/// and called by every site that processes a logit — the fused kernels' lane epilogue, the adjusted
+/// tokens' kernel, the reduction, the truncation fallback, and the CPU backend. In order (vLLM's
+/// sampler): the model's soft-cap ([`softcap`]), the token's sparse adjustment ([`Adjustment`]),
+/// the allowed-token mask (`−∞` where not allowed); then the temperature, for the log-probabilities
+/// ([`Transform::scaled`](crate::Transform::scaled)) and the sampled score
+/// ([`Transform::score`](crate::Transform::score)).
+///
+/// A new per-logit transform is a field here (or in the row's parameters it is built from) and a
+/// line in [`LogitPipeline::process`] (and [`LogitPipeline::capped_if`] when it belongs to step 1),
+/// with its CPU test; no device file changes (`docs/changing-the-kernel.md`, "A new transform").
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LogitPipeline {
+    /// The launch's soft-cap (`0`: none; else finite and `> 0`).
+    pub softcap: f32,
+}
+
+impl LogitPipeline {
+    /// Nothing applied.
+    pub const NONE: Self = Self { softcap: 0.0 };
+
+    /// The pipeline of a launch soft-capping at `softcap` (`0`: none).
+    #[inline(always)]
+    pub const fn new(softcap: f32) -> Self {
+        Self { softcap }
+    }
+
+    /// Step 1, the soft-cap, where `SC` says at compile time whether the launch soft-caps (`SC` only
+    /// when `softcap > 0`): the fused kernels specialise on it, so the plain path's unrolled loop
+    /// holds none of it.
+    #[inline(always)]
+    pub fn capped_if<const SC: bool>(self, y: f32) -> f32 {
+        if SC { softcap(y, self.softcap) } else { y }
+    }
+
+    /// Step 1 for a caller that does not specialise.
+    #[inline(always)]
+    pub fn capped(self, y: f32) -> f32 {
+        if self.softcap > 0.0 { self.capped_if::<true>(y) } else { y }
+    }
+
+    /// Step 3, the mask: `z`, or `−∞` where the token is not allowed.
+    #[inline(always)]
+    pub fn masked(z: f32, allowed: bool) -> f32 {
+        if allowed { z } else { f32::NEG_INFINITY }
+    }
+
+    /// Steps 1–3: the processed logit `z` of a token of logit `y`, its adjustment (`None`: none) and
+    /// whether the mask allows it.
+    #[inline(always)]
+    pub fn process(self, y: f32, adjustment: Option<&Adjustment>, allowed: bool) -> f32 {
+        let z = self.capped(y);
+        let z = match adjustment {
+            Some(a) if allowed => a.apply(z),
+            _ => z,
+        };
+        Self::masked(z, allowed)
+    }
+}
+
 /// Whether token `v` is allowed by a row's bitmask (32-bit words, bit `j` of word `w` = token
 /// `32·w + j`: vLLM's and xgrammar's layout).
 #[inline(always)]
@@ -147,5 +207,30 @@ mod tests {
         let mask = [0b101u32, 1 << 31];
         assert!(allowed(&mask, 0) && !allowed(&mask, 1) && allowed(&mask, 2) && allowed(&mask, 63));
         assert!(!allowed(&mask, 32));
+    }
+
+    #[test]
+    fn the_pipeline_caps_then_adjusts_then_masks() {
+        let a = Adjustment { bias: 1.5, repetition: 1.3, subtract: 0.25 };
+        let none = LogitPipeline::NONE;
+        let cap = LogitPipeline::new(30.0);
+        for y in [-1e30f32, -50.0, -3.0, -0.0, 0.0, 0.7, 2.0, 45.0, 1e30, f32::INFINITY, f32::NEG_INFINITY] {
+            // Identities, bit for bit.
+            assert_eq!(none.process(y, None, true).to_bits(), y.to_bits());
+            assert_eq!(none.capped(y).to_bits(), y.to_bits());
+            assert_eq!(cap.process(y, None, true).to_bits(), softcap(y, 30.0).to_bits());
+            assert_eq!(cap.capped_if::<true>(y).to_bits(), cap.capped(y).to_bits());
+            assert_eq!(cap.capped_if::<false>(y).to_bits(), y.to_bits());
+            // The order: the adjustment applies to the capped logit; the mask last, whatever came before.
+            assert_eq!(cap.process(y, Some(&a), true).to_bits(), a.apply(softcap(y, 30.0)).to_bits());
+            assert_eq!(none.process(y, Some(&a), true).to_bits(), a.apply(y).to_bits());
+            assert_eq!(cap.process(y, Some(&a), false), f32::NEG_INFINITY);
+            assert_eq!(none.process(y, None, false), f32::NEG_INFINITY);
+            assert_eq!(LogitPipeline::masked(y, true).to_bits(), y.to_bits());
+        }
+        assert!(cap.process(f32::NAN, None, true).is_nan() && none.process(f32::NAN, Some(&a), true).is_nan());
+        // The temperature step: z · fl(1/T).
+        let t = crate::Transform::from_temperature(0.7);
+        assert_eq!(t.scaled(2.0).to_bits(), (2.0f32 * (1.0 / 0.7f32)).to_bits());
     }
 }

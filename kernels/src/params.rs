@@ -626,3 +626,19 @@ pub struct FallbackLogitsParams {
     /// Out: the listed rows' raw logits, `[count, v]`, f32.
     pub logits: *mut f32,
 }
+
+/// The launch's logit pipeline ([`LogitPipeline`]), from the fields of its parameters: the one
+/// constructor every device site calls, so a new launch-wide transform is a field of these structs
+/// and of the pipeline, and no device file changes.
+macro_rules! logit_pipeline_of {
+    ($($params:ty),*) => {$(
+        impl $params {
+            /// This launch's logit pipeline.
+            #[inline(always)]
+            pub fn logit_pipeline(&self) -> crate::logits::LogitPipeline {
+                crate::logits::LogitPipeline::new(self.softcap)
+            }
+        }
+    )*};
+}
+logit_pipeline_of!(FusedParams, AdjustParams, FallbackParams);

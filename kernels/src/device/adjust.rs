@@ -19,7 +19,6 @@ use super::dot::warp_dot;
 use super::ptx::atom_global_and_b32;
 #[cfg(doc)]
 use crate::config::ADJUST_THREADS;
-use crate::logits::{Adjustment, softcap};
 use crate::params::{AdjustParams, AdjustedToken};
 
 /// One warp per adjusted token.
@@ -55,8 +54,7 @@ pub unsafe extern "ptx-kernel" fn adjust_tokens(p: AdjustParams) {
     // SAFETY: r < B, t / 32 < mask_words: inside the mask. Only this warp clears bit t % 32.
     let old = unsafe { atom_global_and_b32(p.mask.add(word), !(1u32 << (t % 32))) };
     let allowed = mine && (old >> (t % 32)) & 1 == 1;
-    let z = if p.softcap > 0.0 { softcap(y, p.softcap) } else { y };
-    let z = if allowed { adj_apply(adj, z) } else { f32::NEG_INFINITY };
+    let z = p.logit_pipeline().process(y, Some(&adj), allowed);
     for j in 0..n {
         let b = r * n + j;
         // SAFETY: b < B·n.
@@ -65,7 +63,7 @@ pub unsafe extern "ptx-kernel" fn adjust_tokens(p: AdjustParams) {
         let greedy = tr.is_greedy();
         let out = if mine {
             let g = if greedy { 0.0 } else { row.noise().gumbel_at(t) };
-            let scaled = if greedy || !allowed { f32::NEG_INFINITY } else { z * tr.inv_temperature };
+            let scaled = if greedy || !allowed { f32::NEG_INFINITY } else { tr.scaled(z) };
             AdjustedToken { score: tr.score(z, g), token: t, scaled, z }
         } else {
             AdjustedToken {
@@ -78,10 +76,4 @@ pub unsafe extern "ptx-kernel" fn adjust_tokens(p: AdjustParams) {
         // SAFETY: e·n + j < entries·n.
         unsafe { *p.out.add((e * n + j) as usize) = out };
     }
-}
-
-/// [`Adjustment::apply`], here so the kernel's arithmetic is visibly the CPU's.
-#[inline(always)]
-fn adj_apply(a: Adjustment, z: f32) -> f32 {
-    a.apply(z)
 }

@@ -28,7 +28,7 @@ use super::rows::{RowRef, row_params};
 use crate::candidate::Candidate;
 use crate::config::{ROWS_PER_LANE, TMA_T_TILE_V};
 use crate::epilogue::update_groups_above;
-use crate::logits::softcap;
+use crate::logits::LogitPipeline;
 use crate::params::{FusedParams, RowMass};
 use crate::truncate::{LANE_TOP, LANE_TOP_WIDE, StoredTop, TopList};
 
@@ -67,14 +67,22 @@ pub(super) fn lane_epilogue<
     // so a group stays one Philox counter and one mask word). Only the `MK` instantiation adds it (a
     // shard's launch takes that path, see `controls_dispatch`): the plain loop is unchanged.
     let (offset, g_end) = if MK { (p.v_offset, p.v_end) } else { (0, p.v) };
+    // The logit pipeline (`crate::logits::LogitPipeline`): soft-cap, then the mask, here; the
+    // adjusted tokens are masked out of the fused pass and scored by their own kernel with the same
+    // pipeline; the temperature in `scaled` and the candidate's score.
+    let pipe = p.logit_pipeline();
     let mut z = y;
     unrolled!(Q in [0, 1, 2, 3, 4, 5, 6, 7] {
         if Q < G {
             let vq = v0 + stride * Q as u32;
             let gq = vq + offset;
             if SC {
-                let c = p.softcap;
-                z[Q] = [softcap(y[Q][0], c), softcap(y[Q][1], c), softcap(y[Q][2], c), softcap(y[Q][3], c)];
+                z[Q] = [
+                    pipe.capped_if::<SC>(y[Q][0]),
+                    pipe.capped_if::<SC>(y[Q][1]),
+                    pipe.capped_if::<SC>(y[Q][2]),
+                    pipe.capped_if::<SC>(y[Q][3]),
+                ];
             }
             if MK && vq < p.v && !p.mask.is_null() {
                 // SAFETY: request < B / n and gq / 32 < ceil(V_global / 32) = mask_words (gq < v_offset + v
@@ -82,9 +90,7 @@ pub(super) fn lane_epilogue<
                 let word = unsafe { *p.mask.add(row.request() as usize * p.mask_words as usize + (gq / 32) as usize) };
                 let bits = word >> (gq % 32);
                 for (j, zj) in z[Q].iter_mut().enumerate() {
-                    if (bits >> j) & 1 == 0 {
-                        *zj = f32::NEG_INFINITY;
-                    }
+                    *zj = LogitPipeline::masked(*zj, (bits >> j) & 1 != 0);
                 }
             }
         }
@@ -98,13 +104,12 @@ pub(super) fn lane_epilogue<
             if LP {
                 let mut raw = [f32::NEG_INFINITY; 4];
                 let mut processed = [f32::NEG_INFINITY; 4];
-                let inv_t = transform.inv_temperature;
                 for j in 0..4 {
                     if vq + (j as u32) < p.v {
                         raw[j] = y[Q][j];
                         // Greedy rows have no processed distribution (1/T = ∞): nothing is added.
                         if !transform.is_greedy() {
-                            processed[j] = z[Q][j] * inv_t;
+                            processed[j] = transform.scaled(z[Q][j]);
                         }
                     }
                 }

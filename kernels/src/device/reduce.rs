@@ -21,7 +21,6 @@ use super::ptx::{
 use super::rows::row_params;
 use crate::candidate::Candidate;
 use crate::config::{REDUCE_BLOCK_THREADS, REDUCE_ROWS_PER_BLOCK};
-use crate::logits::softcap;
 use crate::logmass::log_prob;
 use crate::params::{AdjustedToken, FusedParams, ReduceParams, RowMass};
 
@@ -117,7 +116,8 @@ unsafe fn write_logprobs<const INF_RULE: bool>(
     let (lp, raw, lse) = if !valid {
         (f32::NAN, f32::NAN, if greedy { f32::NAN } else { lse })
     } else {
-        let mut z = if p.softcap > 0.0 { softcap(y, p.softcap) } else { y };
+        // The logit pipeline's soft-cap (the token was allowed: it won).
+        let mut z = p.logit_pipeline().capped(y);
         // An adjusted token won as its entry: its processed logit is the adjusted one.
         for i in adj.start..adj.end {
             let a = adj.get(i);
@@ -125,7 +125,7 @@ unsafe fn write_logprobs<const INF_RULE: bool>(
                 z = a.z;
             }
         }
-        let lp = if greedy { 0.0 } else { log_prob(z * transform.inv_temperature, lse) };
+        let lp = if greedy { 0.0 } else { log_prob(transform.scaled(z), lse) };
         (lp, log_prob(y, lse_raw), if greedy { f32::NAN } else { lse })
     };
     // SAFETY: b < B; the log-probability outputs hold B entries (`logprobs`, `raw_logprobs` and

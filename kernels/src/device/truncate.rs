@@ -69,7 +69,6 @@ use crate::config::{
     BLOCK_V, FALLBACK_LOGITS_VARIANT, FALLBACK_SAMPLE_SMEM, FALLBACK_SAMPLE_THREADS, Family, FusedVariant,
     REDUCE_BLOCK_SMEM, REDUCE_BLOCK_THREADS, TRUNCATE_CAPACITY, TRUNCATE_SMEM, TRUNCATE_THREADS,
 };
-use crate::logits::softcap;
 use crate::params::{
     FALLBACK_KEEPS_SAMPLE, FALLBACK_ROW, FALLBACK_TOP, FallbackLogitsParams, FallbackParams, MAX_TOP_N, TopOutputs,
     TopSource, TruncateParams,
@@ -1127,7 +1126,7 @@ unsafe fn truncate_row(p: TruncateParams) {
                 unsafe {
                     *p.tokens.add(b as usize) = c.token();
                     *p.scores.add(b as usize) = c.score;
-                    *p.logprobs.add(b as usize) = zt * inv_t - lse_kept;
+                    *p.logprobs.add(b as usize) = transform.scaled(zt) - lse_kept;
                     *p.logsumexp.add(b as usize) = lse_kept;
                 }
             }
@@ -1548,22 +1547,18 @@ pub unsafe extern "ptx-kernel" fn fallback_sample(p: FallbackParams) {
             return; // block-uniform
         }
     }
+    // The logit pipeline (`LogitPipeline::process`) over the row; its adjusted tokens (masked out,
+    // like the fused pass's) take the processed logits the adjusted tokens' kernel wrote, below.
     if p.softcap > 0.0 || !p.mask.is_null() {
+        let pipe = p.logit_pipeline();
         let mut i = tid;
         while i < v {
             // SAFETY: i < V; the mask row `request` holds mask_words words (i / 32 < mask_words).
             unsafe {
-                let mut x = *z.add(i as usize);
-                if p.softcap > 0.0 {
-                    x = softcap(x, p.softcap);
-                }
-                if !p.mask.is_null() {
-                    let w = *p.mask.add(row.request as usize * p.mask_words as usize + (i / 32) as usize);
-                    if (w >> (i % 32)) & 1 == 0 {
-                        x = f32::NEG_INFINITY;
-                    }
-                }
-                *z.add(i as usize) = x;
+                let allowed = p.mask.is_null()
+                    || (*p.mask.add(row.request as usize * p.mask_words as usize + (i / 32) as usize) >> (i % 32)) & 1
+                        != 0;
+                *z.add(i as usize) = pipe.process(*z.add(i as usize), None, allowed);
             }
             i += T;
         }
@@ -1596,8 +1591,7 @@ pub unsafe extern "ptx-kernel" fn fallback_sample(p: FallbackParams) {
     // SAFETY: every thread (the reductions below are reached by all).
     let zmax = unsafe { block_max::<WARPS>(m, tid) };
     let transform = row.transform;
-    let inv_t = transform.inv_temperature;
-    let e = |x: f32| exp((x - zmax) * inv_t);
+    let e = |x: f32| exp(transform.scaled(x - zmax));
     let fixed = |x: f32| (e(x) * FIXED) as u64;
     let live = |x: f32| x > f32::NEG_INFINITY;
     // Top-k: the k-th largest key (everything when fewer than k tokens are live).
@@ -1659,7 +1653,7 @@ pub unsafe extern "ptx-kernel" fn fallback_sample(p: FallbackParams) {
         }
         // SAFETY: every thread (`keeps_sample` is block-uniform).
         let (c, mass) = unsafe { (block_best::<WARPS>(c, tid), block_sum_u64::<WARPS>(mass, tid)) };
-        (c, zmax * inv_t + ln(mass as f32 / FIXED))
+        (c, transform.scaled(zmax) + ln(mass as f32 / FIXED))
     };
     if top && !raw_top {
         // The processed distribution's top entries: of the kept tokens, over the kept mass.
@@ -1667,7 +1661,7 @@ pub unsafe extern "ptx-kernel" fn fallback_sample(p: FallbackParams) {
         // j < count: a sorted entry.
         unsafe {
             let count = select_top(z, v, tid, p.top.n, keeps);
-            write_top(&p.top, request, count, tid, |j| top_entry(j, inv_t, lse_kept));
+            write_top(&p.top, request, count, tid, |j| top_entry(j, transform.inv_temperature, lse_kept));
         }
     }
     if keeps_sample {
@@ -1681,7 +1675,7 @@ pub unsafe extern "ptx-kernel" fn fallback_sample(p: FallbackParams) {
             if !p.logprobs.is_null() {
                 let valid = c.token() != INVALID_INDEX;
                 *p.logprobs.add(b as usize) =
-                    if valid { *z.add(c.index as usize) * inv_t - lse_kept } else { f32::NAN };
+                    if valid { transform.scaled(*z.add(c.index as usize)) - lse_kept } else { f32::NAN };
                 *p.logsumexp.add(b as usize) = lse_kept;
             }
         }
