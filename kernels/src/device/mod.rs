@@ -14,7 +14,9 @@
 //! | `fused` | entry points of the fused kernels, one file per family, composing the roles |
 //! | `rows` | the per-row view of a launch (`RowRef`), and the row expansion of launches with several samples per request |
 //! | `adjust` | the sparse logit adjustments: adjusted tokens scored apart from the fused pass |
-//! | `truncate` | top-k / top-p / min-p: the truncation step over the fused pass's top lists, and its exact fallback |
+//! | `select` | the truncation's selection primitives: the shared entries area and its sort, radix selects over a row |
+//! | `truncate` | top-k / top-p / min-p: the truncation step over the fused pass's top lists |
+//! | `fallback` | the truncation's exact fallback: gathered rows, their logits, an exact sampler |
 //! | `dot` | the warp dot product of the few logits recomputed outside the fused pass |
 //! | `ranks` | the vocab-parallel merge of the ranks' gathered results (tensor parallelism) |
 //! | `baselines`, `test_kernels` | benchmark baselines and test kernels (their own PTX module) |
@@ -35,6 +37,7 @@ mod adjust;
 mod baselines;
 mod collective;
 mod dot;
+mod fallback;
 mod fragment;
 mod fused;
 mod handoff;
@@ -47,6 +50,7 @@ mod ranks;
 mod reduce;
 mod rows;
 mod schedule;
+mod select;
 mod test_kernels;
 mod truncate;
 

@@ -1,5 +1,5 @@
 //! Top-k, top-p and min-p, and top-n log-probabilities (issue 13): the truncation step after a fused
-//! truncation launch, and its exact fallback. The certificate and the walk are the no_std core's ([`crate::truncate`]).
+//! truncation launch. The certificate and the walk are the no_std core's ([`crate::truncate`]).
 //!
 //! 1. The fused kernel's [`Epilogue::Truncate`](crate::config::Epilogue::Truncate) instantiation
 //!    samples as usual (the plain winner, the log-masses) and writes each lane's top list per
@@ -22,12 +22,9 @@
 //!    over the all-gathered exports ([`TruncateParams::ranks`] blocks of [`RANK_UNITS`] units),
 //!    with the merged tokens and log-sum-exps, as above (no raw log-probability: the weight is a
 //!    shard).
-//! 3. [`fallback_logits`] and [`fallback_sample`] (over ranks, where the step after the exchange
-//!    gathers nothing, [`fallback_gather`] first): the listed rows' logits materialized on the tensor cores (one read of the weight per 64 rows), their
-//!    threshold found exactly by a bitwise search over the f32 order (no sort), and the row sampled
-//!    with the same noise; a row flagged [`FALLBACK_TOP`] gets its top entries by [`select_top`]
-//!    (raw ones before the row is processed in place). Also the benchmark's unfused top-k / top-p
-//!    sampler over GEMM logits.
+//! 3. The listed rows go to the exact fallback (`super::fallback`: `fallback_gather` over ranks,
+//!    `fallback_logits`, `fallback_sample`). The selection primitives both use (the entries area,
+//!    its sort, the radix selects) are `super::select`'s.
 //!
 //! # Thread mapping
 //! - `truncate_rows` and `truncate_rows_paired` (one body, two launch bounds:
@@ -37,50 +34,26 @@
 //!   `w` takes the blocks of 64 entries `w, w + 16, …` for the strides below 64), warp 0 walks, and
 //!   thread `j` samples kept entry `j`; [`TRUNCATE_SMEM`] bytes of dynamic shared memory hold the
 //!   entries, the walk's running sums, the block reductions' slots and the control words.
-//! - `fallback_gather`: one thread per 16-byte chunk of `B` rows; slot `s < count` copies row
-//!   `list[1 + s]`'s hidden state to slot `s` of `gathered`.
-//! - `fallback_logits`: the portable `mma.sync` kernel's grid and thread mapping for
-//!   [`FALLBACK_LOGITS_VARIANT`] (`n_vranges · ceil(B / 64)` persistent blocks of 256 threads, 64
-//!   gathered rows per batch tile); blocks whose batch tile starts at or past the list's count
-//!   return at once; the lanes store their logits instead of sampling them.
-//! - `fallback_sample`: `grid = B` blocks of [`FALLBACK_SAMPLE_THREADS`] (= 512), block `s` takes the
-//!   `s`-th listed row (none: it returns); thread `t` takes vocab entries `t, t + 512, …` (and Philox
-//!   groups likewise); [`FALLBACK_SAMPLE_SMEM`] bytes of dynamic shared memory for the block
-//!   reductions and the radix histograms.
 
-use core::arch::nvptx::{_block_dim_x, _block_idx_x, _syncthreads, _thread_idx_x};
+use core::arch::nvptx::{_block_idx_x, _syncthreads, _thread_idx_x};
 
-use super::collective::{block_best, block_max, block_sum_u64, exp, ln, warp_max, warp_min_u32};
+use super::collective::{exp, ln, warp_max, warp_min_u32};
 use super::dot::warp_dot;
-use super::fragment;
-use super::mainloop::MmaSyncMainloop;
-use super::pipeline::BlockRing;
 use super::ptx::{
     atom_global_add_u32, atom_shared_add_u32, bar_warp_sync, griddepcontrol_launch_dependents, griddepcontrol_wait,
-    ld_shared_u32, ld_shared_u64, ld_shared_v2_u32, ld_shared_v4_u32, mov_u32_dynamic_smem, red_shared_add_u32,
-    shfl_sync_bfly_b32, shfl_sync_idx_b32, shfl_sync_up_b32, st_shared_u32, st_shared_u64, st_shared_v2_u32,
-    st_shared_v4_u32,
+    ld_shared_u32, ld_shared_v4_u32, mov_u32_dynamic_smem, red_shared_add_u32, shfl_sync_bfly_b32, shfl_sync_idx_b32,
+    shfl_sync_up_b32, st_shared_u32, st_shared_v4_u32,
 };
 use super::reduce::{AdjRows, reduce_row_block};
-use super::schedule::{BlockWork, Thread};
+use super::select::{ENTRY_BYTES, NO_ENTRY, WARPS_T, key, load_entry, sort_entries, store_entry};
 use crate::INVALID_INDEX;
 use crate::candidate::Candidate;
-use crate::config::{
-    BLOCK_V, FALLBACK_LOGITS_VARIANT, FALLBACK_SAMPLE_SMEM, FALLBACK_SAMPLE_THREADS, Family, FusedVariant,
-    REDUCE_BLOCK_SMEM, REDUCE_BLOCK_THREADS, TRUNCATE_CAPACITY, TRUNCATE_SMEM, TRUNCATE_THREADS,
-};
-use crate::params::{
-    FALLBACK_KEEPS_SAMPLE, FALLBACK_ROW, FALLBACK_TOP, FallbackLogitsParams, FallbackParams, MAX_TOP_N, TopOutputs,
-    TopSource, TruncateParams,
-};
+use crate::config::{REDUCE_BLOCK_SMEM, REDUCE_BLOCK_THREADS, TRUNCATE_CAPACITY, TRUNCATE_SMEM, TRUNCATE_THREADS};
+use crate::params::{FALLBACK_KEEPS_SAMPLE, FALLBACK_TOP, MAX_TOP_N, TopOutputs, TopSource, TruncateParams};
 use crate::truncate::{
     FirstOf, KeptWalk, LANE_TOP, MAX_KEPT, RANK_TOP, RANK_UNITS, Step, StoredTop, TopList, Truncation, Verdict,
 };
 
-/// Warps of a [`truncate_rows`] block.
-const WARPS_T: u32 = TRUNCATE_THREADS / 32;
-/// Bytes of one collected entry in shared memory: its value's bits, its index.
-const ENTRY_BYTES: u32 = 8;
 /// [`truncate_rows`]' shared memory: the entries at 0, then the walk's running sums (one word per
 /// entry taken), one 16-byte slot per warp for the block reductions, and the control words.
 const MASSES_AT: u32 = ENTRY_BYTES * TRUNCATE_CAPACITY;
@@ -109,158 +82,6 @@ const _: () = assert!(TRUNCATE_THREADS.is_multiple_of(32) && TRUNCATE_THREADS <=
 // The top log-probabilities: sorted in one block of 64 entries, written one per thread, after at
 // least `MAX_KEPT + 1` entries when a round raised the threshold.
 const _: () = assert!(MAX_TOP_N <= 64 && MAX_TOP_N <= MAX_KEPT as u32 + 1 && MAX_TOP_N <= TRUNCATE_THREADS);
-
-/// A collected entry: a processed logit and its global vocab index.
-type Entry = (f32, u32);
-/// Past the collected entries (ranks below every real one: they are above `β ≥ −∞`).
-const NO_ENTRY: Entry = (f32::NEG_INFINITY, u32::MAX);
-
-/// Whether `a` ranks above `b`: larger value, ties to the lower index (the order of the top lists,
-/// `crate::truncate`'s `above`; the entries are never NaN).
-#[inline(always)]
-fn ranks_above(a: Entry, b: Entry) -> bool {
-    (a.0 > b.0) | ((a.0 == b.0) & (a.1 < b.1))
-}
-
-/// Entry `i` of the entries area.
-///
-/// # Safety
-/// `i < TRUNCATE_CAPACITY`; the block's dynamic shared memory holds [`TRUNCATE_SMEM`] bytes.
-#[inline(always)]
-unsafe fn load_entry(i: u32) -> Entry {
-    // SAFETY: inside the entries area (the caller's contract), 8-byte aligned.
-    let [z, index] = unsafe { ld_shared_v2_u32(mov_u32_dynamic_smem() + ENTRY_BYTES * i) };
-    (f32::from_bits(z), index)
-}
-
-/// Stores entry `i` of the entries area.
-///
-/// # Safety
-/// As [`load_entry`].
-#[inline(always)]
-unsafe fn store_entry(i: u32, e: Entry) {
-    // SAFETY: as in `load_entry`.
-    unsafe { st_shared_v2_u32(mov_u32_dynamic_smem() + ENTRY_BYTES * i, [e.0.to_bits(), e.1]) };
-}
-
-/// One compare-exchange of a bitonic merge of runs of `size` in registers: this lane's entry `x`
-/// at position `i` against the one at `i ^ s` (`s < 32`), held by lane `lane ^ s`. A run whose
-/// `size` bit of the position is 0 is sorted descending (the one above first), else ascending.
-///
-/// # Safety
-/// All 32 lanes call it together with the same `s`.
-#[inline(always)]
-unsafe fn exchange_lanes(x: Entry, i: u32, s: u32, size: u32) -> Entry {
-    // SAFETY: all 32 lanes (the caller's contract).
-    let (z, index) = unsafe { (shfl_sync_bfly_b32(x.0.to_bits(), s), shfl_sync_bfly_b32(x.1, s)) };
-    let o = (f32::from_bits(z), index);
-    // The lower position of a descending run keeps the entry above, as the upper of an ascending one.
-    let keep_above = ((i & s) == 0) == ((i & size) == 0);
-    if ranks_above(x, o) == keep_above { x } else { o }
-}
-
-/// The stages of a bitonic merge of runs of `size` with strides `top, top / 2, …, 1` (`top ≤ 32`)
-/// on a block of 64 positions at `base`: lane `l` holds positions `base + l` (`a`) and
-/// `base + 32 + l` (`b`).
-///
-/// # Safety
-/// All 32 lanes call it together with the same `size` and `top`.
-#[inline(always)]
-unsafe fn merge_in_warp(a: &mut Entry, b: &mut Entry, base: u32, lane: u32, size: u32, top: u32) {
-    let i = base + lane;
-    let mut s = top;
-    while s > 0 {
-        if s == 32 {
-            // Within the lane: `a` is the lower position.
-            if ranks_above(*b, *a) == ((i & size) == 0) {
-                core::mem::swap(a, b);
-            }
-        } else {
-            // SAFETY: all 32 lanes, the same stride.
-            unsafe {
-                *a = exchange_lanes(*a, i, s, size);
-                *b = exchange_lanes(*b, i + 32, s, size);
-            }
-        }
-        s /= 2;
-    }
-}
-
-/// Sorts the first `n` entries of the entries area descending ([`ranks_above`]), a bitonic sort
-/// over `p = max(64, n.next_power_of_two())` positions (past `n`: [`NO_ENTRY`]): the strides below
-/// 64 in registers and shuffles (warp `w` takes the blocks of 64 positions `w, w + 16, …`), the
-/// larger ones in shared memory (thread `t` takes the pairs `t, t + 512, …`), a barrier after each.
-///
-/// # Safety
-/// Every thread of a [`TRUNCATE_THREADS`]-thread block calls it together with the same
-/// `n ≤ TRUNCATE_CAPACITY`, after a barrier that made the entries visible; the block's dynamic
-/// shared memory holds at least `8 · max(64, n.next_power_of_two())` bytes, none of them in use by
-/// another part of the kernel until the barrier it ends with.
-#[inline(always)]
-unsafe fn sort_entries(n: u32, tid: u32) {
-    let (lane, warp) = (tid % 32, tid / 32);
-    let p = n.next_power_of_two().max(64);
-    // Runs of up to 64, per block of 64 positions.
-    let mut blk = warp;
-    while 64 * blk < p {
-        let base = 64 * blk;
-        let (i, j) = (base + lane, base + 32 + lane);
-        // SAFETY: i, j < p ≤ TRUNCATE_CAPACITY.
-        let (mut a, mut b) =
-            unsafe { (if i < n { load_entry(i) } else { NO_ENTRY }, if j < n { load_entry(j) } else { NO_ENTRY }) };
-        let mut size = 2;
-        while size <= 64 {
-            // SAFETY: all 32 lanes (the loop over blocks is warp-uniform).
-            unsafe { merge_in_warp(&mut a, &mut b, base, lane, size, (size / 2).min(32)) };
-            size *= 2;
-        }
-        // SAFETY: as above.
-        unsafe {
-            store_entry(i, a);
-            store_entry(j, b);
-        }
-        blk += WARPS_T;
-    }
-    // SAFETY: every thread (the caller's contract).
-    unsafe { _syncthreads() };
-    let mut size = 128;
-    while size <= p {
-        let mut s = size / 2;
-        while s >= 64 {
-            let mut q = tid;
-            while q < p / 2 {
-                let i = ((q & !(s - 1)) << 1) | (q & (s - 1));
-                // SAFETY: i < i + s < p; each pair is one thread's; a barrier before and after.
-                unsafe {
-                    let (x, y) = (load_entry(i), load_entry(i + s));
-                    if ranks_above(y, x) == ((i & size) == 0) {
-                        store_entry(i, y);
-                        store_entry(i + s, x);
-                    }
-                }
-                q += TRUNCATE_THREADS;
-            }
-            // SAFETY: every thread.
-            unsafe { _syncthreads() };
-            s /= 2;
-        }
-        let mut blk = warp;
-        while 64 * blk < p {
-            let base = 64 * blk;
-            // SAFETY: base + 63 < p; the block is this warp's between the barriers; all 32 lanes.
-            unsafe {
-                let (mut a, mut b) = (load_entry(base + lane), load_entry(base + 32 + lane));
-                merge_in_warp(&mut a, &mut b, base, lane, size, 32);
-                store_entry(base + lane, a);
-                store_entry(base + 32 + lane, b);
-            }
-            blk += WARPS_T;
-        }
-        // SAFETY: every thread.
-        unsafe { _syncthreads() };
-        size *= 2;
-    }
-}
 
 /// Collected entries the truncation step sorts at most as they are: past it, [`select_prefix`]
 /// keeps only the largest ones first (the walk reads at most [`WALK_ENTRIES`]).
@@ -677,7 +498,13 @@ impl TopPlan {
 /// # Safety
 /// `top`'s outputs hold `(request + 1) · top.n` entries; `entry(j)` is safe for `j < count`.
 #[inline(always)]
-unsafe fn write_top(top: &TopOutputs, request: u32, count: u32, tid: u32, entry: impl Fn(u32) -> (u32, f32)) {
+pub(super) unsafe fn write_top(
+    top: &TopOutputs,
+    request: u32,
+    count: u32,
+    tid: u32,
+    entry: impl Fn(u32) -> (u32, f32),
+) {
     if tid < top.n {
         let (token, lp) = if tid < count { entry(tid) } else { (INVALID_INDEX, f32::NAN) };
         let at = request as usize * top.n as usize + tid as usize;
@@ -694,7 +521,7 @@ unsafe fn write_top(top: &TopOutputs, request: u32, count: u32, tid: u32, entry:
 /// # Safety
 /// As [`load_entry`].
 #[inline(always)]
-unsafe fn top_entry(j: u32, scale: f32, l: f32) -> (u32, f32) {
+pub(super) unsafe fn top_entry(j: u32, scale: f32, l: f32) -> (u32, f32) {
     // SAFETY: the caller's contract.
     let (z, i) = unsafe { load_entry(j) };
     (i, z * scale - l)
@@ -702,7 +529,7 @@ unsafe fn top_entry(j: u32, scale: f32, l: f32) -> (u32, f32) {
 
 /// The log-sum-exp of a row's kept set: the row's `lse` and the kept set's share `mass` of it.
 #[inline(always)]
-fn kept_lse(lse: f32, mass: f32) -> f32 {
+pub(super) fn kept_lse(lse: f32, mass: f32) -> f32 {
     lse + ln(mass)
 }
 
@@ -1182,517 +1009,5 @@ unsafe fn truncate_row(p: TruncateParams) {
         // SAFETY: every thread (block-uniform: the outcome and the top plan are), once; the control
         // word is not otherwise used.
         unsafe { list_row(&p, b, flags, tid, control + 4 * LIST_WORD) };
-    }
-}
-
-/// The listed rows' hidden states into [`FallbackParams::gathered`] (slot `s` ← row `list[1 + s]`),
-/// one 16-byte chunk per thread, for [`fallback_logits`].
-///
-/// # Safety
-/// Launched as documented in the module after [`truncate_rows`] on the same stream; `gathered` and
-/// `hidden` hold `B × D` elements, 16-byte aligned, `D % 8 == 0`.
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn fallback_gather(p: FallbackParams) {
-    // Programmatic stream serialization: `fallback_logits` may be scheduled; wait for the truncation step.
-    griddepcontrol_launch_dependents();
-    griddepcontrol_wait();
-    // SAFETY: the list's count, written by the truncation step before this launch; special registers.
-    let (count, i) = unsafe { (*p.list, _block_idx_x() as u64 * _block_dim_x() as u64 + _thread_idx_x() as u64) };
-    let chunks = p.d as u64 / 8;
-    let (slot, chunk) = (i / chunks, i % chunks);
-    if slot < count as u64 {
-        // SAFETY: slot < count ≤ B: a listed row below B; both rows hold D / 8 chunks of 16 bytes.
-        unsafe {
-            let row = (*p.list.add(1 + slot as usize) & FALLBACK_ROW) as u64;
-            *(p.gathered as *mut [u32; 4]).add((slot * chunks + chunk) as usize) =
-                *(p.hidden as *const [u32; 4]).add((row * chunks + chunk) as usize);
-        }
-    }
-}
-
-/// The fallback's raw logits on the tensor cores: `logits[s, v]` for every listed row `s` (see the
-/// module), the portable `mma.sync` mainloop of [`FALLBACK_LOGITS_VARIANT`] over the gathered rows:
-/// one read of the weight per 64 listed rows, in the fused kernels' pipeline, instead of CUDA-core
-/// dot products.
-///
-/// # Safety
-/// Launched as documented in the module after [`fallback_gather`] on the same stream; `p.fused` as
-/// [`FallbackLogitsParams`] states, `logits` holds `count · V` floats.
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn fallback_logits(p: FallbackLogitsParams) {
-    const V: FusedVariant = FALLBACK_LOGITS_VARIANT;
-    const { assert!(matches!(V.family, Family::MmaSync)) };
-    // SAFETY: forwarded launch contract.
-    unsafe {
-        logits_body::<
-            { V.n_tiles as usize },
-            { V.warps_b },
-            { V.stages },
-            { V.threads() },
-            { V.block_b() },
-            { V.block_b().div_ceil(V.threads() / 8) as usize },
-        >(p)
-    }
-}
-
-/// [`fallback_logits`] for `4·WB` warps of `8·NB` batch rows and an `S`-stage ring (the fused
-/// `mma.sync` kernel's composition without the sampling: the tile scheduler, the block producer,
-/// the mainloop and [`fragment::store_logits_columns`]).
-///
-/// # Safety
-/// As [`fallback_logits`].
-#[inline(always)]
-unsafe fn logits_body<
-    const NB: usize,
-    const WB: u32,
-    const S: u32,
-    const THREADS: u32,
-    const BLOCK_B: u32,
-    const H: usize,
->(
-    p: FallbackLogitsParams,
-) {
-    // Programmatic stream serialization: wait for `fallback_gather` (and the truncation step before
-    // it); `BlockWork::of_this_block` lets `fallback_sample` be scheduled.
-    griddepcontrol_wait();
-    // SAFETY: the list's count, written by the truncation step before this launch.
-    let count = unsafe { *p.list };
-    let f = &p.fused;
-    let t = Thread::this();
-    let work = BlockWork::of_this_block(f, BLOCK_B, BLOCK_V);
-    if work.b_first >= count {
-        return; // block-uniform, before any barrier: no listed row in this batch tile
-    }
-    let b0 = work.b_first + (t.warp % WB) * 8 * NB as u32; // this warp's first gathered row
-    let active = b0 < count; // warp-uniform
-    let ring = BlockRing::new(0, BLOCK_B);
-    let mut mainloop = MmaSyncMainloop::<THREADS, BLOCK_B, S, H>::for_thread::<NB, WB>(f, ring, &work, t);
-    let w_row0 = mainloop.w_row0;
-    // SAFETY: every thread of the block, before the first tile.
-    unsafe { mainloop.prologue(f) };
-    let mut tile = work.first;
-    while tile < work.end {
-        // SAFETY: every thread of the block, for every tile of the range.
-        let acc = unsafe { mainloop.tile::<NB>(f, active) };
-        if active {
-            let v0 = tile * BLOCK_V + w_row0;
-            // SAFETY: `logits` holds `count × V` floats (the launch contract).
-            unsafe { fragment::store_logits_columns::<NB>((p.logits, count, f.v), (b0, t.quad), v0, &acc) };
-        }
-        tile += 1;
-    }
-}
-
-const T: u32 = FALLBACK_SAMPLE_THREADS;
-const WARPS: u32 = T / 32;
-
-/// The f32 order as a u32 order (for values that are not NaN).
-#[inline(always)]
-fn key(x: f32) -> u32 {
-    let u = x.to_bits();
-    if u >> 31 != 0 { !u } else { u | 0x8000_0000 }
-}
-
-/// Calls `f(i, x)` for this thread's entries `x = z[i]` of a row of `v` (16-byte loads, two in
-/// flight, when `v % 4 == 0`).
-///
-/// # Safety
-/// `z` holds `v` floats (16-byte aligned when `v % 4 == 0`).
-#[inline(always)]
-unsafe fn for_each(z: *const f32, v: u32, tid: u32, mut f: impl FnMut(u32, f32)) {
-    if v % 4 == 0 {
-        let groups = v / 4;
-        let mut g = tid;
-        while g < groups {
-            let g2 = g + T;
-            // SAFETY: g < V / 4 (and g2 when below): 16 bytes inside the row, 16-byte aligned.
-            let a = unsafe { *(z.add(4 * g as usize) as *const [f32; 4]) };
-            let b = if g2 < groups { unsafe { *(z.add(4 * g2 as usize) as *const [f32; 4]) } } else { [0.0; 4] };
-            for j in 0..4 {
-                f(4 * g + j as u32, a[j]);
-            }
-            if g2 < groups {
-                for j in 0..4 {
-                    f(4 * g2 + j as u32, b[j]);
-                }
-            }
-            g += 2 * T;
-        }
-    } else {
-        let mut i = tid;
-        while i < v {
-            // SAFETY: i < V.
-            f(i, unsafe { *z.add(i as usize) });
-            i += T;
-        }
-    }
-}
-
-/// Adds `w` to the 64-bit histogram bin at `addr` (low word first) with native 32-bit shared
-/// atomics: the low word by `atom.shared.add.u32`, then its carry and the high word by
-/// `red.shared.add.u32` (skipped when both are zero). Every wrap of the low word is seen by exactly
-/// the add that made it, so the bin ends with the exact 64-bit sum. (`red.shared.add.u64` compiles to
-/// a compare-and-swap loop on sm_90, which the contended bins of a row retried ~6 times an entry:
-/// docs/findings/21.)
-///
-/// # Safety
-/// `addr` is an 8-byte aligned shared-memory address.
-#[inline(always)]
-unsafe fn bin_add(addr: u32, w: u64) {
-    let (lo, hi) = (w as u32, (w >> 32) as u32);
-    // SAFETY: the caller's address (the low word, then the high word at + 4).
-    unsafe {
-        let old = atom_shared_add_u32(addr, lo);
-        let high = hi.wrapping_add((old.wrapping_add(lo) < old) as u32);
-        if high != 0 {
-            red_shared_add_u32(addr + 4, high);
-        }
-    }
-}
-
-/// The largest `t` such that the entries `z[i]` with a key `key_of(i, z[i]) ≥ t` weigh at least
-/// `target` together (`weight` of each; entries without a key count nothing; 0 when they all weigh
-/// less): a radix select, 8 bits a pass, histograms with integer shared-memory atomics (so the
-/// result does not depend on timing). `COUNT`: every entry weighs 1 (`weight` is not called;
-/// [`count_select`]), one `red.shared.add.u32` an entry.
-///
-/// # Safety
-/// As [`block_sum_u64`]; `z` as [`for_each`].
-#[inline(always)]
-unsafe fn radix_select<const COUNT: bool>(
-    z: *const f32,
-    v: u32,
-    tid: u32,
-    target: u64,
-    key_of: impl Fn(u32, f32) -> Option<u32>,
-    weight: impl Fn(f32) -> u64,
-) -> u32 {
-    // One histogram per warp (`WARPS × 256` bins after the reduction slots): the logits of a row
-    // share their high key bits, so one shared histogram would serialize every thread on a few bins.
-    let hist = mov_u32_dynamic_smem() + 32 * 8;
-    let mine = hist + (tid / 32) * 256 * 8;
-    let mut prefix = 0u32;
-    let mut above = 0u64;
-    for level in 0..4u32 {
-        let shift = 24 - 8 * level;
-        // SAFETY: block-uniform barriers; the bins are inside the histogram area.
-        unsafe {
-            let mut d = tid;
-            while d < WARPS * 256 {
-                st_shared_u64(hist + 8 * d, 0);
-                d += T;
-            }
-            _syncthreads();
-            for_each(z, v, tid, |i, x| {
-                if let Some(k) = key_of(i, x) {
-                    let same_high = level == 0 || (k >> (shift + 8)) == (prefix >> (shift + 8));
-                    if same_high {
-                        let bin = mine + 8 * ((k >> shift) & 0xFF);
-                        if COUNT {
-                            // Counts stay below 2^32 (at most V entries): the low word alone.
-                            red_shared_add_u32(bin, 1);
-                        } else {
-                            bin_add(bin, weight(x));
-                        }
-                    }
-                }
-            });
-            _syncthreads();
-            // Bin d of the block: the sum over the warps' histograms, into warp 0's.
-            let mut d = tid;
-            while d < 256 {
-                let mut total = 0u64;
-                for w in 0..WARPS {
-                    total += ld_shared_u64(hist + 8 * (w * 256 + d));
-                }
-                st_shared_u64(hist + 8 * d, total);
-                d += T;
-            }
-            _syncthreads();
-            // Every thread scans the same bins from the top: the same digit everywhere.
-            let mut d = 255u32;
-            let mut acc = above;
-            loop {
-                let h = ld_shared_u64(hist + 8 * d);
-                if acc + h >= target || d == 0 {
-                    break;
-                }
-                acc += h;
-                d -= 1;
-            }
-            prefix |= d << shift;
-            above = acc;
-            _syncthreads();
-        }
-    }
-    prefix
-}
-
-/// [`radix_select`] with every entry weighing 1: the largest key `t` with at least `target` keyed
-/// entries at or above it (one `red.shared.add.u32` an entry).
-///
-/// # Safety
-/// As [`radix_select`].
-#[inline(always)]
-unsafe fn count_select(z: *const f32, v: u32, tid: u32, target: u64, key_of: impl Fn(u32, f32) -> Option<u32>) -> u32 {
-    // SAFETY: forwarded contract.
-    unsafe { radix_select::<true>(z, v, tid, target, key_of, |_| 1) }
-}
-
-/// [`select_top`]'s counter, past the 64 entries it sorts at the start of shared memory.
-const TOP_COUNTER_AT: u32 = 8 * 64;
-const _: () = assert!(T == TRUNCATE_THREADS && FALLBACK_SAMPLE_SMEM >= TOP_COUNTER_AT + 4 && MAX_TOP_N <= 64);
-
-/// The `n ≤ 64` largest entries `z[i]` that pass `pred` (ties: the lower index first), sorted
-/// largest first into the entries area ([`load_entry`]`(j)`), and their count (below `n` when fewer
-/// pass): the `n`-th largest key by a radix select, then among the entries at that key the lowest
-/// indices that complete `n` by another, then one pass collecting them.
-///
-/// # Safety
-/// As [`block_sum_u64`]; `z` as [`for_each`]; `n ≤ 64`.
-#[inline(always)]
-unsafe fn select_top(z: *const f32, v: u32, tid: u32, n: u32, pred: impl Fn(f32) -> bool) -> u32 {
-    let key_at = |x: f32| if pred(x) { Some(key(x)) } else { None };
-    // SAFETY: every thread (the caller's contract).
-    let t = unsafe { count_select(z, v, tid, n as u64, |_, x| key_at(x)) };
-    let mut above = 0u64;
-    // SAFETY: z as above.
-    unsafe { for_each(z, v, tid, |_, x| above += key_at(x).is_some_and(|k| k > t) as u64) };
-    // SAFETY: every thread.
-    let above = unsafe { block_sum_u64::<WARPS>(above, tid) };
-    // Of the entries at `t`, those with the largest `!i` (the lowest indices) that complete `n`.
-    let ti = if above < n as u64 {
-        let tied = |i: u32, x: f32| if key_at(x) == Some(t) { Some(!i) } else { None };
-        // SAFETY: every thread (`above` is block-uniform).
-        unsafe { count_select(z, v, tid, n as u64 - above, tied) }
-    } else {
-        u32::MAX
-    };
-    let counter = mov_u32_dynamic_smem() + TOP_COUNTER_AT;
-    // SAFETY: the counter word, zeroed before a block-uniform barrier; the selects' last barriers
-    // ended every read of the shared memory the entries overwrite; slots are unique (the atomic)
-    // and below 64 (exactly min(n, passing) entries are taken).
-    unsafe {
-        if tid == 0 {
-            st_shared_u32(counter, 0);
-        }
-        _syncthreads();
-        for_each(z, v, tid, |i, x| {
-            if let Some(k) = key_at(x)
-                && (k > t || (k == t && !i >= ti))
-            {
-                let slot = atom_shared_add_u32(counter, 1);
-                if slot < 64 {
-                    store_entry(slot, (x, i));
-                }
-            }
-        });
-        _syncthreads();
-        let count = ld_shared_u32(counter).min(n);
-        sort_entries(count, tid);
-        count
-    }
-}
-
-/// Fixed-point scale of the fallback's probabilities (`2^40`): integer sums, exact and
-/// order-independent, far below `u64::MAX` for any vocabulary.
-const FIXED: f32 = (1u64 << 40) as f32;
-
-/// The fallback's sampler: one block per listed row (see the module). Turns the row's raw logits
-/// into processed ones in place (soft-cap, mask, adjusted tokens), finds top-k's threshold (the
-/// largest key with at least `k` tokens at or above it) and top-p's (the largest key whose tokens at
-/// or above it hold `p` of the top-k mass) by radix selects over the f32 order (no sort), applies
-/// min-p, and samples the kept tokens with the row's noise.
-///
-/// # Safety
-/// Launched as documented in the module after `fallback_logits` (or a GEMM into `logits`), with
-/// buffers of the sizes [`FallbackParams`] states and [`FALLBACK_SAMPLE_SMEM`] bytes of dynamic
-/// shared memory.
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn fallback_sample(p: FallbackParams) {
-    // Launched with programmatic stream serialization after `fallback_logits` (or plainly after the
-    // unfused sampler's GEMM): wait for it before anything is read or written.
-    griddepcontrol_wait();
-    // SAFETY: special-register reads; the list's count.
-    let (tid, s, count) = unsafe { (_thread_idx_x(), _block_idx_x(), *p.list) };
-    if s >= count {
-        return; // block-uniform
-    }
-    let n = p.samples.max(1);
-    let v = p.v;
-    // SAFETY: s < count ≤ B: a listed row b < B; the truncation holds B / n entries.
-    let (entry, b, row) = unsafe {
-        let entry = *p.list.add(1 + s as usize);
-        let b = entry & FALLBACK_ROW;
-        (entry, b, *p.rows.add(b as usize))
-    };
-    let keeps_sample = entry & FALLBACK_KEEPS_SAMPLE != 0;
-    let (top, request) = (entry & FALLBACK_TOP != 0, b / n);
-    let raw_top = top && p.top.source != TopSource::Processed;
-    // SAFETY: as above.
-    let trunc = unsafe { *p.truncation.add((b / n) as usize) };
-    // SAFETY: slot s of `[count, V]`.
-    let z = unsafe { p.logits.add(s as usize * v as usize) };
-    if raw_top {
-        // The raw distribution's top entries, before the row is processed in place.
-        // SAFETY: every thread (`raw_top` is block-uniform); z holds V floats; b < B; the top outputs
-        // hold B / n requests; j < count: a sorted entry.
-        unsafe {
-            let count = select_top(z, v, tid, p.top.n, |x| x > f32::NEG_INFINITY);
-            let l = *p.raw_logsumexp.add(b as usize);
-            write_top(&p.top, request, count, tid, |j| top_entry(j, 1.0, l));
-            _syncthreads(); // every read of the logits is done before they change below
-        }
-        if keeps_sample {
-            return; // block-uniform
-        }
-    }
-    // The logit pipeline (`LogitPipeline::process`) over the row; its adjusted tokens (masked out,
-    // like the fused pass's) take the processed logits the adjusted tokens' kernel wrote, below.
-    if p.softcap > 0.0 || !p.mask.is_null() {
-        let pipe = p.logit_pipeline();
-        let mut i = tid;
-        while i < v {
-            // SAFETY: i < V; the mask row `request` holds mask_words words (i / 32 < mask_words).
-            unsafe {
-                let allowed = p.mask.is_null()
-                    || (*p.mask.add(row.request as usize * p.mask_words as usize + (i / 32) as usize) >> (i % 32)) & 1
-                        != 0;
-                *z.add(i as usize) = pipe.process(*z.add(i as usize), None, allowed);
-            }
-            i += T;
-        }
-    }
-    // SAFETY: block-uniform barrier (global writes of the block visible to it after it).
-    unsafe { _syncthreads() };
-    // SAFETY: b < B; the offsets and results hold the launch's adjustments (or are null).
-    let adj = unsafe { AdjRows::from_parts(p.adj_offsets, p.adjusted, p.samples, b) };
-    let mut i = adj.range().start + tid;
-    while i < adj.range().end {
-        let a = adj.get(i);
-        if a.token < v {
-            // SAFETY: a.token < V. Distinct entries of a row have distinct tokens (validated).
-            unsafe { *z.add(a.token as usize) = a.z };
-        }
-        i += T;
-    }
-    // SAFETY: block-uniform barrier.
-    unsafe { _syncthreads() };
-    // The row's largest processed logit.
-    let mut m = f32::NEG_INFINITY;
-    // SAFETY: z holds V floats.
-    unsafe {
-        for_each(z, v, tid, |_, x| {
-            if x > m {
-                m = x;
-            }
-        })
-    };
-    // SAFETY: every thread (the reductions below are reached by all).
-    let zmax = unsafe { block_max::<WARPS>(m, tid) };
-    let transform = row.transform;
-    let e = |x: f32| exp(transform.scaled(x - zmax));
-    let fixed = |x: f32| (e(x) * FIXED) as u64;
-    let live = |x: f32| x > f32::NEG_INFINITY;
-    // Top-k: the k-th largest key (everything when fewer than k tokens are live).
-    let tk = if trunc.top_k_on(v) {
-        // SAFETY: every thread; z as above.
-        unsafe { count_select(z, v, tid, trunc.top_k as u64, |_, x| live(x).then(|| key(x))) }
-    } else {
-        0
-    };
-    // Top-p on the top-k remainder: the largest key whose tokens at or above it hold p of its mass.
-    let mut tp = tk;
-    if trunc.top_p < 1.0 {
-        let mut mk = 0u64;
-        // SAFETY: z as above.
-        unsafe {
-            for_each(z, v, tid, |_, x| {
-                if live(x) && key(x) >= tk {
-                    mk += fixed(x);
-                }
-            })
-        };
-        // SAFETY: every thread.
-        let mk = unsafe { block_sum_u64::<WARPS>(mk, tid) };
-        let want = trunc.top_p as f64 * mk as f64;
-        let mut target = want as u64;
-        if (target as f64) < want {
-            target += 1;
-        }
-        let at_least_tk = |_, x| if live(x) && key(x) >= tk { Some(key(x)) } else { None };
-        // SAFETY: every thread; z as above.
-        tp = unsafe { radix_select::<false>(z, v, tid, target, at_least_tk, fixed) }.max(tk);
-    }
-    let keeps = |x: f32| live(x) && key(x) >= tp && (!(trunc.min_p > 0.0) || e(x) >= trunc.min_p);
-    let (c, lse_kept) = if keeps_sample {
-        // The row's sample stands (it is here for its top entries) and it does not truncate: its
-        // log-sum-exp is the fused pass's.
-        // SAFETY: b < B.
-        (Candidate::EMPTY, unsafe { *p.logsumexp.add(b as usize) })
-    } else {
-        // The sample over the kept tokens, four per Philox call.
-        let noise = row.noise();
-        let mut c = Candidate::EMPTY;
-        let mut mass = 0u64;
-        let mut g = tid;
-        while 4 * g < v {
-            let gum = noise.gumbel4(g);
-            for j in 0..4u32 {
-                let i = 4 * g + j;
-                if i < v {
-                    // SAFETY: i < V.
-                    let x = unsafe { *z.add(i as usize) };
-                    if keeps(x) {
-                        c.update(transform.score(x, gum[j as usize]), i);
-                        mass += fixed(x);
-                    }
-                }
-            }
-            g += T;
-        }
-        // SAFETY: every thread (`keeps_sample` is block-uniform).
-        let (c, mass) = unsafe { (block_best::<WARPS>(c, tid), block_sum_u64::<WARPS>(mass, tid)) };
-        (c, transform.scaled(zmax) + ln(mass as f32 / FIXED))
-    };
-    if top && !raw_top {
-        // The processed distribution's top entries: of the kept tokens, over the kept mass.
-        // SAFETY: every thread (block-uniform); z as above; the top outputs hold B / n requests;
-        // j < count: a sorted entry.
-        unsafe {
-            let count = select_top(z, v, tid, p.top.n, keeps);
-            write_top(&p.top, request, count, tid, |j| top_entry(j, transform.inv_temperature, lse_kept));
-        }
-    }
-    if keeps_sample {
-        return; // block-uniform
-    }
-    if tid == 0 {
-        // SAFETY: b < B: the outputs hold entry b; c.index < V when valid.
-        unsafe {
-            *p.tokens.add(b as usize) = c.token();
-            *p.scores.add(b as usize) = c.score;
-            if !p.logprobs.is_null() {
-                let valid = c.token() != INVALID_INDEX;
-                *p.logprobs.add(b as usize) =
-                    if valid { transform.scaled(*z.add(c.index as usize)) - lse_kept } else { f32::NAN };
-                *p.logsumexp.add(b as usize) = lse_kept;
-            }
-        }
-    }
-    if !p.raw_logprobs.is_null() && tid < 32 && c.token() != INVALID_INDEX {
-        let d = p.d as usize;
-        // SAFETY: warp 0, all 32 lanes (`c` is block-uniform); row b of the hidden states and row
-        // c.index < V of the weight hold D elements, 16-byte aligned; without a weight (tensor-parallel
-        // ranks: no soft-cap or adjustment) the processed logit of the allowed token is its raw one.
-        let y = if p.weight.is_null() {
-            unsafe { *z.add(c.index as usize) }
-        } else {
-            unsafe { warp_dot(p.hidden.add(b as usize * d), p.weight.add(c.index as usize * d), d, tid, p.elem) }
-        };
-        if tid == 0 {
-            // SAFETY: b < B.
-            unsafe { *p.raw_logprobs.add(b as usize) = y - *p.raw_logsumexp.add(b as usize) };
-        }
     }
 }

@@ -1,0 +1,338 @@
+//! The exact fallback of the truncation step (see `truncate`): the listed rows' hidden states
+//! gathered ([`fallback_gather`], over ranks), their logits materialized on the tensor cores
+//! ([`fallback_logits`]), and each row processed, truncated exactly and sampled with its own noise
+//! ([`fallback_sample`]). Also the benchmark's unfused top-k / top-p sampler over GEMM logits.
+//!
+//! # Thread mapping
+//! - `fallback_gather`: one thread per 16-byte chunk of `B` rows; slot `s < count` copies row
+//!   `list[1 + s]`'s hidden state to slot `s` of `gathered`.
+//! - `fallback_logits`: the portable `mma.sync` kernel's grid and thread mapping for
+//!   [`FALLBACK_LOGITS_VARIANT`] (`n_vranges · ceil(B / 64)` persistent blocks of 256 threads, 64
+//!   gathered rows per batch tile); blocks whose batch tile starts at or past the list's count
+//!   return at once; the lanes store their logits instead of sampling them.
+//! - `fallback_sample`: `grid = B` blocks of [`FALLBACK_SAMPLE_THREADS`] (= 512), block `s` takes the
+//!   `s`-th listed row (none: it returns); thread `t` takes vocab entries `t, t + 512, …` (and Philox
+//!   groups likewise); [`FALLBACK_SAMPLE_SMEM`] bytes of dynamic shared memory for the block
+//!   reductions and the radix histograms.
+
+use core::arch::nvptx::{_block_dim_x, _block_idx_x, _syncthreads, _thread_idx_x};
+
+use super::collective::{block_best, block_max, block_sum_u64, exp, ln};
+use super::dot::warp_dot;
+use super::fragment;
+use super::mainloop::MmaSyncMainloop;
+use super::pipeline::BlockRing;
+use super::ptx::{griddepcontrol_launch_dependents, griddepcontrol_wait};
+use super::reduce::AdjRows;
+use super::schedule::{BlockWork, Thread};
+use crate::INVALID_INDEX;
+use crate::candidate::Candidate;
+use crate::config::{BLOCK_V, FALLBACK_LOGITS_VARIANT, Family, FusedVariant};
+use crate::params::{
+    FALLBACK_KEEPS_SAMPLE, FALLBACK_ROW, FALLBACK_TOP, FallbackLogitsParams, FallbackParams, TopSource,
+};
+
+/// Warps of a [`truncate_rows`] block.
+use super::select::{T, WARPS, count_select, for_each, key, radix_select, select_top};
+use super::truncate::{top_entry, write_top};
+
+/// The listed rows' hidden states into [`FallbackParams::gathered`] (slot `s` ← row `list[1 + s]`),
+/// one 16-byte chunk per thread, for [`fallback_logits`].
+///
+/// # Safety
+/// Launched as documented in the module after [`truncate_rows`] on the same stream; `gathered` and
+/// `hidden` hold `B × D` elements, 16-byte aligned, `D % 8 == 0`.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn fallback_gather(p: FallbackParams) {
+    // Programmatic stream serialization: `fallback_logits` may be scheduled; wait for the truncation step.
+    griddepcontrol_launch_dependents();
+    griddepcontrol_wait();
+    // SAFETY: the list's count, written by the truncation step before this launch; special registers.
+    let (count, i) = unsafe { (*p.list, _block_idx_x() as u64 * _block_dim_x() as u64 + _thread_idx_x() as u64) };
+    let chunks = p.d as u64 / 8;
+    let (slot, chunk) = (i / chunks, i % chunks);
+    if slot < count as u64 {
+        // SAFETY: slot < count ≤ B: a listed row below B; both rows hold D / 8 chunks of 16 bytes.
+        unsafe {
+            let row = (*p.list.add(1 + slot as usize) & FALLBACK_ROW) as u64;
+            *(p.gathered as *mut [u32; 4]).add((slot * chunks + chunk) as usize) =
+                *(p.hidden as *const [u32; 4]).add((row * chunks + chunk) as usize);
+        }
+    }
+}
+
+/// The fallback's raw logits on the tensor cores: `logits[s, v]` for every listed row `s` (see the
+/// module), the portable `mma.sync` mainloop of [`FALLBACK_LOGITS_VARIANT`] over the gathered rows:
+/// one read of the weight per 64 listed rows, in the fused kernels' pipeline, instead of CUDA-core
+/// dot products.
+///
+/// # Safety
+/// Launched as documented in the module after [`fallback_gather`] on the same stream; `p.fused` as
+/// [`FallbackLogitsParams`] states, `logits` holds `count · V` floats.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn fallback_logits(p: FallbackLogitsParams) {
+    const V: FusedVariant = FALLBACK_LOGITS_VARIANT;
+    const { assert!(matches!(V.family, Family::MmaSync)) };
+    // SAFETY: forwarded launch contract.
+    unsafe {
+        logits_body::<
+            { V.n_tiles as usize },
+            { V.warps_b },
+            { V.stages },
+            { V.threads() },
+            { V.block_b() },
+            { V.block_b().div_ceil(V.threads() / 8) as usize },
+        >(p)
+    }
+}
+
+/// [`fallback_logits`] for `4·WB` warps of `8·NB` batch rows and an `S`-stage ring (the fused
+/// `mma.sync` kernel's composition without the sampling: the tile scheduler, the block producer,
+/// the mainloop and [`fragment::store_logits_columns`]).
+///
+/// # Safety
+/// As [`fallback_logits`].
+#[inline(always)]
+unsafe fn logits_body<
+    const NB: usize,
+    const WB: u32,
+    const S: u32,
+    const THREADS: u32,
+    const BLOCK_B: u32,
+    const H: usize,
+>(
+    p: FallbackLogitsParams,
+) {
+    // Programmatic stream serialization: wait for `fallback_gather` (and the truncation step before
+    // it); `BlockWork::of_this_block` lets `fallback_sample` be scheduled.
+    griddepcontrol_wait();
+    // SAFETY: the list's count, written by the truncation step before this launch.
+    let count = unsafe { *p.list };
+    let f = &p.fused;
+    let t = Thread::this();
+    let work = BlockWork::of_this_block(f, BLOCK_B, BLOCK_V);
+    if work.b_first >= count {
+        return; // block-uniform, before any barrier: no listed row in this batch tile
+    }
+    let b0 = work.b_first + (t.warp % WB) * 8 * NB as u32; // this warp's first gathered row
+    let active = b0 < count; // warp-uniform
+    let ring = BlockRing::new(0, BLOCK_B);
+    let mut mainloop = MmaSyncMainloop::<THREADS, BLOCK_B, S, H>::for_thread::<NB, WB>(f, ring, &work, t);
+    let w_row0 = mainloop.w_row0;
+    // SAFETY: every thread of the block, before the first tile.
+    unsafe { mainloop.prologue(f) };
+    let mut tile = work.first;
+    while tile < work.end {
+        // SAFETY: every thread of the block, for every tile of the range.
+        let acc = unsafe { mainloop.tile::<NB>(f, active) };
+        if active {
+            let v0 = tile * BLOCK_V + w_row0;
+            // SAFETY: `logits` holds `count × V` floats (the launch contract).
+            unsafe { fragment::store_logits_columns::<NB>((p.logits, count, f.v), (b0, t.quad), v0, &acc) };
+        }
+        tile += 1;
+    }
+}
+
+/// Fixed-point scale of the fallback's probabilities (`2^40`): integer sums, exact and
+/// order-independent, far below `u64::MAX` for any vocabulary.
+const FIXED: f32 = (1u64 << 40) as f32;
+
+/// The fallback's sampler: one block per listed row (see the module). Turns the row's raw logits
+/// into processed ones in place (soft-cap, mask, adjusted tokens), finds top-k's threshold (the
+/// largest key with at least `k` tokens at or above it) and top-p's (the largest key whose tokens at
+/// or above it hold `p` of the top-k mass) by radix selects over the f32 order (no sort), applies
+/// min-p, and samples the kept tokens with the row's noise.
+///
+/// # Safety
+/// Launched as documented in the module after `fallback_logits` (or a GEMM into `logits`), with
+/// buffers of the sizes [`FallbackParams`] states and [`FALLBACK_SAMPLE_SMEM`] bytes of dynamic
+/// shared memory.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn fallback_sample(p: FallbackParams) {
+    // Launched with programmatic stream serialization after `fallback_logits` (or plainly after the
+    // unfused sampler's GEMM): wait for it before anything is read or written.
+    griddepcontrol_wait();
+    // SAFETY: special-register reads; the list's count.
+    let (tid, s, count) = unsafe { (_thread_idx_x(), _block_idx_x(), *p.list) };
+    if s >= count {
+        return; // block-uniform
+    }
+    let n = p.samples.max(1);
+    let v = p.v;
+    // SAFETY: s < count ≤ B: a listed row b < B; the truncation holds B / n entries.
+    let (entry, b, row) = unsafe {
+        let entry = *p.list.add(1 + s as usize);
+        let b = entry & FALLBACK_ROW;
+        (entry, b, *p.rows.add(b as usize))
+    };
+    let keeps_sample = entry & FALLBACK_KEEPS_SAMPLE != 0;
+    let (top, request) = (entry & FALLBACK_TOP != 0, b / n);
+    let raw_top = top && p.top.source != TopSource::Processed;
+    // SAFETY: as above.
+    let trunc = unsafe { *p.truncation.add((b / n) as usize) };
+    // SAFETY: slot s of `[count, V]`.
+    let z = unsafe { p.logits.add(s as usize * v as usize) };
+    if raw_top {
+        // The raw distribution's top entries, before the row is processed in place.
+        // SAFETY: every thread (`raw_top` is block-uniform); z holds V floats; b < B; the top outputs
+        // hold B / n requests; j < count: a sorted entry.
+        unsafe {
+            let count = select_top(z, v, tid, p.top.n, |x| x > f32::NEG_INFINITY);
+            let l = *p.raw_logsumexp.add(b as usize);
+            write_top(&p.top, request, count, tid, |j| top_entry(j, 1.0, l));
+            _syncthreads(); // every read of the logits is done before they change below
+        }
+        if keeps_sample {
+            return; // block-uniform
+        }
+    }
+    // The logit pipeline (`LogitPipeline::process`) over the row; its adjusted tokens (masked out,
+    // like the fused pass's) take the processed logits the adjusted tokens' kernel wrote, below.
+    if p.softcap > 0.0 || !p.mask.is_null() {
+        let pipe = p.logit_pipeline();
+        let mut i = tid;
+        while i < v {
+            // SAFETY: i < V; the mask row `request` holds mask_words words (i / 32 < mask_words).
+            unsafe {
+                let allowed = p.mask.is_null()
+                    || (*p.mask.add(row.request as usize * p.mask_words as usize + (i / 32) as usize) >> (i % 32)) & 1
+                        != 0;
+                *z.add(i as usize) = pipe.process(*z.add(i as usize), None, allowed);
+            }
+            i += T;
+        }
+    }
+    // SAFETY: block-uniform barrier (global writes of the block visible to it after it).
+    unsafe { _syncthreads() };
+    // SAFETY: b < B; the offsets and results hold the launch's adjustments (or are null).
+    let adj = unsafe { AdjRows::from_parts(p.adj_offsets, p.adjusted, p.samples, b) };
+    let mut i = adj.range().start + tid;
+    while i < adj.range().end {
+        let a = adj.get(i);
+        if a.token < v {
+            // SAFETY: a.token < V. Distinct entries of a row have distinct tokens (validated).
+            unsafe { *z.add(a.token as usize) = a.z };
+        }
+        i += T;
+    }
+    // SAFETY: block-uniform barrier.
+    unsafe { _syncthreads() };
+    // The row's largest processed logit.
+    let mut m = f32::NEG_INFINITY;
+    // SAFETY: z holds V floats.
+    unsafe {
+        for_each(z, v, tid, |_, x| {
+            if x > m {
+                m = x;
+            }
+        })
+    };
+    // SAFETY: every thread (the reductions below are reached by all).
+    let zmax = unsafe { block_max::<WARPS>(m, tid) };
+    let transform = row.transform;
+    let e = |x: f32| exp(transform.scaled(x - zmax));
+    let fixed = |x: f32| (e(x) * FIXED) as u64;
+    let live = |x: f32| x > f32::NEG_INFINITY;
+    // Top-k: the k-th largest key (everything when fewer than k tokens are live).
+    let tk = if trunc.top_k_on(v) {
+        // SAFETY: every thread; z as above.
+        unsafe { count_select(z, v, tid, trunc.top_k as u64, |_, x| live(x).then(|| key(x))) }
+    } else {
+        0
+    };
+    // Top-p on the top-k remainder: the largest key whose tokens at or above it hold p of its mass.
+    let mut tp = tk;
+    if trunc.top_p < 1.0 {
+        let mut mk = 0u64;
+        // SAFETY: z as above.
+        unsafe {
+            for_each(z, v, tid, |_, x| {
+                if live(x) && key(x) >= tk {
+                    mk += fixed(x);
+                }
+            })
+        };
+        // SAFETY: every thread.
+        let mk = unsafe { block_sum_u64::<WARPS>(mk, tid) };
+        let want = trunc.top_p as f64 * mk as f64;
+        let mut target = want as u64;
+        if (target as f64) < want {
+            target += 1;
+        }
+        let at_least_tk = |_, x| if live(x) && key(x) >= tk { Some(key(x)) } else { None };
+        // SAFETY: every thread; z as above.
+        tp = unsafe { radix_select::<false>(z, v, tid, target, at_least_tk, fixed) }.max(tk);
+    }
+    let keeps = |x: f32| live(x) && key(x) >= tp && (!(trunc.min_p > 0.0) || e(x) >= trunc.min_p);
+    let (c, lse_kept) = if keeps_sample {
+        // The row's sample stands (it is here for its top entries) and it does not truncate: its
+        // log-sum-exp is the fused pass's.
+        // SAFETY: b < B.
+        (Candidate::EMPTY, unsafe { *p.logsumexp.add(b as usize) })
+    } else {
+        // The sample over the kept tokens, four per Philox call.
+        let noise = row.noise();
+        let mut c = Candidate::EMPTY;
+        let mut mass = 0u64;
+        let mut g = tid;
+        while 4 * g < v {
+            let gum = noise.gumbel4(g);
+            for j in 0..4u32 {
+                let i = 4 * g + j;
+                if i < v {
+                    // SAFETY: i < V.
+                    let x = unsafe { *z.add(i as usize) };
+                    if keeps(x) {
+                        c.update(transform.score(x, gum[j as usize]), i);
+                        mass += fixed(x);
+                    }
+                }
+            }
+            g += T;
+        }
+        // SAFETY: every thread (`keeps_sample` is block-uniform).
+        let (c, mass) = unsafe { (block_best::<WARPS>(c, tid), block_sum_u64::<WARPS>(mass, tid)) };
+        (c, transform.scaled(zmax) + ln(mass as f32 / FIXED))
+    };
+    if top && !raw_top {
+        // The processed distribution's top entries: of the kept tokens, over the kept mass.
+        // SAFETY: every thread (block-uniform); z as above; the top outputs hold B / n requests;
+        // j < count: a sorted entry.
+        unsafe {
+            let count = select_top(z, v, tid, p.top.n, keeps);
+            write_top(&p.top, request, count, tid, |j| top_entry(j, transform.inv_temperature, lse_kept));
+        }
+    }
+    if keeps_sample {
+        return; // block-uniform
+    }
+    if tid == 0 {
+        // SAFETY: b < B: the outputs hold entry b; c.index < V when valid.
+        unsafe {
+            *p.tokens.add(b as usize) = c.token();
+            *p.scores.add(b as usize) = c.score;
+            if !p.logprobs.is_null() {
+                let valid = c.token() != INVALID_INDEX;
+                *p.logprobs.add(b as usize) =
+                    if valid { transform.scaled(*z.add(c.index as usize)) - lse_kept } else { f32::NAN };
+                *p.logsumexp.add(b as usize) = lse_kept;
+            }
+        }
+    }
+    if !p.raw_logprobs.is_null() && tid < 32 && c.token() != INVALID_INDEX {
+        let d = p.d as usize;
+        // SAFETY: warp 0, all 32 lanes (`c` is block-uniform); row b of the hidden states and row
+        // c.index < V of the weight hold D elements, 16-byte aligned; without a weight (tensor-parallel
+        // ranks: no soft-cap or adjustment) the processed logit of the allowed token is its raw one.
+        let y = if p.weight.is_null() {
+            unsafe { *z.add(c.index as usize) }
+        } else {
+            unsafe { warp_dot(p.hidden.add(b as usize * d), p.weight.add(c.index as usize * d), d, tid, p.elem) }
+        };
+        if tid == 0 {
+            // SAFETY: b < B.
+            unsafe { *p.raw_logprobs.add(b as usize) = y - *p.raw_logsumexp.add(b as usize) };
+        }
+    }
+}
