@@ -1,0 +1,329 @@
+//! Device buffers: the caller's operands ([`DeviceMatrix`]), the reusable outputs and scratch of a
+//! call ([`DeviceSamples`]) with their TMA descriptors, and the output addresses a launch writes.
+
+use super::*;
+
+/// A row-major matrix in device memory, bf16 by default, or f16 ([`Element`]); the hidden states and
+/// the weight of a call have the same element type.
+#[derive(Debug)]
+pub struct DeviceMatrix<'a, T = bf16> {
+    /// The values, `rows · cols` of them, 16-byte aligned.
+    pub data: CudaView<'a, T>,
+    /// Rows.
+    pub rows: usize,
+    /// Columns (D).
+    pub cols: usize,
+}
+
+/// Device buffers of one batch: candidates, per-row parameters, the expanded hidden states of a call
+/// with several samples per row, and the outputs (tokens, scores, log-probabilities). A call with
+/// `n` samples per row over `B` rows uses `B·n` rows of every buffer (row `r·n + j` is row `r`'s
+/// sample `j`).
+/// Reused across calls (a decode loop allocates it once); grows when a larger batch comes.
+///
+/// **Outputs before and after a launch.** [`GpuBackend::alloc_samples`] fills the tokens with
+/// [`flashsampling_kernels::INVALID_INDEX`] and the scores with NaN, so reading them before the first
+/// launch gives no token. A call that fails validation does not touch the buffers (they keep the
+/// previous call's results); a call that fails after validation (an upload or the launch) fills the
+/// tokens with `INVALID_INDEX` and the scores with NaN again, best effort: when the failure is a
+/// device fault the context is unusable and every later read fails anyway.
+///
+/// **Arrival counters.** The plain fused kernels' last-block reduction counts arrivals per batch tile
+/// in `counters` (`u32`, at least `n_btiles` of them; the log-probability and truncation kernels leave
+/// them alone: `reduce_rows` or the truncation step reduces their rows after them). They cannot be left non-zero in a way a
+/// later call observes:
+/// 1. `alloc_samples` zeroes them (stream-ordered before any launch that uses them), and a buffer
+///    too small for a launch is replaced by a fresh, zeroed one before that launch.
+/// 2. In a plain launch, every block of the grid (`n_btiles × n_vranges`, the same `n_vranges` as in
+///    `FusedParams`) reaches the reduction exactly once: no kernel returns early. Batch tile `t`
+///    therefore gets exactly `n_vranges` increments; the block that sees the count reach
+///    `n_vranges` is the last one, and it stores 0 after its reduction. A launch that completes
+///    leaves every counter at 0.
+/// 3. A launch that does not complete either never started (`cuLaunchKernel` returned an error: no
+///    block ran, the counters are untouched, still 0) or faulted (illegal address, trap, a killed
+///    context): a device-side fault is a sticky error of the CUDA context, so no later launch, copy
+///    or read in that context succeeds, and no later call can observe the counters.
+/// 4. Launches that share a `DeviceSamples` never overlap: they are ordered on one stream, and a
+///    launch from another `GpuBackend` (another stream) waits for the previous launch through
+///    cudarc's per-buffer events (`device_ptr_mut` waits for the last write and the guard records
+///    this launch's write after it is enqueued; event tracking is cudarc's default and is active
+///    because every `GpuBackend` creates its own stream).
+///
+/// Hence every launch starts with all counters at zero, by induction over the launches on the
+/// buffer. The GPU test `arrival_counters_are_zero_after_many_launches` reads them back after
+/// launches of varying B and V.
+#[derive(Debug)]
+pub struct DeviceSamples {
+    pub(super) candidates: CudaSlice<u64>,
+    /// Per-batch-tile arrival counters of the fused kernel (zero between launches; see above).
+    pub(super) counters: CudaSlice<u32>,
+    /// Per-row parameters ([`RowParams`], four words per row).
+    pub(super) rows: CudaSlice<u64>,
+    pub(super) tokens: CudaSlice<u32>,
+    pub(super) scores: CudaSlice<f32>,
+    /// Log-probability launches: each (row, vocab range)'s [`RowMass`] (two words), and the outputs.
+    pub(super) masses: Option<CudaSlice<u64>>,
+    pub(super) logprobs: Option<CudaSlice<f32>>,
+    pub(super) raw_logprobs: Option<CudaSlice<f32>>,
+    pub(super) logsumexp: Option<CudaSlice<f32>>,
+    /// A call's allowed-token mask uploaded from the host.
+    pub(super) mask: Option<CudaSlice<u32>>,
+    /// The hidden states of a call with several samples per row, `[B·n, D]` (16-bit elements of
+    /// either type: the expansion copies bits).
+    pub(super) expanded: Option<CudaSlice<u16>>,
+    /// A call's sparse adjustments (CSR offsets, entry rows, tokens, adjustments as words).
+    pub(super) adj: Option<CudaSlice<u32>>,
+    /// The adjusted tokens' results (`AdjustedToken`, four words each, `[entries, n]`).
+    pub(super) adjusted: Option<CudaSlice<u32>>,
+    /// Truncating calls' buffers (top-k, top-p, min-p).
+    pub(super) truncation: Option<TruncationBuffers>,
+    /// Stage-balanced launches: the handoff slots (`FusedParams::handoff`) and their counters
+    /// (zeroed at allocation; every launch leaves them zero, as the arrival counters).
+    pub(super) handoff: Option<(CudaSlice<f32>, CudaSlice<u32>)>,
+    /// Whether the last call truncated (its fallback flags are valid).
+    pub(super) has_truncation: bool,
+    /// Top log-probabilities per request of the last call (0: none asked).
+    pub(super) top_n: usize,
+    /// Rows of the last call (`B·n`).
+    pub(super) b: usize,
+    /// Samples per row of the last call.
+    pub(super) n: usize,
+    /// Whether the last call computed log-probabilities.
+    pub(super) has_logprobs: bool,
+    /// The last call asked for raw log-probabilities too ([`LogProbs::ProcessedAndRaw`]; a
+    /// tensor-parallel merge fills them with every log-probability call).
+    pub(super) has_raw_logprobs: bool,
+    /// Host copy of the words in `rows` (skips the upload when a call reuses them).
+    pub(super) uploaded_rows: Vec<u64>,
+    /// The TMA kernels' tensor maps ([`TensorMaps`], 384 bytes: three 128-byte maps) in device memory.
+    pub(super) tensor_maps: CudaSlice<u64>,
+    /// What the maps in `tensor_maps` describe; they are re-encoded and uploaded when a launch
+    /// differs (another buffer, shape or batch tile).
+    pub(super) tensor_maps_for: Option<TensorMapKey>,
+}
+
+/// What a launch's tensor maps depend on: the two device addresses and their element type, B, D, V
+/// and the variant (its `BLOCK_B` and weight layout).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct TensorMapKey {
+    pub(super) hidden: u64,
+    pub(super) weight: u64,
+    pub(super) elem: ElementType,
+    pub(super) b: usize,
+    pub(super) d: usize,
+    pub(super) v: usize,
+    pub(super) variant: FusedVariant,
+}
+
+/// Encodes a tensor map of element type `elem` and geometry `layout` over device memory at
+/// `address` (128-byte swizzle, zeros outside the tensor).
+pub(super) fn encode_tensor_map<const R: usize>(
+    address: u64,
+    layout: TmaLayout<R>,
+    elem: ElementType,
+) -> Result<TensorMap> {
+    let data_type = match elem {
+        ElementType::Bf16 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+        ElementType::F16 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+    };
+    let mut map = sys::CUtensorMap { opaque: [0; 16] };
+    // SAFETY: every pointer is to a live array of the length rank `R` needs (`R − 1` strides); the
+    // driver only encodes the descriptor (no device access).
+    let status = unsafe {
+        sys::cuTensorMapEncodeTiled(
+            &mut map,
+            data_type,
+            R as u32,
+            address as *mut std::ffi::c_void,
+            layout.dims.as_ptr(),
+            layout.strides[1..].as_ptr(),
+            layout.boxes.as_ptr(),
+            layout.element_strides.as_ptr(),
+            sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+            sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+            sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )
+    };
+    if status != sys::CUresult::CUDA_SUCCESS {
+        return Err(Error::Driver(cudarc::driver::DriverError(status)));
+    }
+    Ok(TensorMap(map.opaque))
+}
+
+impl DeviceSamples {
+    /// Sampled tokens of the last call, on the device (`[B, n]`, row-major;
+    /// [`flashsampling_kernels::INVALID_INDEX`] for a sample without a token: NaN or every token
+    /// masked).
+    pub fn tokens(&self) -> CudaView<'_, u32> {
+        self.tokens.slice(..self.b)
+    }
+
+    /// Winning perturbed scores of the last call, on the device (`[B, n]`).
+    pub fn scores(&self) -> CudaView<'_, f32> {
+        self.scores.slice(..self.b)
+    }
+
+    /// Log-probabilities of the last call's tokens under the processed distribution (`[B, n]`), when
+    /// it asked for them ([`SamplingParams::logprobs`]); see [`crate::Samples::logprobs`].
+    pub fn logprobs(&self) -> Option<CudaView<'_, f32>> {
+        self.logprobs.as_ref().filter(|_| self.has_logprobs).map(|l| l.slice(..self.b))
+    }
+
+    /// Log-probabilities of the last call's tokens under `softmax(logits)` (`[B, n]`), when it asked
+    /// for [`LogProbs::ProcessedAndRaw`] (a call asking [`LogProbs::Processed`] on one GPU neither
+    /// computes nor writes them: its kernels skip the raw log-mass).
+    pub fn raw_logprobs(&self) -> Option<CudaView<'_, f32>> {
+        self.raw_logprobs.as_ref().filter(|_| self.has_raw_logprobs).map(|l| l.slice(..self.b))
+    }
+
+    /// Each sample row's log-sum-exp of `logits / T` (`[B, n]`: the same for the `n` samples of a
+    /// row; NaN for a greedy row), when the last call asked for log-probabilities.
+    pub fn logsumexp(&self) -> Option<CudaView<'_, f32>> {
+        self.logsumexp.as_ref().filter(|_| self.has_logprobs).map(|l| l.slice(..self.b))
+    }
+
+    /// Per sample row of the last call when it truncated (top-k, top-p or min-p): 1 where the
+    /// certificate could not decide the row and the exact fallback sampled it, else 0 (`[B, n]`).
+    pub fn truncation_fallback(&self) -> Option<CudaView<'_, u32>> {
+        self.truncation.as_ref().filter(|_| self.has_truncation).map(|t| t.flags.slice(..self.b))
+    }
+
+    /// Each request's top log-probabilities of the last call when it asked for them
+    /// ([`SamplingParams::top_logprobs`] = `k`): tokens and log-probabilities, `[B, k]` row-major,
+    /// most likely first (ties: the lower index first); a row with fewer than `k` tokens in its
+    /// distribution ends with [`flashsampling_kernels::INVALID_INDEX`] and NaN.
+    pub fn top_logprobs(&self) -> Option<(CudaView<'_, u32>, CudaView<'_, f32>)> {
+        let requests = self.b / self.n.max(1);
+        self.truncation
+            .as_ref()
+            .filter(|_| self.top_n > 0)
+            .map(|t| (t.top_tokens.slice(..requests * self.top_n), t.top_logprobs.slice(..requests * self.top_n)))
+    }
+
+    /// Sample rows of the last call (`B·n`; before the first call: the rows it was allocated for).
+    pub fn batch(&self) -> usize {
+        self.b
+    }
+
+    /// Samples per row of the last call.
+    pub fn samples_per_row(&self) -> usize {
+        self.n
+    }
+
+    /// The fused kernel's arrival counters, on the device (tests: all zero between launches).
+    #[doc(hidden)]
+    pub fn counters(&self) -> CudaView<'_, u32> {
+        self.counters.as_view()
+    }
+
+    /// The handoff slots' counters of stage-balanced launches, on the device (tests: all zero
+    /// between launches); `None` before the first such launch.
+    #[doc(hidden)]
+    pub fn handoff_counters(&self) -> Option<CudaView<'_, u32>> {
+        self.handoff.as_ref().map(|(_, c)| c.as_view())
+    }
+
+    /// Capacity: (batch rows, candidates, arrival counters) the buffers hold.
+    #[doc(hidden)]
+    pub fn capacity(&self) -> (usize, usize, usize) {
+        let rows = (self.rows.len() / 4).min(self.tokens.len()).min(self.scores.len());
+        (rows, self.candidates.len(), self.counters.len())
+    }
+
+    /// Whether the buffers serve a launch of `b` rows with `launch` on the context `ctx`.
+    pub(super) fn fits(&self, b: usize, launch: &LaunchShape, ctx: &CudaContext) -> bool {
+        let n_cands = b.checked_mul(launch.n_vranges as usize);
+        let masses_fit = match launch.epilogue {
+            Epilogue::Sample => true,
+            Epilogue::LogProbs | Epilogue::Truncate => {
+                n_cands.is_some_and(|n| self.masses.as_ref().is_some_and(|m| m.len() >= 2 * n))
+                    && [&self.logprobs, &self.raw_logprobs, &self.logsumexp]
+                        .iter()
+                        .all(|o| o.as_ref().is_some_and(|l| l.len() >= b))
+            }
+        };
+        let handoff_fits = !launch.balanced
+            || self
+                .handoff
+                .as_ref()
+                .is_some_and(|(h, c)| h.len() >= launch.handoff_floats() && c.len() >= launch.handoff_counters());
+        same_context(self.tokens.context(), ctx)
+            && masses_fit
+            && handoff_fits
+            && n_cands.is_some_and(|n| self.candidates.len() >= n)
+            && self.counters.len() >= launch.n_btiles as usize
+            && self.rows.len() >= 4 * b
+            && self.tokens.len() >= b
+            && self.scores.len() >= b
+            && self.tensor_maps.len() * 8 >= size_of::<TensorMaps>()
+    }
+
+    /// Records a call of `rows` sample rows (`n` per request) that wrote these outputs by other
+    /// means than the fused launch (a rank's merge).
+    pub(crate) fn set_call(&mut self, rows: usize, n: usize, logprobs: bool) {
+        self.b = rows;
+        self.n = n;
+        self.has_logprobs = logprobs;
+        self.has_raw_logprobs = logprobs;
+        self.has_truncation = false;
+        self.top_n = 0;
+    }
+
+    /// The outputs' device addresses for a write on `stream` (the log-probability ones with
+    /// `logprobs`; they must exist: [`GpuBackend::ensure_outputs`]).
+    pub(crate) fn output_ptrs<'a>(&'a mut self, stream: &'a CudaStream, logprobs: bool) -> OutputPtrs<'a> {
+        let mut guards = Vec::new();
+        let (tokens, g) = self.tokens.device_ptr_mut(stream);
+        guards.push(g);
+        let (scores, g) = self.scores.device_ptr_mut(stream);
+        guards.push(g);
+        let mut lp = [0u64; 3];
+        if logprobs {
+            for (i, buf) in [&mut self.logprobs, &mut self.raw_logprobs, &mut self.logsumexp].into_iter().enumerate() {
+                if let Some(b) = buf.as_mut() {
+                    let (ptr, g) = b.device_ptr_mut(stream);
+                    lp[i] = ptr;
+                    guards.push(g);
+                }
+            }
+        }
+        OutputPtrs { tokens, scores, logprobs: lp[0], raw_logprobs: lp[1], logsumexp: lp[2], _guards: guards }
+    }
+
+    /// Fills the tokens with `INVALID_INDEX` and the scores with NaN (all bits set: `u32::MAX`, and a
+    /// quiet NaN), stream-ordered.
+    pub(super) fn invalidate(&mut self, stream: &CudaStream) -> Result<()> {
+        let (token_bytes, score_bytes) = (self.tokens.num_bytes(), self.scores.num_bytes());
+        let mut targets =
+            vec![(self.tokens.device_ptr_mut(stream), token_bytes), (self.scores.device_ptr_mut(stream), score_bytes)];
+        for out in [&mut self.logprobs, &mut self.raw_logprobs, &mut self.logsumexp].into_iter().flatten() {
+            let bytes = out.num_bytes();
+            targets.push((out.device_ptr_mut(stream), bytes));
+        }
+        for ((address, _guard), bytes) in targets {
+            // SAFETY: `address` is a live allocation of `bytes` bytes (the guard keeps its events
+            // ordered around this memset); all-ones bytes are a valid u32 and a valid f32.
+            unsafe { cudarc::driver::result::memset_d8_async(address, 0xFF, bytes, stream.cu_stream()) }?;
+        }
+        Ok(())
+    }
+}
+
+/// Device addresses of a call's outputs (and cudarc's guards, to drop after the launch that writes
+/// them); 0 for the log-probability outputs when not asked for.
+pub(crate) struct OutputPtrs<'a> {
+    pub tokens: u64,
+    pub scores: u64,
+    pub logprobs: u64,
+    pub raw_logprobs: u64,
+    pub logsumexp: u64,
+    pub(super) _guards: Vec<SyncOnDrop<'a>>,
+}
+
+impl OutputPtrs<'_> {
+    /// Tokens, scores, processed log-probabilities, processed log-sum-exps.
+    pub(crate) fn addresses(&self) -> [u64; 4] {
+        [self.tokens, self.scores, self.logprobs, self.logsumexp]
+    }
+}
