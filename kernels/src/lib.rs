@@ -30,6 +30,7 @@ pub mod noise;
 pub mod params;
 pub mod philox;
 pub mod ranks;
+pub mod schedule;
 pub mod truncate;
 
 #[cfg(target_arch = "nvptx64")]

@@ -158,7 +158,7 @@ pub struct FusedParams {
     pub top_units: u32,
     /// Element type of `hidden` and `weight` (selects the MMA instruction per stage).
     pub elem: ElementType,
-    /// Stage-balanced vocab ranges ([`crate::config::RangeStages::balanced`], weight-as-A kernels
+    /// Stage-balanced vocab ranges ([`crate::schedule::RangeStages::balanced`], weight-as-A kernels
     /// only; null: whole tiles): per range boundary `r` (1..n_vranges) and consumer slot `c` (0, or the
     /// consumer with split batch tiles), the f32 accumulators of the cut tile's head, which the block
     /// of range `r` hands to the block of range `r − 1` (`device::handoff`): slot `2r + c` holds

@@ -1,5 +1,5 @@
 //! The hand-off of a cut tile's accumulators between two blocks: with stage-balanced vocab ranges
-//! ([`RangeStages::balanced`](crate::config::RangeStages::balanced)) the block of range `r` runs
+//! ([`RangeStages::balanced`](crate::schedule::RangeStages::balanced)) the block of range `r` runs
 //! the first D steps of the tile its range shares with range `r − 1` first thing (its head), stores
 //! its consumers' f32 accumulators in global memory and publishes them; the block of range `r − 1`
 //! waits for them at its very end, loads them and runs the tile's last D steps on top (its tail),

@@ -8,7 +8,7 @@
 //! - **`wgmma`** ([`consume`], sm_90a): a consumer warpgroup waits for each stage on its `full`
 //!   barrier, issues the stage's `wgmma.mma_async` as one group straight from the ring's swizzled
 //!   slabs, and releases the previous stage's slot once that group is complete; it runs the pieces
-//!   of its block's range ([`crate::config::RangeStages`]), handing a head's accumulators to the block
+//!   of its block's range ([`crate::schedule::RangeStages`]), handing a head's accumulators to the block
 //!   below and resuming a tail from the block above's (`super::handoff`). The operand roles
 //!   are the [`Consumer`]'s: weight as A (`m64nNk16`, two 64-row halves of a 128-row tile,
 //!   [`mma_stage_weight_a`]) or hidden as A (`m64n256k16`, a 256-row tile as B,
@@ -37,10 +37,9 @@ use super::ptx::{
     wgmma_wait_group_sync_aligned,
 };
 use super::schedule::{BlockWork, Thread};
-use crate::config::{
-    CHUNK_D, M_TILES_PER_WARP, Piece, PieceKind, ROWS_PER_LANE, STAGE_K, STAGE_ROW_BYTES, WARP_TILE_V,
-};
+use crate::config::{CHUNK_D, M_TILES_PER_WARP, ROWS_PER_LANE, STAGE_K, STAGE_ROW_BYTES, WARP_TILE_V};
 use crate::params::{ElementType, FusedParams};
+use crate::schedule::{Piece, PieceKind};
 
 /// One `mma.sync` warp's accumulators: `[M tile][N tile][fragment]`.
 pub(super) type Accumulators<const NB: usize> = [[[f32; 4]; NB]; M_TILES_PER_WARP];
@@ -351,7 +350,7 @@ pub(super) trait Consumer {
 }
 
 /// One consumer warpgroup's pass over the pipeline's range: its pieces
-/// ([`RangeStages::piece`](crate::config::RangeStages::piece): head, whole tiles, tail)
+/// ([`RangeStages::piece`](crate::schedule::RangeStages::piece): head, whole tiles, tail)
 /// `c, c + 2, …` taking turns with the other consumer (`shared = false`), or
 /// every piece when both share each stage. Per stage it waits for `full`, issues the consumer's
 /// `mma` as one `wgmma` group, and releases the previous stage's slot once that group is complete;

@@ -19,7 +19,8 @@ use super::ptx::{
     bar_warp_sync, cp_async_wait_group, fence_mbarrier_init_release_cluster, mbarrier_init_shared_cta_b64,
     mbarrier_try_wait_parity_shared_cta_b64, mov_u32_dynamic_smem,
 };
-use crate::config::{BLOCK_V, RangeStages, STAGE_ROW_BYTES};
+use crate::config::{BLOCK_V, STAGE_ROW_BYTES};
+use crate::schedule::RangeStages;
 
 /// `cp.async.wait_group S − 2`: this thread's copies of the oldest of the `S − 1` stages in flight
 /// have landed (an `S`-deep ring, one commit group per stage).

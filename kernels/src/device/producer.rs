@@ -65,7 +65,7 @@ unsafe fn copy_5d(dst: u32, map: u64, c: [i32; 5], bar: u32, policy: Option<u64>
 }
 
 /// The TMA producer warp: per stage of the block's range (its pieces in order: head, whole tiles,
-/// tail, [`RangeStages::piece`](crate::config::RangeStages::piece)), waits until the slot is
+/// tail, [`RangeStages::piece`](crate::schedule::RangeStages::piece)), waits until the slot is
 /// released, announces the stage's bytes on its `full` barrier and copies the weight slab (one tile
 /// box from lane 0, or 16 row boxes from lanes 0–15 for a partial last tile) and the hidden box of
 /// `ring.n` rows (lane 16) into it. `WHOLE`: the range has no head or tail (whole tiles).

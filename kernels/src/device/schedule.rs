@@ -14,8 +14,9 @@
 use core::arch::nvptx::{_block_idx_x, _thread_idx_x};
 
 use super::ptx::griddepcontrol_launch_dependents;
-use crate::config::{RangeStages, STAGE_K};
+use crate::config::STAGE_K;
 use crate::params::FusedParams;
+use crate::schedule::RangeStages;
 
 /// What a block covers: its batch tile, its vocab range and the range's tiles.
 #[derive(Clone, Copy)]

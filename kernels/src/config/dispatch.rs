@@ -1,0 +1,106 @@
+//! Which variant runs for which call: [`variant_for_batch`].
+
+use super::*;
+
+/// The variant the host launches for batch size `b`, hidden size `d`, vocab size `v` and `epilogue` on `sm_count`
+/// multiprocessors, with `sm90a` telling whether the Hopper module is loaded (compute capability
+/// 9.0), chosen from the `cargo bench -- --variants` sweeps on the H200 (BENCHMARKS.md,
+/// `benchmarks/2026-11-29-h200-sweep-tma-kernels`):
+/// - sm_90a: weight-as-A `wgmma`, N = 16 up to 16 rows and 32 up to 32; up to 64 rows N = 64, or the
+///   hidden-as-A kernel with log-probabilities (each weight-as-A lane then updates 16 columns' masses
+///   per tile from 64 KiB of shared memory, with 6 pipeline stages instead of 8; the hidden-as-A lane
+///   2 rows from 8 KiB: temps + log-probs at B = 33–64 0.354–0.363 ms against 0.379–0.430 on Qwen3-8B,
+///   0.542–0.550 against 0.596–0.636 on Llama-3-70B), never with truncation (there the hidden-as-A
+///   kernel's wider top lists cost more: 0.66–0.71 ms against 0.53–0.65 on Qwen3-8B, 0.78–0.82
+///   against 0.71–0.82 on Llama-3-70B; both same-call, forced, in
+///   `benchmarks/2026-12-01-h200-reduce-rows-and-tensor-core-fallback/call4-*`), and for the plain
+///   call when its largest vocab range is no longer. With log-probabilities from 17 rows only where its
+///   largest range is strictly shorter: since the weight-as-A kernels' rolled mass merge
+///   (docs/findings/36) `tma_n32_lp` is the faster at equal ranges (Llama-3-70B, 1024 rows both:
+///   temps + log-probs 0.509–0.510 ms against 0.525–0.529 with `tmat_n64_lp` at B = 17–32, same
+///   call, forced; before it 0.549–0.559 against 0.542–0.551, `call6-*`; Qwen3-8B: 1280 against 1152)
+///   ([`FusedVariant::largest_range_rows`]: both run one 384-thread block per multiprocessor and
+///   stream their weights at about the same rate, hidden-as-A with a quarter instead of half a weight
+///   byte of hidden rows per weight byte through L2; Llama-3-70B: 1024 rows each, hidden-as-A 1–2%
+///   faster; Qwen3-8B: 1280 against 1152 rows, weight-as-A 4–6% faster); beyond 64 rows hidden-as-A
+///   (`tmat_n64` or `tmat_n64x2` by how the rows fill their batch tiles: [`hidden_as_a_beyond_64`]).
+///   Hidden-as-A needs `v % 16 == 0`, else `tma_n64` and `tma_n64x2`.
+/// - Portable (`mma.sync`): 16, 32, 64 or 128-row batch tiles by B.
+///
+/// Every choice supports `v` ([`FusedVariant::supports_vocab`]).
+#[inline]
+pub const fn variant_for_batch(
+    (b, d, v): (u32, u32, u32),
+    epilogue: Epilogue,
+    sm90a: bool,
+    sm_count: u32,
+) -> FusedVariant {
+    let hidden_as_a = v % TMA_T_VOCAB_ALIGN == 0;
+    if sm90a {
+        match b {
+            0..=16 => TMA_N16,
+            17..=32
+                if hidden_as_a
+                    && matches!(epilogue, Epilogue::LogProbs)
+                    && TMAT_N64.largest_range_rows(sm_count, b, v) < TMA_N32.largest_range_rows(sm_count, b, v) =>
+            {
+                TMAT_N64
+            }
+            17..=32 => TMA_N32,
+            33..=64 if matches!(epilogue, Epilogue::Truncate) => TMA_N64,
+            33..=64
+                if hidden_as_a
+                    && (matches!(epilogue, Epilogue::LogProbs)
+                        || TMAT_N64.largest_range_rows(sm_count, b, v)
+                            <= TMA_N64.largest_range_rows(sm_count, b, v)) =>
+            {
+                TMAT_N64
+            }
+            33..=64 => TMA_N64,
+            _ if hidden_as_a => hidden_as_a_beyond_64(b, d),
+            _ => TMA_N64X2,
+        }
+    } else {
+        match b {
+            0..=16 => MMA_SYNC_N16,
+            17..=32 => MMA_SYNC_N32,
+            33..=64 => MMA_SYNC_N64,
+            _ => MMA_SYNC_N128,
+        }
+    }
+}
+
+/// Largest hidden size at which `tmat_n64` is chosen for 80–128 rows ([`hidden_as_a_beyond_64`]):
+/// between the sweeps' 5120, where it took 0.92–0.99 × the time of `tmat_n64x2`, and 6144, where
+/// it took 1.01–1.04 ×.
+pub const TMAT_TURNS_MAX_D: u32 = 5120;
+
+/// The hidden-as-A kernel for `b > 64` rows of hidden size `d`, by how the rows fill the batch
+/// tiles of `tmat_n64` (64 rows, the consumers taking turns) and `tmat_n64x2` (128 rows the
+/// consumers split):
+/// - 65–79 rows: `tmat_n64x2`. `tmat_n64`'s second tile is then less than a quarter full, its
+///   blocks run ahead of the full tile's, the two stop sharing each weight tile through L2 and the
+///   weights stream twice (Qwen3-8B B = 65: 0.549 ms, 1.96 × the floor, against 0.405 ms).
+/// - 80–128 rows (equal padding): `tmat_n64` up to `d` = [`TMAT_TURNS_MAX_D`], where overlapping
+///   one consumer's epilogue with the other's MMAs pays (the epilogue's share of a tile falls as
+///   `1 / d`): at D = 2048–5120 it takes 0.88–0.98 × `tmat_n64x2`'s time at 96–128 rows
+///   (0.99–1.03 × at 80); from D = 6144 `tmat_n64x2`, which reads each weight tile once:
+///   `tmat_n64` took 1.01–1.23 × its time at D = 6144–16384 (0.97–0.99 × at D = 8192, V = 152064,
+///   112–128 rows: the rule's one measured loss, up to 3%).
+/// - 129–192 rows: `tmat_n64`, which pads fewer rows (192 against 256): 3–18% faster with every
+///   epilogue (plain, log-probabilities, mask, truncation), at every D swept (2048–16384).
+/// - beyond: `tmat_n64x2`. Where `tmat_n64` would pad fewer rows again (257–320, 513–576) its
+///   five or more batch tiles lost (B = 288, 320, 576: up to 1.15 × slower).
+///
+/// Measured in `benchmarks/2026-12-04-h200-hidden-as-a-batch-tiles` (calls 2–5: sweeps of both kernels over
+/// ten LM-head shapes, the same-call A/Bs against the previous rule).
+#[inline]
+pub const fn hidden_as_a_beyond_64(b: u32, d: u32) -> FusedVariant {
+    let quarter_full = 4 * TMAT_N64.last_tile_rows(b) >= TMAT_N64.block_b();
+    let pads_fewer = TMAT_N64.padded_rows(b) < TMAT_N64X2.padded_rows(b);
+    if TMAT_N64.batch_tiles(b) <= 3 && (pads_fewer || (quarter_full && d <= TMAT_TURNS_MAX_D)) {
+        TMAT_N64
+    } else {
+        TMAT_N64X2
+    }
+}

@@ -1,0 +1,491 @@
+//! The fused-kernel variants: families, modules, epilogues, the variant table ([`FUSED_VARIANTS`])
+//! and each variant's geometry (threads, shared memory, tiles, ranges).
+
+use super::*;
+
+/// Warps per block of the warp-specialized `wgmma` kernels: a producer and two consumer warpgroups.
+pub const WS_WARPS: u32 = 12;
+/// Threads of the two consumer warpgroups of the `wgmma` kernels.
+pub const CONSUMER_THREADS: u32 = 256;
+
+/// The kernel family: which mainloop, producer and fragment adapter a fused kernel composes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Family {
+    /// `mma.sync.m16n8k16` (sm_80+), weight as the A operand; one `cp.async` ring per block filled by
+    /// all threads, one block barrier per stage; `4·warps_b` warps, 128-row vocab tiles. The portable
+    /// path (see `device::fused::mma_sync`).
+    MmaSync,
+    /// `wgmma.m64nNk16` (sm_90a), weight as A, `N = 8·n_tiles` hidden rows as B; a TMA producer warp
+    /// and two consumer warpgroups taking turns on 128-row tiles (`warps_b = 1`) or splitting a
+    /// `2N`-row batch tile (`warps_b = 2`). Needs the launch's tensor maps. See
+    /// `device::fused::wgmma`.
+    WgmmaWeightA,
+    /// `wgmma.m64n256k16` (sm_90a) with the roles swapped: 64 hidden rows per consumer as A, a
+    /// 256-row vocab tile as B. Needs `V % 16 == 0` ([`tma_weight_tiles_t`]). See
+    /// `device::fused::wgmma_t`.
+    WgmmaHiddenA,
+}
+
+/// The PTX module a kernel is compiled into (each a separate `.ptx` the host embeds).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Module {
+    /// Built for the portable target (`FLASHSAMPLING_SM`, default sm_90): loads on any GPU whose
+    /// driver can compile sm_90 PTX.
+    Portable,
+    /// Built for the arch-specific sm_90a target (`wgmma`, `setmaxnreg`): loads on compute
+    /// capability 9.0 only.
+    Hopper,
+    /// Test and benchmark-baseline kernels (portable target), loaded only by tests and benches.
+    Test,
+}
+
+impl Module {
+    /// Every module, in build order.
+    pub const ALL: [Module; 3] = [Module::Portable, Module::Hopper, Module::Test];
+    /// The module's file stem (`<stem>.ptx`).
+    pub const fn stem(self) -> &'static str {
+        match self {
+            Module::Portable => "flashsampling",
+            Module::Hopper => "flashsampling_sm90a",
+            Module::Test => "flashsampling_test",
+        }
+    }
+}
+
+/// What a fused kernel computes besides the sample: each variant is compiled once per epilogue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Epilogue {
+    /// The sample only (tokens and winning scores): the plain kernels.
+    Sample,
+    /// The sample, and the log-mass of each row (processed and raw, `params::RowMass`) kept per lane
+    /// beside the candidate, merged like it, and turned into the sampled token's log-probabilities
+    /// and the row's log-sum-exp by the reduction.
+    LogProbs,
+    /// [`Epilogue::LogProbs`], and each lane's top list of processed logits per row
+    /// ([`crate::truncate::TopList`]), written per (row, vocab range, unit) for the truncation step
+    /// (top-k, top-p, min-p; `device::truncate`).
+    Truncate,
+}
+
+impl Epilogue {
+    /// Every epilogue.
+    pub const ALL: [Epilogue; 3] = [Epilogue::Sample, Epilogue::LogProbs, Epilogue::Truncate];
+    /// Bytes of one row's state in the block merge's area: a candidate, and a `RowMass`.
+    #[inline]
+    pub const fn state_bytes(self) -> u32 {
+        match self {
+            Epilogue::Sample => 8,
+            Epilogue::LogProbs | Epilogue::Truncate => 8 + 16,
+        }
+    }
+    /// Whether the kernel keeps the log-mass (and writes the log-probabilities).
+    #[inline]
+    pub const fn has_logprobs(self) -> bool {
+        !matches!(self, Epilogue::Sample)
+    }
+}
+
+/// One compiled variant of the fused kernel: its entry points and tile shape, defined once here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FusedVariant {
+    /// PTX entry point of the plain kernel ([`Epilogue::Sample`]).
+    pub entry: &'static str,
+    /// PTX entry point of the log-probability kernel ([`Epilogue::LogProbs`]).
+    pub entry_logprobs: &'static str,
+    /// PTX entry point of the truncation kernel ([`Epilogue::Truncate`]).
+    pub entry_truncate: &'static str,
+    /// Mainloop, producer and fragment layout.
+    pub family: Family,
+    /// `NB`: 8-row N tiles per warp ([`Family::MmaSync`]: a warp covers `8·NB` batch rows) or per
+    /// consumer warpgroup (`wgmma`: `N = 8·NB`).
+    pub n_tiles: u32,
+    /// [`Family::MmaSync`]: warps splitting the batch (each `8·NB` rows; 4 more split the vocab).
+    /// `wgmma`: 1 = the consumer warpgroups take turns on the tiles, 2 = they split the batch tile.
+    pub warps_b: u32,
+    /// Pipeline depth (`stages − 1` stages in flight while one is multiplied).
+    pub stages: u32,
+    /// Pipeline depth of the log-probability and truncation kernels ([`FusedVariant::stages_for`]):
+    /// in the `wgmma` kernels their lanes' row masses take shared memory
+    /// ([`FusedVariant::lane_state_bytes`]), which leaves room for fewer stages.
+    pub stages_lp: u32,
+}
+
+/// Portable, up to 16 rows: 4 warps of 16 batch rows.
+pub const MMA_SYNC_N16: FusedVariant = FusedVariant {
+    entry: "fused_sample_block_nb2",
+    entry_logprobs: "fused_sample_block_nb2_lp",
+    entry_truncate: "fused_sample_block_nb2_tk",
+    family: Family::MmaSync,
+    n_tiles: 2,
+    warps_b: 1,
+    stages: 4,
+    stages_lp: 4,
+};
+/// Portable, up to 32 rows: 4 warps of 32 batch rows.
+pub const MMA_SYNC_N32: FusedVariant = FusedVariant {
+    entry: "fused_sample_block_nb4_s3",
+    entry_logprobs: "fused_sample_block_nb4_s3_lp",
+    entry_truncate: "fused_sample_block_nb4_s3_tk",
+    family: Family::MmaSync,
+    n_tiles: 4,
+    warps_b: 1,
+    stages: 3,
+    stages_lp: 3,
+};
+/// Portable, up to 64 rows: 8 warps, two batch slots of 32 rows.
+pub const MMA_SYNC_N64: FusedVariant = FusedVariant {
+    entry: "fused_sample_block_nb4x2",
+    entry_logprobs: "fused_sample_block_nb4x2_lp",
+    entry_truncate: "fused_sample_block_nb4x2_tk",
+    family: Family::MmaSync,
+    n_tiles: 4,
+    warps_b: 2,
+    stages: 4,
+    stages_lp: 4,
+};
+/// Portable, beyond 64 rows: 16 warps, four batch slots of 32 rows (128-row batch tiles).
+pub const MMA_SYNC_N128: FusedVariant = FusedVariant {
+    entry: "fused_sample_block_nb4x4",
+    entry_logprobs: "fused_sample_block_nb4x4_lp",
+    entry_truncate: "fused_sample_block_nb4x4_tk",
+    family: Family::MmaSync,
+    n_tiles: 4,
+    warps_b: 4,
+    stages: 6,
+    stages_lp: 6,
+};
+/// Hopper, up to 16 rows: weight-as-A `wgmma`, N = 16.
+pub const TMA_N16: FusedVariant = FusedVariant {
+    entry: "fused_sample_wgmma_tma_n16",
+    entry_logprobs: "fused_sample_wgmma_tma_n16_lp",
+    entry_truncate: "fused_sample_wgmma_tma_n16_tk",
+    family: Family::WgmmaWeightA,
+    n_tiles: 2,
+    warps_b: 1,
+    stages: 10,
+    stages_lp: 10,
+};
+/// Hopper, up to 32 rows: N = 32.
+pub const TMA_N32: FusedVariant = FusedVariant {
+    entry: "fused_sample_wgmma_tma_n32",
+    entry_logprobs: "fused_sample_wgmma_tma_n32_lp",
+    entry_truncate: "fused_sample_wgmma_tma_n32_tk",
+    family: Family::WgmmaWeightA,
+    n_tiles: 4,
+    warps_b: 1,
+    stages: 10,
+    stages_lp: 9,
+};
+/// Hopper, up to 64 rows: N = 64.
+pub const TMA_N64: FusedVariant = FusedVariant {
+    entry: "fused_sample_wgmma_tma_n64",
+    entry_logprobs: "fused_sample_wgmma_tma_n64_lp",
+    entry_truncate: "fused_sample_wgmma_tma_n64_tk",
+    family: Family::WgmmaWeightA,
+    n_tiles: 8,
+    warps_b: 1,
+    stages: 8,
+    stages_lp: 6,
+};
+/// Hopper, beyond 64 rows when `V % 16 ≠ 0`: N = 64, the consumers split 128-row batch tiles.
+pub const TMA_N64X2: FusedVariant = FusedVariant {
+    entry: "fused_sample_wgmma_tma_n64x2",
+    entry_logprobs: "fused_sample_wgmma_tma_n64x2_lp",
+    entry_truncate: "fused_sample_wgmma_tma_n64x2_tk",
+    family: Family::WgmmaWeightA,
+    n_tiles: 8,
+    warps_b: 2,
+    stages: 6,
+    stages_lp: 4,
+};
+/// Hopper, 65–128 rows (and 33–64 where its vocab ranges are no longer): hidden-as-A, 64 rows.
+pub const TMAT_N64: FusedVariant = FusedVariant {
+    entry: "fused_sample_wgmma_tmat_n64",
+    entry_logprobs: "fused_sample_wgmma_tmat_n64_lp",
+    entry_truncate: "fused_sample_wgmma_tmat_n64_tk",
+    family: Family::WgmmaHiddenA,
+    n_tiles: 8,
+    warps_b: 1,
+    stages: 5,
+    stages_lp: 5,
+};
+/// Hopper, beyond 128 rows: hidden-as-A, the consumers split 128-row batch tiles.
+pub const TMAT_N64X2: FusedVariant = FusedVariant {
+    entry: "fused_sample_wgmma_tmat_n64x2",
+    entry_logprobs: "fused_sample_wgmma_tmat_n64x2_lp",
+    entry_truncate: "fused_sample_wgmma_tmat_n64x2_tk",
+    family: Family::WgmmaHiddenA,
+    n_tiles: 8,
+    warps_b: 2,
+    stages: 4,
+    stages_lp: 4,
+};
+
+/// Every fused-kernel variant the library launches (each chosen by [`variant_for_batch`]).
+pub const FUSED_VARIANTS: [FusedVariant; 10] = [
+    MMA_SYNC_N16,
+    MMA_SYNC_N32,
+    MMA_SYNC_N64,
+    MMA_SYNC_N128,
+    TMA_N16,
+    TMA_N32,
+    TMA_N64,
+    TMA_N64X2,
+    TMAT_N64,
+    TMAT_N64X2,
+];
+
+impl core::fmt::Display for FusedVariant {
+    /// The entry point.
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.pad(self.entry)
+    }
+}
+
+/// Whether two strings are equal (usable in constants).
+pub const fn str_eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+impl FusedVariant {
+    /// The variant whose entry point is `name`.
+    pub fn by_name(name: &str) -> Option<FusedVariant> {
+        FUSED_VARIANTS.iter().copied().find(|v| v.entry == name)
+    }
+    /// Whether the entry point is `name` (the device entry points assert it at compile time).
+    pub const fn is_named(&self, name: &str) -> bool {
+        str_eq(self.entry, name)
+    }
+    /// The entry point of the kernel with epilogue `e`.
+    #[inline]
+    pub const fn entry_for(&self, e: Epilogue) -> &'static str {
+        match e {
+            Epilogue::Sample => self.entry,
+            Epilogue::LogProbs => self.entry_logprobs,
+            Epilogue::Truncate => self.entry_truncate,
+        }
+    }
+    /// The PTX module the kernel is compiled into.
+    #[inline]
+    pub const fn module(&self) -> Module {
+        match self.family {
+            Family::MmaSync => Module::Portable,
+            Family::WgmmaWeightA | Family::WgmmaHiddenA => Module::Hopper,
+        }
+    }
+    /// Warps per block.
+    #[inline]
+    pub const fn warps(&self) -> u32 {
+        match self.family {
+            Family::MmaSync => WARPS_PER_BLOCK * self.warps_b,
+            Family::WgmmaWeightA | Family::WgmmaHiddenA => WS_WARPS,
+        }
+    }
+    /// Threads per block.
+    #[inline]
+    pub const fn threads(&self) -> u32 {
+        32 * self.warps()
+    }
+    /// The thread bound the link step writes into the PTX entry (`.maxntid`), so ptxas budgets
+    /// registers for at least one block of that size per multiprocessor (a block of 512 threads
+    /// cannot launch with more than 128 registers per thread: `CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES`).
+    #[inline]
+    pub const fn max_threads(&self) -> Option<u32> {
+        Some(self.threads())
+    }
+    /// Whether the kernel's warpgroups move registers (`setmaxnreg`: the producer warpgroup gives
+    /// its share to the consumers): the hidden-as-A kernels (128 accumulators per thread) and the
+    /// weight-as-A ones with N = 64 (16 batch columns per lane). Their entries also carry
+    /// `.minnctapersm 1` ([`entry_points`]): without a known register count at entry ptxas ignores
+    /// `setmaxnreg` (its info line C7508) and keeps the whole kernel within the even share of 168
+    /// (`tma_n64_tk` then spilled 2 KiB, 352 bytes with it).
+    #[inline]
+    pub const fn moves_registers(&self) -> bool {
+        match self.family {
+            Family::MmaSync => false,
+            Family::WgmmaWeightA => 8 * self.n_tiles == 64,
+            Family::WgmmaHiddenA => true,
+        }
+    }
+    /// Whether the kernel copies with TMA and so needs the launch's tensor maps.
+    #[inline]
+    pub const fn uses_tma(&self) -> bool {
+        matches!(self.family, Family::WgmmaWeightA | Family::WgmmaHiddenA)
+    }
+    /// Whether the kernel runs for vocab size `v` (the hidden-as-A kernels need `v % 16 == 0`).
+    #[inline]
+    pub const fn supports_vocab(&self, v: u32) -> bool {
+        !matches!(self.family, Family::WgmmaHiddenA) || v % TMA_T_VOCAB_ALIGN == 0
+    }
+    /// Batch rows per block (`BLOCK_B`).
+    #[inline]
+    pub const fn block_b(&self) -> u32 {
+        8 * self.n_tiles * self.warps_b
+    }
+    /// Vocab rows of a tile (the unit a vocab range is made of).
+    #[inline]
+    pub const fn tile_v(&self) -> u32 {
+        match self.family {
+            Family::MmaSync | Family::WgmmaWeightA => BLOCK_V,
+            Family::WgmmaHiddenA => TMA_T_TILE_V,
+        }
+    }
+    /// Bytes of one pipeline stage: weight rows and hidden rows, [`STAGE_ROW_BYTES`] each.
+    #[inline]
+    pub const fn stage_bytes(&self) -> u32 {
+        (self.tile_v() + self.block_b()) * STAGE_ROW_BYTES
+    }
+    /// Contributors per batch row in the block merge: the warps or warpgroups whose candidates for
+    /// the same batch rows come from other vocab rows (`device::merge`).
+    #[inline]
+    pub const fn merge_contributors(&self) -> u32 {
+        match self.family {
+            // The 4 warps that split each 128-row tile.
+            Family::MmaSync => WARPS_PER_BLOCK,
+            // The consumers' warps: all 8 when taking turns, the 4 of each consumer when splitting.
+            Family::WgmmaWeightA => 8 / self.warps_b,
+            // The consumers: both when taking turns, one per row when splitting.
+            Family::WgmmaHiddenA => 2 / self.warps_b,
+        }
+    }
+    /// Top-list units per batch row of a block in the truncation kernels: the lanes that score the
+    /// row with different vocab rows (`device::fragment::put_tops_columns`, `put_tops_rows`) — the
+    /// 8 lane groups of each contributing warp (column layouts), the 4 lanes of a group (hidden-as-A),
+    /// each of whose lists is stored as 4 units (`truncate::LANE_TOP_WIDE`).
+    #[inline]
+    pub const fn top_units(&self) -> u32 {
+        match self.family {
+            Family::MmaSync | Family::WgmmaWeightA => 8 * self.merge_contributors(),
+            Family::WgmmaHiddenA => 16 * self.merge_contributors(),
+        }
+    }
+    /// Bytes of the block merge's area at the start of the dynamic shared memory: one row state
+    /// ([`Epilogue::state_bytes`]: an 8-byte candidate, and its 16-byte log-mass with
+    /// [`Epilogue::LogProbs`]) per contributor and batch row of the block.
+    #[inline]
+    pub const fn merge_bytes(&self, e: Epilogue) -> u32 {
+        e.state_bytes() * self.merge_contributors() * self.block_b()
+    }
+    /// The pipeline depth of the kernel with epilogue `e`: [`Self::stages`] for the plain kernels,
+    /// [`Self::stages_lp`] for the log-probability and truncation kernels.
+    #[inline]
+    pub const fn stages_for(&self, e: Epilogue) -> u32 {
+        if e.has_logprobs() { self.stages_lp } else { self.stages }
+    }
+    /// Row masses ([`crate::params::RowMass`]) a consumer lane of a `wgmma` kernel keeps for its
+    /// batch rows: one per batch column of the weight-as-A layout (`N / 4`), one per batch row of the
+    /// hidden-as-A layout (2); none in the `mma.sync` kernels, whose masses stay in registers.
+    #[inline]
+    pub const fn lane_masses(&self) -> u32 {
+        match self.family {
+            Family::MmaSync => 0,
+            Family::WgmmaWeightA => 2 * self.n_tiles,
+            Family::WgmmaHiddenA => 2,
+        }
+    }
+    /// Bytes of the lanes' row masses in shared memory (`wgmma` log-probability and truncation
+    /// kernels), after the merge area: mass `i` of consumer thread `t` (0..256) at
+    /// `16·(i·256 + t)`. In registers, the masses of 16 batch columns pushed the N = 64 kernels
+    /// into 2.8 KiB of spills (docs/findings/17); in shared memory they cost a load and a store per
+    /// column and tile and keep the order of every sum, so the log-probabilities stay bit-identical.
+    #[inline]
+    pub const fn lane_state_bytes(&self, e: Epilogue) -> u32 {
+        if e.has_logprobs() { 16 * CONSUMER_THREADS * self.lane_masses() } else { 0 }
+    }
+    /// Bytes before the ring: the merge area ([`Self::merge_bytes`]) and the lanes' row masses
+    /// ([`Self::lane_state_bytes`]).
+    #[inline]
+    pub const fn prefix_bytes(&self, e: Epilogue) -> u32 {
+        self.merge_bytes(e) + self.lane_state_bytes(e)
+    }
+    /// Dynamic shared memory: the merge area and the lanes' row masses ([`Self::prefix_bytes`]),
+    /// then (`wgmma`) 1024 bytes of slack for the ring's 1024-byte alignment and the 8-byte barriers
+    /// (full and empty per slot, one turn per consumer), then the ring of [`Self::stages_for`] stages.
+    #[inline]
+    pub const fn smem_bytes(&self, e: Epilogue) -> u32 {
+        let stages = self.stages_for(e);
+        match self.family {
+            Family::MmaSync => self.prefix_bytes(e) + stages * self.stage_bytes(),
+            Family::WgmmaWeightA | Family::WgmmaHiddenA => {
+                1024 + self.prefix_bytes(e) + 8 * (2 * stages + 2) + stages * self.stage_bytes()
+            }
+        }
+    }
+    /// Vocab ranges (= candidates per batch row) for `sm_count` multiprocessors running `per_sm`
+    /// blocks each (the host uses the kernel's occupancy), `n_btiles` batch tiles and vocab size
+    /// `v`: enough blocks to fill the persistent grid, at least one tile each.
+    #[inline]
+    pub const fn n_vranges(&self, sm_count: u32, per_sm: u32, n_btiles: u32, v: u32) -> u32 {
+        let want = sm_count * per_sm / n_btiles;
+        let want = if want == 0 { 1 } else { want };
+        let tiles = v.div_ceil(self.tile_v());
+        if want < tiles { want } else { tiles }
+    }
+    /// Batch tiles of a launch of `b` rows: `⌈b / block_b⌉`, at least one.
+    #[inline]
+    pub const fn batch_tiles(&self, b: u32) -> u32 {
+        let n = b.div_ceil(self.block_b());
+        if n == 0 { 1 } else { n }
+    }
+    /// Batch rows `b` rows occupy in this variant's batch tiles: [`Self::batch_tiles`] · `block_b`
+    /// (every tile multiplies and streams its weights for all of its rows, used or not).
+    #[inline]
+    pub const fn padded_rows(&self, b: u32) -> u32 {
+        self.batch_tiles(b) * self.block_b()
+    }
+    /// Rows of the last batch tile of `b` rows (`1 ..= block_b`; `0` for `b = 0`).
+    #[inline]
+    pub const fn last_tile_rows(&self, b: u32) -> u32 {
+        b - (self.batch_tiles(b) - 1) * self.block_b()
+    }
+    /// Vocab rows of the largest vocab range (whole tiles) for `b` rows and vocab size `v` on
+    /// `sm_count` multiprocessors with one block each: what the block that finishes last streams.
+    #[inline]
+    pub const fn largest_range_rows(&self, sm_count: u32, b: u32, v: u32) -> u32 {
+        let n = self.n_vranges(sm_count, 1, self.batch_tiles(b), v);
+        v.div_ceil(self.tile_v()).div_ceil(n) * self.tile_v()
+    }
+    /// Whether a launch of this variant with epilogue `e` over `tiles` vocab tiles in `n` vocab
+    /// ranges, with `n_btiles` batch tiles, balances its ranges to the pipeline stage
+    /// ([`RangeStages::balanced`]) instead of whole tiles: where it can ([`Self::can_balance_stages`])
+    /// and only where whole tiles leave the largest range more than 1/64 above the mean (Llama-3-70B:
+    /// 1002 tiles over 132 ranges, 8 against 7.59; Qwen3-8B's 1187 over 132, 9 against 8.99, stays
+    /// whole).
+    #[inline]
+    pub const fn balances_stages(&self, e: Epilogue, tiles: u32, n: u32, n_btiles: u32) -> bool {
+        let n = if n == 0 { 1 } else { n };
+        self.can_balance_stages(e, tiles, n, n_btiles) && (tiles.div_ceil(n) * n - tiles) as u64 * 64 > tiles as u64
+    }
+    /// Whether such a launch can run stage-balanced ranges at all (what a forced balance,
+    /// `FLASHSAMPLING_BALANCE_STAGES=1`, still needs): only the weight-as-A kernels of the plain and
+    /// the log-probability epilogues (their consumers hand a part-done tile's accumulators over,
+    /// `device::handoff`; the truncation kernels keep whole tiles: the handoff code cost their
+    /// register-bound consumers spills and up to 8.6% at Qwen3-8B B = 64, docs/findings/34), only one
+    /// batch tile (every block of the grid is then resident at once, which the handoff's wait needs:
+    /// at most one block per multiprocessor), at least two tiles per range.
+    #[inline]
+    pub const fn can_balance_stages(&self, e: Epilogue, tiles: u32, n: u32, n_btiles: u32) -> bool {
+        matches!(self.family, Family::WgmmaWeightA)
+            && !matches!(e, Epilogue::Truncate)
+            && n_btiles == 1
+            && n >= 2
+            && tiles >= 2 * n
+    }
+    /// f32 accumulators per consumer thread of the weight-as-A kernels (`N`: two 64-row halves of
+    /// `N / 2`), which a head hands over (`FusedParams::handoff`).
+    #[inline]
+    pub const fn handoff_floats_per_thread(&self) -> u32 {
+        8 * self.n_tiles
+    }
+}
