@@ -24,6 +24,7 @@
 pub mod candidate;
 pub mod config;
 pub mod epilogue;
+pub mod launch;
 pub mod logits;
 pub mod logmass;
 pub mod noise;

@@ -231,13 +231,15 @@ impl DeviceSamples {
         (rows, self.candidates.len(), self.counters.len())
     }
 
-    /// Whether the buffers serve a launch of `b` rows with `launch` on the context `ctx`.
-    pub(super) fn fits(&self, b: usize, launch: &LaunchShape, ctx: &CudaContext) -> bool {
-        let n_cands = b.checked_mul(launch.n_vranges as usize);
+    /// Whether the buffers serve the planned launch `launch` (its rows, candidates, masses, counters and
+    /// handoff slots) on the context `ctx`.
+    pub(super) fn fits(&self, launch: &LaunchPlan, ctx: &CudaContext) -> bool {
+        let b = launch.rows as usize;
+        let n_cands = launch.candidates();
         let masses_fit = match launch.epilogue {
             Epilogue::Sample => true,
             Epilogue::LogProbs | Epilogue::Truncate => {
-                n_cands.is_some_and(|n| self.masses.as_ref().is_some_and(|m| m.len() >= 2 * n))
+                launch.mass_words().is_some_and(|n| self.masses.as_ref().is_some_and(|m| m.len() >= n))
                     && [&self.logprobs, &self.raw_logprobs, &self.logsumexp]
                         .iter()
                         .all(|o| o.as_ref().is_some_and(|l| l.len() >= b))

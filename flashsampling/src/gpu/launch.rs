@@ -79,7 +79,7 @@ impl GpuBackend {
         (hidden, weight, device_mask): (u64, u64, u64),
         words: Vec<u64>,
         out: &mut DeviceSamples,
-        launch: LaunchShape,
+        launch: LaunchPlan,
         ranged: Ranged,
     ) -> Result<()> {
         let rows = out.b;
@@ -281,7 +281,7 @@ impl GpuBackend {
         params: &SamplingParams,
         (hidden, weight, mask): (u64, u64, u64),
         out: &mut DeviceSamples,
-        launch: LaunchShape,
+        launch: LaunchPlan,
         ranged: Ranged,
         adjusted: Option<(u64, u64)>,
     ) -> Result<FusedParams> {
@@ -412,9 +412,9 @@ impl GpuBackend {
             handoff_flags: handoff_flags as *mut u32,
         });
         let cfg = LaunchConfig {
-            grid_dim: (launch.n_btiles * launch.n_vranges, 1, 1),
-            block_dim: (loaded.variant.threads(), 1, 1),
-            shared_mem_bytes: loaded.variant.smem_bytes(launch.epilogue),
+            grid_dim: (launch.grid(), 1, 1),
+            block_dim: (launch.threads(), 1, 1),
+            shared_mem_bytes: launch.smem_bytes(),
         };
         // SAFETY: shapes validated above; hidden (B·n rows: the caller's or the expanded copy) and
         // weight hold rows·D and V·D elements of `elem` and are 16-byte aligned; the row parameters, tokens and

@@ -14,6 +14,7 @@ use flashsampling_kernels::config::{
     MAX_DIM, Module, REDUCE_BLOCK_ENTRY, REDUCE_BLOCK_SMEM, REDUCE_BLOCK_THREADS, TMA_T_VOCAB_ALIGN, TmaLayout,
     TruncateStep, tma_hidden, tma_weight_rows, tma_weight_tiles, tma_weight_tiles_t, variant_for_batch,
 };
+use flashsampling_kernels::launch::LaunchPlan;
 use flashsampling_kernels::logits::Adjustment;
 use flashsampling_kernels::params::{
     AdjustParams, AdjustedToken, ExpandParams, FusedParams, LogitsParams, MergeRanksParams, NoiseTestParams,
@@ -94,34 +95,6 @@ pub(crate) struct Ranged {
     range: VocabRange,
     staging: Option<u64>,
     elem: ElementType,
-}
-
-/// How the fused kernel is launched for one (B, V).
-#[derive(Clone, Copy, Debug)]
-struct LaunchShape {
-    /// The kernel variant.
-    variant: FusedVariant,
-    /// Its epilogue (log-probabilities or not).
-    epilogue: Epilogue,
-    /// Batch tiles.
-    n_btiles: u32,
-    /// Vocab ranges = candidates per row.
-    n_vranges: u32,
-    /// Ranges balanced to the pipeline stage ([`FusedVariant::balances_stages`]): the launch needs
-    /// the handoff buffers ([`DeviceSamples::handoff_counters`]).
-    balanced: bool,
-}
-
-impl LaunchShape {
-    /// Floats of the handoff slots a balanced launch needs: 2 per range boundary (one per consumer
-    /// slot), 128 consumer threads' accumulators each (`FusedParams::handoff`).
-    fn handoff_floats(&self) -> usize {
-        2 * self.n_vranges as usize * 128 * self.variant.handoff_floats_per_thread() as usize
-    }
-    /// Counters of the handoff slots.
-    fn handoff_counters(&self) -> usize {
-        2 * self.n_vranges as usize
-    }
 }
 
 /// The hidden size the buffers of [`GpuBackend::alloc_samples`] are sized for (not known there):
@@ -346,7 +319,7 @@ impl GpuBackend {
     /// stage-balanced vocab ranges (tests, benchmarks).
     #[doc(hidden)]
     pub fn balances_stages_for(&self, b: usize, d: usize, v: usize, epilogue: Epilogue) -> bool {
-        self.launch_shape_in(b, d, v, v, epilogue).balanced
+        self.launch_plan(b, d, v, v, epilogue).balanced
     }
 
     /// Forces the truncation step's entry ([`TruncateStep`]; `None`: [`TruncateStep::for_rows`]
@@ -395,19 +368,12 @@ impl GpuBackend {
     /// whole head) and epilogue `epilogue`: the variant is the one the
     /// whole head would get (so a vocab shard sums its logits like the one-GPU call and its samples
     /// are bit-identical), unless it cannot run `v` rows (hidden-as-A kernels need `v % 16 == 0`).
-    fn launch_shape_in(&self, b: usize, d: usize, v: usize, vocab: usize, epilogue: Epilogue) -> LaunchShape {
+    fn launch_plan(&self, b: usize, d: usize, v: usize, vocab: usize, epilogue: Epilogue) -> LaunchPlan {
         let whole = self.fused_variant_for(b, d, vocab, epilogue);
         let variant = if whole.supports_vocab(v as u32) { whole } else { self.fused_variant_for(b, d, v, epilogue) };
         let loaded = self.loaded(variant).expect("only loaded variants are chosen");
-        let n_btiles = variant.batch_tiles(b as u32);
         let per_sm = self.blocks_per_sm_override.unwrap_or(loaded.entry(epilogue).per_sm);
-        let n_vranges = variant.n_vranges(self.sm_count, per_sm, n_btiles, v as u32);
-        let tiles = (v as u32).div_ceil(variant.tile_v());
-        let balanced = match self.stage_balance_override {
-            None => variant.balances_stages(epilogue, tiles, n_vranges, n_btiles),
-            Some(on) => on && variant.can_balance_stages(epilogue, tiles, n_vranges, n_btiles),
-        };
-        LaunchShape { variant, epilogue, n_btiles, n_vranges, balanced }
+        LaunchPlan::new(variant, epilogue, (b as u32, v as u32), (self.sm_count, per_sm), self.stage_balance_override)
     }
 
     /// Allocates the per-batch buffers for up to `b` rows and vocab size `v`: `B × n_vranges`
@@ -431,7 +397,7 @@ impl GpuBackend {
     }
 
     /// [`Self::alloc_for`] for hidden size `d` ([`ANY_D`]: not known) and `v` weight rows of a
-    /// `vocab`-entry head (the launch [`Self::launch_shape_in`] makes).
+    /// `vocab`-entry head (the launch [`Self::launch_plan`] makes).
     fn alloc_for_in(&self, b: usize, d: usize, v: usize, vocab: usize, epilogue: Epilogue) -> Result<DeviceSamples> {
         if b == 0 {
             return Err(Error::EmptyBatch);
@@ -445,11 +411,11 @@ impl GpuBackend {
                 return Err(Error::TooLarge { what, value, max });
             }
         }
-        let launch = self.launch_shape_in(b, d, v, vocab.max(v), epilogue);
-        let n_cands = b.checked_mul(launch.n_vranges as usize).filter(|&n| n <= isize::MAX as usize / 16).ok_or(
-            Error::TooLarge { what: "candidates (B × vocab ranges)", value: usize::MAX, max: isize::MAX as usize / 8 },
-        )?;
-        let counters = b.max(launch.n_btiles as usize);
+        let launch = self.launch_plan(b, d, v, vocab.max(v), epilogue);
+        let too_large =
+            Error::TooLarge { what: "candidates (B × vocab ranges)", value: usize::MAX, max: isize::MAX as usize / 8 };
+        let n_cands = launch.candidates().ok_or(too_large)?;
+        let counters = launch.counters();
         let lp = epilogue.has_logprobs();
         // SAFETY: the candidates, masses, row parameters and tensor maps are written (by the kernel,
         // an upload or the tensor-map upload) before they are read; the counters are zeroed and the
@@ -461,7 +427,11 @@ impl GpuBackend {
                 rows: self.stream.alloc::<u64>(4 * b)?,
                 tokens: self.stream.alloc::<u32>(b)?,
                 scores: self.stream.alloc::<f32>(b)?,
-                masses: if lp { Some(self.stream.alloc::<u64>(2 * n_cands.max(1))?) } else { None },
+                masses: if lp {
+                    Some(self.stream.alloc::<u64>(launch.mass_words().unwrap_or(0).max(2))?)
+                } else {
+                    None
+                },
                 logprobs: if lp { Some(self.stream.alloc::<f32>(b)?) } else { None },
                 raw_logprobs: if lp { Some(self.stream.alloc::<f32>(b)?) } else { None },
                 logsumexp: if lp { Some(self.stream.alloc::<f32>(b)?) } else { None },
@@ -654,7 +624,7 @@ impl GpuBackend {
                 check_rank_truncation(params, range.vocab)?;
             }
         }
-        let launch = self.launch_shape_in(rows, shape.d, shape.v, range.vocab, epilogue);
+        let launch = self.launch_plan(rows, shape.d, shape.v, range.vocab, epilogue);
         let variant = launch.variant;
         if !variant.supports_vocab(shape.v as u32) {
             return Err(Error::UnsupportedVocab {
@@ -673,7 +643,7 @@ impl GpuBackend {
         }
         // Every buffer the launch touches must be large enough for it (and on this context): else a
         // fresh set, sized by the same launch shape (zeroed counters, invalid tokens).
-        if !out.fits(rows, &launch, &self.ctx) {
+        if !out.fits(&launch, &self.ctx) {
             *out = self.alloc_for_in(rows, shape.d, shape.v, range.vocab, epilogue)?;
         }
         if epilogue == Epilogue::Truncate {

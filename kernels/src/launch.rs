@@ -1,0 +1,156 @@
+//! The launch plan of a fused call: grid, block, shared memory, vocab ranges, stage balance and the
+//! sizes of the buffers the launch writes, computed once from (variant, epilogue, B, V, the GPU's
+//! multiprocessors and the kernel's occupancy) and read by the host's allocation, its check that
+//! reused buffers fit, and the launch itself.
+
+use crate::config::{Epilogue, FusedVariant};
+
+/// One fused launch, planned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchPlan {
+    /// The kernel variant.
+    pub variant: FusedVariant,
+    /// Its epilogue.
+    pub epilogue: Epilogue,
+    /// Sample rows (`B·n`).
+    pub rows: u32,
+    /// Batch tiles.
+    pub n_btiles: u32,
+    /// Vocab ranges = candidates per row (persistent grid: `n_btiles · n_vranges ≤ SMs · per_sm`).
+    pub n_vranges: u32,
+    /// Ranges balanced to the pipeline stage ([`FusedVariant::balances_stages`]): the launch needs
+    /// the handoff buffers ([`LaunchPlan::handoff_floats`], [`LaunchPlan::handoff_counters`]).
+    pub balanced: bool,
+}
+
+impl LaunchPlan {
+    /// The plan of `variant` with `epilogue` for `rows` sample rows of a `v`-row head on `sm_count`
+    /// multiprocessors of `per_sm` resident blocks each; `balance` forces the stage-balanced ranges
+    /// on (where the variant can) or off, `None` lets the variant choose.
+    pub const fn new(
+        variant: FusedVariant,
+        epilogue: Epilogue,
+        (rows, v): (u32, u32),
+        (sm_count, per_sm): (u32, u32),
+        balance: Option<bool>,
+    ) -> Self {
+        let n_btiles = variant.batch_tiles(rows);
+        let n_vranges = variant.n_vranges(sm_count, per_sm, n_btiles, v);
+        let tiles = v.div_ceil(variant.tile_v());
+        let balanced = match balance {
+            None => variant.balances_stages(epilogue, tiles, n_vranges, n_btiles),
+            Some(on) => on && variant.can_balance_stages(epilogue, tiles, n_vranges, n_btiles),
+        };
+        Self { variant, epilogue, rows, n_btiles, n_vranges, balanced }
+    }
+
+    /// Blocks of the grid: every (batch tile, vocab range).
+    pub const fn grid(&self) -> u32 {
+        self.n_btiles * self.n_vranges
+    }
+
+    /// Threads per block.
+    pub const fn threads(&self) -> u32 {
+        self.variant.threads()
+    }
+
+    /// Bytes of dynamic shared memory per block.
+    pub const fn smem_bytes(&self) -> u32 {
+        self.variant.smem_bytes(self.epilogue)
+    }
+
+    /// Candidates the launch writes (`rows × n_vranges`, 8 bytes each; `None` past `isize::MAX / 16`).
+    pub const fn candidates(&self) -> Option<usize> {
+        match (self.rows as usize).checked_mul(self.n_vranges as usize) {
+            Some(n) if n <= isize::MAX as usize / 16 => Some(n),
+            _ => None,
+        }
+    }
+
+    /// 8-byte words of the log-masses the launch writes (two per candidate with log-probabilities or
+    /// truncation, else none).
+    pub const fn mass_words(&self) -> Option<usize> {
+        match (self.epilogue.has_logprobs(), self.candidates()) {
+            (false, _) => Some(0),
+            (true, Some(n)) => Some(2 * n),
+            (true, None) => None,
+        }
+    }
+
+    /// Arrival counters (one per batch tile; at least one per row, so a buffer serves any call of
+    /// up to `rows` rows).
+    pub const fn counters(&self) -> usize {
+        let (r, t) = (self.rows as usize, self.n_btiles as usize);
+        if r > t { r } else { t }
+    }
+
+    /// Floats of the handoff slots a balanced launch needs: 2 per range boundary (one per consumer
+    /// slot), 128 consumer threads' accumulators each (`FusedParams::handoff`); 0 unbalanced.
+    pub const fn handoff_floats(&self) -> usize {
+        if !self.balanced {
+            return 0;
+        }
+        2 * self.n_vranges as usize * 128 * self.variant.handoff_floats_per_thread() as usize
+    }
+
+    /// Counters of the handoff slots (0 unbalanced).
+    pub const fn handoff_counters(&self) -> usize {
+        if self.balanced { 2 * self.n_vranges as usize } else { 0 }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+    use crate::config::{FUSED_VARIANTS, MAX_DIM};
+
+    #[test]
+    fn every_plan_is_a_persistent_grid_with_buffers_for_its_rows() {
+        for variant in FUSED_VARIANTS {
+            for epilogue in [Epilogue::Sample, Epilogue::LogProbs, Epilogue::Truncate] {
+                for (sms, per_sm) in [(132u32, 1u32), (132, 2), (78, 1), (1, 1)] {
+                    for rows in [1u32, 3, 16, 64, 65, 128, 257, 1024] {
+                        for v in [128u32, 1000, 32_000, 151_936, 262_144] {
+                            if !variant.supports_vocab(v) {
+                                continue;
+                            }
+                            let plan = LaunchPlan::new(variant, epilogue, (rows, v), (sms, per_sm), None);
+                            let what = (variant.entry, epilogue, rows, v, sms, per_sm);
+                            assert!(plan.n_btiles >= 1 && plan.n_vranges >= 1, "{what:?}");
+                            assert!(plan.n_btiles * variant.block_b() >= rows, "{what:?}: the tiles cover the rows");
+                            assert!(
+                                plan.grid() <= (sms * per_sm).max(plan.n_btiles),
+                                "{what:?}: {} blocks on {sms} x {per_sm}",
+                                plan.grid()
+                            );
+                            assert_eq!(plan.candidates(), Some(rows as usize * plan.n_vranges as usize));
+                            let words = plan.mass_words().unwrap();
+                            assert_eq!(words == 0, !epilogue.has_logprobs(), "{what:?}");
+                            assert!(plan.counters() >= plan.n_btiles as usize && plan.counters() >= rows as usize);
+                            assert_eq!(plan.handoff_counters() == 0, !plan.balanced);
+                            assert_eq!(plan.handoff_floats() == 0, !plan.balanced);
+                            assert_eq!(plan.threads(), variant.threads());
+                            assert_eq!(plan.smem_bytes(), variant.smem_bytes(epilogue));
+                            // Forcing the balance off is whole tiles; forcing it on only where the
+                            // variant can balance.
+                            assert!(
+                                !LaunchPlan::new(variant, epilogue, (rows, v), (sms, per_sm), Some(false)).balanced
+                            );
+                            let on = LaunchPlan::new(variant, epilogue, (rows, v), (sms, per_sm), Some(true));
+                            let tiles = v.div_ceil(variant.tile_v());
+                            assert_eq!(
+                                on.balanced,
+                                variant.can_balance_stages(epilogue, tiles, on.n_vranges, on.n_btiles),
+                                "{what:?}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        // The largest shapes do not overflow the sizes.
+        let big = LaunchPlan::new(FUSED_VARIANTS[0], Epilogue::LogProbs, (MAX_DIM, MAX_DIM), (1024, 32), None);
+        assert!(big.candidates().is_some() && big.mass_words().is_some());
+    }
+}
