@@ -13,7 +13,7 @@
 #                          kernel sources with the pinned ptxas
 #   ./x.sh bench [ARGS]    cargo bench (needs a GPU)
 #   ./x.sh gpu-bundle      build test + bench executables and the PTX into gpu-bundle/ for a GPU machine
-#                          without Rust (see README)
+#                          without Rust (docs/dev/gpu-bundle.md)
 #
 # Installs: the pinned nightly with rust-src + llvm-tools (rust-toolchain.toml; RUSTUP_AUTO_INSTALL may
 # be off), ptxas from the PyPI wheel nvidia-cuda-nvcc-cu12 into .tools/ (for the PTX build check), and

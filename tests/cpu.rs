@@ -501,7 +501,7 @@ fn driver_errors_keep_their_cuda_code() {
 
 #[test]
 fn validation_errors_come_in_the_documented_order() {
-    // Issue 48, item 12: README's "Validation errors" table lists the checks in the order the code
+    // Issue 48, item 12: docs/guide/errors.md's "Validation errors" table lists the checks in the order the code
     // makes them. Each row's problem is set on a valid call, the later rows' first (an earlier row's
     // setting wins where two touch one field); with rows k.. present the call reports row k's error.
     // Row 13 (a sharded call's vocabulary) is a rank-local step's: checked at the end.

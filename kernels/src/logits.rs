@@ -106,7 +106,7 @@ impl Adjustment {
 ///
 /// A new per-logit transform is a field here (or in the row's parameters it is built from) and a
 /// line in [`LogitPipeline::process`] (and [`LogitPipeline::capped_if`] when it belongs to step 1),
-/// with its CPU test; no device file changes (`docs/changing-the-kernel.md`, "A new transform").
+/// with its CPU test; no device file changes (`docs/dev/changing-the-kernel.md`, "A new logit transform").
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LogitPipeline {
     /// The launch's soft-cap (`0`: none; else finite and `> 0`).

@@ -48,7 +48,7 @@
 //! Both reductions are computed and one is selected (no branch), then one polynomial evaluates the
 //! logarithm; the Gumbel variate is `g = -ln E`. So `E ∈ [≈2^-65, 65·ln 2]` and
 //! `g ∈ [GUMBEL_MIN, GUMBEL_MAX]` ≈ `[-3.81, 45.06]`. What that reach means for sampling (the
-//! probability a row can lose, below 1e-13 for V ≤ 2^18) is derived in the README's precision section.
+//! probability a row can lose, below 1e-13 for V ≤ 2^18) is derived in docs/design/how-the-kernel-works.md (Precision).
 //!
 //! The logarithm is [`ln`], a Cephes-style polynomial written with plain IEEE f32 multiplies and adds
 //! only (no fused multiply-add, no `lg2.approx`, no libdevice). Its relative error is below 2.5e-7 on
