@@ -159,7 +159,7 @@ fn main() -> R<()> {
         print!("{}", report::table(&rows));
         return Ok(());
     }
-    let mut gpu = match GpuBackend::new(0) {
+    let mut gpu = match GpuBackend::with_options(0, flashsampling::gpu::GpuOptions::from_env()?) {
         Ok(g) => g,
         Err(e) if std::env::var("FLASHSAMPLING_REQUIRE_GPU").is_ok_and(|v| v == "1") => {
             return Err(format!("FLASHSAMPLING_REQUIRE_GPU=1 but no GPU: {e}").into());

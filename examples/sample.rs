@@ -209,7 +209,10 @@ fn run_with<T: Element>(a: &Args, hidden: &[T], weight: &[T]) -> Result<(), Box<
     );
     let (h, w) = (Matrix::new(hidden, a.b, hidden.len() / a.b.max(1)), Matrix::new(weight, a.v, a.d));
     let params = SamplingParams::new(a.temperature, a.seed);
-    let sampler = Sampler::new(a.backend)?;
+    // The environment chooses what the flags leave open: `FLASHSAMPLING_BACKEND` for `--backend auto`,
+    // and the GPU backend's tuning (`flashsampling::gpu::GpuOptions::from_env`).
+    let choice = if a.backend == BackendChoice::Auto { BackendChoice::from_env()? } else { a.backend };
+    let sampler = Sampler::with_options(choice, flashsampling::gpu::GpuOptions::from_env()?)?;
     println!("backend: {}", sampler.describe());
     let start = Instant::now();
     let tokens = sampler.sample(h, w, &params)?;

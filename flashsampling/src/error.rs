@@ -259,6 +259,15 @@ pub enum Error {
         /// What the decoder said.
         reason: String,
     },
+    /// A [`GpuOptions`](crate::gpu::GpuOptions) value from the environment that is not one of the
+    /// documented ones.
+    #[error("{name} = {value:?} is not a valid value (see GpuOptions)")]
+    InvalidOption {
+        /// The variable.
+        name: &'static str,
+        /// Its value.
+        value: String,
+    },
     /// A cuBLAS call failed (benchmark baselines only); the status is kept.
     #[error("cuBLAS error: {0}")]
     Cublas(#[from] CublasError),

@@ -138,8 +138,6 @@ pub(crate) fn check_samples_of<T: params::Element>(
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BackendChoice {
     /// The GPU when one is usable, else the CPU ([`Sampler::fallback_reason`] says why).
-    /// `FLASHSAMPLING_BACKEND=auto|cpu|gpu` overrides it; any other value is
-    /// [`Error::UnknownBackend`].
     Auto,
     /// The GPU (device 0); an error when none is usable.
     Gpu,
@@ -158,6 +156,17 @@ impl BackendChoice {
             Some(other) => Err(Error::UnknownBackend(other.to_string())),
         }
     }
+
+    /// The choice `FLASHSAMPLING_BACKEND` makes ([`Self::from_env_value`]; a value that is not UTF-8
+    /// is [`Error::UnknownBackend`]), for programs that let their environment choose (the example,
+    /// the benches); the library itself never reads it.
+    pub fn from_env() -> Result<Self> {
+        match std::env::var("FLASHSAMPLING_BACKEND") {
+            Ok(s) => Self::from_env_value(Some(&s)),
+            Err(std::env::VarError::NotPresent) => Ok(BackendChoice::Auto),
+            Err(std::env::VarError::NotUnicode(s)) => Err(Error::UnknownBackend(s.to_string_lossy().into())),
+        }
+    }
 }
 
 /// A sampler on one backend.
@@ -165,7 +174,7 @@ impl BackendChoice {
 pub enum Sampler {
     /// CUDA backend.
     Gpu(GpuBackend),
-    /// CPU backend (chosen, or forced by `FLASHSAMPLING_BACKEND=cpu`).
+    /// CPU backend (chosen).
     Cpu(CpuBackend),
     /// CPU backend that [`BackendChoice::Auto`] fell back to: the error says why the GPU backend did
     /// not start ([`Error::NoGpu`] when there is no driver or device).
@@ -173,27 +182,23 @@ pub enum Sampler {
 }
 
 impl Sampler {
-    /// Opens the chosen backend. With [`BackendChoice::Auto`], `FLASHSAMPLING_BACKEND` is read (see
-    /// [`BackendChoice::from_env_value`]).
+    /// Opens the chosen backend (the GPU one with the default [`gpu::GpuOptions`]; to let the
+    /// environment choose, pass [`BackendChoice::from_env`]).
     pub fn new(choice: BackendChoice) -> Result<Self> {
-        if choice != BackendChoice::Auto {
-            return Self::with_choice(choice);
-        }
-        let var = std::env::var("FLASHSAMPLING_BACKEND");
-        let value = match &var {
-            Ok(s) => Some(s.as_str()),
-            Err(std::env::VarError::NotPresent) => None,
-            Err(std::env::VarError::NotUnicode(s)) => return Err(Error::UnknownBackend(s.to_string_lossy().into())),
-        };
-        Self::with_choice(BackendChoice::from_env_value(value)?)
+        Self::with_choice(choice)
     }
 
-    /// Opens the chosen backend, ignoring the environment.
+    /// [`Sampler::new`] (kept for callers of the name).
     pub fn with_choice(choice: BackendChoice) -> Result<Self> {
+        Self::with_options(choice, gpu::GpuOptions::default())
+    }
+
+    /// [`Sampler::new`] with the GPU backend's tuning `options`.
+    pub fn with_options(choice: BackendChoice, options: gpu::GpuOptions) -> Result<Self> {
         match choice {
             BackendChoice::Cpu => Ok(Sampler::Cpu(CpuBackend::new())),
-            BackendChoice::Gpu => Ok(Sampler::Gpu(GpuBackend::new(0)?)),
-            BackendChoice::Auto => match GpuBackend::new(0) {
+            BackendChoice::Gpu => Ok(Sampler::Gpu(GpuBackend::with_options(0, options)?)),
+            BackendChoice::Auto => match GpuBackend::with_options(0, options) {
                 Ok(g) => Ok(Sampler::Gpu(g)),
                 Err(e) => Ok(Sampler::CpuFallback(CpuBackend::new(), e)),
             },

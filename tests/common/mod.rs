@@ -214,7 +214,8 @@ pub fn visible(msg: &str) {
 /// `FLASHSAMPLING_REQUIRE_GPU=1` a missing GPU fails the test instead.
 pub fn gpu_or_skip(test: &str) -> Option<GpuBackend> {
     let require = std::env::var("FLASHSAMPLING_REQUIRE_GPU").is_ok_and(|v| v == "1");
-    match GpuBackend::new(0) {
+    let options = flashsampling::gpu::GpuOptions::from_env().expect("valid FLASHSAMPLING_* tuning variables");
+    match GpuBackend::with_options(0, options) {
         Ok(g) => Some(g),
         Err(e) if require => panic!("FLASHSAMPLING_REQUIRE_GPU=1 but no GPU: {e}"),
         Err(e) => {

@@ -31,6 +31,7 @@ use crate::{Samples, check_samples_of};
 mod buffers;
 mod launch;
 mod module;
+mod options;
 #[cfg(feature = "internals")]
 mod test_hooks;
 mod truncate;
@@ -42,6 +43,7 @@ use launch::*;
 pub use module::ModuleCode;
 pub(crate) use module::load_portable_module;
 use module::*;
+pub use options::GpuOptions;
 use truncate::TruncationBuffers;
 pub(crate) use validate::check_rank_truncation;
 use validate::*;
@@ -107,10 +109,10 @@ pub struct GpuBackend {
     ctx: Arc<CudaContext>,
     sm_count: u32,
     /// Tuning override of the persistent grid's blocks per multiprocessor
-    /// (`FLASHSAMPLING_BLOCKS_PER_SM`); samples do not depend on it.
+    /// ([`GpuOptions::blocks_per_sm`]); samples do not depend on it.
     blocks_per_sm_override: Option<u32>,
     /// `reduce_rows` and the truncation step's kernels are launched with programmatic stream
-    /// serialization (off with `FLASHSAMPLING_PDL=0`, to measure it).
+    /// serialization (off with [`GpuOptions::dependent_launch`] false, to measure it).
     dependent_launch: bool,
     stream: Arc<CudaStream>,
     /// Every fused-kernel variant, in [`FUSED_VARIANTS`] order; `None` where this GPU cannot run it
@@ -127,7 +129,7 @@ pub struct GpuBackend {
     /// [`TruncateStep::Paired`]) and the fallback's kernels: its gather, its logits on the tensor
     /// cores (with their occupancy, as a fused variant's) and its sampler.
     truncate: (CudaFunction, CudaFunction),
-    /// Measurement override of the truncation step's entry (`FLASHSAMPLING_TRUNCATE_STEP=alone` or
+    /// Measurement override of the truncation step's entry ([`GpuOptions::truncate_step`] or
     /// `paired`; [`TruncateStep::for_rows`] otherwise); samples do not depend on it.
     truncate_step_override: Option<TruncateStep>,
     fallback_gather: CudaFunction,
@@ -137,10 +139,10 @@ pub struct GpuBackend {
     sm90a: bool,
     /// What the portable and (when loaded) the Hopper module run ([`GpuBackend::module_code`]).
     module_code: (ModuleCode, Option<ModuleCode>),
-    /// Variant forced for every batch size (`FLASHSAMPLING_FUSED_VARIANT` or
+    /// Variant forced for every batch size ([`GpuOptions::fused_variant`] or
     /// [`GpuBackend::set_fused_variant`]); samples do not depend on it.
     variant_override: Option<FusedVariant>,
-    /// Stage-balanced vocab ranges forced on or off (`FLASHSAMPLING_BALANCE_STAGES=1` or `0`, or
+    /// Stage-balanced vocab ranges forced on or off ([`GpuOptions::stage_balance`], or
     /// [`GpuBackend::set_stage_balance`]); samples do not depend on it.
     stage_balance_override: Option<bool>,
 }
@@ -169,8 +171,15 @@ fn device_address<'a, T>(view: &'a CudaView<'_, T>, stream: &'a CudaStream) -> (
 }
 
 impl GpuBackend {
-    /// Opens device `ordinal`, loads the embedded PTX and looks up every kernel.
+    /// Opens device `ordinal`, loads the embedded kernels and looks up every one, with the default
+    /// [`GpuOptions`] (the library reads no environment variable).
     pub fn new(ordinal: usize) -> Result<Self> {
+        Self::with_options(ordinal, GpuOptions::default())
+    }
+
+    /// [`GpuBackend::new`] with the tuning `options` (benches and tests build them with
+    /// [`GpuOptions::from_env`]). A forced variant this GPU does not run is an error.
+    pub fn with_options(ordinal: usize, options: GpuOptions) -> Result<Self> {
         if !gpu_available() {
             return Err(Error::NoGpu("no CUDA driver library or no device".into()));
         }
@@ -178,14 +187,16 @@ impl GpuBackend {
         let sm_count =
             ctx.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
         let stream = ctx.new_stream()?;
-        let (module, portable_code) = load_portable_module(&ctx)?;
+        let (module, portable_code) = load_portable_module_with(&ctx, options.jit)?;
         // The arch-specific sm_90a module (`wgmma`) loads on compute capability 9.0 only.
         let cc = compute_capability(&ctx)?;
-        // `FLASHSAMPLING_PORTABLE=1` keeps it unloaded, so a Hopper GPU runs the portable kernels the
+        // `GpuOptions::portable_only` keeps it unloaded, so a Hopper GPU runs the portable kernels the
         // way other GPUs do (to measure and test that path).
-        let portable_only = std::env::var("FLASHSAMPLING_PORTABLE").is_ok_and(|v| v == "1");
-        let loaded_sm90a =
-            if cc == (9, 0) && !portable_only { load_module(&ctx, &PTX_SM90A, &CUBIN_SM90A, cc)? } else { None };
+        let loaded_sm90a = if cc == (9, 0) && !options.portable_only {
+            load_module(&ctx, &PTX_SM90A, &CUBIN_SM90A, cc, options.jit)?
+        } else {
+            None
+        };
         let hopper_code = loaded_sm90a.as_ref().map(|(_, code)| *code);
         let module_sm90a = loaded_sm90a.map(|(m, _)| m);
         // The persistent grid fills every multiprocessor to the occupancy its registers allow.
@@ -225,11 +236,7 @@ impl GpuBackend {
             fallback_logits,
             fallback_sample,
             variant_override: None,
-            stage_balance_override: match std::env::var("FLASHSAMPLING_BALANCE_STAGES").as_deref() {
-                Ok("1") => Some(true),
-                Ok("0") => Some(false),
-                _ => None,
-            },
+            stage_balance_override: options.stage_balance,
             sm90a: module_sm90a.is_some(),
             module_code: (portable_code, hopper_code),
             fused,
@@ -239,28 +246,18 @@ impl GpuBackend {
             stream,
             ctx,
             sm_count,
-            dependent_launch: std::env::var("FLASHSAMPLING_PDL").map_or(true, |v| v != "0"),
-            truncate_step_override: match std::env::var("FLASHSAMPLING_TRUNCATE_STEP").as_deref() {
-                Ok("alone") => Some(TruncateStep::Alone),
-                Ok("paired") => Some(TruncateStep::Paired),
-                _ => None,
-            },
-            blocks_per_sm_override: std::env::var("FLASHSAMPLING_BLOCKS_PER_SM")
-                .ok()
-                .and_then(|s| s.parse().ok())
-                .filter(|&n: &u32| (1..=32).contains(&n)),
+            dependent_launch: options.dependent_launch,
+            truncate_step_override: options.truncate_step,
+            blocks_per_sm_override: options.blocks_per_sm.filter(|n| (1..=32).contains(n)),
         };
-        if let Ok(name) = std::env::var("FLASHSAMPLING_FUSED_VARIANT")
-            && !name.is_empty()
-        {
-            let variant = FusedVariant::by_name(&name).ok_or_else(|| gpu.unknown_variant(&name))?;
-            gpu.set_fused_variant(Some(variant))?;
+        if options.fused_variant.is_some() {
+            gpu.set_fused_variant(options.fused_variant)?;
         }
         Ok(gpu)
     }
 
     /// What the portable module and the Hopper module (`None`: not loaded, outside compute capability
-    /// 9.0 or with `FLASHSAMPLING_PORTABLE=1`) run: their cubins on compute capability 9.0 (loaded in
+    /// 9.0 or with [`GpuOptions::portable_only`]) run: their cubins on compute capability 9.0 (loaded in
     /// milliseconds), else their PTX through the driver's JIT (see [`crate::modules`]).
     pub fn module_code(&self) -> (ModuleCode, Option<ModuleCode>) {
         self.module_code
@@ -290,8 +287,8 @@ impl GpuBackend {
 
     /// Forces `variant` for every batch size, or restores the choice by batch size (`None`). For
     /// tuning and tests: every variant samples the same distribution from the same noise (the
-    /// variants of one family and MMA shape bit-identically). The environment variable
-    /// `FLASHSAMPLING_FUSED_VARIANT=<entry point>` sets it at construction; an error when this GPU
+    /// variants of one family and MMA shape bit-identically). [`GpuOptions::fused_variant`]
+    /// sets it at construction; an error when this GPU
     /// does not run the variant.
     pub fn set_fused_variant(&mut self, variant: Option<FusedVariant>) -> Result<()> {
         if let Some(v) = variant
@@ -309,7 +306,7 @@ impl GpuBackend {
     /// (`Some(false)`); `None`, the default, balances where whole tiles leave the largest range more
     /// than 1/64 above the mean ([`FusedVariant::balances_stages`]). Samples, scores and
     /// log-probabilities do not depend on it: a cut tile's logits are the same MMAs in the same
-    /// order. The environment variable `FLASHSAMPLING_BALANCE_STAGES=1` or `0` sets it at
+    /// order. [`GpuOptions::stage_balance`] sets it at
     /// construction.
     pub fn set_stage_balance(&mut self, on: Option<bool>) {
         self.stage_balance_override = on;
@@ -324,8 +321,8 @@ impl GpuBackend {
 
     /// Forces the truncation step's entry ([`TruncateStep`]; `None`: [`TruncateStep::for_rows`]
     /// per launch, the default). Both build the same body: samples, log-probabilities and fallback
-    /// rows do not depend on it (tests, benchmarks). The environment variable
-    /// `FLASHSAMPLING_TRUNCATE_STEP=alone` or `paired` sets it at construction.
+    /// rows do not depend on it (tests, benchmarks). [`GpuOptions::truncate_step`] sets it at
+    /// construction.
     pub fn set_truncate_step(&mut self, step: Option<TruncateStep>) {
         self.truncate_step_override = step;
     }
@@ -339,7 +336,7 @@ impl GpuBackend {
     }
 
     /// Whether the Hopper (sm_90a) module is loaded: compute capability 9.0 and
-    /// `FLASHSAMPLING_PORTABLE` not set to 1. Otherwise only the portable kernels run.
+    /// [`GpuOptions::portable_only`] off. Otherwise only the portable kernels run.
     pub fn hopper_kernels(&self) -> bool {
         self.sm90a
     }
@@ -690,7 +687,7 @@ impl GpuBackend {
     }
 
     /// Launches `func` after the kernel before it on this stream: with programmatic stream
-    /// serialization ([`launch_dependent`]) unless `FLASHSAMPLING_PDL=0`, then the ordinary way.
+    /// serialization ([`launch_dependent`]) unless [`GpuOptions::dependent_launch`] is off, then the ordinary way.
     /// `reduce_rows` after the fused kernel, and the truncation step's kernels each after the one
     /// before.
     ///

@@ -60,15 +60,16 @@ pub enum ModuleCode {
 }
 
 /// A module from its cubin (see [`crate::modules`]) on a compute capability 9.0 GPU, else, or when
-/// the cubin is empty, does not load, or `FLASHSAMPLING_JIT=1`, from its PTX through the driver's
-/// JIT; `None` when neither is embedded (a prebuilt build's Hopper PTX under `FLASHSAMPLING_JIT=1`).
+/// the cubin is empty, does not load, or `jit` ([`GpuOptions::jit`](super::GpuOptions::jit)), from
+/// its PTX through the driver's JIT; `None` when neither is embedded (a prebuilt build's Hopper PTX
+/// with `jit`).
 pub(super) fn load_module(
     ctx: &Arc<CudaContext>,
     ptx: &Artifact,
     cubin: &Artifact,
     cc: (i32, i32),
+    jit: bool,
 ) -> Result<Option<(Arc<CudaModule>, ModuleCode)>> {
-    let jit = std::env::var("FLASHSAMPLING_JIT").is_ok_and(|v| v == "1");
     if cc == (9, 0)
         && !jit
         && !cubin.is_empty()
@@ -84,6 +85,11 @@ pub(super) fn load_module(
 
 /// The portable module ([`PTX`], or its sm_90 cubin on compute capability 9.0; [`load_module`]).
 pub(crate) fn load_portable_module(ctx: &Arc<CudaContext>) -> Result<(Arc<CudaModule>, ModuleCode)> {
-    let loaded = load_module(ctx, &PTX, &CUBIN, compute_capability(ctx)?)?;
+    load_portable_module_with(ctx, false)
+}
+
+/// [`load_portable_module`], through the JIT when `jit`.
+pub(super) fn load_portable_module_with(ctx: &Arc<CudaContext>, jit: bool) -> Result<(Arc<CudaModule>, ModuleCode)> {
+    let loaded = load_module(ctx, &PTX, &CUBIN, compute_capability(ctx)?, jit)?;
     Ok(loaded.expect("every build embeds the portable PTX (build.rs)"))
 }

@@ -7,7 +7,7 @@
 //! masses per row, and copies the hidden state of each row it lists), then the fallback's logits and
 //! sampler, which return at once when no row needs them.
 //! The truncation step and the fallback's kernels are launched with programmatic stream
-//! serialization (each waits for the one before it; `FLASHSAMPLING_PDL=0` turns it off), and
+//! serialization (each waits for the one before it; `GpuOptions::dependent_launch` off turns it off), and
 //! what the step needs from the host (the truncation words, the list's zeroed count) is set up
 //! before the fused launch, so only kernels stand between them. A tensor-parallel rank
 //! (`crate::tp`) uses the same kernels in steps around its exchange: the step's export of the
@@ -294,7 +294,7 @@ impl GpuBackend {
         // zeroed above), the flags `rows`; hidden and `gathered` `rows × D`, weight `V × D` elements
         // of `elem`, 16-byte aligned (validated); the adjustments as in the fused launch; the top
         // outputs `rows × MAX_TOP_N ≥ requests × n` entries (`n ≤ MAX_TOP_N`, validated). With
-        // programmatic stream serialization (`FLASHSAMPLING_PDL` not 0) each of the three kernels
+        // programmatic stream serialization (`GpuOptions::dependent_launch`) each of the three kernels
         // below waits (`griddepcontrol.wait`) for the one before it before any memory access.
         unsafe { self.launch_after(self.truncate_step(rows), truncate_cfg(rows), &p) }?;
         let f = ByValue(FallbackParams {
@@ -630,7 +630,7 @@ fn truncation_words(params: &SamplingParams, b: usize) -> Vec<u32> {
 
 impl GpuBackend {
     /// The truncation step's entry for a launch of `rows` blocks ([`TruncateStep::for_rows`], or
-    /// `FLASHSAMPLING_TRUNCATE_STEP`'s).
+    /// `GpuOptions::truncate_step`'s).
     fn truncate_step(&self, rows: usize) -> &cudarc::driver::CudaFunction {
         let rows = u32::try_from(rows).unwrap_or(u32::MAX);
         match self.truncate_step_override.unwrap_or(TruncateStep::for_rows(rows, self.sm_count)) {
