@@ -1,6 +1,6 @@
 //! The exact fallback of the truncation step (see `truncate`): the listed rows' hidden states
 //! gathered ([`fallback_gather`], over ranks), their logits materialized on the tensor cores
-//! ([`fallback_logits`]), and each row processed, truncated exactly and sampled with its own noise
+//! (`fallback_logits`, an entry of the portable `mma.sync` family: `fused/mma_sync.rs`), and each row processed, truncated exactly and sampled with its own noise
 //! ([`fallback_sample`]). Also the benchmark's unfused top-k / top-p sampler over GEMM logits.
 //!
 //! # Thread mapping
@@ -19,25 +19,18 @@ use core::arch::nvptx::{_block_dim_x, _block_idx_x, _syncthreads, _thread_idx_x}
 
 use super::collective::{block_best, block_max, block_sum_u64, exp, ln};
 use super::dot::warp_dot;
-use super::fragment;
-use super::mainloop::MmaSyncMainloop;
-use super::pipeline::BlockRing;
 use super::ptx::{griddepcontrol_launch_dependents, griddepcontrol_wait};
 use super::reduce::AdjRows;
-use super::schedule::{BlockWork, Thread};
 use crate::INVALID_INDEX;
 use crate::candidate::Candidate;
-use crate::config::{BLOCK_V, FALLBACK_LOGITS_VARIANT, Family, FusedVariant};
-use crate::params::{
-    FALLBACK_KEEPS_SAMPLE, FALLBACK_ROW, FALLBACK_TOP, FallbackLogitsParams, FallbackParams, TopSource,
-};
+use crate::params::{FALLBACK_KEEPS_SAMPLE, FALLBACK_ROW, FALLBACK_TOP, FallbackParams, TopSource};
 
 /// Warps of a [`truncate_rows`] block.
 use super::select::{T, WARPS, count_select, for_each, key, radix_select, select_top};
 use super::truncate::{top_entry, write_top};
 
 /// The listed rows' hidden states into [`FallbackParams::gathered`] (slot `s` ← row `list[1 + s]`),
-/// one 16-byte chunk per thread, for [`fallback_logits`].
+/// one 16-byte chunk per thread, for `fallback_logits`.
 ///
 /// # Safety
 /// Launched as documented in the module after [`truncate_rows`] on the same stream; `gathered` and
@@ -58,79 +51,6 @@ pub unsafe extern "ptx-kernel" fn fallback_gather(p: FallbackParams) {
             *(p.gathered as *mut [u32; 4]).add((slot * chunks + chunk) as usize) =
                 *(p.hidden as *const [u32; 4]).add((row * chunks + chunk) as usize);
         }
-    }
-}
-
-/// The fallback's raw logits on the tensor cores: `logits[s, v]` for every listed row `s` (see the
-/// module), the portable `mma.sync` mainloop of [`FALLBACK_LOGITS_VARIANT`] over the gathered rows:
-/// one read of the weight per 64 listed rows, in the fused kernels' pipeline, instead of CUDA-core
-/// dot products.
-///
-/// # Safety
-/// Launched as documented in the module after [`fallback_gather`] on the same stream; `p.fused` as
-/// [`FallbackLogitsParams`] states, `logits` holds `count · V` floats.
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn fallback_logits(p: FallbackLogitsParams) {
-    const V: FusedVariant = FALLBACK_LOGITS_VARIANT;
-    const { assert!(matches!(V.family, Family::MmaSync)) };
-    // SAFETY: forwarded launch contract.
-    unsafe {
-        logits_body::<
-            { V.n_tiles as usize },
-            { V.warps_b },
-            { V.stages },
-            { V.threads() },
-            { V.block_b() },
-            { V.block_b().div_ceil(V.threads() / 8) as usize },
-        >(p)
-    }
-}
-
-/// [`fallback_logits`] for `4·WB` warps of `8·NB` batch rows and an `S`-stage ring (the fused
-/// `mma.sync` kernel's composition without the sampling: the tile scheduler, the block producer,
-/// the mainloop and [`fragment::store_logits_columns`]).
-///
-/// # Safety
-/// As [`fallback_logits`].
-#[inline(always)]
-unsafe fn logits_body<
-    const NB: usize,
-    const WB: u32,
-    const S: u32,
-    const THREADS: u32,
-    const BLOCK_B: u32,
-    const H: usize,
->(
-    p: FallbackLogitsParams,
-) {
-    // Programmatic stream serialization: wait for `fallback_gather` (and the truncation step before
-    // it); `BlockWork::of_this_block` lets `fallback_sample` be scheduled.
-    griddepcontrol_wait();
-    // SAFETY: the list's count, written by the truncation step before this launch.
-    let count = unsafe { *p.list };
-    let f = &p.fused;
-    let t = Thread::this();
-    let work = BlockWork::of_this_block(f, BLOCK_B, BLOCK_V);
-    if work.b_first >= count {
-        return; // block-uniform, before any barrier: no listed row in this batch tile
-    }
-    let b0 = work.b_first + (t.warp % WB) * 8 * NB as u32; // this warp's first gathered row
-    let active = b0 < count; // warp-uniform
-    let ring = BlockRing::new(0, BLOCK_B);
-    let mut mainloop = MmaSyncMainloop::<THREADS, BLOCK_B, S, H>::for_thread::<NB, WB>(f, ring, &work, t);
-    let w_row0 = mainloop.w_row0;
-    // SAFETY: every thread of the block, before the first tile.
-    unsafe { mainloop.prologue(f) };
-    let mut tile = work.first;
-    while tile < work.end {
-        // SAFETY: every thread of the block, for every tile of the range.
-        let acc = unsafe { mainloop.tile::<NB>(f, active) };
-        if active {
-            let v0 = tile * BLOCK_V + w_row0;
-            // SAFETY: `logits` holds `count × V` floats (the launch contract).
-            unsafe { fragment::store_logits_columns::<NB>((p.logits, count, f.v), (b0, t.quad), v0, &acc) };
-        }
-        tile += 1;
     }
 }
 

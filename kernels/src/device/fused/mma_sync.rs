@@ -1,5 +1,7 @@
 //! The portable fused kernel: `mma.sync` with block staging ([`Family::MmaSync`], sm_80+; the
 //! kernel chosen where the sm_90a module does not load, e.g. on Blackwell through the driver's JIT).
+//! The family has one more entry, `fallback_logits`: the same composition storing the logits of the
+//! truncation's fallback rows instead of sampling them (its launch: `device/fallback.rs`).
 //!
 //! # Parameters
 //! [`FusedParams`] by value; launch with `grid = n_vranges · n_btiles` blocks of
@@ -27,14 +29,16 @@
 
 use crate::candidate::Candidate;
 use crate::config::{
-    BLOCK_V, Epilogue, Family, FusedVariant, MMA_SYNC_N16, MMA_SYNC_N32, MMA_SYNC_N64, MMA_SYNC_N128, str_eq,
+    BLOCK_V, Epilogue, FALLBACK_LOGITS_VARIANT, Family, FusedVariant, MMA_SYNC_N16, MMA_SYNC_N32, MMA_SYNC_N64,
+    MMA_SYNC_N128, str_eq,
 };
 use crate::device::fragment;
 use crate::device::mainloop::MmaSyncMainloop;
 use crate::device::merge::MergeArea;
 use crate::device::pipeline::BlockRing;
+use crate::device::ptx::griddepcontrol_wait;
 use crate::device::schedule::{BlockWork, Thread};
-use crate::params::{FusedParams, RowMass};
+use crate::params::{FallbackLogitsParams, FusedParams, RowMass};
 use crate::truncate::{LANE_TOP, TopList};
 
 /// The kernel body for `4·WB` warps of `8·NB` batch rows and an `S`-stage ring (`THREADS = 128·WB`,
@@ -143,3 +147,78 @@ entry!(fused_sample_block_nb2, fused_sample_block_nb2_lp, fused_sample_block_nb2
 entry!(fused_sample_block_nb4_s3, fused_sample_block_nb4_s3_lp, fused_sample_block_nb4_s3_tk, MMA_SYNC_N32);
 entry!(fused_sample_block_nb4x2, fused_sample_block_nb4x2_lp, fused_sample_block_nb4x2_tk, MMA_SYNC_N64);
 entry!(fused_sample_block_nb4x4, fused_sample_block_nb4x4_lp, fused_sample_block_nb4x4_tk, MMA_SYNC_N128);
+
+// The family's store-logits entry: the exact fallback's raw logits (`device/fallback.rs` samples them).
+
+/// The fallback's raw logits on the tensor cores: `logits[s, v]` for every listed row `s` (see the
+/// module), the portable `mma.sync` mainloop of [`FALLBACK_LOGITS_VARIANT`] over the gathered rows:
+/// one read of the weight per 64 listed rows, in the fused kernels' pipeline, instead of CUDA-core
+/// dot products.
+///
+/// # Safety
+/// Launched as documented in the module after `fallback_gather` (`device/fallback.rs`) on the same stream; `p.fused` as
+/// [`FallbackLogitsParams`] states, `logits` holds `count · V` floats.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn fallback_logits(p: FallbackLogitsParams) {
+    const V: FusedVariant = FALLBACK_LOGITS_VARIANT;
+    const { assert!(matches!(V.family, Family::MmaSync)) };
+    // SAFETY: forwarded launch contract.
+    unsafe {
+        logits_body::<
+            { V.n_tiles as usize },
+            { V.warps_b },
+            { V.stages },
+            { V.threads() },
+            { V.block_b() },
+            { V.block_b().div_ceil(V.threads() / 8) as usize },
+        >(p)
+    }
+}
+
+/// [`fallback_logits`] for `4·WB` warps of `8·NB` batch rows and an `S`-stage ring (the fused
+/// `mma.sync` kernel's composition without the sampling: the tile scheduler, the block producer,
+/// the mainloop and [`fragment::store_logits_columns`]).
+///
+/// # Safety
+/// As [`fallback_logits`].
+#[inline(always)]
+unsafe fn logits_body<
+    const NB: usize,
+    const WB: u32,
+    const S: u32,
+    const THREADS: u32,
+    const BLOCK_B: u32,
+    const H: usize,
+>(
+    p: FallbackLogitsParams,
+) {
+    // Programmatic stream serialization: wait for `fallback_gather` (and the truncation step before
+    // it); `BlockWork::of_this_block` lets `fallback_sample` be scheduled.
+    griddepcontrol_wait();
+    // SAFETY: the list's count, written by the truncation step before this launch.
+    let count = unsafe { *p.list };
+    let f = &p.fused;
+    let t = Thread::this();
+    let work = BlockWork::of_this_block(f, BLOCK_B, BLOCK_V);
+    if work.b_first >= count {
+        return; // block-uniform, before any barrier: no listed row in this batch tile
+    }
+    let b0 = work.b_first + (t.warp % WB) * 8 * NB as u32; // this warp's first gathered row
+    let active = b0 < count; // warp-uniform
+    let ring = BlockRing::new(0, BLOCK_B);
+    let mut mainloop = MmaSyncMainloop::<THREADS, BLOCK_B, S, H>::for_thread::<NB, WB>(f, ring, &work, t);
+    let w_row0 = mainloop.w_row0;
+    // SAFETY: every thread of the block, before the first tile.
+    unsafe { mainloop.prologue(f) };
+    let mut tile = work.first;
+    while tile < work.end {
+        // SAFETY: every thread of the block, for every tile of the range.
+        let acc = unsafe { mainloop.tile::<NB>(f, active) };
+        if active {
+            let v0 = tile * BLOCK_V + w_row0;
+            // SAFETY: `logits` holds `count × V` floats (the launch contract).
+            unsafe { fragment::store_logits_columns::<NB>((p.logits, count, f.v), (b0, t.quad), v0, &acc) };
+        }
+        tile += 1;
+    }
+}
