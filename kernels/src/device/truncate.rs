@@ -49,7 +49,7 @@ use super::select::{ENTRY_BYTES, NO_ENTRY, WARPS_T, key, load_entry, sort_entrie
 use crate::INVALID_INDEX;
 use crate::candidate::Candidate;
 use crate::config::{REDUCE_BLOCK_SMEM, REDUCE_BLOCK_THREADS, TRUNCATE_CAPACITY, TRUNCATE_SMEM, TRUNCATE_THREADS};
-use crate::params::{FALLBACK_KEEPS_SAMPLE, FALLBACK_TOP, MAX_TOP_N, TopOutputs, TopSource, TruncateParams};
+use crate::params::{FALLBACK_KEEPS_SAMPLE, FALLBACK_TOP, MAX_TOP_N, RowParams, TopOutputs, TopSource, TruncateParams};
 use crate::truncate::{
     FirstOf, KeptWalk, LANE_TOP, MAX_KEPT, RANK_TOP, RANK_UNITS, Step, StoredTop, TopList, Truncation, Verdict,
 };
@@ -903,79 +903,10 @@ unsafe fn truncate_row(p: TruncateParams) {
     let inv_t = transform.inv_temperature;
     match outcome {
         Some(Step::Kept { count, mass }) => {
-            // 5. The sample within the kept prefix, with the plain pass's scores: thread j scores
-            // entry j (count ≤ MAX_KEPT ≤ threads), a block argmax carrying the winner's value.
-            let mut c = Candidate::EMPTY;
-            let mut zc = f32::NEG_INFINITY;
-            if tid < count {
-                // SAFETY: tid < count ≤ n: a sorted entry.
-                let (z, i) = unsafe { load_entry(tid) };
-                c.update(transform.score(z, row.noise().gumbel_at(i)), i);
-                zc = z;
-            }
-            for s in [1u32, 2, 4, 8, 16] {
-                // SAFETY: all 32 lanes of every warp.
-                let (score, index, z) = unsafe {
-                    (
-                        shfl_sync_bfly_b32(c.score.to_bits(), s),
-                        shfl_sync_bfly_b32(c.index, s),
-                        shfl_sync_bfly_b32(zc.to_bits(), s),
-                    )
-                };
-                let o = Candidate { score: f32::from_bits(score), index };
-                if o.beats(c) {
-                    c = o;
-                    zc = f32::from_bits(z);
-                }
-            }
-            // SAFETY: the warps' slots (last read before the collection's barrier); every thread,
-            // block-uniform barrier; every thread merges the same slots in the same order.
-            let (c, zt) = unsafe {
-                if lane == 0 {
-                    st_shared_v4_u32(slots + 16 * warp, [c.score.to_bits(), c.index, zc.to_bits(), 0]);
-                }
-                _syncthreads();
-                let mut best = Candidate::EMPTY;
-                let mut zt = f32::NEG_INFINITY;
-                for w in 0..WARPS_T {
-                    let [score, index, z, _] = ld_shared_v4_u32(slots + 16 * w);
-                    let o = Candidate { score: f32::from_bits(score), index };
-                    if o.beats(best) {
-                        best = o;
-                        zt = f32::from_bits(z);
-                    }
-                }
-                (best, zt)
-            };
-            if tid == 0 {
-                let lse_kept = kept_lse(lse, mass);
-                // SAFETY: b < B: the outputs hold entry b.
-                unsafe {
-                    *p.tokens.add(b as usize) = c.token();
-                    *p.scores.add(b as usize) = c.score;
-                    *p.logprobs.add(b as usize) = transform.scaled(zt) - lse_kept;
-                    *p.logsumexp.add(b as usize) = lse_kept;
-                }
-            }
-            if warp == 0 && c.index != token && !p.raw_logprobs.is_null() {
-                // A new token: its raw log-probability from its recomputed logit; over ranks (no
-                // weight: a shard) from its processed one, which is the raw one (no soft-cap or
-                // adjustment there).
-                let d = p.d as usize;
-                // SAFETY: all 32 lanes of warp 0 (`c` is block-uniform); row b of the hidden states
-                // and row `c.index < V` of the weight hold D elements, 16-byte aligned.
-                let y = if p.weight.is_null() {
-                    zt
-                } else {
-                    unsafe {
-                        warp_dot(p.hidden.add(b as usize * d), p.weight.add(c.index as usize * d), d, lane, p.elem)
-                    }
-                };
-                if lane == 0 {
-                    // SAFETY: b < B.
-                    unsafe { *p.raw_logprobs.add(b as usize) = y - *p.raw_logsumexp.add(b as usize) };
-                }
-            }
+            // 5. The sample within the kept prefix.
+            // SAFETY: every thread of the block (the outcome is block-uniform); the kept entries are
+            // sorted and visible; the warps' slots are free.
+            unsafe { sample_kept(&p, b, (&row, token, lse), (count, mass), (tid, slots)) };
         }
         _ => {}
     }
@@ -1009,5 +940,96 @@ unsafe fn truncate_row(p: TruncateParams) {
         // SAFETY: every thread (block-uniform: the outcome and the top plan are), once; the control
         // word is not otherwise used.
         unsafe { list_row(&p, b, flags, tid, control + 4 * LIST_WORD) };
+    }
+}
+
+/// Step 5 of [`truncate_row`]: the sample within the kept prefix of `count` entries holding `mass` of
+/// the row, with the plain pass's scores: thread `j` scores entry `j` (count ≤ MAX_KEPT ≤ threads),
+/// a block argmax carrying the winner's value; thread 0 writes the token, its score and the
+/// renormalized log-probabilities, warp 0 a new token's raw log-probability.
+///
+/// # Safety
+/// Every thread of the block calls it once; the `count` sorted entries are visible; the warps'
+/// `slots` are free; `b < B`.
+#[inline(always)]
+unsafe fn sample_kept(
+    p: &TruncateParams,
+    b: u32,
+    (row, token, lse): (&RowParams, u32, f32),
+    (count, mass): (u32, f32),
+    (tid, slots): (u32, u32),
+) {
+    let (lane, warp) = (tid % 32, tid / 32);
+    let transform = row.transform;
+    // 5. The sample within the kept prefix, with the plain pass's scores: thread j scores
+    // entry j (count ≤ MAX_KEPT ≤ threads), a block argmax carrying the winner's value.
+    let mut c = Candidate::EMPTY;
+    let mut zc = f32::NEG_INFINITY;
+    if tid < count {
+        // SAFETY: tid < count ≤ n: a sorted entry.
+        let (z, i) = unsafe { load_entry(tid) };
+        c.update(transform.score(z, row.noise().gumbel_at(i)), i);
+        zc = z;
+    }
+    for s in [1u32, 2, 4, 8, 16] {
+        // SAFETY: all 32 lanes of every warp.
+        let (score, index, z) = unsafe {
+            (
+                shfl_sync_bfly_b32(c.score.to_bits(), s),
+                shfl_sync_bfly_b32(c.index, s),
+                shfl_sync_bfly_b32(zc.to_bits(), s),
+            )
+        };
+        let o = Candidate { score: f32::from_bits(score), index };
+        if o.beats(c) {
+            c = o;
+            zc = f32::from_bits(z);
+        }
+    }
+    // SAFETY: the warps' slots (last read before the collection's barrier); every thread,
+    // block-uniform barrier; every thread merges the same slots in the same order.
+    let (c, zt) = unsafe {
+        if lane == 0 {
+            st_shared_v4_u32(slots + 16 * warp, [c.score.to_bits(), c.index, zc.to_bits(), 0]);
+        }
+        _syncthreads();
+        let mut best = Candidate::EMPTY;
+        let mut zt = f32::NEG_INFINITY;
+        for w in 0..WARPS_T {
+            let [score, index, z, _] = ld_shared_v4_u32(slots + 16 * w);
+            let o = Candidate { score: f32::from_bits(score), index };
+            if o.beats(best) {
+                best = o;
+                zt = f32::from_bits(z);
+            }
+        }
+        (best, zt)
+    };
+    if tid == 0 {
+        let lse_kept = kept_lse(lse, mass);
+        // SAFETY: b < B: the outputs hold entry b.
+        unsafe {
+            *p.tokens.add(b as usize) = c.token();
+            *p.scores.add(b as usize) = c.score;
+            *p.logprobs.add(b as usize) = transform.scaled(zt) - lse_kept;
+            *p.logsumexp.add(b as usize) = lse_kept;
+        }
+    }
+    if warp == 0 && c.index != token && !p.raw_logprobs.is_null() {
+        // A new token: its raw log-probability from its recomputed logit; over ranks (no
+        // weight: a shard) from its processed one, which is the raw one (no soft-cap or
+        // adjustment there).
+        let d = p.d as usize;
+        // SAFETY: all 32 lanes of warp 0 (`c` is block-uniform); row b of the hidden states
+        // and row `c.index < V` of the weight hold D elements, 16-byte aligned.
+        let y = if p.weight.is_null() {
+            zt
+        } else {
+            unsafe { warp_dot(p.hidden.add(b as usize * d), p.weight.add(c.index as usize * d), d, lane, p.elem) }
+        };
+        if lane == 0 {
+            // SAFETY: b < B.
+            unsafe { *p.raw_logprobs.add(b as usize) = y - *p.raw_logsumexp.add(b as usize) };
+        }
     }
 }
