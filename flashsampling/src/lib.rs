@@ -49,8 +49,14 @@ pub mod tp;
 
 pub use cpu::CpuBackend;
 pub use error::{Error, Result};
+/// The no_std kernel crate (tile and variant tables, parameter structs, the noise, the device code's
+/// shared core): this repository's tests, benches and tools (feature `internals`); not part of the
+/// supported API, which re-exports the few types a caller names below.
+#[cfg(feature = "internals")]
 pub use flashsampling_kernels as kernels;
-pub use flashsampling_kernels::stream_id;
+pub use flashsampling_kernels::config::{Epilogue, FusedVariant, MAX_DIM, TruncateStep};
+pub use flashsampling_kernels::logits::Adjustment;
+pub use flashsampling_kernels::{INVALID_INDEX, stream_id};
 pub use gpu::{DeviceMatrix, DeviceSamples, GpuBackend, ModuleCode, gpu_available};
 #[cfg(feature = "internals")]
 pub use modules::PTX_TEST;
@@ -69,7 +75,7 @@ pub type TopLogprobs = Vec<Vec<(u32, f32)>>;
 pub struct Samples {
     /// One token per row, or `n` per row (`[B, n]`, row-major) with [`SamplingParams::n`].
     pub tokens: Vec<u32>,
-    /// Each token's winning score: `min(T, 1) · (logit / T + gumbel)` (see [`kernels::Transform`]),
+    /// Each token's winning score: `min(T, 1) · (logit / T + gumbel)` (see [`flashsampling_kernels::Transform`]),
     /// the logit when greedy; NaN or `−∞` for a row without a token.
     pub scores: Vec<f32>,
     /// With [`params::LogProbs::Processed`] or more: each token's log-probability under the
@@ -110,7 +116,7 @@ impl Samples {
     }
 }
 
-/// Rows without a token ([`kernels::INVALID_INDEX`]) become errors: a `−∞` winning score is
+/// Rows without a token ([`INVALID_INDEX`]) become errors: a `−∞` winning score is
 /// [`Error::AllLogitsNegInfinite`]; a NaN one is [`Error::NanLogit`] when the inputs hold a NaN (the
 /// row's hidden state or the weight; scanned only on this error path), else [`Error::UndefinedLogit`]
 /// (`∞ − ∞` or `0 · ∞` from infinite inputs or f32 overflow). `n` samples per row; the weight in
@@ -121,7 +127,7 @@ pub(crate) fn check_samples_of<T: params::Element>(
     hidden: Matrix<'_, T>,
     weights: &[&[T]],
 ) -> Result<()> {
-    let Some(slot) = samples.tokens.iter().position(|&t| t == kernels::INVALID_INDEX) else {
+    let Some(slot) = samples.tokens.iter().position(|&t| t == INVALID_INDEX) else {
         return Ok(());
     };
     let row = slot / n.max(1);

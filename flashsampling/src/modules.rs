@@ -68,12 +68,12 @@ impl Artifact {
     }
 }
 
-/// The portable PTX module ([`crate::kernels::config::Module::Portable`]: the `mma.sync` kernels),
+/// The portable PTX module ([`flashsampling_kernels::config::Module::Portable`]: the `mma.sync` kernels),
 /// for the architecture `FLASHSAMPLING_SM` named at build time (default sm_90; see [`PTX_SM`]).
 pub static PTX: Artifact = embedded!("flashsampling.ptx", "FLASHSAMPLING_EMBED_PTX");
 /// The architecture the portable PTX was built for.
 pub const PTX_SM: &str = env!("FLASHSAMPLING_PTX_SM");
-/// The Hopper PTX module ([`crate::kernels::config::Module::Hopper`]: the `wgmma` kernels) for the
+/// The Hopper PTX module ([`flashsampling_kernels::config::Module::Hopper`]: the `wgmma` kernels) for the
 /// arch-specific sm_90a target: embedded by builds from source (`build-ptx`) only, empty otherwise.
 pub static PTX_SM90A: Artifact = embedded!("flashsampling_sm90a.ptx", "FLASHSAMPLING_EMBED_PTX_SM90A");
 /// [`PTX`] assembled for sm_90 (shipped, or by the build's ptxas; empty when there is none, or the
@@ -82,7 +82,7 @@ pub static CUBIN: Artifact = embedded!("flashsampling.cubin", "FLASHSAMPLING_EMB
 /// The Hopper module assembled for sm_90a (shipped, or by the build's ptxas; empty when a build from
 /// source had none: the Hopper kernels then load from [`PTX_SM90A`]).
 pub static CUBIN_SM90A: Artifact = embedded!("flashsampling_sm90a.cubin", "FLASHSAMPLING_EMBED_CUBIN_SM90A");
-/// The test PTX module ([`crate::kernels::config::Module::Test`]: device noise tests and benchmark
+/// The test PTX module ([`flashsampling_kernels::config::Module::Test`]: device noise tests and benchmark
 /// baselines), loaded only by the `internals` feature's test hooks and baselines.
 #[cfg(feature = "internals")]
 pub static PTX_TEST: Artifact = embedded!("flashsampling_test.ptx", "FLASHSAMPLING_EMBED_PTX_TEST");
