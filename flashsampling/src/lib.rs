@@ -229,6 +229,18 @@ impl Sampler {
     }
 
     /// One token per row of `hidden`, drawn from `softmax(hidden · weightᵀ / T)`.
+    ///
+    /// ```
+    /// use flashsampling::{BackendChoice, Matrix, Sampler, SamplingParams};
+    ///
+    /// let (b, d, v) = (2, 8, 50);
+    /// let hidden = vec![half::f16::from_f32(0.25); b * d]; // f16 works as bf16 does
+    /// let weight: Vec<half::f16> = (0..v * d).map(|i| half::f16::from_f32((i % 5) as f32 * 0.1)).collect();
+    /// let sampler = Sampler::new(BackendChoice::Cpu)?; // BackendChoice::Auto: the GPU when one is usable
+    /// let tokens = sampler.sample(Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d), &SamplingParams::new(1.0, 3))?;
+    /// assert!(tokens.iter().all(|&t| t < v as u32));
+    /// # Ok::<(), flashsampling::Error>(())
+    /// ```
     pub fn sample<T: params::Element>(
         &self,
         hidden: Matrix<'_, T>,

@@ -81,7 +81,22 @@ pub enum LogProbs {
 pub const MAX_SAMPLES_PER_ROW: u32 = 1024;
 
 impl SamplingParams {
-    /// Temperature `temperature`, seed `seed`, streams = row indices, sample 0.
+    /// Temperature `temperature`, seed `seed`, streams = row indices, sample 0. The builders add the
+    /// per-request controls:
+    ///
+    /// ```
+    /// use flashsampling::params::LogProbs;
+    /// use flashsampling::{SamplingParams, stream_id};
+    ///
+    /// let (b, step) = (3, 17);
+    /// let params = SamplingParams::new(0.8, 42)
+    ///     .with_streams((0..b as u32).map(|r| stream_id(r, step)).collect()) // a stream per request
+    ///     .with_temperatures(vec![0.7, 0.0, 1.0]) // per row; 0 = greedy
+    ///     .with_top_p(vec![0.9, 1.0, 0.95])
+    ///     .with_min_p(vec![0.0, 0.0, 0.05])
+    ///     .with_logprobs(LogProbs::Processed);
+    /// assert_eq!(params.temperature, 0.8);
+    /// ```
     pub fn new(temperature: f32, seed: u64) -> Self {
         Self {
             temperature,

@@ -80,6 +80,20 @@ impl CpuBackend {
     }
 
     /// One token per row of `hidden`.
+    ///
+    /// ```
+    /// use flashsampling::{CpuBackend, Matrix, SamplingParams};
+    /// use half::bf16;
+    ///
+    /// let (b, d, v) = (2, 16, 100);
+    /// let hidden = vec![bf16::from_f32(0.5); b * d];
+    /// // Row t of the weight is t / 100 everywhere: the last token has the largest logit.
+    /// let weight: Vec<bf16> = (0..v * d).map(|i| bf16::from_f32((i / d) as f32 * 0.01)).collect();
+    /// let params = SamplingParams::new(0.0, 0); // temperature 0: greedy
+    /// let tokens = CpuBackend::new().sample(Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d), &params)?;
+    /// assert_eq!(tokens, vec![v as u32 - 1; b]);
+    /// # Ok::<(), flashsampling::Error>(())
+    /// ```
     pub fn sample<T: Element>(
         &self,
         hidden: Matrix<'_, T>,
@@ -90,6 +104,20 @@ impl CpuBackend {
     }
 
     /// Tokens and winning perturbed scores (and the log-probabilities `params` asks for).
+    ///
+    /// ```
+    /// use flashsampling::params::LogProbs;
+    /// use flashsampling::{CpuBackend, Matrix, SamplingParams};
+    ///
+    /// let (b, d, v) = (1, 8, 4);
+    /// let hidden = vec![half::bf16::ONE; b * d];
+    /// let weight = vec![half::bf16::ZERO; v * d]; // every logit 0: uniform over 4 tokens
+    /// let params = SamplingParams::new(1.0, 42).with_logprobs(LogProbs::Processed);
+    /// let out = CpuBackend::new().sample_scored(Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d), &params)?;
+    /// let lp = out.logprobs.unwrap()[0];
+    /// assert!((lp - (0.25f32).ln()).abs() < 1e-6);
+    /// # Ok::<(), flashsampling::Error>(())
+    /// ```
     pub fn sample_scored<T: Element>(
         &self,
         hidden: Matrix<'_, T>,

@@ -540,6 +540,27 @@ impl GpuBackend {
     /// per-row parameters (`[B·n]` of 32 bytes) are uploaded when they differ from the last call's;
     /// a host mask ([`SamplingParams::allowed`]) is uploaded every call — a decode loop that keeps
     /// its masks on the device passes them to [`Self::sample_device_masked`] instead.
+    ///
+    /// ```no_run
+    /// use flashsampling::{DeviceMatrix, GpuBackend, SamplingParams, stream_id};
+    /// # let (b, d, v) = (4, 4096, 151_936);
+    /// # let (hidden, weight) = (vec![half::bf16::ZERO; b * d], vec![half::bf16::ZERO; v * d]);
+    /// let gpu = GpuBackend::new(0)?;
+    /// let w = gpu.stream().clone_htod(&weight)?; // the LM head, uploaded once
+    /// let mut out = gpu.alloc_samples(b, v)?; // reused across steps
+    /// for step in 0..8u32 {
+    ///     let h = gpu.stream().clone_htod(&hidden)?; // this step's hidden states
+    ///     let params = SamplingParams::new(0.8, 42).with_streams((0..b as u32).map(|r| stream_id(r, step)).collect());
+    ///     gpu.sample_device(
+    ///         &DeviceMatrix { data: h.as_view(), rows: b, cols: d },
+    ///         &DeviceMatrix { data: w.as_view(), rows: v, cols: d },
+    ///         &params,
+    ///         &mut out,
+    ///     )?;
+    ///     let _tokens = out.tokens(); // on the device, ordered on gpu.stream()
+    /// }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn sample_device<T: Element>(
         &self,
         hidden: &DeviceMatrix<'_, T>,

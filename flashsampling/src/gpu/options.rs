@@ -10,6 +10,14 @@ use crate::error::{Error, Result};
 /// How a [`GpuBackend`](super::GpuBackend) loads and launches its kernels. `Default` is what a
 /// serving engine wants: cubins where they load, the variant and ranges chosen per call, dependent
 /// launches on.
+///
+/// ```
+/// use flashsampling::gpu::GpuOptions;
+///
+/// let measure_portable = GpuOptions { portable_only: true, ..GpuOptions::default() };
+/// assert!(measure_portable.dependent_launch && measure_portable.fused_variant.is_none());
+/// // flashsampling::GpuBackend::with_options(0, measure_portable) opens device 0 with them.
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct GpuOptions {
     /// Load the PTX through the driver's JIT even where cubins are embedded (`FLASHSAMPLING_JIT=1`).
