@@ -264,7 +264,7 @@ def sample(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample=0, t
     list per row of (token, log-probability) pairs; on CUDA tensors a pair of ``[B, k]`` tensors, see
     ``sample_cuda``); entries not asked for are None.
 
-    NumPy arrays (and CPU tensors) run on the CPU backend and give NumPy arrays (tokens uint32). PyTorch
+    NumPy arrays (and CPU tensors) run on the CPU backend and give NumPy arrays (tokens int32, as the CUDA path's tensors). PyTorch
     CUDA tensors run on the GPU backend, see ``sample_cuda``.
     """
     controls = dict(temperature=temperature, seed=seed, streams=streams, sample=sample,
@@ -299,7 +299,8 @@ def sample(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample=0, t
     out = _sample_cpu(np.ascontiguousarray(h).reshape(-1), b, d, np.ascontiguousarray(w).reshape(-1), v, wd, controls,
                       threads=threads, f16=f16)
     shape = (b,) if n == 1 else (b, n)
-    tokens = np.asarray(out["tokens"], dtype=np.uint32).reshape(shape)
+    # int32 like the CUDA path's tensors (a row without a token: -1 on both).
+    tokens = np.asarray(out["tokens"], dtype=np.uint32).reshape(shape).view(np.int32)
     if not return_dict and logprobs == "off" and not top_logprobs:
         return tokens
     res = {"tokens": tokens, "scores": np.asarray(out["scores"], dtype=np.float32).reshape(shape)}

@@ -40,7 +40,7 @@ def test_bf16_rounding_is_to_nearest_even():
 def test_greedy_is_the_argmax():
     hidden, weight = lm_head(6, 64, 1000, 1)
     tokens = fs.sample(hidden, weight, temperature=0.0)
-    assert tokens.dtype == np.uint32 and tokens.shape == (6,)
+    assert tokens.dtype == np.int32 and tokens.shape == (6,)
     assert np.array_equal(tokens, logits(hidden, weight).argmax(axis=1))
 
 

@@ -68,7 +68,7 @@ def test_tokens_and_scores_equal_the_cpu_path_bit_for_bit(dev, b, d, v, t):
     assert got["tokens"].device == dev and got["tokens"].dtype == torch.int32 and got["tokens"].shape == (b,)
     assert got["scores"].device == dev and got["scores"].dtype == torch.float32
     tokens = got["tokens"].cpu().numpy()
-    assert np.array_equal(tokens.astype(np.uint32), want["tokens"]), (tokens, want["tokens"])
+    assert np.array_equal(tokens.astype(np.int32), want["tokens"]), (tokens, want["tokens"])
     assert np.array_equal(got["scores"].cpu().numpy().view(np.uint32), want["scores"].view(np.uint32))
 
 
@@ -139,7 +139,7 @@ def test_buffers_follow_changing_batches(dev):
         hidden, weight = lm_head(b, 64, 500, seed=b, dev=dev, integer=True)
         got = fs.sample(hidden, weight, 1.0, seed=b)
         want = on_cpu(hidden, weight, temperature=1.0, seed=b)["tokens"]
-        assert np.array_equal(got.cpu().numpy().astype(np.uint32), want)
+        assert np.array_equal(got.cpu().numpy().astype(np.int32), want)
     one = fs.sample(hidden[0], weight, 1.0, seed=b)  # a [D] hidden state is one row
     assert one.shape == (1,) and one.item() == got[0].item()
 
@@ -209,7 +209,7 @@ def test_float16_tensors_equal_the_cpu_path_bit_for_bit(dev, b, d, v, t):
     kw = dict(temperature=t, seed=77 + v, streams=[13 * i + 2 for i in range(b)], logprobs="processed")
     got = fs.sample(hidden, weight, **kw)
     want = fs.sample(hidden.cpu().numpy(), weight.cpu().numpy(), **kw)
-    assert np.array_equal(got["tokens"].cpu().numpy().astype(np.uint32), want["tokens"])
+    assert np.array_equal(got["tokens"].cpu().numpy().astype(np.int32), want["tokens"])
     assert np.array_equal(got["scores"].cpu().numpy().view(np.uint32), want["scores"].view(np.uint32))
     assert np.allclose(got["logprobs"].cpu().numpy(), want["logprobs"], rtol=0, atol=1e-4)
     # Not what the same values rounded to bfloat16 would give (the f16 path keeps the f16 precision).
@@ -256,7 +256,7 @@ def test_per_row_controls_reach_the_gpu_backend(dev, control):
     got = fs.sample(hidden, weight, 0.9, seed=5, return_dict=True, **control)
     want = on_cpu(hidden, weight, temperature=0.9, seed=5,
                   **{k: (x.cpu().numpy() if hasattr(x, "cpu") else x) for k, x in control.items()})
-    assert np.array_equal(got["tokens"].cpu().numpy().astype(np.uint32), want["tokens"])
+    assert np.array_equal(got["tokens"].cpu().numpy().astype(np.int32), want["tokens"])
 
 
 
@@ -324,7 +324,7 @@ def test_logit_bias_and_penalties_equal_the_cpu_path(dev, b, d, v, t, n):
     kw = dict(temperature=t, seed=777, streams=[13 * i + 2 for i in range(b)], n=n)
     got = fs.sample(hidden, weight, return_dict=True, **kw, **adj)
     want = on_cpu(hidden, weight, **kw, **adj)
-    tokens = got["tokens"].cpu().numpy().astype(np.uint32)
+    tokens = got["tokens"].cpu().numpy().astype(np.int32)
     assert np.array_equal(tokens, want["tokens"]), (tokens, want["tokens"])
     assert np.array_equal(got["scores"].cpu().numpy().view(np.uint32), want["scores"].view(np.uint32))
     if t == 0.0:  # the adjustments move the greedy rows' winners
@@ -342,7 +342,7 @@ def test_logit_bias_and_penalties_with_logprobs_equal_the_cpu_path(dev, n):
     got = fs.sample(hidden, weight, **kw, **adj)
     want = on_cpu(hidden, weight, **kw, **adj)
     assert_logprob_outputs(got, b, n, dev)
-    assert np.array_equal(got["tokens"].cpu().numpy().astype(np.uint32), want["tokens"])
+    assert np.array_equal(got["tokens"].cpu().numpy().astype(np.int32), want["tokens"])
     assert np.array_equal(got["scores"].cpu().numpy().view(np.uint32), want["scores"].view(np.uint32))
     assert_close_to_cpu(got, want, b, n, np.ones(b, dtype=bool))
 
@@ -363,7 +363,7 @@ def test_adjustment_inputs_on_the_cuda_path(dev):
     got = fs.sample(hidden, weight, output_tokens=rows, frequency_penalty=0.5, presence_penalty=0.25, **kw)
     want = on_cpu(hidden, weight, output_tokens=[[3, 4, 4, 9]] * b, frequency_penalty=0.5, presence_penalty=0.25,
                   **kw)["tokens"]
-    assert np.array_equal(got.cpu().numpy().astype(np.uint32), want)
+    assert np.array_equal(got.cpu().numpy().astype(np.int32), want)
     assert fs.sample(hidden, weight, logit_bias={42: 100.0}, **kw).tolist() == [42] * b
     # Bad input: the library's messages, and the device stays usable.
     with pytest.raises(ValueError, match=r"token id 500 is out of range \(V = 500\)"):
@@ -500,7 +500,7 @@ def test_logprobs_equal_the_cpu_path_on_exact_logits(dev, n):
     got = fs.sample(hidden, weight, **kw)
     want = on_cpu(hidden, weight, **kw)
     assert_logprob_outputs(got, b, n, dev)
-    tokens = got["tokens"].cpu().numpy().astype(np.uint32)
+    tokens = got["tokens"].cpu().numpy().astype(np.int32)
     assert np.array_equal(tokens, want["tokens"])
     assert np.array_equal(got["scores"].cpu().numpy().view(np.uint32), want["scores"].view(np.uint32))
     assert_close_to_cpu(got, want, b, n, np.ones(b, dtype=bool))
@@ -554,7 +554,7 @@ def test_top_logprobs_equal_the_cpu_path_on_exact_logits(dev, raw, n):
     assert tokens.device == dev and tokens.dtype == torch.int32 and tuple(tokens.shape) == (b, k)
     assert lps.device == dev and lps.dtype == torch.float32 and tuple(lps.shape) == (b, k)
     tokens, lps = tokens.cpu().numpy(), lps.cpu().numpy()
-    assert np.array_equal(got["tokens"].cpu().numpy().astype(np.uint32), want["tokens"])
+    assert np.array_equal(got["tokens"].cpu().numpy().astype(np.int32), want["tokens"])
     for r, row in enumerate(want["top_logprobs"]):
         m = len(row)
         assert np.all(tokens[r, m:] == -1) and np.all(np.isnan(lps[r, m:])), r

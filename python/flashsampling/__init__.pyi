@@ -1,0 +1,75 @@
+# Type stubs of the flashsampling package (for IDEs and type checkers). python/tests/test_stubs.py checks that
+# every public function is here with the parameters it has.
+from typing import Any, Literal, Sequence, Union
+
+import numpy as np
+import numpy.typing as npt
+
+_Array = Any  # a NumPy array, a CPU tensor, or (sample_cuda / sample) a PyTorch CUDA tensor
+_Ints = Union[Sequence[int], npt.NDArray[np.integer], Any]
+_Floats = Union[Sequence[float], npt.NDArray[np.floating], Any]
+_LogProbs = Literal["off", "processed", "processed_and_raw"]
+_Result = Union[npt.NDArray[np.int32], Any, dict[str, Any]]
+
+__all__ = ["sample", "sample_cuda", "bf16_bits"]
+
+def bf16_bits(x: Any) -> npt.NDArray[np.uint16]: ...
+def sample(
+    hidden: _Array,
+    weight: _Array,
+    temperature: float = 1.0,
+    seed: int = 0,
+    *,
+    streams: _Ints | None = None,
+    sample: int = 0,
+    temperatures: _Floats | None = None,
+    seeds: _Ints | None = None,
+    n: int = 1,
+    logprobs: _LogProbs = "off",
+    top_k: _Ints | None = None,
+    top_p: _Floats | None = None,
+    min_p: _Floats | None = None,
+    softcap: float | None = None,
+    top_logprobs: int = 0,
+    top_logprobs_raw: bool = False,
+    allowed: _Array | None = None,
+    logit_bias: Sequence[dict[int, float]] | None = None,
+    repetition_penalty: float | _Floats | None = None,
+    frequency_penalty: float | _Floats | None = None,
+    presence_penalty: float | _Floats | None = None,
+    prompt_tokens: Sequence[_Ints] | None = None,
+    output_tokens: Sequence[_Ints] | None = None,
+    threads: int | None = None,
+    return_dict: bool = False,
+) -> _Result:
+    """Tokens (int32 ``[B]`` or ``[B, n]``; -1 for a row without one), or with ``return_dict`` or log-probabilities a
+    dict of tokens, scores, logprobs, raw_logprobs, logsumexp and top_logprobs."""
+
+def sample_cuda(
+    hidden: Any,
+    weight: Any,
+    temperature: float = 1.0,
+    seed: int = 0,
+    *,
+    streams: _Ints | None = None,
+    sample: int = 0,
+    temperatures: _Floats | None = None,
+    seeds: _Ints | None = None,
+    n: int = 1,
+    logprobs: _LogProbs = "off",
+    top_k: _Ints | None = None,
+    top_p: _Floats | None = None,
+    min_p: _Floats | None = None,
+    softcap: float | None = None,
+    top_logprobs: int = 0,
+    top_logprobs_raw: bool = False,
+    allowed: Any | None = None,
+    logit_bias: Sequence[dict[int, float]] | None = None,
+    repetition_penalty: float | _Floats | None = None,
+    frequency_penalty: float | _Floats | None = None,
+    presence_penalty: float | _Floats | None = None,
+    prompt_tokens: Sequence[_Ints] | None = None,
+    output_tokens: Sequence[_Ints] | None = None,
+    return_dict: bool = False,
+) -> Any:
+    """``sample`` on PyTorch CUDA tensors (torch.int32 tokens on the tensors' device)."""
