@@ -251,6 +251,9 @@ pub enum Error {
         /// Its size in bytes (`usize::MAX` when the size itself overflows).
         bytes: usize,
     },
+    /// A speculative verification's drafts that do not describe its rows ([`crate::speculative`]).
+    #[error("invalid drafts: {0}")]
+    InvalidDrafts(String),
     /// A module embedded in this build does not decode (a corrupted build).
     #[error("the embedded {name} does not decode ({reason}): rebuild the crate")]
     EmbeddedModule {

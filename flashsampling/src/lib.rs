@@ -41,6 +41,7 @@ pub mod gpu;
 pub mod modules;
 pub mod params;
 pub mod shard;
+pub mod speculative;
 #[cfg(feature = "internals")]
 pub mod synthetic;
 #[cfg(feature = "internals")]

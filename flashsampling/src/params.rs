@@ -23,6 +23,10 @@ pub struct SamplingParams {
     /// Sample index (0 for the first sample of a row); below 2^31, as the top bit of the noise key's
     /// sample word marks the refinement draws (see [`flashsampling_kernels::noise`]).
     pub sample: u32,
+    /// Per-row sample indices (one per batch row), overriding `sample`: a decode position, so that
+    /// a request's token at position `p` is the same whichever step or batch draws it (speculative
+    /// verification, [`crate::speculative`]). Below 2^31 (with `n` samples: `p + n − 1` too).
+    pub positions: Option<Vec<u32>>,
     /// Per-row temperatures (one per batch row), overriding `temperature`; `0` is greedy for that
     /// row.
     pub temperatures: Option<Vec<f32>>,
@@ -105,6 +109,7 @@ impl SamplingParams {
             sample: 0,
             temperatures: None,
             seeds: None,
+            positions: None,
             n: 1,
             logprobs: LogProbs::Off,
             softcap: None,
@@ -132,6 +137,12 @@ impl SamplingParams {
     /// Sets the sample index.
     pub fn with_sample(mut self, sample: u32) -> Self {
         self.sample = sample;
+        self
+    }
+
+    /// Sets per-row sample indices (decode positions), overriding [`Self::sample`].
+    pub fn with_positions(mut self, positions: Vec<u32>) -> Self {
+        self.positions = Some(positions);
         self
     }
 
@@ -261,10 +272,14 @@ impl SamplingParams {
         (0..b).map(|r| self.stream(r)).collect()
     }
 
-    /// The noise of row `row` (its seed and stream, the first sample index); `None` past the end of
-    /// the stream or seed list.
+    /// The noise of row `row` (its seed and stream, the first sample index: its position, or the
+    /// call's `sample`); `None` past the end of the stream, seed or position list.
     pub fn row_noise(&self, row: usize) -> Option<RowNoise> {
-        Some(RowNoise { seed: self.row_seed(row)?, stream: self.stream(row)?, sample: self.sample })
+        let sample = match &self.positions {
+            Some(p) => *p.get(row)?,
+            None => self.sample,
+        };
+        Some(RowNoise { seed: self.row_seed(row)?, stream: self.stream(row)?, sample })
     }
 
     /// The kernel transform for this temperature (validated first: finite and ≥ 0, else
@@ -431,6 +446,7 @@ pub(crate) fn validate_in_vocab(
     for (buffer, len) in [
         ("per-row temperatures", params.temperatures.as_ref().map(Vec::len)),
         ("per-row seeds", params.seeds.as_ref().map(Vec::len)),
+        ("per-row positions", params.positions.as_ref().map(Vec::len)),
     ] {
         if let Some(actual) = len.filter(|&l| l != b) {
             return Err(Error::LengthMismatch { buffer, expected: b, actual });
@@ -440,7 +456,9 @@ pub(crate) fn validate_in_vocab(
         return Err(Error::InvalidSampleCount { n: params.n, max: MAX_SAMPLES_PER_ROW });
     }
     // The last sample index of the call must stay below 2^31 too.
-    let last = params.sample as u64 + params.n as u64 - 1;
+    // (With per-row positions, the largest of them.)
+    let first = params.positions.as_ref().map_or(params.sample, |p| p.iter().copied().max().unwrap_or(0));
+    let last = first as u64 + params.n as u64 - 1;
     if last >= MAX_SAMPLE as u64 {
         return Err(Error::InvalidSample(last.min(u32::MAX as u64) as u32));
     }
