@@ -13,13 +13,68 @@ float16: sampled in f16, no rounding); CPU tensors are taken as NumPy arrays
 hidden and weight of two dtypes), ``NotImplementedError`` (a control the
 backend does not take yet) or ``RuntimeError`` (CUDA errors)."""
 
+import dataclasses
+import inspect
+from typing import Any
+
 import numpy as np
 
 from ._flashsampling import cuda_device_info as _cuda_device_info
 from ._flashsampling import sample_cpu as _sample_cpu
 from ._flashsampling import sample_cuda as _sample_cuda
 
-__all__ = ["sample", "sample_cuda", "bf16_bits"]
+__all__ = ["sample", "sample_cuda", "bf16_bits", "SamplingParams"]
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingParams:
+    """The controls of a call as one value (the keyword form of ``sample`` stays): pass it as
+    ``sample(hidden, weight, params=...)``; a control given both here and as a keyword is a TypeError. The fields
+    and their meaning are ``sample``'s keywords."""
+
+    temperature: Any = 1.0
+    seed: Any = 0
+    streams: Any = None
+    sample: Any = 0
+    temperatures: Any = None
+    seeds: Any = None
+    n: Any = 1
+    logprobs: Any = "off"
+    top_k: Any = None
+    top_p: Any = None
+    min_p: Any = None
+    softcap: Any = None
+    top_logprobs: Any = 0
+    top_logprobs_raw: Any = False
+    allowed: Any = None
+    logit_bias: Any = None
+    repetition_penalty: Any = None
+    frequency_penalty: Any = None
+    presence_penalty: Any = None
+    prompt_tokens: Any = None
+    output_tokens: Any = None
+
+
+_CONTROLS = [f.name for f in dataclasses.fields(SamplingParams)]
+
+
+def _with_params(fn, params, given):
+    """``given`` (a call's control keywords) with ``params``' values, after checking that no keyword was given too."""
+    if not isinstance(params, SamplingParams):
+        raise TypeError(f"params must be a flashsampling.SamplingParams, not {type(params).__name__}")
+    defaults = {k: p.default for k, p in inspect.signature(fn).parameters.items()}
+    clash = [k for k in _CONTROLS if given[k] is not defaults[k] and not _same_default(given[k], defaults[k])]
+    if clash:
+        raise TypeError(f"{', '.join(clash)} given both in params and as keywords")
+    return {k: getattr(params, k) for k in _CONTROLS}
+
+
+def _same_default(value, default):
+    """Whether ``value`` is the keyword's default (scalars compared by value; arrays never are)."""
+    try:
+        return type(value) is type(default) and bool(value == default)
+    except (TypeError, ValueError):
+        return False
 
 
 def bf16_bits(x):
@@ -244,7 +299,8 @@ def _cpu_tensor_to_numpy(x):
 def sample(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample=0, temperatures=None, seeds=None,
            n=1, logprobs="off", top_k=None, top_p=None, min_p=None, softcap=None, top_logprobs=0,
            top_logprobs_raw=False, allowed=None, logit_bias=None, repetition_penalty=None, frequency_penalty=None,
-           presence_penalty=None, prompt_tokens=None, output_tokens=None, threads=None, return_dict=False):
+           presence_penalty=None, prompt_tokens=None, output_tokens=None, threads=None, return_dict=False,
+           params=None):
     """Tokens drawn from softmax(hidden @ weight.T / T), one per row (``[B]``) or ``n`` per row (``[B, n]``).
 
     Per-row controls (lists of length B): ``temperatures`` (0 = greedy for that row), ``seeds``,
@@ -262,7 +318,8 @@ def sample(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample=0, t
     ``top_logprobs`` asks for each row's most likely tokens. With ``return_dict`` (or any log-probability
     asked for) the result is a dict: tokens, scores, logprobs, raw_logprobs, logsumexp, top_logprobs (a
     list per row of (token, log-probability) pairs; on CUDA tensors a pair of ``[B, k]`` tensors, see
-    ``sample_cuda``); entries not asked for are None.
+    ``sample_cuda``); entries not asked for are None. ``params`` (a ``SamplingParams``) gives the controls as one
+    value instead of keywords.
 
     NumPy arrays (and CPU tensors) run on the CPU backend and give NumPy arrays (tokens int32, as the CUDA path's tensors). PyTorch
     CUDA tensors run on the GPU backend, see ``sample_cuda``.
@@ -272,7 +329,11 @@ def sample(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample=0, t
                     min_p=min_p, softcap=softcap, top_logprobs=top_logprobs, top_logprobs_raw=top_logprobs_raw,
                     allowed=allowed, logit_bias=logit_bias, repetition_penalty=repetition_penalty,
                     frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
-                    prompt_tokens=prompt_tokens, output_tokens=output_tokens, return_dict=return_dict)
+                    prompt_tokens=prompt_tokens, output_tokens=output_tokens)
+    if params is not None:
+        return globals()["sample"](hidden, weight, **_with_params(globals()["sample"], params, controls),
+                                   threads=threads, return_dict=return_dict)
+    controls["return_dict"] = return_dict
     if _is_torch_cuda(hidden) or _is_torch_cuda(weight):
         if threads is not None:
             raise ValueError("threads is a CPU backend setting; CUDA tensors run on the GPU backend")
@@ -353,7 +414,7 @@ def sample_cuda(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample
                 seeds=None, n=1, logprobs="off", top_k=None, top_p=None, min_p=None, softcap=None,
                 top_logprobs=0, top_logprobs_raw=False, allowed=None, logit_bias=None, repetition_penalty=None,
                 frequency_penalty=None, presence_penalty=None, prompt_tokens=None, output_tokens=None,
-                return_dict=False):
+                return_dict=False, params=None):
     """``sample`` on PyTorch CUDA tensors: the fused GPU kernel, on the tensors' device.
 
     ``hidden`` ``[B, D]`` (or ``[D]``) and ``weight`` ``[V, D]``: CUDA tensors on one device, both
@@ -384,6 +445,14 @@ def sample_cuda(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample
     """
     import torch
 
+    if params is not None:
+        given = dict(temperature=temperature, seed=seed, streams=streams, sample=sample,
+                     temperatures=temperatures, seeds=seeds, n=n, logprobs=logprobs, top_k=top_k, top_p=top_p,
+                     min_p=min_p, softcap=softcap, top_logprobs=top_logprobs, top_logprobs_raw=top_logprobs_raw,
+                     allowed=allowed, logit_bias=logit_bias, repetition_penalty=repetition_penalty,
+                     frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
+                     prompt_tokens=prompt_tokens, output_tokens=output_tokens)
+        return sample_cuda(hidden, weight, **_with_params(sample_cuda, params, given), return_dict=return_dict)
     _check_tensor(torch, "hidden", hidden)
     _check_tensor(torch, "weight", weight)
     if hidden.device != weight.device:

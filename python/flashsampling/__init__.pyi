@@ -11,7 +11,56 @@ _Floats = Union[Sequence[float], npt.NDArray[np.floating], Any]
 _LogProbs = Literal["off", "processed", "processed_and_raw"]
 _Result = Union[npt.NDArray[np.int32], Any, dict[str, Any]]
 
-__all__ = ["sample", "sample_cuda", "bf16_bits"]
+__all__ = ["sample", "sample_cuda", "bf16_bits", "SamplingParams"]
+
+class SamplingParams:
+    """The controls of a call as one value (``sample(hidden, weight, params=...)``)."""
+
+    temperature: float
+    seed: int
+    streams: _Ints | None
+    sample: int
+    temperatures: _Floats | None
+    seeds: _Ints | None
+    n: int
+    logprobs: _LogProbs
+    top_k: _Ints | None
+    top_p: _Floats | None
+    min_p: _Floats | None
+    softcap: float | None
+    top_logprobs: int
+    top_logprobs_raw: bool
+    allowed: _Array | None
+    logit_bias: Sequence[dict[int, float]] | None
+    repetition_penalty: float | _Floats | None
+    frequency_penalty: float | _Floats | None
+    presence_penalty: float | _Floats | None
+    prompt_tokens: Sequence[_Ints] | None
+    output_tokens: Sequence[_Ints] | None
+    def __init__(
+        self,
+        temperature: float = 1.0,
+        seed: int = 0,
+        streams: _Ints | None = None,
+        sample: int = 0,
+        temperatures: _Floats | None = None,
+        seeds: _Ints | None = None,
+        n: int = 1,
+        logprobs: _LogProbs = "off",
+        top_k: _Ints | None = None,
+        top_p: _Floats | None = None,
+        min_p: _Floats | None = None,
+        softcap: float | None = None,
+        top_logprobs: int = 0,
+        top_logprobs_raw: bool = False,
+        allowed: _Array | None = None,
+        logit_bias: Sequence[dict[int, float]] | None = None,
+        repetition_penalty: float | _Floats | None = None,
+        frequency_penalty: float | _Floats | None = None,
+        presence_penalty: float | _Floats | None = None,
+        prompt_tokens: Sequence[_Ints] | None = None,
+        output_tokens: Sequence[_Ints] | None = None,
+    ) -> None: ...
 
 def bf16_bits(x: Any) -> npt.NDArray[np.uint16]: ...
 def sample(
@@ -41,6 +90,7 @@ def sample(
     output_tokens: Sequence[_Ints] | None = None,
     threads: int | None = None,
     return_dict: bool = False,
+    params: SamplingParams | None = None,
 ) -> _Result:
     """Tokens (int32 ``[B]`` or ``[B, n]``; -1 for a row without one), or with ``return_dict`` or log-probabilities a
     dict of tokens, scores, logprobs, raw_logprobs, logsumexp and top_logprobs."""
@@ -71,5 +121,6 @@ def sample_cuda(
     prompt_tokens: Sequence[_Ints] | None = None,
     output_tokens: Sequence[_Ints] | None = None,
     return_dict: bool = False,
+    params: SamplingParams | None = None,
 ) -> Any:
     """``sample`` on PyTorch CUDA tensors (torch.int32 tokens on the tensors' device)."""

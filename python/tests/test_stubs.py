@@ -2,6 +2,7 @@
 the module has."""
 
 import ast
+import dataclasses
 import inspect
 import pathlib
 
@@ -11,8 +12,15 @@ import flashsampling as fs
 def test_the_stubs_match_the_module():
     stub = ast.parse((pathlib.Path(__file__).resolve().parents[1] / "flashsampling" / "__init__.pyi").read_text())
     stubbed = {f.name: f for f in stub.body if isinstance(f, ast.FunctionDef)}
-    assert set(stubbed) == set(fs.__all__)
-    for name in fs.__all__:
+    classes = {c.name: c for c in stub.body if isinstance(c, ast.ClassDef)}
+    assert set(stubbed) | set(classes) == set(fs.__all__)
+    # A stubbed class: its constructor's parameters and defaults are the dataclass's fields.
+    for name, c in classes.items():
+        init = next(f for f in c.body if isinstance(f, ast.FunctionDef) and f.name == "__init__")
+        fields = dataclasses.fields(getattr(fs, name))
+        assert [a.arg for a in init.args.args[1:]] == [f.name for f in fields], name
+        assert [ast.literal_eval(d) for d in init.args.defaults] == [f.default for f in fields], name
+    for name in stubbed:
         real = inspect.signature(getattr(fs, name)).parameters
         args = stubbed[name].args
         positional = [a.arg for a in args.args]
@@ -32,3 +40,24 @@ def test_cpu_tokens_are_int32_like_the_cuda_path():
     rng = np.random.default_rng(0)
     tokens = fs.sample(rng.standard_normal((3, 16), dtype=np.float32), rng.standard_normal((40, 16), dtype=np.float32))
     assert tokens.dtype == np.int32 and tokens.shape == (3,)
+
+
+def test_params_give_what_the_keywords_give():
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    h, w = rng.standard_normal((4, 16), dtype=np.float32), rng.standard_normal((60, 16), dtype=np.float32)
+    kw = dict(temperature=0.7, seed=5, top_p=[0.9, 1.0, 0.8, 1.0], n=2, logprobs="processed", top_logprobs=3)
+    by_keywords = fs.sample(h, w, **kw)
+    by_params = fs.sample(h, w, params=fs.SamplingParams(**kw))
+    for key in ("tokens", "scores", "logprobs", "logsumexp"):
+        assert np.array_equal(by_keywords[key], by_params[key]), key
+    assert by_keywords["top_logprobs"] == by_params["top_logprobs"]
+    # A control both ways is an error; a keyword left at its default is not.
+    import pytest
+
+    with pytest.raises(TypeError, match="seed"):
+        fs.sample(h, w, seed=6, params=fs.SamplingParams(seed=5))
+    with pytest.raises(TypeError, match="SamplingParams"):
+        fs.sample(h, w, params=dict(seed=5))
+    assert np.array_equal(fs.sample(h, w, 1.0, 0, params=fs.SamplingParams(seed=3)), fs.sample(h, w, seed=3))
