@@ -23,7 +23,7 @@ from ._flashsampling import cuda_device_info as _cuda_device_info
 from ._flashsampling import sample_cpu as _sample_cpu
 from ._flashsampling import sample_cuda as _sample_cuda
 
-__all__ = ["sample", "sample_cuda", "bf16_bits", "SamplingParams"]
+__all__ = ["sample", "sample_cuda", "verify", "bf16_bits", "SamplingParams"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +36,7 @@ class SamplingParams:
     seed: Any = 0
     streams: Any = None
     sample: Any = 0
+    positions: Any = None
     temperatures: Any = None
     seeds: Any = None
     n: Any = 1
@@ -184,7 +185,7 @@ def _float(x, name):
 
 
 def _controls(b, temperature, seed, streams, sample, temperatures, seeds, n, logprobs, top_k, top_p, min_p,
-              softcap, top_logprobs, top_logprobs_raw, mask_words, penalties):
+              softcap, top_logprobs, top_logprobs_raw, mask_words, penalties, positions=None):
     """The ``controls`` dict of the native calls (their ``ControlArgs``: one key per control). Integer
     controls must be integers (``_int``), per-row integer lists too (the native side refuses floats)."""
     return dict(
@@ -193,7 +194,7 @@ def _controls(b, temperature, seed, streams, sample, temperatures, seeds, n, log
         logprobs=logprobs, top_k=_list(top_k), top_p=_list(top_p), min_p=_list(min_p),
         softcap=None if softcap is None else _float(softcap, "softcap"),
         top_logprobs=_int(top_logprobs, "top_logprobs"), top_logprobs_raw=bool(top_logprobs_raw),
-        mask_words=mask_words, **penalties,
+        mask_words=mask_words, positions=_list(positions), **penalties,
     )
 
 
@@ -296,7 +297,8 @@ def _cpu_tensor_to_numpy(x):
     return x.numpy()
 
 
-def sample(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample=0, temperatures=None, seeds=None,
+def sample(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample=0, positions=None, temperatures=None,
+           seeds=None,
            n=1, logprobs="off", top_k=None, top_p=None, min_p=None, softcap=None, top_logprobs=0,
            top_logprobs_raw=False, allowed=None, logit_bias=None, repetition_penalty=None, frequency_penalty=None,
            presence_penalty=None, prompt_tokens=None, output_tokens=None, threads=None, return_dict=False,
@@ -324,7 +326,7 @@ def sample(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample=0, t
     NumPy arrays (and CPU tensors) run on the CPU backend and give NumPy arrays (tokens int32, as the CUDA path's tensors). PyTorch
     CUDA tensors run on the GPU backend, see ``sample_cuda``.
     """
-    controls = dict(temperature=temperature, seed=seed, streams=streams, sample=sample,
+    controls = dict(temperature=temperature, seed=seed, streams=streams, sample=sample, positions=positions,
                     temperatures=temperatures, seeds=seeds, n=n, logprobs=logprobs, top_k=top_k, top_p=top_p,
                     min_p=min_p, softcap=softcap, top_logprobs=top_logprobs, top_logprobs_raw=top_logprobs_raw,
                     allowed=allowed, logit_bias=logit_bias, repetition_penalty=repetition_penalty,
@@ -356,7 +358,7 @@ def sample(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample=0, t
     penalties = _penalties(b, logit_bias, repetition_penalty, frequency_penalty, presence_penalty, prompt_tokens,
                            output_tokens)
     controls = _controls(b, temperature, seed, streams, sample, temperatures, seeds, n, logprobs, top_k, top_p, min_p,
-                         softcap, top_logprobs, top_logprobs_raw, mask_words, penalties)
+                         softcap, top_logprobs, top_logprobs_raw, mask_words, penalties, positions=positions)
     out = _sample_cpu(np.ascontiguousarray(h).reshape(-1), b, d, np.ascontiguousarray(w).reshape(-1), v, wd, controls,
                       threads=threads, f16=f16)
     shape = (b,) if n == 1 else (b, n)
@@ -410,7 +412,7 @@ def _check_rows(name, t):
                          f"contiguous rows (strides ({cols}, 1)); pass {name}.contiguous()")
 
 
-def sample_cuda(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample=0, temperatures=None,
+def sample_cuda(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample=0, positions=None, temperatures=None,
                 seeds=None, n=1, logprobs="off", top_k=None, top_p=None, min_p=None, softcap=None,
                 top_logprobs=0, top_logprobs_raw=False, allowed=None, logit_bias=None, repetition_penalty=None,
                 frequency_penalty=None, presence_penalty=None, prompt_tokens=None, output_tokens=None,
@@ -446,7 +448,7 @@ def sample_cuda(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample
     import torch
 
     if params is not None:
-        given = dict(temperature=temperature, seed=seed, streams=streams, sample=sample,
+        given = dict(temperature=temperature, seed=seed, streams=streams, sample=sample, positions=positions,
                      temperatures=temperatures, seeds=seeds, n=n, logprobs=logprobs, top_k=top_k, top_p=top_p,
                      min_p=min_p, softcap=softcap, top_logprobs=top_logprobs, top_logprobs_raw=top_logprobs_raw,
                      allowed=allowed, logit_bias=logit_bias, repetition_penalty=repetition_penalty,
@@ -492,7 +494,7 @@ def sample_cuda(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample
         top = (torch.empty((b, k), dtype=torch.int32, device=device),
                torch.empty((b, k), dtype=torch.float32, device=device)) if k > 0 else None
         controls = _controls(b, temperature, seed, streams, sample, temperatures, seeds, n, logprobs, top_k, top_p,
-                             min_p, softcap, top_logprobs, top_logprobs_raw, mask_words, penalties)
+                             min_p, softcap, top_logprobs, top_logprobs_raw, mask_words, penalties, positions=positions)
         _sample_cuda(
             ordinal, torch.cuda.current_stream(ordinal).cuda_stream, hidden.data_ptr(), b, d,
             weight.data_ptr(), v, wd, tokens.data_ptr(), scores.data_ptr(), tokens.numel(), controls,
@@ -511,3 +513,55 @@ def sample_cuda(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample
         return tokens
     return {"tokens": tokens, "scores": scores, "logprobs": lps, "raw_logprobs": raw, "logsumexp": lse,
             "top_logprobs": top}
+
+
+def verify(hidden, weight, offsets, draft_tokens, positions, **controls):
+    """Exact speculative verification with keyed noise (the Rust library's ``speculative::verify``).
+
+    Request ``r`` owns hidden rows ``offsets[r] .. offsets[r + 1]`` (the target's hidden states at its ``K_r + 1``
+    positions), draft tokens ``draft_tokens[offsets[r] - r .. offsets[r + 1] - r - 1]`` (``K_r``), and its first row
+    is at decode position ``positions[r]``. Every row is sampled once with its position as the noise key's sample
+    index (the other controls as ``sample``'s keywords, per row; or ``params=``); drafts are accepted while the
+    target's sample equals them. Returns ``(accepted, tokens)``: accepted drafts per request (int32 ``[R]``) and per
+    request its emitted tokens (int32 arrays: the accepted drafts, then the target's next token) — the tokens plain
+    decoding with the same keys draws, whatever the drafts. CUDA tensors sample on the GPU; the acceptance reads the
+    tokens on the host (one copy)."""
+    offsets = [_int(o, "offsets") for o in _list(offsets)]
+    positions = [_int(p, "positions") for p in _list(positions)]
+    drafts = [_int(t, "draft_tokens") for t in _list(draft_tokens)]
+    requests = len(offsets) - 1
+    if requests < 1 or offsets[0] != 0 or any(b <= a for a, b in zip(offsets, offsets[1:])):
+        raise ValueError("offsets must start at 0 and increase strictly (every request has at least one row)")
+    rows = offsets[-1]
+    if len(positions) != requests or len(drafts) != rows - requests:
+        raise ValueError(f"{requests} requests need {requests} positions and {rows - requests} draft tokens; "
+                         f"got {len(positions)} and {len(drafts)}")
+    params = controls.pop("params", None)
+    if params is not None:
+        if any(k != "threads" for k in controls):
+            raise TypeError("give the controls either as params or as keywords")
+        if not isinstance(params, SamplingParams):
+            raise TypeError(f"params must be a flashsampling.SamplingParams, not {type(params).__name__}")
+        controls.update({k: getattr(params, k) for k in _CONTROLS})
+        if controls.pop("positions") is not None or controls.pop("sample") != 0:
+            raise TypeError("verify keys every row by its position: give positions, not a sample or positions control")
+    elif "positions" in controls or "sample" in controls:
+        raise TypeError("verify keys every row by its position: give positions, not a sample or positions control")
+    row_positions = [p + i for r, p in enumerate(positions) for i in range(offsets[r + 1] - offsets[r])]
+    got = sample(hidden, weight, positions=row_positions, **{k: v for k, v in controls.items() if k != "return_dict"})
+    target = np.asarray(got.cpu() if _is_torch_tensor(got) else got, dtype=np.int32).reshape(-1)
+    if len(target) != rows:
+        raise ValueError(f"hidden has {len(target)} rows; offsets end at {rows}")
+    v = int(weight.shape[0])
+    if any(not 0 <= t < v for t in drafts):
+        raise ValueError(f"a draft token is out of range (V = {v})")
+    accepted, tokens = [], []
+    for r in range(requests):
+        row = target[offsets[r]:offsets[r + 1]]
+        draft = drafts[offsets[r] - r:offsets[r + 1] - r - 1]
+        k = 0
+        while k < len(draft) and draft[k] == row[k]:
+            k += 1
+        accepted.append(k)
+        tokens.append(row[:k + 1].copy())
+    return np.asarray(accepted, dtype=np.int32), tokens

@@ -11,7 +11,7 @@ _Floats = Union[Sequence[float], npt.NDArray[np.floating], Any]
 _LogProbs = Literal["off", "processed", "processed_and_raw"]
 _Result = Union[npt.NDArray[np.int32], Any, dict[str, Any]]
 
-__all__ = ["sample", "sample_cuda", "bf16_bits", "SamplingParams"]
+__all__ = ["sample", "sample_cuda", "verify", "bf16_bits", "SamplingParams"]
 
 class SamplingParams:
     """The controls of a call as one value (``sample(hidden, weight, params=...)``)."""
@@ -20,6 +20,7 @@ class SamplingParams:
     seed: int
     streams: _Ints | None
     sample: int
+    positions: _Ints | None
     temperatures: _Floats | None
     seeds: _Ints | None
     n: int
@@ -43,6 +44,7 @@ class SamplingParams:
         seed: int = 0,
         streams: _Ints | None = None,
         sample: int = 0,
+        positions: _Ints | None = None,
         temperatures: _Floats | None = None,
         seeds: _Ints | None = None,
         n: int = 1,
@@ -71,6 +73,7 @@ def sample(
     *,
     streams: _Ints | None = None,
     sample: int = 0,
+    positions: _Ints | None = None,
     temperatures: _Floats | None = None,
     seeds: _Ints | None = None,
     n: int = 1,
@@ -103,6 +106,7 @@ def sample_cuda(
     *,
     streams: _Ints | None = None,
     sample: int = 0,
+    positions: _Ints | None = None,
     temperatures: _Floats | None = None,
     seeds: _Ints | None = None,
     n: int = 1,
@@ -124,3 +128,13 @@ def sample_cuda(
     params: SamplingParams | None = None,
 ) -> Any:
     """``sample`` on PyTorch CUDA tensors (torch.int32 tokens on the tensors' device)."""
+
+def verify(
+    hidden: _Array,
+    weight: _Array,
+    offsets: _Ints,
+    draft_tokens: _Ints,
+    positions: _Ints,
+    **controls: Any,
+) -> tuple[npt.NDArray[np.int32], list[npt.NDArray[np.int32]]]:
+    """Exact speculative verification: (accepted drafts per request, emitted tokens per request)."""

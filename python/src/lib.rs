@@ -40,6 +40,8 @@ struct ControlArgs {
     #[pyo3(default)]
     sample: u32,
     #[pyo3(default)]
+    positions: Option<Vec<u32>>,
+    #[pyo3(default)]
     temperatures: Option<Vec<f32>>,
     #[pyo3(default)]
     seeds: Option<Vec<u64>>,
@@ -79,11 +81,12 @@ struct ControlArgs {
 }
 
 /// The keys [`ControlArgs`] takes.
-const CONTROL_KEYS: [&str; 21] = [
+const CONTROL_KEYS: [&str; 22] = [
     "temperature",
     "seed",
     "streams",
     "sample",
+    "positions",
     "temperatures",
     "seeds",
     "n",
@@ -135,6 +138,7 @@ impl ControlArgs {
         params.streams = self.streams;
         params.temperatures = self.temperatures;
         params.seeds = self.seeds;
+        params.positions = self.positions;
         params.top_k = self.top_k;
         params.top_p = self.top_p;
         params.min_p = self.min_p;

@@ -61,3 +61,43 @@ def test_params_give_what_the_keywords_give():
     with pytest.raises(TypeError, match="SamplingParams"):
         fs.sample(h, w, params=dict(seed=5))
     assert np.array_equal(fs.sample(h, w, 1.0, 0, params=fs.SamplingParams(seed=3)), fs.sample(h, w, seed=3))
+
+
+def test_verify_emits_what_plain_decoding_draws():
+    import numpy as np
+
+    rng = np.random.default_rng(52)
+    d, v = 16, 120
+    w = rng.standard_normal((v, d), dtype=np.float32)
+    ks = [0, 2, 4, 1]
+    offsets = np.cumsum([0] + [k + 1 for k in ks]).tolist()
+    rows = offsets[-1]
+    h = rng.standard_normal((rows, d), dtype=np.float32)
+    positions = [5, 0, 17, 1000]
+    streams = [s for r, k in enumerate(ks) for s in [10 + r] * (k + 1)]
+    temps = [t for r, k in enumerate(ks) for t in [(0.7, 1.0, 0.0, 1.3)[r]] * (k + 1)]
+    # Plain decoding: each row alone at its position.
+    want = [[int(fs.sample(h[offsets[r] + i], w, seed=9, streams=[10 + r], sample=positions[r] + i,
+                           temperatures=[(0.7, 1.0, 0.0, 1.3)[r]])[0]) for i in range(k + 1)]
+            for r, k in enumerate(ks)]
+    for kind in ("right", "wrong", "mixed"):
+        drafts = []
+        for r, k in enumerate(ks):
+            for i in range(k):
+                right = kind == "right" or (kind == "mixed" and i < k // 2)
+                drafts.append(want[r][i] if right else (want[r][i] + 1) % v)
+        accepted, tokens = fs.verify(h, w, offsets, drafts, positions, seed=9, streams=streams, temperatures=temps)
+        assert accepted.dtype == np.int32
+        for r, k in enumerate(ks):
+            a = {"right": k, "wrong": 0, "mixed": k // 2}[kind]
+            assert accepted[r] == a, (kind, r)
+            assert tokens[r].tolist() == want[r][:a + 1], (kind, r)
+        by_params = fs.verify(h, w, offsets, drafts, positions,
+                              params=fs.SamplingParams(seed=9, streams=streams, temperatures=temps))
+        assert np.array_equal(by_params[0], accepted)
+    import pytest
+
+    with pytest.raises(ValueError):
+        fs.verify(h, w, [0, 2, 2], [1], [0, 0])
+    with pytest.raises(TypeError):
+        fs.verify(h, w, offsets, [0] * (rows - 4), positions, sample=3)
