@@ -69,75 +69,10 @@ fn main() {
     }
     let embedded = if env::var_os("CARGO_FEATURE_BUILD_PTX").is_none() {
         println!("cargo:rustc-env=FLASHSAMPLING_CUBINS_ASSEMBLED=0");
+        println!("cargo:rustc-env=FLASHSAMPLING_PTX_SM90A_DIGEST="); // no Hopper PTX here
         use_prebuilt(&manifest.join("ptx"), &out_dir)
     } else {
-        let ptx = build_from_source(&manifest);
-        let sm = env::var("FLASHSAMPLING_SM").unwrap_or_else(|_| PREBUILT_SM.into());
-        check_entries(&ptx);
-        let text = |m: Module| ptx.iter().find(|(n, _)| *n == m).unwrap().1.clone();
-        for (module, text) in &ptx {
-            std::fs::write(out_dir.join(format!("{}.ptx", module.stem())), text).unwrap();
-        }
-        println!("cargo:rustc-env=FLASHSAMPLING_PTX_SM={sm}");
-        let ptxas = if env::var("FLASHSAMPLING_CUBIN").is_ok_and(|v| v == "0") { None } else { find_ptxas(&manifest) };
-        let version = ptxas.as_deref().map(ptxas_version).unwrap_or_default();
-        let (cubin, cubin_sm90a) = match &ptxas {
-            // Both modules at once (the Hopper one takes most of the time).
-            Some(ptxas) => std::thread::scope(|s| {
-                let hopper = s.spawn(|| assemble(ptxas, &version, Module::Hopper, "sm_90a", &out_dir));
-                // The portable cubin only where the portable PTX is for sm_90 (what the GPUs that load
-                // cubins run).
-                let portable = if sm == "sm_90" {
-                    assemble(ptxas, &version, Module::Portable, "sm_90", &out_dir)
-                } else {
-                    Vec::new()
-                };
-                (portable, hopper.join().unwrap())
-            }),
-            None => (Vec::new(), Vec::new()),
-        };
-        let mut assembled = !cubin_sm90a.is_empty();
-        let mut ptxas_version = if assembled { version } else { String::new() };
-        let (mut cubin, mut cubin_sm90a) = (cubin, cubin_sm90a);
-        // No ptxas (a fresh machine's `./x.sh sample`): where the sources build exactly the shipped PTX,
-        // the shipped cubins are this PTX's machine code (the pinned ptxas's), so a GPU needs no JIT.
-        if !assembled && sm == PREBUILT_SM && env::var("FLASHSAMPLING_CUBIN").map_or(true, |v| v != "0") {
-            let dir = manifest.join("ptx");
-            println!("cargo:rerun-if-changed={}", dir.display());
-            let manifest_text = std::fs::read_to_string(dir.join("MANIFEST")).unwrap_or_default();
-            let hopper = text(Module::Hopper);
-            let digest = format!(
-                "flashsampling_sm90a.ptx: {} bytes, FNV-1a 64 {:016x}",
-                hopper.len(),
-                fnv1a64(hopper.as_bytes())
-            );
-            let portable_shipped = std::fs::read(dir.join("flashsampling.ptx.xz")).ok().and_then(|packed| {
-                let mut bytes = Vec::new();
-                lzma_rs::xz_decompress(&mut &packed[..], &mut bytes).ok().map(|_| bytes)
-            });
-            if manifest_text.lines().any(|l| l == digest)
-                && portable_shipped.as_deref() == Some(text(Module::Portable).as_bytes())
-            {
-                cubin = unxz(&dir, "flashsampling.cubin.xz");
-                cubin_sm90a = unxz(&dir, "flashsampling_sm90a.cubin.xz");
-                ptxas_version = manifest_text.lines().find_map(|l| l.strip_prefix("ptxas: ")).unwrap_or("").to_string();
-                assembled = false;
-            } else if ptxas.is_none() {
-                println!(
-                    "cargo:warning=no ptxas and the kernels differ from the shipped ones: a GPU loads them as PTX \
-                     through the driver's JIT (minutes on its first run; ./x.sh test installs ptxas)"
-                );
-            }
-        }
-        println!("cargo:rustc-env=FLASHSAMPLING_CUBINS_ASSEMBLED={}", assembled as u8);
-        Embedded {
-            ptx: text(Module::Portable).into_bytes(),
-            ptx_sm90a: text(Module::Hopper).into_bytes(),
-            ptx_test: text(Module::Test).into_bytes(),
-            cubin,
-            cubin_sm90a,
-            ptxas_version,
-        }
+        embed_from_source(&manifest, &out_dir)
     };
     for (module, var) in [
         (Module::Portable, "FLASHSAMPLING_PTXAS_REPORT_PATH"),
@@ -165,6 +100,80 @@ fn main() {
         std::fs::write(&dest, packed).unwrap();
         println!("cargo:rustc-env={var}={}", dest.display());
     }
+}
+
+/// The modules built from `kernels/` (feature `build-ptx`): written to `$OUT_DIR/<stem>.ptx`, the
+/// fused ones assembled by the first ptxas found (both at once: the Hopper one takes most of the
+/// time); without a ptxas that works, where the sources build exactly the shipped PTX, the shipped
+/// cubins (this PTX's machine code, the pinned ptxas's), so a fresh machine's `./x.sh sample` needs
+/// no JIT on a GPU. Also hands the crate the Hopper PTX's digest line (`ptx/MANIFEST`'s format),
+/// which `tests/ptx_prebuilt.rs` compares with the shipped one.
+fn embed_from_source(manifest: &Path, out_dir: &Path) -> Embedded {
+    let ptx = build_from_source(manifest);
+    let sm = env::var("FLASHSAMPLING_SM").unwrap_or_else(|_| PREBUILT_SM.into());
+    check_entries(&ptx);
+    for (module, text) in &ptx {
+        std::fs::write(out_dir.join(format!("{}.ptx", module.stem())), text).unwrap();
+    }
+    println!("cargo:rustc-env=FLASHSAMPLING_PTX_SM={sm}");
+    let [portable, hopper, test] = Module::ALL.map(|m| ptx.iter().find(|(n, _)| *n == m).unwrap().1.as_bytes());
+    let digest = hopper_digest_line(hopper);
+    println!("cargo:rustc-env=FLASHSAMPLING_PTX_SM90A_DIGEST={digest}");
+    let off = env::var("FLASHSAMPLING_CUBIN").is_ok_and(|v| v == "0");
+    let ptxas = if off { None } else { find_ptxas(manifest) };
+    let version = ptxas.as_deref().map(ptxas_version).unwrap_or_default();
+    let (cubin, cubin_sm90a) = match &ptxas {
+        Some(ptxas) => std::thread::scope(|s| {
+            let hopper = s.spawn(|| assemble(ptxas, &version, Module::Hopper, "sm_90a", out_dir));
+            // The portable cubin only where the portable PTX is for sm_90 (what the GPUs that load
+            // cubins run).
+            let portable =
+                if sm == "sm_90" { assemble(ptxas, &version, Module::Portable, "sm_90", out_dir) } else { Vec::new() };
+            (portable, hopper.join().unwrap())
+        }),
+        None => (Vec::new(), Vec::new()),
+    };
+    let assembled = !cubin_sm90a.is_empty();
+    println!("cargo:rustc-env=FLASHSAMPLING_CUBINS_ASSEMBLED={}", assembled as u8);
+    let shipped =
+        if assembled || off || sm != PREBUILT_SM { None } else { shipped_cubins_for(manifest, portable, &digest) };
+    if !assembled && shipped.is_none() && ptxas.is_none() && !off {
+        println!(
+            "cargo:warning=no ptxas and the kernels differ from the shipped ones: a GPU loads them as PTX \
+             through the driver's JIT (minutes on its first run; ./x.sh test installs ptxas)"
+        );
+    }
+    let (cubin, cubin_sm90a, ptxas_version) = match shipped {
+        Some(shipped) => shipped,
+        None => (cubin, cubin_sm90a, if assembled { version } else { String::new() }),
+    };
+    Embedded {
+        ptx: portable.to_vec(),
+        ptx_sm90a: hopper.to_vec(),
+        ptx_test: test.to_vec(),
+        cubin,
+        cubin_sm90a,
+        ptxas_version,
+    }
+}
+
+/// The shipped cubins and the ptxas that made them, when the shipped files are of this PTX: the
+/// portable PTX byte for byte, the Hopper PTX by its `MANIFEST` digest line `digest`.
+fn shipped_cubins_for(manifest: &Path, portable: &[u8], digest: &str) -> Option<(Vec<u8>, Vec<u8>, String)> {
+    let dir = manifest.join("ptx");
+    println!("cargo:rerun-if-changed={}", dir.display());
+    let listed = std::fs::read_to_string(dir.join("MANIFEST")).unwrap_or_default();
+    let ptxas = listed.lines().find_map(|l| l.strip_prefix("ptxas: "))?.to_string();
+    if !listed.lines().any(|l| l == digest) || read_xz(&dir.join("flashsampling.ptx.xz")).ok()?.as_slice() != portable {
+        return None;
+    }
+    Some((unxz(&dir, "flashsampling.cubin.xz"), unxz(&dir, "flashsampling_sm90a.cubin.xz"), ptxas))
+}
+
+/// `MANIFEST`'s line for the Hopper PTX (which is not shipped): its length and FNV-1a 64 digest (a
+/// check against drift, not tampering; the sm_90a cubin compared byte for byte is the full check).
+fn hopper_digest_line(ptx: &[u8]) -> String {
+    format!("flashsampling_sm90a.ptx: {} bytes, FNV-1a 64 {:016x}", ptx.len(), fnv1a64(ptx))
 }
 
 /// `module`'s PTX in `out_dir` assembled by `ptxas -arch=<arch> -v` into `$OUT_DIR/<stem>.cubin`,
@@ -223,7 +232,7 @@ fn assemble(ptxas: &Path, ptxas_version: &str, module: Module, arch: &str, out_d
     }
 }
 
-/// FNV-1a, 64 bits (cache keys).
+/// FNV-1a, 64 bits (cache keys, the link script's hash, the Hopper PTX's digest).
 fn fnv1a64(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
 }
@@ -261,14 +270,18 @@ fn find_ptxas(manifest: &Path) -> Option<PathBuf> {
     on_path.then(|| PathBuf::from("ptxas"))
 }
 
-/// `dir/<name>` xz-decoded (a prebuilt file).
-fn unxz(dir: &Path, name: &str) -> Vec<u8> {
-    let path = dir.join(name);
-    let packed = std::fs::read(&path).unwrap_or_else(|e| fail(&format!("no prebuilt file at {}: {e}", path.display())));
+/// The xz file `path` decoded.
+fn read_xz(path: &Path) -> Result<Vec<u8>, String> {
+    let packed = std::fs::read(path).map_err(|e| format!("no prebuilt file at {}: {e}", path.display()))?;
     let mut bytes = Vec::new();
     lzma_rs::xz_decompress(&mut &packed[..], &mut bytes)
-        .unwrap_or_else(|e| fail(&format!("{}: not a valid xz file: {e:?}", path.display())));
-    bytes
+        .map_err(|e| format!("{}: not a valid xz file: {e:?}", path.display()))?;
+    Ok(bytes)
+}
+
+/// `dir/<name>` xz-decoded (a prebuilt file; a build failure when it is missing or not xz).
+fn unxz(dir: &Path, name: &str) -> Vec<u8> {
+    read_xz(&dir.join(name)).unwrap_or_else(|e| fail(&e))
 }
 
 /// The modules shipped with the crate (`ptx/`, see the crate's docs above), decoded. The PTX entry
@@ -351,8 +364,7 @@ fn build_from_source(manifest: &Path) -> Vec<(Module, String)> {
     // The link step is outside cargo's fingerprint of the nested build: hand its hash over as an
     // (ignored) linker argument, so editing the script relinks the PTX.
     let script = std::fs::read(kernels.join("link-ptx.sh")).unwrap_or_else(|e| fail(&format!("link-ptx.sh: {e}")));
-    let script_hash =
-        script.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+    let script_hash = fnv1a64(&script);
 
     let arch = |m: Module| if m == Module::Hopper { "sm_90a" } else { "portable" };
     let modules: Vec<String> = Module::ALL

@@ -4,7 +4,7 @@
 //! compared here with the shipped files:
 //!
 //! - the portable and test PTX byte for byte with `flashsampling.ptx.xz` and `flashsampling_test.ptx.xz`;
-//! - the Hopper PTX (not shipped) with its length and digest in `MANIFEST`;
+//! - the Hopper PTX (not shipped) by its length and digest (computed by build.rs) in `MANIFEST`;
 //! - the cubins byte for byte with `flashsampling.cubin.xz` and `flashsampling_sm90a.cubin.xz`, when
 //!   the build's ptxas is the one `MANIFEST` names (ptxas is deterministic: the same PTX and version
 //!   give the same bytes); else a SKIP line, or a failure with `FLASHSAMPLING_REQUIRE_PTXAS=1` (as
@@ -47,23 +47,12 @@ fn unxz(path: &Path) -> Option<Vec<u8>> {
     Some(bytes)
 }
 
-/// FNV-1a, 64 bits: the Hopper PTX's digest in `MANIFEST` (a check against drift, not tampering; the
-/// sm_90a cubin compared byte for byte is the full check).
-fn fnv1a64(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
-}
-
-/// `MANIFEST`'s line for a module that is not shipped itself.
-fn digest_line(name: &str, bytes: &[u8]) -> String {
-    format!("{name}: {} bytes, FNV-1a 64 {:016x}", bytes.len(), fnv1a64(bytes))
-}
-
 /// `MANIFEST` for these modules, with the ptxas that made the cubins.
-fn manifest(ptxas: &str, hopper_ptx: &[u8]) -> String {
+fn manifest(ptxas: &str) -> String {
     format!(
         "# Written by ./x.sh ptx (tests/ptx_prebuilt.rs): what the files beside it were made from.\n\
          ptxas: {ptxas}\n{}\n",
-        digest_line("flashsampling_sm90a.ptx", hopper_ptx)
+        flashsampling::modules::PTX_SM90A_DIGEST
     )
 }
 
@@ -83,8 +72,10 @@ fn the_shipped_modules_are_what_the_kernel_sources_build() {
     );
     let update = std::env::var("FLASHSAMPLING_UPDATE_PTX").is_ok_and(|v| v == "1");
     let bytes = |a: &flashsampling::Artifact| a.bytes().unwrap();
-    let hopper_ptx = bytes(&flashsampling::PTX_SM90A);
-    assert!(!hopper_ptx.is_empty(), "a build from source embeds the Hopper PTX");
+    assert!(!flashsampling::PTX_SM90A.is_empty(), "a build from source embeds the Hopper PTX");
+    // The build's digest line of the Hopper PTX it embeds (build.rs, the format MANIFEST keeps).
+    let digest = flashsampling::modules::PTX_SM90A_DIGEST;
+    assert!(digest.starts_with("flashsampling_sm90a.ptx: "), "{digest}");
     let ptxas = flashsampling::PTXAS_VERSION;
     let cubins = [
         ("flashsampling.cubin.xz", bytes(&flashsampling::CUBIN)),
@@ -134,17 +125,16 @@ fn the_shipped_modules_are_what_the_kernel_sources_build() {
         );
     }
     if update {
-        let text = manifest(ptxas, &hopper_ptx);
+        let text = manifest(ptxas);
         if text != shipped_manifest {
             std::fs::write(dir.join("MANIFEST"), text).unwrap();
             println!("updated {}", dir.join("MANIFEST").display());
         }
         return;
     }
-    let want = digest_line("flashsampling_sm90a.ptx", &hopper_ptx);
     assert!(
-        shipped_manifest.lines().any(|l| l == want),
-        "{}: no line `{want}`: the Hopper PTX differs from the shipped one's; run ./x.sh ptx and commit it",
+        shipped_manifest.lines().any(|l| l == digest),
+        "{}: no line `{digest}`: the Hopper PTX differs from the shipped one's; run ./x.sh ptx and commit it",
         dir.join("MANIFEST").display()
     );
 }

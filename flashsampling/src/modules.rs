@@ -91,6 +91,10 @@ pub static PTX_TEST: Artifact = embedded!("flashsampling_test.ptx", "FLASHSAMPLI
 /// one's (`ptx/MANIFEST`) or this build's.
 #[doc(hidden)]
 pub const PTXAS_VERSION: &str = env!("FLASHSAMPLING_PTXAS_VERSION");
+/// The Hopper PTX's line in `ptx/MANIFEST` (its length and FNV-1a 64 digest), computed by a build
+/// from source; empty in a prebuilt build, which has no Hopper PTX.
+#[doc(hidden)]
+pub const PTX_SM90A_DIGEST: &str = env!("FLASHSAMPLING_PTX_SM90A_DIGEST");
 /// Whether this build assembled the cubins itself (a build from source with a ptxas), rather than
 /// taking the shipped ones (a prebuilt build, or a build from source without ptxas whose PTX is the
 /// shipped PTX).
