@@ -41,7 +41,6 @@ use buffers::*;
 pub use buffers::{DeviceMatrix, DeviceSamples};
 use launch::*;
 pub use module::ModuleCode;
-pub(crate) use module::load_portable_module;
 use module::*;
 pub use options::GpuOptions;
 use truncate::TruncationBuffers;
@@ -135,13 +134,13 @@ pub struct GpuBackend {
     fallback_gather: CudaFunction,
     fallback_logits: LoadedEntry,
     fallback_sample: CudaFunction,
-    /// Whether the Hopper (sm_90a) module is loaded.
-    sm90a: bool,
+    /// The portable module (its other entries, e.g. the ranks' merge, are looked up by `tp`).
+    portable: Arc<CudaModule>,
     /// What the portable and (when loaded) the Hopper module run ([`GpuBackend::module_code`]).
     module_code: (ModuleCode, Option<ModuleCode>),
     /// Variant forced for every batch size ([`GpuOptions::fused_variant`] or
     /// [`GpuBackend::set_fused_variant`]); samples do not depend on it.
-    variant_override: Option<FusedVariant>,
+    variant_override: Option<&'static FusedVariant>,
     /// Stage-balanced vocab ranges forced on or off ([`GpuOptions::stage_balance`], or
     /// [`GpuBackend::set_stage_balance`]); samples do not depend on it.
     stage_balance_override: Option<bool>,
@@ -180,6 +179,7 @@ impl GpuBackend {
     /// [`GpuBackend::new`] with the tuning `options` (benches and tests build them with
     /// [`GpuOptions::from_env`]). A forced variant this GPU does not run is an error.
     pub fn with_options(ordinal: usize, options: GpuOptions) -> Result<Self> {
+        options.check()?;
         if !gpu_available() {
             return Err(Error::NoGpu("no CUDA driver library or no device".into()));
         }
@@ -187,7 +187,7 @@ impl GpuBackend {
         let sm_count =
             ctx.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
         let stream = ctx.new_stream()?;
-        let (module, portable_code) = load_portable_module_with(&ctx, options.jit)?;
+        let (module, portable_code) = load_portable_module(&ctx, options.jit)?;
         // The arch-specific sm_90a module (`wgmma`) loads on compute capability 9.0 only.
         let cc = compute_capability(&ctx)?;
         // `GpuOptions::portable_only` keeps it unloaded, so a Hopper GPU runs the portable kernels the
@@ -237,7 +237,7 @@ impl GpuBackend {
             fallback_sample,
             variant_override: None,
             stage_balance_override: options.stage_balance,
-            sm90a: module_sm90a.is_some(),
+            portable: module,
             module_code: (portable_code, hopper_code),
             fused,
             expand,
@@ -248,7 +248,7 @@ impl GpuBackend {
             sm_count,
             dependent_launch: options.dependent_launch,
             truncate_step_override: options.truncate_step,
-            blocks_per_sm_override: options.blocks_per_sm.filter(|n| (1..=32).contains(n)),
+            blocks_per_sm_override: options.blocks_per_sm,
         };
         if options.fused_variant.is_some() {
             gpu.set_fused_variant(options.fused_variant)?;
@@ -291,12 +291,11 @@ impl GpuBackend {
     /// sets it at construction; an error when this GPU
     /// does not run the variant.
     pub fn set_fused_variant(&mut self, variant: Option<FusedVariant>) -> Result<()> {
-        if let Some(v) = variant
-            && self.loaded(v).is_none()
-        {
-            return Err(self.unknown_variant(v.entry));
-        }
-        self.variant_override = variant;
+        self.variant_override = match variant {
+            // The loaded variant's entry of the table (this GPU runs it).
+            Some(v) => Some(self.loaded(v).ok_or_else(|| self.unknown_variant(v.entry))?.variant),
+            None => None,
+        };
         Ok(())
     }
 
@@ -332,13 +331,13 @@ impl GpuBackend {
     /// with log-probabilities; `Truncate` with top-k / top-p / min-p).
     pub fn fused_variant_for(&self, b: usize, d: usize, v: usize, epilogue: Epilogue) -> FusedVariant {
         let shape = (b as u32, d.min(u32::MAX as usize) as u32, v as u32);
-        self.variant_override.unwrap_or(variant_for_batch(shape, epilogue, self.sm90a, self.sm_count))
+        self.variant_override.copied().unwrap_or(variant_for_batch(shape, epilogue, self.hopper_kernels(), self.sm_count))
     }
 
     /// Whether the Hopper (sm_90a) module is loaded: compute capability 9.0 and
     /// [`GpuOptions::portable_only`] off. Otherwise only the portable kernels run.
     pub fn hopper_kernels(&self) -> bool {
-        self.sm90a
+        self.module_code.1.is_some()
     }
 
     /// Multiprocessors of the device.
@@ -349,6 +348,11 @@ impl GpuBackend {
     /// The device's name.
     pub fn device_name(&self) -> String {
         self.ctx.name().unwrap_or_else(|_| "unknown CUDA device".into())
+    }
+
+    /// The portable module this backend loaded (cubin or PTX, as [`GpuBackend::module_code`] says).
+    pub(crate) fn portable_module(&self) -> &Arc<CudaModule> {
+        &self.portable
     }
 
     /// The context.

@@ -83,13 +83,9 @@ pub(super) fn load_module(
     Ok(Some((ctx.load_module(Ptx::from_src(ptx.text()?))?, ModuleCode::Ptx)))
 }
 
-/// The portable module ([`PTX`], or its sm_90 cubin on compute capability 9.0; [`load_module`]).
-pub(crate) fn load_portable_module(ctx: &Arc<CudaContext>) -> Result<(Arc<CudaModule>, ModuleCode)> {
-    load_portable_module_with(ctx, false)
-}
-
-/// [`load_portable_module`], through the JIT when `jit`.
-pub(super) fn load_portable_module_with(ctx: &Arc<CudaContext>, jit: bool) -> Result<(Arc<CudaModule>, ModuleCode)> {
+/// The portable module ([`PTX`], or its sm_90 cubin on compute capability 9.0; through the JIT
+/// when `jit`; [`load_module`]).
+pub(super) fn load_portable_module(ctx: &Arc<CudaContext>, jit: bool) -> Result<(Arc<CudaModule>, ModuleCode)> {
     let loaded = load_module(ctx, &PTX, &CUBIN, compute_capability(ctx)?, jit)?;
     Ok(loaded.expect("every build embeds the portable PTX (build.rs)"))
 }

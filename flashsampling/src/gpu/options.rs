@@ -34,8 +34,8 @@ pub struct GpuOptions {
     /// Force the truncation step's entry; `None`: [`TruncateStep::for_rows`]
     /// (`FLASHSAMPLING_TRUNCATE_STEP=alone|paired`).
     pub truncate_step: Option<TruncateStep>,
-    /// Resident blocks per multiprocessor of the persistent grid, `1..=32`; `None`: the kernel's
-    /// occupancy (`FLASHSAMPLING_BLOCKS_PER_SM`).
+    /// Resident blocks per multiprocessor of the persistent grid, `1..=32` (else
+    /// [`Error::InvalidOption`]); `None`: the kernel's occupancy (`FLASHSAMPLING_BLOCKS_PER_SM`).
     pub blocks_per_sm: Option<u32>,
     /// Force one fused-kernel variant for every batch size (an error at construction where the GPU
     /// does not run it); `None`: the choice by batch size (`FLASHSAMPLING_FUSED_VARIANT=<entry>`).
@@ -56,7 +56,21 @@ impl Default for GpuOptions {
     }
 }
 
+/// The resident blocks per multiprocessor [`GpuOptions::blocks_per_sm`] may force.
+const BLOCKS_PER_SM: std::ops::RangeInclusive<u32> = 1..=32;
+
 impl GpuOptions {
+    /// The options checked (before a backend opens its device): a `blocks_per_sm` outside `1..=32` is
+    /// [`Error::InvalidOption`].
+    pub fn check(&self) -> Result<()> {
+        match self.blocks_per_sm {
+            Some(n) if !BLOCKS_PER_SM.contains(&n) => {
+                Err(Error::InvalidOption { name: "GpuOptions::blocks_per_sm", value: n.to_string() })
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// The options the `FLASHSAMPLING_*` variables above give (unset or empty: the default), for
     /// benches, tests and examples; the library never calls it. A value that is not one of those
     /// listed is [`Error::InvalidOption`] (an unknown variant [`Error::UnknownVariant`]).
@@ -87,7 +101,7 @@ impl GpuOptions {
         let blocks_per_sm = match var("FLASHSAMPLING_BLOCKS_PER_SM") {
             None => None,
             Some(v) => match v.parse::<u32>() {
-                Ok(n) if (1..=32).contains(&n) => Some(n),
+                Ok(n) if BLOCKS_PER_SM.contains(&n) => Some(n),
                 _ => return Err(bad("FLASHSAMPLING_BLOCKS_PER_SM", v)),
             },
         };
@@ -152,6 +166,17 @@ mod tests {
                 "{name}={value}"
             );
         }
+        // A forced block count outside 1..=32 in a value built by hand: a typed error before any device.
+        let forced = |n| GpuOptions { blocks_per_sm: Some(n), ..GpuOptions::default() };
+        assert_eq!(
+            forced(33).check(),
+            Err(Error::InvalidOption { name: "GpuOptions::blocks_per_sm", value: "33".into() })
+        );
+        assert!(forced(0).check().is_err() && forced(32).check().is_ok() && GpuOptions::default().check().is_ok());
+        assert_eq!(
+            crate::GpuBackend::with_options(0, forced(0)).unwrap_err(),
+            Error::InvalidOption { name: "GpuOptions::blocks_per_sm", value: "0".into() }
+        );
         let unknown = GpuOptions::from_lookup(env(&[("FLASHSAMPLING_FUSED_VARIANT", "nope")]));
         assert!(matches!(unknown, Err(Error::UnknownVariant(ref n, _)) if n == "nope"));
     }

@@ -111,8 +111,8 @@ impl TpRank {
         layout: ShardLayout,
         timeout: Duration,
     ) -> Result<Self> {
-        let (module, _) = crate::gpu::load_portable_module(gpu.context())?;
-        let merge = module.load_function(MERGE_RANKS_ENTRY)?;
+        // The backend's own portable module: not loaded (nor decoded) a second time.
+        let merge = gpu.portable_module().load_function(MERGE_RANKS_ENTRY)?;
         let done = gpu.context().new_event(None)?;
         let layouts = vec![layout];
         Ok(Self { gpu, comm, rank, world, layout, layouts, exchange: None, fallback: None, merge, done, timeout })
