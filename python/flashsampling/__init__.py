@@ -59,6 +59,11 @@ class SamplingParams:
 _CONTROLS = [f.name for f in dataclasses.fields(SamplingParams)]
 
 
+def _given(names):
+    """The control keywords of a call, from its ``locals()`` (the names are ``SamplingParams``' fields)."""
+    return {k: names[k] for k in _CONTROLS}
+
+
 def _with_params(fn, params, given):
     """``given`` (a call's control keywords) with ``params``' values, after checking that no keyword was given too."""
     if not isinstance(params, SamplingParams):
@@ -326,12 +331,7 @@ def sample(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample=0, p
     NumPy arrays (and CPU tensors) run on the CPU backend and give NumPy arrays (tokens int32, as the CUDA path's tensors). PyTorch
     CUDA tensors run on the GPU backend, see ``sample_cuda``.
     """
-    controls = dict(temperature=temperature, seed=seed, streams=streams, sample=sample, positions=positions,
-                    temperatures=temperatures, seeds=seeds, n=n, logprobs=logprobs, top_k=top_k, top_p=top_p,
-                    min_p=min_p, softcap=softcap, top_logprobs=top_logprobs, top_logprobs_raw=top_logprobs_raw,
-                    allowed=allowed, logit_bias=logit_bias, repetition_penalty=repetition_penalty,
-                    frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
-                    prompt_tokens=prompt_tokens, output_tokens=output_tokens)
+    controls = _given(locals())
     if params is not None:
         return globals()["sample"](hidden, weight, **_with_params(globals()["sample"], params, controls),
                                    threads=threads, return_dict=return_dict)
@@ -448,12 +448,7 @@ def sample_cuda(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample
     import torch
 
     if params is not None:
-        given = dict(temperature=temperature, seed=seed, streams=streams, sample=sample, positions=positions,
-                     temperatures=temperatures, seeds=seeds, n=n, logprobs=logprobs, top_k=top_k, top_p=top_p,
-                     min_p=min_p, softcap=softcap, top_logprobs=top_logprobs, top_logprobs_raw=top_logprobs_raw,
-                     allowed=allowed, logit_bias=logit_bias, repetition_penalty=repetition_penalty,
-                     frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
-                     prompt_tokens=prompt_tokens, output_tokens=output_tokens)
+        given = _given(locals())
         return sample_cuda(hidden, weight, **_with_params(sample_cuda, params, given), return_dict=return_dict)
     _check_tensor(torch, "hidden", hidden)
     _check_tensor(torch, "weight", weight)
