@@ -137,3 +137,84 @@ fn bad_drafts_are_typed_errors() {
     assert_eq!(call(&[0, 2, 3], &[1], &[u32::MAX, 0], 1), Err(Error::InvalidSample(u32::MAX)));
     assert!(matches!(call(&[0, 2, 3], &[1], &[(1 << 31) - 1, 0], 1), Err(Error::InvalidSample(_))));
 }
+
+/// The GPU twin (SKIP without a GPU): on exact logits (`common::exact_head`), the GPU's verification —
+/// one fused call with per-row positions — accepts and emits exactly what the CPU's does, for random,
+/// right and wrong drafts, with per-row temperatures, top-p and greedy rows, on every row count the
+/// variants split differently (1 to 130 rows).
+#[test]
+fn the_gpu_verifies_what_the_cpu_verifies() {
+    let Some(gpu) = common::gpu_or_skip("the_gpu_verifies_what_the_cpu_verifies") else { return };
+    let gpu = Sampler::Gpu(gpu);
+    let cpu = Sampler::new(BackendChoice::Cpu).unwrap();
+    let (d, v) = (64usize, 4096usize);
+    for (round, ks) in [vec![0usize], vec![3, 0, 5, 1], vec![7; 16]].into_iter().enumerate() {
+        let mut offsets = vec![0usize];
+        for &k in &ks {
+            offsets.push(offsets.last().unwrap() + k + 1);
+        }
+        let rows = *offsets.last().unwrap();
+        let (hidden, weight) = common::exact_head(rows, d, v, 2.0, 0x52_60 + round as u64);
+        let positions: Vec<u32> = (0..ks.len() as u32).map(|r| 1000 * r + 7).collect();
+        let t: Vec<f32> = (0..rows).map(|i| [1.0, 0.6, 0.0, 1.4][i % 4]).collect();
+        let p: Vec<f32> = (0..rows).map(|i| [1.0, 0.9, 1.0, 0.75][i % 4]).collect();
+        let params = SamplingParams::new(1.0, 11)
+            .with_streams((0..rows as u64).map(|i| 3 * i + 1).collect())
+            .with_temperatures(t)
+            .with_top_p(p);
+        let (h, w) = (Matrix::new(&hidden, rows, d), Matrix::new(&weight, v, d));
+        // The CPU's target tokens at the rows' positions.
+        let target: Vec<u32> = {
+            let keyed = params.clone().with_positions(
+                (0..ks.len()).flat_map(|r| (0..=ks[r] as u32).map(|i| i + positions[r]).collect::<Vec<_>>()).collect(),
+            );
+            cpu.sample(h, w, &keyed).unwrap()
+        };
+        for kind in 0..3u32 {
+            // Drafts: the target tokens (right), shifted (wrong), or arbitrary.
+            let drafts: Vec<u32> = (0..ks.len())
+                .flat_map(|r| offsets[r]..offsets[r + 1] - 1)
+                .map(|row| match kind {
+                    0 => target[row],
+                    1 => (target[row] + 1) % v as u32,
+                    _ => (row as u32 * 97 + 5) % v as u32,
+                })
+                .collect();
+            let drafts = Drafts { offsets: &offsets, tokens: &drafts, positions: &positions };
+            let want = verify(&cpu, h, w, &params, drafts).unwrap();
+            let got = verify(&gpu, h, w, &params, drafts).unwrap();
+            assert_eq!(got, want, "round {round}, drafts {kind}");
+        }
+    }
+}
+
+/// `with_positions`: row `r` draws what a call with sample index `positions[r]` draws (with `n`
+/// samples, `positions[r] + j`), and the positions are checked like sample indices.
+#[test]
+fn positions_are_per_row_sample_indices() {
+    let cpu = flashsampling::CpuBackend::new();
+    let mut rng = TestRng::new(0x9051);
+    let (b, v) = (5usize, V);
+    let (hidden, weight) = (rng.normal_bf16(b * D, 1.0), rng.normal_bf16(v * D, 2.0 / (D as f64).sqrt()));
+    let positions = vec![0u32, 9, 3, 1 << 20, (1 << 31) - 3];
+    let params = SamplingParams::new(1.1, 4).with_positions(positions.clone()).with_samples_per_row(3);
+    let got = cpu.sample(Matrix::new(&hidden, b, D), Matrix::new(&weight, v, D), &params).unwrap();
+    for r in 0..b {
+        let one =
+            SamplingParams::new(1.1, 4).with_streams(vec![r as u64]).with_sample(positions[r]).with_samples_per_row(3);
+        let want =
+            cpu.sample(Matrix::new(&hidden[r * D..(r + 1) * D], 1, D), Matrix::new(&weight, v, D), &one).unwrap();
+        assert_eq!(got[3 * r..3 * r + 3], want[..], "row {r}");
+    }
+    let call = |p: SamplingParams| cpu.sample(Matrix::new(&hidden, b, D), Matrix::new(&weight, v, D), &p).unwrap_err();
+    assert_eq!(
+        call(SamplingParams::new(1.0, 0).with_positions(vec![0; 4])),
+        Error::LengthMismatch { buffer: "per-row positions", expected: b, actual: 4 }
+    );
+    assert_eq!(
+        call(SamplingParams::new(1.0, 0).with_positions(vec![0, 0, 1 << 31, 0, 0])),
+        Error::InvalidSample(1 << 31)
+    );
+    // The last of n samples too: (2^31 - 3) + 3 - 1 = 2^31 - 1 is fine above; + 4 - 1 is not.
+    assert_eq!(call(params.with_samples_per_row(4)), Error::InvalidSample(1 << 31));
+}
