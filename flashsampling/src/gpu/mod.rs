@@ -331,7 +331,12 @@ impl GpuBackend {
     /// with log-probabilities; `Truncate` with top-k / top-p / min-p).
     pub fn fused_variant_for(&self, b: usize, d: usize, v: usize, epilogue: Epilogue) -> FusedVariant {
         let shape = (b as u32, d.min(u32::MAX as usize) as u32, v as u32);
-        self.variant_override.copied().unwrap_or(variant_for_batch(shape, epilogue, self.hopper_kernels(), self.sm_count))
+        self.variant_override.copied().unwrap_or(variant_for_batch(
+            shape,
+            epilogue,
+            self.hopper_kernels(),
+            self.sm_count,
+        ))
     }
 
     /// Whether the Hopper (sm_90a) module is loaded: compute capability 9.0 and
