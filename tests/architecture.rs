@@ -142,3 +142,93 @@ fn every_logit_goes_through_the_one_pipeline() {
     }
     assert!(offenders.is_empty(), "logit processing outside the pipeline:\n{}", offenders.join("\n"));
 }
+
+/// Runs `cmd` in `dir`, panicking with its output when it fails.
+fn run_in(dir: &Path, cmd: &mut std::process::Command) {
+    let out = cmd.current_dir(dir).output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The guide's worked example (docs/dev/changing-the-kernel.md, "A new logit transform") as a test:
+/// `docs/dev/worked-example-logit-scale.patch` adds a launch-wide logit scale to the one pipeline.
+/// It touches `kernels/src/logits.rs` and `kernels/src/params.rs` only — no file under `device/` —,
+/// applies to a copy of this tree's kernel crate, and with it the device code compiles for
+/// nvptx64 unchanged and the pipeline's unit tests pass (its new one included: scale 1 is no
+/// change, bit for bit; the scale comes after the soft-cap, before the adjustment and the mask).
+/// SKIPs without `git` (it applies the patch).
+#[test]
+fn the_guides_worked_example_is_one_function_and_no_device_file() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let patch = root.join("docs/dev/worked-example-logit-scale.patch");
+    let text = std::fs::read_to_string(&patch).unwrap();
+    let files: BTreeSet<&str> =
+        text.lines().filter_map(|l| l.strip_prefix("diff --git a/")).filter_map(|l| l.split(" b/").next()).collect();
+    assert_eq!(files, BTreeSet::from(["kernels/src/logits.rs", "kernels/src/params.rs"]), "the patch's files");
+    if std::process::Command::new("git").arg("--version").output().is_err() {
+        println!("SKIP the_guides_worked_example_is_one_function_and_no_device_file: no git to apply the patch");
+        return;
+    }
+    // A workspace of the kernel crate alone: the root manifest's workspace sections (members: kernels),
+    // its lock file and toolchain, and a copy of `kernels/`.
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("worked-example");
+    let _ = std::fs::remove_dir_all(dir.join("kernels"));
+    let copy = |from: &Path, to: &Path| {
+        let mut stack = vec![from.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            for entry in std::fs::read_dir(&d).unwrap() {
+                let path = entry.unwrap().path();
+                let dest = to.join(path.strip_prefix(from).unwrap());
+                if path.is_dir() {
+                    stack.push(path);
+                } else {
+                    std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
+                    std::fs::copy(&path, &dest).unwrap();
+                }
+            }
+        }
+    };
+    copy(&root.join("kernels"), &dir.join("kernels"));
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    let workspace: String = manifest
+        .split("\n[package]")
+        .next()
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with("default-members") && !l.contains("path = \"flashsampling\""))
+        .map(|l| if l.starts_with("members") { "members = [\"kernels\"]" } else { l })
+        .collect::<Vec<_>>()
+        .join("\n");
+    std::fs::write(dir.join("Cargo.toml"), workspace + "\n").unwrap();
+    for f in ["Cargo.lock", "rust-toolchain.toml"] {
+        std::fs::copy(root.join(f), dir.join(f)).unwrap();
+    }
+    // Outside any repository (the copy sits under target/, inside this one, where `git apply` would
+    // skip paths outside its directory).
+    let ceiling = dir.parent().unwrap();
+    run_in(&dir, std::process::Command::new("git").args(["apply"]).arg(&patch).env("GIT_CEILING_DIRECTORIES", ceiling));
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let target = dir.join("target");
+    // The device code with the new field: every device site's `logit_pipeline()` picks it up.
+    run_in(
+        &dir,
+        std::process::Command::new(&cargo)
+            .args(["check", "-q", "-p", "flashsampling-kernels", "--lib", "--release"])
+            .args(["--target", "nvptx64-nvidia-cuda", "-Zbuild-std=core"])
+            .env("CARGO_TARGET_DIR", &target),
+    );
+    // The pipeline's unit tests on the host, the worked example's own included.
+    let out = std::process::Command::new(&cargo)
+        .args(["test", "-q", "-p", "flashsampling-kernels", "--lib", "logits::"])
+        .env("CARGO_TARGET_DIR", &target)
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("4 passed"), "the pipeline's three tests and the example's: {stdout}");
+}
