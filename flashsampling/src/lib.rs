@@ -40,6 +40,7 @@ pub mod error;
 pub mod gpu;
 pub mod modules;
 pub mod params;
+pub mod score;
 pub mod shard;
 pub mod speculative;
 #[cfg(feature = "internals")]

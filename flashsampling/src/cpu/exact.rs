@@ -24,33 +24,13 @@ impl CpuBackend {
         slots: &[Slot],
         params: &SamplingParams,
     ) -> Samples {
-        let Shape { b, d, v } = shape;
+        let Shape { b, v, .. } = shape;
         let n = params.n as usize;
         let want_raw =
             params.logprobs == LogProbs::ProcessedAndRaw || (params.top_logprobs > 0 && params.top_logprobs_raw);
         let row = |r: usize| -> RowResult {
-            let h: Vec<f32> = hidden[r * d..(r + 1) * d].iter().map(|x| x.to_f32()).collect();
-            let mut w = vec![0f32; d];
-            let mut z: Vec<f32> = (0..v)
-                .map(|i| {
-                    for (dst, src) in w.iter_mut().zip(&weight[i * d..(i + 1) * d]) {
-                        *dst = src.to_f32();
-                    }
-                    dot(&h, &w)
-                })
-                .collect();
-            let raw = if want_raw { Some(z.clone()) } else { None };
-            params.row_logits(r).apply(&mut z, 0);
             let inv_t = slots[r * n].inv_temperature;
-            if inv_t > 0.0 {
-                let (k, p, min_p) = params.row_truncation(r);
-                let t = kept_threshold(&z, 1.0 / inv_t, k, p, min_p);
-                for x in z.iter_mut() {
-                    if (*x as f64) < t {
-                        *x = f32::NEG_INFINITY;
-                    }
-                }
-            }
+            let (raw, z) = materialize_row(hidden, weight, shape, r, params, inv_t, want_raw);
             let cands: Vec<Candidate> = slots[r * n..(r + 1) * n]
                 .iter()
                 .map(|slot| {
@@ -83,6 +63,42 @@ impl CpuBackend {
         });
         RowResult::samples(results, params)
     }
+}
+
+/// Row `r`'s logits materialized: its raw logits (with `want_raw`) and its processed ones with
+/// every token outside its kept set `−∞` ([`kept_threshold`]; a greedy row, `inv_t = 0`, keeps
+/// all). What [`CpuBackend::sample_materialized`] samples and `score` reads.
+pub(super) fn materialize_row<T: Element>(
+    hidden: &[T],
+    weight: &[T],
+    Shape { d, v, .. }: Shape,
+    r: usize,
+    params: &SamplingParams,
+    inv_t: f64,
+    want_raw: bool,
+) -> (Option<Vec<f32>>, Vec<f32>) {
+    let h: Vec<f32> = hidden[r * d..(r + 1) * d].iter().map(|x| x.to_f32()).collect();
+    let mut w = vec![0f32; d];
+    let mut z: Vec<f32> = (0..v)
+        .map(|i| {
+            for (dst, src) in w.iter_mut().zip(&weight[i * d..(i + 1) * d]) {
+                *dst = src.to_f32();
+            }
+            dot(&h, &w)
+        })
+        .collect();
+    let raw = if want_raw { Some(z.clone()) } else { None };
+    params.row_logits(r).apply(&mut z, 0);
+    if inv_t > 0.0 {
+        let (k, p, min_p) = params.row_truncation(r);
+        let t = kept_threshold(&z, 1.0 / inv_t, k, p, min_p);
+        for x in z.iter_mut() {
+            if (*x as f64) < t {
+                *x = f32::NEG_INFINITY;
+            }
+        }
+    }
+    (raw, z)
 }
 
 /// One row of the materialized path: its candidates and log-probabilities.
@@ -223,7 +239,7 @@ pub(crate) const SHARD_TOP: usize = flashsampling_kernels::truncate::RANK_TOP;
 
 /// `ln Σ exp(x)` in f64 over `xs` (`−∞` when empty or all `−∞`; `+∞` when a value is: it holds all
 /// the mass).
-fn lse_f64(xs: impl Iterator<Item = f64> + Clone) -> f64 {
+pub(super) fn lse_f64(xs: impl Iterator<Item = f64> + Clone) -> f64 {
     let m = xs.clone().fold(f64::NEG_INFINITY, f64::max);
     if m.is_infinite() { m } else { m + xs.map(|x| (x - m).exp()).sum::<f64>().ln() }
 }

@@ -3,6 +3,7 @@
 //! when no GPU is present, and the reference the GPU tests compare against.
 
 mod exact;
+mod score;
 mod tiled;
 
 use tiled::{add_logprobs, log_prob};

@@ -1,0 +1,121 @@
+//! [`CpuBackend::score`]: the log-probabilities of given tokens ([`crate::score`]), on the paths
+//! sampling takes — the tiled pass's log-mass for rows that keep every token, the materialized rows
+//! for rows that truncate — so that a sampled token scores what its call reported.
+
+use flashsampling_kernels::Candidate;
+use flashsampling_kernels::epilogue::update_tile;
+
+use super::exact::{lse_f64, materialize_row};
+use super::{CpuBackend, dot, log_prob, slots};
+use crate::check_samples_of;
+use crate::error::Result;
+use crate::params::{Element, LogProbs, Matrix, SamplingParams, validate};
+use crate::score::{Scores, check_tokens};
+use crate::{Samples, params::Shape};
+
+impl CpuBackend {
+    /// Per row of `hidden`, the log-probabilities of `tokens[row]` under `params`' controls, and the
+    /// row's log-sum-exps ([`Scores`]). `params.n`, `params.logprobs` and the top log-probabilities
+    /// do not matter (the distribution of a row does not depend on them); the sample index does not
+    /// either. Validation is sampling's, then one token per row below V; a row sampling would refuse
+    /// (every logit `−∞`, a NaN logit) is the same error here. Memory: O(B) results, plus one
+    /// materialized row per worker when the call truncates.
+    ///
+    /// ```
+    /// use flashsampling::{CpuBackend, Matrix, SamplingParams};
+    ///
+    /// let (d, v) = (8, 4);
+    /// let hidden = vec![half::bf16::ONE; d];
+    /// let weight = vec![half::bf16::ZERO; v * d]; // every logit 0: uniform over 4 tokens
+    /// let s = CpuBackend::new().score(Matrix::new(&hidden, 1, d), Matrix::new(&weight, v, d), &SamplingParams::new(1.0, 0), &[3])?;
+    /// assert!((s.logprobs[0] - 0.25f32.ln()).abs() < 1e-6 && (s.raw_logsumexp[0] - 4f32.ln()).abs() < 1e-6);
+    /// # Ok::<(), flashsampling::Error>(())
+    /// ```
+    pub fn score<T: Element>(
+        &self,
+        hidden: Matrix<'_, T>,
+        weight: Matrix<'_, T>,
+        params: &SamplingParams,
+        tokens: &[u32],
+    ) -> Result<Scores> {
+        let (shape, _) = validate(
+            (hidden.rows, hidden.cols, hidden.data.len()),
+            (weight.rows, weight.cols, weight.data.len()),
+            params,
+        )?;
+        check_tokens(tokens, shape.b, shape.v)?;
+        let mut p = params.clone();
+        (p.n, p.logprobs, p.top_logprobs) = (1, LogProbs::ProcessedAndRaw, 0);
+        let slots = slots(&p, shape.b);
+        if p.truncates(shape.v) {
+            return self.score_materialized(hidden, weight, shape, &p, tokens);
+        }
+        let (winners, mass) = self.winners(hidden.data, weight.data, (0, shape.v), shape, &slots, &p, true);
+        let samples =
+            Samples::plain(winners.iter().map(|c| c.token()).collect(), winners.iter().map(|c| c.score).collect());
+        check_samples_of(&samples, 1, hidden, &[weight.data])?;
+        let d = shape.d;
+        let mut out = Scores { logprobs: vec![], raw_logprobs: vec![], logsumexp: vec![], raw_logsumexp: vec![] };
+        for (r, &t) in tokens.iter().enumerate() {
+            let h: Vec<f32> = hidden.data[r * d..(r + 1) * d].iter().map(|x| x.to_f32()).collect();
+            let w: Vec<f32> = weight.data[t as usize * d..(t as usize + 1) * d].iter().map(|x| x.to_f32()).collect();
+            let y = dot(&h, &w);
+            // The same arithmetic as the sampled token's (`tiled::add_logprobs`).
+            let z = p.row_logits(r).one(y, t as usize) as f64;
+            let inv_t = slots[r].inv_temperature;
+            let (lse, raw_lse) = (mass[r].processed_lse(), mass[r].raw_lse());
+            let processed = if inv_t > 0.0 {
+                log_prob(z * inv_t, lse) as f32
+            } else if t == winners[r].token() {
+                0.0
+            } else {
+                f32::NEG_INFINITY
+            };
+            out.logprobs.push(processed);
+            out.raw_logprobs.push(log_prob(y as f64, raw_lse) as f32);
+            out.logsumexp.push(if inv_t > 0.0 { lse as f32 } else { f32::NAN });
+            out.raw_logsumexp.push(raw_lse as f32);
+        }
+        Ok(out)
+    }
+
+    /// [`Self::score`] for a call that truncates: each row materialized as sampling materializes it
+    /// (`exact::materialize_row`), its log-probabilities as `exact::RowResult::of` computes them.
+    fn score_materialized<T: Element>(
+        &self,
+        hidden: Matrix<'_, T>,
+        weight: Matrix<'_, T>,
+        shape: Shape,
+        params: &SamplingParams,
+        tokens: &[u32],
+    ) -> Result<Scores> {
+        let slots = slots(params, shape.b);
+        let mut out = Scores { logprobs: vec![], raw_logprobs: vec![], logsumexp: vec![], raw_logsumexp: vec![] };
+        let mut winners = Vec::with_capacity(shape.b);
+        for (r, &t) in tokens.iter().enumerate() {
+            let slot = &slots[r];
+            let inv_t = slot.inv_temperature;
+            let (raw, z) = materialize_row(hidden.data, weight.data, shape, r, params, inv_t, true);
+            // The row's sample (as `sample_materialized` draws it): its errors, and a greedy row's token.
+            let mut c = Candidate::EMPTY;
+            update_tile(&mut c, &z, 0, shape.v as u32, &slot.noise, &slot.transform);
+            winners.push(c);
+            let y = raw.expect("asked for");
+            let raw_lse = lse_f64(y.iter().map(|&x| x as f64));
+            let (processed, lse) = if inv_t > 0.0 {
+                let lse = lse_f64(z.iter().map(|&x| x as f64 * inv_t));
+                (log_prob(z[t as usize] as f64 * inv_t, lse) as f32, lse as f32)
+            } else {
+                (if t == c.token() { 0.0 } else { f32::NEG_INFINITY }, f32::NAN)
+            };
+            out.logprobs.push(processed);
+            out.raw_logprobs.push(log_prob(y[t as usize] as f64, raw_lse) as f32);
+            out.logsumexp.push(lse);
+            out.raw_logsumexp.push(raw_lse as f32);
+        }
+        let samples =
+            Samples::plain(winners.iter().map(|c| c.token()).collect(), winners.iter().map(|c| c.score).collect());
+        check_samples_of(&samples, 1, hidden, &[weight.data])?;
+        Ok(out)
+    }
+}

@@ -1,0 +1,43 @@
+//! Scoring given tokens (issue 52.1): per row, the log-probability of a token the caller names —
+//! prompt log-probabilities, the reference policy's log-probabilities in RL training, perplexity —
+//! under the same definitions as sampling, without a `[rows, V]` logits buffer in the caller's
+//! hands. [`crate::CpuBackend::score`] computes them; the GPU's fused pass does not yet.
+
+use crate::error::{Error, Result};
+
+/// Per row (`[B]`), the log-probabilities of its given token and the row's log-sum-exps.
+///
+/// - `logprobs`: the processed log-probability — after the call's controls (soft-cap, adjustments,
+///   mask, temperature, top-k / top-p / min-p), exactly as [`crate::Samples::logprobs`] defines it for
+///   a sampled token: `z / T − logsumexp`; `−∞` for a token the mask or the truncation removes; for a
+///   greedy row (`T = 0`) `0` for the token greedy sampling draws (the lowest-index argmax) and `−∞`
+///   for every other.
+/// - `raw_logprobs`: `log softmax(y)[t]` over the raw logits (`T = 1`, nothing applied).
+/// - `logsumexp`: the row's log-sum-exp of `z / T` over its kept tokens (NaN for a greedy row);
+///   `raw_logsumexp`: of the raw logits.
+///
+/// Scoring the token a call sampled gives, bit for bit, the log-probabilities that call reported
+/// (the same code computes both).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Scores {
+    /// Processed log-probability of each row's token.
+    pub logprobs: Vec<f32>,
+    /// Raw log-probability of each row's token.
+    pub raw_logprobs: Vec<f32>,
+    /// Each row's processed log-sum-exp (NaN when greedy).
+    pub logsumexp: Vec<f32>,
+    /// Each row's raw log-sum-exp.
+    pub raw_logsumexp: Vec<f32>,
+}
+
+/// The given tokens of a `rows × v` call: one per row, each below `v` (typed errors, before any
+/// work).
+pub fn check_tokens(tokens: &[u32], rows: usize, v: usize) -> Result<()> {
+    if tokens.len() != rows {
+        return Err(Error::LengthMismatch { buffer: "tokens to score", expected: rows, actual: tokens.len() });
+    }
+    if let Some(row) = tokens.iter().position(|&t| t as usize >= v) {
+        return Err(Error::TokenOutOfRange { row, token: tokens[row], v });
+    }
+    Ok(())
+}

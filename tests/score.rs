@@ -1,0 +1,135 @@
+//! Scoring given tokens (issue 52.1) on the CPU backend: the log-probabilities of a token the
+//! caller names, under the definitions sampling uses. Scoring the token a call sampled gives that
+//! call's log-probabilities bit for bit; against an independent f64 reference; typed errors.
+
+mod common;
+
+use common::*;
+use flashsampling::params::LogProbs;
+use flashsampling::{CpuBackend, Error, Matrix, SamplingParams};
+use half::bf16;
+
+/// The controls the sampled-token identity runs under: plain, per-row temperatures (greedy rows
+/// too), soft-cap, mask, adjustments, and each truncation.
+fn cases(b: usize, v: usize) -> Vec<(&'static str, SamplingParams)> {
+    let base = SamplingParams::new(0.8, 11).with_streams((0..b as u64).collect());
+    vec![
+        ("plain", base.clone()),
+        ("temperatures", base.clone().with_temperatures(mixed_temperatures(b))),
+        ("softcap", base.clone().with_softcap(4.0)),
+        ("mask", base.clone().with_allowed(random_mask(b, v, 0.3, 5))),
+        ("adjustments", base.clone().with_adjustments(random_adjustments(b, v, 6, 7))),
+        ("top-k", base.clone().with_top_k((0..b as u32).map(|r| [1, 5, 40, 0][r as usize % 4]).collect())),
+        ("top-p + min-p", base.clone().with_top_p(vec![0.7; b]).with_min_p(vec![0.02; b])),
+        (
+            "top-k + greedy rows + mask",
+            base.with_temperatures(mixed_temperatures(b))
+                .with_top_k(vec![20; b])
+                .with_allowed(random_mask(b, v, 0.5, 9)),
+        ),
+    ]
+}
+
+#[test]
+fn scoring_the_sampled_token_gives_the_reported_log_probabilities() {
+    let (b, d, v) = (12, 64, 700);
+    let mut rng = TestRng::new(0x52_5C0);
+    let hidden = rng.normal_bf16(b * d, 1.0);
+    let weight = rng.normal_bf16(v * d, 0.3);
+    let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
+    let cpu = CpuBackend::new();
+    for (name, params) in cases(b, v) {
+        let sampled = cpu.sample_scored(h, w, &params.clone().with_logprobs(LogProbs::ProcessedAndRaw)).unwrap();
+        let scored = cpu.score(h, w, &params, &sampled.tokens).unwrap();
+        assert_eq!(bits(&scored.logprobs), bits(sampled.logprobs.as_ref().unwrap()), "{name}: log-probabilities");
+        assert_eq!(bits(&scored.raw_logprobs), bits(sampled.raw_logprobs.as_ref().unwrap()), "{name}: raw");
+        assert_eq!(bits(&scored.logsumexp), bits(sampled.logsumexp.as_ref().unwrap()), "{name}: log-sum-exp");
+        // Another token of each row: a greedy row's is −∞ unless it is the argmax.
+        let others: Vec<u32> = sampled.tokens.iter().map(|&t| (t + 1) % v as u32).collect();
+        let other = cpu.score(h, w, &params, &others).unwrap();
+        for r in 0..b {
+            if params.temperatures.as_ref().is_some_and(|t| t[r] == 0.0) {
+                assert_eq!(other.logprobs[r], f32::NEG_INFINITY, "{name}: greedy row {r}");
+                assert!(other.logsumexp[r].is_nan(), "{name}: greedy row {r}");
+            } else {
+                assert!(other.logprobs[r] <= 0.0, "{name}: row {r}: {}", other.logprobs[r]);
+            }
+            assert_eq!(other.raw_logsumexp[r].to_bits(), scored.raw_logsumexp[r].to_bits(), "{name}: row {r}");
+        }
+    }
+}
+
+#[test]
+fn scores_match_an_independent_f64_reference() {
+    // Exact logits (hidden rows are unit vectors), so the reference is f64 arithmetic on them:
+    // soft-cap, mask, temperature, top-k (an order-free truncation), then log-softmax.
+    let (b, d, v) = (9, 16, 300);
+    let (hidden, weight) = exact_head(b, d, v, 1.5, 0x52_5C1);
+    let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
+    let mask = random_mask(b, v, 0.6, 3);
+    let temps: Vec<f32> = (0..b).map(|r| [0.5, 1.0, 1.7][r % 3]).collect();
+    let ks: Vec<u32> = (0..b as u32).map(|r| [0, 10, 60][r as usize % 3]).collect();
+    let params = SamplingParams::new(1.0, 1)
+        .with_temperatures(temps.clone())
+        .with_softcap(3.0)
+        .with_allowed(mask.clone())
+        .with_top_k(ks.clone());
+    let mut rng = TestRng::new(4);
+    let tokens: Vec<u32> = (0..b).map(|_| (rng.next_u64() % v as u64) as u32).collect();
+    let got = CpuBackend::new().score(h, w, &params, &tokens).unwrap();
+    for r in 0..b {
+        let y: Vec<f64> = (0..v).map(|i| weight[i * d + r % d].to_f64()).collect();
+        let allowed = |i: usize| (mask.words[r * mask.words_per_row + i / 32] >> (i % 32)) & 1 == 1;
+        let z: Vec<f64> =
+            (0..v).map(|i| if allowed(i) { 3.0 * (y[i] / 3.0).tanh() } else { f64::NEG_INFINITY }).collect();
+        let mut sorted: Vec<f64> = z.iter().copied().filter(|x| x.is_finite()).collect();
+        sorted.sort_by(|a, b| b.partial_cmp(a).unwrap());
+        let k = ks[r] as usize;
+        let kth = if k > 0 && k < sorted.len() { sorted[k - 1] } else { f64::NEG_INFINITY };
+        let t = temps[r] as f64;
+        let kept: Vec<f64> = z.iter().map(|&x| if x >= kth { x / t } else { f64::NEG_INFINITY }).collect();
+        let lse_of = |xs: &[f64]| {
+            let m = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            m + xs.iter().map(|x| (x - m).exp()).sum::<f64>().ln()
+        };
+        let (lse, raw_lse) = (lse_of(&kept), lse_of(&y));
+        let want = kept[tokens[r] as usize] - lse;
+        let lp = got.logprobs[r] as f64;
+        if want == f64::NEG_INFINITY {
+            assert_eq!(lp, f64::NEG_INFINITY, "row {r}: a removed token");
+        } else {
+            assert!((lp - want).abs() < 1e-4, "row {r}: {lp} vs {want}");
+        }
+        assert!(((got.logsumexp[r] as f64 - lse) / lse).abs() < 1e-5, "row {r}: lse {} vs {lse}", got.logsumexp[r]);
+        assert!(((got.raw_logsumexp[r] as f64 - raw_lse) / raw_lse).abs() < 1e-5, "row {r}: raw lse");
+        let raw_want = y[tokens[r] as usize] - raw_lse;
+        assert!(
+            (got.raw_logprobs[r] as f64 - raw_want).abs() < 1e-4,
+            "row {r}: raw {} vs {raw_want}",
+            got.raw_logprobs[r]
+        );
+    }
+    // Some rows' tokens were removed (masked or past top-k) and some kept: both branches ran.
+    assert!(got.logprobs.iter().any(|x| x.is_finite()) && got.logprobs.iter().any(|x| x.is_infinite()));
+}
+
+#[test]
+fn bad_tokens_are_typed_errors() {
+    let (b, d, v) = (3, 8, 10);
+    let (hidden, weight) = (vec![bf16::ONE; b * d], vec![bf16::ZERO; v * d]);
+    let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
+    let cpu = CpuBackend::new();
+    let p = SamplingParams::new(1.0, 0);
+    assert!(matches!(cpu.score(h, w, &p, &[0, 1]), Err(Error::LengthMismatch { expected: 3, actual: 2, .. })));
+    assert!(matches!(cpu.score(h, w, &p, &[0, 10, 1]), Err(Error::TokenOutOfRange { row: 1, token: 10, v: 10 })));
+    assert!(matches!(cpu.score(h, w, &SamplingParams::new(-1.0, 0), &[0, 0, 0]), Err(Error::InvalidTemperature(_))));
+    // Every token of a uniform row: ln(1/10) each, and the mass sums to one.
+    let s = cpu.score(h, w, &p, &[0, 5, 9]).unwrap();
+    assert!(s.logprobs.iter().all(|&x| (x - 0.1f32.ln()).abs() < 1e-6), "{:?}", s.logprobs);
+    // A row with nothing allowed is sampling's error.
+    let none = flashsampling::controls::TokenMask { words: vec![0; b], words_per_row: 1 };
+    assert!(matches!(
+        cpu.score(h, w, &p.clone().with_allowed(none), &[0, 0, 0]),
+        Err(Error::AllLogitsNegInfinite { row: 0 })
+    ));
+}
