@@ -267,4 +267,19 @@ impl Sampler {
             Sampler::Cpu(c) | Sampler::CpuFallback(c, _) => c.sample_scored(hidden, weight, params),
         }
     }
+
+    /// The log-probabilities of one given token per row ([`CpuBackend::score`], [`score::Scores`]).
+    /// The GPU backend does not score yet: [`Error::Unsupported`] there.
+    pub fn score<T: params::Element>(
+        &self,
+        hidden: Matrix<'_, T>,
+        weight: Matrix<'_, T>,
+        params: &SamplingParams,
+        tokens: &[u32],
+    ) -> Result<score::Scores> {
+        match self {
+            Sampler::Gpu(_) => Err(Error::Unsupported { control: "scoring given tokens", path: "on the GPU backend" }),
+            Sampler::Cpu(c) | Sampler::CpuFallback(c, _) => c.score(hidden, weight, params, tokens),
+        }
+    }
 }
