@@ -223,7 +223,7 @@ fn positions_are_per_row_sample_indices() {
 /// of a request) is `e_i`, so the logit of token `t` at position `i` is `weight[t, i]`. The draft's
 /// weights are the target's plus noise (a draft that mostly agrees). Per position, both heads' exact
 /// probabilities at temperature `t`.
-fn coupled_heads(k: usize, t: f64) -> (Vec<bf16>, Vec<bf16>, Vec<Vec<f64>>, Vec<Vec<f64>>) {
+fn coupled_heads(k: usize, t: f64) -> (Vec<bf16>, Vec<bf16>, PerPosition, PerPosition) {
     let mut rng = TestRng::new(0x52_C0DE);
     let target = rng.normal_bf16(V2 * D2, 1.2);
     let noise = rng.normal_bf16(V2 * D2, 0.6);
@@ -233,6 +233,9 @@ fn coupled_heads(k: usize, t: f64) -> (Vec<bf16>, Vec<bf16>, Vec<Vec<f64>>, Vec<
     let pd = (0..=k).map(|i| probs(&draft, i)).collect();
     (target, draft, pt, pd)
 }
+
+/// Per position, a distribution over the `V2` tokens.
+type PerPosition = Vec<Vec<f64>>;
 
 const D2: usize = 16;
 const V2: usize = 24;
@@ -259,7 +262,7 @@ fn emitted_tokens_follow_the_target_and_coupled_drafts_agree_within_the_coupling
     let offsets: Vec<usize> = (0..=R).map(|r| r * (K + 1)).collect();
     let positions = vec![0u32; R];
     let mut emitted = vec![vec![0u64; V2]; K + 1];
-    let mut agree = vec![0u64; K + 1];
+    let mut agree = [0u64; K + 1];
     let rounds = 8u64;
     for round in 0..rounds {
         let streams: Vec<u64> = (0..rows).map(|row| round * R as u64 + (row / (K + 1)) as u64).collect();
