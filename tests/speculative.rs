@@ -5,6 +5,7 @@
 mod common;
 
 use common::TestRng;
+use flashsampling::controls::TokenMask;
 use flashsampling::speculative::{Drafts, verify};
 use flashsampling::{BackendChoice, Error, Matrix, Sampler, SamplingParams};
 use half::bf16;
@@ -12,13 +13,31 @@ use half::bf16;
 const D: usize = 32;
 const V: usize = 200;
 
-/// A request's controls: stream, seed, temperature, top-p.
+/// A request's controls: stream, seed, temperature, top-p, top-k, min-p, and whether its rows are
+/// masked (an allowed-token mask keyed by the request: `mask_row`).
 #[derive(Clone, Copy)]
 struct Req {
     stream: u64,
     seed: u64,
     t: f32,
     top_p: f32,
+    top_k: u32,
+    min_p: f32,
+    masked: bool,
+}
+
+/// The allowed-token words of a request's rows (every token when it is not masked): tokens whose
+/// id is not a multiple of 3, and token 3 · stream.
+fn mask_row(req: Req) -> Vec<u32> {
+    let mut words = vec![u32::MAX; V.div_ceil(32)];
+    if req.masked {
+        for t in (0..V).step_by(3) {
+            words[t / 32] &= !(1 << (t % 32));
+        }
+        let t = (3 * req.stream as usize) % V;
+        words[t / 32] |= 1 << (t % 32);
+    }
+    words
 }
 
 /// Plain decoding: the token at `position` of a request, its row sampled alone.
@@ -27,7 +46,10 @@ fn plain(sampler: &Sampler, h: &[bf16], w: &[bf16], req: Req, position: u32) -> 
         .with_streams(vec![req.stream])
         .with_sample(position)
         .with_seeds(vec![req.seed])
-        .with_top_p(vec![req.top_p]);
+        .with_top_p(vec![req.top_p])
+        .with_top_k(vec![req.top_k])
+        .with_min_p(vec![req.min_p])
+        .with_allowed(TokenMask { words: mask_row(req), words_per_row: V.div_ceil(32) });
     sampler.sample(Matrix::new(h, 1, D), Matrix::new(w, V, D), &params).unwrap()[0]
 }
 
@@ -37,10 +59,12 @@ fn emitted_tokens_are_plain_decoding_whatever_the_drafts() {
     let mut rng = TestRng::new(0x52_5BEC);
     let weight = rng.normal_bf16(V * D, 2.0 / (D as f64).sqrt());
     let reqs = [
-        Req { stream: 11, seed: 7, t: 1.0, top_p: 1.0 },
-        Req { stream: 12, seed: 7, t: 0.7, top_p: 0.9 },
-        Req { stream: 5, seed: 99, t: 0.0, top_p: 1.0 },
-        Req { stream: 40, seed: 3, t: 1.3, top_p: 0.8 },
+        Req { stream: 11, seed: 7, t: 1.0, top_p: 1.0, top_k: 0, min_p: 0.0, masked: false },
+        Req { stream: 12, seed: 7, t: 0.7, top_p: 0.9, top_k: 0, min_p: 0.0, masked: true },
+        Req { stream: 5, seed: 99, t: 0.0, top_p: 1.0, top_k: 0, min_p: 0.0, masked: false },
+        Req { stream: 40, seed: 3, t: 1.3, top_p: 0.8, top_k: 0, min_p: 0.0, masked: false },
+        Req { stream: 41, seed: 3, t: 1.1, top_p: 1.0, top_k: 12, min_p: 0.0, masked: true },
+        Req { stream: 42, seed: 8, t: 0.9, top_p: 0.95, top_k: 30, min_p: 0.05, masked: false },
     ];
     for round in 0..40u64 {
         let ks: Vec<usize> = (0..reqs.len()).map(|r| (round as usize * 7 + r * 3) % 6).collect(); // 0..=5 drafts
@@ -70,7 +94,13 @@ fn emitted_tokens_are_plain_decoding_whatever_the_drafts() {
             .with_streams(per_row(&|q| q.stream as f64).iter().map(|&x| x as u64).collect())
             .with_seeds(per_row(&|q| q.seed as f64).iter().map(|&x| x as u64).collect())
             .with_temperatures(per_row(&|q| q.t as f64).iter().map(|&x| x as f32).collect())
-            .with_top_p(per_row(&|q| q.top_p as f64).iter().map(|&x| x as f32).collect());
+            .with_top_p(per_row(&|q| q.top_p as f64).iter().map(|&x| x as f32).collect())
+            .with_top_k(per_row(&|q| q.top_k as f64).iter().map(|&x| x as u32).collect())
+            .with_min_p(per_row(&|q| q.min_p as f64).iter().map(|&x| x as f32).collect())
+            .with_allowed(TokenMask {
+                words: (0..reqs.len()).flat_map(|r| (0..=ks[r]).flat_map(move |_| mask_row(reqs[r]))).collect(),
+                words_per_row: V.div_ceil(32),
+            });
         for kind in ["random", "right", "wrong", "right then wrong"] {
             let drafts: Vec<u32> = (0..reqs.len())
                 .flat_map(|r| {
