@@ -352,3 +352,35 @@ fn emitted_tokens_follow_the_target_and_coupled_drafts_agree_within_the_coupling
         }
     }
 }
+
+/// Issue 52.2 (e) on the CPU: verification is one sampling call with per-row positions, so it is
+/// invariant under vocab sharding when that call is. Over uneven shards (the CPU's in-memory ranks),
+/// per-row positions draw the whole head's tokens and scores bit for bit, plain and truncating.
+#[test]
+fn positions_over_vocab_shards_draw_the_whole_heads_tokens() {
+    use flashsampling::{CpuBackend, VocabShard};
+    let (b, d) = (12, D);
+    let mut rng = TestRng::new(0x52_7A);
+    let weight = rng.normal_bf16(V * d, 2.0 / (d as f64).sqrt());
+    let hidden = rng.normal_bf16(b * d, 1.0);
+    let cpu = CpuBackend::new();
+    let positions: Vec<u32> = (0..b as u32).map(|r| 1000 + 7 * r).collect();
+    let base = SamplingParams::new(0.9, 5).with_streams((0..b as u64).collect()).with_positions(positions);
+    for params in [base.clone(), base.clone().with_top_p(vec![0.8; b]).with_top_k(vec![25; b])] {
+        for ends in [vec![V], vec![60, V], vec![8, 120, 124, V]] {
+            let mut from = 0;
+            let shards: Vec<_> = ends
+                .iter()
+                .map(|&to| {
+                    let s = VocabShard::new(Matrix::new(&weight[from * d..to * d], to - from, d), from);
+                    from = to;
+                    s
+                })
+                .collect();
+            let whole = cpu.sample_scored(Matrix::new(&hidden, b, d), Matrix::new(&weight, V, d), &params).unwrap();
+            let sharded = cpu.sample_sharded(Matrix::new(&hidden, b, d), &shards, V, &params).unwrap();
+            assert_eq!(sharded.tokens, whole.tokens, "shards ending at {ends:?}");
+            assert_eq!(common::bits(&sharded.scores), common::bits(&whole.scores), "shards ending at {ends:?}");
+        }
+    }
+}
