@@ -23,7 +23,7 @@ from ._flashsampling import cuda_device_info as _cuda_device_info
 from ._flashsampling import sample_cpu as _sample_cpu
 from ._flashsampling import sample_cuda as _sample_cuda
 
-__all__ = ["sample", "sample_cuda", "verify", "bf16_bits", "SamplingParams"]
+__all__ = ["sample", "sample_cuda", "score", "verify", "bf16_bits", "SamplingParams"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -340,6 +340,30 @@ def sample(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample=0, p
         if threads is not None:
             raise ValueError("threads is a CPU backend setting; CUDA tensors run on the GPU backend")
         return sample_cuda(hidden, weight, **controls)
+    h, w, f16 = _cpu_operands(hidden, weight)
+    (b, d), (v, wd) = h.shape, w.shape
+    mask_words = _mask_words(allowed, b, v)
+    penalties = _penalties(b, logit_bias, repetition_penalty, frequency_penalty, presence_penalty, prompt_tokens,
+                           output_tokens)
+    controls = _controls(b, temperature, seed, streams, sample, temperatures, seeds, n, logprobs, top_k, top_p, min_p,
+                         softcap, top_logprobs, top_logprobs_raw, mask_words, penalties, positions=positions)
+    out = _sample_cpu(h.reshape(-1), b, d, w.reshape(-1), v, wd, controls, threads=threads, f16=f16)
+    shape = (b,) if n == 1 else (b, n)
+    # int32 like the CUDA path's tensors (a row without a token: -1 on both).
+    tokens = np.asarray(out["tokens"], dtype=np.uint32).reshape(shape).view(np.int32)
+    if not return_dict and logprobs == "off" and not top_logprobs:
+        return tokens
+    res = {"tokens": tokens, "scores": np.asarray(out["scores"], dtype=np.float32).reshape(shape)}
+    for key in ("logprobs", "raw_logprobs"):
+        res[key] = None if out[key] is None else np.asarray(out[key], dtype=np.float32).reshape(shape)
+    res["logsumexp"] = None if out["logsumexp"] is None else np.asarray(out["logsumexp"], dtype=np.float32)
+    res["top_logprobs"] = out["top_logprobs"]
+    return res
+
+
+def _cpu_operands(hidden, weight):
+    """The CPU backend's operands: contiguous bf16 bits (or f16 bits when both are float16) of ``hidden``
+    ``[B, D]`` (a 1-d row is one row) and ``weight`` ``[V, D]``, and whether they are f16."""
     if _is_torch_tensor(hidden):
         hidden = _cpu_tensor_to_numpy(hidden)
     if _is_torch_tensor(weight):
@@ -353,25 +377,36 @@ def sample(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample=0, p
         h = h[None, :]
     if h.ndim != 2 or w.ndim != 2:
         raise ValueError(f"hidden must be [B, D] and weight [V, D]; got shapes {h.shape} and {w.shape}")
+    return np.ascontiguousarray(h), np.ascontiguousarray(w), f16
+
+
+def score(hidden, weight, tokens, temperature=1.0, *, temperatures=None, top_k=None, top_p=None, min_p=None,
+          softcap=None, allowed=None, logit_bias=None, repetition_penalty=None, frequency_penalty=None,
+          presence_penalty=None, prompt_tokens=None, output_tokens=None, threads=None):
+    """The log-probabilities of one given token per row (the Rust library's ``CpuBackend::score``), under the
+    controls ``sample`` takes (same keywords and definitions; noise keys do not matter). Returns a dict of float32
+    ``[B]`` arrays: ``logprobs`` (processed: after soft-cap, adjustments, mask, temperature, top-k/top-p/min-p;
+    -inf for a token they remove; a greedy row gives 0 for its argmax, -inf otherwise), ``raw_logprobs``
+    (``log softmax(logits)[token]``), ``logsumexp`` (processed, NaN when greedy) and ``raw_logsumexp``. Scoring
+    the tokens a call sampled gives exactly the log-probabilities it reported. NumPy arrays (and CPU tensors)
+    only: the GPU backend does not score yet."""
+    if _is_torch_cuda(hidden) or _is_torch_cuda(weight):
+        raise NotImplementedError("score runs on the CPU backend only (NumPy arrays or CPU tensors) for now")
+    h, w, f16 = _cpu_operands(hidden, weight)
     (b, d), (v, wd) = h.shape, w.shape
-    mask_words = _mask_words(allowed, b, v)
+    toks = [_int(t, "tokens") for t in _list(tokens)]
+    if len(toks) != b:
+        raise ValueError(f"tokens: one per row ({b} rows); got {len(toks)}")
+    if any(t < 0 or t >= v for t in toks):
+        raise ValueError(f"tokens: every id must be in 0 .. {v - 1} (V = {v})")
     penalties = _penalties(b, logit_bias, repetition_penalty, frequency_penalty, presence_penalty, prompt_tokens,
                            output_tokens)
-    controls = _controls(b, temperature, seed, streams, sample, temperatures, seeds, n, logprobs, top_k, top_p, min_p,
-                         softcap, top_logprobs, top_logprobs_raw, mask_words, penalties, positions=positions)
-    out = _sample_cpu(np.ascontiguousarray(h).reshape(-1), b, d, np.ascontiguousarray(w).reshape(-1), v, wd, controls,
-                      threads=threads, f16=f16)
-    shape = (b,) if n == 1 else (b, n)
-    # int32 like the CUDA path's tensors (a row without a token: -1 on both).
-    tokens = np.asarray(out["tokens"], dtype=np.uint32).reshape(shape).view(np.int32)
-    if not return_dict and logprobs == "off" and not top_logprobs:
-        return tokens
-    res = {"tokens": tokens, "scores": np.asarray(out["scores"], dtype=np.float32).reshape(shape)}
-    for key in ("logprobs", "raw_logprobs"):
-        res[key] = None if out[key] is None else np.asarray(out[key], dtype=np.float32).reshape(shape)
-    res["logsumexp"] = None if out["logsumexp"] is None else np.asarray(out["logsumexp"], dtype=np.float32)
-    res["top_logprobs"] = out["top_logprobs"]
-    return res
+    controls = _controls(b, temperature, 0, None, 0, temperatures, None, 1, "off", top_k, top_p, min_p, softcap, 0,
+                         False, _mask_words(allowed, b, v), penalties)
+    out = _sample_cpu(h.reshape(-1), b, d, w.reshape(-1), v, wd, controls, threads=threads, f16=f16,
+                      score_tokens=toks)
+    return {k: np.asarray(out[k], dtype=np.float32) for k in ("logprobs", "raw_logprobs", "logsumexp",
+                                                               "raw_logsumexp")}
 
 
 _checked_devices = set()

@@ -11,7 +11,7 @@ _Floats = Union[Sequence[float], npt.NDArray[np.floating], Any]
 _LogProbs = Literal["off", "processed", "processed_and_raw"]
 _Result = Union[npt.NDArray[np.int32], Any, dict[str, Any]]
 
-__all__ = ["sample", "sample_cuda", "verify", "bf16_bits", "SamplingParams"]
+__all__ = ["sample", "sample_cuda", "score", "verify", "bf16_bits", "SamplingParams"]
 
 class SamplingParams:
     """The controls of a call as one value (``sample(hidden, weight, params=...)``)."""
@@ -128,6 +128,28 @@ def sample_cuda(
     params: SamplingParams | None = None,
 ) -> Any:
     """``sample`` on PyTorch CUDA tensors (torch.int32 tokens on the tensors' device)."""
+
+def score(
+    hidden: _Array,
+    weight: _Array,
+    tokens: _Ints,
+    temperature: float = 1.0,
+    *,
+    temperatures: _Floats | None = None,
+    top_k: _Ints | None = None,
+    top_p: _Floats | None = None,
+    min_p: _Floats | None = None,
+    softcap: float | None = None,
+    allowed: Any | None = None,
+    logit_bias: Sequence[dict[int, float]] | None = None,
+    repetition_penalty: float | _Floats | None = None,
+    frequency_penalty: float | _Floats | None = None,
+    presence_penalty: float | _Floats | None = None,
+    prompt_tokens: Sequence[_Ints] | None = None,
+    output_tokens: Sequence[_Ints] | None = None,
+    threads: int | None = None,
+) -> dict[str, npt.NDArray[np.float32]]:
+    """Log-probabilities of one given token per row (CPU backend): logprobs, raw_logprobs, logsumexp, raw_logsumexp."""
 
 def verify(
     hidden: _Array,

@@ -287,8 +287,10 @@ impl Penalties {
 
 /// Samples on the CPU backend. `hidden_bits` `[b, hidden_d]` and `weight_bits` `[v, weight_d]` hold
 /// bf16 bits (f16 bits with `f16`); `controls` is the call's [`ControlArgs`]. Returns a dict of lists.
+/// With `score_tokens` (one token per row) it scores them instead ([`CpuBackend::score`]): a dict
+/// of the `Scores` fields.
 #[pyfunction]
-#[pyo3(signature = (hidden_bits, b, hidden_d, weight_bits, v, weight_d, controls, *, threads=None, f16=false))]
+#[pyo3(signature = (hidden_bits, b, hidden_d, weight_bits, v, weight_d, controls, *, threads=None, f16=false, score_tokens=None))]
 #[allow(clippy::too_many_arguments)]
 fn sample_cpu<'py>(
     py: Python<'py>,
@@ -301,6 +303,7 @@ fn sample_cpu<'py>(
     controls: &Bound<'py, PyDict>,
     threads: Option<usize>,
     f16: bool,
+    score_tokens: Option<Vec<u32>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     // The operands first (shapes against the library's limits, lengths against the buffers), so
     // that nothing is built per row of a `b` that the buffers do not hold.
@@ -316,16 +319,44 @@ fn sample_cpu<'py>(
     };
     // The words are bf16 bits, or f16 bits with `f16`. Long calls release the GIL.
     let (hw, ww) = (hidden_bits.to_vec(py)?, weight_bits.to_vec(py)?);
+    /// Samples, or scores the given tokens.
+    enum Out {
+        Sampled(flashsampling::Samples),
+        Scored(flashsampling::score::Scores),
+    }
+    fn run<T: flashsampling::Element>(
+        cpu: &CpuBackend,
+        (h, w): (Matrix<'_, T>, Matrix<'_, T>),
+        params: &flashsampling::SamplingParams,
+        tokens: Option<&[u32]>,
+    ) -> flashsampling::Result<Out> {
+        match tokens {
+            Some(t) => cpu.score(h, w, params, t).map(Out::Scored),
+            None => cpu.sample_scored(h, w, params).map(Out::Sampled),
+        }
+    }
+    let tokens = score_tokens.as_deref();
     let out = if f16 {
         let (h, w): (Vec<half::f16>, Vec<half::f16>) =
             (hw.into_iter().map(half::f16::from_bits).collect(), ww.into_iter().map(half::f16::from_bits).collect());
-        py.detach(|| cpu.sample_scored(Matrix::new(&h, b, hidden_d), Matrix::new(&w, v, weight_d), &params))
+        py.detach(|| run(&cpu, (Matrix::new(&h, b, hidden_d), Matrix::new(&w, v, weight_d)), &params, tokens))
     } else {
         let (h, w): (Vec<bf16>, Vec<bf16>) =
             (hw.into_iter().map(bf16::from_bits).collect(), ww.into_iter().map(bf16::from_bits).collect());
-        py.detach(|| cpu.sample_scored(Matrix::new(&h, b, hidden_d), Matrix::new(&w, v, weight_d), &params))
+        py.detach(|| run(&cpu, (Matrix::new(&h, b, hidden_d), Matrix::new(&w, v, weight_d)), &params, tokens))
     }
     .map_err(to_py)?;
+    let out = match out {
+        Out::Sampled(out) => out,
+        Out::Scored(s) => {
+            let dict = PyDict::new(py);
+            dict.set_item("logprobs", s.logprobs)?;
+            dict.set_item("raw_logprobs", s.raw_logprobs)?;
+            dict.set_item("logsumexp", s.logsumexp)?;
+            dict.set_item("raw_logsumexp", s.raw_logsumexp)?;
+            return Ok(dict);
+        }
+    };
     let dict = PyDict::new(py);
     dict.set_item("tokens", out.tokens)?;
     dict.set_item("scores", out.scores)?;

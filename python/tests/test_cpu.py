@@ -348,3 +348,26 @@ def test_the_native_call_checks_shapes_before_it_builds_rows():
         fs._sample_cpu(h, 1, 8, w, 0, 8, controls())
     out = fs._sample_cpu(h, 1, 8, w, 16, 8, controls(repetition_penalty=[1.2]))
     assert len(out["tokens"]) == 1
+
+
+def test_score_gives_the_sampled_tokens_logprobs_and_matches_numpy():
+    hidden, weight = lm_head(6, 32, 90, 52)
+    ctl = dict(temperatures=[0.7, 0.0, 1.3, 1.0, 0.5, 2.0], top_k=[0, 0, 20, 5, 0, 0], softcap=6.0,
+               logit_bias=[{3: 2.0}, None, None, {7: -1.0}, None, None])
+    out = fs.sample(hidden, weight, seed=9, logprobs="processed_and_raw", **ctl)
+    s = fs.score(hidden, weight, out["tokens"], **ctl)
+    # Bit for bit the log-probabilities the sampling call reported (NaN log-sum-exp for the greedy row).
+    for key in ("logprobs", "raw_logprobs", "logsumexp"):
+        assert np.array_equal(s[key].view(np.uint32), out[key].view(np.uint32)), key
+    # Against NumPy on the raw logits: log softmax at the given tokens, and the row's log-sum-exp.
+    y = logits(hidden, weight).astype(np.float64)
+    tokens = np.arange(6) * 11 % 90
+    s = fs.score(hidden, weight, tokens)
+    lse = np.log(np.exp(y - y.max(1, keepdims=True)).sum(1)) + y.max(1)
+    assert np.allclose(s["raw_logsumexp"], lse, rtol=1e-5)
+    assert np.allclose(s["raw_logprobs"], y[np.arange(6), tokens] - lse, atol=1e-4)
+    assert np.allclose(s["logprobs"], s["raw_logprobs"], atol=1e-5)  # T = 1, no controls: the same distribution
+    with pytest.raises(ValueError):
+        fs.score(hidden, weight, tokens[:5])
+    with pytest.raises(ValueError):
+        fs.score(hidden, weight, [90] * 6)
