@@ -30,6 +30,22 @@ pub struct Scores {
     pub raw_logsumexp: Vec<f32>,
 }
 
+impl Scores {
+    /// Room for `rows` rows.
+    pub(crate) fn with_capacity(rows: usize) -> Self {
+        let v = || Vec::with_capacity(rows);
+        Self { logprobs: v(), raw_logprobs: v(), logsumexp: v(), raw_logsumexp: v() }
+    }
+
+    /// Appends a row: (processed, raw) log-probabilities, then (processed, raw) log-sum-exps.
+    pub(crate) fn push(&mut self, (logprob, raw_logprob): (f32, f32), (lse, raw_lse): (f32, f32)) {
+        self.logprobs.push(logprob);
+        self.raw_logprobs.push(raw_logprob);
+        self.logsumexp.push(lse);
+        self.raw_logsumexp.push(raw_lse);
+    }
+}
+
 /// The given tokens of a `rows × v` call: one per row, each below `v` (typed errors, before any
 /// work).
 pub fn check_tokens(tokens: &[u32], rows: usize, v: usize) -> Result<()> {

@@ -55,7 +55,7 @@ impl CpuBackend {
             Samples::plain(winners.iter().map(|c| c.token()).collect(), winners.iter().map(|c| c.score).collect());
         check_samples_of(&samples, 1, hidden, &[weight.data])?;
         let d = shape.d;
-        let mut out = Scores { logprobs: vec![], raw_logprobs: vec![], logsumexp: vec![], raw_logsumexp: vec![] };
+        let mut out = Scores::with_capacity(shape.b);
         for (r, &t) in tokens.iter().enumerate() {
             let h: Vec<f32> = hidden.data[r * d..(r + 1) * d].iter().map(|x| x.to_f32()).collect();
             let w: Vec<f32> = weight.data[t as usize * d..(t as usize + 1) * d].iter().map(|x| x.to_f32()).collect();
@@ -71,10 +71,8 @@ impl CpuBackend {
             } else {
                 f32::NEG_INFINITY
             };
-            out.logprobs.push(processed);
-            out.raw_logprobs.push(log_prob(y as f64, raw_lse) as f32);
-            out.logsumexp.push(if inv_t > 0.0 { lse as f32 } else { f32::NAN });
-            out.raw_logsumexp.push(raw_lse as f32);
+            let lse = if inv_t > 0.0 { lse as f32 } else { f32::NAN };
+            out.push((processed, log_prob(y as f64, raw_lse) as f32), (lse, raw_lse as f32));
         }
         Ok(out)
     }
@@ -90,7 +88,7 @@ impl CpuBackend {
         tokens: &[u32],
     ) -> Result<Scores> {
         let slots = slots(params, shape.b);
-        let mut out = Scores { logprobs: vec![], raw_logprobs: vec![], logsumexp: vec![], raw_logsumexp: vec![] };
+        let mut out = Scores::with_capacity(shape.b);
         let mut winners = Vec::with_capacity(shape.b);
         for (r, &t) in tokens.iter().enumerate() {
             let slot = &slots[r];
@@ -108,10 +106,7 @@ impl CpuBackend {
             } else {
                 (if t == c.token() { 0.0 } else { f32::NEG_INFINITY }, f32::NAN)
             };
-            out.logprobs.push(processed);
-            out.raw_logprobs.push(log_prob(y[t as usize] as f64, raw_lse) as f32);
-            out.logsumexp.push(lse);
-            out.raw_logsumexp.push(raw_lse as f32);
+            out.push((processed, log_prob(y[t as usize] as f64, raw_lse) as f32), (lse, raw_lse as f32));
         }
         let samples =
             Samples::plain(winners.iter().map(|c| c.token()).collect(), winners.iter().map(|c| c.score).collect());
