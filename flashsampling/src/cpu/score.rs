@@ -6,12 +6,12 @@ use flashsampling_kernels::Candidate;
 use flashsampling_kernels::epilogue::update_tile;
 
 use super::exact::{lse_f64, materialize_row};
-use super::{CpuBackend, dot, log_prob, slots};
+use super::{CpuBackend, Slot, dot, log_prob, samples_of, slots};
 use crate::check_samples_of;
 use crate::error::Result;
+use crate::params::Shape;
 use crate::params::{Element, LogProbs, Matrix, SamplingParams, validate};
 use crate::score::{Scores, check_tokens};
-use crate::{Samples, params::Shape};
 
 impl CpuBackend {
     /// Per row of `hidden`, the log-probabilities of `tokens[row]` under `params`' controls, and the
@@ -19,7 +19,7 @@ impl CpuBackend {
     /// do not matter (the distribution of a row does not depend on them); the sample index does not
     /// either. Validation is sampling's, then one token per row below V; a row sampling would refuse
     /// (every logit `−∞`, a NaN logit) is the same error here. Memory: O(B) results, plus one
-    /// materialized row per worker when the call truncates.
+    /// materialized row at a time when the call truncates.
     ///
     /// ```
     /// use flashsampling::{CpuBackend, Matrix, SamplingParams};
@@ -48,12 +48,10 @@ impl CpuBackend {
         (p.n, p.logprobs, p.top_logprobs) = (1, LogProbs::ProcessedAndRaw, 0);
         let slots = slots(&p, shape.b);
         if p.truncates(shape.v) {
-            return self.score_materialized(hidden, weight, shape, &p, tokens);
+            return self.score_materialized(hidden, weight, (shape, &slots), &p, tokens);
         }
         let (winners, mass) = self.winners(hidden.data, weight.data, (0, shape.v), shape, &slots, &p, true);
-        let samples =
-            Samples::plain(winners.iter().map(|c| c.token()).collect(), winners.iter().map(|c| c.score).collect());
-        check_samples_of(&samples, 1, hidden, &[weight.data])?;
+        check_samples_of(&samples_of(&winners), 1, hidden, &[weight.data])?;
         let d = shape.d;
         let mut out = Scores::with_capacity(shape.b);
         for (r, &t) in tokens.iter().enumerate() {
@@ -83,11 +81,10 @@ impl CpuBackend {
         &self,
         hidden: Matrix<'_, T>,
         weight: Matrix<'_, T>,
-        shape: Shape,
+        (shape, slots): (Shape, &[Slot]),
         params: &SamplingParams,
         tokens: &[u32],
     ) -> Result<Scores> {
-        let slots = slots(params, shape.b);
         let mut out = Scores::with_capacity(shape.b);
         let mut winners = Vec::with_capacity(shape.b);
         for (r, &t) in tokens.iter().enumerate() {
@@ -108,9 +105,7 @@ impl CpuBackend {
             };
             out.push((processed, log_prob(y[t as usize] as f64, raw_lse) as f32), (lse, raw_lse as f32));
         }
-        let samples =
-            Samples::plain(winners.iter().map(|c| c.token()).collect(), winners.iter().map(|c| c.score).collect());
-        check_samples_of(&samples, 1, hidden, &[weight.data])?;
+        check_samples_of(&samples_of(&winners), 1, hidden, &[weight.data])?;
         Ok(out)
     }
 }
