@@ -734,3 +734,115 @@ fn stage_balanced_ranges_draw_what_whole_tiles_draw_bit_for_bit() {
     gpu.set_stage_balance(None);
     gpu.set_fused_variant(None).unwrap();
 }
+
+/// A producer kernel for the caller's-stream test: every thread first waits until `ns`
+/// nanoseconds have passed on the global timer since it started, then copies word `i` of `src`
+/// to `dst` (`n` words). Hand-written PTX, loaded through the driver's JIT.
+const PRODUCER_PTX: &str = r#"
+.version 7.0
+.target sm_70
+.address_size 64
+.visible .entry slow_copy(.param .u64 src, .param .u64 dst, .param .u32 n, .param .u64 ns)
+{
+    .reg .pred %p<3>;
+    .reg .b32 %r<8>;
+    .reg .b64 %rd<12>;
+    ld.param.u64 %rd1, [src];
+    ld.param.u64 %rd2, [dst];
+    ld.param.u32 %r1, [n];
+    ld.param.u64 %rd3, [ns];
+    mov.u64 %rd4, %globaltimer;
+WAIT:
+    mov.u64 %rd5, %globaltimer;
+    sub.u64 %rd6, %rd5, %rd4;
+    setp.lt.u64 %p1, %rd6, %rd3;
+    @%p1 bra WAIT;
+    mov.u32 %r2, %tid.x;
+    mov.u32 %r3, %ntid.x;
+    mov.u32 %r4, %ctaid.x;
+    mad.lo.u32 %r5, %r4, %r3, %r2;
+    setp.ge.u32 %p2, %r5, %r1;
+    @%p2 bra DONE;
+    mul.wide.u32 %rd7, %r5, 4;
+    add.u64 %rd8, %rd1, %rd7;
+    add.u64 %rd9, %rd2, %rd7;
+    ld.u32 %r6, [%rd8];
+    st.u32 [%rd9], %r6;
+DONE:
+    ret;
+}
+"#;
+
+#[test]
+fn the_callers_stream_orders_a_call_after_its_producer_with_no_host_sync() {
+    use cudarc::driver::{LaunchConfig, PushKernelArg};
+    let name = "the_callers_stream_orders_a_call_after_its_producer_with_no_host_sync";
+    let Some(gpu) = gpu_or_skip(name) else { return };
+    // Issue 51.2: a handle on the caller's stream enqueues there, after the caller's producer
+    // kernel (which writes the hidden states only after spinning for `SPIN_NS`), without waiting
+    // on the host: the call returns while the producer still runs, and its tokens are those of
+    // the produced hidden states, not of the zeros the buffer held before.
+    const SPIN_NS: u64 = 300_000_000;
+    let ctx = gpu.context().clone();
+    let module = ctx.load_module(cudarc::nvrtc::Ptx::from_src(PRODUCER_PTX)).unwrap();
+    let slow_copy = module.load_function("slow_copy").unwrap();
+    let caller = ctx.new_stream().unwrap();
+    let on_caller = gpu.on_stream(caller.clone()).unwrap();
+    assert_eq!(on_caller.stream().cu_stream(), caller.cu_stream());
+    let (b, d, v) = (8usize, 512usize, 32_000usize);
+    let mut rng = TestRng::new(DATA_SEED + 61);
+    let hidden = rng.normal_bf16(b * d, 1.0);
+    let weight = rng.normal_bf16(v * d, 4.0 / (d as f64).sqrt());
+    let w_dev = caller.clone_htod(&weight).unwrap();
+    let src = caller.clone_htod(&hidden).unwrap();
+    let params = SamplingParams::new(1.0, 78).with_logprobs(flashsampling::params::LogProbs::Processed);
+    let want = gpu.sample_scored(Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d), &params).unwrap();
+    let zeros = gpu.sample(Matrix::new(&vec![bf16::ZERO; b * d], b, d), Matrix::new(&weight, v, d), &params).unwrap();
+    assert_ne!(want.tokens, zeros, "the test needs the zero rows to draw other tokens");
+    // One set of buffers serves both handles. A first call on the caller's stream uploads what
+    // later calls reuse (row parameters, tensor maps: uploads from pageable memory may wait for
+    // the stream); every call reads the same hidden-state buffer.
+    let mut out = gpu.alloc_samples(b, v).unwrap();
+    let mut h_dev = caller.clone_htod(&hidden).unwrap();
+    type Slice = cudarc::driver::CudaSlice<bf16>;
+    fn operands<'a>(h: &'a Slice, w: &'a Slice, (b, d, v): (usize, usize, usize)) -> [DeviceMatrix<'a>; 2] {
+        [DeviceMatrix { data: h.as_view(), rows: b, cols: d }, DeviceMatrix { data: w.as_view(), rows: v, cols: d }]
+    }
+    {
+        let [h, w] = operands(&h_dev, &w_dev, (b, d, v));
+        on_caller.sample_device(&h, &w, &params, &mut out).unwrap();
+    }
+    assert_eq!(caller.clone_dtoh(&out.tokens()).unwrap(), want.tokens);
+    let words = (b * d / 2) as u32;
+    let cfg = LaunchConfig { grid_dim: (words.div_ceil(256), 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+    for round in 0..3 {
+        caller.memset_zeros(&mut h_dev).unwrap();
+        let mut launch = caller.launch_builder(&slow_copy);
+        launch.arg(&src).arg(&mut h_dev).arg(&words).arg(&SPIN_NS);
+        // SAFETY: `src` and `h_dev` hold `words` u32 words each (b·d bf16); the kernel reads
+        // `src` and writes `h_dev` only below `n`.
+        unsafe { launch.launch(cfg) }.unwrap();
+        let t0 = std::time::Instant::now();
+        let handle = if round == 1 { gpu.on_stream(caller.clone()).unwrap() } else { on_caller.clone() };
+        {
+            let [h, w] = operands(&h_dev, &w_dev, (b, d, v));
+            handle.sample_device(&h, &w, &params, &mut out).unwrap();
+        }
+        let host_ms = t0.elapsed().as_secs_f64() * 1e3;
+        assert!(
+            host_ms < SPIN_NS as f64 / 1e6 / 3.0,
+            "round {round}: the call took {host_ms:.1} ms on the host: it waited for the producer"
+        );
+        let tokens = caller.clone_dtoh(&out.tokens()).unwrap();
+        let logprobs = caller.clone_dtoh(&out.logprobs().unwrap()).unwrap();
+        assert_eq!(tokens, want.tokens, "round {round}: the call did not wait for its producer");
+        assert_eq!(logprobs, *want.logprobs.as_ref().unwrap(), "round {round}");
+        // Back on the backend's own stream with the same buffers, after the call above.
+        {
+            let [h, w] = operands(&h_dev, &w_dev, (b, d, v));
+            gpu.sample_device(&h, &w, &params, &mut out).unwrap();
+        }
+        assert_eq!(gpu.stream().clone_dtoh(&out.tokens()).unwrap(), want.tokens, "round {round}: own stream");
+    }
+    caller.synchronize().unwrap();
+}

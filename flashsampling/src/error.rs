@@ -65,6 +65,10 @@ pub enum Error {
         /// Which buffer.
         buffer: &'static str,
     },
+    /// A stream of another CUDA context (another GPU) than the backend's
+    /// ([`crate::GpuBackend::on_stream`]).
+    #[error("the stream belongs to another CUDA context than this GpuBackend's")]
+    ForeignStream,
     /// Temperature NaN, negative or infinite.
     #[error("temperature {0} is invalid: it must be finite and >= 0 (0 = greedy)")]
     InvalidTemperature(f32),

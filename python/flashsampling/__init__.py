@@ -509,8 +509,8 @@ def sample_cuda(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample
     shape = (b,) if n == 1 else (b, n)
     with torch.cuda.device(ordinal):
         if torch.cuda.is_current_stream_capturing():
-            raise RuntimeError("flashsampling.sample cannot be captured into a CUDA graph yet (it launches on "
-                               "its own stream and uploads per-call parameters); call it outside the capture")
+            raise RuntimeError("flashsampling.sample cannot be captured into a CUDA graph yet (it uploads "
+                               "per-call parameters from host memory); call it outside the capture")
         _check_device(torch, ordinal)
         mask = _device_mask_words(torch, allowed, b, v, device) if device_mask else None
         tokens = torch.empty(shape, dtype=torch.int32, device=device)

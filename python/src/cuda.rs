@@ -12,21 +12,20 @@
 //! log-sum-exps) into the backend's own [`DeviceSamples`] (kept per device, reused), and
 //! device-to-device copies move them into PyTorch's output tensors: nothing goes through the host.
 //!
-//! **Streams.** The backend launches on its own (non-blocking) stream. No host synchronization: an
-//! event recorded on PyTorch's current stream makes the backend's stream wait for the work that
-//! produced the inputs (and for whatever used the output tensors' memory before), and an event
-//! recorded after the output copies makes PyTorch's stream wait for them. So the call behaves like a
-//! PyTorch operation on the current stream: later work on that stream sees the tokens, and memory that
-//! PyTorch's caching allocator hands out again on that stream is reused only after the kernel has read
-//! it. (As for any PyTorch operation, memory freed and reused on *another* stream needs the caller's
-//! `Tensor.record_stream`.)
+//! **Streams.** Every call is enqueued on PyTorch's current stream ([`GpuBackend::on_stream`]): no
+//! event and no host synchronization. So the call is a PyTorch operation on the current stream: it
+//! runs after the work that produced its inputs, later work on that stream sees the tokens, and memory
+//! that PyTorch's caching allocator hands out again on that stream is reused only after the kernel has
+//! read it. (As for any PyTorch operation, memory freed and reused on *another* stream needs the
+//! caller's `Tensor.record_stream`.) The backend's reused buffers live on its own stream; a call on
+//! another PyTorch stream than the last one is ordered after it by the buffers' fence.
 
 use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, LazyLock, Mutex};
 
 use cudarc::driver::sys::{self, CUdevice_attribute};
-use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, CudaView};
+use cudarc::driver::{CudaSlice, CudaStream, CudaView};
 use flashsampling::params::LogProbs;
 use flashsampling::{DeviceMatrix, DeviceSamples, Element, Error, GpuBackend, SamplingParams};
 use half::{bf16, f16};
@@ -36,25 +35,17 @@ use pyo3::types::PyDict;
 
 use crate::{ControlArgs, to_py};
 
-/// One device's backend, its reused output buffers and the two events that order its stream with
-/// PyTorch's.
+/// One device's backend and its reused output buffers.
 struct Device {
     gpu: GpuBackend,
     /// The fused kernel's buffers (tokens, scores, candidates, ...); allocated on the first call and
     /// regrown by `sample_device` when a larger batch comes.
     out: Option<DeviceSamples>,
-    /// Recorded on PyTorch's stream before each launch; the backend's stream waits on it.
-    inputs_ready: CudaEvent,
-    /// Recorded on the backend's stream after each call's output copies; PyTorch's stream waits on it.
-    outputs_ready: CudaEvent,
 }
 
 impl Device {
     fn open(ordinal: usize) -> Result<Self, Error> {
-        let gpu = GpuBackend::new(ordinal)?;
-        let inputs_ready = gpu.context().new_event(None)?;
-        let outputs_ready = gpu.context().new_event(None)?;
-        Ok(Self { gpu, out: None, inputs_ready, outputs_ready })
+        Ok(Self { gpu: GpuBackend::new(ordinal)?, out: None })
     }
 }
 
@@ -75,7 +66,7 @@ fn with_device<R>(ordinal: usize, f: impl FnOnce(&mut Device) -> Result<R, Error
     f(device)
 }
 
-/// Device memory that PyTorch owns, seen for one call as a cudarc slice on the backend's stream. It is
+/// Device memory that PyTorch owns, seen for one call as a cudarc slice on PyTorch's stream. It is
 /// never freed here: dropping it (also on an early error return or a panic) leaks the slice, which
 /// hands the address back and drops only cudarc's bookkeeping (two events).
 struct Borrowed<T>(Option<CudaSlice<T>>);
@@ -87,8 +78,8 @@ impl<T> Borrowed<T> {
     ///
     /// `address .. address + len · size_of::<T>()` must lie in one live allocation of the context of
     /// `stream`, hold valid values of `T` wherever it is read, and stay allocated until the work this
-    /// call enqueues on it has completed (the caller keeps the tensor alive and orders its reuse after
-    /// that work through the stream events described in the module documentation).
+    /// call enqueues on it has completed (the caller keeps the tensor alive, and PyTorch reuses its
+    /// memory on `stream`, PyTorch's current stream, after that work: see the module documentation).
     unsafe fn new(stream: &Arc<CudaStream>, address: u64, len: usize) -> Self {
         // SAFETY: forwarded to the caller (above); the slice is leaked in `drop`, so cudarc never frees
         // memory it does not own.
@@ -112,8 +103,8 @@ impl<T> DerefMut for Borrowed<T> {
 impl<T> Drop for Borrowed<T> {
     fn drop(&mut self) {
         if let Some(slice) = self.0.take() {
-            // Not freed: PyTorch owns the memory. (`leak` makes the backend's stream wait on the
-            // slice's own read/write events, which were recorded on that same stream: no effect.)
+            // Not freed: PyTorch owns the memory. (`leak` makes PyTorch's stream wait on the slice's
+            // own read/write events, which were recorded on that same stream: no effect.)
             let _ = slice.leak();
         }
     }
@@ -246,44 +237,36 @@ pub fn sample_cuda(
     // The GIL is not needed from here on (no Python objects); opening a device loads the PTX modules.
     py.detach(|| {
         with_device(ordinal, |dev| {
-            let stream = dev.gpu.stream().clone();
             let ctx = dev.gpu.context().clone();
             // SAFETY: `torch_stream` is PyTorch's current stream of device `ordinal` (the Python side
             // reads it from `torch.cuda.current_stream(device)`): a live stream of that device's primary
             // context, which is `ctx` (see the module documentation); PyTorch keeps it alive during this
-            // call, and the wrapper, which never destroys it, is dropped at the end of this closure. Work
-            // on it is ordered with the backend's stream by the two events below.
-            let torch = unsafe { ctx.wrap_borrowed_stream(torch_stream as usize as sys::CUstream) };
-            dev.inputs_ready.record(&torch)?;
-            stream.wait(&dev.inputs_ready)?;
+            // call, and the wrapper, which never destroys it, is dropped at the end of this closure
+            // (nothing allocated on it outlives the call: the backend's buffers live on its own stream).
+            let stream = unsafe { ctx.wrap_borrowed_stream(torch_stream as usize as sys::CUstream) };
+            let on_torch = dev.gpu.on_stream(stream.clone())?;
             if dev.out.is_none() {
                 dev.out = Some(dev.gpu.alloc_samples(b, v)?);
             }
             let operands = ((hidden_ptr, hidden_len, b, hidden_d), (weight_ptr, weight_len, v, weight_d));
             // SAFETY: as for the operands below: `mask_ptr` is `data_ptr()` of a contiguous int32 CUDA
             // tensor of `mask_len` elements on this device, built by the Python side on PyTorch's current
-            // stream (ordered before this call's work by `inputs_ready`) and held during the call.
+            // stream (before this call's work on it) and held during the call.
             let mask = mask_ptr.map(|ptr| unsafe { Borrowed::<u32>::new(&stream, ptr, mask_len) });
             // SAFETY: the Python side passes `data_ptr()` of CUDA tensors of device `ordinal` (checked
             // there) with exactly these many elements, contiguous, of the dtype `f16` says (both
-            // torch.float16, else both torch.bfloat16); it holds the tensors during the call, and
-            // PyTorch's stream waits for this call's work (`outputs_ready`) before it can reuse their
-            // memory.
+            // torch.float16, else both torch.bfloat16); it holds the tensors during the call, and the
+            // work is on PyTorch's stream, which reuses their memory only after it.
             let launched = unsafe {
                 let mask = mask.as_ref().map(|m| m.as_view());
                 if f16 {
-                    launch::<f16>(dev, &stream, operands, &params, mask.as_ref())
+                    launch::<f16>(dev, &on_torch, operands, &params, mask.as_ref())
                 } else {
-                    launch::<bf16>(dev, &stream, operands, &params, mask.as_ref())
+                    launch::<bf16>(dev, &on_torch, operands, &params, mask.as_ref())
                 }
             };
             let out = dev.out.as_ref().expect("allocated above");
-            let copied = launched.and_then(|()| copy_outputs(&stream, out, &outputs));
-            // Even when a copy failed: the launch reads PyTorch's memory, so PyTorch's stream waits for
-            // everything enqueued here before anything on it can reuse that memory.
-            dev.outputs_ready.record(&stream)?;
-            torch.wait(&dev.outputs_ready)?;
-            copied
+            launched.and_then(|()| copy_outputs(&stream, out, &outputs))
         })
     })
     .map_err(to_py)
@@ -292,27 +275,27 @@ pub fn sample_cuda(
 /// A tensor given by address: `(address, elements, rows, cols)`.
 type Operand = (u64, usize, usize, usize);
 
-/// The fused launch on the tensors `hidden` and `weight` (elements `T`), with the allowed-token words
-/// `mask` on the device if given, into the device's outputs (a log-probability call regrows them
-/// itself: `sample_device_masked`).
+/// The fused launch by `gpu` (the device's backend on PyTorch's stream) on the tensors `hidden` and
+/// `weight` (elements `T`), with the allowed-token words `mask` on the device if given, into the
+/// device's outputs (a log-probability call regrows them itself: `sample_device_masked`).
 ///
 /// # Safety
-/// Both addresses are the data of live tensors of the device of `stream` holding their stated number
+/// Both addresses are the data of live tensors of the device of `gpu` holding their stated number
 /// of elements of `T`, held by the caller until the work enqueued here has completed.
 unsafe fn launch<T: Element>(
     dev: &mut Device,
-    stream: &Arc<CudaStream>,
+    gpu: &GpuBackend,
     ((hidden_ptr, hidden_len, b, hidden_d), (weight_ptr, weight_len, v, weight_d)): (Operand, Operand),
     params: &SamplingParams,
     mask: Option<&CudaView<'_, u32>>,
 ) -> Result<(), Error> {
     // SAFETY: forwarded contract; `sample_device_masked` validates shapes (the mask's length too)
     // before it reads anything.
-    let hidden = unsafe { Borrowed::<T>::new(stream, hidden_ptr, hidden_len) };
+    let hidden = unsafe { Borrowed::<T>::new(gpu.stream(), hidden_ptr, hidden_len) };
     // SAFETY: as for `hidden`.
-    let weight = unsafe { Borrowed::<T>::new(stream, weight_ptr, weight_len) };
+    let weight = unsafe { Borrowed::<T>::new(gpu.stream(), weight_ptr, weight_len) };
     let out = dev.out.as_mut().expect("allocated by the caller");
-    dev.gpu.sample_device_masked(
+    gpu.sample_device_masked(
         &DeviceMatrix { data: hidden.as_view(), rows: b, cols: hidden_d },
         &DeviceMatrix { data: weight.as_view(), rows: v, cols: weight_d },
         params,
@@ -332,8 +315,8 @@ fn copy_outputs(stream: &Arc<CudaStream>, out: &DeviceSamples, to: &Outputs) -> 
     }
     // SAFETY: `to.tokens` and `to.scores` are `data_ptr()` of int32 and float32 CUDA tensors of `len`
     // elements on the device of `stream` that Python allocated for this call (`torch.empty` on the
-    // current stream, which `inputs_ready` orders before these copies) and holds during it; they are
-    // only written, with u32 (the size of int32) and f32 values.
+    // current stream, `stream`, before these copies) and holds during it; they are only written, with
+    // u32 (the size of int32) and f32 values.
     let mut tokens_out = unsafe { Borrowed::<u32>::new(stream, to.tokens, len) };
     // SAFETY: as for `tokens_out`.
     let mut scores_out = unsafe { Borrowed::<f32>::new(stream, to.scores, len) };

@@ -100,6 +100,26 @@ pub struct DeviceSamples {
     /// What the maps in `tensor_maps` describe; they are re-encoded and uploaded when a launch
     /// differs (another buffer, shape or batch tile).
     pub(super) tensor_maps_for: Option<TensorMapKey>,
+    /// The stream of the last call on these buffers (its `CUstream`, compared only), `None` before
+    /// the first.
+    pub(super) last_stream: Option<usize>,
+    /// Recorded at the end of every call on a stream other than the home stream: what a call on
+    /// another stream, and the frees on the home stream at drop, wait for.
+    pub(super) fence: Option<CudaEvent>,
+}
+
+impl Drop for DeviceSamples {
+    fn drop(&mut self) {
+        // The buffers are freed on the home stream (they were allocated there); after the last call
+        // when it ran on another stream. (A failure here is the context's sticky error: nothing
+        // later on it runs.)
+        let home = self.tokens.stream();
+        if let (Some(last), Some(fence)) = (self.last_stream, &self.fence)
+            && last != home.cu_stream() as usize
+        {
+            let _ = home.wait(fence);
+        }
+    }
 }
 
 /// What a launch's tensor maps depend on: the two device addresses and their element type, B, D, V
@@ -291,6 +311,36 @@ impl DeviceSamples {
             }
         }
         OutputPtrs { tokens, scores, logprobs: lp[0], raw_logprobs: lp[1], logsumexp: lp[2], _guards: guards }
+    }
+
+    /// Orders `stream` after the last call on these buffers when that ran on another stream: after
+    /// the home stream's work (allocations, a call there) or after the fence of a call elsewhere. The
+    /// buffers' own events (cudarc's) order each launch's reads and writes too, but the truncation
+    /// scratch's addresses are taken before its launches, so the call as a whole is what orders them.
+    pub(super) fn enter(&mut self, stream: &CudaStream, home: &CudaStream) -> Result<()> {
+        match self.last_stream {
+            Some(last) if last != stream.cu_stream() as usize => {
+                if last == home.cu_stream() as usize {
+                    stream.join(home)?;
+                } else if let Some(fence) = &self.fence {
+                    stream.wait(fence)?;
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Marks the end of a call on `stream`: records the fence there unless it is the home stream.
+    pub(super) fn leave(&mut self, stream: &CudaStream, home: &CudaStream) -> Result<()> {
+        if stream.cu_stream() != home.cu_stream() {
+            if self.fence.is_none() {
+                self.fence = Some(stream.context().new_event(None)?);
+            }
+            self.fence.as_ref().expect("made above").record(stream)?;
+        }
+        self.last_stream = Some(stream.cu_stream() as usize);
+        Ok(())
     }
 
     /// Fills the tokens with `INVALID_INDEX` and the scores with NaN (all bits set: `u32::MAX`, and a

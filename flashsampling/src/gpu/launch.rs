@@ -91,7 +91,8 @@ impl GpuBackend {
         let mut mask_buf = match &params.allowed {
             Some(m) => {
                 if out.mask.as_ref().is_none_or(|b| b.len() < m.words.len()) {
-                    out.mask = Some(self.stream.alloc_zeros::<u32>(m.words.len().max(1))?);
+                    out.mask = Some(self.k.home.alloc_zeros::<u32>(m.words.len().max(1))?);
+                    self.after_home()?;
                 }
                 let buf = out.mask.as_mut().expect("allocated above");
                 self.stream.memcpy_htod(&m.words, &mut buf.slice_mut(..m.words.len()))?;
@@ -106,7 +107,8 @@ impl GpuBackend {
         if adjustments.is_some() && !mask_buf {
             let len = shape.b * ranged.range.vocab.div_ceil(32);
             if out.mask.as_ref().is_none_or(|b| b.len() < len) {
-                out.mask = Some(self.stream.alloc_zeros::<u32>(len.max(1))?);
+                out.mask = Some(self.k.home.alloc_zeros::<u32>(len.max(1))?);
+                self.after_home()?;
             }
             let buf = out.mask.as_mut().expect("allocated above");
             let (dst, _g) = buf.device_ptr_mut(&self.stream);
@@ -131,7 +133,8 @@ impl GpuBackend {
             let len = rows * shape.d;
             if out.expanded.as_ref().is_none_or(|e| e.len() < len) {
                 // SAFETY: written by the expansion below before the fused kernel reads it.
-                out.expanded = Some(unsafe { self.stream.alloc::<u16>(len) }?);
+                out.expanded = Some(unsafe { self.k.home.alloc::<u16>(len) }?);
+                self.after_home()?;
             }
             let expanded = out.expanded.as_mut().expect("allocated above");
             let (dst, _e) = expanded.device_ptr_mut(&self.stream);
@@ -160,7 +163,7 @@ impl GpuBackend {
             // SAFETY: `hidden` holds B·D elements (validated, 16-byte aligned, guarded by the caller),
             // `dst` B·n·D (allocated above, 256-byte aligned, ours: only this stream writes it);
             // D % 8 == 0; the grid covers the B·n·D/8 chunks.
-            unsafe { self.stream.launch_builder(&self.expand).arg(&p).launch(cfg) }?;
+            unsafe { self.stream.launch_builder(&self.k.expand).arg(&p).launch(cfg) }?;
             dst
         } else {
             hidden
@@ -226,11 +229,13 @@ impl GpuBackend {
             pack.extend([a.bias.to_bits(), a.repetition.to_bits(), a.subtract.to_bits()]);
         }
         if out.adj.as_ref().is_none_or(|x| x.len() < pack.len()) {
-            out.adj = Some(self.stream.alloc_zeros::<u32>(pack.len())?);
+            out.adj = Some(self.k.home.alloc_zeros::<u32>(pack.len())?);
+            self.after_home()?;
         }
         if out.adjusted.as_ref().is_none_or(|x| x.len() < 4 * e * n) {
             // SAFETY: written by the kernel below before the fused kernel reads it.
-            out.adjusted = Some(unsafe { self.stream.alloc::<u32>(4 * e * n) }?);
+            out.adjusted = Some(unsafe { self.k.home.alloc::<u32>(4 * e * n) }?);
+            self.after_home()?;
         }
         let pack_buf = out.adj.as_mut().expect("allocated above");
         self.stream.memcpy_htod(&pack, &mut pack_buf.slice_mut(..pack.len()))?;
@@ -267,7 +272,7 @@ impl GpuBackend {
         // aligned, guarded by the caller); the pack holds what the pointers above say (`validate`
         // checked the CSR: rows < B, tokens < V, entries consistent); `rows` holds B·n row
         // parameters (uploaded above), the mask B × ceil(V/32) words, the results E·n entries.
-        unsafe { self.stream.launch_builder(&self.adjust).arg(&p).launch(cfg) }?;
+        unsafe { self.stream.launch_builder(&self.k.adjust).arg(&p).launch(cfg) }?;
         Ok((base, results))
     }
 
@@ -439,7 +444,7 @@ impl GpuBackend {
             // candidates and masses (rows·n_vranges each) it reads; one block per row (`rows` =
             // B·n), with the entry's threads and shared memory; the kernel waits
             // (`griddepcontrol.wait`) for the fused kernel before it reads anything.
-            unsafe { self.launch_after(&self.reduce_rows, cfg, &p) }?;
+            unsafe { self.launch_after(&self.k.reduce_rows, cfg, &p) }?;
         }
         Ok(p.0)
     }

@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use cudarc::driver::sys;
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut, DeviceRepr,
-    DeviceSlice, LaunchConfig, PushKernelArg, SyncOnDrop,
+    CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut,
+    DeviceRepr, DeviceSlice, LaunchConfig, PushKernelArg, SyncOnDrop,
 };
 use cudarc::nvrtc::Ptx;
 use flashsampling_kernels::config::{
@@ -103,41 +103,28 @@ pub(crate) struct Ranged {
 /// (`config::tests::the_launch_for_an_unknown_hidden_size_needs_the_largest_buffers`).
 const ANY_D: usize = u32::MAX as usize;
 
-/// The CUDA backend.
+/// The CUDA backend: one device's loaded kernels (shared by every clone, see
+/// [`GpuBackend::on_stream`]), the stream its launches go to and its tuning ([`GpuOptions`]).
+///
+/// A clone is cheap (two reference counts) and launches on the same stream; [`GpuBackend::on_stream`]
+/// gives a handle that launches on the caller's stream instead (cudarc's `Arc<CudaStream>`, e.g. an
+/// engine's or PyTorch's current stream), so a call is ordered after the caller's producer kernels
+/// with no event or host synchronization.
+#[derive(Clone)]
 pub struct GpuBackend {
-    ctx: Arc<CudaContext>,
-    sm_count: u32,
+    /// The context, the modules and every kernel, loaded once per [`GpuBackend::with_options`].
+    k: Arc<Kernels>,
     /// Tuning override of the persistent grid's blocks per multiprocessor
     /// ([`GpuOptions::blocks_per_sm`]); samples do not depend on it.
     blocks_per_sm_override: Option<u32>,
     /// `reduce_rows` and the truncation step's kernels are launched with programmatic stream
     /// serialization (off with [`GpuOptions::dependent_launch`] false, to measure it).
     dependent_launch: bool,
+    /// Where every launch, allocation and copy of this handle goes.
     stream: Arc<CudaStream>,
-    /// Every fused-kernel variant, in [`FUSED_VARIANTS`] order; `None` where this GPU cannot run it
-    /// (the Hopper module's variants outside compute capability 9.0).
-    fused: Vec<Option<LoadedVariant>>,
-    /// The row-expansion kernel (portable module).
-    expand: CudaFunction,
-    /// The sparse-adjustment kernel (portable module).
-    adjust: CudaFunction,
-    /// The log-probability reduction (portable module), launched after every log-probability and
-    /// truncation fused kernel.
-    reduce_rows: CudaFunction,
-    /// The truncation step's two entries (portable module: [`TruncateStep::Alone`], then
-    /// [`TruncateStep::Paired`]) and the fallback's kernels: its gather, its logits on the tensor
-    /// cores (with their occupancy, as a fused variant's) and its sampler.
-    truncate: (CudaFunction, CudaFunction),
     /// Measurement override of the truncation step's entry ([`GpuOptions::truncate_step`] or
     /// `paired`; [`TruncateStep::for_rows`] otherwise); samples do not depend on it.
     truncate_step_override: Option<TruncateStep>,
-    fallback_gather: CudaFunction,
-    fallback_logits: LoadedEntry,
-    fallback_sample: CudaFunction,
-    /// The portable module (its other entries, e.g. the ranks' merge, are looked up by `tp`).
-    portable: Arc<CudaModule>,
-    /// What the portable and (when loaded) the Hopper module run ([`GpuBackend::module_code`]).
-    module_code: (ModuleCode, Option<ModuleCode>),
     /// Variant forced for every batch size ([`GpuOptions::fused_variant`] or
     /// [`GpuBackend::set_fused_variant`]); samples do not depend on it.
     variant_override: Option<&'static FusedVariant>,
@@ -184,68 +171,12 @@ impl GpuBackend {
             return Err(Error::NoGpu("no CUDA driver library or no device".into()));
         }
         let ctx = CudaContext::new(ordinal).map_err(|e| Error::NoGpu(e.to_string()))?;
-        let sm_count =
-            ctx.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
-        let stream = ctx.new_stream()?;
-        let (module, portable_code) = load_portable_module(&ctx, options.jit)?;
-        // The arch-specific sm_90a module (`wgmma`) loads on compute capability 9.0 only.
-        let cc = compute_capability(&ctx)?;
-        // `GpuOptions::portable_only` keeps it unloaded, so a Hopper GPU runs the portable kernels the
-        // way other GPUs do (to measure and test that path).
-        let loaded_sm90a = if cc == (9, 0) && !options.portable_only {
-            load_module(&ctx, &PTX_SM90A, &CUBIN_SM90A, cc, options.jit)?
-        } else {
-            None
-        };
-        let hopper_code = loaded_sm90a.as_ref().map(|(_, code)| *code);
-        let module_sm90a = loaded_sm90a.map(|(m, _)| m);
-        // The persistent grid fills every multiprocessor to the occupancy its registers allow.
-        let fused = FUSED_VARIANTS
-            .iter()
-            .map(|variant| {
-                let module = match (variant.module(), &module_sm90a) {
-                    (Module::Portable, _) => &module,
-                    (Module::Hopper, Some(m)) => m,
-                    (Module::Hopper, None) => return Ok(None),
-                    (Module::Test, _) => unreachable!("no fused kernel is in the test module"),
-                };
-                let load = |e: Epilogue| {
-                    LoadedEntry::load(module, variant.entry_for(e), variant.threads(), variant.smem_bytes(e))
-                };
-                Ok(Some(LoadedVariant {
-                    variant,
-                    sample: load(Epilogue::Sample)?,
-                    logprobs: load(Epilogue::LogProbs)?,
-                    truncate: load(Epilogue::Truncate)?,
-                }))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let expand = module.load_function(EXPAND_ENTRY)?;
-        let adjust = module.load_function(ADJUST_ENTRY)?;
-        let reduce_rows = module.load_function(REDUCE_BLOCK_ENTRY)?;
-        let truncate =
-            (module.load_function(TruncateStep::Alone.entry())?, module.load_function(TruncateStep::Paired.entry())?);
-        let fallback_gather = module.load_function(FALLBACK_GATHER_ENTRY)?;
-        let lv = FALLBACK_LOGITS_VARIANT;
-        let fallback_logits =
-            LoadedEntry::load(&module, FALLBACK_LOGITS_ENTRY, lv.threads(), lv.smem_bytes(Epilogue::Sample))?;
-        let fallback_sample = module.load_function(FALLBACK_SAMPLE_ENTRY)?;
+        let k = Arc::new(Kernels::load(ctx, options.jit, options.portable_only)?);
         let mut gpu = Self {
-            truncate,
-            fallback_gather,
-            fallback_logits,
-            fallback_sample,
+            stream: k.home.clone(),
+            k,
             variant_override: None,
             stage_balance_override: options.stage_balance,
-            portable: module,
-            module_code: (portable_code, hopper_code),
-            fused,
-            expand,
-            adjust,
-            reduce_rows,
-            stream,
-            ctx,
-            sm_count,
             dependent_launch: options.dependent_launch,
             truncate_step_override: options.truncate_step,
             blocks_per_sm_override: options.blocks_per_sm,
@@ -260,24 +191,24 @@ impl GpuBackend {
     /// 9.0 or with [`GpuOptions::portable_only`]) run: their cubins on compute capability 9.0 (loaded in
     /// milliseconds), else their PTX through the driver's JIT (see [`crate::modules`]).
     pub fn module_code(&self) -> (ModuleCode, Option<ModuleCode>) {
-        self.module_code
+        self.k.module_code
     }
 
     /// Every fused-kernel variant this GPU runs with its resident blocks per multiprocessor (the
     /// persistent grid's size is that times the multiprocessor count).
     pub fn fused_occupancy(&self) -> Vec<(FusedVariant, u32)> {
-        self.fused.iter().flatten().map(|f| (*f.variant, f.sample.per_sm)).collect()
+        self.k.fused.iter().flatten().map(|f| (*f.variant, f.sample.per_sm)).collect()
     }
 
     /// The fused-kernel variants this GPU runs, in [`FUSED_VARIANTS`] order.
     pub fn fused_variants(&self) -> Vec<FusedVariant> {
-        self.fused.iter().flatten().map(|f| *f.variant).collect()
+        self.k.fused.iter().flatten().map(|f| *f.variant).collect()
     }
 
     /// The loaded kernel of `variant`, if this GPU runs it.
     fn loaded(&self, variant: FusedVariant) -> Option<&LoadedVariant> {
         let i = FUSED_VARIANTS.iter().position(|f| *f == variant)?;
-        self.fused[i].as_ref()
+        self.k.fused[i].as_ref()
     }
 
     fn unknown_variant(&self, name: &str) -> Error {
@@ -335,39 +266,93 @@ impl GpuBackend {
             shape,
             epilogue,
             self.hopper_kernels(),
-            self.sm_count,
+            self.k.sm_count,
         ))
     }
 
     /// Whether the Hopper (sm_90a) module is loaded: compute capability 9.0 and
     /// [`GpuOptions::portable_only`] off. Otherwise only the portable kernels run.
     pub fn hopper_kernels(&self) -> bool {
-        self.module_code.1.is_some()
+        self.k.module_code.1.is_some()
     }
 
     /// Multiprocessors of the device.
     pub fn sm_count(&self) -> u32 {
-        self.sm_count
+        self.k.sm_count
     }
 
     /// The device's name.
     pub fn device_name(&self) -> String {
-        self.ctx.name().unwrap_or_else(|_| "unknown CUDA device".into())
+        self.k.ctx.name().unwrap_or_else(|_| "unknown CUDA device".into())
     }
 
     /// The portable module this backend loaded (cubin or PTX, as [`GpuBackend::module_code`] says).
     pub(crate) fn portable_module(&self) -> &Arc<CudaModule> {
-        &self.portable
+        &self.k.portable
     }
 
     /// The context.
     pub fn context(&self) -> &Arc<CudaContext> {
-        &self.ctx
+        &self.k.ctx
     }
 
-    /// The stream every launch goes to.
+    /// The stream this handle's launches, uploads and downloads go to: the backend's own stream,
+    /// or the caller's given to [`Self::on_stream`].
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
+    }
+
+    /// This backend launching on the caller's `stream` (a stream of the same context, e.g. an
+    /// engine's, or PyTorch's current stream wrapped with cudarc's `CudaContext::wrap_borrowed_stream`):
+    /// every call of the returned handle is enqueued there, after the caller's earlier work on it and
+    /// before its later work, with no event or host synchronization in between. The handle shares
+    /// the loaded kernels (a clone: two reference counts) and keeps this handle's tuning.
+    ///
+    /// The buffers the backend allocates ([`DeviceSamples`]) live on the backend's own stream
+    /// whichever handle allocates them: the caller's stream waits for an allocation before its
+    /// first use, and a `DeviceSamples` used on one stream and then on another (or dropped) orders
+    /// the later work after the earlier call, so one set of buffers may serve calls on any streams.
+    /// A stream of another context is [`Error::ForeignStream`].
+    ///
+    /// ```no_run
+    /// use flashsampling::{DeviceMatrix, GpuBackend, SamplingParams};
+    /// # let (b, d, v) = (4, 4096, 151_936);
+    /// # let (hidden, weight) = (vec![half::bf16::ZERO; b * d], vec![half::bf16::ZERO; v * d]);
+    /// let gpu = GpuBackend::new(0)?;
+    /// let engine_stream = gpu.context().new_stream()?; // the stream the engine's forward pass runs on
+    /// let on_engine = gpu.on_stream(engine_stream.clone())?;
+    /// let w = engine_stream.clone_htod(&weight)?;
+    /// let h = engine_stream.clone_htod(&hidden)?; // written by the engine on its stream
+    /// let mut out = on_engine.alloc_samples(b, v)?;
+    /// on_engine.sample_device(
+    ///     &DeviceMatrix { data: h.as_view(), rows: b, cols: d },
+    ///     &DeviceMatrix { data: w.as_view(), rows: v, cols: d },
+    ///     &SamplingParams::new(1.0, 7),
+    ///     &mut out,
+    /// )?; // enqueued on engine_stream, after the upload of `h`
+    /// let tokens = engine_stream.clone_dtoh(&out.tokens())?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn on_stream(&self, stream: Arc<CudaStream>) -> Result<Self> {
+        if !same_context(stream.context(), &self.k.ctx) {
+            return Err(Error::ForeignStream);
+        }
+        Ok(Self { stream, ..self.clone() })
+    }
+
+    /// Orders this handle's stream after the work just enqueued on the home stream (an allocation
+    /// and its initialization; see [`Kernels::home`]); nothing when they are one stream.
+    pub(super) fn after_home(&self) -> Result<()> {
+        if self.stream.cu_stream() != self.k.home.cu_stream() {
+            self.stream.join(&self.k.home)?;
+        }
+        Ok(())
+    }
+
+    /// Marks the end of a call that used `out` on this handle's stream (its fence; see
+    /// [`DeviceSamples::enter`]).
+    pub(crate) fn leave(&self, out: &mut DeviceSamples) -> Result<()> {
+        out.leave(&self.stream, &self.k.home)
     }
 
     /// The launch of the fused kernel for `v` weight rows of a `vocab`-entry head (`v = vocab` for a
@@ -379,7 +364,7 @@ impl GpuBackend {
         let variant = if whole.supports_vocab(v as u32) { whole } else { self.fused_variant_for(b, d, v, epilogue) };
         let loaded = self.loaded(variant).expect("only loaded variants are chosen");
         let per_sm = self.blocks_per_sm_override.unwrap_or(loaded.entry(epilogue).per_sm);
-        LaunchPlan::new(variant, epilogue, (b as u32, v as u32), (self.sm_count, per_sm), self.stage_balance_override)
+        LaunchPlan::new(variant, epilogue, (b as u32, v as u32), (self.k.sm_count, per_sm), self.stage_balance_override)
     }
 
     /// Allocates the per-batch buffers for up to `b` rows and vocab size `v`: `B × n_vranges`
@@ -425,22 +410,23 @@ impl GpuBackend {
         let lp = epilogue.has_logprobs();
         // SAFETY: the candidates, masses, row parameters and tensor maps are written (by the kernel,
         // an upload or the tensor-map upload) before they are read; the counters are zeroed and the
-        // outputs filled below, stream-ordered before anything else on the stream.
+        // outputs filled below, on the home stream, which this handle's stream then waits for
+        // (`after_home`). Every buffer lives on the home stream (see `Kernels::home`).
         let mut out = unsafe {
             DeviceSamples {
-                candidates: self.stream.alloc::<u64>(n_cands.max(1))?,
-                counters: self.stream.alloc_zeros::<u32>(counters)?,
-                rows: self.stream.alloc::<u64>(4 * b)?,
-                tokens: self.stream.alloc::<u32>(b)?,
-                scores: self.stream.alloc::<f32>(b)?,
+                candidates: self.k.home.alloc::<u64>(n_cands.max(1))?,
+                counters: self.k.home.alloc_zeros::<u32>(counters)?,
+                rows: self.k.home.alloc::<u64>(4 * b)?,
+                tokens: self.k.home.alloc::<u32>(b)?,
+                scores: self.k.home.alloc::<f32>(b)?,
                 masses: if lp {
-                    Some(self.stream.alloc::<u64>(launch.mass_words().unwrap_or(0).max(2))?)
+                    Some(self.k.home.alloc::<u64>(launch.mass_words().unwrap_or(0).max(2))?)
                 } else {
                     None
                 },
-                logprobs: if lp { Some(self.stream.alloc::<f32>(b)?) } else { None },
-                raw_logprobs: if lp { Some(self.stream.alloc::<f32>(b)?) } else { None },
-                logsumexp: if lp { Some(self.stream.alloc::<f32>(b)?) } else { None },
+                logprobs: if lp { Some(self.k.home.alloc::<f32>(b)?) } else { None },
+                raw_logprobs: if lp { Some(self.k.home.alloc::<f32>(b)?) } else { None },
+                logsumexp: if lp { Some(self.k.home.alloc::<f32>(b)?) } else { None },
                 mask: None,
                 expanded: None,
                 adj: None,
@@ -448,8 +434,8 @@ impl GpuBackend {
                 truncation: None,
                 handoff: if launch.balanced {
                     Some((
-                        self.stream.alloc::<f32>(launch.handoff_floats())?,
-                        self.stream.alloc_zeros::<u32>(launch.handoff_counters())?,
+                        self.k.home.alloc::<f32>(launch.handoff_floats())?,
+                        self.k.home.alloc_zeros::<u32>(launch.handoff_counters())?,
                     ))
                 } else {
                     None
@@ -461,11 +447,14 @@ impl GpuBackend {
                 has_logprobs: false,
                 has_raw_logprobs: false,
                 uploaded_rows: Vec::new(),
-                tensor_maps: self.stream.alloc::<u64>(size_of::<TensorMaps>() / 8)?,
+                tensor_maps: self.k.home.alloc::<u64>(size_of::<TensorMaps>() / 8)?,
                 tensor_maps_for: None,
+                last_stream: None,
+                fence: None,
             }
         };
-        out.invalidate(&self.stream)?;
+        out.invalidate(&self.k.home)?;
+        self.after_home()?;
         Ok(out)
     }
 
@@ -614,6 +603,8 @@ impl GpuBackend {
         if range.offset >= range.vocab {
             return Err(Error::InvalidShards { reason: "the shard starts at or past V", at: range.offset });
         }
+        // After the last call on `out` if it ran on another stream (before anything touches `out`).
+        out.enter(&self.stream, &self.k.home)?;
         // Rows past the model's vocabulary are padding: not scored (nor read).
         shape.v = weight.rows.min(range.vocab - range.offset);
         // The guards stay alive until the launch is enqueued (see `device_address`).
@@ -670,7 +661,7 @@ impl GpuBackend {
         }
         // Every buffer the launch touches must be large enough for it (and on this context): else a
         // fresh set, sized by the same launch shape (zeroed counters, invalid tokens).
-        if !out.fits(&launch, &self.ctx) {
+        if !out.fits(&launch, &self.k.ctx) {
             *out = self.alloc_for_in(rows, shape.d, shape.v, range.vocab, epilogue)?;
         }
         if epilogue == Epilogue::Truncate {
@@ -695,7 +686,8 @@ impl GpuBackend {
         }
         // Only now may the read events of hidden, weight and mask be recorded: after the launch.
         drop((_hidden_guard, _weight_guard, _mask_guard));
-        result
+        let left = self.leave(out);
+        result.and(left)
     }
 
     /// Makes `out` hold `rows` sample rows of outputs (and the log-probability outputs with
@@ -705,7 +697,7 @@ impl GpuBackend {
             || [&out.logprobs, &out.raw_logprobs, &out.logsumexp]
                 .iter()
                 .all(|o| o.as_ref().is_some_and(|l| l.len() >= rows));
-        if !(same_context(out.tokens.context(), &self.ctx)
+        if !(same_context(out.tokens.context(), &self.k.ctx)
             && out.tokens.len() >= rows
             && out.scores.len() >= rows
             && lp_fit)

@@ -85,7 +85,105 @@ pub(super) fn load_module(
 
 /// The portable module ([`PTX`], or its sm_90 cubin on compute capability 9.0; through the JIT
 /// when `jit`; [`load_module`]).
-pub(super) fn load_portable_module(ctx: &Arc<CudaContext>, jit: bool) -> Result<(Arc<CudaModule>, ModuleCode)> {
+fn load_portable_module(ctx: &Arc<CudaContext>, jit: bool) -> Result<(Arc<CudaModule>, ModuleCode)> {
     let loaded = load_module(ctx, &PTX, &CUBIN, compute_capability(ctx)?, jit)?;
     Ok(loaded.expect("every build embeds the portable PTX (build.rs)"))
+}
+
+/// One device's context, modules and kernels, loaded once and shared by every handle of a
+/// [`GpuBackend`] (its clones and [`GpuBackend::on_stream`]'s): nothing here depends on a stream.
+pub(super) struct Kernels {
+    pub(super) ctx: Arc<CudaContext>,
+    /// The backend's own stream (non-blocking, created with the backend): the default stream of
+    /// its handles, and where every buffer a handle allocates lives and is freed, whichever stream
+    /// the handle launches on ([`GpuBackend::on_stream`]); a handle's stream waits for the home
+    /// stream after each allocation (`GpuBackend::after_home`), and a [`DeviceSamples`] orders its
+    /// frees after its last call (its fence).
+    pub(super) home: Arc<CudaStream>,
+    pub(super) sm_count: u32,
+    /// Every fused-kernel variant, in [`FUSED_VARIANTS`] order; `None` where this GPU cannot run it
+    /// (the Hopper module's variants outside compute capability 9.0).
+    pub(super) fused: Vec<Option<LoadedVariant>>,
+    /// The row-expansion kernel (portable module).
+    pub(super) expand: CudaFunction,
+    /// The sparse-adjustment kernel (portable module).
+    pub(super) adjust: CudaFunction,
+    /// The log-probability reduction (portable module), launched after every log-probability and
+    /// truncation fused kernel.
+    pub(super) reduce_rows: CudaFunction,
+    /// The truncation step's two entries (portable module: [`TruncateStep::Alone`], then
+    /// [`TruncateStep::Paired`]) and the fallback's kernels: its gather, its logits on the tensor
+    /// cores (with their occupancy, as a fused variant's) and its sampler.
+    pub(super) truncate: (CudaFunction, CudaFunction),
+    pub(super) fallback_gather: CudaFunction,
+    pub(super) fallback_logits: LoadedEntry,
+    pub(super) fallback_sample: CudaFunction,
+    /// The portable module (its other entries, e.g. the ranks' merge, are looked up by `tp`).
+    pub(super) portable: Arc<CudaModule>,
+    /// What the portable and (when loaded) the Hopper module run ([`GpuBackend::module_code`]).
+    pub(super) module_code: (ModuleCode, Option<ModuleCode>),
+}
+
+impl Kernels {
+    /// Loads the portable module and, on compute capability 9.0 unless `portable_only`, the Hopper
+    /// (sm_90a) module, from cubins or (with `jit`) PTX, and looks up every kernel with its occupancy.
+    pub(super) fn load(ctx: Arc<CudaContext>, jit: bool, portable_only: bool) -> Result<Self> {
+        let sm_count =
+            ctx.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
+        let home = ctx.new_stream()?;
+        let (module, portable_code) = load_portable_module(&ctx, jit)?;
+        // The arch-specific sm_90a module (`wgmma`) loads on compute capability 9.0 only;
+        // `portable_only` keeps it unloaded, so a Hopper GPU runs the portable kernels the way other
+        // GPUs do (to measure and test that path).
+        let cc = compute_capability(&ctx)?;
+        let loaded_sm90a =
+            if cc == (9, 0) && !portable_only { load_module(&ctx, &PTX_SM90A, &CUBIN_SM90A, cc, jit)? } else { None };
+        let hopper_code = loaded_sm90a.as_ref().map(|(_, code)| *code);
+        let module_sm90a = loaded_sm90a.map(|(m, _)| m);
+        // The persistent grid fills every multiprocessor to the occupancy its registers allow.
+        let fused = FUSED_VARIANTS
+            .iter()
+            .map(|variant| {
+                let module = match (variant.module(), &module_sm90a) {
+                    (Module::Portable, _) => &module,
+                    (Module::Hopper, Some(m)) => m,
+                    (Module::Hopper, None) => return Ok(None),
+                    (Module::Test, _) => unreachable!("no fused kernel is in the test module"),
+                };
+                let load = |e: Epilogue| {
+                    LoadedEntry::load(module, variant.entry_for(e), variant.threads(), variant.smem_bytes(e))
+                };
+                Ok(Some(LoadedVariant {
+                    variant,
+                    sample: load(Epilogue::Sample)?,
+                    logprobs: load(Epilogue::LogProbs)?,
+                    truncate: load(Epilogue::Truncate)?,
+                }))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let lv = FALLBACK_LOGITS_VARIANT;
+        Ok(Self {
+            expand: module.load_function(EXPAND_ENTRY)?,
+            adjust: module.load_function(ADJUST_ENTRY)?,
+            reduce_rows: module.load_function(REDUCE_BLOCK_ENTRY)?,
+            truncate: (
+                module.load_function(TruncateStep::Alone.entry())?,
+                module.load_function(TruncateStep::Paired.entry())?,
+            ),
+            fallback_gather: module.load_function(FALLBACK_GATHER_ENTRY)?,
+            fallback_logits: LoadedEntry::load(
+                &module,
+                FALLBACK_LOGITS_ENTRY,
+                lv.threads(),
+                lv.smem_bytes(Epilogue::Sample),
+            )?,
+            fallback_sample: module.load_function(FALLBACK_SAMPLE_ENTRY)?,
+            portable: module,
+            module_code: (portable_code, hopper_code),
+            fused,
+            ctx,
+            home,
+            sm_count,
+        })
+    }
 }

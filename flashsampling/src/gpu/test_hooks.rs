@@ -18,7 +18,7 @@ impl GpuBackend {
 
     #[cfg(feature = "internals")]
     pub(super) fn noise_test(&self, entry: &str, counters: &[[u32; 4]], key: [u32; 2]) -> Result<Vec<[u32; 4]>> {
-        let func = self.ctx.load_module(Ptx::from_src(crate::PTX_TEST.text()?))?.load_function(entry)?;
+        let func = self.k.ctx.load_module(Ptx::from_src(crate::PTX_TEST.text()?))?.load_function(entry)?;
         let func = &func;
         let n = counters.len();
         if n == 0 {

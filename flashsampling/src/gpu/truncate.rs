@@ -171,21 +171,22 @@ impl GpuBackend {
         // by `fallback_logits` (of the listed rows only; `fallback_sample` reads no others).
         out.truncation = Some(unsafe {
             TruncationBuffers {
-                tops: self.stream.alloc::<u64>(3 * n_units.max(1))?,
-                truncation: self.stream.alloc::<u32>(4 * rows)?,
-                flags: self.stream.alloc_zeros::<u32>(rows)?,
-                list: self.stream.alloc_zeros::<u32>(rows + 1)?,
-                logits: self.stream.alloc::<f32>(n_logits.max(1))?,
-                gathered: self.stream.alloc::<u16>(n_gathered.max(8))?,
-                raw_lse: self.stream.alloc::<f32>(rows)?,
-                top_tokens: self.stream.alloc::<u32>(rows * MAX_TOP_N as usize)?,
-                top_logprobs: self.stream.alloc::<f32>(rows * MAX_TOP_N as usize)?,
+                tops: self.k.home.alloc::<u64>(3 * n_units.max(1))?,
+                truncation: self.k.home.alloc::<u32>(4 * rows)?,
+                flags: self.k.home.alloc_zeros::<u32>(rows)?,
+                list: self.k.home.alloc_zeros::<u32>(rows + 1)?,
+                logits: self.k.home.alloc::<f32>(n_logits.max(1))?,
+                gathered: self.k.home.alloc::<u16>(n_gathered.max(8))?,
+                raw_lse: self.k.home.alloc::<f32>(rows)?,
+                top_tokens: self.k.home.alloc::<u32>(rows * MAX_TOP_N as usize)?,
+                top_logprobs: self.k.home.alloc::<f32>(rows * MAX_TOP_N as usize)?,
                 capacity: (rows, units, v, d),
                 uploaded: Vec::new(),
                 list_is_all: false,
                 rank: None,
             }
         });
+        self.after_home()?;
         Ok(())
     }
 
@@ -316,7 +317,7 @@ impl GpuBackend {
         // `elem`; the logits `rows × V` floats.
         unsafe { self.launch_fallback_logits(&f, (rows, false), (d, v), t.logits) }?;
         // SAFETY: as above; the mask (non-null) holds B × ceil(V/32) words, the outputs `rows`.
-        unsafe { self.launch_after(&self.fallback_sample, fallback_sample_cfg(rows), &f) }?;
+        unsafe { self.launch_after(&self.k.fallback_sample, fallback_sample_cfg(rows), &f) }?;
         Ok(())
     }
 
@@ -344,11 +345,11 @@ impl GpuBackend {
                 shared_mem_bytes: 0,
             };
             // SAFETY: the caller's contract.
-            unsafe { self.launch_after(&self.fallback_gather, cfg, f) }?;
+            unsafe { self.launch_after(&self.k.fallback_gather, cfg, f) }?;
         }
         let lv = FALLBACK_LOGITS_VARIANT;
         let n_btiles = lv.batch_tiles(rows as u32);
-        let n_vranges = lv.n_vranges(self.sm_count, self.fallback_logits.per_sm, n_btiles, v as u32);
+        let n_vranges = lv.n_vranges(self.k.sm_count, self.k.fallback_logits.per_sm, n_btiles, v as u32);
         let l = ByValue(FallbackLogitsParams {
             fused: FusedParams {
                 hidden: f.0.gathered as *const u16,
@@ -374,7 +375,7 @@ impl GpuBackend {
         // `gathered` holds `rows × d` and the weight `v × d` elements, 16-byte aligned; the logits
         // `rows × v` floats; the kernel reads no other pointer of `fused` (null) and its blocks past
         // the count return at once.
-        unsafe { self.launch_after(&self.fallback_logits.func, cfg, &l) }
+        unsafe { self.launch_after(&self.k.fallback_logits.func, cfg, &l) }
     }
 
     /// A tensor-parallel rank's truncation step before the exchange: each sample row's list of the
@@ -525,7 +526,7 @@ impl GpuBackend {
             // before on this stream; the mask (non-null: the launch's, B × ceil(vocab/32) words); the
             // outputs and the merged raw log-sum-exps `rows`; no adjustments; no weight (null: hidden
             // states and weight are not read; the sampled token's raw logit is its processed one).
-            unsafe { self.launch_after(&self.fallback_sample, fallback_sample_cfg(rows), &f) }
+            unsafe { self.launch_after(&self.k.fallback_sample, fallback_sample_cfg(rows), &f) }
         })
     }
 }
@@ -556,6 +557,7 @@ impl GpuBackend {
             return Err(Error::LengthMismatch { buffer: "logits (B × V)", expected: b * v, actual: logits.len() });
         }
         crate::params::validate((b, 8, 8 * b), (v, 8, 8 * v), params)?;
+        out.enter(&self.stream, &self.k.home)?;
         self.ensure_outputs(out, b, false)?;
         if out.rows.len() < 4 * b {
             *out = self.alloc_samples(b, 1)?;
@@ -600,11 +602,12 @@ impl GpuBackend {
             // SAFETY: the list holds b rows (uploaded above), the logits `b × v` floats (checked), the
             // row parameters and truncation `b` entries, the outputs `b`; no mask, adjustments or
             // log-probability outputs (null), so hidden and weight are never read.
-            unsafe { self.stream.launch_builder(&self.fallback_sample).arg(&f).launch(fallback_sample_cfg(b)) }?;
+            unsafe { self.stream.launch_builder(&self.k.fallback_sample).arg(&f).launch(fallback_sample_cfg(b)) }?;
             Ok(())
         })();
         out.truncation = taken;
-        result
+        let left = self.leave(out);
+        result.and(left)
     }
 }
 
@@ -633,9 +636,9 @@ impl GpuBackend {
     /// `GpuOptions::truncate_step`'s).
     fn truncate_step(&self, rows: usize) -> &cudarc::driver::CudaFunction {
         let rows = u32::try_from(rows).unwrap_or(u32::MAX);
-        match self.truncate_step_override.unwrap_or(TruncateStep::for_rows(rows, self.sm_count)) {
-            TruncateStep::Alone => &self.truncate.0,
-            TruncateStep::Paired => &self.truncate.1,
+        match self.truncate_step_override.unwrap_or(TruncateStep::for_rows(rows, self.k.sm_count)) {
+            TruncateStep::Alone => &self.k.truncate.0,
+            TruncateStep::Paired => &self.k.truncate.1,
         }
     }
 }

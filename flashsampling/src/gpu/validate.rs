@@ -85,12 +85,12 @@ impl GpuBackend {
                     actual: m.len(),
                 });
             }
-            if !same_context(m.stream().context(), &self.ctx) {
+            if !same_context(m.stream().context(), &self.k.ctx) {
                 return Err(Error::ForeignBuffer { buffer: "allowed-token mask" });
             }
         }
         for (buffer, data) in [("hidden states", &hidden.data), ("LM-head weight", &weight.data)] {
-            if !same_context(data.stream().context(), &self.ctx) {
+            if !same_context(data.stream().context(), &self.k.ctx) {
                 return Err(Error::ForeignBuffer { buffer });
             }
         }

@@ -231,6 +231,14 @@ impl TpRank {
     /// The exchange of a staged call: the all-gather (once the communicator has taken it: it is
     /// non-blocking), then the merge into `out`.
     pub(super) fn exchange(&mut self, call: &CallShape, out: &mut DeviceSamples) -> Result<()> {
+        let result = self.exchange_and_merge(call, out);
+        // The call's end on `out` is after the merge (and the fallback), not the local launch.
+        let left = self.gpu.leave(out);
+        result.and(left)
+    }
+
+    /// [`Self::exchange`] without the fence.
+    fn exchange_and_merge(&mut self, call: &CallShape, out: &mut DeviceSamples) -> Result<()> {
         self.enqueue_exchange(call)?;
         let deadline = Instant::now() + self.timeout;
         wait_ready(&mut [&mut self.comm], deadline, "the vocab-parallel exchange", self.timeout)?;
