@@ -221,7 +221,7 @@ def make_samplers(weight, temperature, seed, dev):
         return (z - torch.empty_like(z).exponential_().log_()).argmax(dim=-1)
 
     def flash(h, step):
-        tokens = fs.sample(h, weight, temperature, seed=seed, sample=step)
+        tokens = fs.sample(h, weight, temperature, seed=seed, sample=step).tokens
         if dev.type != "cuda":  # --cpu-smoke: the CPU backend gives NumPy
             tokens = torch.from_numpy(tokens.astype(np.int64))
         return tokens
@@ -285,7 +285,7 @@ def run_model(name, args, dev, clock, results, started, write):
     results["models"].append(entry)
     # Sanity: greedy flashsampling equals the argmax of the bf16 GEMM's logits (up to f32 near-ties).
     hs = torch.randn(8, config.hidden_size, device=dev).to(torch.bfloat16)
-    fs_greedy = fs.sample(hs, weight, 0.0)
+    fs_greedy = fs.sample(hs, weight, 0.0).tokens
     fs_greedy = torch.as_tensor(np.asarray(fs_greedy, dtype=np.int64)) if dev.type != "cuda" else fs_greedy.long()
     ref = (hs.float() @ weight.float().T).argmax(dim=-1).cpu()
     entry["greedy_agreement"] = f"{int((fs_greedy.cpu() == ref).sum())}/8"

@@ -23,7 +23,30 @@ from ._flashsampling import cuda_device_info as _cuda_device_info
 from ._flashsampling import sample_cpu as _sample_cpu
 from ._flashsampling import sample_cuda as _sample_cuda
 
-__all__ = ["sample", "sample_cuda", "score", "verify", "bf16_bits", "SamplingParams"]
+__all__ = ["sample", "sample_cuda", "score", "verify", "bf16_bits", "SamplingParams", "Samples"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Samples:
+    """What ``sample`` returns, whatever the controls: NumPy arrays from NumPy input (the CPU backend), CUDA
+    tensors on the input's device from CUDA tensors (the GPU backend), the same dtypes and shapes on both.
+
+    ``tokens``: int32, ``[B]`` (``[B, n]`` with ``n``); -1 for a row without a token (its winning score NaN, e.g.
+    from NaN inputs, or every token masked: ``scores`` says which, NaN or -inf) — on both backends.
+    ``scores``: float32, the winning perturbed scores ``min(T, 1) · (logit / T + gumbel)`` (the logit when
+    greedy). With ``logprobs`` "processed" or "processed_and_raw": ``logprobs`` (float32, shaped like
+    ``tokens``; 0 for a greedy row) and ``logsumexp`` (float32 ``[B]``, of ``logits / T``; NaN for a greedy
+    row), and with "processed_and_raw" ``raw_logprobs`` (under ``softmax(logits)``). With ``top_logprobs`` =
+    k > 0: ``top_logprobs`` = ``(tokens, logprobs)``, int32 and float32 ``[B, k]``, each row's most likely
+    tokens first (ties: the lower id first), -1 and NaN past a row's last entry. Entries not asked for are
+    None."""
+
+    tokens: Any
+    scores: Any
+    logprobs: Any = None
+    raw_logprobs: Any = None
+    logsumexp: Any = None
+    top_logprobs: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -306,9 +329,9 @@ def sample(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample=0, p
            seeds=None,
            n=1, logprobs="off", top_k=None, top_p=None, min_p=None, softcap=None, top_logprobs=0,
            top_logprobs_raw=False, allowed=None, logit_bias=None, repetition_penalty=None, frequency_penalty=None,
-           presence_penalty=None, prompt_tokens=None, output_tokens=None, threads=None, return_dict=False,
-           params=None):
-    """Tokens drawn from softmax(hidden @ weight.T / T), one per row (``[B]``) or ``n`` per row (``[B, n]``).
+           presence_penalty=None, prompt_tokens=None, output_tokens=None, threads=None, params=None):
+    """Tokens drawn from softmax(hidden @ weight.T / T), one per row (``[B]``) or ``n`` per row (``[B, n]``), as a
+    ``Samples`` (``.tokens``, ``.scores``, and the log-probabilities asked for).
 
     Per-row controls (lists of length B): ``temperatures`` (0 = greedy for that row), ``seeds``,
     ``streams``, ``top_k`` (0 = off), ``top_p`` (1 = off), ``min_p`` (0 = off). ``softcap`` soft-caps the
@@ -322,20 +345,16 @@ def sample(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample=0, p
     for a token in ``output_tokens``. The penalties are numbers (every row) or lists of length B; the token
     lists are B lists (arrays, tensors) of ids, or None entries. Bias first, then the repetition penalty,
     then frequency and presence. ``logprobs`` is "off", "processed" or "processed_and_raw";
-    ``top_logprobs`` asks for each row's most likely tokens. With ``return_dict`` (or any log-probability
-    asked for) the result is a dict: tokens, scores, logprobs, raw_logprobs, logsumexp, top_logprobs (a
-    list per row of (token, log-probability) pairs; on CUDA tensors a pair of ``[B, k]`` tensors, see
-    ``sample_cuda``); entries not asked for are None. ``params`` (a ``SamplingParams``) gives the controls as one
-    value instead of keywords.
+    ``top_logprobs`` asks for each row's most likely tokens (see ``Samples`` for what comes back).
+    ``params`` (a ``SamplingParams``) gives the controls as one value instead of keywords.
 
-    NumPy arrays (and CPU tensors) run on the CPU backend and give NumPy arrays (tokens int32, as the CUDA path's tensors). PyTorch
-    CUDA tensors run on the GPU backend, see ``sample_cuda``.
+    NumPy arrays (and CPU tensors) run on the CPU backend and give NumPy arrays. PyTorch CUDA tensors run on the
+    GPU backend, see ``sample_cuda``.
     """
     controls = _given(locals())
     if params is not None:
         return globals()["sample"](hidden, weight, **_with_params(globals()["sample"], params, controls),
-                                   threads=threads, return_dict=return_dict)
-    controls["return_dict"] = return_dict
+                                   threads=threads)
     if _is_torch_cuda(hidden) or _is_torch_cuda(weight):
         if threads is not None:
             raise ValueError("threads is a CPU backend setting; CUDA tensors run on the GPU backend")
@@ -349,16 +368,32 @@ def sample(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample=0, p
                          softcap, top_logprobs, top_logprobs_raw, mask_words, penalties, positions=positions)
     out = _sample_cpu(h.reshape(-1), b, d, w.reshape(-1), v, wd, controls, threads=threads, f16=f16)
     shape = (b,) if n == 1 else (b, n)
-    # int32 like the CUDA path's tensors (a row without a token: -1 on both).
-    tokens = np.asarray(out["tokens"], dtype=np.uint32).reshape(shape).view(np.int32)
-    if not return_dict and logprobs == "off" and not top_logprobs:
-        return tokens
-    res = {"tokens": tokens, "scores": np.asarray(out["scores"], dtype=np.float32).reshape(shape)}
-    for key in ("logprobs", "raw_logprobs"):
-        res[key] = None if out[key] is None else np.asarray(out[key], dtype=np.float32).reshape(shape)
-    res["logsumexp"] = None if out["logsumexp"] is None else np.asarray(out["logsumexp"], dtype=np.float32)
-    res["top_logprobs"] = out["top_logprobs"]
-    return res
+
+    def floats(key, shape):
+        return None if out[key] is None else np.asarray(out[key], dtype=np.float32).reshape(shape)
+
+    return Samples(
+        # int32 like the CUDA path's tensors (a row without a token: -1 on both).
+        tokens=np.asarray(out["tokens"], dtype=np.uint32).reshape(shape).view(np.int32),
+        scores=floats("scores", shape),
+        logprobs=floats("logprobs", shape),
+        raw_logprobs=floats("raw_logprobs", shape),
+        logsumexp=floats("logsumexp", (b,)),
+        top_logprobs=_top_arrays(out["top_logprobs"], b, _int(top_logprobs, "top_logprobs")),
+    )
+
+
+def _top_arrays(rows, b, k):
+    """The native side's top log-probabilities (a list per row of (token, log-probability) pairs) as the CUDA
+    path gives them: int32 tokens and float32 log-probabilities ``[B, k]``, -1 and NaN past a row's last."""
+    if rows is None:
+        return None
+    tokens = np.full((b, k), -1, dtype=np.int32)
+    logprobs = np.full((b, k), np.nan, dtype=np.float32)
+    for r, row in enumerate(rows):
+        for j, (t, lp) in enumerate(row[:k]):
+            tokens[r, j], logprobs[r, j] = t, lp
+    return tokens, logprobs
 
 
 def _cpu_operands(hidden, weight):
@@ -450,24 +485,14 @@ def _check_rows(name, t):
 def sample_cuda(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample=0, positions=None, temperatures=None,
                 seeds=None, n=1, logprobs="off", top_k=None, top_p=None, min_p=None, softcap=None,
                 top_logprobs=0, top_logprobs_raw=False, allowed=None, logit_bias=None, repetition_penalty=None,
-                frequency_penalty=None, presence_penalty=None, prompt_tokens=None, output_tokens=None,
-                return_dict=False, params=None):
+                frequency_penalty=None, presence_penalty=None, prompt_tokens=None, output_tokens=None, params=None):
     """``sample`` on PyTorch CUDA tensors: the fused GPU kernel, on the tensors' device.
 
     ``hidden`` ``[B, D]`` (or ``[D]``) and ``weight`` ``[V, D]``: CUDA tensors on one device, both
     torch.bfloat16 or both torch.float16 (products accumulated in float32 either way), with contiguous
-    rows (strides ``(D, 1)``) and 16-byte aligned data (D a multiple of 8). Returns ``tokens``, a torch.int32 tensor
-    ``[B]`` (``[B, n]`` with ``n``) on the same device (a row whose winning score is NaN, e.g. from NaN
-    inputs, gets -1; the CPU path raises instead, which would need a host synchronization here); with
-    ``return_dict`` (or ``logprobs`` on) a dict with ``tokens`` and ``scores`` (float32, the winning
-    perturbed scores). With ``logprobs`` "processed" or "processed_and_raw" it also holds the GPU
-    kernel's fused log-probabilities, the same entries as the CPU path's but as float32 CUDA tensors on
-    the same device: ``logprobs`` (shaped like ``tokens``; 0 for a greedy row), ``raw_logprobs``
-    (under ``softmax(logits)``; None with "processed") and ``logsumexp`` (``[B]``, of ``logits / T``;
-    NaN for a greedy row). With ``top_logprobs`` = k > 0, ``top_logprobs`` is a pair of CUDA tensors on
-    the same device, ``(tokens, logprobs)``: torch.int32 and torch.float32, ``[B, k]``, each row's most
-    likely tokens first (ties: the lower token id first), -1 and NaN past a row's last entry (a row
-    whose distribution has fewer than k tokens) — the CPU path's lists, without a host copy.
+    rows (strides ``(D, 1)``) and 16-byte aligned data (D a multiple of 8). Returns a ``Samples`` of CUDA tensors
+    on the same device (torch.int32 tokens, torch.float32 for the rest; the GPU kernel's fused log-probabilities
+    and top log-probabilities), as the CPU path's arrays.
 
     Stream semantics are PyTorch's: the call is ordered on ``torch.cuda.current_stream(device)``
     (the kernel waits for the work queued there before the call, and work queued there after the call
@@ -484,7 +509,7 @@ def sample_cuda(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample
 
     if params is not None:
         given = _given(locals())
-        return sample_cuda(hidden, weight, **_with_params(sample_cuda, params, given), return_dict=return_dict)
+        return sample_cuda(hidden, weight, **_with_params(sample_cuda, params, given))
     _check_tensor(torch, "hidden", hidden)
     _check_tensor(torch, "weight", weight)
     if hidden.device != weight.device:
@@ -539,10 +564,7 @@ def sample_cuda(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample
             # The same value for the n samples of a row: one per request row, as on the CPU path (a
             # copy on the current stream, ordered after the native call's outputs).
             lse = lse.view(b, n)[:, 0].contiguous()
-    if not return_dict and logprobs == "off" and not top_logprobs:
-        return tokens
-    return {"tokens": tokens, "scores": scores, "logprobs": lps, "raw_logprobs": raw, "logsumexp": lse,
-            "top_logprobs": top}
+    return Samples(tokens=tokens, scores=scores, logprobs=lps, raw_logprobs=raw, logsumexp=lse, top_logprobs=top)
 
 
 def verify(hidden, weight, offsets, draft_tokens, positions, **controls):
@@ -578,7 +600,7 @@ def verify(hidden, weight, offsets, draft_tokens, positions, **controls):
     elif "positions" in controls or "sample" in controls:
         raise TypeError("verify keys every row by its position: give positions, not a sample or positions control")
     row_positions = [p + i for r, p in enumerate(positions) for i in range(offsets[r + 1] - offsets[r])]
-    got = sample(hidden, weight, positions=row_positions, **{k: v for k, v in controls.items() if k != "return_dict"})
+    got = sample(hidden, weight, positions=row_positions, **controls).tokens
     target = np.asarray(got.cpu() if _is_torch_tensor(got) else got, dtype=np.int32).reshape(-1)
     if len(target) != rows:
         raise ValueError(f"hidden has {len(target)} rows; offsets end at {rows}")

@@ -9,9 +9,28 @@ _Array = Any  # a NumPy array, a CPU tensor, or (sample_cuda / sample) a PyTorch
 _Ints = Union[Sequence[int], npt.NDArray[np.integer], Any]
 _Floats = Union[Sequence[float], npt.NDArray[np.floating], Any]
 _LogProbs = Literal["off", "processed", "processed_and_raw"]
-_Result = Union[npt.NDArray[np.int32], Any, dict[str, Any]]
 
-__all__ = ["sample", "sample_cuda", "score", "verify", "bf16_bits", "SamplingParams"]
+__all__ = ["sample", "sample_cuda", "score", "verify", "bf16_bits", "SamplingParams", "Samples"]
+
+class Samples:
+    """What ``sample`` returns: NumPy arrays (CPU backend) or CUDA tensors (GPU backend), int32 tokens (-1: no
+    token), float32 for the rest; entries not asked for are None."""
+
+    tokens: Any
+    scores: Any
+    logprobs: Any | None
+    raw_logprobs: Any | None
+    logsumexp: Any | None
+    top_logprobs: tuple[Any, Any] | None
+    def __init__(
+        self,
+        tokens: Any,
+        scores: Any,
+        logprobs: Any | None = None,
+        raw_logprobs: Any | None = None,
+        logsumexp: Any | None = None,
+        top_logprobs: tuple[Any, Any] | None = None,
+    ) -> None: ...
 
 class SamplingParams:
     """The controls of a call as one value (``sample(hidden, weight, params=...)``)."""
@@ -92,11 +111,9 @@ def sample(
     prompt_tokens: Sequence[_Ints] | None = None,
     output_tokens: Sequence[_Ints] | None = None,
     threads: int | None = None,
-    return_dict: bool = False,
     params: SamplingParams | None = None,
-) -> _Result:
-    """Tokens (int32 ``[B]`` or ``[B, n]``; -1 for a row without one), or with ``return_dict`` or log-probabilities a
-    dict of tokens, scores, logprobs, raw_logprobs, logsumexp and top_logprobs."""
+) -> Samples:
+    """Tokens (int32 ``[B]`` or ``[B, n]``; -1 for a row without one), scores and the log-probabilities asked for."""
 
 def sample_cuda(
     hidden: Any,
@@ -124,10 +141,9 @@ def sample_cuda(
     presence_penalty: float | _Floats | None = None,
     prompt_tokens: Sequence[_Ints] | None = None,
     output_tokens: Sequence[_Ints] | None = None,
-    return_dict: bool = False,
     params: SamplingParams | None = None,
-) -> Any:
-    """``sample`` on PyTorch CUDA tensors (torch.int32 tokens on the tensors' device)."""
+) -> Samples:
+    """``sample`` on PyTorch CUDA tensors (a ``Samples`` of tensors on the tensors' device)."""
 
 def score(
     hidden: _Array,

@@ -286,7 +286,8 @@ impl Penalties {
 }
 
 /// Samples on the CPU backend. `hidden_bits` `[b, hidden_d]` and `weight_bits` `[v, weight_d]` hold
-/// bf16 bits (f16 bits with `f16`); `controls` is the call's [`ControlArgs`]. Returns a dict of lists.
+/// bf16 bits (f16 bits with `f16`); `controls` is the call's [`ControlArgs`]. Returns a dict of lists
+/// ([`CpuBackend::sample_scored_rows`]: a row without a token is `u32::MAX`, not an error).
 /// With `score_tokens` (one token per row) it scores them instead ([`CpuBackend::score`]): a dict
 /// of the `Scores` fields.
 #[pyfunction]
@@ -332,7 +333,9 @@ fn sample_cpu<'py>(
     ) -> flashsampling::Result<Out> {
         match tokens {
             Some(t) => cpu.score(h, w, params, t).map(Out::Scored),
-            None => cpu.sample_scored(h, w, params).map(Out::Sampled),
+            // A row without a token is -1 with its NaN / -inf score, as on the CUDA path (which
+            // cannot raise without waiting for the GPU).
+            None => cpu.sample_scored_rows(h, w, params).map(Out::Sampled),
         }
     }
     let tokens = score_tokens.as_deref();

@@ -39,7 +39,7 @@ def test_bf16_rounding_is_to_nearest_even():
 
 def test_greedy_is_the_argmax():
     hidden, weight = lm_head(6, 64, 1000, 1)
-    tokens = fs.sample(hidden, weight, temperature=0.0)
+    tokens = fs.sample(hidden, weight, temperature=0.0).tokens
     assert tokens.dtype == np.int32 and tokens.shape == (6,)
     assert np.array_equal(tokens, logits(hidden, weight).argmax(axis=1))
 
@@ -50,7 +50,7 @@ def test_samples_follow_softmax():
     h = np.repeat(hidden, 256, axis=0)
     counts = np.zeros(50, dtype=np.int64)
     for r in range(40):
-        t = fs.sample(h, weight, temperature=0.8, seed=7, streams=list(range(r * 256, (r + 1) * 256)))
+        t = fs.sample(h, weight, temperature=0.8, seed=7, streams=list(range(r * 256, (r + 1) * 256))).tokens
         counts += np.bincount(t, minlength=50)
     probs = np.exp((y - y.max()) / 0.8)
     ok, stat, dof, p = chi2_ok(counts, probs / probs.sum())
@@ -59,18 +59,18 @@ def test_samples_follow_softmax():
 
 def test_determinism_per_row_controls_and_n_samples():
     hidden, weight = lm_head(4, 64, 777, 3)
-    a = fs.sample(hidden, weight, 0.9, seed=5)
-    assert np.array_equal(a, fs.sample(hidden, weight, 0.9, seed=5))
+    a = fs.sample(hidden, weight, 0.9, seed=5).tokens
+    assert np.array_equal(a, fs.sample(hidden, weight, 0.9, seed=5).tokens)
     temps = [0.5, 1.0, 0.0, 2.0]
-    mixed = fs.sample(hidden, weight, 1.0, seed=5, temperatures=temps, return_dict=True)
+    mixed = fs.sample(hidden, weight, 1.0, seed=5, temperatures=temps)
     for r, t in enumerate(temps):
-        scalar = fs.sample(hidden, weight, t, seed=5, return_dict=True)
-        assert mixed["tokens"][r] == scalar["tokens"][r]
-        assert mixed["scores"][r].tobytes() == scalar["scores"][r].tobytes()
-    many = fs.sample(hidden, weight, 0.9, seed=5, n=5, sample=2)
+        scalar = fs.sample(hidden, weight, t, seed=5)
+        assert mixed.tokens[r] == scalar.tokens[r]
+        assert mixed.scores[r].tobytes() == scalar.scores[r].tobytes()
+    many = fs.sample(hidden, weight, 0.9, seed=5, n=5, sample=2).tokens
     assert many.shape == (4, 5)
     for j in range(5):
-        assert np.array_equal(many[:, j], fs.sample(hidden, weight, 0.9, seed=5, sample=2 + j))
+        assert np.array_equal(many[:, j], fs.sample(hidden, weight, 0.9, seed=5, sample=2 + j).tokens)
 
 
 def test_logprobs_match_numpy():
@@ -80,14 +80,15 @@ def test_logprobs_match_numpy():
     for r in range(3):
         z = y[r] / 0.7
         lse = z.max() + np.log(np.exp(z - z.max()).sum())
-        tok = out["tokens"][r]
-        assert abs(out["logprobs"][r] - (z[tok] - lse)) < 1e-4
-        assert abs(out["logsumexp"][r] - lse) < 1e-4 * max(1.0, abs(lse))
+        tok = out.tokens[r]
+        assert abs(out.logprobs[r] - (z[tok] - lse)) < 1e-4
+        assert abs(out.logsumexp[r] - lse) < 1e-4 * max(1.0, abs(lse))
         raw_lse = y[r].max() + np.log(np.exp(y[r] - y[r].max()).sum())
-        assert abs(out["raw_logprobs"][r] - (y[r][tok] - raw_lse)) < 1e-4
-        top = out["top_logprobs"][r]
-        assert [t for t, _ in top] == list(np.argsort(-z, kind="stable")[:5])
-        assert all(abs(lp - (z[t] - lse)) < 1e-4 for t, lp in top)
+        assert abs(out.raw_logprobs[r] - (y[r][tok] - raw_lse)) < 1e-4
+        top_tokens, top_logprobs = out.top_logprobs
+        assert top_tokens.dtype == np.int32 and top_logprobs.dtype == np.float32 and top_tokens.shape == (3, 5)
+        assert top_tokens[r].tolist() == list(np.argsort(-z, kind="stable")[:5])
+        assert all(abs(lp - (z[t] - lse)) < 1e-4 for t, lp in zip(top_tokens[r], top_logprobs[r]))
 
 
 def test_masks_and_truncation():
@@ -97,11 +98,11 @@ def test_masks_and_truncation():
     allowed[1, 50:] = True
     h = np.repeat(hidden, 64, axis=0)
     a = np.repeat(allowed, 64, axis=0)
-    t = fs.sample(h, weight, 1.0, seed=1, allowed=a)
+    t = fs.sample(h, weight, 1.0, seed=1, allowed=a).tokens
     assert all(a[i, tok] for i, tok in enumerate(t))
     y = logits(hidden, weight)
     top3 = set(np.argsort(-y[0], kind="stable")[:3])
-    t = fs.sample(np.repeat(hidden[:1], 128, axis=0), weight, 1.0, seed=2, top_k=[3] * 128)
+    t = fs.sample(np.repeat(hidden[:1], 128, axis=0), weight, 1.0, seed=2, top_k=[3] * 128).tokens
     assert set(t.tolist()) <= top3
 
 
@@ -127,16 +128,16 @@ def test_float16_arrays_are_sampled_in_f16():
     hidden[0, 0] = 1
     weight = np.zeros((2, 8), dtype=np.float16)
     weight[0, 0], weight[1, 0] = 1, 1 + 2**-10
-    assert fs.sample(hidden, weight, 0.0).tolist() == [1]
-    assert fs.sample(hidden.astype(np.float32), weight.astype(np.float32), 0.0).tolist() == [0]
+    assert fs.sample(hidden, weight, 0.0).tokens.tolist() == [1]
+    assert fs.sample(hidden.astype(np.float32), weight.astype(np.float32), 0.0).tokens.tolist() == [0]
 
 
 def test_cpu_tensors_run_on_the_cpu_backend():
     torch = pytest.importorskip("torch", reason="PyTorch not installed: CPU tensors not tested")
     hidden, weight = lm_head(5, 64, 300, 7)
-    want = fs.sample(hidden, weight, 0.9, seed=3)
+    want = fs.sample(hidden, weight, 0.9, seed=3).tokens
     got = fs.sample(torch.from_numpy(hidden).to(torch.bfloat16), torch.from_numpy(weight).to(torch.bfloat16), 0.9,
-                    seed=3)
+                    seed=3).tokens
     assert isinstance(got, np.ndarray) and np.array_equal(got, want)
 
 
@@ -191,23 +192,23 @@ def penalty_case(b, v, y, seed):
 
 def test_logit_bias_forces_or_bans_a_token():
     hidden, weight = lm_head(64, 64, 500, 21)
-    forced = fs.sample(hidden, weight, 1.0, seed=3, logit_bias=[{123: 100.0}] * 64)
+    forced = fs.sample(hidden, weight, 1.0, seed=3, logit_bias=[{123: 100.0}] * 64).tokens
     assert forced.tolist() == [123] * 64
-    assert fs.sample(hidden, weight, 1.0, seed=3, logit_bias={"123": 100.0}).tolist() == [123] * 64  # one dict
-    assert (fs.sample(hidden, weight, 1.0, seed=3, n=3, logit_bias=[{123: 100.0}] * 64) == 123).all()
+    assert fs.sample(hidden, weight, 1.0, seed=3, logit_bias={"123": 100.0}).tokens.tolist() == [123] * 64  # one dict
+    assert (fs.sample(hidden, weight, 1.0, seed=3, n=3, logit_bias=[{123: 100.0}] * 64).tokens == 123).all()
     # A large negative bias on each row's most likely token: never drawn, over many draws.
     y = logits(hidden, weight)
     best = y.argmax(axis=1)
-    plain = fs.sample(hidden, weight, 1.0, seed=3)
+    plain = fs.sample(hidden, weight, 1.0, seed=3).tokens
     hit = np.zeros(64, dtype=bool)
     for s in range(20):
-        t = fs.sample(hidden, weight, 1.0, seed=3, sample=s, logit_bias=[{int(x): -100.0} for x in best])
+        t = fs.sample(hidden, weight, 1.0, seed=3, sample=s, logit_bias=[{int(x): -100.0} for x in best]).tokens
         assert not (t == best).any()
-        hit |= fs.sample(hidden, weight, 1.0, seed=3, sample=s) == best
+        hit |= fs.sample(hidden, weight, 1.0, seed=3, sample=s).tokens == best
     assert hit.sum() > 10  # without the bias the best token does come up
     # A row without a bias (None) draws exactly what it draws without the keyword.
     rows = [None if r % 2 else {int(best[r]): -100.0} for r in range(64)]
-    t = fs.sample(hidden, weight, 1.0, seed=3, logit_bias=rows)
+    t = fs.sample(hidden, weight, 1.0, seed=3, logit_bias=rows).tokens
     assert np.array_equal(t[1::2], plain[1::2])
 
 
@@ -216,7 +217,7 @@ def test_penalties_match_a_float64_reference_on_greedy_rows():
     hidden, weight = integer_head(b, d, v, 22)
     y = logits(hidden, weight)
     case = penalty_case(b, v, y, 23)
-    got = fs.sample(hidden, weight, 0.0, **case)
+    got = fs.sample(hidden, weight, 0.0, **case).tokens
     want = adjusted_logits(y, case["logit_bias"], case["repetition_penalty"], case["frequency_penalty"],
                            case["presence_penalty"], case["prompt_tokens"], case["output_tokens"])
     rows = np.arange(b)
@@ -231,9 +232,9 @@ def test_penalties_match_a_float64_reference_on_greedy_rows():
     arrays = dict(case, prompt_tokens=[np.asarray(p, dtype=np.int64) for p in case["prompt_tokens"]],
                   output_tokens=[np.asarray(o, dtype=np.uint32) for o in case["output_tokens"]],
                   repetition_penalty=np.asarray(case["repetition_penalty"], dtype=np.float32))
-    assert np.array_equal(fs.sample(hidden, weight, 0.0, **arrays), got)
+    assert np.array_equal(fs.sample(hidden, weight, 0.0, **arrays).tokens, got)
     scalar = fs.sample(hidden, weight, 0.0, repetition_penalty=1.3, frequency_penalty=0.5, presence_penalty=0.25,
-                       prompt_tokens=case["prompt_tokens"], output_tokens=case["output_tokens"])
+                       prompt_tokens=case["prompt_tokens"], output_tokens=case["output_tokens"]).tokens
     want = adjusted_logits(y, [None] * b, [1.3] * b, [0.5] * b, [0.25] * b, case["prompt_tokens"],
                            case["output_tokens"])
     assert (want[rows, scalar] >= want.max(axis=1) - 1e-5).all()
@@ -249,7 +250,7 @@ def test_penalised_samples_follow_the_adjusted_softmax():
     rows = {k: x * 256 if isinstance(x, list) else x for k, x in kw.items()}
     counts = np.zeros(50, dtype=np.int64)
     for r in range(40):
-        t = fs.sample(h, weight, 0.8, seed=7, streams=list(range(r * 256, (r + 1) * 256)), **rows)
+        t = fs.sample(h, weight, 0.8, seed=7, streams=list(range(r * 256, (r + 1) * 256)), **rows).tokens
         counts += np.bincount(t, minlength=50)
     probs = np.exp((z - z.max()) / 0.8)
     ok, stat, dof, p = chi2_ok(counts, probs / probs.sum())
@@ -259,8 +260,7 @@ def test_penalised_samples_follow_the_adjusted_softmax():
 def test_empty_adjustments_change_nothing():
     b = 6
     hidden, weight = lm_head(b, 64, 400, 25)
-    kw = dict(seed=11, temperatures=[1.0, 0.0, 0.7, 1.3, 0.0, 2.0], n=3, logprobs="processed_and_raw",
-              return_dict=True)
+    kw = dict(seed=11, temperatures=[1.0, 0.0, 0.7, 1.3, 0.0, 2.0], n=3, logprobs="processed_and_raw")
     plain = fs.sample(hidden, weight, **kw)
     for adj in [
         dict(logit_bias=[None] * b),
@@ -274,7 +274,7 @@ def test_empty_adjustments_change_nothing():
     ]:
         got = fs.sample(hidden, weight, **kw, **adj)
         for key in ("tokens", "scores", "logprobs", "raw_logprobs", "logsumexp"):
-            assert got[key].tobytes() == plain[key].tobytes(), (adj, key)
+            assert getattr(got, key).tobytes() == getattr(plain, key).tobytes(), (adj, key)
 
 
 def test_bad_adjustments_raise_the_librarys_errors():
@@ -304,7 +304,7 @@ def test_bad_adjustments_raise_the_librarys_errors():
     for kw, message in bad:
         with pytest.raises(ValueError, match=message):
             fs.sample(hidden, weight, 1.0, **kw)
-    assert fs.sample(hidden, weight, 0.0, logit_bias=[{1: 50.0}, {2: 50.0}]).tolist() == [1, 2]
+    assert fs.sample(hidden, weight, 0.0, logit_bias=[{1: 50.0}, {2: 50.0}]).tokens.tolist() == [1, 2]
 
 
 def test_integer_controls_must_be_integers():
@@ -325,9 +325,9 @@ def test_integer_controls_must_be_integers():
         with pytest.raises(TypeError, match="must be a real number"):
             fs.sample(hidden, weight, **kw)
     # NumPy integers and 0-d integer arrays are integers; the draws are the plain int's.
-    want = fs.sample(hidden, weight, 1.0, seed=7, sample=3)
+    want = fs.sample(hidden, weight, 1.0, seed=7, sample=3).tokens
     for seed in [np.int64(7), np.uint32(7), np.array(7)]:
-        assert np.array_equal(fs.sample(hidden, weight, np.float32(1.0), seed=seed, sample=np.int16(3)), want)
+        assert np.array_equal(fs.sample(hidden, weight, np.float32(1.0), seed=seed, sample=np.int16(3)).tokens, want)
 
 
 def test_the_native_call_checks_shapes_before_it_builds_rows():
@@ -355,10 +355,10 @@ def test_score_gives_the_sampled_tokens_logprobs_and_matches_numpy():
     ctl = dict(temperatures=[0.7, 0.0, 1.3, 1.0, 0.5, 2.0], top_k=[0, 0, 20, 5, 0, 0], softcap=6.0,
                logit_bias=[{3: 2.0}, None, None, {7: -1.0}, None, None])
     out = fs.sample(hidden, weight, seed=9, logprobs="processed_and_raw", **ctl)
-    s = fs.score(hidden, weight, out["tokens"], **ctl)
+    s = fs.score(hidden, weight, out.tokens, **ctl)
     # Bit for bit the log-probabilities the sampling call reported (NaN log-sum-exp for the greedy row).
     for key in ("logprobs", "raw_logprobs", "logsumexp"):
-        assert np.array_equal(s[key].view(np.uint32), out[key].view(np.uint32)), key
+        assert np.array_equal(s[key].view(np.uint32), getattr(out, key).view(np.uint32)), key
     # Against NumPy on the raw logits: log softmax at the given tokens, and the row's log-sum-exp.
     y = logits(hidden, weight).astype(np.float64)
     tokens = np.arange(6) * 11 % 90
@@ -371,3 +371,23 @@ def test_score_gives_the_sampled_tokens_logprobs_and_matches_numpy():
         fs.score(hidden, weight, tokens[:5])
     with pytest.raises(ValueError):
         fs.score(hidden, weight, [90] * 6)
+
+
+def test_a_row_without_a_token_is_minus_one_as_on_the_gpu():
+    # Issue 51.7: a NaN row gave -1 on CUDA but raised on the CPU; both give -1 now, with the row's NaN
+    # (NaN logits) or -inf (every token masked) score, and the other rows draw what they draw alone.
+    hidden, weight = lm_head(4, 64, 100, 53)
+    want = fs.sample(hidden, weight, 0.9, seed=5, logprobs="processed").tokens
+    h = hidden.copy()
+    h[1, 7] = np.nan
+    allowed = np.ones((4, 100), dtype=bool)
+    allowed[2] = False
+    for kw in (dict(), dict(logprobs="processed"), dict(top_k=[5] * 4), dict(top_logprobs=3)):
+        out = fs.sample(h, weight, 0.9, seed=5, allowed=allowed, **kw)
+        assert out.tokens[1] == -1 and np.isnan(out.scores[1]), kw
+        assert out.tokens[2] == -1 and out.scores[2] == -np.inf, kw
+        if not kw:
+            assert out.tokens[[0, 3]].tolist() == want[[0, 3]].tolist()
+    # Scoring still raises: a given token has no log-probability under NaN logits.
+    with pytest.raises(ValueError, match="NaN"):
+        fs.score(h, weight, [0] * 4)

@@ -54,7 +54,7 @@ def lm_head(b, d, v, seed, dev, integer=False):
 
 def on_cpu(hidden, weight, **kw):
     """The CPU path on the same bf16 values (CPU tensors go to the CPU backend as bf16 bits)."""
-    return fs.sample(hidden.cpu(), weight.cpu(), return_dict=True, **kw)
+    return fs.sample(hidden.cpu(), weight.cpu(), **kw)
 
 
 @pytest.mark.parametrize("d,v", [(256, 1000), (128, 4096)])
@@ -63,13 +63,13 @@ def on_cpu(hidden, weight, **kw):
 def test_tokens_and_scores_equal_the_cpu_path_bit_for_bit(dev, b, d, v, t):
     hidden, weight = lm_head(b, d, v, seed=b * 7919 + v, dev=dev, integer=True)
     kw = dict(temperature=t, seed=12345 + v, streams=[31 * i + 5 for i in range(b)], sample=3)
-    got = fs.sample(hidden, weight, return_dict=True, **kw)
+    got = fs.sample(hidden, weight, **kw)
     want = on_cpu(hidden, weight, **kw)
-    assert got["tokens"].device == dev and got["tokens"].dtype == torch.int32 and got["tokens"].shape == (b,)
-    assert got["scores"].device == dev and got["scores"].dtype == torch.float32
-    tokens = got["tokens"].cpu().numpy()
-    assert np.array_equal(tokens.astype(np.int32), want["tokens"]), (tokens, want["tokens"])
-    assert np.array_equal(got["scores"].cpu().numpy().view(np.uint32), want["scores"].view(np.uint32))
+    assert got.tokens.device == dev and got.tokens.dtype == torch.int32 and got.tokens.shape == (b,)
+    assert got.scores.device == dev and got.scores.dtype == torch.float32
+    tokens = got.tokens.cpu().numpy()
+    assert np.array_equal(tokens.astype(np.int32), want.tokens), (tokens, want.tokens)
+    assert np.array_equal(got.scores.cpu().numpy().view(np.uint32), want.scores.view(np.uint32))
 
 
 @pytest.mark.parametrize("d,v,batches", [(256, 1000, [1, 7, 64, 200]), (4096, 151936, [1, 7])])
@@ -79,13 +79,13 @@ def test_tokens_equal_the_cpu_path_up_to_f32_near_ties(dev, d, v, batches):
     for b in batches:
         hidden, weight = lm_head(b, d, v, seed=b + d + v, dev=dev)
         kw = dict(temperature=1.0, seed=99, streams=[7 * i + 1 for i in range(b)])
-        got = fs.sample(hidden, weight, return_dict=True, **kw)
+        got = fs.sample(hidden, weight, **kw)
         want = on_cpu(hidden, weight, **kw)
-        tokens, scores = got["tokens"].cpu().numpy().astype(np.int64), got["scores"].cpu().numpy()
+        tokens, scores = got.tokens.cpu().numpy().astype(np.int64), got.scores.cpu().numpy()
         assert ((tokens >= 0) & (tokens < v)).all()
-        differ = tokens != want["tokens"].astype(np.int64)
-        tol = 1e-4 * max(1.0, float(np.abs(want["scores"]).max()))
-        assert np.allclose(scores, want["scores"], rtol=0, atol=tol), "winning scores differ beyond f32 rounding"
+        differ = tokens != want.tokens.astype(np.int64)
+        tol = 1e-4 * max(1.0, float(np.abs(want.scores).max()))
+        assert np.allclose(scores, want.scores, rtol=0, atol=tol), "winning scores differ beyond f32 rounding"
         assert differ.sum() <= max(1, b // 100), f"B={b}: {differ.sum()} of {b} rows differ from the CPU path"
 
 
@@ -99,9 +99,9 @@ def test_samples_of_one_row_follow_torch_softmax(dev, t):
     counts = torch.zeros(v, dtype=torch.int64, device=dev)
     for c in range(calls):
         if c % 2:  # half the draws from other streams, half from other sample indices
-            tok = fs.sample(h, weight, t, seed=2024, streams=list(range(c * rows, (c + 1) * rows)))
+            tok = fs.sample(h, weight, t, seed=2024, streams=list(range(c * rows, (c + 1) * rows))).tokens
         else:
-            tok = fs.sample(h, weight, t, seed=2024, sample=c)
+            tok = fs.sample(h, weight, t, seed=2024, sample=c).tokens
         counts += torch.bincount(tok.long(), minlength=v)
     ok, stat, dof, p = chi2_ok(counts.cpu().numpy(), probs)
     assert ok, f"chi-squared {stat:.1f} on {dof} degrees of freedom, p = {p:.2e}"
@@ -112,7 +112,7 @@ def test_result_is_on_the_device_and_follows_the_current_stream(dev):
     b, d, v = 64, 4096, 65536
     hidden, weight = lm_head(b, d, v, seed=5, dev=dev)
     kw = dict(temperature=0.8, seed=77, streams=list(range(1000, 1000 + b)))
-    want = fs.sample(hidden, weight, **kw)
+    want = fs.sample(hidden, weight, **kw).tokens
     torch.cuda.synchronize(dev)
     assert want.device == dev and want.dtype == torch.int32
     s = torch.cuda.Stream(dev)
@@ -125,22 +125,22 @@ def test_result_is_on_the_device_and_follows_the_current_stream(dev):
             h = torch.zeros_like(hidden)
             torch.cuda._sleep(20_000_000)
             h.copy_(hidden)
-            got = fs.sample(h, weight, **kw)
+            got = fs.sample(h, weight, **kw).tokens
             seen = got.clone()
             s.synchronize()
             assert torch.equal(seen, want)
             assert torch.equal(got, want)
     # Back on the default stream: the same tokens again.
-    assert torch.equal(fs.sample(hidden, weight, **kw), want)
+    assert torch.equal(fs.sample(hidden, weight, **kw).tokens, want)
 
 
 def test_buffers_follow_changing_batches(dev):
     for b in [3, 300, 1, 64]:
         hidden, weight = lm_head(b, 64, 500, seed=b, dev=dev, integer=True)
-        got = fs.sample(hidden, weight, 1.0, seed=b)
-        want = on_cpu(hidden, weight, temperature=1.0, seed=b)["tokens"]
+        got = fs.sample(hidden, weight, 1.0, seed=b).tokens
+        want = on_cpu(hidden, weight, temperature=1.0, seed=b).tokens
         assert np.array_equal(got.cpu().numpy().astype(np.int32), want)
-    one = fs.sample(hidden[0], weight, 1.0, seed=b)  # a [D] hidden state is one row
+    one = fs.sample(hidden[0], weight, 1.0, seed=b).tokens  # a [D] hidden state is one row
     assert one.shape == (1,) and one.item() == got[0].item()
 
 
@@ -149,8 +149,8 @@ def test_a_second_device(dev):
         pytest.skip("SKIP second-device test: one CUDA device")
     other = torch.device("cuda", 1)
     hidden, weight = lm_head(8, 64, 500, seed=8, dev=dev, integer=True)
-    a = fs.sample(hidden, weight, 1.0, seed=8)
-    c = fs.sample(hidden.to(other), weight.to(other), 1.0, seed=8)
+    a = fs.sample(hidden, weight, 1.0, seed=8).tokens
+    c = fs.sample(hidden.to(other), weight.to(other), 1.0, seed=8).tokens
     assert c.device == other and torch.equal(a.cpu(), c.cpu())
     with pytest.raises(ValueError, match="one device"):
         fs.sample(hidden, weight.to(other))
@@ -159,10 +159,13 @@ def test_a_second_device(dev):
 def test_nan_rows_get_token_minus_one(dev):
     hidden, weight = lm_head(4, 64, 100, seed=3, dev=dev)
     hidden[2, 5] = float("nan")
-    out = fs.sample(hidden, weight, 1.0, return_dict=True)
-    tokens = out["tokens"].cpu().tolist()
+    out = fs.sample(hidden, weight, 1.0)
+    tokens = out.tokens.cpu().tolist()
     assert tokens[2] == -1 and all(0 <= t < 100 for i, t in enumerate(tokens) if i != 2)
-    assert math.isnan(out["scores"][2].item())
+    assert math.isnan(out.scores[2].item())
+    # The CPU path gives the same outcome (issue 51.7: it raised before).
+    on_host = on_cpu(hidden, weight, temperature=1.0)
+    assert on_host.tokens[2] == -1 and math.isnan(on_host.scores[2])
 
 
 def test_clear_errors(dev):
@@ -195,7 +198,7 @@ def test_clear_errors(dev):
     with pytest.raises(ValueError, match="threads"):
         fs.sample(hidden, weight, threads=2)
     # Still usable after the errors.
-    assert fs.sample(hidden, weight, 0.0).shape == (4,)
+    assert fs.sample(hidden, weight, 0.0).tokens.shape == (4,)
 
 
 @pytest.mark.parametrize("b,d,v", [(1, 256, 1000), (7, 128, 4096), (200, 64, 1000)])
@@ -209,13 +212,13 @@ def test_float16_tensors_equal_the_cpu_path_bit_for_bit(dev, b, d, v, t):
     kw = dict(temperature=t, seed=77 + v, streams=[13 * i + 2 for i in range(b)], logprobs="processed")
     got = fs.sample(hidden, weight, **kw)
     want = fs.sample(hidden.cpu().numpy(), weight.cpu().numpy(), **kw)
-    assert np.array_equal(got["tokens"].cpu().numpy().astype(np.int32), want["tokens"])
-    assert np.array_equal(got["scores"].cpu().numpy().view(np.uint32), want["scores"].view(np.uint32))
-    assert np.allclose(got["logprobs"].cpu().numpy(), want["logprobs"], rtol=0, atol=1e-4)
+    assert np.array_equal(got.tokens.cpu().numpy().astype(np.int32), want.tokens)
+    assert np.array_equal(got.scores.cpu().numpy().view(np.uint32), want.scores.view(np.uint32))
+    assert np.allclose(got.logprobs.cpu().numpy(), want.logprobs, rtol=0, atol=1e-4)
     # Not what the same values rounded to bfloat16 would give (the f16 path keeps the f16 precision).
     if t == 1.0 and b >= 7:
-        rounded = fs.sample(hidden.bfloat16(), weight.bfloat16(), **kw)["scores"].cpu().numpy()
-        assert not np.array_equal(rounded.view(np.uint32), want["scores"].view(np.uint32))
+        rounded = fs.sample(hidden.bfloat16(), weight.bfloat16(), **kw).scores.cpu().numpy()
+        assert not np.array_equal(rounded.view(np.uint32), want.scores.view(np.uint32))
 
 
 def test_graph_capture_is_refused_clearly(dev):
@@ -227,7 +230,7 @@ def test_graph_capture_is_refused_clearly(dev):
         with torch.cuda.graph(graph):
             fs.sample(hidden, weight)
     torch.cuda.synchronize(dev)
-    assert fs.sample(hidden, weight, 0.0).shape == (2,)
+    assert fs.sample(hidden, weight, 0.0).tokens.shape == (2,)
 
 
 @pytest.mark.parametrize("control", [
@@ -253,10 +256,10 @@ def test_per_row_controls_reach_the_gpu_backend(dev, control):
         allowed = torch.zeros(4, 100, dtype=torch.bool, device=dev)
         allowed[:, ::3] = True
         control = dict(allowed=allowed)
-    got = fs.sample(hidden, weight, 0.9, seed=5, return_dict=True, **control)
+    got = fs.sample(hidden, weight, 0.9, seed=5, **control)
     want = on_cpu(hidden, weight, temperature=0.9, seed=5,
                   **{k: (x.cpu().numpy() if hasattr(x, "cpu") else x) for k, x in control.items()})
-    assert np.array_equal(got["tokens"].cpu().numpy().astype(np.int32), want["tokens"])
+    assert np.array_equal(got.tokens.cpu().numpy().astype(np.int32), want.tokens)
 
 
 
@@ -268,7 +271,7 @@ def test_device_masks_equal_host_masks_without_a_host_copy(dev, b, v):
     g = torch.Generator(device="cpu").manual_seed(v)
     allowed = torch.rand(b, v, generator=g) < 0.3
     allowed[:, v - 1] = True  # the last word's high bits, the sign bit of an int32 word
-    kw = dict(temperature=0.9, seed=3, streams=list(range(b)), logit_bias=[{1: 2.0}] * b, return_dict=True)
+    kw = dict(temperature=0.9, seed=3, streams=list(range(b)), logit_bias=[{1: 2.0}] * b)
     host = fs.sample(hidden, weight, allowed=allowed.numpy(), **kw)
     on_device = fs.sample(hidden, weight, allowed=allowed.to(dev), **kw)
     words = -(-v // 32)
@@ -277,9 +280,9 @@ def test_device_masks_equal_host_masks_without_a_host_copy(dev, b, v):
     packed = (padded.reshape(b, words, 32) << np.arange(32, dtype=np.uint64)).sum(axis=-1).astype(np.uint32)
     as_words = fs.sample(hidden, weight, allowed=torch.from_numpy(packed.view(np.int32)).to(dev), **kw)
     for got in (on_device, as_words):
-        assert torch.equal(got["tokens"], host["tokens"])
-        assert torch.equal(got["scores"].view(torch.int32), host["scores"].view(torch.int32))
-    tokens = on_device["tokens"].cpu().numpy()
+        assert torch.equal(got.tokens, host.tokens)
+        assert torch.equal(got.scores.view(torch.int32), host.scores.view(torch.int32))
+    tokens = on_device.tokens.cpu().numpy()
     assert allowed.numpy()[np.arange(b), tokens].all(), "a disallowed token was drawn"
     with pytest.raises(ValueError, match="booleans"):
         fs.sample(hidden, weight, allowed=allowed[:, :-1].to(dev))
@@ -322,14 +325,14 @@ def test_logit_bias_and_penalties_equal_the_cpu_path(dev, b, d, v, t, n):
     hidden, weight = lm_head(b, d, v, seed=41 * b + v, dev=dev, integer=True)
     adj = penalty_controls(hidden, weight, seed=b + v)
     kw = dict(temperature=t, seed=777, streams=[13 * i + 2 for i in range(b)], n=n)
-    got = fs.sample(hidden, weight, return_dict=True, **kw, **adj)
+    got = fs.sample(hidden, weight, **kw, **adj)
     want = on_cpu(hidden, weight, **kw, **adj)
-    tokens = got["tokens"].cpu().numpy().astype(np.int32)
-    assert np.array_equal(tokens, want["tokens"]), (tokens, want["tokens"])
-    assert np.array_equal(got["scores"].cpu().numpy().view(np.uint32), want["scores"].view(np.uint32))
+    tokens = got.tokens.cpu().numpy().astype(np.int32)
+    assert np.array_equal(tokens, want.tokens), (tokens, want.tokens)
+    assert np.array_equal(got.scores.cpu().numpy().view(np.uint32), want.scores.view(np.uint32))
     if t == 0.0:  # the adjustments move the greedy rows' winners
-        plain = on_cpu(hidden, weight, **kw)["tokens"]
-        assert (plain != want["tokens"]).any()
+        plain = on_cpu(hidden, weight, **kw).tokens
+        assert (plain != want.tokens).any()
 
 
 @pytest.mark.parametrize("n", [1, 3])
@@ -342,8 +345,8 @@ def test_logit_bias_and_penalties_with_logprobs_equal_the_cpu_path(dev, n):
     got = fs.sample(hidden, weight, **kw, **adj)
     want = on_cpu(hidden, weight, **kw, **adj)
     assert_logprob_outputs(got, b, n, dev)
-    assert np.array_equal(got["tokens"].cpu().numpy().astype(np.int32), want["tokens"])
-    assert np.array_equal(got["scores"].cpu().numpy().view(np.uint32), want["scores"].view(np.uint32))
+    assert np.array_equal(got.tokens.cpu().numpy().astype(np.int32), want.tokens)
+    assert np.array_equal(got.scores.cpu().numpy().view(np.uint32), want.scores.view(np.uint32))
     assert_close_to_cpu(got, want, b, n, np.ones(b, dtype=bool))
 
 
@@ -351,20 +354,20 @@ def test_adjustment_inputs_on_the_cuda_path(dev):
     b, v = 6, 500
     hidden, weight = lm_head(b, 64, v, seed=12, dev=dev, integer=True)
     kw = dict(temperature=1.0, seed=4, streams=list(range(b)))
-    plain = fs.sample(hidden, weight, return_dict=True, **kw)
+    plain = fs.sample(hidden, weight, **kw)
     # Empty and neutral keywords: the same tokens and scores as none.
     for adj in [dict(logit_bias=[None] * b), dict(logit_bias=[{}] * b, prompt_tokens=[[]] * b),
                 dict(repetition_penalty=1.0, frequency_penalty=0.0, presence_penalty=0.0, output_tokens=[[1, 2]] * b)]:
-        got = fs.sample(hidden, weight, return_dict=True, **kw, **adj)
-        assert torch.equal(got["tokens"], plain["tokens"]), adj
-        assert torch.equal(got["scores"].view(torch.int32), plain["scores"].view(torch.int32)), adj
+        got = fs.sample(hidden, weight, **kw, **adj)
+        assert torch.equal(got.tokens, plain.tokens), adj
+        assert torch.equal(got.scores.view(torch.int32), plain.scores.view(torch.int32)), adj
     # Token lists as CUDA tensors (copied to the host), a bias that forces a token.
     rows = [torch.tensor([3, 4, 4, 9], device=dev)] * b
-    got = fs.sample(hidden, weight, output_tokens=rows, frequency_penalty=0.5, presence_penalty=0.25, **kw)
+    got = fs.sample(hidden, weight, output_tokens=rows, frequency_penalty=0.5, presence_penalty=0.25, **kw).tokens
     want = on_cpu(hidden, weight, output_tokens=[[3, 4, 4, 9]] * b, frequency_penalty=0.5, presence_penalty=0.25,
-                  **kw)["tokens"]
+                  **kw).tokens
     assert np.array_equal(got.cpu().numpy().astype(np.int32), want)
-    assert fs.sample(hidden, weight, logit_bias={42: 100.0}, **kw).tolist() == [42] * b
+    assert fs.sample(hidden, weight, logit_bias={42: 100.0}, **kw).tokens.tolist() == [42] * b
     # Bad input: the library's messages, and the device stays usable.
     with pytest.raises(ValueError, match=r"token id 500 is out of range \(V = 500\)"):
         fs.sample(hidden, weight, logit_bias=[{500: 1.0}] + [None] * (b - 1), **kw)
@@ -372,7 +375,7 @@ def test_adjustment_inputs_on_the_cuda_path(dev):
         fs.sample(hidden, weight, repetition_penalty=-1.0, **kw)
     with pytest.raises(ValueError, match="per-row presence penalties has 2 elements"):
         fs.sample(hidden, weight, presence_penalty=[0.1, 0.2], **kw)
-    assert torch.equal(fs.sample(hidden, weight, **kw), plain["tokens"])
+    assert torch.equal(fs.sample(hidden, weight, **kw).tokens, plain.tokens)
 
 # Fused log-probabilities (logprobs="processed" / "processed_and_raw"): the GPU kernel's values, as
 # float32 CUDA tensors.
@@ -394,13 +397,13 @@ def assert_logprob_outputs(got, b, n, dev, raw=True):
     shape = (b,) if n == 1 else (b, n)
     keys = ("logprobs", "raw_logprobs") if raw else ("logprobs",)
     for key in keys:
-        x = got[key]
+        x = getattr(got, key)
         assert x.device == dev and x.dtype == torch.float32 and tuple(x.shape) == shape, (key, x)
     if not raw:
-        assert got["raw_logprobs"] is None
-    lse = got["logsumexp"]
+        assert got.raw_logprobs is None
+    lse = got.logsumexp
     assert lse.device == dev and lse.dtype == torch.float32 and tuple(lse.shape) == (b,) and lse.is_contiguous()
-    assert got["top_logprobs"] is None
+    assert got.top_logprobs is None
 
 
 def assert_lse_close(got, want, what):
@@ -420,14 +423,14 @@ def test_logprobs_match_torch_log_softmax(dev, b, d, v, t, n):
     got = fs.sample(hidden, weight, t, seed=4242, streams=[5 * i + 2 for i in range(b)], n=n,
                     logprobs="processed_and_raw")
     assert_logprob_outputs(got, b, n, dev)
-    tokens = got["tokens"].long().view(b, n)
+    tokens = got.tokens.long().view(b, n)
     assert ((tokens >= 0) & (tokens < v)).all()
     processed, raw, lse = reference(hidden, weight, [t] * b, tokens)
-    err = (got["logprobs"].double().view(b, n) - processed).abs().max().item()
+    err = (got.logprobs.double().view(b, n) - processed).abs().max().item()
     assert err <= 1e-4, f"processed log-probabilities off by {err:.2e}"
-    err = (got["raw_logprobs"].double().view(b, n) - raw).abs().max().item()
+    err = (got.raw_logprobs.double().view(b, n) - raw).abs().max().item()
     assert err <= 1e-4, f"raw log-probabilities off by {err:.2e}"
-    assert_lse_close(got["logsumexp"], lse, "log-sum-exp")
+    assert_lse_close(got.logsumexp, lse, "log-sum-exp")
 
 
 @pytest.mark.parametrize("n", [1, 2])
@@ -437,8 +440,8 @@ def test_greedy_rows_have_logprob_zero_and_nan_logsumexp(dev, n):
     hidden, weight = lm_head(b, d, v, seed=77, dev=dev)
     got = fs.sample(hidden, weight, seed=8, temperatures=temps, n=n, logprobs="processed_and_raw")
     assert_logprob_outputs(got, b, n, dev)
-    tokens = got["tokens"].long().view(b, n)
-    lps = got["logprobs"].view(b, n).cpu()
+    tokens = got.tokens.long().view(b, n)
+    lps = got.logprobs.view(b, n).cpu()
     processed, raw, lse = reference(hidden, weight, temps, tokens)
     greedy = torch.tensor([x == 0 for x in temps])
     assert (lps[greedy] == 0).all(), lps  # the argmax has probability 1
@@ -446,13 +449,13 @@ def test_greedy_rows_have_logprob_zero_and_nan_logsumexp(dev, n):
     err = (lps[~greedy].double() - processed.cpu()[~greedy]).abs().max().item()
     assert err <= 1e-4, f"sampled rows' log-probabilities off by {err:.2e}"
     # Raw log-probabilities are defined for greedy rows too: log_softmax(logits) at the argmax.
-    err = (got["raw_logprobs"].double().view(b, n) - raw).abs().max().item()
+    err = (got.raw_logprobs.double().view(b, n) - raw).abs().max().item()
     assert err <= 1e-4, f"raw log-probabilities off by {err:.2e}"
-    assert_lse_close(got["logsumexp"], torch.where(greedy.to(dev), float("nan"), lse), "log-sum-exp")
+    assert_lse_close(got.logsumexp, torch.where(greedy.to(dev), float("nan"), lse), "log-sum-exp")
     # A global temperature of 0: every row greedy.
     got = fs.sample(hidden, weight, 0.0, n=n, logprobs="processed")
     assert_logprob_outputs(got, b, n, dev, raw=False)
-    assert (got["logprobs"] == 0).all() and got["logsumexp"].isnan().all()
+    assert (got.logprobs == 0).all() and got.logsumexp.isnan().all()
 
 
 @pytest.mark.parametrize("n", [1, 4])
@@ -460,34 +463,34 @@ def test_logprobs_do_not_change_tokens_or_scores(dev, n):
     b, d, v = 64, 256, 4096
     hidden, weight = lm_head(b, d, v, seed=123, dev=dev)
     kw = dict(seed=99, streams=[3 * i + 1 for i in range(b)], sample=2, n=n,
-              temperatures=[[0.8, 0.0, 1.0, 1.9][i % 4] for i in range(b)], return_dict=True)
+              temperatures=[[0.8, 0.0, 1.0, 1.9][i % 4] for i in range(b)])
     plain = fs.sample(hidden, weight, **kw)
-    assert plain["logprobs"] is None and plain["raw_logprobs"] is None and plain["logsumexp"] is None
+    assert plain.logprobs is None and plain.raw_logprobs is None and plain.logsumexp is None
     both = fs.sample(hidden, weight, logprobs="processed_and_raw", **kw)
     processed = fs.sample(hidden, weight, logprobs="processed", **kw)
     for got in (both, processed):
-        assert torch.equal(got["tokens"], plain["tokens"])
-        assert torch.equal(got["scores"].view(torch.int32), plain["scores"].view(torch.int32))
+        assert torch.equal(got.tokens, plain.tokens)
+        assert torch.equal(got.scores.view(torch.int32), plain.scores.view(torch.int32))
     assert_logprob_outputs(processed, b, n, dev, raw=False)
     # One kernel computes both: the processed values do not depend on asking for the raw ones too.
-    assert torch.equal(processed["logprobs"], both["logprobs"])
-    assert torch.equal(processed["logsumexp"].isnan(), both["logsumexp"].isnan())
-    ok = ~both["logsumexp"].isnan()
-    assert torch.equal(processed["logsumexp"][ok], both["logsumexp"][ok])
+    assert torch.equal(processed.logprobs, both.logprobs)
+    assert torch.equal(processed.logsumexp.isnan(), both.logsumexp.isnan())
+    ok = ~both.logsumexp.isnan()
+    assert torch.equal(processed.logsumexp[ok], both.logsumexp[ok])
 
 
 def assert_close_to_cpu(got, want, b, n, same):
     """GPU and CPU log-probabilities on the rows (`same`, a [B] bool array) whose tokens agree:
     within 1e-4; log-sum-exp within 1e-5 relative, NaN where the CPU has NaN."""
     for key in ("logprobs", "raw_logprobs"):
-        g = got[key].cpu().numpy().astype(np.float64).reshape(b, n)[same]
-        c = np.asarray(want[key], dtype=np.float64).reshape(b, n)[same]
+        g = getattr(got, key).cpu().numpy().astype(np.float64).reshape(b, n)[same]
+        c = np.asarray(getattr(want, key), dtype=np.float64).reshape(b, n)[same]
         assert np.array_equal(np.isnan(g), np.isnan(c)), key
         diff = np.abs(g - c)[~np.isnan(c)]
         err = diff.max() if diff.size else 0.0
         assert err <= 1e-4, f"{key}: GPU and CPU differ by {err:.2e}"
-    assert_lse_close(got["logsumexp"].cpu()[torch.from_numpy(same)],
-                     torch.from_numpy(np.asarray(want["logsumexp"])[same]), "log-sum-exp vs the CPU")
+    assert_lse_close(got.logsumexp.cpu()[torch.from_numpy(same)],
+                     torch.from_numpy(np.asarray(want.logsumexp)[same]), "log-sum-exp vs the CPU")
 
 
 @pytest.mark.parametrize("n", [1, 3])
@@ -500,9 +503,9 @@ def test_logprobs_equal_the_cpu_path_on_exact_logits(dev, n):
     got = fs.sample(hidden, weight, **kw)
     want = on_cpu(hidden, weight, **kw)
     assert_logprob_outputs(got, b, n, dev)
-    tokens = got["tokens"].cpu().numpy().astype(np.int32)
-    assert np.array_equal(tokens, want["tokens"])
-    assert np.array_equal(got["scores"].cpu().numpy().view(np.uint32), want["scores"].view(np.uint32))
+    tokens = got.tokens.cpu().numpy().astype(np.int32)
+    assert np.array_equal(tokens, want.tokens)
+    assert np.array_equal(got.scores.cpu().numpy().view(np.uint32), want.scores.view(np.uint32))
     assert_close_to_cpu(got, want, b, n, np.ones(b, dtype=bool))
 
 
@@ -516,7 +519,7 @@ def test_logprobs_agree_with_the_cpu_path_on_random_heads(dev):
     got = fs.sample(hidden, weight, **kw)
     want = on_cpu(hidden, weight, **kw)
     assert_logprob_outputs(got, b, 1, dev)
-    same = got["tokens"].cpu().numpy().astype(np.int64) == want["tokens"].astype(np.int64)
+    same = got.tokens.cpu().numpy().astype(np.int64) == want.tokens.astype(np.int64)
     assert same.mean() >= 0.999, f"{(~same).sum()} of {b} rows differ from the CPU path"
     assert_close_to_cpu(got, want, b, 1, same)
 
@@ -534,10 +537,10 @@ def test_logprobs_follow_the_current_stream(dev):
         torch.cuda._sleep(20_000_000)
         h.copy_(hidden)
         got = fs.sample(h, weight, **kw)
-        seen = {k: got[k].clone() for k in ("tokens", "logprobs", "raw_logprobs", "logsumexp")}
+        seen = {k: getattr(got, k).clone() for k in ("tokens", "logprobs", "raw_logprobs", "logsumexp")}
         s.synchronize()
     for k, x in seen.items():
-        assert torch.equal(x.view(torch.int32), want[k].view(torch.int32)), k
+        assert torch.equal(x.view(torch.int32), getattr(want, k).view(torch.int32)), k
 
 
 @pytest.mark.parametrize("raw", [False, True])
@@ -550,16 +553,15 @@ def test_top_logprobs_equal_the_cpu_path_on_exact_logits(dev, raw, n):
               temperatures=[[0.7, 0.0, 1.0, 1.8][i % 4] for i in range(b)])
     got = fs.sample(hidden, weight, **kw)
     want = on_cpu(hidden, weight, **kw)
-    tokens, lps = got["top_logprobs"]
+    tokens, lps = got.top_logprobs
     assert tokens.device == dev and tokens.dtype == torch.int32 and tuple(tokens.shape) == (b, k)
     assert lps.device == dev and lps.dtype == torch.float32 and tuple(lps.shape) == (b, k)
     tokens, lps = tokens.cpu().numpy(), lps.cpu().numpy()
-    assert np.array_equal(got["tokens"].cpu().numpy().astype(np.int32), want["tokens"])
-    for r, row in enumerate(want["top_logprobs"]):
-        m = len(row)
-        assert np.all(tokens[r, m:] == -1) and np.all(np.isnan(lps[r, m:])), r
-        assert [int(t) for t in tokens[r, :m]] == [t for t, _ in row], r
-        assert np.allclose(lps[r, :m], [lp for _, lp in row], rtol=0, atol=1e-4), r
+    assert np.array_equal(got.tokens.cpu().numpy().astype(np.int32), want.tokens)
+    want_tokens, want_lps = want.top_logprobs
+    for r in range(b):
+        assert np.array_equal(tokens[r], want_tokens[r]), r
+        assert np.allclose(lps[r], want_lps[r], rtol=0, atol=1e-4, equal_nan=True), r
 
 
 def test_native_call_checks_the_logprob_outputs():

@@ -125,6 +125,36 @@ impl CpuBackend {
         weight: Matrix<'_, T>,
         params: &SamplingParams,
     ) -> Result<Samples> {
+        let samples = self.sample_scored_rows(hidden, weight, params)?;
+        check_samples_of(&samples, params.n as usize, hidden, &[weight.data])?;
+        Ok(samples)
+    }
+
+    /// [`Self::sample_scored`], except that a row without a token (a NaN winning score, or every
+    /// token masked) is reported in place — [`INVALID_INDEX`](crate::INVALID_INDEX) with its NaN
+    /// or `−∞` score — instead of failing the call: what [`crate::GpuBackend::sample_device`]
+    /// gives, for callers that treat every row alike on both backends (Python). Invalid input is
+    /// still an error.
+    ///
+    /// ```
+    /// use flashsampling::{CpuBackend, INVALID_INDEX, Matrix, SamplingParams};
+    ///
+    /// let (d, v) = (8, 4);
+    /// let mut hidden = vec![half::bf16::ONE; 2 * d];
+    /// hidden[d + 3] = half::bf16::NAN; // row 1's logits are NaN
+    /// let weight = vec![half::bf16::ONE; v * d];
+    /// let (h, w) = (Matrix::new(&hidden, 2, d), Matrix::new(&weight, v, d));
+    /// let out = CpuBackend::new().sample_scored_rows(h, w, &SamplingParams::new(1.0, 3))?;
+    /// assert!(out.tokens[0] < 4 && out.tokens[1] == INVALID_INDEX && out.scores[1].is_nan());
+    /// assert!(CpuBackend::new().sample_scored(h, w, &SamplingParams::new(1.0, 3)).is_err());
+    /// # Ok::<(), flashsampling::Error>(())
+    /// ```
+    pub fn sample_scored_rows<T: Element>(
+        &self,
+        hidden: Matrix<'_, T>,
+        weight: Matrix<'_, T>,
+        params: &SamplingParams,
+    ) -> Result<Samples> {
         let (shape, _) = validate(
             (hidden.rows, hidden.cols, hidden.data.len()),
             (weight.rows, weight.cols, weight.data.len()),
@@ -132,9 +162,7 @@ impl CpuBackend {
         )?;
         let slots = slots(params, shape.b);
         if params.truncates(shape.v) || params.top_logprobs > 0 {
-            let samples = self.sample_materialized(hidden.data, weight.data, shape, &slots, params);
-            check_samples_of(&samples, params.n as usize, hidden, &[weight.data])?;
-            return Ok(samples);
+            return Ok(self.sample_materialized(hidden.data, weight.data, shape, &slots, params));
         }
         let want_mass = params.logprobs != LogProbs::Off;
         let (winners, mass) = self.winners(hidden.data, weight.data, (0, shape.v), shape, &slots, params, want_mass);
@@ -147,7 +175,6 @@ impl CpuBackend {
                 dot(&h, &w)
             });
         }
-        check_samples_of(&samples, params.n as usize, hidden, &[weight.data])?;
         Ok(samples)
     }
 
