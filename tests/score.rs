@@ -21,6 +21,16 @@ fn cases(b: usize, v: usize) -> Vec<(&'static str, SamplingParams)> {
         ("adjustments", base.clone().with_adjustments(random_adjustments(b, v, 6, 7))),
         ("top-k", base.clone().with_top_k((0..b as u32).map(|r| [1, 5, 40, 0][r as usize % 4]).collect())),
         ("top-p + min-p", base.clone().with_top_p(vec![0.7; b]).with_min_p(vec![0.02; b])),
+        ("top-n", base.clone().with_top_logprobs(5, false)),
+        ("top-n raw + softcap", base.clone().with_softcap(4.0).with_top_logprobs(3, true)),
+        (
+            "top-k + greedy rows + mask + top-n",
+            base.clone()
+                .with_temperatures(mixed_temperatures(b))
+                .with_top_k(vec![20; b])
+                .with_allowed(random_mask(b, v, 0.5, 9))
+                .with_top_logprobs(4, false),
+        ),
         (
             "top-k + greedy rows + mask",
             base.with_temperatures(mixed_temperatures(b))
@@ -44,6 +54,23 @@ fn scoring_the_sampled_token_gives_the_reported_log_probabilities() {
         assert_eq!(bits(&scored.logprobs), bits(sampled.logprobs.as_ref().unwrap()), "{name}: log-probabilities");
         assert_eq!(bits(&scored.raw_logprobs), bits(sampled.raw_logprobs.as_ref().unwrap()), "{name}: raw");
         assert_eq!(bits(&scored.logsumexp), bits(sampled.logsumexp.as_ref().unwrap()), "{name}: log-sum-exp");
+        // With top log-probabilities: sampling's lists, bit for bit, and each sampled token's rank is
+        // its place in its row's list when it is listed (a sampled token is kept: rank ≤ kept count).
+        assert_eq!(scored.top_logprobs.is_some(), params.top_logprobs > 0, "{name}");
+        assert_eq!(scored.ranks.is_some(), params.top_logprobs > 0, "{name}");
+        if let (Some(top), Some(ranks)) = (&scored.top_logprobs, &scored.ranks) {
+            let want = sampled.top_logprobs.as_ref().unwrap();
+            for (r, (a, b)) in top.iter().zip(want).enumerate() {
+                assert_eq!(a.len(), b.len(), "{name}: row {r}");
+                for ((ta, la), (tb, lb)) in a.iter().zip(b) {
+                    assert_eq!((ta, la.to_bits()), (tb, lb.to_bits()), "{name}: row {r}");
+                }
+                match a.iter().position(|&(t, _)| t == sampled.tokens[r]) {
+                    Some(j) => assert_eq!(ranks[r] as usize, j + 1, "{name}: row {r}"),
+                    None => assert!(ranks[r] as usize > a.len(), "{name}: row {r}: rank {} unlisted", ranks[r]),
+                }
+            }
+        }
         // Another token of each row: a greedy row's is −∞ unless it is the argmax.
         let others: Vec<u32> = sampled.tokens.iter().map(|&t| (t + 1) % v as u32).collect();
         let other = cpu.score(h, w, &params, &others).unwrap();
@@ -111,6 +138,45 @@ fn scores_match_an_independent_f64_reference() {
     }
     // Some rows' tokens were removed (masked or past top-k) and some kept: both branches ran.
     assert!(got.logprobs.iter().any(|x| x.is_finite()) && got.logprobs.iter().any(|x| x.is_infinite()));
+    // Top log-probabilities and ranks against the same reference: the order by processed logit
+    // (ties: the lower id first; removed tokens last), the first 6 listed with their log-probabilities.
+    let with_top = CpuBackend::new().score(h, w, &params.clone().with_top_logprobs(6, false), &tokens).unwrap();
+    assert_eq!(bits(&with_top.logprobs), bits(&got.logprobs), "top log-probabilities change no log-probability");
+    let (top, ranks) = (with_top.top_logprobs.unwrap(), with_top.ranks.unwrap());
+    for r in 0..b {
+        let y: Vec<f64> = (0..v).map(|i| weight[i * d + r % d].to_f64()).collect();
+        let allowed = |i: usize| (mask.words[r * mask.words_per_row + i / 32] >> (i % 32)) & 1 == 1;
+        let z: Vec<f64> =
+            (0..v).map(|i| if allowed(i) { 3.0 * (y[i] / 3.0).tanh() } else { f64::NEG_INFINITY }).collect();
+        let mut sorted: Vec<f64> = z.iter().copied().filter(|x| x.is_finite()).collect();
+        sorted.sort_by(|a, b| b.partial_cmp(a).unwrap());
+        let k = ks[r] as usize;
+        let kth = if k > 0 && k < sorted.len() { sorted[k - 1] } else { f64::NEG_INFINITY };
+        let kept: Vec<f64> = z.iter().map(|&x| if x >= kth { x } else { f64::NEG_INFINITY }).collect();
+        let mut order: Vec<usize> = (0..v).collect();
+        order.sort_by(|&a, &b| kept[b].partial_cmp(&kept[a]).unwrap().then(a.cmp(&b)));
+        let t = tokens[r] as usize;
+        assert_eq!(ranks[r] as usize, 1 + order.iter().position(|&i| i == t).unwrap(), "row {r}: rank");
+        let listed: Vec<usize> = order.iter().copied().filter(|&i| kept[i].is_finite()).take(6).collect();
+        assert_eq!(top[r].iter().map(|&(i, _)| i as usize).collect::<Vec<_>>(), listed, "row {r}: top tokens");
+        let lse = {
+            let xs: Vec<f64> = kept.iter().map(|x| x / temps[r] as f64).collect();
+            let m = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            m + xs.iter().map(|x| (x - m).exp()).sum::<f64>().ln()
+        };
+        for &(i, lp) in &top[r] {
+            let want = kept[i as usize] / temps[r] as f64 - lse;
+            assert!((lp as f64 - want).abs() < 1e-4, "row {r}: token {i}: {lp} vs {want}");
+        }
+    }
+    // The random tokens rank past the list; each row's second listed token ranks 2.
+    assert!(ranks.iter().all(|&x| x > 6), "{ranks:?}");
+    let second: Vec<u32> = top.iter().map(|l| l[1].0).collect();
+    let again = CpuBackend::new().score(h, w, &params.with_top_logprobs(6, false), &second).unwrap();
+    assert_eq!(again.ranks.unwrap(), vec![2; b]);
+    for (r, (lp, listed)) in again.logprobs.iter().zip(&top).enumerate() {
+        assert_eq!(lp.to_bits(), listed[1].1.to_bits(), "row {r}: the listed log-probability");
+    }
 }
 
 #[test]

@@ -15,6 +15,12 @@ use crate::error::{Error, Result};
 /// - `raw_logprobs`: `log softmax(y)[t]` over the raw logits (`T = 1`, nothing applied).
 /// - `logsumexp`: the row's log-sum-exp of `z / T` over its kept tokens (NaN for a greedy row);
 ///   `raw_logsumexp`: of the raw logits.
+/// - With [`crate::SamplingParams::top_logprobs`] = `k > 0`: `top_logprobs`, each row's `k` most
+///   likely tokens as sampling lists them ([`crate::Samples::top_logprobs`]: the processed
+///   distribution, or the raw one with [`crate::SamplingParams::top_logprobs_raw`]), and `ranks`,
+///   the given token's place in that order (1 = first: one plus the tokens with a larger logit, or
+///   an equal one at a lower index; over every token, so a token the controls remove ranks after
+///   every kept one).
 ///
 /// Scoring the token a call sampled gives, bit for bit, the log-probabilities that call reported
 /// (the same code computes both).
@@ -28,13 +34,17 @@ pub struct Scores {
     pub logsumexp: Vec<f32>,
     /// Each row's raw log-sum-exp.
     pub raw_logsumexp: Vec<f32>,
+    /// With top log-probabilities asked for: each row's most likely tokens.
+    pub top_logprobs: Option<crate::TopLogprobs>,
+    /// With top log-probabilities asked for: each row's token's rank (1-based) in their order.
+    pub ranks: Option<Vec<u32>>,
 }
 
 impl Scores {
     /// Room for `rows` rows.
     pub(crate) fn with_capacity(rows: usize) -> Self {
         let v = || Vec::with_capacity(rows);
-        Self { logprobs: v(), raw_logprobs: v(), logsumexp: v(), raw_logsumexp: v() }
+        Self { logprobs: v(), raw_logprobs: v(), logsumexp: v(), raw_logsumexp: v(), top_logprobs: None, ranks: None }
     }
 
     /// Appends a row: (processed, raw) log-probabilities, then (processed, raw) log-sum-exps.
@@ -43,6 +53,12 @@ impl Scores {
         self.raw_logprobs.push(raw_logprob);
         self.logsumexp.push(lse);
         self.raw_logsumexp.push(raw_lse);
+    }
+
+    /// Appends a row's top log-probabilities and its token's rank.
+    pub(crate) fn push_top(&mut self, top: Vec<(u32, f32)>, rank: u32) {
+        self.top_logprobs.get_or_insert_with(Vec::new).push(top);
+        self.ranks.get_or_insert_with(Vec::new).push(rank);
     }
 }
 

@@ -416,15 +416,17 @@ def _cpu_operands(hidden, weight):
 
 
 def score(hidden, weight, tokens, temperature=1.0, *, temperatures=None, top_k=None, top_p=None, min_p=None,
-          softcap=None, allowed=None, logit_bias=None, repetition_penalty=None, frequency_penalty=None,
-          presence_penalty=None, prompt_tokens=None, output_tokens=None, threads=None):
+          softcap=None, top_logprobs=0, top_logprobs_raw=False, allowed=None, logit_bias=None, repetition_penalty=None,
+          frequency_penalty=None, presence_penalty=None, prompt_tokens=None, output_tokens=None, threads=None):
     """The log-probabilities of one given token per row (the Rust library's ``CpuBackend::score``), under the
     controls ``sample`` takes (same keywords and definitions; noise keys do not matter). Returns a dict of float32
     ``[B]`` arrays: ``logprobs`` (processed: after soft-cap, adjustments, mask, temperature, top-k/top-p/min-p;
     -inf for a token they remove; a greedy row gives 0 for its argmax, -inf otherwise), ``raw_logprobs``
-    (``log softmax(logits)[token]``), ``logsumexp`` (processed, NaN when greedy) and ``raw_logsumexp``. Scoring
-    the tokens a call sampled gives exactly the log-probabilities it reported. NumPy arrays (and CPU tensors)
-    only: the GPU backend does not score yet."""
+    (``log softmax(logits)[token]``), ``logsumexp`` (processed, NaN when greedy) and ``raw_logsumexp``. With
+    ``top_logprobs`` = k > 0 also ``top_logprobs`` (each row's top k as ``sample`` gives them: int32 tokens and
+    float32 log-probabilities ``[B, k]``, -1 / NaN padded) and ``ranks`` (int32 ``[B]``: the token's place in that
+    order, 1 = first). Scoring the tokens a call sampled gives exactly the log-probabilities it reported. NumPy
+    arrays (and CPU tensors) only: the GPU backend does not score yet."""
     if _is_torch_cuda(hidden) or _is_torch_cuda(weight):
         raise NotImplementedError("score runs on the CPU backend only (NumPy arrays or CPU tensors) for now")
     h, w, f16 = _cpu_operands(hidden, weight)
@@ -436,12 +438,16 @@ def score(hidden, weight, tokens, temperature=1.0, *, temperatures=None, top_k=N
         raise ValueError(f"tokens: every id must be in 0 .. {v - 1} (V = {v})")
     penalties = _penalties(b, logit_bias, repetition_penalty, frequency_penalty, presence_penalty, prompt_tokens,
                            output_tokens)
-    controls = _controls(b, temperature, 0, None, 0, temperatures, None, 1, "off", top_k, top_p, min_p, softcap, 0,
-                         False, _mask_words(allowed, b, v), penalties)
+    k = _int(top_logprobs, "top_logprobs")
+    controls = _controls(b, temperature, 0, None, 0, temperatures, None, 1, "off", top_k, top_p, min_p, softcap, k,
+                         top_logprobs_raw, _mask_words(allowed, b, v), penalties)
     out = _sample_cpu(h.reshape(-1), b, d, w.reshape(-1), v, wd, controls, threads=threads, f16=f16,
                       score_tokens=toks)
-    return {k: np.asarray(out[k], dtype=np.float32) for k in ("logprobs", "raw_logprobs", "logsumexp",
-                                                               "raw_logsumexp")}
+    res = {key: np.asarray(out[key], dtype=np.float32) for key in ("logprobs", "raw_logprobs", "logsumexp",
+                                                                   "raw_logsumexp")}
+    res["top_logprobs"] = _top_arrays(out["top_logprobs"], b, k)
+    res["ranks"] = None if out["ranks"] is None else np.asarray(out["ranks"], dtype=np.int32)
+    return res
 
 
 _checked_devices = set()

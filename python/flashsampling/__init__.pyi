@@ -156,6 +156,8 @@ def score(
     top_p: _Floats | None = None,
     min_p: _Floats | None = None,
     softcap: float | None = None,
+    top_logprobs: int = 0,
+    top_logprobs_raw: bool = False,
     allowed: Any | None = None,
     logit_bias: Sequence[dict[int, float]] | None = None,
     repetition_penalty: float | _Floats | None = None,
@@ -164,8 +166,9 @@ def score(
     prompt_tokens: Sequence[_Ints] | None = None,
     output_tokens: Sequence[_Ints] | None = None,
     threads: int | None = None,
-) -> dict[str, npt.NDArray[np.float32]]:
-    """Log-probabilities of one given token per row (CPU backend): logprobs, raw_logprobs, logsumexp, raw_logsumexp."""
+) -> dict[str, Any]:
+    """Log-probabilities of one given token per row (CPU backend): logprobs, raw_logprobs, logsumexp, raw_logsumexp;
+    with top_logprobs = k > 0 also top_logprobs (tokens, logprobs) [B, k] and ranks [B]."""
 
 def verify(
     hidden: _Array,

@@ -357,6 +357,8 @@ fn sample_cpu<'py>(
             dict.set_item("raw_logprobs", s.raw_logprobs)?;
             dict.set_item("logsumexp", s.logsumexp)?;
             dict.set_item("raw_logsumexp", s.raw_logsumexp)?;
+            dict.set_item("top_logprobs", s.top_logprobs)?;
+            dict.set_item("ranks", s.ranks)?;
             return Ok(dict);
         }
     };

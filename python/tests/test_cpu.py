@@ -367,6 +367,16 @@ def test_score_gives_the_sampled_tokens_logprobs_and_matches_numpy():
     assert np.allclose(s["raw_logsumexp"], lse, rtol=1e-5)
     assert np.allclose(s["raw_logprobs"], y[np.arange(6), tokens] - lse, atol=1e-4)
     assert np.allclose(s["logprobs"], s["raw_logprobs"], atol=1e-5)  # T = 1, no controls: the same distribution
+    # Top log-probabilities as sample gives them, and each token's rank in their order.
+    top = fs.score(hidden, weight, out.tokens, top_logprobs=4, **ctl)
+    again = fs.sample(hidden, weight, seed=9, top_logprobs=4, **ctl)
+    for a, b in zip(top["top_logprobs"], again.top_logprobs):
+        assert np.array_equal(a, b, equal_nan=True)
+    listed = top["top_logprobs"][0]
+    for r in range(6):
+        hit = np.flatnonzero(listed[r] == out.tokens[r])
+        assert top["ranks"][r] == hit[0] + 1 if hit.size else top["ranks"][r] > 4
+    assert top["ranks"].dtype == np.int32 and fs.score(hidden, weight, out.tokens)["ranks"] is None
     with pytest.raises(ValueError):
         fs.score(hidden, weight, tokens[:5])
     with pytest.raises(ValueError):

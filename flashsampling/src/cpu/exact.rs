@@ -152,40 +152,50 @@ impl RowResult {
                 .collect(),
             _ => Vec::new(),
         };
-        let top = if params.top_logprobs == 0 {
-            Vec::new()
-        } else {
-            let (vals, l, scale) = match (params.top_logprobs_raw, raw, raw_lse) {
-                (true, Some(y), Some(l)) => (y, l, 1.0),
-                _ if greedy => (z, 0.0, 0.0),
-                _ => (z, lse, inv_t),
-            };
-            let mut order: Vec<u32> =
-                (0..vals.len() as u32).filter(|&i| vals[i as usize] > f32::NEG_INFINITY).collect();
-            order.sort_by(|&a, &b| vals[b as usize].total_cmp(&vals[a as usize]).then(a.cmp(&b)));
-            if greedy && !params.top_logprobs_raw {
-                // A greedy row's distribution is its argmax, with probability 1.
-                order.truncate(1);
-                order.iter().map(|&i| (i, 0.0)).collect()
-            } else {
-                order.truncate(params.top_logprobs as usize);
-                // With +∞ logits (`l = +∞`) the first (lowest index) takes all the mass, the others none.
-                order
-                    .iter()
-                    .enumerate()
-                    .map(|(j, &i)| {
-                        let lp = if j > 0 && l == f64::INFINITY {
-                            f64::NEG_INFINITY
-                        } else {
-                            log_prob(vals[i as usize] as f64 * scale, l)
-                        };
-                        (i, lp as f32)
-                    })
-                    .collect()
+        let top = match raw_lse {
+            _ if params.top_logprobs == 0 => Vec::new(),
+            Some(raw_lse) if params.top_logprobs_raw => {
+                top_list(raw.expect("with its log-sum-exp"), (raw_lse, 1.0), params.top_logprobs, false)
             }
+            _ => top_list(z, (lse, inv_t), params.top_logprobs, greedy),
         };
         Self { cands: cands.to_vec(), logprobs, raw_logprobs, lse: lse as f32, top }
     }
+}
+
+/// A row's `k` most likely tokens with their log-probabilities, most likely first (ties: the lower
+/// index first; `−∞` tokens never listed): of `vals` (the processed logits `z`, or the raw ones) at
+/// `(log-sum-exp, scale)` (`vals · scale − lse`). A `greedy` row's processed distribution is its
+/// argmax, with probability 1: the list is that one token, at 0.
+pub(super) fn top_list(vals: &[f32], (l, scale): (f64, f64), k: u32, greedy: bool) -> Vec<(u32, f32)> {
+    let mut order: Vec<u32> = (0..vals.len() as u32).filter(|&i| vals[i as usize] > f32::NEG_INFINITY).collect();
+    order.sort_by(|&a, &b| vals[b as usize].total_cmp(&vals[a as usize]).then(a.cmp(&b)));
+    if greedy {
+        order.truncate(1);
+        return order.iter().map(|&i| (i, 0.0)).collect();
+    }
+    order.truncate(k as usize);
+    // With +∞ logits (`l = +∞`) the first (lowest index) takes all the mass, the others none.
+    order
+        .iter()
+        .enumerate()
+        .map(|(j, &i)| {
+            let lp = if j > 0 && l == f64::INFINITY {
+                f64::NEG_INFINITY
+            } else {
+                log_prob(vals[i as usize] as f64 * scale, l)
+            };
+            (i, lp as f32)
+        })
+        .collect()
+}
+
+/// Token `t`'s rank in [`top_list`]'s order of `vals` (1 = first): one plus the tokens before it —
+/// a larger value, or an equal one at a lower index.
+pub(super) fn rank_of(vals: &[f32], t: usize) -> u32 {
+    let x = vals[t];
+    let before = vals.iter().enumerate().filter(|&(i, y)| y.total_cmp(&x).then(t.cmp(&i)).is_gt()).count();
+    1 + before as u32
 }
 
 /// The smallest processed logit a token may have to stay in a row's kept set (`−∞`: all kept), for

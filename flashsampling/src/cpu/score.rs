@@ -5,7 +5,7 @@
 use flashsampling_kernels::Candidate;
 use flashsampling_kernels::epilogue::update_tile;
 
-use super::exact::{lse_f64, materialize_row};
+use super::exact::{lse_f64, materialize_row, rank_of, top_list};
 use super::{CpuBackend, Slot, dot, log_prob, samples_of, slots};
 use crate::check_samples_of;
 use crate::error::Result;
@@ -15,11 +15,13 @@ use crate::score::{Scores, check_tokens};
 
 impl CpuBackend {
     /// Per row of `hidden`, the log-probabilities of `tokens[row]` under `params`' controls, and the
-    /// row's log-sum-exps ([`Scores`]). `params.n`, `params.logprobs` and the top log-probabilities
-    /// do not matter (the distribution of a row does not depend on them); the sample index does not
-    /// either. Validation is sampling's, then one token per row below V; a row sampling would refuse
-    /// (every logit `−∞`, a NaN logit) is the same error here. Memory: O(B) results, plus one
-    /// materialized row at a time when the call truncates.
+    /// row's log-sum-exps ([`Scores`]); with [`SamplingParams::top_logprobs`] = `k > 0` also each
+    /// row's top `k` and its token's rank. `params.n` and `params.logprobs` do not matter (the
+    /// distribution of a row does not depend on them); the sample index does not either. Validation
+    /// is sampling's, then one token per row below V; a row sampling would refuse (every logit `−∞`,
+    /// a NaN logit) is the same error here. Memory: O(B) results (O(B·k) with top log-probabilities),
+    /// plus one materialized row at a time when the call truncates or asks for the top `k` (rows
+    /// are scored one after another: a prefill of any length needs no `[rows, V]` buffer).
     ///
     /// ```
     /// use flashsampling::{CpuBackend, Matrix, SamplingParams};
@@ -45,9 +47,9 @@ impl CpuBackend {
         )?;
         check_tokens(tokens, shape.b, shape.v)?;
         let mut p = params.clone();
-        (p.n, p.logprobs, p.top_logprobs) = (1, LogProbs::ProcessedAndRaw, 0);
+        (p.n, p.logprobs) = (1, LogProbs::ProcessedAndRaw);
         let slots = slots(&p, shape.b);
-        if p.truncates(shape.v) {
+        if p.truncates(shape.v) || p.top_logprobs > 0 {
             return self.score_materialized(hidden, weight, (shape, &slots), &p, tokens);
         }
         let (winners, mass) = self.winners(hidden.data, weight.data, (0, shape.v), shape, &slots, &p, true);
@@ -75,8 +77,9 @@ impl CpuBackend {
         Ok(out)
     }
 
-    /// [`Self::score`] for a call that truncates: each row materialized as sampling materializes it
-    /// (`exact::materialize_row`), its log-probabilities as `exact::RowResult::of` computes them.
+    /// [`Self::score`] for a call that truncates or asks for top log-probabilities: each row
+    /// materialized as sampling materializes it (`exact::materialize_row`), its log-probabilities
+    /// as `exact::RowResult::of` computes them, its top list as `exact::top_list`.
     fn score_materialized<T: Element>(
         &self,
         hidden: Matrix<'_, T>,
@@ -97,13 +100,24 @@ impl CpuBackend {
             winners.push(c);
             let y = raw.expect("asked for");
             let raw_lse = lse_f64(y.iter().map(|&x| x as f64));
-            let (processed, lse) = if inv_t > 0.0 {
-                let lse = lse_f64(z.iter().map(|&x| x as f64 * inv_t));
-                (log_prob(z[t as usize] as f64 * inv_t, lse) as f32, lse as f32)
-            } else {
-                (if t == c.token() { 0.0 } else { f32::NEG_INFINITY }, f32::NAN)
+            let greedy = inv_t == 0.0;
+            let lse = if greedy { f64::NAN } else { lse_f64(z.iter().map(|&x| x as f64 * inv_t)) };
+            let processed = match greedy {
+                false => log_prob(z[t as usize] as f64 * inv_t, lse) as f32,
+                true if t == c.token() => 0.0,
+                true => f32::NEG_INFINITY,
             };
-            out.push((processed, log_prob(y[t as usize] as f64, raw_lse) as f32), (lse, raw_lse as f32));
+            out.push((processed, log_prob(y[t as usize] as f64, raw_lse) as f32), (lse as f32, raw_lse as f32));
+            if params.top_logprobs > 0 {
+                // As sampling lists them (`exact::RowResult::of`), and the token's place in that order.
+                let k = params.top_logprobs;
+                let (top, rank) = if params.top_logprobs_raw {
+                    (top_list(&y, (raw_lse, 1.0), k, false), rank_of(&y, t as usize))
+                } else {
+                    (top_list(&z, (lse, inv_t), k, greedy), rank_of(&z, t as usize))
+                };
+                out.push_top(top, rank);
+            }
         }
         check_samples_of(&samples_of(&winners), 1, hidden, &[weight.data])?;
         Ok(out)
