@@ -4,6 +4,8 @@
 
 mod exact;
 mod score;
+#[cfg(feature = "internals")]
+pub mod screen;
 mod tiled;
 
 use tiled::{add_logprobs, log_prob};
