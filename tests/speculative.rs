@@ -384,3 +384,95 @@ fn positions_over_vocab_shards_draw_the_whole_heads_tokens() {
         }
     }
 }
+
+#[test]
+fn emitted_log_probabilities_are_plain_decodings_bit_for_bit() {
+    // Issue 52.2: with log-probabilities asked for, each emitted token comes with the log-probabilities
+    // plain decoding reports for it. Either no row truncates or every row does (a call's rows take
+    // one path: tiled, or materialized), so the single-row references take the verify call's path.
+    let sampler = Sampler::new(BackendChoice::Cpu).unwrap();
+    let mut rng = TestRng::new(0x52_5BED);
+    let weight = rng.normal_bf16(V * D, 2.0 / (D as f64).sqrt());
+    let temps = [1.0f32, 0.7, 0.0, 1.4];
+    for top_k in [0u32, 25] {
+        let ks = [3usize, 0, 2, 5];
+        let positions = [7u32, 100, 0, 33];
+        let mut offsets = vec![0usize];
+        for &k in &ks {
+            offsets.push(offsets.last().unwrap() + k + 1);
+        }
+        let rows = *offsets.last().unwrap();
+        let hidden = rng.normal_bf16(rows * D, 1.0);
+        let per_row = |f: &dyn Fn(usize) -> f64| -> Vec<f64> {
+            (0..ks.len()).flat_map(|r| std::iter::repeat_n(f(r), ks[r] + 1)).collect()
+        };
+        let lp = flashsampling::params::LogProbs::ProcessedAndRaw;
+        let params = SamplingParams::new(1.0, 5)
+            .with_streams(per_row(&|r| 20.0 + r as f64).iter().map(|&x| x as u64).collect())
+            .with_temperatures(per_row(&|r| temps[r] as f64).iter().map(|&x| x as f32).collect())
+            .with_top_k(vec![top_k; rows])
+            .with_logprobs(lp);
+        // Plain decoding, one position at a time: tokens and log-probabilities.
+        let plain: Vec<Vec<(u32, f32, f32)>> = (0..ks.len())
+            .map(|r| {
+                (0..=ks[r])
+                    .map(|i| {
+                        let row = offsets[r] + i;
+                        let p = SamplingParams::new(temps[r], 5)
+                            .with_streams(vec![20 + r as u64])
+                            .with_sample(positions[r] + i as u32)
+                            .with_top_k(vec![top_k])
+                            .with_logprobs(lp);
+                        let s = sampler
+                            .sample_scored(
+                                Matrix::new(&hidden[row * D..(row + 1) * D], 1, D),
+                                Matrix::new(&weight, V, D),
+                                &p,
+                            )
+                            .unwrap();
+                        (s.tokens[0], s.logprobs.unwrap()[0], s.raw_logprobs.unwrap()[0])
+                    })
+                    .collect()
+            })
+            .collect();
+        // Always-right drafts (every row emitted), then always-wrong ones (only the first).
+        for right in [true, false] {
+            let drafts: Vec<u32> = (0..ks.len())
+                .flat_map(|r| {
+                    let p = &plain[r];
+                    (0..ks[r]).map(move |i| if right { p[i].0 } else { (p[i].0 + 1) % V as u32 })
+                })
+                .collect();
+            let got = verify(
+                &sampler,
+                Matrix::new(&hidden, rows, D),
+                Matrix::new(&weight, V, D),
+                &params,
+                Drafts { offsets: &offsets, tokens: &drafts, positions: &positions },
+            )
+            .unwrap();
+            let (lps, raws) = (got.logprobs.unwrap(), got.raw_logprobs.unwrap());
+            for r in 0..ks.len() {
+                let n = got.tokens[r].len();
+                assert_eq!(n, if right { ks[r] + 1 } else { 1 }, "top-k {top_k} request {r}");
+                for i in 0..n {
+                    let (t, lp, raw) = plain[r][i];
+                    let at = format!("top-k {top_k} right {right} request {r} position {i}");
+                    assert_eq!(got.tokens[r][i], t, "{at}");
+                    assert_eq!(lps[r][i].to_bits(), lp.to_bits(), "{at}: {} vs {lp}", lps[r][i]);
+                    assert_eq!(raws[r][i].to_bits(), raw.to_bits(), "{at}");
+                }
+            }
+        }
+    }
+    // Without log-probabilities asked for, none come back.
+    let got = verify(
+        &sampler,
+        Matrix::new(&vec![bf16::ONE; 2 * D], 2, D),
+        Matrix::new(&weight, V, D),
+        &SamplingParams::new(1.0, 0),
+        Drafts { offsets: &[0, 2], tokens: &[0], positions: &[0] },
+    )
+    .unwrap();
+    assert!(got.logprobs.is_none() && got.raw_logprobs.is_none());
+}

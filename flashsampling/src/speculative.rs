@@ -32,20 +32,27 @@ pub struct Drafts<'a> {
 }
 
 /// What a verification call accepted and emits.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Verified {
     /// Accepted drafts per request (`0 ..= K_r`).
     pub accepted: Vec<u32>,
     /// Emitted tokens per request: its accepted drafts, then the target's next token
     /// (`accepted[r] + 1` tokens).
     pub tokens: Vec<Vec<u32>>,
+    /// With [`SamplingParams::logprobs`]: each emitted token's log-probability under the processed
+    /// distribution at its position ([`crate::Samples::logprobs`]: what plain decoding reports for
+    /// it, bit for bit), laid out as `tokens`.
+    pub logprobs: Option<Vec<Vec<f32>>>,
+    /// With [`crate::params::LogProbs::ProcessedAndRaw`]: the raw log-probabilities, likewise.
+    pub raw_logprobs: Option<Vec<Vec<f32>>>,
 }
 
 /// Verifies `drafts` against the target's LM head: `hidden` holds every request's `K_r + 1` rows,
 /// `params` the per-row controls of those rows (streams and seeds per row: give a request's rows its
 /// stream and seed; its per-row temperatures, top-k/p, masks likewise). `params.positions` is set
 /// here from `drafts.positions` (row `offsets[r] + i` at position `positions[r] + i`); `params.n`
-/// must be 1. Bad offsets, lengths or tokens are typed errors before any sampling.
+/// must be 1. With `params.logprobs` the emitted tokens' log-probabilities come back too (the same
+/// sampling call computes them). Bad offsets, lengths or tokens are typed errors before any sampling.
 pub fn verify<T: crate::params::Element>(
     sampler: &Sampler,
     hidden: Matrix<'_, T>,
@@ -94,14 +101,19 @@ pub fn verify<T: crate::params::Element>(
         }
     }
     let params = params.clone().with_positions(positions);
-    let target = sampler.sample(hidden, weight, &params)?;
+    let target = sampler.sample_scored(hidden, weight, &params)?;
     let mut accepted = Vec::with_capacity(requests);
     let mut tokens = Vec::with_capacity(requests);
     for r in 0..requests {
-        let (rows_r, drafts_r) = (&target[o[r]..o[r + 1]], &drafts.tokens[o[r] - r..o[r + 1] - r - 1]);
+        let (rows_r, drafts_r) = (&target.tokens[o[r]..o[r + 1]], &drafts.tokens[o[r] - r..o[r + 1] - r - 1]);
         let k = drafts_r.iter().zip(rows_r).take_while(|(d, t)| d == t).count();
         accepted.push(k as u32);
         tokens.push(rows_r[..=k].to_vec());
     }
-    Ok(Verified { accepted, tokens })
+    // The emitted tokens are the target's samples of each request's first `accepted + 1` rows.
+    let emitted = |all: &Option<Vec<f32>>| {
+        all.as_ref().map(|lp| (0..requests).map(|r| lp[o[r]..=o[r] + accepted[r] as usize].to_vec()).collect())
+    };
+    let (logprobs, raw_logprobs) = (emitted(&target.logprobs), emitted(&target.raw_logprobs));
+    Ok(Verified { accepted, tokens, logprobs, raw_logprobs })
 }

@@ -23,7 +23,7 @@ from ._flashsampling import cuda_device_info as _cuda_device_info
 from ._flashsampling import sample_cpu as _sample_cpu
 from ._flashsampling import sample_cuda as _sample_cuda
 
-__all__ = ["sample", "sample_cuda", "score", "verify", "bf16_bits", "SamplingParams", "Samples"]
+__all__ = ["sample", "sample_cuda", "score", "verify", "bf16_bits", "SamplingParams", "Samples", "Verified"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -383,6 +383,19 @@ def sample(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample=0, p
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class Verified:
+    """What ``verify`` returns: ``accepted`` (int32 ``[R]``, accepted drafts per request), ``tokens`` (per request,
+    an int32 array of its emitted tokens: the accepted drafts, then the target's next token) and, with ``logprobs``
+    asked for, ``logprobs`` (and ``raw_logprobs`` with "processed_and_raw"): per request, float32 arrays of the
+    emitted tokens' log-probabilities, what plain decoding reports for them; None otherwise."""
+
+    accepted: Any
+    tokens: Any
+    logprobs: Any = None
+    raw_logprobs: Any = None
+
+
 def _top_arrays(rows, b, k):
     """The native side's top log-probabilities (a list per row of (token, log-probability) pairs) as the CUDA
     path gives them: int32 tokens and float32 log-probabilities ``[B, k]``, -1 and NaN past a row's last."""
@@ -580,10 +593,11 @@ def verify(hidden, weight, offsets, draft_tokens, positions, **controls):
     positions), draft tokens ``draft_tokens[offsets[r] - r .. offsets[r + 1] - r - 1]`` (``K_r``), and its first row
     is at decode position ``positions[r]``. Every row is sampled once with its position as the noise key's sample
     index (the other controls as ``sample``'s keywords, per row; or ``params=``); drafts are accepted while the
-    target's sample equals them. Returns ``(accepted, tokens)``: accepted drafts per request (int32 ``[R]``) and per
+    target's sample equals them. Returns a ``Verified``: accepted drafts per request (int32 ``[R]``) and per
     request its emitted tokens (int32 arrays: the accepted drafts, then the target's next token) — the tokens plain
-    decoding with the same keys draws, whatever the drafts. CUDA tensors sample on the GPU; the acceptance reads the
-    tokens on the host (one copy)."""
+    decoding with the same keys draws, whatever the drafts — and, with ``logprobs`` asked for, their log-probabilities
+    (what plain decoding reports). CUDA tensors sample on the GPU; the acceptance reads the tokens (and
+    log-probabilities) on the host (one copy each)."""
     offsets = [_int(o, "offsets") for o in _list(offsets)]
     positions = [_int(p, "positions") for p in _list(positions)]
     drafts = [_int(t, "draft_tokens") for t in _list(draft_tokens)]
@@ -606,8 +620,13 @@ def verify(hidden, weight, offsets, draft_tokens, positions, **controls):
     elif "positions" in controls or "sample" in controls:
         raise TypeError("verify keys every row by its position: give positions, not a sample or positions control")
     row_positions = [p + i for r, p in enumerate(positions) for i in range(offsets[r + 1] - offsets[r])]
-    got = sample(hidden, weight, positions=row_positions, **controls).tokens
-    target = np.asarray(got.cpu() if _is_torch_tensor(got) else got, dtype=np.int32).reshape(-1)
+    got = sample(hidden, weight, positions=row_positions, **controls)
+
+    def host(x, dtype):
+        return None if x is None else np.asarray(x.cpu() if _is_torch_tensor(x) else x, dtype=dtype).reshape(-1)
+
+    target = host(got.tokens, np.int32)
+    lps, raws = host(got.logprobs, np.float32), host(got.raw_logprobs, np.float32)
     if len(target) != rows:
         raise ValueError(f"hidden has {len(target)} rows; offsets end at {rows}")
     v = int(weight.shape[0])
@@ -622,4 +641,8 @@ def verify(hidden, weight, offsets, draft_tokens, positions, **controls):
             k += 1
         accepted.append(k)
         tokens.append(row[:k + 1].copy())
-    return np.asarray(accepted, dtype=np.int32), tokens
+
+    def emitted(xs):
+        return None if xs is None else [xs[offsets[r]:offsets[r] + accepted[r] + 1].copy() for r in range(requests)]
+
+    return Verified(np.asarray(accepted, dtype=np.int32), tokens, emitted(lps), emitted(raws))

@@ -10,7 +10,23 @@ _Ints = Union[Sequence[int], npt.NDArray[np.integer], Any]
 _Floats = Union[Sequence[float], npt.NDArray[np.floating], Any]
 _LogProbs = Literal["off", "processed", "processed_and_raw"]
 
-__all__ = ["sample", "sample_cuda", "score", "verify", "bf16_bits", "SamplingParams", "Samples"]
+__all__ = ["sample", "sample_cuda", "score", "verify", "bf16_bits", "SamplingParams", "Samples", "Verified"]
+
+class Verified:
+    """What ``verify`` returns: accepted drafts per request, emitted tokens per request, and (when asked) their
+    log-probabilities."""
+
+    accepted: npt.NDArray[np.int32]
+    tokens: list[npt.NDArray[np.int32]]
+    logprobs: list[npt.NDArray[np.float32]] | None
+    raw_logprobs: list[npt.NDArray[np.float32]] | None
+    def __init__(
+        self,
+        accepted: npt.NDArray[np.int32],
+        tokens: list[npt.NDArray[np.int32]],
+        logprobs: list[npt.NDArray[np.float32]] | None = None,
+        raw_logprobs: list[npt.NDArray[np.float32]] | None = None,
+    ) -> None: ...
 
 class Samples:
     """What ``sample`` returns: NumPy arrays (CPU backend) or CUDA tensors (GPU backend), int32 tokens (-1: no
@@ -177,5 +193,5 @@ def verify(
     draft_tokens: _Ints,
     positions: _Ints,
     **controls: Any,
-) -> tuple[npt.NDArray[np.int32], list[npt.NDArray[np.int32]]]:
-    """Exact speculative verification: (accepted drafts per request, emitted tokens per request)."""
+) -> Verified:
+    """Exact speculative verification: accepted drafts and emitted tokens per request (and their log-probabilities)."""

@@ -91,15 +91,26 @@ def test_verify_emits_what_plain_decoding_draws():
             for i in range(k):
                 right = kind == "right" or (kind == "mixed" and i < k // 2)
                 drafts.append(want[r][i] if right else (want[r][i] + 1) % v)
-        accepted, tokens = fs.verify(h, w, offsets, drafts, positions, seed=9, streams=streams, temperatures=temps)
-        assert accepted.dtype == np.int32
+        got = fs.verify(h, w, offsets, drafts, positions, seed=9, streams=streams, temperatures=temps)
+        accepted, tokens = got.accepted, got.tokens
+        assert isinstance(got, fs.Verified) and got.logprobs is None and accepted.dtype == np.int32
         for r, k in enumerate(ks):
             a = {"right": k, "wrong": 0, "mixed": k // 2}[kind]
             assert accepted[r] == a, (kind, r)
             assert tokens[r].tolist() == want[r][:a + 1], (kind, r)
         by_params = fs.verify(h, w, offsets, drafts, positions,
                               params=fs.SamplingParams(seed=9, streams=streams, temperatures=temps))
-        assert np.array_equal(by_params[0], accepted)
+        assert np.array_equal(by_params.accepted, accepted)
+        # With log-probabilities: each emitted token's, as plain decoding reports it (bit for bit).
+        scored = fs.verify(h, w, offsets, drafts, positions, seed=9, streams=streams, temperatures=temps,
+                           logprobs="processed_and_raw")
+        for r, k in enumerate(ks):
+            a = int(scored.accepted[r])
+            for i in range(a + 1):
+                alone = fs.sample(h[offsets[r] + i], w, seed=9, streams=[10 + r], sample=positions[r] + i,
+                                  temperatures=[(0.7, 1.0, 0.0, 1.3)[r]], logprobs="processed_and_raw")
+                assert scored.logprobs[r][i].tobytes() == alone.logprobs[0].tobytes(), (kind, r, i)
+                assert scored.raw_logprobs[r][i].tobytes() == alone.raw_logprobs[0].tobytes(), (kind, r, i)
     import pytest
 
     with pytest.raises(ValueError):
