@@ -468,7 +468,7 @@ fn emitted_log_probabilities_are_plain_decodings_bit_for_bit() {
     // Without log-probabilities asked for, none come back.
     let got = verify(
         &sampler,
-        Matrix::new(&vec![bf16::ONE; 2 * D], 2, D),
+        Matrix::new(&[bf16::ONE; 2 * D], 2, D),
         Matrix::new(&weight, V, D),
         &SamplingParams::new(1.0, 0),
         Drafts { offsets: &[0, 2], tokens: &[0], positions: &[0] },
