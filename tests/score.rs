@@ -86,6 +86,25 @@ fn scoring_the_sampled_token_gives_the_reported_log_probabilities() {
     }
 }
 
+/// The f64 reference of row `r` of an exact-logit head (hidden row `r` = `e_{r mod d}`): its raw logits,
+/// and its processed ones (soft-cap 3, the mask, top-`k`; not divided by T) with every removed token `−∞`.
+fn reference_row(
+    weight: &[bf16],
+    (d, v): (usize, usize),
+    r: usize,
+    mask: &flashsampling::controls::TokenMask,
+    k: usize,
+) -> (Vec<f64>, Vec<f64>) {
+    let y: Vec<f64> = (0..v).map(|i| weight[i * d + r % d].to_f64()).collect();
+    let allowed = |i: usize| (mask.words[r * mask.words_per_row + i / 32] >> (i % 32)) & 1 == 1;
+    let z: Vec<f64> = (0..v).map(|i| if allowed(i) { 3.0 * (y[i] / 3.0).tanh() } else { f64::NEG_INFINITY }).collect();
+    let mut sorted: Vec<f64> = z.iter().copied().filter(|x| x.is_finite()).collect();
+    sorted.sort_by(|a, b| b.partial_cmp(a).unwrap());
+    let kth = if k > 0 && k < sorted.len() { sorted[k - 1] } else { f64::NEG_INFINITY };
+    let kept = z.iter().map(|&x| if x >= kth { x } else { f64::NEG_INFINITY }).collect();
+    (y, kept)
+}
+
 #[test]
 fn scores_match_an_independent_f64_reference() {
     // Exact logits (hidden rows are unit vectors), so the reference is f64 arithmetic on them:
@@ -104,17 +123,11 @@ fn scores_match_an_independent_f64_reference() {
     let mut rng = TestRng::new(4);
     let tokens: Vec<u32> = (0..b).map(|_| (rng.next_u64() % v as u64) as u32).collect();
     let got = CpuBackend::new().score(h, w, &params, &tokens).unwrap();
+    let reference = |r: usize| reference_row(&weight, (d, v), r, &mask, ks[r] as usize);
     for r in 0..b {
-        let y: Vec<f64> = (0..v).map(|i| weight[i * d + r % d].to_f64()).collect();
-        let allowed = |i: usize| (mask.words[r * mask.words_per_row + i / 32] >> (i % 32)) & 1 == 1;
-        let z: Vec<f64> =
-            (0..v).map(|i| if allowed(i) { 3.0 * (y[i] / 3.0).tanh() } else { f64::NEG_INFINITY }).collect();
-        let mut sorted: Vec<f64> = z.iter().copied().filter(|x| x.is_finite()).collect();
-        sorted.sort_by(|a, b| b.partial_cmp(a).unwrap());
-        let k = ks[r] as usize;
-        let kth = if k > 0 && k < sorted.len() { sorted[k - 1] } else { f64::NEG_INFINITY };
+        let (y, kept) = reference(r);
         let t = temps[r] as f64;
-        let kept: Vec<f64> = z.iter().map(|&x| if x >= kth { x / t } else { f64::NEG_INFINITY }).collect();
+        let kept: Vec<f64> = kept.iter().map(|&x| x / t).collect();
         let lse_of = |xs: &[f64]| {
             let m = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
             m + xs.iter().map(|x| (x - m).exp()).sum::<f64>().ln()
@@ -144,15 +157,7 @@ fn scores_match_an_independent_f64_reference() {
     assert_eq!(bits(&with_top.logprobs), bits(&got.logprobs), "top log-probabilities change no log-probability");
     let (top, ranks) = (with_top.top_logprobs.unwrap(), with_top.ranks.unwrap());
     for r in 0..b {
-        let y: Vec<f64> = (0..v).map(|i| weight[i * d + r % d].to_f64()).collect();
-        let allowed = |i: usize| (mask.words[r * mask.words_per_row + i / 32] >> (i % 32)) & 1 == 1;
-        let z: Vec<f64> =
-            (0..v).map(|i| if allowed(i) { 3.0 * (y[i] / 3.0).tanh() } else { f64::NEG_INFINITY }).collect();
-        let mut sorted: Vec<f64> = z.iter().copied().filter(|x| x.is_finite()).collect();
-        sorted.sort_by(|a, b| b.partial_cmp(a).unwrap());
-        let k = ks[r] as usize;
-        let kth = if k > 0 && k < sorted.len() { sorted[k - 1] } else { f64::NEG_INFINITY };
-        let kept: Vec<f64> = z.iter().map(|&x| if x >= kth { x } else { f64::NEG_INFINITY }).collect();
+        let (_, kept) = reference(r);
         let mut order: Vec<usize> = (0..v).collect();
         order.sort_by(|&a, &b| kept[b].partial_cmp(&kept[a]).unwrap().then(a.cmp(&b)));
         let t = tokens[r] as usize;
