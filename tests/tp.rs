@@ -403,11 +403,42 @@ fn truncation_over_ranks(g: usize) {
     }
 }
 
+/// How a thread's rank joins the group in [`ranks_in_threads`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Join {
+    /// `TpRank::new`: an NCCL communicator of its own (non-blocking).
+    Own,
+    /// `TpRank::with_collective` with the caller's raw NCCL communicator (`BorrowedNccl`, blocking).
+    Borrowed,
+    /// With cudarc's communicator on the rank's stream (`CudarcComm`).
+    Cudarc,
+    /// With cudarc's communicator on a stream of its own (the all-gathers joined to the rank's).
+    CudarcOtherStream,
+}
+
 #[test]
 fn one_rank_per_thread_with_a_shared_id_matches_the_group() {
     if !gpus_or_skip("one_rank_per_thread_with_a_shared_id_matches_the_group", 2) {
         return;
     }
+    ranks_in_threads(Join::Own);
+}
+
+#[test]
+fn ranks_on_the_callers_communicator_match_one_gpu() {
+    // Issue 51.5: a rank built from an existing communicator (raw NCCL, or cudarc's on the rank's
+    // stream or on its own) exchanges through it and draws the one-GPU tokens, truncation included.
+    if !gpus_or_skip("ranks_on_the_callers_communicator_match_one_gpu", 2) {
+        return;
+    }
+    for join in [Join::Borrowed, Join::Cudarc, Join::CudarcOtherStream] {
+        ranks_in_threads(join);
+    }
+}
+
+/// Two ranks, one per thread, joined as `join` says, sample a plain and a truncating call; every
+/// rank's tokens equal one GPU's.
+fn ranks_in_threads(join: Join) {
     let (b, d, v) = (16usize, 512usize, 100_003usize);
     let ls = ShardLayout::even(v, d, 2, 128).unwrap();
     let padded = ls[1].offset + ls[1].rows;
@@ -430,28 +461,64 @@ fn one_rank_per_thread_with_a_shared_id_matches_the_group() {
             .map(|r| {
                 let (hidden, weight, calls, l) = (&hidden, &weight, [&plain, &truncating], ls[r]);
                 s.spawn(move || {
-                    let mut rank = TpRank::new(r, r, 2, &id, l, TIMEOUT).unwrap();
+                    let (mut rank, raw) = join_rank(join, r, &id, l);
                     let stream = rank.gpu().stream().clone();
                     let hd = stream.clone_htod(hidden).unwrap();
                     let wd = stream.clone_htod(&weight[l.offset * d..(l.offset + l.rows) * d]).unwrap();
                     let mut out = rank.gpu().alloc_samples(b, l.rows).unwrap();
                     let hm = DeviceMatrix { data: hd.as_view(), rows: b, cols: d };
                     let wm = DeviceMatrix { data: wd.as_view(), rows: l.rows, cols: d };
-                    calls
+                    let got = calls
                         .iter()
                         .map(|params| {
                             rank.sample_device(&hm, &wm, params, None, &mut out).unwrap();
                             rank.synchronize().unwrap();
                             stream.clone_dtoh(&out.tokens()).unwrap()
                         })
-                        .collect()
+                        .collect();
+                    drop(rank);
+                    if let Some(raw) = raw {
+                        // SAFETY: the communicator made in `join_rank`, no longer used (its rank is gone).
+                        unsafe { cudarc::nccl::result::comm_destroy(raw) }.unwrap();
+                    }
+                    got
                 })
             })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    assert_eq!(tokens[0], whole, "rank 0");
-    assert_eq!(tokens[1], whole, "rank 1");
+    assert_eq!(tokens[0], whole, "{join:?}: rank 0");
+    assert_eq!(tokens[1], whole, "{join:?}: rank 1");
+}
+
+/// Rank `r` of two on GPU `r`, joined as `join` says; with `Join::Borrowed` also the raw
+/// communicator to destroy after the rank.
+fn join_rank(join: Join, r: usize, id: &CommId, l: ShardLayout) -> (TpRank, Option<cudarc::nccl::sys::ncclComm_t>) {
+    use flashsampling::{BorrowedNccl, CudarcComm};
+    if join == Join::Own {
+        return (TpRank::new(r, r, 2, id, l, TIMEOUT).unwrap(), None);
+    }
+    let gpu = GpuBackend::new(r).unwrap();
+    let internal = id.as_bytes().map(|c| c as std::ffi::c_char);
+    match join {
+        Join::Borrowed => {
+            gpu.context().bind_to_thread().unwrap();
+            let mut raw = std::ptr::null_mut();
+            let unique = cudarc::nccl::sys::ncclUniqueId { internal };
+            // SAFETY: a valid out-pointer; rank 0 or 1 of 2 on this thread's current device.
+            unsafe { cudarc::nccl::result::comm_init_rank(&mut raw, 2, unique, r as i32) }.unwrap();
+            // SAFETY: the live communicator just made, of this device, rank r of 2; destroyed only after
+            // the rank is dropped, used by nothing else.
+            let comm = unsafe { BorrowedNccl::new(raw as *mut std::ffi::c_void) };
+            (TpRank::with_collective(gpu, Box::new(comm), r, 2, l, TIMEOUT).unwrap(), Some(raw))
+        }
+        Join::Cudarc | Join::CudarcOtherStream => {
+            let stream = if join == Join::Cudarc { gpu.stream().clone() } else { gpu.context().new_stream().unwrap() };
+            let comm = cudarc::nccl::Comm::from_rank(stream, r, 2, cudarc::nccl::Id::uninit(internal)).unwrap();
+            (TpRank::with_collective(gpu, Box::new(CudarcComm::new(comm)), r, 2, l, TIMEOUT).unwrap(), None)
+        }
+        Join::Own => unreachable!("returned above"),
+    }
 }
 
 #[test]

@@ -67,7 +67,7 @@ pub use modules::{
 };
 pub use params::{Element, ElementType, Matrix, SamplingParams, Shape};
 pub use shard::{VocabShard, merge_shard_candidates};
-pub use tp::{CommId, ShardLayout, TpGroup, TpRank};
+pub use tp::{BorrowedNccl, Collective, CommId, CudarcComm, ShardLayout, TpGroup, TpRank};
 
 /// Each request's top log-probabilities: `(token, log-probability)` pairs, most likely first.
 pub type TopLogprobs = Vec<Vec<(u32, f32)>>;

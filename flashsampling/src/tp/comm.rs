@@ -93,13 +93,186 @@ pub(super) fn check(r: nccl::ncclResult_t, call: &'static str, comm: Option<nccl
     Err(Error::Nccl { call, code: r as i32, message })
 }
 
+/// What a rank needs of its communicator: all-gathers of 32-bit words on its stream, in rank order
+/// (every exchange of this module is one: results, top lists, the fallback's logits, the layouts).
+/// [`TpRank::new`](super::TpRank::new) and [`TpGroup`](super::TpGroup) make NCCL communicators of
+/// their own; an engine that has one already passes it to
+/// [`TpRank::with_collective`](super::TpRank::with_collective): its raw NCCL communicator as a
+/// [`BorrowedNccl`], cudarc's `nccl::Comm`, or its own all-gather through this trait.
+pub trait Collective: Send {
+    /// Enqueues on `stream` the all-gather of `words` words from `send` into `recv`: rank `r`'s at
+    /// `recv + 4·r·words`, for `r` in `0 .. world`. It may return before the communicator has taken
+    /// the work (non-blocking communicators): [`Self::poll`] says when it has.
+    ///
+    /// # Safety
+    /// `send` holds `words` and `recv` `world · words` words of device memory of `stream`'s context,
+    /// which stay allocated until the all-gather completes on `stream`.
+    unsafe fn all_gather_words(&mut self, send: u64, recv: u64, words: usize, stream: &CudaStream) -> Result<()>;
+
+    /// Whether everything enqueued has been taken (`Ok(false)`: still in progress); an error of the
+    /// communicator. A blocking one is always ready (the default).
+    fn poll(&mut self) -> Result<bool> {
+        Ok(true)
+    }
+
+    /// Gives up after a timeout or an error: every later call of the rank is [`Error::CommAborted`].
+    /// An owned NCCL communicator is aborted; a borrowed one is only left alone (its owner decides).
+    fn abort(&mut self);
+
+    /// Whether [`Self::abort`] was called.
+    fn is_aborted(&self) -> bool;
+}
+
 /// One NCCL communicator (non-blocking), owned: aborted when dropped.
 pub(super) struct Comm {
     pub(super) raw: nccl::ncclComm_t,
     pub(super) aborted: bool,
 }
 
+// SAFETY: an NCCL communicator may be used from any thread as long as calls on it are not
+// concurrent; `Comm` is only used through `&mut`/owned access of one rank.
 unsafe impl Send for Comm {}
+
+impl Collective for Comm {
+    unsafe fn all_gather_words(&mut self, send: u64, recv: u64, words: usize, stream: &CudaStream) -> Result<()> {
+        // SAFETY: forwarded contract.
+        unsafe { self.all_gather(send, recv, words, nccl::ncclDataType_t::ncclUint32, stream) }
+    }
+
+    fn poll(&mut self) -> Result<bool> {
+        Comm::poll(self)
+    }
+
+    fn abort(&mut self) {
+        Comm::abort(self)
+    }
+
+    fn is_aborted(&self) -> bool {
+        self.aborted
+    }
+}
+
+/// An NCCL communicator the caller owns (an engine's: vLLM's or SGLang's PyNcclCommunicator, a
+/// `torch.distributed` process group's, one from `ncclCommInitRank`), used for the exchange and
+/// never destroyed or aborted here: after a timeout the rank only stops using it.
+#[derive(Debug)]
+pub struct BorrowedNccl {
+    raw: nccl::ncclComm_t,
+    given_up: bool,
+}
+
+// SAFETY: as for `Comm`: NCCL communicators may be used from any thread, not concurrently; the
+// caller's contract (`BorrowedNccl::new`) keeps other users from calling it concurrently.
+unsafe impl Send for BorrowedNccl {}
+
+impl BorrowedNccl {
+    /// Wraps the raw communicator `comm` (`ncclComm_t`).
+    ///
+    /// # Safety
+    /// `comm` is a live NCCL communicator (blocking or not) of the device of the rank's
+    /// [`GpuBackend`] in which this process's rank and world size are the ones given to
+    /// [`TpRank::with_collective`](super::TpRank::with_collective); it outlives the rank, and nothing
+    /// else issues collectives on it while a rank call is in progress (the exchange must pair across
+    /// ranks).
+    pub unsafe fn new(comm: *mut std::ffi::c_void) -> Self {
+        Self { raw: comm as nccl::ncclComm_t, given_up: false }
+    }
+}
+
+impl Collective for BorrowedNccl {
+    unsafe fn all_gather_words(&mut self, send: u64, recv: u64, words: usize, stream: &CudaStream) -> Result<()> {
+        ensure_nccl()?;
+        // SAFETY: the caller's buffers (the trait's contract), a live communicator (`new`'s).
+        let res = unsafe {
+            nccl::ncclAllGather(
+                send as *const c_void,
+                recv as *mut c_void,
+                words,
+                nccl::ncclDataType_t::ncclUint32,
+                self.raw,
+                stream.cu_stream() as _,
+            )
+        };
+        check(res, "ncclAllGather", Some(self.raw))
+    }
+
+    fn poll(&mut self) -> Result<bool> {
+        let mut state = nccl::ncclResult_t::ncclSuccess;
+        // SAFETY: a live communicator (`new`'s contract); `state` is a valid out-pointer.
+        check(unsafe { nccl::ncclCommGetAsyncError(self.raw, &mut state) }, "ncclCommGetAsyncError", Some(self.raw))?;
+        match state {
+            nccl::ncclResult_t::ncclSuccess => Ok(true),
+            nccl::ncclResult_t::ncclInProgress => Ok(false),
+            e => check(e, "NCCL (asynchronous error)", Some(self.raw)).map(|_| false),
+        }
+    }
+
+    fn abort(&mut self) {
+        self.given_up = true;
+    }
+
+    fn is_aborted(&self) -> bool {
+        self.given_up
+    }
+}
+
+/// cudarc's communicator (`cudarc::nccl::Comm`) as a rank's collective: its all-gather runs on the
+/// communicator's own stream, which waits for the rank's stream first, and the rank's stream waits
+/// for it after (nothing when they are one stream). cudarc's communicators are blocking; `abort`
+/// only stops the rank using it (cudarc aborts it when it is dropped).
+#[derive(Debug)]
+pub struct CudarcComm {
+    comm: cudarc::nccl::Comm,
+    given_up: bool,
+}
+
+// SAFETY: as for `Comm`: an NCCL communicator may be used from any thread, not concurrently; the
+// wrapper is only used through `&mut` (one rank), and cudarc's stream handle is `Send`.
+unsafe impl Send for CudarcComm {}
+
+impl CudarcComm {
+    /// Wraps `comm`; its rank and world size must be the ones given to
+    /// [`TpRank::with_collective`](super::TpRank::with_collective).
+    pub fn new(comm: cudarc::nccl::Comm) -> Self {
+        Self { comm, given_up: false }
+    }
+
+    /// The communicator back.
+    pub fn into_inner(self) -> cudarc::nccl::Comm {
+        self.comm
+    }
+}
+
+impl Collective for CudarcComm {
+    unsafe fn all_gather_words(&mut self, send: u64, recv: u64, words: usize, stream: &CudaStream) -> Result<()> {
+        let own = self.comm.stream();
+        let other = own.cu_stream() != stream.cu_stream();
+        if other {
+            own.join(stream)?;
+        }
+        let world = self.comm.world_size();
+        // SAFETY: the trait's contract: `send` holds `words` and `recv` `world · words` words of this
+        // context's memory, alive until the all-gather completes (the rank's stream waits for it
+        // below). The slices are leaked, never freed: cudarc only drops their events.
+        let (s, mut r) =
+            unsafe { (own.upgrade_device_ptr::<u32>(send, words), own.upgrade_device_ptr::<u32>(recv, world * words)) };
+        let res = self.comm.all_gather(&s, &mut r);
+        let _ = (s.leak(), r.leak());
+        res.map_err(|e| Error::Nccl { call: "ncclAllGather (cudarc)", code: e.0 as i32, message: format!("{e:?}") })?;
+        if other {
+            stream.join(&own)?;
+        }
+        Ok(())
+    }
+
+    fn abort(&mut self) {
+        self.given_up = true;
+    }
+
+    fn is_aborted(&self) -> bool {
+        self.given_up
+    }
+}
 
 impl Comm {
     /// The communicator's pending state: `Ok(true)` ready, `Ok(false)` in progress.
@@ -208,7 +381,7 @@ pub(super) fn backoff(waited: Duration) {
 
 /// Polls `comms` until every one is ready or the deadline passes (then aborts them all).
 pub(super) fn wait_ready(
-    comms: &mut [&mut Comm],
+    comms: &mut [&mut Box<dyn Collective>],
     deadline: Instant,
     what: &'static str,
     timeout: Duration,
@@ -217,7 +390,7 @@ pub(super) fn wait_ready(
     loop {
         let mut ready = true;
         for i in 0..comms.len() {
-            if comms[i].aborted {
+            if comms[i].is_aborted() {
                 return Err(Error::CommAborted);
             }
             match comms[i].poll() {

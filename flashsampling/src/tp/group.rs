@@ -41,13 +41,13 @@ impl TpGroup {
             .zip(comms)
             .enumerate()
             .map(|(r, (gpu, comm))| {
-                let mut rank = TpRank::from_parts(gpu, comm, r, world, layouts[r], timeout)?;
+                let mut rank = TpRank::from_parts(gpu, Box::new(comm), r, world, layouts[r], timeout)?;
                 rank.layouts = layouts.to_vec();
                 Ok(rank)
             })
             .collect::<Result<Vec<_>>>()?;
         let deadline = Instant::now() + timeout;
-        let mut comms: Vec<&mut Comm> = ranks.iter_mut().map(|r| &mut r.comm).collect();
+        let mut comms: Vec<&mut Box<dyn Collective>> = ranks.iter_mut().map(|r| &mut r.comm).collect();
         wait_ready(&mut comms, deadline, "forming the NCCL group", timeout)?;
         Ok(Self { ranks })
     }
@@ -117,7 +117,7 @@ impl TpGroup {
         end?;
         let timeout = self.ranks[0].timeout;
         let deadline = Instant::now() + timeout;
-        let mut comms: Vec<&mut Comm> = self.ranks.iter_mut().map(|r| &mut r.comm).collect();
+        let mut comms: Vec<&mut Box<dyn Collective>> = self.ranks.iter_mut().map(|r| &mut r.comm).collect();
         wait_ready(&mut comms, deadline, "the vocab-parallel exchange", timeout)?;
         for ((rank, call), out) in self.ranks.iter_mut().zip(&calls).zip(outs.iter_mut()) {
             rank.launch_merge(call, out)?;
@@ -151,7 +151,7 @@ impl TpGroup {
         enq?;
         end?;
         let deadline = Instant::now() + timeout;
-        let mut comms: Vec<&mut Comm> = self.ranks.iter_mut().map(|r| &mut r.comm).collect();
+        let mut comms: Vec<&mut Box<dyn Collective>> = self.ranks.iter_mut().map(|r| &mut r.comm).collect();
         wait_ready(&mut comms, deadline, "the fallback's exchange", timeout)?;
         for (rank, out) in self.ranks.iter_mut().zip(outs.iter_mut()) {
             rank.fallback_finish(count, out)?;

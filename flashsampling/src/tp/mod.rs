@@ -48,7 +48,7 @@ mod layout;
 mod rank;
 
 use comm::*;
-pub use comm::{CommId, nccl_available};
+pub use comm::{BorrowedNccl, Collective, CommId, CudarcComm, nccl_available};
 pub use group::TpGroup;
 use layout::*;
 pub use layout::{MAX_RANKS, ShardLayout};
@@ -58,7 +58,8 @@ use std::ffi::{CStr, c_void};
 use std::time::{Duration, Instant};
 
 use cudarc::driver::{
-    CudaEvent, CudaFunction, CudaSlice, CudaView, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg, sys as cu,
+    CudaEvent, CudaFunction, CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg,
+    sys as cu,
 };
 use cudarc::nccl::sys as nccl;
 use flashsampling_kernels::config::{MAX_DIM, MERGE_RANKS_ENTRY, MERGE_RANKS_THREADS};
@@ -74,6 +75,3 @@ use crate::{Samples, VocabShard};
 
 /// How long a rank waits for its peers (joining the group, the exchange) before it gives up.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
-
-// SAFETY: an NCCL communicator may be used from any thread as long as calls on it are not
-// concurrent; `Comm` is only used through `&mut`/owned access of one rank.

@@ -34,7 +34,7 @@ pub(super) struct FallbackExchange {
 /// One rank of a vocab-parallel sampler: its GPU, its shard's layout and its NCCL communicator.
 pub struct TpRank {
     pub(super) gpu: GpuBackend,
-    pub(super) comm: Comm,
+    pub(super) comm: Box<dyn Collective>,
     pub(super) rank: usize,
     pub(super) world: usize,
     pub(super) layout: ShardLayout,
@@ -94,7 +94,7 @@ impl TpRank {
         }
         let gpu = GpuBackend::new(ordinal)?;
         let comm = start_init(&gpu, rank, world, id)?;
-        let mut me = Self::from_parts(gpu, comm, rank, world, layout, timeout)?;
+        let mut me = Self::from_parts(gpu, Box::new(comm), rank, world, layout, timeout)?;
         let deadline = Instant::now() + timeout;
         wait_ready(&mut [&mut me.comm], deadline, "joining the NCCL group", timeout)?;
         let layouts = me.exchange_layouts(deadline)?;
@@ -103,9 +103,47 @@ impl TpRank {
         Ok(me)
     }
 
+    /// Joins the group through the caller's communicator instead of one of its own: an engine that
+    /// already has an NCCL communicator for its tensor-parallel ranks passes it ([`BorrowedNccl`]
+    /// for a raw `ncclComm_t`, [`CudarcComm`] for cudarc's), or any all-gather it has
+    /// ([`Collective`]). `gpu` is this rank's backend (its device and stream: the engine's stream
+    /// through [`GpuBackend::on_stream`], so that the exchange is ordered with the engine's work).
+    /// Every rank calls it together, with its own rank and the same `world`; the ranks' layouts are
+    /// then exchanged and checked as in [`Self::new`], through `collective`.
+    ///
+    /// ```no_run
+    /// use flashsampling::{BorrowedNccl, GpuBackend, ShardLayout, TpRank};
+    /// # let (raw_comm, rank, world) = (std::ptr::null_mut(), 0, 2);
+    /// # let layout = ShardLayout::even(151_936, 4096, world, 64)?[rank];
+    /// // `raw_comm`: the engine's ncclComm_t for this rank (e.g. vLLM's PyNcclCommunicator.comm).
+    /// // SAFETY: a live communicator of this device, rank and world, used by nothing else meanwhile.
+    /// let comm = unsafe { BorrowedNccl::new(raw_comm) };
+    /// let gpu = GpuBackend::new(rank)?;
+    /// let tp = TpRank::with_collective(gpu, Box::new(comm), rank, world, layout, std::time::Duration::from_secs(60))?;
+    /// # Ok::<(), flashsampling::Error>(())
+    /// ```
+    pub fn with_collective(
+        gpu: GpuBackend,
+        collective: Box<dyn Collective>,
+        rank: usize,
+        world: usize,
+        layout: ShardLayout,
+        timeout: Duration,
+    ) -> Result<Self> {
+        if world == 0 || rank >= world || world > MAX_RANKS {
+            return Err(Error::InvalidRank { rank, world });
+        }
+        let mut me = Self::from_parts(gpu, collective, rank, world, layout, timeout)?;
+        let deadline = Instant::now() + timeout;
+        let layouts = me.exchange_layouts(deadline)?;
+        validate_layouts(&layouts)?;
+        me.layouts = layouts;
+        Ok(me)
+    }
+
     pub(super) fn from_parts(
         gpu: GpuBackend,
-        comm: Comm,
+        comm: Box<dyn Collective>,
         rank: usize,
         world: usize,
         layout: ShardLayout,
@@ -127,7 +165,7 @@ impl TpRank {
             let (s, _s) = send.device_ptr(&stream);
             let (r, _r) = recv.device_ptr_mut(&stream);
             // SAFETY: 8 u64 sent, 8·G received, on this rank's stream.
-            unsafe { self.comm.all_gather(s, r, 8, nccl::ncclDataType_t::ncclUint64, &stream) }?;
+            unsafe { self.comm.all_gather_words(s, r, 16, &stream) }?;
         }
         wait_ready(&mut [&mut self.comm], deadline, "exchanging shard layouts", self.timeout)?;
         self.done.record(&stream)?;
@@ -161,7 +199,7 @@ impl TpRank {
     pub(super) fn wait_event(&mut self, deadline: Instant, what: &'static str) -> Result<()> {
         let start = Instant::now();
         loop {
-            if self.comm.aborted {
+            if self.comm.is_aborted() {
                 return Err(Error::CommAborted);
             }
             // SAFETY: a live event of this rank's context.
@@ -273,7 +311,7 @@ impl TpRank {
         mask: Option<&CudaView<'_, u32>>,
         out: &mut DeviceSamples,
     ) -> Result<CallShape> {
-        if self.comm.aborted {
+        if self.comm.is_aborted() {
             return Err(Error::CommAborted);
         }
         let l = self.layout;
@@ -370,7 +408,7 @@ impl TpRank {
         let count = call.words();
         // SAFETY: `count` words sent from the staging buffer (sized for the call), G·count received;
         // both on this rank's stream and context.
-        unsafe { self.comm.all_gather(s, r, count, nccl::ncclDataType_t::ncclUint32, &stream) }
+        unsafe { self.comm.all_gather_words(s, r, count, &stream) }
     }
 
     /// The merge kernel: gathered results → `out`'s tokens, scores (and log-probabilities); with
@@ -461,7 +499,7 @@ impl TpRank {
         let (r, _r) = fb.gathered.device_ptr_mut(&stream);
         // SAFETY: `n` floats sent from `local` (it holds `rows ≥ count` rows of `v_max`), `G·n`
         // received; both on this rank's stream and context.
-        unsafe { self.comm.all_gather(s, r, n, nccl::ncclDataType_t::ncclFloat32, &stream) }
+        unsafe { self.comm.all_gather_words(s, r, n, &stream) }
     }
 
     /// The fallback's rows assembled (each rank's columns copied to their global place) and
@@ -520,7 +558,7 @@ impl TpRank {
         let (s, _s) = send.device_ptr(&stream);
         let (r, _r) = recv.device_ptr_mut(&stream);
         // SAFETY: n floats sent, G·n received (checked), on this rank's stream.
-        unsafe { self.comm.all_gather(s, r, send.len(), nccl::ncclDataType_t::ncclFloat32, &stream) }?;
+        unsafe { self.comm.all_gather_words(s, r, send.len(), &stream) }?;
         // Non-blocking: the all-gather is on the stream only once the communicator is ready.
         let deadline = Instant::now() + self.timeout;
         wait_ready(&mut [&mut self.comm], deadline, "an all-gather", self.timeout)
