@@ -107,10 +107,19 @@ impl TpGroup {
         for (r, rank) in self.ranks.iter_mut().enumerate() {
             calls.push(rank.launch_local(&hidden[r], &weights[r], params, masks.map(|m| &m[r]), &mut outs[r])?);
         }
+        let result = self.exchange_and_merge(&calls, outs);
+        // Each rank's call on its outputs ends after its merge (and fallback): their fences.
+        for (rank, out) in self.ranks.iter().zip(outs.iter_mut()) {
+            rank.gpu.leave(out)?;
+        }
+        result
+    }
+
+    /// The grouped exchanges and merges of [`Self::sample_device`] after the local launches `calls`.
+    fn exchange_and_merge(&mut self, calls: &[super::rank::CallShape], outs: &mut [DeviceSamples]) -> Result<()> {
         // SAFETY: paired with the group end below.
         check(unsafe { nccl::ncclGroupStart() }, "ncclGroupStart", None)?;
-        let enq: Result<()> =
-            self.ranks.iter_mut().zip(&calls).try_for_each(|(rank, call)| rank.enqueue_exchange(call));
+        let enq: Result<()> = self.ranks.iter_mut().zip(calls).try_for_each(|(rank, call)| rank.enqueue_exchange(call));
         // SAFETY: ends the group started above.
         let end = check(unsafe { nccl::ncclGroupEnd() }, "ncclGroupEnd", None);
         enq?;
@@ -119,7 +128,7 @@ impl TpGroup {
         let deadline = Instant::now() + timeout;
         let mut comms: Vec<&mut Box<dyn Collective>> = self.ranks.iter_mut().map(|r| &mut r.comm).collect();
         wait_ready(&mut comms, deadline, "the vocab-parallel exchange", timeout)?;
-        for ((rank, call), out) in self.ranks.iter_mut().zip(&calls).zip(outs.iter_mut()) {
+        for ((rank, call), out) in self.ranks.iter_mut().zip(calls).zip(outs.iter_mut()) {
             rank.launch_merge(call, out)?;
         }
         if !calls[0].truncating {
