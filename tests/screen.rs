@@ -172,67 +172,160 @@ fn study_head(b: usize, (d, v): (usize, usize), (k, energy): (usize, f64), logit
     }
 }
 
+/// One row of the study's table: `what` (the head, and the share of `‖h‖²` in its outlier
+/// dimensions), then per quantization, exact dimensions (none, or `outliers`) and temperature, the
+/// mean bound over `logit_std`, the survivors per row (mean, p90, max), their union over the rows and
+/// the bytes a kernel would read relative to the bf16 head at B = 1 and at B = rows.
+fn window_rows<T: flashsampling::Element>(
+    what: &str,
+    (hidden, weight): (&[T], &[T]),
+    (b, d, v): (usize, usize, usize),
+    outliers: &[usize],
+    logit_std: f64,
+) -> Vec<String> {
+    let w = Matrix::new(weight, v, d);
+    let mut rows = Vec::new();
+    for quant in QUANTS {
+        for exact in [false, true] {
+            if exact && outliers.is_empty() {
+                continue;
+            }
+            let kept: &[usize] = if exact { outliers } else { &[] };
+            let screened = ScreenedHead::prepare(w, quant, kept).unwrap();
+            let estimates: Vec<(Vec<f64>, Vec<f64>)> = (0..b)
+                .map(|r| {
+                    let h: Vec<f32> = hidden[r * d..(r + 1) * d].iter().map(|x| x.to_f32()).collect();
+                    screened.estimate(&h)
+                })
+                .collect();
+            let mean_e = estimates.iter().flat_map(|(_, e)| e.iter()).sum::<f64>() / (b * v) as f64;
+            for t in [0.0f32, 0.6, 1.0] {
+                let tr = Transform::from_temperature(t);
+                let mut survivors = Vec::new();
+                let mut union = vec![false; v];
+                for (r, (est, bound)) in estimates.iter().enumerate() {
+                    let noise = RowNoise { seed: 9, stream: r as u64, sample: 0 };
+                    let g = |i: usize| if tr.is_greedy() { 0.0 } else { noise.gumbel_at(i as u32) };
+                    let iv: Vec<(f64, f64)> = (0..v)
+                        .map(|i| score_interval(est[i], bound[i], g(i), tr.logit_scale(), tr.noise_scale))
+                        .collect();
+                    let best = iv.iter().map(|x| x.0).fold(f64::NEG_INFINITY, f64::max);
+                    let alive: Vec<usize> = (0..v).filter(|&i| iv[i].1 >= best).collect();
+                    alive.iter().for_each(|&i| union[i] = true);
+                    survivors.push(alive.len());
+                }
+                let union = union.iter().filter(|&&x| x).count();
+                survivors.sort_unstable();
+                let mean = survivors.iter().sum::<usize>() as f64 / b as f64;
+                let p90 = survivors[(b * 9 / 10).min(b - 1)];
+                let copy = quant.bytes_per_row(d) + 8 + 2 * kept.len();
+                let ratio = |u: f64| (v as f64 * copy as f64 + u * 2.0 * d as f64) / (v * d * 2) as f64;
+                rows.push(format!(
+                    "| {d} | {quant:?} | {} | {what} | {t} | {:.2} | {mean:.0}, {p90}, {} | {union} | {:.3} | {:.3} |",
+                    kept.len(),
+                    mean_e / logit_std,
+                    survivors[b - 1],
+                    ratio(mean),
+                    ratio(union as f64),
+                ));
+            }
+        }
+    }
+    rows
+}
+
+const TABLE_HEAD: &str = "| D | quant | exact dims | head | T | E / logit std | survivors / row (mean, p90, max) | union | bytes / bf16 B=1 | B=rows |\n|---|---|---|---|---|---|---|---|---|---|";
+
 #[test]
 #[ignore = "the study's measurement (minutes): run by hand with --ignored --nocapture"]
 fn study_window_statistics() {
     let (b, v) = (8usize, 32_768usize);
-    let temps = [0.0f32, 0.6, 1.0];
-    println!(
-        "| D | quant | exact dims (energy) | head | T | E / logit std | survivors / row (mean, p90, max) | union B=8 | bytes / bf16 B=1 | B=8 |"
-    );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("{TABLE_HEAD}");
     for d in [1024usize, 4096] {
         for (k, energy) in [(0usize, 0.0f64), (4, 0.5), (4, 0.9)] {
             for (name, logit_std, boost) in [("flat σ=3", 3.0, 0.0), ("peaked σ=2 +10", 2.0, 10.0)] {
                 let head = study_head(b, (d, v), (k, energy), logit_std, boost);
-                let w = Matrix::new(&head.weight, v, d);
-                for quant in QUANTS {
-                    for exact in [false, true] {
-                        if exact && k == 0 {
-                            continue;
-                        }
-                        let kept: &[usize] = if exact { &head.outliers } else { &[] };
-                        let screened = ScreenedHead::prepare(w, quant, kept).unwrap();
-                        let estimates: Vec<(Vec<f64>, Vec<f64>)> = (0..b)
-                            .map(|r| {
-                                let h: Vec<f32> = head.hidden[r * d..(r + 1) * d].iter().map(|x| x.to_f32()).collect();
-                                screened.estimate(&h)
-                            })
-                            .collect();
-                        let mean_e = estimates.iter().flat_map(|(_, e)| e.iter()).sum::<f64>() / (b * v) as f64;
-                        for &t in &temps {
-                            let tr = Transform::from_temperature(t);
-                            let mut survivors = Vec::new();
-                            let mut union = vec![false; v];
-                            for (r, (est, bound)) in estimates.iter().enumerate() {
-                                let noise = RowNoise { seed: 9, stream: r as u64, sample: 0 };
-                                let g = |i: usize| if tr.is_greedy() { 0.0 } else { noise.gumbel_at(i as u32) };
-                                let iv: Vec<(f64, f64)> = (0..v)
-                                    .map(|i| score_interval(est[i], bound[i], g(i), tr.logit_scale(), tr.noise_scale))
-                                    .collect();
-                                let best = iv.iter().map(|x| x.0).fold(f64::NEG_INFINITY, f64::max);
-                                let alive: Vec<usize> = (0..v).filter(|&i| iv[i].1 >= best).collect();
-                                alive.iter().for_each(|&i| union[i] = true);
-                                survivors.push(alive.len());
-                            }
-                            let union = union.iter().filter(|&&x| x).count();
-                            survivors.sort_unstable();
-                            let mean = survivors.iter().sum::<usize>() as f64 / b as f64;
-                            let p90 = survivors[(b * 9 / 10).min(b - 1)];
-                            let copy = quant.bytes_per_row(d) + 8 + 2 * kept.len();
-                            let ratio = |u: f64| (v as f64 * copy as f64 + u * 2.0 * d as f64) / (v * d * 2) as f64;
-                            println!(
-                                "| {d} | {quant:?} | {} ({energy}) | {name} | {t} | {:.2} | {mean:.0}, {p90}, {} | {union} | {:.3} | {:.3} |",
-                                kept.len(),
-                                mean_e / logit_std,
-                                survivors[b - 1],
-                                ratio(mean),
-                                ratio(union as f64),
-                            );
-                        }
-                    }
+                let what = format!("{name}, outliers {energy}");
+                for row in window_rows(&what, (&head.hidden, &head.weight), (b, d, v), &head.outliers, logit_std) {
+                    println!("{row}");
                 }
             }
         }
     }
+}
+
+/// The study on a real head: `FS_SCREEN_HEAD` (a safetensors checkpoint or index), its tensor
+/// `FS_SCREEN_TENSOR` (default `lm_head.weight`), hidden states `FS_SCREEN_HIDDEN` (`.npy` or
+/// safetensors, `[B, D]`, f32 rounded to the head's type); the exact dimensions are the
+/// `FS_SCREEN_OUTLIERS` (default 4) with the largest mean `|h|`; the bound is reported over the
+/// rows' measured logit standard deviation.
+fn real_head_rows(head: &std::path::Path, tensor: &str, hidden: &std::path::Path, k: usize) -> Vec<String> {
+    use flashsampling::checkpoint::{load_hidden, load_safetensors};
+    let w = load_safetensors(head, tensor, Some(flashsampling::ElementType::Bf16)).unwrap();
+    let h = load_hidden(hidden, None, Some(w.elem())).unwrap().converted(w.elem());
+    let (b, d, v) = (h.rows, h.cols, w.rows);
+    assert_eq!(w.cols, d, "hidden size");
+    fn run<T: flashsampling::Element>(h: &[T], w: &[T], (b, d, v): (usize, usize, usize), k: usize) -> Vec<String> {
+        let mut mean_abs = vec![0f64; d];
+        for r in 0..b {
+            for j in 0..d {
+                mean_abs[j] += (h[r * d + j].to_f32() as f64).abs() / b as f64;
+            }
+        }
+        let mut dims: Vec<usize> = (0..d).collect();
+        dims.sort_by(|&a, &c| mean_abs[c].total_cmp(&mean_abs[a]));
+        dims.truncate(k);
+        // The rows' logit spread, f64 (the reference `E / σ` is over).
+        let std = (0..b)
+            .map(|r| {
+                let y = logits_f64(h, w, d, r);
+                let m = y.iter().sum::<f64>() / v as f64;
+                (y.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / v as f64).sqrt()
+            })
+            .sum::<f64>()
+            / b as f64;
+        window_rows(&format!("real head, logit std {std:.2}"), (h, w), (b, d, v), &dims, std)
+    }
+    match (w.bf16(), h.bf16(), w.f16(), h.f16()) {
+        (Some(w), Some(h), _, _) => run(h.data, w.data, (b, d, v), k),
+        (_, _, Some(w), Some(h)) => run(h.data, w.data, (b, d, v), k),
+        _ => unreachable!("the hidden states are converted to the head's type"),
+    }
+}
+
+#[test]
+#[ignore = "needs FS_SCREEN_HEAD and FS_SCREEN_HIDDEN: a real head and its hidden states"]
+fn study_a_real_head() {
+    let var = |n: &str| std::env::var(n).unwrap_or_else(|_| panic!("set {n}"));
+    let tensor = std::env::var("FS_SCREEN_TENSOR").unwrap_or("lm_head.weight".into());
+    let k = std::env::var("FS_SCREEN_OUTLIERS").map_or(4, |s| s.parse().expect("FS_SCREEN_OUTLIERS: a count"));
+    println!("{TABLE_HEAD}");
+    for row in real_head_rows(var("FS_SCREEN_HEAD").as_ref(), &tensor, var("FS_SCREEN_HIDDEN").as_ref(), k) {
+        println!("{row}");
+    }
+}
+
+#[test]
+fn the_real_head_study_reads_a_checkpoint() {
+    // The real-head entry point on a small head written as a checkpoint and `.npy` hidden states.
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("screen-study");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (b, d, v) = (3usize, 32usize, 256usize);
+    let mut rng = TestRng::new(0x54_F11E);
+    let weight = rng.normal_bf16(v * d, 0.2);
+    let hidden: Vec<f32> = (0..b * d).map(|i| if i % d == 5 { 20.0 } else { rng.normal() as f32 }).collect();
+    let bytes: Vec<u8> = weight.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect();
+    let view = safetensors::tensor::TensorView::new(safetensors::Dtype::BF16, vec![v, d], &bytes).unwrap();
+    safetensors::serialize_to_file([("lm_head.weight", view)], None, &dir.join("head.safetensors")).unwrap();
+    let header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({b}, {d}), }}");
+    let pad = 64 - (10 + header.len() + 1) % 64;
+    let mut npy = b"\x93NUMPY\x01\x00".to_vec();
+    npy.extend(((header.len() + pad + 1) as u16).to_le_bytes());
+    npy.extend(header.bytes().chain(std::iter::repeat_n(b' ', pad)).chain([b'\n']));
+    npy.extend(hidden.iter().flat_map(|x| x.to_le_bytes()));
+    std::fs::write(dir.join("hidden.npy"), npy).unwrap();
+    let rows = real_head_rows(&dir.join("head.safetensors"), "lm_head.weight", &dir.join("hidden.npy"), 2);
+    // Three quantizations, with and without the 2 exact dimensions (dimension 5 among them), three T.
+    assert_eq!(rows.len(), 3 * 2 * 3, "{rows:?}");
+    assert!(rows.iter().all(|r| r.starts_with("| 32 |") && r.contains("real head")), "{rows:?}");
 }
