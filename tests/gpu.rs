@@ -846,3 +846,58 @@ fn the_callers_stream_orders_a_call_after_its_producer_with_no_host_sync() {
     }
     caller.synchronize().unwrap();
 }
+
+#[test]
+fn per_row_parameters_from_device_memory_draw_what_the_host_ones_draw() {
+    // Issue 51.7: the row words built once (`row_params_words`), uploaded by the caller and passed
+    // as device memory, give the host path's tokens and log-probabilities bit for bit, with per-row
+    // temperatures (greedy rows too), seeds, positions and truncation; the buffers' cached upload
+    // does not leak across the two paths.
+    use flashsampling::gpu::row_params_words;
+    use flashsampling::params::LogProbs;
+    let Some(gpu) = gpu_or_skip("per_row_parameters_from_device_memory_draw_what_the_host_ones_draw") else {
+        return;
+    };
+    let (b, d, v) = (12usize, 256usize, 5000usize);
+    let mut rng = TestRng::new(DATA_SEED + 62);
+    let hidden = rng.normal_bf16(b * d, 1.0);
+    let weight = rng.normal_bf16(v * d, 2.0 / (d as f64).sqrt());
+    let (h, w) = (gpu.stream().clone_htod(&hidden).unwrap(), gpu.stream().clone_htod(&weight).unwrap());
+    let hm = DeviceMatrix { data: h.as_view(), rows: b, cols: d };
+    let wm = DeviceMatrix { data: w.as_view(), rows: v, cols: d };
+    let base = SamplingParams::new(1.0, 3)
+        .with_temperatures(mixed_temperatures(b))
+        .with_seeds((0..b as u64).map(|r| 1000 + r).collect())
+        .with_positions((0..b as u32).map(|r| 17 * r).collect())
+        .with_logprobs(LogProbs::ProcessedAndRaw);
+    let mut out = gpu.alloc_samples(b, v).unwrap();
+    for (i, params) in
+        [base.clone(), base.clone().with_top_k(vec![30; b]), base.with_samples_per_row(3)].iter().enumerate()
+    {
+        let host_call = |out: &mut flashsampling::DeviceSamples| {
+            gpu.sample_device(&hm, &wm, params, out).unwrap();
+            (
+                gpu.stream().clone_dtoh(&out.tokens()).unwrap(),
+                gpu.stream().clone_dtoh(&out.logprobs().unwrap()).unwrap(),
+            )
+        };
+        let want = host_call(&mut out);
+        let rows = gpu.stream().clone_htod(&row_params_words(params, b).unwrap()).unwrap();
+        // Other keys in `params` are not read: the device words decide.
+        let ignored = params.clone().with_seeds(vec![0; b]).with_temperatures(vec![0.0; b]);
+        gpu.sample_device_rows(&hm, &wm, &ignored, &rows.as_view(), None, &mut out).unwrap();
+        let got = (
+            gpu.stream().clone_dtoh(&out.tokens()).unwrap(),
+            gpu.stream().clone_dtoh(&out.logprobs().unwrap()).unwrap(),
+        );
+        assert_eq!(got.0, want.0, "case {i}: tokens");
+        assert_eq!(bits(&got.1), bits(&want.1), "case {i}: log-probabilities");
+        // The host path again after the device words: its own words are uploaded again.
+        let greedy = params.clone().with_temperatures(vec![0.0; b]);
+        gpu.sample_device(&hm, &wm, &greedy, &mut out).unwrap();
+        assert_eq!(host_call(&mut out), want, "case {i}: the host path after the device words");
+        let short = rows.slice(1..);
+        let err = gpu.sample_device_rows(&hm, &wm, params, &short, None, &mut out).unwrap_err();
+        assert!(matches!(err, Error::LengthMismatch { .. }), "{err:?}");
+    }
+}

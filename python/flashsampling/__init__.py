@@ -226,6 +226,42 @@ def _controls(b, temperature, seed, streams, sample, temperatures, seeds, n, log
     )
 
 
+def _device_row_words(torch, device, b, n, temperature, seed, streams, sample, positions, temperatures, seeds):
+    """The per-row parameter words (the Rust library's ``gpu::row_params_words``: seed, stream, the temperature's
+    transform, sample index | request << 32; int64 ``[B·n, 4]``) built on ``device`` with no host synchronization,
+    when a key control (``temperatures``, ``seeds``, ``streams``, ``positions``) is a CUDA tensor there; else None
+    (the controls go to the native side as lists). On the device nothing can raise: a NaN or negative temperature
+    is greedy (as the kernels' transform treats it), and sample indices are taken modulo 2^31."""
+    keys = (temperatures, seeds, streams, positions)
+    if not any(_is_torch_cuda(x) for x in keys):
+        return None
+    for name, x in zip(("temperatures", "seeds", "streams", "positions"), keys):
+        if x is not None and not (_is_torch_cuda(x) and x.device == device and x.shape == (b,)):
+            raise ValueError(f"{name}: with per-row controls as CUDA tensors, each must be a [B] = [{b}] tensor on "
+                             f"{device} (or None)")
+    i64 = dict(dtype=torch.int64, device=device)
+    rows = torch.arange(b, **i64)
+    t = (temperatures.to(torch.float32) if temperatures is not None
+         else torch.full((b,), _float(temperature, "temperature"), dtype=torch.float32, device=device))
+    sampling = t >= torch.finfo(torch.float32).tiny  # False for NaN, negative, zero and subnormal T: greedy
+    one = torch.ones_like(t)
+    inv = torch.where(sampling, one / torch.where(sampling, t, one), torch.full_like(t, float("inf")))
+    noise = torch.where(sampling, torch.where(t < 1, t, one), torch.zeros_like(t))
+    transform = (inv.view(torch.int32).to(torch.int64) & 0xFFFFFFFF) | (noise.view(torch.int32).to(torch.int64) << 32)
+    s = _int(seed, "seed")
+    if not 0 <= s < 1 << 64:
+        raise ValueError(f"seed {s} is out of range (0 .. 2^64)")
+    # Seeds and streams are u64 keys: int64 tensors carry their bits.
+    seed_w = seeds.to(torch.int64) if seeds is not None else torch.full((b,), s - (1 << 64) * (s >> 63), **i64)
+    stream_w = streams.to(torch.int64) if streams is not None else rows
+    first = positions.to(torch.int64) if positions is not None else torch.full((b,), _int(sample, "sample"), **i64)
+    j = torch.arange(n, **i64)
+    index = ((first[:, None] + j[None, :]) & 0x7FFFFFFF) | (rows[:, None] << 32)
+    words = torch.stack([seed_w[:, None].expand(b, n), stream_w[:, None].expand(b, n),
+                         transform[:, None].expand(b, n), index], dim=2)
+    return words.reshape(b * n, 4).contiguous()
+
+
 def _per_row_floats(x, b, name):
     """A per-row float control: a number applies to every row; a list (array, tensor) of numbers is taken
     as it is (its length is checked natively). A string, bytes or a bool is a TypeError (``_float``)."""
@@ -521,7 +557,11 @@ def sample_cuda(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample
     backend as they are; those it does not take yet raise NotImplementedError with the library's
     message. ``allowed`` may be a CUDA tensor on the same device (torch.bool ``[B, V]`` or int32/uint32
     words ``[B, ceil(V/32)]``): the words are built on the current stream and the kernel reads them there,
-    no host copy (a host array is uploaded). Token lists given as CUDA tensors are copied to the host (the logit bias and penalties go to the backend as host
+    no host copy (a host array is uploaded). The per-row keys ``temperatures``, ``seeds`` (int64 holding the u64
+    bits), ``streams`` (likewise) and ``positions`` may be ``[B]`` CUDA tensors on the same device (all of those given):
+    the per-row parameter words are then built on the current stream and read there, no host synchronization (a NaN
+    or negative temperature is greedy there and sample indices wrap at 2^31: nothing can raise without a sync).
+    Token lists given as CUDA tensors are copied to the host (the logit bias and penalties go to the backend as host
     data, which uploads the sparse adjustments they make).
     """
     import torch
@@ -567,6 +607,11 @@ def sample_cuda(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample
         k = _int(top_logprobs, "top_logprobs")
         top = (torch.empty((b, k), dtype=torch.int32, device=device),
                torch.empty((b, k), dtype=torch.float32, device=device)) if k > 0 else None
+        rows = _device_row_words(torch, device, b, _int(n, "n"), temperature, seed, streams, sample, positions,
+                                 temperatures, seeds)
+        if rows is not None:
+            # The keys are in `rows`, built on the device; the native side reads the other controls.
+            temperature, seed, streams, sample, positions, temperatures, seeds = 1.0, 0, None, 0, None, None, None
         controls = _controls(b, temperature, seed, streams, sample, temperatures, seeds, n, logprobs, top_k, top_p,
                              min_p, softcap, top_logprobs, top_logprobs_raw, mask_words, penalties, positions=positions)
         _sample_cuda(
@@ -578,6 +623,7 @@ def sample_cuda(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample
             mask_ptr=None if mask is None else mask.data_ptr(), mask_len=0 if mask is None else mask.numel(),
             top_tokens_ptr=None if top is None else top[0].data_ptr(),
             top_logprobs_ptr=None if top is None else top[1].data_ptr(),
+            rows_ptr=None if rows is None else rows.data_ptr(), rows_len=0 if rows is None else rows.numel(),
         )
         if lse is not None and n != 1:
             # The same value for the n samples of a row: one per request row, as on the CPU path (a

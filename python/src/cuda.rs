@@ -183,7 +183,7 @@ impl Outputs {
 #[pyo3(signature = (
     ordinal, torch_stream, hidden_ptr, b, hidden_d, weight_ptr, v, weight_d, tokens_ptr, scores_ptr, out_len,
     controls, *, logprobs_ptr=None, raw_logprobs_ptr=None, logsumexp_ptr=None, f16=false, mask_ptr=None, mask_len=0,
-    top_tokens_ptr=None, top_logprobs_ptr=None
+    top_tokens_ptr=None, top_logprobs_ptr=None, rows_ptr=None, rows_len=0
 ))]
 #[allow(clippy::too_many_arguments)]
 pub fn sample_cuda(
@@ -208,6 +208,8 @@ pub fn sample_cuda(
     mask_len: usize,
     top_tokens_ptr: Option<u64>,
     top_logprobs_ptr: Option<u64>,
+    rows_ptr: Option<u64>,
+    rows_len: usize,
 ) -> PyResult<()> {
     // The shapes first (the buffers' lengths are their shapes' here: only pointers cross), so that
     // nothing is built per row of a `b` past the library's limits.
@@ -253,16 +255,21 @@ pub fn sample_cuda(
             // tensor of `mask_len` elements on this device, built by the Python side on PyTorch's current
             // stream (before this call's work on it) and held during the call.
             let mask = mask_ptr.map(|ptr| unsafe { Borrowed::<u32>::new(&stream, ptr, mask_len) });
+            // SAFETY: as for the mask: `rows_ptr` is `data_ptr()` of a contiguous int64 CUDA tensor of
+            // `rows_len` elements on this device, written on PyTorch's current stream before this call's
+            // work and held during the call (u64 words of the same bits).
+            let rows = rows_ptr.map(|ptr| unsafe { Borrowed::<u64>::new(&stream, ptr, rows_len) });
             // SAFETY: the Python side passes `data_ptr()` of CUDA tensors of device `ordinal` (checked
             // there) with exactly these many elements, contiguous, of the dtype `f16` says (both
             // torch.float16, else both torch.bfloat16); it holds the tensors during the call, and the
             // work is on PyTorch's stream, which reuses their memory only after it.
             let launched = unsafe {
                 let mask = mask.as_ref().map(|m| m.as_view());
+                let rows = rows.as_ref().map(|r| r.as_view());
                 if f16 {
-                    launch::<f16>(dev, &on_torch, operands, &params, mask.as_ref())
+                    launch::<f16>(dev, &on_torch, operands, &params, (mask.as_ref(), rows.as_ref()))
                 } else {
-                    launch::<bf16>(dev, &on_torch, operands, &params, mask.as_ref())
+                    launch::<bf16>(dev, &on_torch, operands, &params, (mask.as_ref(), rows.as_ref()))
                 }
             };
             let out = dev.out.as_ref().expect("allocated above");
@@ -276,8 +283,9 @@ pub fn sample_cuda(
 type Operand = (u64, usize, usize, usize);
 
 /// The fused launch by `gpu` (the device's backend on PyTorch's stream) on the tensors `hidden` and
-/// `weight` (elements `T`), with the allowed-token words `mask` on the device if given, into the
-/// device's outputs (a log-probability call regrows them itself: `sample_device_masked`).
+/// `weight` (elements `T`), with the allowed-token words `mask` and the per-row parameter words
+/// `rows` on the device if given, into the device's outputs (a log-probability call regrows them
+/// itself: `sample_device_masked`).
 ///
 /// # Safety
 /// Both addresses are the data of live tensors of the device of `gpu` holding their stated number
@@ -287,7 +295,7 @@ unsafe fn launch<T: Element>(
     gpu: &GpuBackend,
     ((hidden_ptr, hidden_len, b, hidden_d), (weight_ptr, weight_len, v, weight_d)): (Operand, Operand),
     params: &SamplingParams,
-    mask: Option<&CudaView<'_, u32>>,
+    (mask, rows): (Option<&CudaView<'_, u32>>, Option<&CudaView<'_, u64>>),
 ) -> Result<(), Error> {
     // SAFETY: forwarded contract; `sample_device_masked` validates shapes (the mask's length too)
     // before it reads anything.
@@ -295,13 +303,14 @@ unsafe fn launch<T: Element>(
     // SAFETY: as for `hidden`.
     let weight = unsafe { Borrowed::<T>::new(gpu.stream(), weight_ptr, weight_len) };
     let out = dev.out.as_mut().expect("allocated by the caller");
-    gpu.sample_device_masked(
-        &DeviceMatrix { data: hidden.as_view(), rows: b, cols: hidden_d },
-        &DeviceMatrix { data: weight.as_view(), rows: v, cols: weight_d },
-        params,
-        mask,
-        out,
-    )
+    let (h, w) = (
+        DeviceMatrix { data: hidden.as_view(), rows: b, cols: hidden_d },
+        DeviceMatrix { data: weight.as_view(), rows: v, cols: weight_d },
+    );
+    match rows {
+        Some(rows) => gpu.sample_device_rows(&h, &w, params, rows, mask, out),
+        None => gpu.sample_device_masked(&h, &w, params, mask, out),
+    }
 }
 
 /// Copies the last launch's tokens (u32), scores (f32) and the log-probability outputs `to` asks for

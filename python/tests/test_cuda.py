@@ -614,3 +614,30 @@ def test_native_call_builds_the_adjustments_first():
         native(logit_bias=([2], [3, 4], [1.0]))
     with pytest.raises(ValueError, match="per-row prompt tokens has 2 elements, but its shape needs 3"):
         native(prompt_tokens=([3], [3, 4]))
+
+
+def test_per_row_keys_as_cuda_tensors_match_lists(dev):
+    # Issue 51.7: temperatures, seeds, streams and positions as CUDA tensors are turned into the row words on the
+    # device (no .tolist(), no host sync) and draw what the same controls as lists draw, bit for bit.
+    b, d, v = 12, 256, 5000
+    hidden, weight = lm_head(b, d, v, seed=62, dev=dev)
+    temps = [[0.7, 0.0, 1.0, 1.8, 1e-3, 0.35][i % 6] for i in range(b)]
+    seeds = [1000 + i for i in range(b)]
+    streams = [5 * i + 1 for i in range(b)]
+    positions = [17 * i for i in range(b)]
+    on_device = dict(temperatures=torch.tensor(temps, dtype=torch.float32, device=dev),
+                     seeds=torch.tensor(seeds, dtype=torch.int64, device=dev),
+                     streams=torch.tensor(streams, dtype=torch.int64, device=dev),
+                     positions=torch.tensor(positions, dtype=torch.int64, device=dev))
+    for extra in (dict(), dict(top_k=[30] * b), dict(n=3)):
+        want = fs.sample(hidden, weight, temperatures=temps, seeds=seeds, streams=streams, positions=positions,
+                         logprobs="processed", **extra)
+        got = fs.sample(hidden, weight, logprobs="processed", **on_device, **extra)
+        assert torch.equal(got.tokens, want.tokens), extra
+        assert torch.equal(got.logprobs.view(torch.int32), want.logprobs.view(torch.int32)), extra
+    # A scalar temperature and seed with tensor streams only.
+    want = fs.sample(hidden, weight, 0.8, seed=5, streams=streams)
+    got = fs.sample(hidden, weight, 0.8, seed=5, streams=on_device["streams"])
+    assert torch.equal(got.tokens, want.tokens)
+    with pytest.raises(ValueError, match="CUDA tensors"):
+        fs.sample(hidden, weight, temperatures=on_device["temperatures"], seeds=seeds)

@@ -44,9 +44,49 @@ pub(super) unsafe fn launch_dependent<T: DeviceRepr>(
     Ok(())
 }
 
+/// Where a call's per-row parameters come from: words to upload (skipped when the buffer holds them
+/// already), or the device address of the caller's words (copied device to device).
+pub(super) enum RowWords {
+    Host(Vec<u64>),
+    Device(u64),
+}
+
+/// The per-row parameters of `params` for `b` rows, `[B·n, 4]` words
+/// ([`flashsampling_kernels::params::RowParams`]: seed, stream, the temperature's transform, sample
+/// index and request): what [`GpuBackend::sample_device_rows`] takes from device memory. The
+/// temperatures, seeds, streams, sample index or positions and `n` are validated as sampling
+/// validates them ([`Error`] for a bad temperature or list length); the other controls do not enter.
+///
+/// ```
+/// use flashsampling::{SamplingParams, gpu::row_params_words};
+///
+/// let words = row_params_words(&SamplingParams::new(0.5, 42).with_sample(7), 2)?;
+/// assert_eq!(words.len(), 8);
+/// assert_eq!((words[0], words[1]), (42, 0)); // seed, stream (row index by default)
+/// assert_eq!(words[2], (2.0f32.to_bits() as u64) | ((0.5f32.to_bits() as u64) << 32)); // 1/T, noise scale T
+/// assert_eq!(words[7], 7 | (1 << 32)); // sample index 7, request 1
+/// # Ok::<(), flashsampling::Error>(())
+/// ```
+pub fn row_params_words(params: &SamplingParams, b: usize) -> Result<Vec<u64>> {
+    // Only the fields the words hold: the per-token controls' checks need a vocabulary.
+    let keys = SamplingParams {
+        temperature: params.temperature,
+        seed: params.seed,
+        streams: params.streams.clone(),
+        sample: params.sample,
+        positions: params.positions.clone(),
+        temperatures: params.temperatures.clone(),
+        seeds: params.seeds.clone(),
+        n: params.n,
+        ..SamplingParams::new(1.0, 0)
+    };
+    crate::params::validate((b, 8, 8 * b), (1, 8, 8), &keys)?;
+    GpuBackend::row_words(&keys, b)
+}
+
 impl GpuBackend {
     /// The per-row parameters of a validated call, `[B·n]`, as upload words.
-    pub(super) fn row_words(&self, params: &SamplingParams, b: usize) -> Result<Vec<u64>> {
+    pub(super) fn row_words(params: &SamplingParams, b: usize) -> Result<Vec<u64>> {
         let mut words = Vec::with_capacity(4 * b * params.n as usize);
         for r in 0..b {
             let lengths = || Error::LengthMismatch {
@@ -77,16 +117,27 @@ impl GpuBackend {
         shape: Shape,
         params: &SamplingParams,
         (hidden, weight, device_mask): (u64, u64, u64),
-        words: Vec<u64>,
+        words: RowWords,
         out: &mut DeviceSamples,
         launch: LaunchPlan,
         ranged: Ranged,
     ) -> Result<()> {
         let rows = out.b;
-        if words != out.uploaded_rows {
-            out.uploaded_rows.clear();
-            self.stream.memcpy_htod(&words, &mut out.rows.slice_mut(..4 * rows))?;
-            out.uploaded_rows = words;
+        match words {
+            RowWords::Host(words) if words != out.uploaded_rows => {
+                out.uploaded_rows.clear();
+                self.stream.memcpy_htod(&words, &mut out.rows.slice_mut(..4 * rows))?;
+                out.uploaded_rows = words;
+            }
+            RowWords::Host(_) => {}
+            RowWords::Device(src) => {
+                // The next host call uploads its words again (the buffer no longer holds these).
+                out.uploaded_rows.clear();
+                let (dst, _g) = out.rows.device_ptr_mut(&self.stream);
+                // SAFETY: `src` holds the call's 4·rows words (checked, guarded by the caller until
+                // after the launch), `dst` at least as many (`out` fits the launch), both this context's.
+                unsafe { sys::cuMemcpyDtoDAsync_v2(dst, src, 32 * rows, self.stream.cu_stream()) }.result()?;
+            }
         }
         let mut mask_buf = match &params.allowed {
             Some(m) => {

@@ -39,6 +39,7 @@ mod validate;
 
 use buffers::*;
 pub use buffers::{DeviceMatrix, DeviceSamples};
+pub use launch::row_params_words;
 use launch::*;
 pub use module::ModuleCode;
 use module::*;
@@ -582,13 +583,38 @@ impl GpuBackend {
         out: &mut DeviceSamples,
     ) -> Result<()> {
         let whole = VocabRange { offset: 0, vocab: weight.rows };
-        self.sample_device_in(hidden, weight, params, mask, out, whole, None)
+        self.sample_device_in(hidden, weight, params, mask, out, whole, None, None)
+    }
+
+    /// [`Self::sample_device_masked`] with the per-row parameters in device memory: `rows` holds the
+    /// `[B·n, 4]` words [`row_params_words`] gives on the host (seed, stream, the temperature's
+    /// transform, sample index and request: [`flashsampling_kernels::params::RowParams`]), written
+    /// by the caller on its stream — a decode step's keys and temperatures without a host round trip.
+    /// They are copied device to device into `out` before the launch; `params`' temperatures,
+    /// seeds, streams and sample index are not read (its other controls are, and its `n`). Nothing
+    /// checks the words on the host: a builder on the device must follow
+    /// [`flashsampling_kernels::Transform::from_temperature`] (a NaN or negative temperature is
+    /// greedy there) and keep sample indices below 2³¹. A `rows` of another length is
+    /// [`Error::LengthMismatch`], before any launch.
+    pub fn sample_device_rows<T: Element>(
+        &self,
+        hidden: &DeviceMatrix<'_, T>,
+        weight: &DeviceMatrix<'_, T>,
+        params: &SamplingParams,
+        rows: &CudaView<'_, u64>,
+        mask: Option<&CudaView<'_, u32>>,
+        out: &mut DeviceSamples,
+    ) -> Result<()> {
+        let whole = VocabRange { offset: 0, vocab: weight.rows };
+        self.sample_device_in(hidden, weight, params, mask, out, whole, None, Some(rows))
     }
 
     /// [`Self::sample_device_masked`] for a weight holding global vocab rows `range.offset ..` of a
     /// `range.vocab`-entry head (rows at or past `range.vocab` are padding, never scored). With
     /// `staging` (a rank's exchange buffer, `[6, B·n]` words), the launch writes its per-row results
     /// there ([`flashsampling_kernels::params::MergeRanksParams`]'s layout) instead of into `out`.
+    /// With `device_rows`, the per-row parameters come from there ([`Self::sample_device_rows`]).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn sample_device_in<T: Element>(
         &self,
         hidden: &DeviceMatrix<'_, T>,
@@ -598,8 +624,22 @@ impl GpuBackend {
         out: &mut DeviceSamples,
         range: VocabRange,
         staging: Option<u64>,
+        device_rows: Option<&CudaView<'_, u64>>,
     ) -> Result<()> {
         let mut shape = self.validate_call(hidden, weight, params, mask, range)?;
+        if let Some(r) = device_rows {
+            let words = 4 * shape.b * params.n as usize;
+            if r.len() != words {
+                return Err(Error::LengthMismatch {
+                    buffer: "row parameters (B·n × 4 words)",
+                    expected: words,
+                    actual: r.len(),
+                });
+            }
+            if !same_context(r.stream().context(), &self.k.ctx) {
+                return Err(Error::ForeignBuffer { buffer: "row parameters" });
+            }
+        }
         if range.offset >= range.vocab {
             return Err(Error::InvalidShards { reason: "the shard starts at or past V", at: range.offset });
         }
@@ -613,6 +653,13 @@ impl GpuBackend {
         let (mask_ptr, _mask_guard) = match mask {
             Some(m) => {
                 let (ptr, guard) = device_address(m, &self.stream);
+                (ptr, Some(guard))
+            }
+            None => (0, None),
+        };
+        let (rows_ptr, _rows_guard) = match device_rows {
+            Some(r) => {
+                let (ptr, guard) = device_address(r, &self.stream);
                 (ptr, Some(guard))
             }
             None => (0, None),
@@ -668,7 +715,10 @@ impl GpuBackend {
             let units = launch.n_vranges as usize * variant.top_units() as usize;
             self.ensure_truncation(out, rows, units, (shape.v, shape.d))?;
         }
-        let words = self.row_words(params, shape.b)?;
+        let words = match device_rows {
+            Some(_) => RowWords::Device(rows_ptr),
+            None => RowWords::Host(Self::row_words(params, shape.b)?),
+        };
         out.b = rows;
         out.n = n;
         out.has_logprobs = epilogue.has_logprobs() && params.logprobs != LogProbs::Off;
@@ -685,7 +735,7 @@ impl GpuBackend {
             out.top_n = 0;
         }
         // Only now may the read events of hidden, weight and mask be recorded: after the launch.
-        drop((_hidden_guard, _weight_guard, _mask_guard));
+        drop((_hidden_guard, _weight_guard, _mask_guard, _rows_guard));
         let left = self.leave(out);
         result.and(left)
     }
