@@ -220,10 +220,13 @@ impl ScreenedHead {
                 }
             }
             // The f64 sum's own rounding: γ_D in f64 times Σ|terms|, doubled, plus the norms'
-            // rounding (relative 4·D·2⁻⁵³, covered by the same factor of 2 on a larger term).
+            // rounding (relative 4·D·2⁻⁵³, covered by the same factor of 2 on a larger term); and the
+            // bf16 path's products or partial sums that fall below f32's normal range, whose error is
+            // absolute (at most 2⁻¹⁵⁰ each, one per term and sum: 2D of them).
             let e = norm_r * self.residual[i] as f64 + gamma * norm_h * self.norm[i] as f64;
+            let underflow = 2.0 * d as f64 * (-150f64).exp2();
             est.push(y);
-            bound.push(e * (1.0 + 8.0 * d as f64 * f64::EPSILON) + 2.0 * d as f64 * f64::EPSILON * abs);
+            bound.push(e * (1.0 + 8.0 * d as f64 * f64::EPSILON) + 2.0 * d as f64 * f64::EPSILON * abs + underflow);
         }
         (est, bound)
     }
@@ -242,8 +245,9 @@ pub struct ScreenStats {
 pub fn score_interval(est: f64, bound: f64, g: f32, s: f32, n: f32) -> (f64, f64) {
     let (lo, hi) = ((est - bound) * s as f64, (est + bound) * s as f64);
     let noise = g as f64 * n as f64;
-    // Three f32 roundings (two products, the sum), each within 2⁻²⁴ of its magnitude: 2⁻²¹ covers them.
-    let slack = (-21f64).exp2() * (lo.abs().max(hi.abs()) + noise.abs());
+    // Three f32 roundings (two products, the sum), each within 2⁻²⁴ of its magnitude: 2⁻²¹ covers them;
+    // a result in f32's subnormal range errs by an absolute 2⁻¹⁴⁹ at most (three of them).
+    let slack = (-21f64).exp2() * (lo.abs().max(hi.abs()) + noise.abs()) + 3.0 * (-149f64).exp2();
     (lo + noise - slack, hi + noise + slack)
 }
 

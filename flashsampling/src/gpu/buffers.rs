@@ -317,15 +317,15 @@ impl DeviceSamples {
     /// the home stream's work (allocations, a call there) or after the fence of a call elsewhere. The
     /// buffers' own events (cudarc's) order each launch's reads and writes too, but the truncation
     /// scratch's addresses are taken before its launches, so the call as a whole is what orders them.
+    ///
+    /// After a call on a stream other than the home stream, the fence is always waited for, even
+    /// when `stream` looks like that same stream (a destroyed stream's handle may be reused by a new
+    /// one; waiting on work already ordered before is free).
     pub(super) fn enter(&mut self, stream: &CudaStream, home: &CudaStream) -> Result<()> {
-        match self.last_stream {
-            Some(last) if last != stream.cu_stream() as usize => {
-                if last == home.cu_stream() as usize {
-                    stream.join(home)?;
-                } else if let Some(fence) = &self.fence {
-                    stream.wait(fence)?;
-                }
-            }
+        let (here, home_id) = (stream.cu_stream() as usize, home.cu_stream() as usize);
+        match (self.last_stream, &self.fence) {
+            (Some(last), _) if last == home_id && here != home_id => stream.join(home)?,
+            (Some(last), Some(fence)) if last != home_id => stream.wait(fence)?,
             _ => {}
         }
         Ok(())

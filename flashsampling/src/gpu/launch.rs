@@ -142,8 +142,7 @@ impl GpuBackend {
         let mut mask_buf = match &params.allowed {
             Some(m) => {
                 if out.mask.as_ref().is_none_or(|b| b.len() < m.words.len()) {
-                    out.mask = Some(self.k.home.alloc_zeros::<u32>(m.words.len().max(1))?);
-                    self.after_home()?;
+                    out.mask = Some(self.on_home(|home| Ok(home.alloc_zeros::<u32>(m.words.len().max(1))?))?);
                 }
                 let buf = out.mask.as_mut().expect("allocated above");
                 self.stream.memcpy_htod(&m.words, &mut buf.slice_mut(..m.words.len()))?;
@@ -158,8 +157,7 @@ impl GpuBackend {
         if adjustments.is_some() && !mask_buf {
             let len = shape.b * ranged.range.vocab.div_ceil(32);
             if out.mask.as_ref().is_none_or(|b| b.len() < len) {
-                out.mask = Some(self.k.home.alloc_zeros::<u32>(len.max(1))?);
-                self.after_home()?;
+                out.mask = Some(self.on_home(|home| Ok(home.alloc_zeros::<u32>(len.max(1))?))?);
             }
             let buf = out.mask.as_mut().expect("allocated above");
             let (dst, _g) = buf.device_ptr_mut(&self.stream);
@@ -184,8 +182,7 @@ impl GpuBackend {
             let len = rows * shape.d;
             if out.expanded.as_ref().is_none_or(|e| e.len() < len) {
                 // SAFETY: written by the expansion below before the fused kernel reads it.
-                out.expanded = Some(unsafe { self.k.home.alloc::<u16>(len) }?);
-                self.after_home()?;
+                out.expanded = Some(self.on_home(|home| Ok(unsafe { home.alloc::<u16>(len) }?))?);
             }
             let expanded = out.expanded.as_mut().expect("allocated above");
             let (dst, _e) = expanded.device_ptr_mut(&self.stream);
@@ -280,13 +277,11 @@ impl GpuBackend {
             pack.extend([a.bias.to_bits(), a.repetition.to_bits(), a.subtract.to_bits()]);
         }
         if out.adj.as_ref().is_none_or(|x| x.len() < pack.len()) {
-            out.adj = Some(self.k.home.alloc_zeros::<u32>(pack.len())?);
-            self.after_home()?;
+            out.adj = Some(self.on_home(|home| Ok(home.alloc_zeros::<u32>(pack.len())?))?);
         }
         if out.adjusted.as_ref().is_none_or(|x| x.len() < 4 * e * n) {
             // SAFETY: written by the kernel below before the fused kernel reads it.
-            out.adjusted = Some(unsafe { self.k.home.alloc::<u32>(4 * e * n) }?);
-            self.after_home()?;
+            out.adjusted = Some(self.on_home(|home| Ok(unsafe { home.alloc::<u32>(4 * e * n) }?))?);
         }
         let pack_buf = out.adj.as_mut().expect("allocated above");
         self.stream.memcpy_htod(&pack, &mut pack_buf.slice_mut(..pack.len()))?;

@@ -341,13 +341,26 @@ impl GpuBackend {
         Ok(Self { stream, ..self.clone() })
     }
 
-    /// Orders this handle's stream after the work just enqueued on the home stream (an allocation
-    /// and its initialization; see [`Kernels::home`]); nothing when they are one stream.
-    pub(super) fn after_home(&self) -> Result<()> {
-        if self.stream.cu_stream() != self.k.home.cu_stream() {
+    /// Runs `alloc` on the home stream (see [`Kernels::home`]), ordered after everything enqueued
+    /// so far on this handle's stream — the buffer it replaces is freed on the home stream, after
+    /// the kernels that used it — and orders this handle's stream after it (the allocation and its
+    /// initialization); nothing extra when they are one stream.
+    pub(super) fn on_home<R>(&self, alloc: impl FnOnce(&Arc<CudaStream>) -> Result<R>) -> Result<R> {
+        let other = self.stream.cu_stream() != self.k.home.cu_stream();
+        if other {
+            self.k.home.join(&self.stream)?;
+        }
+        let r = alloc(&self.k.home)?;
+        if other {
             self.stream.join(&self.k.home)?;
         }
-        Ok(())
+        Ok(r)
+    }
+
+    /// Orders this handle's stream after the last call on `out` when that ran on another stream
+    /// ([`DeviceSamples::enter`]): the first step of every call that uses `out`.
+    pub(crate) fn enter(&self, out: &mut DeviceSamples) -> Result<()> {
+        out.enter(&self.stream, &self.k.home)
     }
 
     /// Marks the end of a call that used `out` on this handle's stream (its fence; see
@@ -413,50 +426,48 @@ impl GpuBackend {
         // an upload or the tensor-map upload) before they are read; the counters are zeroed and the
         // outputs filled below, on the home stream, which this handle's stream then waits for
         // (`after_home`). Every buffer lives on the home stream (see `Kernels::home`).
-        let mut out = unsafe {
-            DeviceSamples {
-                candidates: self.k.home.alloc::<u64>(n_cands.max(1))?,
-                counters: self.k.home.alloc_zeros::<u32>(counters)?,
-                rows: self.k.home.alloc::<u64>(4 * b)?,
-                tokens: self.k.home.alloc::<u32>(b)?,
-                scores: self.k.home.alloc::<f32>(b)?,
-                masses: if lp {
-                    Some(self.k.home.alloc::<u64>(launch.mass_words().unwrap_or(0).max(2))?)
-                } else {
-                    None
-                },
-                logprobs: if lp { Some(self.k.home.alloc::<f32>(b)?) } else { None },
-                raw_logprobs: if lp { Some(self.k.home.alloc::<f32>(b)?) } else { None },
-                logsumexp: if lp { Some(self.k.home.alloc::<f32>(b)?) } else { None },
-                mask: None,
-                expanded: None,
-                adj: None,
-                adjusted: None,
-                truncation: None,
-                handoff: if launch.balanced {
-                    Some((
-                        self.k.home.alloc::<f32>(launch.handoff_floats())?,
-                        self.k.home.alloc_zeros::<u32>(launch.handoff_counters())?,
-                    ))
-                } else {
-                    None
-                },
-                has_truncation: false,
-                top_n: 0,
-                b,
-                n: 1,
-                has_logprobs: false,
-                has_raw_logprobs: false,
-                uploaded_rows: Vec::new(),
-                tensor_maps: self.k.home.alloc::<u64>(size_of::<TensorMaps>() / 8)?,
-                tensor_maps_for: None,
-                last_stream: None,
-                fence: None,
-            }
-        };
-        out.invalidate(&self.k.home)?;
-        self.after_home()?;
-        Ok(out)
+        self.on_home(|home| {
+            let mut out = unsafe {
+                DeviceSamples {
+                    candidates: home.alloc::<u64>(n_cands.max(1))?,
+                    counters: home.alloc_zeros::<u32>(counters)?,
+                    rows: home.alloc::<u64>(4 * b)?,
+                    tokens: home.alloc::<u32>(b)?,
+                    scores: home.alloc::<f32>(b)?,
+                    masses: if lp { Some(home.alloc::<u64>(launch.mass_words().unwrap_or(0).max(2))?) } else { None },
+                    logprobs: if lp { Some(home.alloc::<f32>(b)?) } else { None },
+                    raw_logprobs: if lp { Some(home.alloc::<f32>(b)?) } else { None },
+                    logsumexp: if lp { Some(home.alloc::<f32>(b)?) } else { None },
+                    mask: None,
+                    expanded: None,
+                    adj: None,
+                    adjusted: None,
+                    truncation: None,
+                    handoff: if launch.balanced {
+                        Some((
+                            home.alloc::<f32>(launch.handoff_floats())?,
+                            home.alloc_zeros::<u32>(launch.handoff_counters())?,
+                        ))
+                    } else {
+                        None
+                    },
+                    has_truncation: false,
+                    top_n: 0,
+                    b,
+                    n: 1,
+                    has_logprobs: false,
+                    has_raw_logprobs: false,
+                    uploaded_rows: Vec::new(),
+                    tensor_maps: home.alloc::<u64>(size_of::<TensorMaps>() / 8)?,
+                    tensor_maps_for: None,
+                    // As if last used on the home stream: a call on another stream joins it first.
+                    last_stream: Some(home.cu_stream() as usize),
+                    fence: None,
+                }
+            };
+            out.invalidate(home)?;
+            Ok(out)
+        })
     }
 
     /// One token per row (`[B, n]` with [`SamplingParams::n`]); host buffers in, host tokens out
@@ -644,7 +655,7 @@ impl GpuBackend {
             return Err(Error::InvalidShards { reason: "the shard starts at or past V", at: range.offset });
         }
         // After the last call on `out` if it ran on another stream (before anything touches `out`).
-        out.enter(&self.stream, &self.k.home)?;
+        self.enter(out)?;
         // Rows past the model's vocabulary are padding: not scored (nor read).
         shape.v = weight.rows.min(range.vocab - range.offset);
         // The guards stay alive until the launch is enqueued (see `device_address`).

@@ -169,24 +169,25 @@ impl GpuBackend {
         // the memset before each truncation step, the gathered rows by the truncation step or `fallback_gather` (the
         // listed ones only), the logits
         // by `fallback_logits` (of the listed rows only; `fallback_sample` reads no others).
-        out.truncation = Some(unsafe {
-            TruncationBuffers {
-                tops: self.k.home.alloc::<u64>(3 * n_units.max(1))?,
-                truncation: self.k.home.alloc::<u32>(4 * rows)?,
-                flags: self.k.home.alloc_zeros::<u32>(rows)?,
-                list: self.k.home.alloc_zeros::<u32>(rows + 1)?,
-                logits: self.k.home.alloc::<f32>(n_logits.max(1))?,
-                gathered: self.k.home.alloc::<u16>(n_gathered.max(8))?,
-                raw_lse: self.k.home.alloc::<f32>(rows)?,
-                top_tokens: self.k.home.alloc::<u32>(rows * MAX_TOP_N as usize)?,
-                top_logprobs: self.k.home.alloc::<f32>(rows * MAX_TOP_N as usize)?,
-                capacity: (rows, units, v, d),
-                uploaded: Vec::new(),
-                list_is_all: false,
-                rank: None,
-            }
-        });
-        self.after_home()?;
+        out.truncation = Some(self.on_home(|home| {
+            Ok(unsafe {
+                TruncationBuffers {
+                    tops: home.alloc::<u64>(3 * n_units.max(1))?,
+                    truncation: home.alloc::<u32>(4 * rows)?,
+                    flags: home.alloc_zeros::<u32>(rows)?,
+                    list: home.alloc_zeros::<u32>(rows + 1)?,
+                    logits: home.alloc::<f32>(n_logits.max(1))?,
+                    gathered: home.alloc::<u16>(n_gathered.max(8))?,
+                    raw_lse: home.alloc::<f32>(rows)?,
+                    top_tokens: home.alloc::<u32>(rows * MAX_TOP_N as usize)?,
+                    top_logprobs: home.alloc::<f32>(rows * MAX_TOP_N as usize)?,
+                    capacity: (rows, units, v, d),
+                    uploaded: Vec::new(),
+                    list_is_all: false,
+                    rank: None,
+                }
+            })
+        })?);
         Ok(())
     }
 
@@ -557,7 +558,7 @@ impl GpuBackend {
             return Err(Error::LengthMismatch { buffer: "logits (B × V)", expected: b * v, actual: logits.len() });
         }
         crate::params::validate((b, 8, 8 * b), (v, 8, 8 * v), params)?;
-        out.enter(&self.stream, &self.k.home)?;
+        self.enter(out)?;
         self.ensure_outputs(out, b, false)?;
         if out.rows.len() < 4 * b {
             *out = self.alloc_samples(b, 1)?;

@@ -98,8 +98,14 @@ pub(super) fn check(r: nccl::ncclResult_t, call: &'static str, comm: Option<nccl
 /// [`TpRank::new`](super::TpRank::new) and [`TpGroup`](super::TpGroup) make NCCL communicators of
 /// their own; an engine that has one already passes it to
 /// [`TpRank::with_collective`](super::TpRank::with_collective): its raw NCCL communicator as a
-/// [`BorrowedNccl`], cudarc's `nccl::Comm`, or its own all-gather through this trait.
-pub trait Collective: Send {
+/// [`BorrowedNccl`], cudarc's `nccl::Comm` ([`CudarcComm`]), or its own all-gather through this
+/// trait.
+///
+/// # Safety
+/// An implementation's all-gather writes `recv` only below `world · words` words, where `world` is
+/// the world size its rank was built with ([`TpRank::with_collective`](super::TpRank::with_collective)
+/// checks it against [`Self::rank_and_world`] when that says), and gathers in rank order.
+pub unsafe trait Collective: Send {
     /// Enqueues on `stream` the all-gather of `words` words from `send` into `recv`: rank `r`'s at
     /// `recv + 4·r·words`, for `r` in `0 .. world`. It may return before the communicator has taken
     /// the work (non-blocking communicators): [`Self::poll`] says when it has.
@@ -108,6 +114,14 @@ pub trait Collective: Send {
     /// `send` holds `words` and `recv` `world · words` words of device memory of `stream`'s context,
     /// which stay allocated until the all-gather completes on `stream`.
     unsafe fn all_gather_words(&mut self, send: u64, recv: u64, words: usize, stream: &CudaStream) -> Result<()>;
+
+    /// The communicator's own rank and world size, when it can tell:
+    /// [`TpRank::with_collective`](super::TpRank::with_collective) refuses a mismatch
+    /// ([`Error::RankMismatch`]). `None` (the default): the implementation vouches for them (see the
+    /// trait's safety section).
+    fn rank_and_world(&self) -> Result<Option<(usize, usize)>> {
+        Ok(None)
+    }
 
     /// Whether everything enqueued has been taken (`Ok(false)`: still in progress); an error of the
     /// communicator. A blocking one is always ready (the default).
@@ -133,7 +147,9 @@ pub(super) struct Comm {
 // concurrent; `Comm` is only used through `&mut`/owned access of one rank.
 unsafe impl Send for Comm {}
 
-impl Collective for Comm {
+// SAFETY: NCCL's all-gather writes `world · count` elements, rank-major; this communicator was
+// created (`start_init`) with the rank's own rank and world size.
+unsafe impl Collective for Comm {
     unsafe fn all_gather_words(&mut self, send: u64, recv: u64, words: usize, stream: &CudaStream) -> Result<()> {
         // SAFETY: forwarded contract.
         unsafe { self.all_gather(send, recv, words, nccl::ncclDataType_t::ncclUint32, stream) }
@@ -170,16 +186,20 @@ impl BorrowedNccl {
     ///
     /// # Safety
     /// `comm` is a live NCCL communicator (blocking or not) of the device of the rank's
-    /// [`GpuBackend`] in which this process's rank and world size are the ones given to
-    /// [`TpRank::with_collective`](super::TpRank::with_collective); it outlives the rank, and nothing
-    /// else issues collectives on it while a rank call is in progress (the exchange must pair across
-    /// ranks).
+    /// [`GpuBackend`] (its rank and world size are checked against the ones given to
+    /// [`TpRank::with_collective`](super::TpRank::with_collective)), created by the NCCL library
+    /// this crate loads (`libnccl.so` on the loader path, through cudarc: not another copy of NCCL
+    /// in the process, e.g. one a Python wheel loaded as `libnccl.so.2` from elsewhere); it outlives
+    /// the rank, and nothing else issues collectives on it while a rank call is in progress (the
+    /// exchange must pair across ranks).
     pub unsafe fn new(comm: *mut std::ffi::c_void) -> Self {
         Self { raw: comm as nccl::ncclComm_t, given_up: false }
     }
 }
 
-impl Collective for BorrowedNccl {
+// SAFETY: NCCL's all-gather writes `world · count` elements, rank-major, `world` being the
+// communicator's size, which `rank_and_world` reports (ncclCommCount) for `with_collective`'s check.
+unsafe impl Collective for BorrowedNccl {
     unsafe fn all_gather_words(&mut self, send: u64, recv: u64, words: usize, stream: &CudaStream) -> Result<()> {
         ensure_nccl()?;
         // SAFETY: the caller's buffers (the trait's contract), a live communicator (`new`'s).
@@ -194,6 +214,16 @@ impl Collective for BorrowedNccl {
             )
         };
         check(res, "ncclAllGather", Some(self.raw))
+    }
+
+    fn rank_and_world(&self) -> Result<Option<(usize, usize)>> {
+        ensure_nccl()?;
+        let (mut rank, mut world) = (0, 0);
+        // SAFETY: a live communicator (`new`'s contract); valid out-pointers.
+        check(unsafe { nccl::ncclCommUserRank(self.raw, &mut rank) }, "ncclCommUserRank", Some(self.raw))?;
+        // SAFETY: as above.
+        check(unsafe { nccl::ncclCommCount(self.raw, &mut world) }, "ncclCommCount", Some(self.raw))?;
+        Ok(Some((rank as usize, world as usize)))
     }
 
     fn poll(&mut self) -> Result<bool> {
@@ -243,7 +273,9 @@ impl CudarcComm {
     }
 }
 
-impl Collective for CudarcComm {
+// SAFETY: cudarc's all-gather writes `world_size() · words` words, rank-major; `rank_and_world`
+// reports its rank and world size for `with_collective`'s check.
+unsafe impl Collective for CudarcComm {
     unsafe fn all_gather_words(&mut self, send: u64, recv: u64, words: usize, stream: &CudaStream) -> Result<()> {
         let own = self.comm.stream();
         let other = own.cu_stream() != stream.cu_stream();
@@ -263,6 +295,10 @@ impl Collective for CudarcComm {
             stream.join(&own)?;
         }
         Ok(())
+    }
+
+    fn rank_and_world(&self) -> Result<Option<(usize, usize)>> {
+        Ok(Some((self.comm.rank(), self.comm.world_size())))
     }
 
     fn abort(&mut self) {

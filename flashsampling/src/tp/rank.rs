@@ -133,6 +133,15 @@ impl TpRank {
         if world == 0 || rank >= world || world > MAX_RANKS {
             return Err(Error::InvalidRank { rank, world });
         }
+        if let Some((their_rank, their_world)) = collective.rank_and_world()? {
+            for (what, expected, actual) in
+                [("the communicator's world size", world, their_world), ("the communicator's rank", rank, their_rank)]
+            {
+                if expected != actual {
+                    return Err(Error::RankMismatch { rank, what, expected, actual });
+                }
+            }
+        }
         let mut me = Self::from_parts(gpu, collective, rank, world, layout, timeout)?;
         let deadline = Instant::now() + timeout;
         let layouts = me.exchange_layouts(deadline)?;
@@ -314,6 +323,9 @@ impl TpRank {
         if self.comm.is_aborted() {
             return Err(Error::CommAborted);
         }
+        // After the last call on `out` if it ran on another stream (the padding-only branch below
+        // writes `out` without the fused launch's own `enter`).
+        self.gpu.enter(out)?;
         let l = self.layout;
         l.check_elem(self.rank, T::TYPE)?;
         if weight.rows != l.rows || weight.cols != l.d {
@@ -572,6 +584,7 @@ impl TpRank {
     pub fn exchange_results(&mut self, tokens: u64, scores: u64, rows: usize, out: &mut DeviceSamples) -> Result<()> {
         let call = CallShape { rows, k: WORDS_PLAIN, truncating: false };
         self.ensure_exchange(&call)?;
+        self.gpu.enter(out)?;
         let stream = self.gpu.stream().clone();
         {
             let ex = self.exchange.as_mut().expect("allocated above");
@@ -593,6 +606,7 @@ impl TpRank {
     pub fn exchange_only(&mut self, rows: usize, logprobs: bool, out: &mut DeviceSamples) -> Result<()> {
         let call = CallShape { rows, k: if logprobs { WORDS_LOGPROBS } else { WORDS_PLAIN }, truncating: false };
         self.ensure_exchange(&call)?;
+        self.gpu.enter(out)?;
         self.exchange(&call, out)
     }
 }
