@@ -425,7 +425,7 @@ impl GpuBackend {
         // SAFETY: the candidates, masses, row parameters and tensor maps are written (by the kernel,
         // an upload or the tensor-map upload) before they are read; the counters are zeroed and the
         // outputs filled below, on the home stream, which this handle's stream then waits for
-        // (`after_home`). Every buffer lives on the home stream (see `Kernels::home`).
+        // (`on_home`). Every buffer lives on the home stream (see `Kernels::home`).
         self.on_home(|home| {
             let mut out = unsafe {
                 DeviceSamples {

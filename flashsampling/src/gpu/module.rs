@@ -97,7 +97,7 @@ pub(super) struct Kernels {
     /// The backend's own stream (non-blocking, created with the backend): the default stream of
     /// its handles, and where every buffer a handle allocates lives and is freed, whichever stream
     /// the handle launches on ([`GpuBackend::on_stream`]); a handle's stream waits for the home
-    /// stream after each allocation (`GpuBackend::after_home`), and a [`DeviceSamples`] orders its
+    /// stream after each allocation, which waits for the handle's stream (`GpuBackend::on_home`), and a [`DeviceSamples`] orders its
     /// frees after its last call (its fence).
     pub(super) home: Arc<CudaStream>,
     pub(super) sm_count: u32,
