@@ -96,8 +96,8 @@ pub(super) struct Kernels {
     pub(super) ctx: Arc<CudaContext>,
     /// The backend's own stream (non-blocking, created with the backend): the default stream of
     /// its handles, and where every buffer a handle allocates lives and is freed, whichever stream
-    /// the handle launches on ([`GpuBackend::on_stream`]); a handle's stream waits for the home
-    /// stream after each allocation, which waits for the handle's stream (`GpuBackend::on_home`), and a [`DeviceSamples`] orders its
+    /// the handle launches on ([`GpuBackend::on_stream`]). An allocation waits for the handle's
+    /// stream and the handle's stream for it (`GpuBackend::on_home`); a [`DeviceSamples`] orders its
     /// frees after its last call (its fence).
     pub(super) home: Arc<CudaStream>,
     pub(super) sm_count: u32,
