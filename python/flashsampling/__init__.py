@@ -241,8 +241,12 @@ def _device_row_words(torch, device, b, n, temperature, seed, streams, sample, p
                              f"{device} (or None)")
     i64 = dict(dtype=torch.int64, device=device)
     rows = torch.arange(b, **i64)
+    scalar = _float(temperature, "temperature")
+    if temperatures is None and not (scalar >= 0 and scalar != float("inf")):
+        # A host scalar is checked as the native side checks it (only device values cannot be).
+        raise ValueError(f"temperature {scalar} is invalid: it must be finite and >= 0 (0 = greedy)")
     t = (temperatures.to(torch.float32) if temperatures is not None
-         else torch.full((b,), _float(temperature, "temperature"), dtype=torch.float32, device=device))
+         else torch.full((b,), scalar, dtype=torch.float32, device=device))
     sampling = t >= torch.finfo(torch.float32).tiny  # False for NaN, negative, zero and subnormal T: greedy
     one = torch.ones_like(t)
     inv = torch.where(sampling, one / torch.where(sampling, t, one), torch.full_like(t, float("inf")))
