@@ -641,3 +641,5 @@ def test_per_row_keys_as_cuda_tensors_match_lists(dev):
     assert torch.equal(got.tokens, want.tokens)
     with pytest.raises(ValueError, match="CUDA tensors"):
         fs.sample(hidden, weight, temperatures=on_device["temperatures"], seeds=seeds)
+    with pytest.raises(ValueError, match="temperature -1"):
+        fs.sample(hidden, weight, -1.0, streams=on_device["streams"])
