@@ -86,6 +86,52 @@ fn scoring_the_sampled_token_gives_the_reported_log_probabilities() {
     }
 }
 
+#[test]
+fn sampling_and_scoring_in_one_pass_give_the_two_calls_results() {
+    // Issue 52.1: `sample_and_score` reads the head once (n = 1) and returns, bit for bit, what
+    // `sample_scored` and `score` return, for every control set, with and without log-probabilities;
+    // n = 3 takes two passes and still agrees.
+    let (b, d, v) = (12, 64, 700);
+    let mut rng = TestRng::new(0x52_5C2);
+    let hidden = rng.normal_bf16(b * d, 1.0);
+    let weight = rng.normal_bf16(v * d, 0.3);
+    let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
+    let tokens: Vec<u32> = (0..b).map(|_| (rng.next_u64() % v as u64) as u32).collect();
+    let cpu = CpuBackend::new();
+    for (name, base) in cases(b, v) {
+        for params in [
+            base.clone(),
+            base.clone().with_logprobs(LogProbs::Processed),
+            base.clone().with_logprobs(LogProbs::ProcessedAndRaw),
+            base.clone().with_samples_per_row(3).with_logprobs(LogProbs::Processed),
+        ] {
+            let at = format!("{name}, {:?}, n {}", params.logprobs, params.n);
+            let (samples, scores) = cpu.sample_and_score(h, w, &params, &tokens).unwrap();
+            let want = cpu.sample_scored(h, w, &params).unwrap();
+            assert_eq!(samples.tokens, want.tokens, "{at}: tokens");
+            assert_eq!(bits(&samples.scores), bits(&want.scores), "{at}: scores");
+            for (what, a, b) in [
+                ("log-probabilities", &samples.logprobs, &want.logprobs),
+                ("raw log-probabilities", &samples.raw_logprobs, &want.raw_logprobs),
+                ("log-sum-exps", &samples.logsumexp, &want.logsumexp),
+            ] {
+                assert_eq!(a.as_deref().map(bits), b.as_deref().map(bits), "{at}: {what}");
+            }
+            assert_eq!(samples.top_logprobs, want.top_logprobs, "{at}: top log-probabilities");
+            let alone = cpu.score(h, w, &params, &tokens).unwrap();
+            for (what, a, b) in [
+                ("log-probabilities", &scores.logprobs, &alone.logprobs),
+                ("raw log-probabilities", &scores.raw_logprobs, &alone.raw_logprobs),
+                ("log-sum-exps", &scores.logsumexp, &alone.logsumexp),
+                ("raw log-sum-exps", &scores.raw_logsumexp, &alone.raw_logsumexp),
+            ] {
+                assert_eq!(bits(a), bits(b), "{at}: the given tokens' {what}");
+            }
+            assert_eq!((&scores.top_logprobs, &scores.ranks), (&alone.top_logprobs, &alone.ranks), "{at}");
+        }
+    }
+}
+
 /// The f64 reference of row `r` of an exact-logit head (hidden row `r` = `e_{r mod d}`): its raw logits,
 /// and its processed ones (soft-cap 3, the mask, top-`k`; not divided by T) with every removed token `−∞`.
 fn reference_row(

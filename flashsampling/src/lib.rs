@@ -282,4 +282,19 @@ impl Sampler {
             Sampler::Cpu(c) | Sampler::CpuFallback(c, _) => c.score(hidden, weight, params, tokens),
         }
     }
+
+    /// Samples and scores one given token per row in one call ([`CpuBackend::sample_and_score`]: one
+    /// pass over the weight for `n = 1`). The GPU backend does not score yet: [`Error::Unsupported`].
+    pub fn sample_and_score<T: params::Element>(
+        &self,
+        hidden: Matrix<'_, T>,
+        weight: Matrix<'_, T>,
+        params: &SamplingParams,
+        tokens: &[u32],
+    ) -> Result<(Samples, score::Scores)> {
+        match self {
+            Sampler::Gpu(_) => Err(Error::Unsupported { control: "scoring given tokens", path: "on the GPU backend" }),
+            Sampler::Cpu(c) | Sampler::CpuFallback(c, _) => c.sample_and_score(hidden, weight, params, tokens),
+        }
+    }
 }

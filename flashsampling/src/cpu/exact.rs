@@ -102,7 +102,7 @@ pub(super) fn materialize_row<T: Element>(
 }
 
 /// One row of the materialized path: its candidates and log-probabilities.
-struct RowResult {
+pub(super) struct RowResult {
     cands: Vec<Candidate>,
     logprobs: Vec<f32>,
     raw_logprobs: Vec<f32>,
@@ -112,7 +112,7 @@ struct RowResult {
 
 impl RowResult {
     /// The call's samples from its rows' results (in row order).
-    fn samples(results: Vec<RowResult>, params: &SamplingParams) -> Samples {
+    pub(super) fn samples(results: Vec<RowResult>, params: &SamplingParams) -> Samples {
         let mut samples = Samples::plain(
             results.iter().flat_map(|r| r.cands.iter().map(|c| c.token())).collect(),
             results.iter().flat_map(|r| r.cands.iter().map(|c| c.score)).collect(),
@@ -132,7 +132,7 @@ impl RowResult {
 
     /// From the row's kept processed logits `z` (`−∞` outside the kept set), its raw logits, `1/T`
     /// (0: greedy) and its candidates.
-    fn of(z: &[f32], raw: Option<&[f32]>, inv_t: f64, cands: &[Candidate], params: &SamplingParams) -> Self {
+    pub(super) fn of(z: &[f32], raw: Option<&[f32]>, inv_t: f64, cands: &[Candidate], params: &SamplingParams) -> Self {
         let greedy = inv_t == 0.0;
         let lse = if greedy { f64::NAN } else { lse_f64(z.iter().map(|&x| x as f64 * inv_t)) };
         let raw_lse = raw.map(|y| lse_f64(y.iter().map(|&x| x as f64)));

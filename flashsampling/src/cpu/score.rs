@@ -5,13 +5,14 @@
 use flashsampling_kernels::Candidate;
 use flashsampling_kernels::epilogue::update_tile;
 
-use super::exact::{lse_f64, materialize_row, rank_of, top_list};
+use super::exact::{RowResult, lse_f64, materialize_row, rank_of, top_list};
+use super::tiled::add_logprobs;
 use super::{CpuBackend, Slot, dot, log_prob, samples_of, slots};
-use crate::check_samples_of;
 use crate::error::Result;
 use crate::params::Shape;
 use crate::params::{Element, LogProbs, Matrix, SamplingParams, validate};
 use crate::score::{Scores, check_tokens};
+use crate::{Samples, check_samples_of};
 
 impl CpuBackend {
     /// Per row of `hidden`, the log-probabilities of `tokens[row]` under `params`' controls, and the
@@ -40,6 +41,52 @@ impl CpuBackend {
         params: &SamplingParams,
         tokens: &[u32],
     ) -> Result<Scores> {
+        Ok(self.score_and_sample(hidden, weight, params, tokens, false)?.0)
+    }
+
+    /// Samples as [`Self::sample_scored`] does and scores `tokens` as [`Self::score`] does, in one
+    /// pass over the weight when `params.n` is 1 (the samples are the pass's winners, the scores read
+    /// its log-mass or materialized rows); both results bit for bit those of the two calls. A
+    /// speculative or RL step that draws a token and scores a given one (the draft's, the
+    /// reference's) reads the head once.
+    ///
+    /// ```
+    /// use flashsampling::{CpuBackend, Matrix, SamplingParams};
+    ///
+    /// let (d, v) = (8, 4);
+    /// let hidden = vec![half::bf16::ONE; d];
+    /// let weight = vec![half::bf16::ZERO; v * d];
+    /// let (h, w, p) = (Matrix::new(&hidden, 1, d), Matrix::new(&weight, v, d), SamplingParams::new(1.0, 5));
+    /// let (samples, scores) = CpuBackend::new().sample_and_score(h, w, &p, &[2])?;
+    /// assert_eq!(samples.tokens, CpuBackend::new().sample(h, w, &p)?);
+    /// assert!((scores.logprobs[0] - 0.25f32.ln()).abs() < 1e-6);
+    /// # Ok::<(), flashsampling::Error>(())
+    /// ```
+    pub fn sample_and_score<T: Element>(
+        &self,
+        hidden: Matrix<'_, T>,
+        weight: Matrix<'_, T>,
+        params: &SamplingParams,
+        tokens: &[u32],
+    ) -> Result<(Samples, Scores)> {
+        let (scores, samples) = self.score_and_sample(hidden, weight, params, tokens, params.n == 1)?;
+        let samples = match samples {
+            Some(s) => s,
+            None => self.sample_scored(hidden, weight, params)?,
+        };
+        check_samples_of(&samples, params.n as usize, hidden, &[weight.data])?;
+        Ok((samples, scores))
+    }
+
+    /// [`Self::score`], and with `want_samples` (for `params.n = 1`) the samples of the same pass.
+    fn score_and_sample<T: Element>(
+        &self,
+        hidden: Matrix<'_, T>,
+        weight: Matrix<'_, T>,
+        params: &SamplingParams,
+        tokens: &[u32],
+        want_samples: bool,
+    ) -> Result<(Scores, Option<Samples>)> {
         let (shape, _) = validate(
             (hidden.rows, hidden.cols, hidden.data.len()),
             (weight.rows, weight.cols, weight.data.len()),
@@ -50,10 +97,24 @@ impl CpuBackend {
         (p.n, p.logprobs) = (1, LogProbs::ProcessedAndRaw);
         let slots = slots(&p, shape.b);
         if p.truncates(shape.v) || p.top_logprobs > 0 {
-            return self.score_materialized(hidden, weight, (shape, &slots), &p, tokens);
+            let want = want_samples.then_some(params);
+            return self.score_materialized(hidden, weight, (shape, &slots), &p, tokens, want);
         }
         let (winners, mass) = self.winners(hidden.data, weight.data, (0, shape.v), shape, &slots, &p, true);
         check_samples_of(&samples_of(&winners), 1, hidden, &[weight.data])?;
+        let samples = want_samples.then(|| {
+            // As `sample_scored_rows` builds them from its winners and log-mass.
+            let mut samples = samples_of(&winners);
+            if params.logprobs != LogProbs::Off {
+                add_logprobs(&mut samples, params, &slots, &mass, |row, token| {
+                    let (d, t) = (shape.d, token as usize);
+                    let h: Vec<f32> = hidden.data[row * d..(row + 1) * d].iter().map(|x| x.to_f32()).collect();
+                    let w: Vec<f32> = weight.data[t * d..(t + 1) * d].iter().map(|x| x.to_f32()).collect();
+                    dot(&h, &w)
+                });
+            }
+            samples
+        });
         let d = shape.d;
         let mut out = Scores::with_capacity(shape.b);
         for (r, &t) in tokens.iter().enumerate() {
@@ -74,12 +135,13 @@ impl CpuBackend {
             let lse = if inv_t > 0.0 { lse as f32 } else { f32::NAN };
             out.push((processed, log_prob(y as f64, raw_lse) as f32), (lse, raw_lse as f32));
         }
-        Ok(out)
+        Ok((out, samples))
     }
 
     /// [`Self::score`] for a call that truncates or asks for top log-probabilities: each row
     /// materialized as sampling materializes it (`exact::materialize_row`), its log-probabilities
-    /// as `exact::RowResult::of` computes them, its top list as `exact::top_list`.
+    /// as `exact::RowResult::of` computes them, its top list as `exact::top_list`. With `sampling`
+    /// (the call's own parameters, `n = 1`), also its samples, as `sample_materialized` gives them.
     fn score_materialized<T: Element>(
         &self,
         hidden: Matrix<'_, T>,
@@ -87,9 +149,11 @@ impl CpuBackend {
         (shape, slots): (Shape, &[Slot]),
         params: &SamplingParams,
         tokens: &[u32],
-    ) -> Result<Scores> {
+        sampling: Option<&SamplingParams>,
+    ) -> Result<(Scores, Option<Samples>)> {
         let mut out = Scores::with_capacity(shape.b);
         let mut winners = Vec::with_capacity(shape.b);
+        let mut rows = Vec::new();
         for (r, &t) in tokens.iter().enumerate() {
             let slot = &slots[r];
             let inv_t = slot.inv_temperature;
@@ -99,6 +163,9 @@ impl CpuBackend {
             update_tile(&mut c, &z, 0, shape.v as u32, &slot.noise, &slot.transform);
             winners.push(c);
             let y = raw.expect("asked for");
+            if let Some(sp) = sampling {
+                rows.push(RowResult::of(&z, Some(&y), inv_t, &[c], sp));
+            }
             let raw_lse = lse_f64(y.iter().map(|&x| x as f64));
             let greedy = inv_t == 0.0;
             let lse = if greedy { f64::NAN } else { lse_f64(z.iter().map(|&x| x as f64 * inv_t)) };
@@ -120,6 +187,6 @@ impl CpuBackend {
             }
         }
         check_samples_of(&samples_of(&winners), 1, hidden, &[weight.data])?;
-        Ok(out)
+        Ok((out, sampling.map(|sp| RowResult::samples(rows, sp))))
     }
 }
