@@ -203,17 +203,7 @@ unsafe impl Collective for BorrowedNccl {
     unsafe fn all_gather_words(&mut self, send: u64, recv: u64, words: usize, stream: &CudaStream) -> Result<()> {
         ensure_nccl()?;
         // SAFETY: the caller's buffers (the trait's contract), a live communicator (`new`'s).
-        let res = unsafe {
-            nccl::ncclAllGather(
-                send as *const c_void,
-                recv as *mut c_void,
-                words,
-                nccl::ncclDataType_t::ncclUint32,
-                self.raw,
-                stream.cu_stream() as _,
-            )
-        };
-        check(res, "ncclAllGather", Some(self.raw))
+        unsafe { all_gather_raw(self.raw, (send, recv, words), nccl::ncclDataType_t::ncclUint32, stream) }
     }
 
     fn rank_and_world(&self) -> Result<Option<(usize, usize)>> {
@@ -227,14 +217,8 @@ unsafe impl Collective for BorrowedNccl {
     }
 
     fn poll(&mut self) -> Result<bool> {
-        let mut state = nccl::ncclResult_t::ncclSuccess;
-        // SAFETY: a live communicator (`new`'s contract); `state` is a valid out-pointer.
-        check(unsafe { nccl::ncclCommGetAsyncError(self.raw, &mut state) }, "ncclCommGetAsyncError", Some(self.raw))?;
-        match state {
-            nccl::ncclResult_t::ncclSuccess => Ok(true),
-            nccl::ncclResult_t::ncclInProgress => Ok(false),
-            e => check(e, "NCCL (asynchronous error)", Some(self.raw)).map(|_| false),
-        }
+        // SAFETY: a live communicator (`new`'s contract).
+        unsafe { poll_raw(self.raw) }
     }
 
     fn abort(&mut self) {
@@ -310,17 +294,45 @@ unsafe impl Collective for CudarcComm {
     }
 }
 
+/// A communicator's pending state: `Ok(true)` ready, `Ok(false)` in progress, or its error.
+///
+/// # Safety
+/// `raw` is a live NCCL communicator.
+unsafe fn poll_raw(raw: nccl::ncclComm_t) -> Result<bool> {
+    let mut state = nccl::ncclResult_t::ncclSuccess;
+    // SAFETY: a live communicator (the caller's contract); `state` is a valid out-pointer.
+    check(unsafe { nccl::ncclCommGetAsyncError(raw, &mut state) }, "ncclCommGetAsyncError", Some(raw))?;
+    match state {
+        nccl::ncclResult_t::ncclSuccess => Ok(true),
+        nccl::ncclResult_t::ncclInProgress => Ok(false),
+        e => check(e, "NCCL (asynchronous error)", Some(raw)).map(|_| false),
+    }
+}
+
+/// Enqueues `ncclAllGather` of `count` elements of `dtype` from `send` into `recv` (rank-major) on
+/// `stream` through `raw`.
+///
+/// # Safety
+/// `raw` is a live communicator; `send` holds `count` and `recv` `world · count` elements, device
+/// addresses of `stream`'s context, alive until the all-gather completes.
+unsafe fn all_gather_raw(
+    raw: nccl::ncclComm_t,
+    (send, recv, count): (u64, u64, usize),
+    dtype: nccl::ncclDataType_t,
+    stream: &CudaStream,
+) -> Result<()> {
+    // SAFETY: the caller's contract.
+    let res = unsafe {
+        nccl::ncclAllGather(send as *const c_void, recv as *mut c_void, count, dtype, raw, stream.cu_stream() as _)
+    };
+    check(res, "ncclAllGather", Some(raw))
+}
+
 impl Comm {
     /// The communicator's pending state: `Ok(true)` ready, `Ok(false)` in progress.
     pub(super) fn poll(&self) -> Result<bool> {
-        let mut state = nccl::ncclResult_t::ncclSuccess;
-        // SAFETY: a live communicator; `state` is a valid out-pointer.
-        check(unsafe { nccl::ncclCommGetAsyncError(self.raw, &mut state) }, "ncclCommGetAsyncError", Some(self.raw))?;
-        match state {
-            nccl::ncclResult_t::ncclSuccess => Ok(true),
-            nccl::ncclResult_t::ncclInProgress => Ok(false),
-            e => check(e, "NCCL (asynchronous error)", Some(self.raw)).map(|_| false),
-        }
+        // SAFETY: a live communicator (owned, aborted only when marked so).
+        unsafe { poll_raw(self.raw) }
     }
 
     /// Enqueues `ncclAllGather` of `count` elements of `dtype` from `send` into `recv` (rank-major)
@@ -338,17 +350,7 @@ impl Comm {
         stream: &cudarc::driver::CudaStream,
     ) -> Result<()> {
         // SAFETY: the caller's contract; a live communicator.
-        let res = unsafe {
-            nccl::ncclAllGather(
-                send as *const c_void,
-                recv as *mut c_void,
-                count,
-                dtype,
-                self.raw,
-                stream.cu_stream() as _,
-            )
-        };
-        check(res, "ncclAllGather", Some(self.raw))
+        unsafe { all_gather_raw(self.raw, (send, recv, count), dtype, stream) }
     }
 
     pub(super) fn abort(&mut self) {
