@@ -40,6 +40,23 @@ fn mask_row(req: Req) -> Vec<u32> {
     words
 }
 
+/// `verify` on `rows` hidden rows of width [`D`] and the `[V, D]` weight, unwrapped.
+fn verify_rows(
+    sampler: &Sampler,
+    (hidden, rows, weight): (&[bf16], usize, &[bf16]),
+    params: &SamplingParams,
+    (offsets, tokens, positions): (&[usize], &[u32], &[u32]),
+) -> flashsampling::speculative::Verified {
+    verify(
+        sampler,
+        Matrix::new(hidden, rows, D),
+        Matrix::new(weight, V, D),
+        params,
+        Drafts { offsets, tokens, positions },
+    )
+    .unwrap()
+}
+
 /// Plain decoding: the token at `position` of a request, its row sampled alone.
 fn plain(sampler: &Sampler, h: &[bf16], w: &[bf16], req: Req, position: u32) -> u32 {
     let params = SamplingParams::new(req.t, req.seed)
@@ -119,14 +136,7 @@ fn emitted_tokens_are_plain_decoding_whatever_the_drafts() {
                     })
                 })
                 .collect();
-            let got = verify(
-                &sampler,
-                Matrix::new(&hidden, rows, D),
-                Matrix::new(&weight, V, D),
-                &params,
-                Drafts { offsets: &offsets, tokens: &drafts, positions: &positions },
-            )
-            .unwrap();
+            let got = verify_rows(&sampler, (&hidden, rows, &weight), &params, (&offsets, &drafts, &positions));
             for r in 0..reqs.len() {
                 let d = &drafts[offsets[r] - r..offsets[r + 1] - r - 1];
                 let k = d.iter().zip(&want[r]).take_while(|(a, b)| a == b).count();
@@ -443,14 +453,7 @@ fn emitted_log_probabilities_are_plain_decodings_bit_for_bit() {
                     (0..ks[r]).map(move |i| if right { p[i].0 } else { (p[i].0 + 1) % V as u32 })
                 })
                 .collect();
-            let got = verify(
-                &sampler,
-                Matrix::new(&hidden, rows, D),
-                Matrix::new(&weight, V, D),
-                &params,
-                Drafts { offsets: &offsets, tokens: &drafts, positions: &positions },
-            )
-            .unwrap();
+            let got = verify_rows(&sampler, (&hidden, rows, &weight), &params, (&offsets, &drafts, &positions));
             let (lps, raws) = (got.logprobs.unwrap(), got.raw_logprobs.unwrap());
             for r in 0..ks.len() {
                 let n = got.tokens[r].len();
