@@ -8,7 +8,7 @@ mod score;
 pub mod screen;
 mod tiled;
 
-use tiled::{add_logprobs, log_prob};
+use tiled::{RowMass, add_logprobs, log_prob};
 
 use flashsampling_kernels::config::BLOCK_V;
 use flashsampling_kernels::{Candidate, RowNoise, Transform};
@@ -168,16 +168,7 @@ impl CpuBackend {
         }
         let want_mass = params.logprobs != LogProbs::Off;
         let (winners, mass) = self.winners(hidden.data, weight.data, (0, shape.v), shape, &slots, params, want_mass);
-        let mut samples = samples_of(&winners);
-        if want_mass {
-            add_logprobs(&mut samples, params, &slots, &mass, |row, token| {
-                let (d, t) = (shape.d, token as usize);
-                let h: Vec<f32> = hidden.data[row * d..(row + 1) * d].iter().map(|x| x.to_f32()).collect();
-                let w: Vec<f32> = weight.data[t * d..(t + 1) * d].iter().map(|x| x.to_f32()).collect();
-                dot(&h, &w)
-            });
-        }
-        Ok(samples)
+        Ok(tiled_samples(&winners, &mass, params, &slots, (hidden, weight)))
     }
 
     /// The rank-local step of vocab-parallel sampling ([`crate::shard`]): for every row of `hidden`
@@ -384,6 +375,31 @@ fn slots(params: &SamplingParams, b: usize) -> Vec<Slot> {
         }
     }
     out
+}
+
+/// The tiled path's samples: the winners, with the log-probabilities `params` asks for from the
+/// pass's log-mass `mass` (`tiled::add_logprobs`; each token's logit by [`logit_of`]).
+fn tiled_samples<T: Element>(
+    winners: &[Candidate],
+    mass: &[RowMass],
+    params: &SamplingParams,
+    slots: &[Slot],
+    (hidden, weight): (Matrix<'_, T>, Matrix<'_, T>),
+) -> Samples {
+    let mut samples = samples_of(winners);
+    if params.logprobs != LogProbs::Off {
+        add_logprobs(&mut samples, params, slots, mass, |row, token| logit_of(hidden, weight, row, token));
+    }
+    samples
+}
+
+/// The f32 logit of (`row`, `token`): the hidden row and the weight row in f32, [`dot`] — the
+/// arithmetic of every path that scores one token alone.
+fn logit_of<T: Element>(hidden: Matrix<'_, T>, weight: Matrix<'_, T>, row: usize, token: u32) -> f32 {
+    let (d, t) = (hidden.cols, token as usize);
+    let h: Vec<f32> = hidden.data[row * d..(row + 1) * d].iter().map(|x| x.to_f32()).collect();
+    let w: Vec<f32> = weight.data[t * d..(t + 1) * d].iter().map(|x| x.to_f32()).collect();
+    dot(&h, &w)
 }
 
 /// Tokens and scores of the winning candidates.

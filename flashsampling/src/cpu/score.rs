@@ -6,8 +6,7 @@ use flashsampling_kernels::Candidate;
 use flashsampling_kernels::epilogue::update_tile;
 
 use super::exact::{RowResult, lse_f64, materialize_row, rank_of, top_list};
-use super::tiled::add_logprobs;
-use super::{CpuBackend, Slot, dot, log_prob, samples_of, slots};
+use super::{CpuBackend, Slot, log_prob, logit_of, samples_of, slots, tiled_samples};
 use crate::error::Result;
 use crate::params::Shape;
 use crate::params::{Element, LogProbs, Matrix, SamplingParams, validate};
@@ -102,25 +101,11 @@ impl CpuBackend {
         }
         let (winners, mass) = self.winners(hidden.data, weight.data, (0, shape.v), shape, &slots, &p, true);
         check_samples_of(&samples_of(&winners), 1, hidden, &[weight.data])?;
-        let samples = want_samples.then(|| {
-            // As `sample_scored_rows` builds them from its winners and log-mass.
-            let mut samples = samples_of(&winners);
-            if params.logprobs != LogProbs::Off {
-                add_logprobs(&mut samples, params, &slots, &mass, |row, token| {
-                    let (d, t) = (shape.d, token as usize);
-                    let h: Vec<f32> = hidden.data[row * d..(row + 1) * d].iter().map(|x| x.to_f32()).collect();
-                    let w: Vec<f32> = weight.data[t * d..(t + 1) * d].iter().map(|x| x.to_f32()).collect();
-                    dot(&h, &w)
-                });
-            }
-            samples
-        });
-        let d = shape.d;
+        // As `sample_scored_rows` builds them from its winners and log-mass.
+        let samples = want_samples.then(|| tiled_samples(&winners, &mass, params, &slots, (hidden, weight)));
         let mut out = Scores::with_capacity(shape.b);
         for (r, &t) in tokens.iter().enumerate() {
-            let h: Vec<f32> = hidden.data[r * d..(r + 1) * d].iter().map(|x| x.to_f32()).collect();
-            let w: Vec<f32> = weight.data[t as usize * d..(t as usize + 1) * d].iter().map(|x| x.to_f32()).collect();
-            let y = dot(&h, &w);
+            let y = logit_of(hidden, weight, r, t);
             // The same arithmetic as the sampled token's (`tiled::add_logprobs`).
             let z = p.row_logits(r).one(y, t as usize) as f64;
             let inv_t = slots[r].inv_temperature;
