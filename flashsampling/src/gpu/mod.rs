@@ -157,6 +157,14 @@ fn device_address<'a, T>(view: &'a CudaView<'_, T>, stream: &'a CudaStream) -> (
     view.device_ptr(stream)
 }
 
+/// [`device_address`] of an optional buffer: address 0 and no guard without one.
+fn optional_address<'a, T>(view: Option<&'a CudaView<'_, T>>, stream: &'a CudaStream) -> (u64, Option<SyncOnDrop<'a>>) {
+    match view.map(|v| device_address(v, stream)) {
+        Some((ptr, guard)) => (ptr, Some(guard)),
+        None => (0, None),
+    }
+}
+
 impl GpuBackend {
     /// Opens device `ordinal`, loads the embedded kernels and looks up every one, with the default
     /// [`GpuOptions`] (the library reads no environment variable).
@@ -661,20 +669,8 @@ impl GpuBackend {
         // The guards stay alive until the launch is enqueued (see `device_address`).
         let (hidden_ptr, _hidden_guard) = device_address(&hidden.data, &self.stream);
         let (weight_ptr, _weight_guard) = device_address(&weight.data, &self.stream);
-        let (mask_ptr, _mask_guard) = match mask {
-            Some(m) => {
-                let (ptr, guard) = device_address(m, &self.stream);
-                (ptr, Some(guard))
-            }
-            None => (0, None),
-        };
-        let (rows_ptr, _rows_guard) = match device_rows {
-            Some(r) => {
-                let (ptr, guard) = device_address(r, &self.stream);
-                (ptr, Some(guard))
-            }
-            None => (0, None),
-        };
+        let (mask_ptr, _mask_guard) = optional_address(mask, &self.stream);
+        let (rows_ptr, _rows_guard) = optional_address(device_rows, &self.stream);
         check_aligned(hidden_ptr, weight_ptr)?;
         // `n` samples per row: the kernel scores B·n rows (row r·n + j is row r's sample j).
         let n = params.n as usize;
