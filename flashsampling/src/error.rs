@@ -69,6 +69,15 @@ pub enum Error {
     /// ([`crate::GpuBackend::on_stream`]).
     #[error("the stream belongs to another CUDA context than this GpuBackend's")]
     ForeignStream,
+    /// A call that cannot be recorded into a CUDA graph as it stands (its stream is capturing), or a
+    /// call on buffers a captured graph uses that would change what the graph reads
+    /// ([`crate::DeviceSamples::is_captured`]). `reason` says what and what to do instead; nothing
+    /// was enqueued.
+    #[error("CUDA-graph capture: {reason}")]
+    Capture {
+        /// What stands in the way.
+        reason: &'static str,
+    },
     /// Temperature NaN, negative or infinite.
     #[error("temperature {0} is invalid: it must be finite and >= 0 (0 = greedy)")]
     InvalidTemperature(f32),

@@ -15,12 +15,15 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 /// Validation errors become `ValueError`, a control that this backend does not take yet
-/// (`Error::Unsupported`) `NotImplementedError`, CUDA errors `RuntimeError`; all with the Rust message.
+/// (`Error::Unsupported`) `NotImplementedError`, CUDA errors (and CUDA-graph capture's) `RuntimeError`; all with
+/// the Rust message.
 fn to_py(e: Error) -> PyErr {
     match e {
-        Error::Driver(_) | Error::Cublas(_) | Error::NoGpu(_) | Error::EmbeddedModule { .. } => {
-            PyRuntimeError::new_err(e.to_string())
-        }
+        Error::Driver(_)
+        | Error::Cublas(_)
+        | Error::NoGpu(_)
+        | Error::EmbeddedModule { .. }
+        | Error::Capture { .. } => PyRuntimeError::new_err(e.to_string()),
         Error::Unsupported { .. } => PyNotImplementedError::new_err(e.to_string()),
         Error::HostMemory { .. } => PyMemoryError::new_err(e.to_string()),
         _ => PyValueError::new_err(e.to_string()),

@@ -133,7 +133,7 @@ impl CpuBackend {
     }
 
     /// [`Self::sample_scored`], except that a row without a token (a NaN winning score, or every
-    /// token masked) is reported in place — [`INVALID_INDEX`](crate::INVALID_INDEX) with its NaN
+    /// token masked) is reported in place — [`INVALID_INDEX`] with its NaN
     /// or `−∞` score — instead of failing the call: what [`crate::GpuBackend::sample_device`]
     /// gives, for callers that treat every row alike on both backends (Python). Invalid input is
     /// still an error.

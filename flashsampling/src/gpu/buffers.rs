@@ -44,10 +44,10 @@ pub struct DeviceMatrix<'a, T = bf16> {
 ///    context): a device-side fault is a sticky error of the CUDA context, so no later launch, copy
 ///    or read in that context succeeds, and no later call can observe the counters.
 /// 4. Launches that share a `DeviceSamples` never overlap: they are ordered on one stream, and a
-///    launch from another `GpuBackend` (another stream) waits for the previous launch through
-///    cudarc's per-buffer events (`device_ptr_mut` waits for the last write and the guard records
-///    this launch's write after it is enqueued; event tracking is cudarc's default and is active
-///    because every `GpuBackend` creates its own stream).
+///    call on another stream first waits for the previous call on these buffers (a fence recorded
+///    at the end of every call on a stream other than the backend's own; also cudarc's per-buffer
+///    events while its event tracking is on). Replays of a captured graph are ordered by the
+///    caller's stream ([`Self::is_captured`]).
 ///
 /// Hence every launch starts with all counters at zero, by induction over the launches on the
 /// buffer. The GPU test `arrival_counters_are_zero_after_many_launches` reads them back after
@@ -106,6 +106,8 @@ pub struct DeviceSamples {
     /// Recorded at the end of every call on a stream other than the home stream: what a call on
     /// another stream, and the frees on the home stream at drop, wait for.
     pub(super) fence: Option<CudaEvent>,
+    /// Whether a call on these buffers was recorded into a CUDA graph ([`Self::is_captured`]).
+    pub(super) captured: bool,
 }
 
 impl Drop for DeviceSamples {
@@ -114,6 +116,10 @@ impl Drop for DeviceSamples {
         // when it ran on another stream. (A failure here is the context's sticky error: nothing
         // later on it runs.)
         let home = self.tokens.stream();
+        if self.captured {
+            // A graph may still replay on any stream: after all work on the context.
+            let _ = home.context().synchronize();
+        }
         if let (Some(last), Some(fence)) = (self.last_stream, &self.fence)
             && last != home.cu_stream() as usize
         {
@@ -133,6 +139,15 @@ pub(super) struct TensorMapKey {
     pub(super) d: usize,
     pub(super) v: usize,
     pub(super) variant: FusedVariant,
+}
+
+impl TensorMapKey {
+    /// The key of `launch` over `hidden` (its rows as the fused kernel reads them: the expanded
+    /// ones with several samples per row) and `weight`, of element type `elem`, with `shape`'s D and
+    /// V (its B is the launch's rows).
+    pub(super) fn of(launch: LaunchPlan, (hidden, weight, elem): (u64, u64, ElementType), shape: Shape) -> Self {
+        Self { hidden, weight, elem, b: launch.rows as usize, d: shape.d, v: shape.v, variant: launch.variant }
+    }
 }
 
 /// Encodes a tensor map of element type `elem` and geometry `layout` over device memory at
@@ -341,6 +356,14 @@ impl DeviceSamples {
         }
         self.last_stream = Some(stream.cu_stream() as usize);
         Ok(())
+    }
+
+    /// Marks the end of a call recorded into a graph on `stream`: the buffers are the graph's
+    /// ([`Self::is_captured`]). No fence is recorded: an event recorded during a capture could not be
+    /// waited for outside it, and nothing outside the graph uses these buffers any more.
+    pub(super) fn captured_on(&mut self, stream: &CudaStream) {
+        self.captured = true;
+        self.last_stream = Some(stream.cu_stream() as usize);
     }
 
     /// Fills the tokens with `INVALID_INDEX` and the scores with NaN (all bits set: `u32::MAX`, and a

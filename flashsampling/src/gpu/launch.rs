@@ -342,7 +342,7 @@ impl GpuBackend {
         let rows = out.b;
         if variant.uses_tma() {
             let elem = ranged.elem;
-            let key = TensorMapKey { hidden, weight, elem, b: rows, d: shape.d, v: shape.v, variant: launch.variant };
+            let key = TensorMapKey::of(launch, (hidden, weight, elem), shape);
             if out.tensor_maps_for != Some(key) {
                 let (d, v) = (shape.d as u32, shape.v as u32);
                 let maps = TensorMaps {

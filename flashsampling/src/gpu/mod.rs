@@ -29,6 +29,7 @@ use crate::params::{Element, ElementType, LogProbs, Matrix, SamplingParams, Shap
 use crate::{Samples, check_samples_of};
 
 mod buffers;
+mod capture;
 mod launch;
 mod module;
 mod options;
@@ -39,6 +40,7 @@ mod validate;
 
 use buffers::*;
 pub use buffers::{DeviceMatrix, DeviceSamples};
+use capture::Setup;
 pub use launch::row_params_words;
 use launch::*;
 pub use module::ModuleCode;
@@ -366,8 +368,19 @@ impl GpuBackend {
     }
 
     /// Orders this handle's stream after the last call on `out` when that ran on another stream
-    /// ([`DeviceSamples::enter`]): the first step of every call that uses `out`.
+    /// ([`DeviceSamples::enter`]): the first step of every call that uses `out`, except the fused
+    /// calls (which may be captured: [`Self::sample_device_rows`]). A capturing stream, or buffers a
+    /// captured graph uses, are [`Error::Capture`].
     pub(crate) fn enter(&self, out: &mut DeviceSamples) -> Result<()> {
+        if self.capturing()? {
+            return Err(Error::Capture { reason: capture::NOT_CAPTURABLE });
+        }
+        self.enter_uncaptured(out)
+    }
+
+    /// [`Self::enter`] for a call known not to be in a capture.
+    fn enter_uncaptured(&self, out: &mut DeviceSamples) -> Result<()> {
+        out.check_not_captured()?;
         out.enter(&self.stream, &self.k.home)
     }
 
@@ -471,6 +484,7 @@ impl GpuBackend {
                     // As if last used on the home stream: a call on another stream joins it first.
                     last_stream: Some(home.cu_stream() as usize),
                     fence: None,
+                    captured: false,
                 }
             };
             out.invalidate(home)?;
@@ -615,6 +629,55 @@ impl GpuBackend {
     /// [`flashsampling_kernels::Transform::from_temperature`] (a NaN or negative temperature is
     /// greedy there) and keep sample indices below 2³¹. A `rows` of another length is
     /// [`Error::LengthMismatch`], before any launch.
+    ///
+    /// # CUDA graphs
+    ///
+    /// This call can be recorded into a CUDA graph with the rest of a decode step (stream capture on
+    /// this handle's stream), and the graph replayed with new noise: each replay copies the keys
+    /// from `rows`, which the caller rewrites between replays. Before the capture, make the same call
+    /// once on the capturing stream (it sizes the buffers and writes the TMA descriptors and
+    /// truncation words that the graph then reads), and turn cudarc's event tracking off for the
+    /// context (its waits on events recorded before the capture would invalidate it). Plain
+    /// sampling, several samples per row, log-probabilities, a device mask, soft-cap and top-k /
+    /// top-p / min-p with top log-probabilities are capturable on one GPU; a host mask, sparse
+    /// adjustments, keys from the host, a call that would reallocate or re-upload anything, and a
+    /// tensor-parallel rank are [`Error::Capture`] during a capture, with nothing enqueued.
+    ///
+    /// The graph holds the addresses of `out`, the operands and `rows`: keep them alive while it may
+    /// replay. From the capture on, `out` belongs to the graph ([`DeviceSamples::is_captured`]):
+    /// calls outside the capture on it are refused; read its outputs after each replay.
+    ///
+    /// ```no_run
+    /// use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+    /// use flashsampling::gpu::row_params_words;
+    /// use flashsampling::{DeviceMatrix, GpuBackend, SamplingParams, stream_id};
+    /// # let (b, d, v) = (4, 4096, 151_936);
+    /// # let (hidden, weight) = (vec![half::bf16::ZERO; b * d], vec![half::bf16::ZERO; v * d]);
+    /// let gpu = GpuBackend::new(0)?;
+    /// // SAFETY: every buffer below is used on `stream` only (the backend orders its own).
+    /// unsafe { gpu.context().disable_event_tracking() };
+    /// let stream = gpu.context().new_stream()?;
+    /// let on = gpu.on_stream(stream.clone())?;
+    /// let (w, h) = (stream.clone_htod(&weight)?, stream.clone_htod(&hidden)?);
+    /// let (hm, wm) = (
+    ///     DeviceMatrix { data: h.as_view(), rows: b, cols: d },
+    ///     DeviceMatrix { data: w.as_view(), rows: v, cols: d },
+    /// );
+    /// let step_keys = |step: u32| SamplingParams::new(0.8, 42).with_streams((0..b as u32).map(|r| stream_id(r, step)).collect());
+    /// let params = step_keys(0).with_top_p(vec![0.9; b]);
+    /// let mut rows = stream.clone_htod(&row_params_words(&params, b)?)?;
+    /// let mut out = on.alloc_samples(b, v)?;
+    /// on.sample_device_rows(&hm, &wm, &params, &rows.as_view(), None, &mut out)?; // the warm-up call
+    /// stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+    /// on.sample_device_rows(&hm, &wm, &params, &rows.as_view(), None, &mut out)?;
+    /// let graph = stream.end_capture(CUgraphInstantiate_flags(0))?.expect("one call was captured");
+    /// for step in 1..8 {
+    ///     stream.memcpy_htod(&row_params_words(&step_keys(step), b)?, &mut rows)?; // this step's keys
+    ///     graph.launch()?;
+    ///     let _tokens = stream.clone_dtoh(&out.tokens())?;
+    /// }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn sample_device_rows<T: Element>(
         &self,
         hidden: &DeviceMatrix<'_, T>,
@@ -662,8 +725,15 @@ impl GpuBackend {
         if range.offset >= range.vocab {
             return Err(Error::InvalidShards { reason: "the shard starts at or past V", at: range.offset });
         }
-        // After the last call on `out` if it ran on another stream (before anything touches `out`).
-        self.enter(out)?;
+        // A call recorded into a CUDA graph enqueues nothing the graph cannot replay (see `capture`).
+        // Otherwise, after the last call on `out` if it ran on another stream (before anything
+        // touches `out`); a captured call's ran on this stream (checked).
+        let capturing = self.capturing()?;
+        if capturing {
+            self.check_capture_inputs(params, device_rows.is_some(), staging.is_some(), out)?;
+        } else {
+            self.enter_uncaptured(out)?;
+        }
         // Rows past the model's vocabulary are padding: not scored (nor read).
         shape.v = weight.rows.min(range.vocab - range.offset);
         // The guards stay alive until the launch is enqueued (see `device_address`).
@@ -713,6 +783,29 @@ impl GpuBackend {
                 max: i32::MAX as usize,
             });
         }
+        if capturing {
+            let units = launch.n_vranges as usize * variant.top_units() as usize;
+            let (truncation_realloc, truncation_words) = match epilogue {
+                Epilogue::Truncate => TruncationBuffers::setup(
+                    out.truncation.as_ref(),
+                    params,
+                    (shape.b, rows, units),
+                    (shape.v, shape.d),
+                ),
+                _ => (false, false),
+            };
+            let expanded = out.expanded.as_ref().filter(|e| e.len() >= rows * shape.d);
+            let key_hidden = if n > 1 { expanded.map_or(0, |e| e.device_ptr(&self.stream).0) } else { hidden_ptr };
+            let key = TensorMapKey::of(launch, (key_hidden, weight_ptr, T::TYPE), shape);
+            Setup {
+                realloc: !out.fits(&launch, &self.k.ctx),
+                truncation_realloc,
+                expanded_realloc: n > 1 && expanded.is_none(),
+                tensor_maps: variant.uses_tma() && out.tensor_maps_for != Some(key),
+                truncation_words,
+            }
+            .check()?;
+        }
         // Every buffer the launch touches must be large enough for it (and on this context): else a
         // fresh set, sized by the same launch shape (zeroed counters, invalid tokens).
         if !out.fits(&launch, &self.k.ctx) {
@@ -737,13 +830,21 @@ impl GpuBackend {
             self.upload_and_launch(shape, params, (hidden_ptr, weight_ptr, mask_ptr), words, out, launch, ranged);
         if result.is_err() {
             // Best effort: no stale tokens after a failed call (see `DeviceSamples`), and no top
-            // log-probabilities (their buffers hold a previous call's, or nothing yet).
-            let _ = out.invalidate(&self.stream);
+            // log-probabilities (their buffers hold a previous call's, or nothing yet). Not recorded
+            // into a graph: the capture fails with the call.
+            if !capturing {
+                let _ = out.invalidate(&self.stream);
+            }
             out.top_n = 0;
         }
         // Only now may the read events of hidden, weight and mask be recorded: after the launch.
         drop((_hidden_guard, _weight_guard, _mask_guard, _rows_guard));
-        let left = self.leave(out);
+        let left = if capturing {
+            out.captured_on(&self.stream);
+            Ok(())
+        } else {
+            self.leave(out)
+        };
         result.and(left)
     }
 

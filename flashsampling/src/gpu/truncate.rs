@@ -141,6 +141,20 @@ impl TruncationBuffers {
             && self.capacity.0 * self.capacity.2 >= rows * v
             && self.capacity.3 >= d
     }
+
+    /// What a truncating call of `b` requests, `rows` sample rows, `units` top-list units per row over
+    /// `v` vocab entries and hidden size `d` would set up in `tr`: (new buffers, new truncation words).
+    pub(super) fn setup(
+        tr: Option<&Self>,
+        params: &SamplingParams,
+        (b, rows, units): (usize, usize, usize),
+        (v, d): (usize, usize),
+    ) -> (bool, bool) {
+        match tr {
+            Some(t) => (!t.fits(rows, units, (v, d)), t.uploaded != truncation_words(params, b)),
+            None => (true, true),
+        }
+    }
 }
 
 impl GpuBackend {
