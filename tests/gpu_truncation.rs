@@ -481,3 +481,82 @@ fn top_logprobs_of_tied_and_short_rows_take_the_fallback_exactly() {
         visible(&format!("GPU top log-probabilities, tied rows, {what}: list lengths {lens:?}, == CPU"));
     }
 }
+
+/// Issue 56's rows on the GPU (written without a GPU; the GPU issue runs them): on every kernel
+/// variant, tokens, scores, log-probabilities and top lists equal the CPU backend's.
+///
+/// 1. Signed zeros: V = 4096, D = 8, hidden `[2⁻⁷⁵, 0, …]`, weight row 1 `[−2⁻⁷⁴, 0, …]`, the others
+///    zero; a repetition penalty 0.4 on token 1 makes its logit `−0.0`, every other `+0.0`. Top-k 1
+///    keeps every token (one value), through the fallback; the top-64 list is `0, 1, 2, …`.
+/// 2. A `+∞` logit with top-p 0.9: hidden `[3e38, 0, …]`, weight row 0 `[3e38, 0, …]`, rows `i ≥ 1`
+///    `[i · 1e-38, 0, …]`: token 0, log-probability 0, log-sum-exp `+∞` (and with top-k + top-p and
+///    min-p, which reach the fallback or the certificate).
+/// 3. Min-p before top-p (vLLM's order): probabilities `[0.5, 0.3, 0.1, 0.1]` (padded with `−∞`
+///    tokens), top-p 0.6, min-p 0.25: token 0 only.
+/// 4. T = 2e-38 with top-k + top-p (`z / T` past f32): the greedy token, log-probability 0, log-sum-exp
+///    `+∞`; T = 1e-38 (subnormal: greedy) as every greedy row.
+#[test]
+fn truncation_edges_match_the_cpu() {
+    use flashsampling::controls::SparseAdjustments;
+    use flashsampling::kernels::logits::Adjustment;
+    let Some(mut gpu) = gpu_or_skip("truncation_edges_match_the_cpu") else { return };
+    let cpu = CpuBackend::new();
+    let (b, d, v) = (4usize, 8usize, 4096usize);
+    let bf = half::bf16::from_f32;
+    let row_head = |h0: f32, w: &dyn Fn(usize) -> f32| {
+        let mut hidden = vec![half::bf16::ZERO; b * d];
+        (0..b).for_each(|r| hidden[r * d] = bf(h0));
+        let mut weight = vec![half::bf16::ZERO; v * d];
+        (0..v).for_each(|i| weight[i * d] = bf(w(i)));
+        (hidden, weight)
+    };
+    /// A case: its name, (hidden, weight), its controls.
+    type Case = (&'static str, (Vec<half::bf16>, Vec<half::bf16>), SamplingParams);
+    let mut cases: Vec<Case> = Vec::new();
+    // 1. Signed zeros.
+    let mut adj = SparseAdjustments::none(0);
+    for _ in 0..b {
+        adj.tokens.push(1);
+        adj.adjustments.push(Adjustment { bias: 0.0, repetition: 0.4, subtract: 0.0 });
+        adj.offsets.push(adj.tokens.len());
+    }
+    let zeros = row_head(2f32.powi(-75), &|i| if i == 1 { -(2f32.powi(-74)) } else { 0.0 });
+    let p = SamplingParams::new(1.0, 56).with_adjustments(adj).with_top_k(vec![1; b]).with_top_logprobs(64, false);
+    cases.push(("signed zeros", zeros, p));
+    // 2. A +∞ logit.
+    let inf = row_head(3e38, &|i| if i == 0 { 3e38 } else { i as f32 * 1e-38 });
+    let lp = SamplingParams::new(1.0, 56).with_logprobs(LogProbs::Processed);
+    cases.push(("+inf, top-p", inf.clone(), lp.clone().with_top_p(vec![0.9; b])));
+    cases.push(("+inf, top-k + top-p", inf.clone(), lp.clone().with_top_k(vec![3000; b]).with_top_p(vec![0.5; b])));
+    cases.push(("+inf, min-p", inf.clone(), lp.clone().with_min_p(vec![0.2; b]).with_top_logprobs(5, false)));
+    // 3. Min-p before top-p.
+    let q = [0.5f32, 0.3, 0.1, 0.1];
+    let order = row_head(1.0, &|i| if i < 4 { q[i].ln() } else { f32::NEG_INFINITY });
+    cases.push(("min-p before top-p", order, lp.clone().with_top_p(vec![0.6; b]).with_min_p(vec![0.25; b])));
+    // 4. A tiny normal temperature (z / T past f32), and a subnormal one (greedy).
+    let tiny = row_head(1.0, &|i| [10.0, 9.875, 9.0, -1.0][i % 4] - (i / 4) as f32);
+    let t = SamplingParams::new(2e-38, 56).with_logprobs(LogProbs::Processed);
+    cases.push(("T = 2e-38", tiny.clone(), t.clone().with_top_k(vec![3; b]).with_top_p(vec![0.9; b])));
+    cases.push(("T = 1e-38 (greedy)", tiny, t.with_temperatures(vec![1e-38; b]).with_top_k(vec![3; b])));
+    for (name, (hidden, weight), params) in &cases {
+        let (h, w) = (Matrix::new(hidden, b, d), Matrix::new(weight, v, d));
+        let c = cpu.sample_scored(h, w, params).unwrap();
+        on_every_variant(&mut gpu, (h, w), params, |entry, g| {
+            let what = format!("{name}, {entry}");
+            assert_eq!(g.tokens, c.tokens, "{what}: tokens");
+            assert_eq!(bits(&g.scores), bits(&c.scores), "{what}: scores");
+            for (x, y) in g.logprobs.iter().flatten().zip(c.logprobs.iter().flatten()) {
+                assert!(x == y || (x - y).abs() <= 1e-4, "{what}: log-probability {x} vs {y}");
+            }
+            for (x, y) in g.logsumexp.iter().flatten().zip(c.logsumexp.iter().flatten()) {
+                let same = x == y || (x.is_nan() && y.is_nan()) || (x - y).abs() <= 1e-5 * y.abs();
+                assert!(same, "{what}: log-sum-exp {x} vs {y}");
+            }
+            if let (Some(gt), Some(ct)) = (&g.top_logprobs, &c.top_logprobs) {
+                for (gr, cr) in gt.iter().zip(ct) {
+                    assert_eq!(gr.iter().map(|e| e.0).collect::<Vec<_>>(), cr.iter().map(|e| e.0).collect::<Vec<_>>());
+                }
+            }
+        });
+    }
+}

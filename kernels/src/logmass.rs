@@ -77,8 +77,8 @@ impl LogMass {
 /// The log-probability `x − lse` of a value `x` (a logit over the temperature, or a raw logit) in a
 /// distribution of log-sum-exp `lse`, where a `+∞` logit takes all the mass (the softmax limit; the
 /// first `+∞` token is the one drawn): with `lse = +∞`, a `+∞` value has log-probability 0 and every
-/// other value `−∞` (not `∞ − ∞`). The CPU backend and the GPU's `reduce_rows` use it; the rank merge
-/// and the truncation step take it with the truncation edges' patch (docs/findings/37).
+/// other value `−∞` (not `∞ − ∞`). Every log-probability site uses it: the CPU backend, and on the GPU
+/// `reduce_rows`, the truncation step, its fallback and the rank merge.
 #[inline(always)]
 pub fn log_prob(x: f32, lse: f32) -> f32 {
     // `x − ∞` is already `−∞` for every other value: only `∞ − ∞` needs the rule.

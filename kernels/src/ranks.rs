@@ -10,7 +10,7 @@
 //! in-memory simulation of ranks.
 
 use crate::candidate::{Candidate, INVALID_INDEX};
-use crate::logmass::LogMass;
+use crate::logmass::{LogMass, log_prob};
 
 /// One rank's result for one row: what the ranks exchange.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -85,12 +85,14 @@ pub fn merge_rank_row(
     }
     let token = best.token();
     let logprobs = if all_lp && any {
-        let lse_of = |m: LogMass| if m.max == f32::NEG_INFINITY { f32::NEG_INFINITY } else { m.max + ln(m.sum) };
-        let (lse, raw_lse) = (if greedy { f32::NAN } else { lse_of(mass) }, lse_of(raw_mass));
+        let (lse, raw_lse) = (if greedy { f32::NAN } else { mass.lse_with(&ln) }, raw_mass.lse_with(&ln));
+        // The winner's logit (over T) from its shard's values: `+∞` when its shard's log-sum-exp is
+        // (its log-probability there is then 0), so the `+∞` rule carries over.
+        let logit = |lp: f32, lse: f32| if lse == f32::INFINITY { lse } else { lp + lse };
         Some(match (token != INVALID_INDEX, winner) {
             (true, Some(w)) => RankLogProbs {
-                logprob: if greedy { 0.0 } else { (w.logprob + w.logsumexp) - lse },
-                raw_logprob: (w.raw_logprob + w.raw_logsumexp) - raw_lse,
+                logprob: if greedy { 0.0 } else { log_prob(logit(w.logprob, w.logsumexp), lse) },
+                raw_logprob: log_prob(logit(w.raw_logprob, w.raw_logsumexp), raw_lse),
                 logsumexp: lse,
                 raw_logsumexp: raw_lse,
             },

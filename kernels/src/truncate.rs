@@ -18,11 +18,17 @@
 //! lists run out first (or the kept set would exceed [`MAX_KEPT`] tokens), the row is *uncertain*
 //! and an exact fallback samples it from its materialized logits; nothing is approximated.
 //!
-//! Semantics (vLLM's sampler order): temperature, then top-k (the `k` largest stay, and every token
-//! tied with the `k`-th), then top-p on the renormalized remainder (the smallest most-probable prefix
-//! whose mass reaches `p` of it; tokens tied with its last stay), then min-p (probability at least
-//! `min_p` times the largest). The most likely token always stays. Probabilities are `exp(z/T − lse)`
-//! in f32 with `lse` the row's log-sum-exp of `z/T` from the fused log-mass.
+//! Semantics (vLLM's V1 sampler order): temperature, then min-p (probability at least `min_p` times
+//! the largest, on the whole processed distribution), then top-k (the `k` largest of what min-p kept,
+//! and every token tied with the `k`-th), then top-p on the renormalized remainder (the smallest
+//! most-probable prefix whose mass reaches `p` of what min-p and top-k kept; tokens tied with its last
+//! stay). The most likely token always stays. Probabilities are `exp(z/T − lse)` in f32 with `lse`
+//! the row's log-sum-exp of `z/T` from the fused log-mass; a row whose `lse` is `+∞` (a `+∞`
+//! processed logit, or `z/T` past f32 at a tiny temperature) puts all the mass on its first entry
+//! (the largest `z`, lowest index on ties: the token drawn), as the softmax's limit does.
+//!
+//! Min-p and top-k both keep a top part by `z` and min-p's cut depends only on the largest value, so
+//! the two commute; the order matters for top-p, whose mass is that of the block both keep.
 
 use crate::candidate::Candidate;
 
@@ -289,16 +295,28 @@ impl KeptWalk {
         self.t.top_k_on(self.v)
     }
 
-    /// The probability of `z` under the untruncated processed distribution.
+    /// The probability of `z`, the prefix's entry `j` (from 0), under the untruncated processed
+    /// distribution: `exp(z/T − lse)`, or with `lse = +∞` all of it on entry 0 (1 there, 0 after).
     #[inline(always)]
-    pub fn prob(&self, z: f32, exp: impl Fn(f32) -> f32) -> f32 {
-        exp(z * self.inv_t - self.lse)
+    pub fn prob_at(&self, j: u32, z: f32, exp: impl Fn(f32) -> f32) -> f32 {
+        if self.lse == f32::INFINITY { (j == 0) as u32 as f32 } else { exp(z * self.inv_t - self.lse) }
     }
 
-    /// Whether `z` passes min-p (probability at least `min_p` times the largest).
+    fn m_on(&self) -> bool {
+        self.t.min_p > 0.0
+    }
+
+    /// Whether `z` passes min-p (probability at least `min_p` times the largest: `z` equal to the
+    /// largest always does, `+∞` included).
     #[inline(always)]
     fn min_p_keeps(&self, z: f32, exp: impl Fn(f32) -> f32) -> bool {
-        !(self.t.min_p > 0.0) || exp((z - self.zmax) * self.inv_t) >= self.t.min_p
+        !self.m_on() || z == self.zmax || exp((z - self.zmax) * self.inv_t) >= self.t.min_p
+    }
+
+    /// Whether top-p runs on its own (neither min-p nor top-k before it): its running sum is then
+    /// over the whole row, and the walk can stop where it reaches `p`.
+    fn p_alone(&self) -> bool {
+        self.t.top_p < 1.0 && !self.k_on() && !self.m_on()
     }
 
     /// Entries taken so far.
@@ -338,7 +356,7 @@ impl KeptWalk {
         if w.k_on() && n >= t.top_k {
             w.tau_k = tau_k;
         }
-        if t.top_p < 1.0 && !w.k_on() && p_reached.0 > 0 && p_reached.0 <= n {
+        if w.p_alone() && p_reached.0 > 0 && p_reached.0 <= n {
             (w.p_count, w.tau_p) = p_reached;
         }
         w
@@ -349,15 +367,14 @@ impl KeptWalk {
     #[inline(always)]
     pub fn verdict(&self, z: f32, exhausted: bool, exp: impl Fn(f32) -> f32 + Copy) -> Verdict {
         let k_on = self.k_on();
-        let p_on = self.t.top_p < 1.0;
         if self.n > 0 {
-            // Is `z` (and so everything after it) excluded by a proven criterion?
+            // Is `z` (and so everything after it) excluded by a proven criterion? Min-p or top-k
+            // ends the block they keep; top-p on its own stops where its sum reached `p` (top-p
+            // after them decides inside the complete block, with its mass).
             let below_k = k_on && self.n >= self.t.top_k && z < self.tau_k;
-            let below_p = p_on && !k_on && self.p_count > 0 && z < self.tau_p;
+            let below_p = self.p_alone() && self.p_count > 0 && z < self.tau_p;
             let below_m = !self.min_p_keeps(z, exp);
-            // Top-p under top-k needs the whole top-k block (its mass) first.
-            let blocked = p_on && k_on && !below_k;
-            if !blocked && (below_k | below_p | below_m) {
+            if below_k | below_p | below_m {
                 return Verdict::Decide;
             }
         }
@@ -368,35 +385,26 @@ impl KeptWalk {
     }
 
     /// The kept set once [`Self::verdict`] said [`Verdict::Decide`], given `prefix(j)`: the `j`-th
-    /// value taken and the running sum after it (`j < count`), which top-p under top-k and min-p
-    /// read back.
+    /// value taken and the running sum after it (`j < count`), which top-p after min-p or top-k
+    /// reads back.
     #[inline(always)]
-    pub fn decide(&self, exp: impl Fn(f32) -> f32 + Copy, prefix: impl Fn(u32) -> (f32, f32)) -> Step {
-        self.decide_by(exp, prefix, InOrder)
+    pub fn decide(&self, prefix: impl Fn(u32) -> (f32, f32)) -> Step {
+        self.decide_by(prefix, InOrder)
     }
 
-    /// [`Self::decide`] with its three searches (each the first count in a range whose entry
+    /// [`Self::decide`] with its two searches (each the first count in a range whose entry
     /// passes a test) done by `search`: [`InOrder`] here, 32 counts at a time on the GPU. Every
     /// search returns the same count however it looks, so the step is the same.
     #[inline(always)]
-    pub fn decide_by(
-        &self,
-        exp: impl Fn(f32) -> f32 + Copy,
-        prefix: impl Fn(u32) -> (f32, f32),
-        search: impl FirstOf,
-    ) -> Step {
+    pub fn decide_by(&self, prefix: impl Fn(u32) -> (f32, f32), search: impl FirstOf) -> Step {
         let mut count = self.n;
-        if self.t.top_p < 1.0 && self.k_on() {
-            // The block is complete: the smallest prefix reaching p of its mass, then the ties of
-            // its last entry.
+        if self.t.top_p < 1.0 && !self.p_alone() {
+            // The block min-p and top-k keep is the prefix taken (every value taken passed both):
+            // the smallest prefix reaching p of its mass, then the ties of its last entry.
             let target = self.t.top_p * self.cum;
             let j = search.first(1, self.n, |j| !(prefix(j - 1).1 < target));
             let last = prefix(j - 1).0;
             count = search.first(j, self.n, |j| prefix(j).0 != last);
-        }
-        if self.t.min_p > 0.0 {
-            // Min-p may cut inside a top-k block (taken before the block was complete).
-            count = search.first(1, count, |j| !self.min_p_keeps(prefix(j).0, exp));
         }
         let mass = if count == self.n { self.cum } else { prefix(count - 1).1 };
         Step::Kept { count, mass }
@@ -408,12 +416,12 @@ impl KeptWalk {
         if self.n == 0 {
             self.zmax = z;
         }
-        self.cum += self.prob(z, exp);
+        self.cum += self.prob_at(self.n, z, exp);
         self.n += 1;
         if self.k_on() && self.n == self.t.top_k {
             self.tau_k = z;
         }
-        if self.t.top_p < 1.0 && !self.k_on() && self.p_count == 0 && self.cum >= self.t.top_p {
+        if self.p_alone() && self.p_count == 0 && self.cum >= self.t.top_p {
             self.tau_p = z;
             self.p_count = self.n;
         }
@@ -421,7 +429,7 @@ impl KeptWalk {
 
     /// Decides on `z`, the next largest value (`exhausted`: `β`, bounding every unseen token), given
     /// `prefix(j)`: the `j`-th value taken and the running sum after it (`j < count`; the caller
-    /// stores them), which top-p under top-k reads back once the top-k block is complete:
+    /// stores them), which top-p after min-p or top-k reads back once their block is complete:
     /// [`Self::verdict`], then [`Self::decide`] or [`Self::take`].
     #[inline(always)]
     pub fn next(
@@ -432,7 +440,7 @@ impl KeptWalk {
         prefix: impl Fn(u32) -> (f32, f32),
     ) -> Step {
         match self.verdict(z, exhausted, exp) {
-            Verdict::Decide => self.decide(exp, prefix),
+            Verdict::Decide => self.decide(prefix),
             Verdict::Uncertain => Step::Uncertain,
             Verdict::Take => {
                 self.take(z, exp);
@@ -508,8 +516,11 @@ mod tests {
         let zmax = z[order[0]] as f64;
         let tt = 1.0 / inv_t as f64;
         let mut th = f64::NEG_INFINITY;
+        if t.min_p > 0.0 {
+            th = zmax + tt * (t.min_p as f64).ln();
+        }
         if t.top_k > 0 && (t.top_k as usize) < order.len() {
-            th = z[order[t.top_k as usize - 1]] as f64;
+            th = th.max(z[order[t.top_k as usize - 1]] as f64);
         }
         if t.top_p < 1.0 {
             let kept: Vec<f64> =
@@ -523,9 +534,6 @@ mod tests {
                     break;
                 }
             }
-        }
-        if t.min_p > 0.0 {
-            th = th.max(zmax + tt * (t.min_p as f64).ln());
         }
         th.min(zmax) as f32
     }
@@ -814,7 +822,7 @@ mod tests {
             for (l, &j) in js.iter().enumerate() {
                 before[l] = s;
                 if j < n {
-                    s += w0.prob(prefix[j as usize], exp);
+                    s += w0.prob_at(j, prefix[j as usize], exp);
                     cums[j as usize] = s;
                 }
             }
@@ -832,7 +840,7 @@ mod tests {
                 match w.verdict(z, exhausted, exp) {
                     Verdict::Take => {}
                     Verdict::Uncertain => return Step::Uncertain,
-                    Verdict::Decide => return w.decide_by(exp, |i| (prefix[i as usize], cums[i as usize]), By32),
+                    Verdict::Decide => return w.decide_by(|i| (prefix[i as usize], cums[i as usize]), By32),
                 }
             }
             base = s;
@@ -916,5 +924,69 @@ mod tests {
         // A unit of one token per list holds everything: certified, all tied tokens kept.
         let (_, count) = walk::<1>(&z, 1, t, 1.0).expect("one token per unit is complete");
         assert_eq!(count, 64);
+    }
+
+    /// The walk over a complete prefix (every token listed: `β = −∞`) with a given `lse`.
+    fn walk_prefix(prefix: &[f32], t: Truncation, inv_t: f32, lse: f32) -> Step {
+        let mut w = KeptWalk::new(t, inv_t, lse, 100_000);
+        let mut cums: Vec<f32> = Vec::new();
+        let mut j = 0;
+        loop {
+            let (x, exhausted) = if j < prefix.len() { (prefix[j], false) } else { (f32::NEG_INFINITY, true) };
+            match w.next(x, exhausted, exp, |i| (prefix[i as usize], cums[i as usize])) {
+                Step::More => {
+                    cums.push(w.mass());
+                    j += 1;
+                }
+                done => return done,
+            }
+        }
+    }
+
+    #[test]
+    fn min_p_comes_before_top_k_and_top_p() {
+        // Issue 56's row (vLLM's V1 order): probabilities [0.5, 0.3, 0.1, 0.1], top-p 0.6, min-p
+        // 0.25. Min-p keeps {0, 1} (0.1 < 0.25 · 0.5); top-p over their renormalized mass keeps
+        // {0} (0.5 / 0.8 ≥ 0.6). Min-p last would keep {0, 1}.
+        let prefix: Vec<f32> = [0.5f32, 0.3, 0.1, 0.1].iter().map(|q| q.ln()).collect();
+        let t = Truncation { top_p: 0.6, min_p: 0.25, ..Truncation::NONE };
+        assert!(matches!(walk_prefix(&prefix, t, 1.0, 0.0), Step::Kept { count: 1, .. }));
+        assert_eq!(reference_tau(&prefix, &t, 1.0), prefix[0]);
+        // Top-p alone keeps {0, 1}; with top-k 3 as well, over {0, 1, 2}'s mass 0.9: 0.5 < 0.54,
+        // 0.8 ≥ 0.54 → {0, 1}; min-p 0.25 then cuts the block to {0, 1}: 0.5 / 0.8 → {0}.
+        let p_only = Truncation { top_p: 0.6, ..Truncation::NONE };
+        assert!(matches!(walk_prefix(&prefix, p_only, 1.0, 0.0), Step::Kept { count: 2, .. }));
+        let kp = Truncation { top_k: 3, top_p: 0.6, ..Truncation::NONE };
+        assert!(matches!(walk_prefix(&prefix, kp, 1.0, 0.0), Step::Kept { count: 2, .. }));
+        let kpm = Truncation { top_k: 3, top_p: 0.6, min_p: 0.25, _pad: 0 };
+        assert!(matches!(walk_prefix(&prefix, kpm, 1.0, 0.0), Step::Kept { count: 1, .. }));
+        for t in [t, p_only, kp, kpm] {
+            let count = match walk_prefix(&prefix, t, 1.0, 0.0) {
+                Step::Kept { count, .. } => count as usize,
+                other => panic!("{other:?}"),
+            };
+            let tau = reference_tau(&prefix, &t, 1.0);
+            assert_eq!(count, prefix.iter().filter(|&&z| z >= tau).count(), "{t:?}");
+        }
+    }
+
+    #[test]
+    fn a_row_whose_lse_is_infinite_keeps_its_first_entry_with_all_the_mass() {
+        // Issue 56: a `+∞` logit (or `z/T` past f32 at a tiny temperature) makes `lse = +∞`; the
+        // probabilities `exp(z/T − lse)` were NaN and top-p never decided. All the mass is the
+        // first entry's: every truncation keeps it (and its ties), with mass 1.
+        let prefix = [f32::INFINITY, f32::INFINITY, 3.0, 2.0, 1.0];
+        for t in [
+            Truncation { top_p: 0.9, ..Truncation::NONE },
+            Truncation { top_k: 3, top_p: 0.5, ..Truncation::NONE },
+            Truncation { min_p: 0.1, ..Truncation::NONE },
+            Truncation { top_k: 4, top_p: 0.99, min_p: 0.5, _pad: 0 },
+        ] {
+            assert_eq!(walk_prefix(&prefix, t, 1.0, f32::INFINITY), Step::Kept { count: 2, mass: 1.0 }, "{t:?}");
+        }
+        // At T = 1e-38 (z/T overflows): the largest z alone, mass 1.
+        let tiny = [5.0f32, 4.9, 4.0, -1.0];
+        let t = Truncation { top_k: 3, top_p: 0.9, ..Truncation::NONE };
+        assert_eq!(walk_prefix(&tiny, t, 1e38, f32::INFINITY), Step::Kept { count: 1, mass: 1.0 });
     }
 }

@@ -340,17 +340,20 @@ pub fn far_tail_reach_case(stream: u64, sample: impl Fn(Matrix<'_>, Matrix<'_>, 
     eighths
 }
 
-/// An independent f64 reference of the truncated distribution of logits `y` (already processed).
+/// An independent f64 reference of the truncated distribution of logits `y` (already processed), in
+/// vLLM's V1 order: min-p on the whole distribution, then top-k, then top-p on the renormalized rest.
 pub fn truncated(y: &[f64], t: f64, k: usize, p: f64, min_p: f64) -> Vec<f64> {
     let v = y.len();
     let mut order: Vec<usize> = (0..v).collect();
     order.sort_by(|&a, &b| y[b].partial_cmp(&y[a]).unwrap().then(a.cmp(&b)));
-    let mut keep = vec![true; v];
-    if k > 0 && k < v {
-        let kth = y[order[k - 1]];
-        (0..v).for_each(|i| keep[i] = y[i] >= kth);
-    }
     let q = |i: usize| ((y[i] - y[order[0]]) / t).exp();
+    let mut keep: Vec<bool> = (0..v).map(|i| !(min_p > 0.0) || q(i) >= min_p).collect();
+    if k > 0 && k < v {
+        // The k-th largest of what min-p kept (min-p keeps a top part, so of the whole row when
+        // min-p keeps at least k; else everything min-p kept).
+        let kth = y[order[k - 1]];
+        (0..v).for_each(|i| keep[i] &= y[i] >= kth);
+    }
     if p < 1.0 {
         let total: f64 = (0..v).filter(|&i| keep[i]).map(q).sum();
         let mut cum = 0.0;
@@ -363,9 +366,6 @@ pub fn truncated(y: &[f64], t: f64, k: usize, p: f64, min_p: f64) -> Vec<f64> {
             }
         }
         (0..v).for_each(|i| keep[i] &= y[i] >= last);
-    }
-    if min_p > 0.0 {
-        (0..v).for_each(|i| keep[i] &= q(i) >= min_p);
     }
     let total: f64 = (0..v).filter(|&i| keep[i]).map(q).sum();
     (0..v).map(|i| if keep[i] { q(i) / total } else { 0.0 }).collect()

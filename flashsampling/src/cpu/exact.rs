@@ -1,6 +1,8 @@
 //! The exact path for rows that truncate (top-k, top-p, min-p) or ask for their top tokens: each
 //! row's processed logits are materialized, the kept set found exactly, the rest set to `−∞`.
 
+use std::cmp::Ordering;
+
 use flashsampling_kernels::Candidate;
 use flashsampling_kernels::epilogue::update_tile;
 use flashsampling_kernels::truncate::{KeptWalk, Step, TopList, Truncation, sample_kept};
@@ -169,7 +171,9 @@ impl RowResult {
 /// argmax, with probability 1: the list is that one token, at 0.
 pub(super) fn top_list(vals: &[f32], (l, scale): (f64, f64), k: u32, greedy: bool) -> Vec<(u32, f32)> {
     let mut order: Vec<u32> = (0..vals.len() as u32).filter(|&i| vals[i as usize] > f32::NEG_INFINITY).collect();
-    order.sort_by(|&a, &b| vals[b as usize].total_cmp(&vals[a as usize]).then(a.cmp(&b)));
+    // By value (`−0.0` and `+0.0` tie: one value), then by id; no NaN is listed.
+    let by_value = |a: u32, b: u32| vals[b as usize].partial_cmp(&vals[a as usize]).unwrap_or(Ordering::Equal);
+    order.sort_by(|&a, &b| by_value(a, b).then(a.cmp(&b)));
     if greedy {
         order.truncate(1);
         return order.iter().map(|&i| (i, 0.0)).collect();
@@ -191,24 +195,30 @@ pub(super) fn top_list(vals: &[f32], (l, scale): (f64, f64), k: u32, greedy: boo
 }
 
 /// Token `t`'s rank in [`top_list`]'s order of `vals` (1 = first): one plus the tokens before it —
-/// a larger value, or an equal one at a lower index.
+/// a larger value, or an equal one (`−0.0` and `+0.0` are equal) at a lower index.
 pub(super) fn rank_of(vals: &[f32], t: usize) -> u32 {
     let x = vals[t];
-    let before = vals.iter().enumerate().filter(|&(i, y)| y.total_cmp(&x).then(t.cmp(&i)).is_gt()).count();
+    let before = vals
+        .iter()
+        .enumerate()
+        .filter(|&(i, y)| y.partial_cmp(&x).unwrap_or(Ordering::Equal).then(t.cmp(&i)).is_gt())
+        .count();
     1 + before as u32
 }
 
 /// The smallest processed logit a token may have to stay in a row's kept set (`−∞`: all kept), for
-/// temperature `t`, then top-k (`k`; 0 or ≥ V: off), then top-p (`p`; 1: off) on the renormalized
-/// remainder, then min-p (`min_p`; 0: off): the order vLLM's sampler applies them. Every one of them
-/// keeps a top part of the row by logit, so their composition is a threshold on the logit:
+/// temperature `t`, then min-p (`min_p`; 0: off), then top-k (`k`; 0 or ≥ V: off), then top-p (`p`;
+/// 1: off) on the renormalized remainder: the order vLLM's V1 sampler applies them. Every one of
+/// them keeps a top part of the row by logit, so their composition is a threshold on the logit:
 ///
+/// - min-p: `max + T · ln(min_p)` (probability at least `min_p` times the largest);
 /// - top-k: the k-th largest logit (every token tied with it stays, so ties may keep more than k);
-/// - top-p: the logit of the last token of the smallest most-probable prefix (among the top-k) whose
-///   probability reaches `p` of their mass (tokens tied with it stay);
-/// - min-p: `max + T · ln(min_p)` (probability at least `min_p` times the largest).
+///   min-p and top-k commute (min-p's cut depends only on the largest logit);
+/// - top-p: the logit of the last token of the smallest most-probable prefix (of what min-p and
+///   top-k keep) whose probability reaches `p` of their mass (tokens tied with it stay).
 ///
-/// Probabilities in f64 from the f32 logits; the most likely token is always kept.
+/// Probabilities in f64 from the f32 logits; the most likely token is always kept. A `+∞` logit
+/// holds all the mass (the softmax limit): the kept set is then the `+∞` tokens.
 pub(crate) fn kept_threshold(z: &[f32], t: f64, k: u32, p: f32, min_p: f32) -> f64 {
     let mut order: Vec<usize> = (0..z.len()).filter(|&i| z[i] > f32::NEG_INFINITY).collect();
     if order.is_empty() {
@@ -217,15 +227,19 @@ pub(crate) fn kept_threshold(z: &[f32], t: f64, k: u32, p: f32, min_p: f32) -> f
     order.sort_by(|&a, &b| z[b].total_cmp(&z[a]).then(a.cmp(&b)));
     let zmax = z[order[0]] as f64;
     let mut threshold = f64::NEG_INFINITY;
+    if min_p > 0.0 {
+        threshold = zmax + t * (min_p as f64).ln();
+    }
     if k > 0 && (k as usize) < order.len() {
-        threshold = z[order[k as usize - 1]] as f64;
+        threshold = threshold.max(z[order[k as usize - 1]] as f64);
     }
     if p < 1.0 {
+        // `x == zmax` weighs 1 (also for `zmax = +∞`, where the difference would be NaN).
         let kept: Vec<f64> = order
             .iter()
             .map(|&i| z[i] as f64)
             .take_while(|&x| x >= threshold)
-            .map(|x| ((x - zmax) / t).exp())
+            .map(|x| if x == zmax { 1.0 } else { ((x - zmax) / t).exp() })
             .collect();
         let total: f64 = kept.iter().sum();
         let mut cum = 0.0;
@@ -236,9 +250,6 @@ pub(crate) fn kept_threshold(z: &[f32], t: f64, k: u32, p: f32, min_p: f32) -> f
                 break;
             }
         }
-    }
-    if min_p > 0.0 {
-        threshold = threshold.max(zmax + t * (min_p as f64).ln());
     }
     threshold.min(zmax)
 }

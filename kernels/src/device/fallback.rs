@@ -23,9 +23,11 @@ use super::ptx::{griddepcontrol_launch_dependents, griddepcontrol_wait};
 use super::reduce::AdjRows;
 use crate::INVALID_INDEX;
 use crate::candidate::Candidate;
-use crate::params::{FALLBACK_KEEPS_SAMPLE, FALLBACK_ROW, FALLBACK_TOP, FallbackParams, TopSource};
+use crate::epilogue::Transform;
+use crate::logmass::log_prob;
+use crate::params::{FALLBACK_KEEPS_SAMPLE, FALLBACK_ROW, FALLBACK_TOP, FallbackParams, RowParams, TopSource};
+use crate::truncate::Truncation;
 
-/// Warps of a [`truncate_rows`] block.
 use super::select::{T, WARPS, count_select, for_each, key, radix_select, select_top};
 use super::truncate::{top_entry, write_top};
 
@@ -59,10 +61,10 @@ pub unsafe extern "ptx-kernel" fn fallback_gather(p: FallbackParams) {
 const FIXED: f32 = (1u64 << 40) as f32;
 
 /// The fallback's sampler: one block per listed row (see the module). Turns the row's raw logits
-/// into processed ones in place (soft-cap, mask, adjusted tokens), finds top-k's threshold (the
-/// largest key with at least `k` tokens at or above it) and top-p's (the largest key whose tokens at
-/// or above it hold `p` of the top-k mass) by radix selects over the f32 order (no sort), applies
-/// min-p, and samples the kept tokens with the row's noise.
+/// into processed ones in place (the logit pipeline, then its adjusted tokens), finds its kept set in vLLM's order
+/// ([`KeptCut::find`]: min-p, then top-k's and top-p's thresholds by radix selects over the f32
+/// order, no sort), samples the kept tokens with the row's noise ([`sample_row`]) and writes the
+/// row's outputs ([`write_row`]); a listed row that keeps its sample only gets its top entries.
 ///
 /// # Safety
 /// Launched as documented in the module after `fallback_logits` (or a GEMM into `logits`), with
@@ -107,8 +109,9 @@ pub unsafe extern "ptx-kernel" fn fallback_sample(p: FallbackParams) {
             return; // block-uniform
         }
     }
-    // The logit pipeline (`LogitPipeline::process`) over the row; its adjusted tokens (masked out,
-    // like the fused pass's) take the processed logits the adjusted tokens' kernel wrote, below.
+    // The row's raw logits turned into processed ones in place: the logit pipeline
+    // (`LogitPipeline::process`: soft-cap, mask) over the row, then its adjusted tokens (masked out
+    // there, like the fused pass's) take the processed logits the adjusted tokens' kernel wrote.
     if p.softcap > 0.0 || !p.mask.is_null() {
         let pipe = p.logit_pipeline();
         let mut i = tid;
@@ -138,95 +141,197 @@ pub unsafe extern "ptx-kernel" fn fallback_sample(p: FallbackParams) {
     }
     // SAFETY: block-uniform barrier.
     unsafe { _syncthreads() };
-    // The row's largest processed logit.
-    let mut m = f32::NEG_INFINITY;
-    // SAFETY: z holds V floats.
-    unsafe {
-        for_each(z, v, tid, |_, x| {
-            if x > m {
-                m = x;
-            }
-        })
-    };
-    // SAFETY: every thread (the reductions below are reached by all).
-    let zmax = unsafe { block_max::<WARPS>(m, tid) };
     let transform = row.transform;
-    let e = |x: f32| exp(transform.scaled(x - zmax));
-    let fixed = |x: f32| (e(x) * FIXED) as u64;
-    let live = |x: f32| x > f32::NEG_INFINITY;
-    // Top-k: the k-th largest key (everything when fewer than k tokens are live).
-    let tk = if trunc.top_k_on(v) {
-        // SAFETY: every thread; z as above.
-        unsafe { count_select(z, v, tid, trunc.top_k as u64, |_, x| live(x).then(|| key(x))) }
-    } else {
-        0
-    };
-    // Top-p on the top-k remainder: the largest key whose tokens at or above it hold p of its mass.
-    let mut tp = tk;
-    if trunc.top_p < 1.0 {
-        let mut mk = 0u64;
-        // SAFETY: z as above.
-        unsafe {
-            for_each(z, v, tid, |_, x| {
-                if live(x) && key(x) >= tk {
-                    mk += fixed(x);
-                }
-            })
-        };
-        // SAFETY: every thread.
-        let mk = unsafe { block_sum_u64::<WARPS>(mk, tid) };
-        let want = trunc.top_p as f64 * mk as f64;
-        let mut target = want as u64;
-        if (target as f64) < want {
-            target += 1;
-        }
-        let at_least_tk = |_, x| if live(x) && key(x) >= tk { Some(key(x)) } else { None };
-        // SAFETY: every thread; z as above.
-        tp = unsafe { radix_select::<false>(z, v, tid, target, at_least_tk, fixed) }.max(tk);
-    }
-    let keeps = |x: f32| live(x) && key(x) >= tp && (!(trunc.min_p > 0.0) || e(x) >= trunc.min_p);
+    // SAFETY: every thread; z holds V processed floats.
+    let cut = unsafe { KeptCut::find(z, v, tid, trunc, transform) };
     let (c, lse_kept) = if keeps_sample {
         // The row's sample stands (it is here for its top entries) and it does not truncate: its
         // log-sum-exp is the fused pass's.
         // SAFETY: b < B.
         (Candidate::EMPTY, unsafe { *p.logsumexp.add(b as usize) })
     } else {
-        // The sample over the kept tokens, four per Philox call.
-        let noise = row.noise();
-        let mut c = Candidate::EMPTY;
-        let mut mass = 0u64;
-        let mut g = tid;
-        while 4 * g < v {
-            let gum = noise.gumbel4(g);
-            for j in 0..4u32 {
-                let i = 4 * g + j;
-                if i < v {
-                    // SAFETY: i < V.
-                    let x = unsafe { *z.add(i as usize) };
-                    if keeps(x) {
-                        c.update(transform.score(x, gum[j as usize]), i);
-                        mass += fixed(x);
-                    }
-                }
-            }
-            g += T;
-        }
-        // SAFETY: every thread (`keeps_sample` is block-uniform).
-        let (c, mass) = unsafe { (block_best::<WARPS>(c, tid), block_sum_u64::<WARPS>(mass, tid)) };
-        (c, transform.scaled(zmax) + ln(mass as f32 / FIXED))
+        // SAFETY: every thread (`keeps_sample` is block-uniform); z as above.
+        unsafe { sample_row(z, v, tid, row, cut) }
     };
     if top && !raw_top {
         // The processed distribution's top entries: of the kept tokens, over the kept mass.
         // SAFETY: every thread (block-uniform); z as above; the top outputs hold B / n requests;
         // j < count: a sorted entry.
         unsafe {
-            let count = select_top(z, v, tid, p.top.n, keeps);
+            let count = select_top(z, v, tid, p.top.n, |x| cut.keeps(x));
             write_top(&p.top, request, count, tid, |j| top_entry(j, transform.inv_temperature, lse_kept));
         }
     }
     if keeps_sample {
         return; // block-uniform
     }
+    // SAFETY: every thread; b < B; z as above; c is the block's sample.
+    unsafe { write_row(&p, b, z, (c, lse_kept), transform, tid) };
+}
+
+/// A row's kept set, found exactly over its processed logits: every token with `x ≥ tm` (min-p)
+/// and `key(x) ≥ tp` (top-k, then top-p on what min-p and top-k keep), `−∞` never.
+#[derive(Clone, Copy)]
+struct KeptCut {
+    /// The row's largest processed logit.
+    zmax: f32,
+    /// Min-p's cut as a value (`−∞`: off).
+    tm: f32,
+    /// The key at or above which tokens are kept (top-p's threshold, at least top-k's; 0: all).
+    tp: u32,
+    transform: Transform,
+}
+
+impl KeptCut {
+    /// The cut of a row (`z`: V processed logits; `trunc`, `transform`: its truncation and logit
+    /// transform), in vLLM's order: min-p relative to the largest probability, top-k of those,
+    /// top-p on their renormalized mass.
+    ///
+    /// # Safety
+    /// Every thread of the block (its reductions); `z` holds V floats.
+    #[inline(always)]
+    unsafe fn find(z: *const f32, v: u32, tid: u32, trunc: Truncation, transform: Transform) -> Self {
+        // The row's largest processed logit.
+        let mut m = f32::NEG_INFINITY;
+        // SAFETY: z holds V floats.
+        unsafe {
+            for_each(z, v, tid, |_, x| {
+                if x > m {
+                    m = x;
+                }
+            })
+        };
+        // SAFETY: every thread (the reductions below are reached by all).
+        let zmax = unsafe { block_max::<WARPS>(m, tid) };
+        // Relative probabilities ([`Self::e`], [`Self::fixed`]), as locals for the passes below.
+        let e = |x: f32| if x == zmax { 1.0 } else { exp(transform.scaled(x - zmax)) };
+        let fixed = |x: f32| (e(x) * FIXED) as u64;
+        // Min-p first (vLLM's order): the live tokens with probability at least `min_p` times the
+        // largest. `e` is monotone, so they are those at or above the smallest that passes (`tm`: one
+        // pass here, then a compare wherever a token is tested).
+        let tm = if trunc.min_p > 0.0 {
+            let mut lo = f32::NEG_INFINITY; // the largest −x of the passing tokens
+            // SAFETY: z holds V floats.
+            unsafe {
+                for_each(z, v, tid, |_, x| {
+                    if x > f32::NEG_INFINITY && e(x) >= trunc.min_p && -x > lo {
+                        lo = -x;
+                    }
+                })
+            };
+            // SAFETY: every thread (`min_p` is block-uniform).
+            -unsafe { block_max::<WARPS>(lo, tid) }
+        } else {
+            f32::NEG_INFINITY
+        };
+        let live = |x: f32| x > f32::NEG_INFINITY && x >= tm;
+        // Top-k of those: the k-th largest key (everything when fewer than k tokens are live).
+        let tk = if trunc.top_k_on(v) {
+            // SAFETY: every thread; z as above.
+            unsafe { count_select(z, v, tid, trunc.top_k as u64, |_, x| live(x).then(|| key(x))) }
+        } else {
+            0
+        };
+        // Top-p on the min-p and top-k remainder: the largest key whose tokens at or above it hold p of
+        // its mass.
+        let mut tp = tk;
+        if trunc.top_p < 1.0 {
+            let mut mk = 0u64;
+            // SAFETY: z as above.
+            unsafe {
+                for_each(z, v, tid, |_, x| {
+                    if live(x) && key(x) >= tk {
+                        mk += fixed(x);
+                    }
+                })
+            };
+            // SAFETY: every thread.
+            let mk = unsafe { block_sum_u64::<WARPS>(mk, tid) };
+            let want = trunc.top_p as f64 * mk as f64;
+            let mut target = want as u64;
+            if (target as f64) < want {
+                target += 1;
+            }
+            let at_least_tk = |_, x| if live(x) && key(x) >= tk { Some(key(x)) } else { None };
+            // SAFETY: every thread; z as above.
+            tp = unsafe { radix_select::<false>(z, v, tid, target, at_least_tk, fixed) }.max(tk);
+        }
+        Self { zmax, tm, tp, transform }
+    }
+
+    /// The relative probability of `x`: the largest value weighs 1 (also `+∞`, where `∞ − ∞` would
+    /// be NaN: a `+∞` logit holds all the mass).
+    #[inline(always)]
+    fn e(&self, x: f32) -> f32 {
+        if x == self.zmax { 1.0 } else { exp(self.transform.scaled(x - self.zmax)) }
+    }
+
+    /// [`Self::e`] in fixed point ([`FIXED`]).
+    #[inline(always)]
+    fn fixed(&self, x: f32) -> u64 {
+        (self.e(x) * FIXED) as u64
+    }
+
+    /// Whether `x` passes min-p (and is not `−∞`).
+    #[inline(always)]
+    fn live(&self, x: f32) -> bool {
+        x > f32::NEG_INFINITY && x >= self.tm
+    }
+
+    /// Whether `x` is kept.
+    #[inline(always)]
+    fn keeps(&self, x: f32) -> bool {
+        self.live(x) && key(x) >= self.tp
+    }
+}
+
+/// The sample over a row's kept tokens (four per Philox call) and the kept set's log-sum-exp.
+///
+/// # Safety
+/// Every thread of the block (its reductions); `z` holds V processed floats.
+#[inline(always)]
+unsafe fn sample_row(z: *const f32, v: u32, tid: u32, row: RowParams, cut: KeptCut) -> (Candidate, f32) {
+    let noise = row.noise();
+    let mut c = Candidate::EMPTY;
+    let mut mass = 0u64;
+    let mut g = tid;
+    while 4 * g < v {
+        let gum = noise.gumbel4(g);
+        for j in 0..4u32 {
+            let i = 4 * g + j;
+            if i < v {
+                // SAFETY: i < V.
+                let x = unsafe { *z.add(i as usize) };
+                if cut.keeps(x) {
+                    c.update(cut.transform.score(x, gum[j as usize]), i);
+                    mass += cut.fixed(x);
+                }
+            }
+        }
+        g += T;
+    }
+    // SAFETY: every thread.
+    let (c, mass) = unsafe { (block_best::<WARPS>(c, tid), block_sum_u64::<WARPS>(mass, tid)) };
+    (c, cut.transform.scaled(cut.zmax) + ln(mass as f32 / FIXED))
+}
+
+/// Row `b`'s outputs: its token and score, and with log-probabilities its processed one (over the
+/// kept set's log-sum-exp `lse_kept`), that log-sum-exp, and its raw one (the sampled token's raw
+/// logit, one warp's dot product, over the raw log-sum-exp; [`log_prob`]'s `+∞` rule everywhere).
+///
+/// # Safety
+/// Every thread of the block (`c` is block-uniform); `b < B`; `z` holds V processed floats; the
+/// outputs hold entry b; with raw log-probabilities, row b of the hidden states and every row
+/// below V of the weight hold D elements, 16-byte aligned.
+#[inline(always)]
+unsafe fn write_row(
+    p: &FallbackParams,
+    b: u32,
+    z: *const f32,
+    (c, lse_kept): (Candidate, f32),
+    transform: Transform,
+    tid: u32,
+) {
     if tid == 0 {
         // SAFETY: b < B: the outputs hold entry b; c.index < V when valid.
         unsafe {
@@ -235,7 +340,7 @@ pub unsafe extern "ptx-kernel" fn fallback_sample(p: FallbackParams) {
             if !p.logprobs.is_null() {
                 let valid = c.token() != INVALID_INDEX;
                 *p.logprobs.add(b as usize) =
-                    if valid { transform.scaled(*z.add(c.index as usize)) - lse_kept } else { f32::NAN };
+                    if valid { log_prob(transform.scaled(*z.add(c.index as usize)), lse_kept) } else { f32::NAN };
                 *p.logsumexp.add(b as usize) = lse_kept;
             }
         }
@@ -252,7 +357,7 @@ pub unsafe extern "ptx-kernel" fn fallback_sample(p: FallbackParams) {
         };
         if tid == 0 {
             // SAFETY: b < B.
-            unsafe { *p.raw_logprobs.add(b as usize) = y - *p.raw_logsumexp.add(b as usize) };
+            unsafe { *p.raw_logprobs.add(b as usize) = log_prob(y, *p.raw_logsumexp.add(b as usize)) };
         }
     }
 }

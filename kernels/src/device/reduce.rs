@@ -82,8 +82,8 @@ impl AdjRows {
 }
 
 /// Row `b`'s log-probability outputs (one thread): the token's processed log-probability `z / T −
-/// lse` (with `INF_RULE`, [`log_prob`]'s `+∞` rule: 0 for a `+∞` token, whose row's `lse` is `+∞`;
-/// the truncation step passes `false` until its truncation edges land with it, docs/findings/37) (`z` = the token's logit `y` soft-capped, or its adjusted logit when an adjusted token won;
+/// lse` ([`log_prob`]'s `+∞` rule: 0 for a `+∞` token, whose row's `lse` is `+∞`) (`z` = the
+/// token's logit `y` soft-capped, or its adjusted logit when an adjusted token won;
 /// `0` for a greedy row), its raw one `y − lse_raw`, and the row's log-sum-exp of `z / T` (NaN for a
 /// greedy row). A row without a token (`valid` false) gets NaN everywhere. Null `logprobs` (a
 /// truncation step whose call asks for no log-probabilities; `y` is then not computed): the
@@ -94,23 +94,12 @@ impl AdjRows {
 /// `b < B`; `p` is a log-probability launch (its outputs hold B entries; `raw_logprobs` null or
 /// not, and null when `logprobs` is).
 #[inline(always)]
-unsafe fn write_logprobs<const INF_RULE: bool>(
-    p: &FusedParams,
-    b: u32,
-    (cand, mass): (Candidate, RowMass),
-    y: f32,
-    adj: AdjRows,
-) {
+unsafe fn write_logprobs(p: &FusedParams, b: u32, (cand, mass): (Candidate, RowMass), y: f32, adj: AdjRows) {
     let token = cand.token();
     let valid = token != crate::INVALID_INDEX;
     let row = row_params(p, b);
     // `+∞` when a `+∞` logit holds all the mass (whatever its sum became).
-    let (lse, lse_raw) = if INF_RULE {
-        (mass.processed.lse_with(ln), mass.raw.lse_with(ln))
-    } else {
-        (mass.processed.max + ln(mass.processed.sum), mass.raw.max + ln(mass.raw.sum))
-    };
-    let log_prob = |x: f32, lse: f32| if INF_RULE { log_prob(x, lse) } else { x - lse };
+    let (lse, lse_raw) = (mass.processed.lse_with(ln), mass.raw.lse_with(ln));
     let transform = row.transform();
     let greedy = transform.is_greedy();
     let (lp, raw, lse) = if !valid {
@@ -247,8 +236,8 @@ pub(super) unsafe fn reduce_if_last(
 /// the block's size: thread `t` merges the row's candidates and masses `t, t + PARTS, …` and its
 /// adjusted tokens, each warp merges its lanes, every thread merges the first `PARTS / 32` warps'
 /// results in order (so all hold the row's candidate and mass); then the sampled token's logit `y`,
-/// one block-wide dot product (skipped without `logprobs`); thread 0 writes the token, its score and [`write_logprobs`]
-/// (`INF_RULE`: with the `+∞` rule, as `reduce_rows` runs it). In the
+/// one block-wide dot product (skipped without `logprobs`); thread 0 writes the token, its score and
+/// [`write_logprobs`]. In the
 /// fused kernel's last block this took one warp per row, 12–15 µs each (docs/findings/18); here
 /// the rows run on B multiprocessors at once.
 ///
@@ -260,7 +249,7 @@ pub(super) unsafe fn reduce_if_last(
 /// aligned), not used by the caller until after its next barrier. Outputs are written by thread 0:
 /// the caller's other threads see them after a barrier.
 #[inline(always)]
-pub(super) unsafe fn reduce_row_block<const INF_RULE: bool>(p: &FusedParams, b: u32, tid: u32, smem: u32) {
+pub(super) unsafe fn reduce_row_block(p: &FusedParams, b: u32, tid: u32, smem: u32) {
     const PARTS: u32 = REDUCE_BLOCK_THREADS;
     const W: u32 = PARTS / 32;
     let part = tid < PARTS; // warp-uniform
@@ -333,7 +322,7 @@ pub(super) unsafe fn reduce_row_block<const INF_RULE: bool>(p: &FusedParams, b: 
         unsafe {
             *p.tokens.add(b as usize) = token;
             *p.scores.add(b as usize) = c.score;
-            write_logprobs::<INF_RULE>(p, b, (c, mass), y, adj);
+            write_logprobs(p, b, (c, mass), y, adj);
         }
     }
 }
@@ -377,5 +366,5 @@ pub unsafe extern "ptx-kernel" fn reduce_rows(p: FusedParams) {
     griddepcontrol_wait();
     // SAFETY: every thread of a REDUCE_BLOCK_THREADS-thread block, b < B, after the wait; the
     // launch's REDUCE_BLOCK_SMEM bytes of dynamic shared memory.
-    unsafe { reduce_row_block::<true>(&p, b, tid, mov_u32_dynamic_smem()) }
+    unsafe { reduce_row_block(&p, b, tid, mov_u32_dynamic_smem()) }
 }

@@ -182,7 +182,8 @@ pub(super) unsafe fn sort_entries(n: u32, tid: u32) {
 /// The f32 order as a u32 order (for values that are not NaN).
 #[inline(always)]
 pub(super) fn key(x: f32) -> u32 {
-    let u = x.to_bits();
+    // `−0.0 + 0.0 = +0.0`: the two zeros, equal values, get one key (ties at a boundary are kept).
+    let u = (x + 0.0).to_bits();
     if u >> 31 != 0 { !u } else { u | 0x8000_0000 }
 }
 

@@ -70,6 +70,7 @@ const STEP_WORD: u32 = ROUNDS + 1;
 const LIST_WORD: u32 = STEP_WORD + 3;
 /// Entries the walk reads at most: it decides (or gives up) before taking entry `MAX_KEPT`.
 const WALK_ENTRIES: u32 = MAX_KEPT as u32 + 1;
+use crate::logmass::log_prob;
 const _: () = assert!(TRUNCATE_SMEM == CONTROL_AT + 64 && 4 * (KEPT_WORD + 1) <= 64);
 // The row's reduction ([`reduce_row_block`]) runs in the entries area, with its threads.
 const _: () = assert!(REDUCE_BLOCK_SMEM <= MASSES_AT && REDUCE_BLOCK_THREADS <= TRUNCATE_THREADS);
@@ -278,7 +279,7 @@ unsafe fn warp_walk(n: u32, theta: f32, walk: (Truncation, f32, f32, u32), masse
         let j = 32 * c + lane;
         // SAFETY: j < n: a sorted entry.
         let (z, exhausted) = if j < n { (unsafe { load_entry(j).0 }, false) } else { (theta, true) };
-        let prob = if j < n { fresh.prob(z, exp) } else { 0.0 };
+        let prob = if j < n { fresh.prob_at(j, z, exp) } else { 0.0 };
         // The running sums in order: lane l's before and after its own take.
         let (mut s, mut before, mut after) = (base, 0.0f32, 0.0f32);
         for i in 0..32 {
@@ -325,11 +326,8 @@ unsafe fn warp_walk(n: u32, theta: f32, walk: (Truncation, f32, f32, u32), masse
             // SAFETY: the decision reads entries and running sums below `stop` ≤ last.
             // SAFETY (the searches): all 32 lanes of the warp call them together.
             let search = WarpSearch { lane };
-            return w.decide_by(
-                exp,
-                |i| unsafe { (load_entry(i).0, f32::from_bits(ld_shared_u32(masses + 4 * i))) },
-                search,
-            );
+            return w
+                .decide_by(|i| unsafe { (load_entry(i).0, f32::from_bits(ld_shared_u32(masses + 4 * i))) }, search);
         }
         base = s;
         c += 1;
@@ -516,7 +514,8 @@ pub(super) unsafe fn write_top(
     }
 }
 
-/// Sorted entry `j` as a top log-probability: its token and `z · scale − l`.
+/// Sorted entry `j` as a top log-probability: its token and `z · scale − l` ([`log_prob`]: with
+/// `l = +∞` the first entry holds all the mass, 0, and every later one `−∞`).
 ///
 /// # Safety
 /// As [`load_entry`].
@@ -524,13 +523,14 @@ pub(super) unsafe fn write_top(
 pub(super) unsafe fn top_entry(j: u32, scale: f32, l: f32) -> (u32, f32) {
     // SAFETY: the caller's contract.
     let (z, i) = unsafe { load_entry(j) };
-    (i, z * scale - l)
+    (i, if j > 0 && l == f32::INFINITY { f32::NEG_INFINITY } else { log_prob(z * scale, l) })
 }
 
-/// The log-sum-exp of a row's kept set: the row's `lse` and the kept set's share `mass` of it.
+/// The log-sum-exp of a row's kept set: the row's `lse` and the kept set's share `mass` of it
+/// (`+∞` stays `+∞`).
 #[inline(always)]
 pub(super) fn kept_lse(lse: f32, mass: f32) -> f32 {
-    lse + ln(mass)
+    if lse == f32::INFINITY { lse } else { lse + ln(mass) }
 }
 
 /// A tensor-parallel rank's export of a sample row: thread `j <` [`RANK_UNITS`] writes unit `j`,
@@ -651,7 +651,6 @@ unsafe fn truncate_row(p: TruncateParams) {
     griddepcontrol_wait();
     // SAFETY: special-register reads.
     let (tid, b) = unsafe { (_thread_idx_x(), _block_idx_x()) };
-    let (lane, warp) = (tid % 32, tid / 32);
     if b >= p.b {
         return; // block-uniform
     }
@@ -664,7 +663,7 @@ unsafe fn truncate_row(p: TruncateParams) {
         // REDUCE_BLOCK_THREADS), b < B, after the wait; the entries area is free until the
         // collection; the barrier makes thread 0's outputs visible to the block and frees the area.
         unsafe {
-            reduce_row_block::<false>(&p.reduce, b, tid, smem);
+            reduce_row_block(&p.reduce, b, tid, smem);
             _syncthreads();
         }
     }
@@ -724,7 +723,77 @@ unsafe fn truncate_row(p: TruncateParams) {
         ranks: p.ranks.max(1),
         stride: p.rank_stride,
     };
-    // 1. β: the largest bound (eight loads in flight).
+    // 1. β: the largest bound.
+    // SAFETY: every thread of the block; the warps' slots.
+    let beta = unsafe { largest_bound(&units, tid, slots) };
+    // 2. The entries above the threshold (β, or raised after an overflow).
+    // SAFETY: b < B; the offsets and results hold the launch's adjustments (or are null).
+    let adj = unsafe { AdjRows::from_parts(p.adj_offsets, p.adjusted, p.samples, b) };
+    // SAFETY: every thread of the block; the rounds' counters were zeroed before the bound's barrier.
+    let (collected, mut theta) = unsafe { collect_above(&units, &adj, beta, control, tid) };
+    // 3. Sorted, largest first: past `keep.cap` entries, only the largest ones that anything after
+    // reads (with their bin of a radix select; [`Keep`]), and the threshold raised to their range's
+    // bound. A top-k row keeps at most [`WARP_SORT`], which one warp sorts; when ties defeat that,
+    // the walk's selection.
+    let top_n = if matches!(top, TopPlan::Prefix { .. }) { p.top.n } else { 0 };
+    let keep = Keep::of_row(truncating, trunc, p.v, top_n, export.is_some());
+    // SAFETY: every thread of the block (`collected` and `keep` are block-uniform); the entries are
+    // visible (the collection's barrier).
+    let collected = unsafe { select_kept(collected, keep, &mut theta, (masses, control), tid) };
+    if let Some(n) = collected
+        && n > 0
+    {
+        // SAFETY: every thread (n is block-uniform); the entries are visible.
+        unsafe { sort_entries(n, tid) };
+    }
+    if let Some(out) = export {
+        // A rank's step ends here: its shard's largest entries and the bound of the rest (the next
+        // entry, or the collection's threshold; none when it overflowed: `+∞`, the merged row is
+        // uncertain).
+        let (n, bound) = match collected {
+            // SAFETY: RANK_TOP < n ≤ capacity: a sorted entry.
+            Some(n) if n > RANK_TOP as u32 => (RANK_TOP as u32, unsafe { load_entry(RANK_TOP as u32).0 }),
+            Some(n) => (n, theta),
+            None => (0, f32::INFINITY),
+        };
+        // SAFETY: every thread; the sorted entries are visible (the sort ends with a barrier).
+        unsafe { export_list(out, n, bound, tid) };
+        return; // block-uniform
+    }
+    // 4. The walk (a truncating row), by warp 0 ([`warp_walk`]); `None` for a row that does not
+    // truncate.
+    let outcome = if !truncating {
+        None
+    } else if let Some(n) = collected {
+        // SAFETY: every thread of the block (n is block-uniform); the n sorted entries are visible
+        // (the sort ends with a barrier; the selection too); the running sums' area is free.
+        Some(unsafe { walk_kept(n, theta, (trunc, &row.transform, lse, p.v), (masses, control), tid) })
+    } else {
+        Some(Step::Uncertain)
+    };
+    match outcome {
+        Some(Step::Kept { count, mass }) => {
+            // 5. The sample within the kept prefix.
+            // SAFETY: every thread of the block (the outcome is block-uniform); the kept entries are
+            // sorted and visible; the warps' slots are free.
+            unsafe { sample_kept(&p, b, (&row, token, lse), (count, mass), (tid, slots)) };
+        }
+        _ => {}
+    }
+    // 6. The top log-probabilities from the prefix, the row's flag, and its listing for the fallback.
+    // SAFETY: every thread of the block (the outcome and the top plan are block-uniform); b < B.
+    unsafe { finish_row(&p, (b, request), top, (collected, theta, outcome), (transform, lse), (tid, control)) };
+}
+
+/// Step 1 of [`truncate_row`]: the largest bound `β` of the row's units over every rank (eight loads
+/// in flight), the block's maximum through the warps' `slots`.
+///
+/// # Safety
+/// Every thread of the block calls it once; `units` are the row's (inside `tops`); `slots` holds
+/// 16 bytes per warp of shared memory.
+#[inline(always)]
+unsafe fn largest_bound(units: &RowUnits, tid: u32, slots: u32) -> f32 {
+    let (lane, warp) = (tid % 32, tid / 32);
     let mut m = f32::NEG_INFINITY;
     for g in 0..units.ranks {
         // SAFETY: g < ranks.
@@ -748,7 +817,7 @@ unsafe fn truncate_row(p: TruncateParams) {
         }
     }
     // SAFETY: every thread; the warps' slots; block-uniform barrier.
-    let beta = unsafe {
+    unsafe {
         let m = warp_max(m);
         if lane == 0 {
             st_shared_u32(slots + 16 * warp, m.to_bits());
@@ -762,10 +831,18 @@ unsafe fn truncate_row(p: TruncateParams) {
             }
         }
         beta
-    };
-    // 2. The entries above the threshold (β, or raised after an overflow).
-    // SAFETY: b < B; the offsets and results hold the launch's adjustments (or are null).
-    let adj = unsafe { AdjRows::from_parts(p.adj_offsets, p.adjusted, p.samples, b) };
+    }
+}
+
+/// Step 2 of [`truncate_row`]: the entries above the threshold (`beta`, or raised after an overflow,
+/// at most [`ROUNDS`] rounds) collected into the entries area; their count (`None`: every round
+/// overflowed) and the threshold they are above.
+///
+/// # Safety
+/// Every thread of the block calls it once; the rounds' counters at `control` were zeroed before a
+/// barrier; the entries area is free.
+#[inline(always)]
+unsafe fn collect_above(units: &RowUnits, adj: &AdjRows, beta: f32, control: u32, tid: u32) -> (Option<u32>, f32) {
     let mut theta = beta;
     let mut round = 0;
     let collected = loop {
@@ -773,7 +850,7 @@ unsafe fn truncate_row(p: TruncateParams) {
         // SAFETY: every thread; the counter was zeroed before the first barrier; block-uniform
         // barrier; `n` is the same in every thread (nothing writes this counter after it).
         let n = unsafe {
-            collect(units, &adj, theta, counter, tid);
+            collect(*units, adj, theta, counter, tid);
             _syncthreads();
             ld_shared_u32(counter)
         };
@@ -811,136 +888,7 @@ unsafe fn truncate_row(p: TruncateParams) {
         theta = next;
         round += 1;
     };
-    // 3. Sorted, largest first: past `keep.cap` entries, only the largest ones that anything after
-    // reads (with their bin of a radix select; [`Keep`]), and the threshold raised to their range's
-    // bound. A top-k row keeps at most [`WARP_SORT`], which one warp sorts; when ties defeat that,
-    // the walk's selection.
-    let top_n = if matches!(top, TopPlan::Prefix { .. }) { p.top.n } else { 0 };
-    let keep = Keep::of_row(truncating, trunc, p.v, top_n, export.is_some());
-    let collected = match collected {
-        Some(n) if n > keep.cap => {
-            // One inlined selection, run again with the walk's bounds when ties defeat the small
-            // one (a loop, not a second inlined copy: the paired kernel's registers).
-            let mut keep = keep;
-            let kept = loop {
-                // SAFETY: every thread (n and keep are block-uniform); the entries are visible (the
-                // collection's barrier); the running sums (256 words) and the selection's control
-                // words are free until the walk; a selection that keeps nothing moves nothing and
-                // ends with a barrier, so the second one starts from the same entries.
-                let kept = unsafe { select_prefix(n, keep, masses, control, tid) };
-                if kept.is_none() && keep != Keep::WALK && n > SORT_CAP {
-                    keep = Keep::WALK;
-                    continue; // block-uniform
-                }
-                break kept;
-            };
-            match kept {
-                Some((kept, bound)) => {
-                    theta = bound;
-                    Some(kept)
-                }
-                None => Some(n),
-            }
-        }
-        c => c,
-    };
-    if let Some(n) = collected
-        && n > 0
-    {
-        // SAFETY: every thread (n is block-uniform); the entries are visible.
-        unsafe { sort_entries(n, tid) };
-    }
-    if let Some(out) = export {
-        // A rank's step ends here: its shard's largest entries and the bound of the rest (the next
-        // entry, or the collection's threshold; none when it overflowed: `+∞`, the merged row is
-        // uncertain).
-        let (n, bound) = match collected {
-            // SAFETY: RANK_TOP < n ≤ capacity: a sorted entry.
-            Some(n) if n > RANK_TOP as u32 => (RANK_TOP as u32, unsafe { load_entry(RANK_TOP as u32).0 }),
-            Some(n) => (n, theta),
-            None => (0, f32::INFINITY),
-        };
-        // SAFETY: every thread; the sorted entries are visible (the sort ends with a barrier).
-        unsafe { export_list(out, n, bound, tid) };
-        return; // block-uniform
-    }
-    // 4. The walk (a truncating row), by warp 0 ([`warp_walk`]); `None` for a row that does not
-    // truncate.
-    let outcome = if !truncating {
-        None
-    } else if let Some(n) = collected {
-        if warp == 0 {
-            // SAFETY: all 32 lanes of warp 0; the n sorted entries are visible (the sort ends with a
-            // barrier; the selection too); the running sums' area is free (the selection's
-            // histogram is read before its last barrier).
-            let step = unsafe { warp_walk(n, theta, (trunc, row.transform.inv_temperature, lse, p.v), masses, lane) };
-            let words = match step {
-                Step::Kept { count, mass } => [1, count, mass.to_bits()],
-                _ => [0; 3],
-            };
-            if lane == 0 {
-                // SAFETY: the step's control words.
-                unsafe {
-                    for (k, w) in words.into_iter().enumerate() {
-                        st_shared_u32(control + 4 * (STEP_WORD + k as u32), w);
-                    }
-                }
-            }
-        }
-        // SAFETY: every thread; block-uniform barrier; the step is the same in every thread.
-        unsafe {
-            _syncthreads();
-            let word = |k: u32| ld_shared_u32(control + 4 * (STEP_WORD + k));
-            Some(if word(0) == 1 {
-                Step::Kept { count: word(1), mass: f32::from_bits(word(2)) }
-            } else {
-                Step::Uncertain
-            })
-        }
-    } else {
-        Some(Step::Uncertain)
-    };
-    let inv_t = transform.inv_temperature;
-    match outcome {
-        Some(Step::Kept { count, mass }) => {
-            // 5. The sample within the kept prefix.
-            // SAFETY: every thread of the block (the outcome is block-uniform); the kept entries are
-            // sorted and visible; the warps' slots are free.
-            unsafe { sample_kept(&p, b, (&row, token, lse), (count, mass), (tid, slots)) };
-        }
-        _ => {}
-    }
-    // 6. The top log-probabilities from the sorted prefix: a certified row's kept entries, or the
-    // first `n` entries of a row that does not truncate when the prefix holds them (at least `n`
-    // entries, or every live token: nothing was left below the threshold).
-    let mut top_in_fallback = top == TopPlan::Fallback;
-    if let TopPlan::Prefix { raw } = top {
-        let whole = |count: u32| count >= p.top.n || theta == f32::NEG_INFINITY;
-        let answer = match (collected, raw, outcome) {
-            (Some(_), false, Some(Step::Kept { count, mass })) => Some((count, inv_t, kept_lse(lse, mass))),
-            (Some(count), false, None) if whole(count) => Some((count, inv_t, lse)),
-            // SAFETY: b < B.
-            (Some(count), true, _) if whole(count) => Some((count, 1.0, unsafe { *p.raw_logsumexp.add(b as usize) })),
-            _ => None,
-        };
-        match answer {
-            // SAFETY: the top outputs hold B / n requests; j < count: a sorted entry.
-            Some((count, scale, l)) => unsafe { write_top(&p.top, request, count, tid, |j| top_entry(j, scale, l)) },
-            None => top_in_fallback = true,
-        }
-    }
-    let sample_in_fallback = matches!(outcome, Some(Step::Uncertain));
-    if tid == 0 {
-        // SAFETY: b < B.
-        unsafe { *flag = sample_in_fallback as u32 };
-    }
-    if sample_in_fallback || top_in_fallback {
-        let flags =
-            if top_in_fallback { FALLBACK_TOP } else { 0 } | if sample_in_fallback { 0 } else { FALLBACK_KEEPS_SAMPLE };
-        // SAFETY: every thread (block-uniform: the outcome and the top plan are), once; the control
-        // word is not otherwise used.
-        unsafe { list_row(&p, b, flags, tid, control + 4 * LIST_WORD) };
-    }
+    (collected, theta)
 }
 
 /// Step 5 of [`truncate_row`]: the sample within the kept prefix of `count` entries holding `mass` of
@@ -1011,7 +959,7 @@ unsafe fn sample_kept(
         unsafe {
             *p.tokens.add(b as usize) = c.token();
             *p.scores.add(b as usize) = c.score;
-            *p.logprobs.add(b as usize) = transform.scaled(zt) - lse_kept;
+            *p.logprobs.add(b as usize) = log_prob(transform.scaled(zt), lse_kept);
             *p.logsumexp.add(b as usize) = lse_kept;
         }
     }
@@ -1029,7 +977,143 @@ unsafe fn sample_kept(
         };
         if lane == 0 {
             // SAFETY: b < B.
-            unsafe { *p.raw_logprobs.add(b as usize) = y - *p.raw_logsumexp.add(b as usize) };
+            unsafe { *p.raw_logprobs.add(b as usize) = log_prob(y, *p.raw_logsumexp.add(b as usize)) };
         }
+    }
+}
+
+/// Step 3 of [`truncate_row`], before the sort: past `keep.cap` collected entries, only the largest
+/// ones that anything after reads (with their bin of a radix select, [`select_prefix`]), and
+/// `theta` raised to their range's bound; the count kept.
+///
+/// # Safety
+/// Every thread of the block calls it once with the same arguments; the collected entries are
+/// visible; the running sums at `masses` and the selection's control words at `control` are free.
+#[inline(always)]
+unsafe fn select_kept(
+    collected: Option<u32>,
+    keep: Keep,
+    theta: &mut f32,
+    (masses, control): (u32, u32),
+    tid: u32,
+) -> Option<u32> {
+    match collected {
+        Some(n) if n > keep.cap => {
+            // One inlined selection, run again with the walk's bounds when ties defeat the small
+            // one (a loop, not a second inlined copy: the paired kernel's registers).
+            let mut keep = keep;
+            let kept = loop {
+                // SAFETY: every thread (n and keep are block-uniform); the entries are visible (the
+                // collection's barrier); the running sums (256 words) and the selection's control
+                // words are free until the walk; a selection that keeps nothing moves nothing and
+                // ends with a barrier, so the second one starts from the same entries.
+                let kept = unsafe { select_prefix(n, keep, masses, control, tid) };
+                if kept.is_none() && keep != Keep::WALK && n > SORT_CAP {
+                    keep = Keep::WALK;
+                    continue; // block-uniform
+                }
+                break kept;
+            };
+            match kept {
+                Some((kept, bound)) => {
+                    *theta = bound;
+                    Some(kept)
+                }
+                None => Some(n),
+            }
+        }
+        c => c,
+    }
+}
+
+/// Step 4 of [`truncate_row`]: the walk of a truncating row over its `n` sorted entries by warp 0
+/// ([`warp_walk`]), its outcome handed to the block through the step's control words.
+///
+/// # Safety
+/// Every thread of the block calls it once; the `n` sorted entries are visible; the running sums at
+/// `masses` are free.
+#[inline(always)]
+unsafe fn walk_kept(
+    n: u32,
+    theta: f32,
+    (trunc, transform, lse, v): (Truncation, &crate::Transform, f32, u32),
+    (masses, control): (u32, u32),
+    tid: u32,
+) -> Step {
+    let (lane, warp) = (tid % 32, tid / 32);
+    if warp == 0 {
+        // SAFETY: all 32 lanes of warp 0; the n sorted entries are visible (the sort ends with a
+        // barrier; the selection too); the running sums' area is free (the selection's
+        // histogram is read before its last barrier).
+        let step = unsafe { warp_walk(n, theta, (trunc, transform.inv_temperature, lse, v), masses, lane) };
+        let words = match step {
+            Step::Kept { count, mass } => [1, count, mass.to_bits()],
+            _ => [0; 3],
+        };
+        if lane == 0 {
+            // SAFETY: the step's control words.
+            unsafe {
+                for (k, w) in words.into_iter().enumerate() {
+                    st_shared_u32(control + 4 * (STEP_WORD + k as u32), w);
+                }
+            }
+        }
+    }
+    // SAFETY: every thread; block-uniform barrier; the step is the same in every thread.
+    unsafe {
+        _syncthreads();
+        let word = |k: u32| ld_shared_u32(control + 4 * (STEP_WORD + k));
+        if word(0) == 1 { Step::Kept { count: word(1), mass: f32::from_bits(word(2)) } } else { Step::Uncertain }
+    }
+}
+
+/// Step 6 of [`truncate_row`]: the top log-probabilities from the sorted prefix (a certified row's
+/// kept entries, or the first `n` entries of a row that does not truncate when the prefix holds
+/// them: at least `n` entries, or every live token), the row's fallback flag, and its listing for
+/// the fallback (its sample, its top entries, or both).
+///
+/// # Safety
+/// Every thread of the block calls it once with the same arguments; the sorted entries are visible;
+/// `b < B`, `request = b / n`; the list's control word at `control` is free.
+#[inline(always)]
+unsafe fn finish_row(
+    p: &TruncateParams,
+    (b, request): (u32, u32),
+    top: TopPlan,
+    (collected, theta, outcome): (Option<u32>, f32, Option<Step>),
+    (transform, lse): (crate::Transform, f32),
+    (tid, control): (u32, u32),
+) {
+    let inv_t = transform.inv_temperature;
+    // 6. The top log-probabilities from the sorted prefix: a certified row's kept entries, or the
+    // first `n` entries of a row that does not truncate when the prefix holds them (at least `n`
+    // entries, or every live token: nothing was left below the threshold).
+    let mut top_in_fallback = top == TopPlan::Fallback;
+    if let TopPlan::Prefix { raw } = top {
+        let whole = |count: u32| count >= p.top.n || theta == f32::NEG_INFINITY;
+        let answer = match (collected, raw, outcome) {
+            (Some(_), false, Some(Step::Kept { count, mass })) => Some((count, inv_t, kept_lse(lse, mass))),
+            (Some(count), false, None) if whole(count) => Some((count, inv_t, lse)),
+            // SAFETY: b < B.
+            (Some(count), true, _) if whole(count) => Some((count, 1.0, unsafe { *p.raw_logsumexp.add(b as usize) })),
+            _ => None,
+        };
+        match answer {
+            // SAFETY: the top outputs hold B / n requests; j < count: a sorted entry.
+            Some((count, scale, l)) => unsafe { write_top(&p.top, request, count, tid, |j| top_entry(j, scale, l)) },
+            None => top_in_fallback = true,
+        }
+    }
+    let sample_in_fallback = matches!(outcome, Some(Step::Uncertain));
+    if tid == 0 {
+        // SAFETY: b < B.
+        unsafe { *p.flags.add(b as usize) = sample_in_fallback as u32 };
+    }
+    if sample_in_fallback || top_in_fallback {
+        let flags =
+            if top_in_fallback { FALLBACK_TOP } else { 0 } | if sample_in_fallback { 0 } else { FALLBACK_KEEPS_SAMPLE };
+        // SAFETY: every thread (block-uniform: the outcome and the top plan are), once; the control
+        // word is not otherwise used.
+        unsafe { list_row(p, b, flags, tid, control + 4 * LIST_WORD) };
     }
 }
