@@ -901,3 +901,115 @@ fn per_row_parameters_from_device_memory_draw_what_the_host_ones_draw() {
         assert!(matches!(err, Error::LengthMismatch { .. }), "{err:?}");
     }
 }
+
+#[test]
+fn results_into_caller_owned_outputs_equal_the_own_outputs_bit_for_bit() {
+    // Issue 51.2: `sample_device_into` writes the call's results into the caller's buffers (what the
+    // Python path hands PyTorch's tensors to), bit for bit what the own outputs hold for the same
+    // call, over plain sampling, n samples with both log-probabilities, a device mask, truncation with
+    // top log-probabilities; outputs that do not match the call are typed errors before any launch.
+    use flashsampling::DeviceOutputs;
+    use flashsampling::params::LogProbs;
+    let Some(gpu) = gpu_or_skip("results_into_caller_owned_outputs_equal_the_own_outputs_bit_for_bit") else {
+        return;
+    };
+    let s = gpu.stream().clone();
+    let (b, d, v) = (6usize, 256usize, 4100usize);
+    let mut rng = TestRng::new(DATA_SEED + 63);
+    let hidden = rng.normal_bf16(b * d, 1.0);
+    let weight = rng.normal_bf16(v * d, 3.0 / (d as f64).sqrt());
+    let (h, w) = (s.clone_htod(&hidden).unwrap(), s.clone_htod(&weight).unwrap());
+    let hm = DeviceMatrix { data: h.as_view(), rows: b, cols: d };
+    let wm = DeviceMatrix { data: w.as_view(), rows: v, cols: d };
+    let mask = s.clone_htod(&random_mask(b, v, 0.4, DATA_SEED + 64).words).unwrap();
+    let base = SamplingParams::new(0.9, 5).with_temperatures(mixed_temperatures(b));
+    let cases: Vec<(&str, SamplingParams, bool)> = vec![
+        ("plain", base.clone(), false),
+        (
+            "n = 3, both log-probabilities",
+            base.clone().with_samples_per_row(3).with_logprobs(LogProbs::ProcessedAndRaw),
+            false,
+        ),
+        ("device mask, processed log-probabilities", base.clone().with_logprobs(LogProbs::Processed), true),
+        (
+            "top-k / top-p, top-5 log-probabilities",
+            base.clone().with_top_k(vec![40; b]).with_top_p(vec![0.8; b]).with_top_logprobs(5, false),
+            false,
+        ),
+        (
+            "truncation with log-probabilities",
+            base.clone().with_min_p(vec![0.05; b]).with_logprobs(LogProbs::ProcessedAndRaw),
+            true,
+        ),
+    ];
+    let mut own = gpu.alloc_samples(b, v).unwrap();
+    let mut scratch = gpu.alloc_samples(b, v).unwrap();
+    let f = |v: cudarc::driver::CudaView<'_, f32>| bits(&s.clone_dtoh(&v).unwrap());
+    for (name, params, masked) in &cases {
+        let m = masked.then(|| mask.as_view());
+        gpu.sample_device_masked(&hm, &wm, params, m.as_ref(), &mut own).unwrap();
+        let rows = b * params.n as usize;
+        let lp = params.logprobs != LogProbs::Off;
+        let raw = params.logprobs == LogProbs::ProcessedAndRaw;
+        let k = params.top_logprobs as usize;
+        let mut tokens = s.alloc_zeros::<u32>(rows).unwrap();
+        let mut scores = s.alloc_zeros::<f32>(rows).unwrap();
+        let mut lps = s.alloc_zeros::<f32>(rows).unwrap();
+        let mut raws = s.alloc_zeros::<f32>(rows).unwrap();
+        let mut lses = s.alloc_zeros::<f32>(rows).unwrap();
+        let mut top_t = s.alloc_zeros::<u32>((b * k).max(1)).unwrap();
+        let mut top_l = s.alloc_zeros::<f32>((b * k).max(1)).unwrap();
+        {
+            let mut into = DeviceOutputs {
+                tokens: tokens.as_view_mut(),
+                scores: scores.as_view_mut(),
+                logprobs: lp.then(|| lps.as_view_mut()),
+                raw_logprobs: raw.then(|| raws.as_view_mut()),
+                logsumexp: lp.then(|| lses.as_view_mut()),
+                top_logprobs: (k > 0).then(|| (top_t.as_view_mut(), top_l.as_view_mut())),
+            };
+            gpu.sample_device_into(&hm, &wm, params, None, m.as_ref(), &mut scratch, &mut into).unwrap();
+        }
+        assert_eq!(s.clone_dtoh(&tokens).unwrap(), s.clone_dtoh(&own.tokens()).unwrap(), "{name}: tokens");
+        assert_eq!(bits(&s.clone_dtoh(&scores).unwrap()), f(own.scores()), "{name}: scores");
+        if lp {
+            assert_eq!(bits(&s.clone_dtoh(&lps).unwrap()), f(own.logprobs().unwrap()), "{name}: log-probabilities");
+            assert_eq!(bits(&s.clone_dtoh(&lses).unwrap()), f(own.logsumexp().unwrap()), "{name}: log-sum-exps");
+        }
+        if raw {
+            assert_eq!(bits(&s.clone_dtoh(&raws).unwrap()), f(own.raw_logprobs().unwrap()), "{name}: raw");
+        }
+        if k > 0 {
+            let (t, l) = own.top_logprobs().unwrap();
+            assert_eq!(s.clone_dtoh(&top_t).unwrap(), s.clone_dtoh(&t).unwrap(), "{name}: top tokens");
+            assert_eq!(bits(&s.clone_dtoh(&top_l).unwrap()), f(l), "{name}: top log-probabilities");
+        }
+        // The scratch buffers' own outputs hold no results after a call into the caller's.
+        assert_eq!(scratch.tokens().len(), 0, "{name}");
+        assert!(scratch.logprobs().is_none() && scratch.top_logprobs().is_none(), "{name}");
+    }
+    // Outputs that do not match the call: typed errors, nothing written.
+    let params = base.clone().with_logprobs(LogProbs::Processed);
+    let sentinel = vec![7u32; b];
+    let mut tokens = s.clone_htod(&sentinel).unwrap();
+    let mut scores = s.alloc_zeros::<f32>(b).unwrap();
+    let mut lps = s.alloc_zeros::<f32>(b).unwrap();
+    let mut call = |lp: bool, short: bool, p: &SamplingParams| {
+        let n = if short { b - 1 } else { b };
+        let mut into = DeviceOutputs {
+            tokens: tokens.slice_mut(..n),
+            scores: scores.as_view_mut(),
+            logprobs: lp.then(|| lps.as_view_mut()),
+            raw_logprobs: None,
+            logsumexp: None,
+            top_logprobs: None,
+        };
+        gpu.sample_device_into(&hm, &wm, p, None, None, &mut scratch, &mut into).unwrap_err()
+    };
+    assert!(matches!(call(false, false, &params), Error::OutputMismatch { output: "logprobs", asked: true }));
+    assert!(matches!(call(true, false, &base), Error::OutputMismatch { output: "logprobs", asked: false }));
+    assert!(matches!(call(true, true, &params), Error::LengthMismatch { .. }));
+    let raw = params.clone().with_logprobs(LogProbs::ProcessedAndRaw);
+    assert!(matches!(call(true, false, &raw), Error::OutputMismatch { output: "raw_logprobs", asked: true }));
+    assert_eq!(s.clone_dtoh(&tokens).unwrap(), sentinel, "a refused call wrote the caller's tokens");
+}

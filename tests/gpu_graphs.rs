@@ -281,6 +281,9 @@ fn calls_a_graph_could_not_replay_are_refused_and_leave_the_capture_valid() {
     let e =
         refused_in_capture(&stream, || gpu.sample_device_rows(&hm8, &wm, &params8, &rows8.as_view(), None, &mut out));
     assert!(capture_error(e, "a larger batch").contains("reallocated"));
+    // An allocation (the buffers of a call are made before the capture).
+    let e = refused_in_capture(&stream, || gpu.alloc_samples(b, v).map(drop));
+    assert!(capture_error(e, "an allocation").contains("allocated"));
     // A host mask, sparse adjustments.
     let masked = params.clone().with_allowed(random_mask(b, v, 0.5, 3));
     let e = refused_in_capture(&stream, || gpu.sample_device_rows(&hm, &wm, &masked, &rows.as_view(), None, &mut out));
@@ -311,5 +314,70 @@ fn calls_a_graph_could_not_replay_are_refused_and_leave_the_capture_valid() {
     let e = refused_in_capture(&s2, || on.sample_device_rows(&hm, &wm, &params, &rows2.as_view(), None, &mut out2));
     assert!(capture_error(e, "event tracking").contains("event tracking"));
     s2.synchronize().unwrap();
+    stream.synchronize().unwrap();
+}
+
+#[test]
+fn a_captured_call_into_caller_owned_outputs_replays_into_them() {
+    // Issues 51.2 + 51.6: a captured `sample_device_into` writes each replay's results into the
+    // caller's buffers (the graph keeps their addresses): bit for bit the eager call's own outputs for
+    // the step's keys, with truncation, log-probabilities and top log-probabilities.
+    use flashsampling::DeviceOutputs;
+    let test = "a_captured_call_into_caller_owned_outputs_replays_into_them";
+    let Some((gpu, stream)) = capturing_backend(test, None) else { return };
+    let case = cases().into_iter().find(|c| c.name.starts_with("top-k")).expect("the truncation case");
+    let (b, d, v) = (case.b, case.d, case.v);
+    let mut rng = TestRng::new(DATA_SEED + 40);
+    let weight = rng.normal_bf16(v * d, 3.0 / (d as f64).sqrt());
+    let hidden = rng.normal_bf16(b * d, 1.0);
+    let (w, h) = (stream.clone_htod(&weight).unwrap(), stream.clone_htod(&hidden).unwrap());
+    let hm = DeviceMatrix { data: h.as_view(), rows: b, cols: d };
+    let wm = DeviceMatrix { data: w.as_view(), rows: v, cols: d };
+    let params = (case.keys)(b, 0);
+    let k = params.top_logprobs as usize;
+    // Each step's reference: the eager call's own outputs.
+    let mut eager = gpu.alloc_samples(b, v).unwrap();
+    let want: Vec<Outputs> = (0..3)
+        .map(|step| {
+            let rows = stream.clone_htod(&row_params_words(&(case.keys)(b, step), b).unwrap()).unwrap();
+            gpu.sample_device_rows(&hm, &wm, &params, &rows.as_view(), None, &mut eager).unwrap();
+            read(&stream, &eager)
+        })
+        .collect();
+    let mut rows = stream.clone_htod(&row_params_words(&params, b).unwrap()).unwrap();
+    let (mut tokens, mut scores) = (stream.alloc_zeros::<u32>(b).unwrap(), stream.alloc_zeros::<f32>(b).unwrap());
+    let (mut lps, mut raws, mut lses) = (
+        stream.alloc_zeros::<f32>(b).unwrap(),
+        stream.alloc_zeros::<f32>(b).unwrap(),
+        stream.alloc_zeros::<f32>(b).unwrap(),
+    );
+    let (mut top_t, mut top_l) = (stream.alloc_zeros::<u32>(b * k).unwrap(), stream.alloc_zeros::<f32>(b * k).unwrap());
+    let mut out = gpu.alloc_samples(b, v).unwrap();
+    let graph = {
+        let mut into = DeviceOutputs {
+            tokens: tokens.as_view_mut(),
+            scores: scores.as_view_mut(),
+            logprobs: Some(lps.as_view_mut()),
+            raw_logprobs: Some(raws.as_view_mut()),
+            logsumexp: Some(lses.as_view_mut()),
+            top_logprobs: Some((top_t.as_view_mut(), top_l.as_view_mut())),
+        };
+        gpu.sample_device_into(&hm, &wm, &params, Some(&rows.as_view()), None, &mut out, &mut into).unwrap();
+        stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).unwrap();
+        let captured = gpu.sample_device_into(&hm, &wm, &params, Some(&rows.as_view()), None, &mut out, &mut into);
+        let graph = stream.end_capture(CUgraphInstantiate_flags(0));
+        captured.unwrap();
+        graph.unwrap().unwrap()
+    };
+    for step in [2u32, 0, 1] {
+        upload_words(&stream, &(case.keys)(b, step), b, &mut rows);
+        graph.launch().unwrap();
+        let w = &want[step as usize];
+        let f = |x: &CudaSlice<f32>| bits(&stream.clone_dtoh(x).unwrap());
+        assert_eq!(stream.clone_dtoh(&tokens).unwrap(), w.tokens, "step {step}: tokens");
+        assert_eq!(f(&scores), w.scores, "step {step}: scores");
+        assert_eq!(Some([f(&lps), f(&raws), f(&lses)]), w.logprobs, "step {step}: log-probabilities");
+        assert_eq!(Some((stream.clone_dtoh(&top_t).unwrap(), f(&top_l))), w.top, "step {step}: top");
+    }
     stream.synchronize().unwrap();
 }

@@ -51,13 +51,16 @@ pub enum Error {
         /// Length given.
         actual: usize,
     },
-    /// A device buffer that is not 16-byte aligned.
-    #[error("device buffer {buffer} is not 16-byte aligned (address {address:#x})")]
+    /// A device buffer that is null or not aligned as the kernels need: 16 bytes for the hidden
+    /// states and the weight, 4 for caller-owned outputs ([`crate::gpu::DeviceOutputs`]).
+    #[error("device buffer {buffer} is null or not {alignment}-byte aligned (address {address:#x})")]
     Misaligned {
         /// Which buffer.
         buffer: &'static str,
         /// Its device address.
         address: u64,
+        /// The alignment it needs, in bytes.
+        alignment: u64,
     },
     /// A device buffer of another CUDA context (another GPU) than the backend's.
     #[error("device buffer {buffer} belongs to another CUDA context than this GpuBackend's")]
@@ -69,6 +72,16 @@ pub enum Error {
     /// ([`crate::GpuBackend::on_stream`]).
     #[error("the stream belongs to another CUDA context than this GpuBackend's")]
     ForeignStream,
+    /// Caller-owned outputs ([`crate::gpu::DeviceOutputs`]) that do not match the call: a
+    /// log-probability or top log-probability output given for a call that does not ask for it, or
+    /// missing for one that does.
+    #[error("output {output}: {}", if *asked { "the call asks for it, but no buffer was given" } else { "a buffer was given, but the call does not ask for it" })]
+    OutputMismatch {
+        /// Which output.
+        output: &'static str,
+        /// Whether the call asks for it.
+        asked: bool,
+    },
     /// A call that cannot be recorded into a CUDA graph as it stands (its stream is capturing), or a
     /// call on buffers a captured graph uses that would change what the graph reads
     /// ([`crate::DeviceSamples::is_captured`]). `reason` says what and what to do instead; nothing

@@ -59,7 +59,7 @@ pub use flashsampling_kernels as kernels;
 pub use flashsampling_kernels::config::{Epilogue, FusedVariant, MAX_DIM, TruncateStep};
 pub use flashsampling_kernels::logits::Adjustment;
 pub use flashsampling_kernels::{INVALID_INDEX, stream_id};
-pub use gpu::{DeviceMatrix, DeviceSamples, GpuBackend, ModuleCode, gpu_available};
+pub use gpu::{DeviceMatrix, DeviceOutputs, DeviceSamples, GpuBackend, ModuleCode, gpu_available};
 #[cfg(feature = "internals")]
 pub use modules::PTX_TEST;
 pub use modules::{

@@ -7,10 +7,11 @@
 //! One backend per device ordinal is opened on first use and kept for the life of the process.
 //!
 //! **Memory.** PyTorch owns every buffer passed in. They are wrapped for one call as cudarc slices
-//! ([`Borrowed`]) and leaked afterwards, never freed here. No input is copied; the fused kernel writes
-//! its tokens and scores (and, when asked for, the fused log-probabilities, raw log-probabilities and
-//! log-sum-exps) into the backend's own [`DeviceSamples`] (kept per device, reused), and
-//! device-to-device copies move them into PyTorch's output tensors: nothing goes through the host.
+//! ([`Borrowed`]) and leaked afterwards, never freed here. No input is copied, and no output: the
+//! kernels write the tokens and scores (and, when asked for, the fused log-probabilities, raw
+//! log-probabilities, log-sum-exps and top log-probabilities) straight into PyTorch's output tensors
+//! (`GpuBackend::sample_device_into`); the backend's own [`DeviceSamples`] (kept per device, reused)
+//! hold the call's scratch. Nothing goes through the host.
 //!
 //! **Streams.** Every call is enqueued on PyTorch's current stream ([`GpuBackend::on_stream`]): no
 //! event and no host synchronization. So the call is a PyTorch operation on the current stream: it
@@ -27,7 +28,7 @@ use std::sync::{Arc, LazyLock, Mutex};
 use cudarc::driver::sys::{self, CUdevice_attribute};
 use cudarc::driver::{CudaSlice, CudaStream, CudaView};
 use flashsampling::params::LogProbs;
-use flashsampling::{DeviceMatrix, DeviceSamples, Element, Error, GpuBackend, SamplingParams};
+use flashsampling::{DeviceMatrix, DeviceOutputs, DeviceSamples, Element, Error, GpuBackend, SamplingParams};
 use half::{bf16, f16};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -135,7 +136,52 @@ struct Outputs {
     top: Option<(u64, u64, usize)>,
 }
 
+/// PyTorch's output tensors of one call wrapped for it ([`Outputs::borrow`]).
+struct BorrowedOutputs {
+    tokens: Borrowed<u32>,
+    scores: Borrowed<f32>,
+    logprobs: Option<Borrowed<f32>>,
+    raw_logprobs: Option<Borrowed<f32>>,
+    logsumexp: Option<Borrowed<f32>>,
+    top: Option<(Borrowed<u32>, Borrowed<f32>)>,
+}
+
+impl BorrowedOutputs {
+    /// The tensors as the outputs of a call.
+    fn views(&mut self) -> DeviceOutputs<'_> {
+        DeviceOutputs {
+            tokens: self.tokens.as_view_mut(),
+            scores: self.scores.as_view_mut(),
+            logprobs: self.logprobs.as_mut().map(|l| l.as_view_mut()),
+            raw_logprobs: self.raw_logprobs.as_mut().map(|l| l.as_view_mut()),
+            logsumexp: self.logsumexp.as_mut().map(|l| l.as_view_mut()),
+            top_logprobs: self.top.as_mut().map(|(t, l)| (t.as_view_mut(), l.as_view_mut())),
+        }
+    }
+}
+
 impl Outputs {
+    /// The tensors wrapped as cudarc slices on `stream` for one call.
+    ///
+    /// # Safety
+    /// Every address is the data of a live CUDA tensor of `stream`'s device with `self.len` elements
+    /// (the top ones: their `B·k`) of the type's size, held by the caller until the work enqueued on
+    /// them has completed.
+    unsafe fn borrow(&self, stream: &Arc<CudaStream>) -> BorrowedOutputs {
+        let len = self.len;
+        // SAFETY: forwarded contract (each wrapper is leaked at drop, never freed here).
+        unsafe {
+            BorrowedOutputs {
+                tokens: Borrowed::new(stream, self.tokens, len),
+                scores: Borrowed::new(stream, self.scores, len),
+                logprobs: self.logprobs.map(|a| Borrowed::new(stream, a, len)),
+                raw_logprobs: self.raw_logprobs.map(|a| Borrowed::new(stream, a, len)),
+                logsumexp: self.logsumexp.map(|a| Borrowed::new(stream, a, len)),
+                top: self.top.map(|(t, l, n)| (Borrowed::new(stream, t, n), Borrowed::new(stream, l, n))),
+            }
+        }
+    }
+
     /// Checks that the log-probability tensors given are the ones `logprobs` fills (a `ValueError`
     /// otherwise): none when off, processed ones and log-sum-exps with `Processed`, raw ones too with
     /// `ProcessedAndRaw`.
@@ -171,8 +217,8 @@ impl Outputs {
 /// as well. With the control `logprobs` other than "off", also `out_len` f32 processed log-probabilities to
 /// `logprobs_ptr`, the sample rows' log-sum-exps of `logits / T` to `logsumexp_ptr` (`[B·n]`: the
 /// same value for the `n` samples of a row, NaN for a greedy row) and, with "processed_and_raw", the
-/// raw log-probabilities to `raw_logprobs_ptr`: the GPU backend's fused values, copied device to
-/// device (these tensors must be given exactly when the option fills them). The logit bias, the
+/// raw log-probabilities to `raw_logprobs_ptr`: the GPU backend's fused values, written there by its
+/// kernels (these tensors must be given exactly when the option fills them). The logit bias, the
 /// penalties and the token lists are host data: the backend uploads the sparse adjustments they make.
 /// `mask_ptr` (with `mask_len` elements) is an int32 CUDA tensor of allowed-token words on this device,
 /// read there (instead of the control `mask_words` from the host). With the control `top_logprobs` =
@@ -234,6 +280,12 @@ pub fn sample_cuda(
         top,
     };
     outputs.check(params.logprobs, params.top_logprobs)?;
+    if Some(out_len) != b.checked_mul(params.n as usize) {
+        return Err(PyValueError::new_err(format!(
+            "out_len: {out_len}, but the call has B·n = {b}·{} sample rows",
+            params.n
+        )));
+    }
     let hidden_len = elements("hidden states", b, hidden_d)?;
     let weight_len = elements("LM-head weight", v, weight_d)?;
     // The GIL is not needed from here on (no Python objects); opening a device loads the PTX modules.
@@ -259,21 +311,25 @@ pub fn sample_cuda(
             // `rows_len` elements on this device, written on PyTorch's current stream before this call's
             // work and held during the call (u64 words of the same bits).
             let rows = rows_ptr.map(|ptr| unsafe { Borrowed::<u64>::new(&stream, ptr, rows_len) });
+            // SAFETY: the output tensors are `data_ptr()` of contiguous CUDA tensors on this device that
+            // Python allocated for this call (`torch.empty` on the current stream, `stream`, before the
+            // kernels that write them) and holds during it, `out_len` elements each (`[B·n]`; int32 tokens
+            // as u32, float32 for the rest), the top ones `B·k`; the kernels only write them.
+            let mut outs = unsafe { outputs.borrow(&stream) };
+            let mut into = outs.views();
             // SAFETY: the Python side passes `data_ptr()` of CUDA tensors of device `ordinal` (checked
             // there) with exactly these many elements, contiguous, of the dtype `f16` says (both
             // torch.float16, else both torch.bfloat16); it holds the tensors during the call, and the
             // work is on PyTorch's stream, which reuses their memory only after it.
-            let launched = unsafe {
+            unsafe {
                 let mask = mask.as_ref().map(|m| m.as_view());
                 let rows = rows.as_ref().map(|r| r.as_view());
                 if f16 {
-                    launch::<f16>(dev, &on_torch, operands, &params, (mask.as_ref(), rows.as_ref()))
+                    launch::<f16>(dev, &on_torch, operands, &params, (mask.as_ref(), rows.as_ref()), &mut into)
                 } else {
-                    launch::<bf16>(dev, &on_torch, operands, &params, (mask.as_ref(), rows.as_ref()))
+                    launch::<bf16>(dev, &on_torch, operands, &params, (mask.as_ref(), rows.as_ref()), &mut into)
                 }
-            };
-            let out = dev.out.as_ref().expect("allocated above");
-            launched.and_then(|()| copy_outputs(&stream, out, &outputs))
+            }
         })
     })
     .map_err(to_py)
@@ -284,8 +340,8 @@ type Operand = (u64, usize, usize, usize);
 
 /// The fused launch by `gpu` (the device's backend on PyTorch's stream) on the tensors `hidden` and
 /// `weight` (elements `T`), with the allowed-token words `mask` and the per-row parameter words
-/// `rows` on the device if given, into the device's outputs (a log-probability call regrows them
-/// itself: `sample_device_masked`).
+/// `rows` on the device if given, writing its results into PyTorch's output tensors `into` (the
+/// device's buffers hold the scratch: `sample_device_into`).
 ///
 /// # Safety
 /// Both addresses are the data of live tensors of the device of `gpu` holding their stated number
@@ -296,8 +352,9 @@ unsafe fn launch<T: Element>(
     ((hidden_ptr, hidden_len, b, hidden_d), (weight_ptr, weight_len, v, weight_d)): (Operand, Operand),
     params: &SamplingParams,
     (mask, rows): (Option<&CudaView<'_, u32>>, Option<&CudaView<'_, u64>>),
+    into: &mut DeviceOutputs<'_>,
 ) -> Result<(), Error> {
-    // SAFETY: forwarded contract; `sample_device_masked` validates shapes (the mask's length too)
+    // SAFETY: forwarded contract; `sample_device_into` validates shapes (the mask's length too)
     // before it reads anything.
     let hidden = unsafe { Borrowed::<T>::new(gpu.stream(), hidden_ptr, hidden_len) };
     // SAFETY: as for `hidden`.
@@ -307,64 +364,7 @@ unsafe fn launch<T: Element>(
         DeviceMatrix { data: hidden.as_view(), rows: b, cols: hidden_d },
         DeviceMatrix { data: weight.as_view(), rows: v, cols: weight_d },
     );
-    match rows {
-        Some(rows) => gpu.sample_device_rows(&h, &w, params, rows, mask, out),
-        None => gpu.sample_device_masked(&h, &w, params, mask, out),
-    }
-}
-
-/// Copies the last launch's tokens (u32), scores (f32) and the log-probability outputs `to` asks for
-/// (f32) on `stream` into PyTorch's output tensors (int32 tokens, float32 for the rest), `to.len`
-/// elements each.
-fn copy_outputs(stream: &Arc<CudaStream>, out: &DeviceSamples, to: &Outputs) -> Result<(), Error> {
-    let len = to.len;
-    let (tokens, scores) = (out.tokens(), out.scores());
-    if tokens.len() != len || scores.len() != len {
-        return Err(Error::LengthMismatch { buffer: "output tensors", expected: tokens.len(), actual: len });
-    }
-    // SAFETY: `to.tokens` and `to.scores` are `data_ptr()` of int32 and float32 CUDA tensors of `len`
-    // elements on the device of `stream` that Python allocated for this call (`torch.empty` on the
-    // current stream, `stream`, before these copies) and holds during it; they are only written, with
-    // u32 (the size of int32) and f32 values.
-    let mut tokens_out = unsafe { Borrowed::<u32>::new(stream, to.tokens, len) };
-    // SAFETY: as for `tokens_out`.
-    let mut scores_out = unsafe { Borrowed::<f32>::new(stream, to.scores, len) };
-    stream.memcpy_dtod(&tokens, &mut *tokens_out)?;
-    stream.memcpy_dtod(&scores, &mut *scores_out)?;
-    for (buffer, address, source) in [
-        ("log-probabilities", to.logprobs, out.logprobs()),
-        ("raw log-probabilities", to.raw_logprobs, out.raw_logprobs()),
-        ("log-sum-exps", to.logsumexp, out.logsumexp()),
-    ] {
-        let Some(address) = address else { continue };
-        // Present whenever the launch computed log-probabilities, which `Outputs::check` tied to these
-        // tensors being given; and `[B·n]` like the tokens.
-        let source = source.ok_or(Error::LengthMismatch { buffer, expected: len, actual: 0 })?;
-        if source.len() != len {
-            return Err(Error::LengthMismatch { buffer, expected: source.len(), actual: len });
-        }
-        // SAFETY: as for `tokens_out`: `address` is `data_ptr()` of a float32 CUDA tensor of `len`
-        // elements on this device that Python allocated for this call and holds during it, only
-        // written here, with f32 values.
-        let mut dst = unsafe { Borrowed::<f32>::new(stream, address, len) };
-        stream.memcpy_dtod(&source, &mut *dst)?;
-    }
-    if let Some((tokens_at, logprobs_at, n)) = to.top {
-        // Present whenever the call asked for them (`Outputs::check`), `[B, k]` each.
-        let buffer = "top log-probabilities";
-        let (tokens, logprobs) = out.top_logprobs().ok_or(Error::LengthMismatch { buffer, expected: n, actual: 0 })?;
-        if tokens.len() != n || logprobs.len() != n {
-            return Err(Error::LengthMismatch { buffer, expected: tokens.len(), actual: n });
-        }
-        // SAFETY: as for `tokens_out`: int32 and float32 CUDA tensors of `[B, k]` = `n` elements
-        // that Python allocated for this call and holds during it, only written here (the backend's
-        // outputs hold `n` too, checked above).
-        let (mut t, mut l) =
-            unsafe { (Borrowed::<u32>::new(stream, tokens_at, n), Borrowed::<f32>::new(stream, logprobs_at, n)) };
-        stream.memcpy_dtod(&tokens, &mut *t)?;
-        stream.memcpy_dtod(&logprobs, &mut *l)?;
-    }
-    Ok(())
+    gpu.sample_device_into(&h, &w, params, rows, mask, out, into)
 }
 
 /// The device `ordinal` as the GPU backend sees it (opening the backend if needed): its name, PCI

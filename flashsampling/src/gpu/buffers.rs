@@ -108,6 +108,12 @@ pub struct DeviceSamples {
     pub(super) fence: Option<CudaEvent>,
     /// Whether a call on these buffers was recorded into a CUDA graph ([`Self::is_captured`]).
     pub(super) captured: bool,
+    /// During a call into caller-owned outputs ([`GpuBackend::sample_device_into`]): where its
+    /// results go.
+    pub(super) dst: Option<Destinations>,
+    /// The last call wrote its results into caller-owned outputs: these buffers' own outputs hold
+    /// none (the accessors give empty views and `None`).
+    pub(super) results_elsewhere: bool,
 }
 
 impl Drop for DeviceSamples {
@@ -191,31 +197,34 @@ impl DeviceSamples {
     /// [`flashsampling_kernels::INVALID_INDEX`] for a sample without a token: NaN or every token
     /// masked).
     pub fn tokens(&self) -> CudaView<'_, u32> {
-        self.tokens.slice(..self.b)
+        self.tokens.slice(..self.own_rows())
     }
 
     /// Winning perturbed scores of the last call, on the device (`[B, n]`).
     pub fn scores(&self) -> CudaView<'_, f32> {
-        self.scores.slice(..self.b)
+        self.scores.slice(..self.own_rows())
     }
 
     /// Log-probabilities of the last call's tokens under the processed distribution (`[B, n]`), when
     /// it asked for them ([`SamplingParams::logprobs`]); see [`crate::Samples::logprobs`].
     pub fn logprobs(&self) -> Option<CudaView<'_, f32>> {
-        self.logprobs.as_ref().filter(|_| self.has_logprobs).map(|l| l.slice(..self.b))
+        self.logprobs.as_ref().filter(|_| self.has_logprobs && !self.results_elsewhere).map(|l| l.slice(..self.b))
     }
 
     /// Log-probabilities of the last call's tokens under `softmax(logits)` (`[B, n]`), when it asked
     /// for [`LogProbs::ProcessedAndRaw`] (a call asking [`LogProbs::Processed`] on one GPU neither
     /// computes nor writes them: its kernels skip the raw log-mass).
     pub fn raw_logprobs(&self) -> Option<CudaView<'_, f32>> {
-        self.raw_logprobs.as_ref().filter(|_| self.has_raw_logprobs).map(|l| l.slice(..self.b))
+        self.raw_logprobs
+            .as_ref()
+            .filter(|_| self.has_raw_logprobs && !self.results_elsewhere)
+            .map(|l| l.slice(..self.b))
     }
 
     /// Each sample row's log-sum-exp of `logits / T` (`[B, n]`: the same for the `n` samples of a
     /// row; NaN for a greedy row), when the last call asked for log-probabilities.
     pub fn logsumexp(&self) -> Option<CudaView<'_, f32>> {
-        self.logsumexp.as_ref().filter(|_| self.has_logprobs).map(|l| l.slice(..self.b))
+        self.logsumexp.as_ref().filter(|_| self.has_logprobs && !self.results_elsewhere).map(|l| l.slice(..self.b))
     }
 
     /// Per sample row of the last call when it truncated (top-k, top-p or min-p): 1 where the
@@ -232,8 +241,14 @@ impl DeviceSamples {
         let requests = self.b / self.n.max(1);
         self.truncation
             .as_ref()
-            .filter(|_| self.top_n > 0)
+            .filter(|_| self.top_n > 0 && !self.results_elsewhere)
             .map(|t| (t.top_tokens.slice(..requests * self.top_n), t.top_logprobs.slice(..requests * self.top_n)))
+    }
+
+    /// The rows the own outputs hold results for: the last call's, none when it wrote into
+    /// caller-owned outputs.
+    fn own_rows(&self) -> usize {
+        if self.results_elsewhere { 0 } else { self.b }
     }
 
     /// Sample rows of the last call (`B·n`; before the first call: the rows it was allocated for).
@@ -299,6 +314,7 @@ impl DeviceSamples {
     /// Records a call of `rows` sample rows (`n` per request) that wrote these outputs by other
     /// means than the fused launch (a rank's merge).
     pub(crate) fn set_call(&mut self, rows: usize, n: usize, logprobs: bool) {
+        self.results_elsewhere = false;
         self.b = rows;
         self.n = n;
         self.has_logprobs = logprobs;
@@ -325,7 +341,15 @@ impl DeviceSamples {
                 }
             }
         }
-        OutputPtrs { tokens, scores, logprobs: lp[0], raw_logprobs: lp[1], logsumexp: lp[2], _guards: guards }
+        let or = |pick: fn(&Destinations) -> u64, own| Destinations::or(self.dst, pick, own);
+        OutputPtrs {
+            tokens: or(|d| d.tokens, tokens),
+            scores: or(|d| d.scores, scores),
+            logprobs: or(|d| d.logprobs, lp[0]),
+            raw_logprobs: or(|d| d.raw_logprobs, lp[1]),
+            logsumexp: or(|d| d.logsumexp, lp[2]),
+            _guards: guards,
+        }
     }
 
     /// Orders `stream` after the last call on these buffers when that ran on another stream: after

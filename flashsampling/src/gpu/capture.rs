@@ -24,9 +24,10 @@
 use super::*;
 
 /// The reason given when cudarc's event tracking would wait on events recorded before a capture.
-const TRACKING: &str = "cudarc's event tracking is on for this context and would wait, inside the capture, on \
-     events recorded outside it: call CudaContext::disable_event_tracking before capturing (as cudarc's own \
-     graph tests do)";
+const TRACKING: &str = "cudarc's event tracking is on for the context of the call's stream or of one of its \
+     buffers, and would wait, inside the capture, on events recorded outside it: call \
+     CudaContext::disable_event_tracking on every handle of the context (the backend's, and the one the streams \
+     and buffers were made with) before capturing, as cudarc's own graph tests do";
 
 impl GpuBackend {
     /// Whether this handle's stream is capturing into a CUDA graph; a capture that was invalidated
@@ -41,12 +42,14 @@ impl GpuBackend {
 
     /// The checks of a call in a capture that need only its arguments, made before anything is
     /// enqueued: inputs a graph can replay (device row keys, no host mask or adjustments, one GPU),
-    /// no event tracking, and buffers last used on this stream.
+    /// no event tracking (`tracking`: cudarc's, on any of the call's streams' contexts), and buffers
+    /// last used on this stream.
     pub(super) fn check_capture_inputs(
         &self,
         params: &SamplingParams,
         device_rows: bool,
         staging: bool,
+        tracking: bool,
         out: &DeviceSamples,
     ) -> Result<()> {
         let reason = if staging {
@@ -60,7 +63,7 @@ impl GpuBackend {
             Some("a host mask is uploaded every call: pass the mask in device memory")
         } else if params.adjustments.as_ref().is_some_and(|a| !a.tokens.is_empty()) {
             Some("sparse adjustments (penalties, logit bias) are uploaded from the host every call")
-        } else if self.k.ctx.is_managing_stream_synchronization() {
+        } else if tracking {
             Some(TRACKING)
         } else if out.last_stream != Some(self.stream.cu_stream() as usize) {
             Some(
@@ -76,6 +79,10 @@ impl GpuBackend {
         }
     }
 }
+
+/// The reason given for an allocation during a capture.
+pub(super) const ALLOCATION: &str = "buffers cannot be allocated during a capture: allocate them (alloc_samples) \
+     and make the same call once on the capturing stream before the capture";
 
 /// The reason given for the entry points that cannot be captured.
 pub(super) const NOT_CAPTURABLE: &str = "only the one-GPU fused calls (sample_device, sample_device_masked, \
@@ -141,8 +148,10 @@ impl DeviceSamples {
     /// Whether a call on these buffers was recorded into a CUDA graph: the graph reads and writes
     /// them at every replay, so they must outlive it, and calls outside a capture on them are
     /// refused ([`Error::Capture`]); another capture of a call that sets nothing up in them is
-    /// allowed. Dropping captured buffers first waits for all work on the context (replays
-    /// included) to finish.
+    /// allowed. A captured call that fails after its checks binds them too (what it enqueued may be
+    /// in the graph): use a fresh set after an aborted capture. Dropping captured buffers first
+    /// waits for all work on the context (replays included) to finish; don't drop them while a
+    /// capture on the backend's own stream is in progress.
     pub fn is_captured(&self) -> bool {
         self.captured
     }

@@ -411,7 +411,16 @@ impl GpuBackend {
                 }
                 (field(0), field(1))
             }
-            None => (tokens, scores),
+            None => {
+                // Caller-owned outputs, where given (`sample_device_into`).
+                let dst = out.dst;
+                if lp {
+                    lp_ptrs[1] = Destinations::or(dst, |d| d.logprobs, lp_ptrs[1]);
+                    lp_ptrs[2] = Destinations::or(dst, |d| d.raw_logprobs, lp_ptrs[2]);
+                    lp_ptrs[3] = Destinations::or(dst, |d| d.logsumexp, lp_ptrs[3]);
+                }
+                (Destinations::or(dst, |d| d.tokens, tokens), Destinations::or(dst, |d| d.scores, scores))
+            }
         };
         // A one-GPU log-probability launch without raw log-probabilities leaves them unwritten (null
         // `raw_logprobs`): its kernels then skip the raw log-mass. (A rank's go to the exchange; the

@@ -33,6 +33,7 @@ mod capture;
 mod launch;
 mod module;
 mod options;
+mod outputs;
 #[cfg(feature = "internals")]
 mod test_hooks;
 mod truncate;
@@ -46,6 +47,8 @@ use launch::*;
 pub use module::ModuleCode;
 use module::*;
 pub use options::GpuOptions;
+use outputs::Destinations;
+pub use outputs::DeviceOutputs;
 use truncate::TruncationBuffers;
 pub(crate) use validate::check_rank_truncation;
 use validate::*;
@@ -354,8 +357,12 @@ impl GpuBackend {
     /// Runs `alloc` on the home stream (see [`Kernels::home`]), ordered after everything enqueued
     /// so far on this handle's stream — the buffer it replaces is freed on the home stream, after
     /// the kernels that used it — and orders this handle's stream after it (the allocation and its
-    /// initialization); nothing extra when they are one stream.
+    /// initialization); nothing extra when they are one stream. Refused while this handle's stream
+    /// captures ([`Error::Capture`]): allocations are made before a capture.
     pub(super) fn on_home<R>(&self, alloc: impl FnOnce(&Arc<CudaStream>) -> Result<R>) -> Result<R> {
+        if self.capturing()? {
+            return Err(Error::Capture { reason: capture::ALLOCATION });
+        }
         let other = self.stream.cu_stream() != self.k.home.cu_stream();
         if other {
             self.k.home.join(&self.stream)?;
@@ -381,6 +388,8 @@ impl GpuBackend {
     /// [`Self::enter`] for a call known not to be in a capture.
     fn enter_uncaptured(&self, out: &mut DeviceSamples) -> Result<()> {
         out.check_not_captured()?;
+        // A call that panicked between setting and clearing its caller-owned outputs left them here.
+        out.dst = None;
         out.enter(&self.stream, &self.k.home)
     }
 
@@ -485,6 +494,8 @@ impl GpuBackend {
                     last_stream: Some(home.cu_stream() as usize),
                     fence: None,
                     captured: false,
+                    dst: None,
+                    results_elsewhere: false,
                 }
             };
             out.invalidate(home)?;
@@ -616,7 +627,7 @@ impl GpuBackend {
         out: &mut DeviceSamples,
     ) -> Result<()> {
         let whole = VocabRange { offset: 0, vocab: weight.rows };
-        self.sample_device_in(hidden, weight, params, mask, out, whole, None, None)
+        self.sample_device_in(hidden, weight, params, mask, out, whole, None, None, None)
     }
 
     /// [`Self::sample_device_masked`] with the per-row parameters in device memory: `rows` holds the
@@ -636,8 +647,9 @@ impl GpuBackend {
     /// this handle's stream), and the graph replayed with new noise: each replay copies the keys
     /// from `rows`, which the caller rewrites between replays. Before the capture, make the same call
     /// once on the capturing stream (it sizes the buffers and writes the TMA descriptors and
-    /// truncation words that the graph then reads), and turn cudarc's event tracking off for the
-    /// context (its waits on events recorded before the capture would invalidate it). Plain
+    /// truncation words that the graph then reads), and turn cudarc's event tracking off on every
+    /// handle of the context the call's streams and buffers come from (its waits on events recorded
+    /// before the capture would invalidate it). Plain
     /// sampling, several samples per row, log-probabilities, a device mask, soft-cap and top-k /
     /// top-p / min-p with top log-probabilities are capturable on one GPU; a host mask, sparse
     /// adjustments, keys from the host, a call that would reallocate or re-upload anything, and a
@@ -688,14 +700,72 @@ impl GpuBackend {
         out: &mut DeviceSamples,
     ) -> Result<()> {
         let whole = VocabRange { offset: 0, vocab: weight.rows };
-        self.sample_device_in(hidden, weight, params, mask, out, whole, None, Some(rows))
+        self.sample_device_in(hidden, weight, params, mask, out, whole, None, Some(rows), None)
+    }
+
+    /// [`Self::sample_device_rows`] (with `rows`; else [`Self::sample_device_masked`]) writing its
+    /// results into the caller's device buffers `outputs` ([`DeviceOutputs`]: tokens, scores and the
+    /// log-probability outputs the call asks for) instead of into `out`'s own outputs: an engine's
+    /// or PyTorch's output tensors get the results without a copy. `out` still holds the call's
+    /// scratch (candidates, row parameters, truncation buffers) and reports its fallback flags; its
+    /// own outputs hold no results after this call (`tokens()` is empty, `logprobs()` `None`).
+    /// Outputs that do not match the call are [`Error::OutputMismatch`] or
+    /// [`Error::LengthMismatch`], before any launch. Capturable into a CUDA graph as
+    /// [`Self::sample_device_rows`] is (with `rows`); the graph keeps the outputs' addresses.
+    ///
+    /// ```no_run
+    /// use flashsampling::params::LogProbs;
+    /// use flashsampling::{DeviceMatrix, DeviceOutputs, GpuBackend, SamplingParams};
+    /// # let (b, d, v) = (4, 4096, 151_936);
+    /// # let (hidden, weight) = (vec![half::bf16::ZERO; b * d], vec![half::bf16::ZERO; v * d]);
+    /// let gpu = GpuBackend::new(0)?;
+    /// let s = gpu.stream();
+    /// let (w, h) = (s.clone_htod(&weight)?, s.clone_htod(&hidden)?);
+    /// let (mut tokens, mut scores, mut logprobs) = (s.alloc_zeros::<u32>(b)?, s.alloc_zeros::<f32>(b)?, s.alloc_zeros::<f32>(b)?);
+    /// let mut out = gpu.alloc_samples(b, v)?;
+    /// let mut into = DeviceOutputs {
+    ///     tokens: tokens.as_view_mut(),
+    ///     scores: scores.as_view_mut(),
+    ///     logprobs: Some(logprobs.as_view_mut()),
+    ///     raw_logprobs: None,
+    ///     logsumexp: None,
+    ///     top_logprobs: None,
+    /// };
+    /// let params = SamplingParams::new(0.8, 42).with_logprobs(LogProbs::Processed);
+    /// gpu.sample_device_into(
+    ///     &DeviceMatrix { data: h.as_view(), rows: b, cols: d },
+    ///     &DeviceMatrix { data: w.as_view(), rows: v, cols: d },
+    ///     &params,
+    ///     None,
+    ///     None,
+    ///     &mut out,
+    ///     &mut into,
+    /// )?;
+    /// drop(into);
+    /// let tokens = s.clone_dtoh(&tokens)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[allow(clippy::too_many_arguments)]
+    pub fn sample_device_into<T: Element>(
+        &self,
+        hidden: &DeviceMatrix<'_, T>,
+        weight: &DeviceMatrix<'_, T>,
+        params: &SamplingParams,
+        rows: Option<&CudaView<'_, u64>>,
+        mask: Option<&CudaView<'_, u32>>,
+        out: &mut DeviceSamples,
+        outputs: &mut DeviceOutputs<'_>,
+    ) -> Result<()> {
+        let whole = VocabRange { offset: 0, vocab: weight.rows };
+        self.sample_device_in(hidden, weight, params, mask, out, whole, None, rows, Some(outputs))
     }
 
     /// [`Self::sample_device_masked`] for a weight holding global vocab rows `range.offset ..` of a
     /// `range.vocab`-entry head (rows at or past `range.vocab` are padding, never scored). With
     /// `staging` (a rank's exchange buffer, `[6, B·n]` words), the launch writes its per-row results
     /// there ([`flashsampling_kernels::params::MergeRanksParams`]'s layout) instead of into `out`.
-    /// With `device_rows`, the per-row parameters come from there ([`Self::sample_device_rows`]).
+    /// With `device_rows`, the per-row parameters come from there ([`Self::sample_device_rows`]);
+    /// with `outputs`, the results go there ([`Self::sample_device_into`]).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn sample_device_in<T: Element>(
         &self,
@@ -707,8 +777,13 @@ impl GpuBackend {
         range: VocabRange,
         staging: Option<u64>,
         device_rows: Option<&CudaView<'_, u64>>,
+        outputs: Option<&mut DeviceOutputs<'_>>,
     ) -> Result<()> {
         let mut shape = self.validate_call(hidden, weight, params, mask, range)?;
+        if let Some(o) = &outputs {
+            debug_assert!(staging.is_none(), "a rank's results go to its exchange");
+            o.check(params, shape.b, &self.k.ctx)?;
+        }
         if let Some(r) = device_rows {
             let words = 4 * shape.b * params.n as usize;
             if r.len() != words {
@@ -730,7 +805,17 @@ impl GpuBackend {
         // touches `out`); a captured call's ran on this stream (checked).
         let capturing = self.capturing()?;
         if capturing {
-            self.check_capture_inputs(params, device_rows.is_some(), staging.is_some(), out)?;
+            // cudarc waits on a buffer's events per the context of the buffer's stream, and records
+            // them per the launch stream's: every one of those handles must have tracking off.
+            let mut contexts = vec![&self.k.ctx, self.stream.context()];
+            contexts.extend([hidden.data.stream().context(), weight.data.stream().context()]);
+            contexts.extend(mask.map(|m| m.stream().context()));
+            contexts.extend(device_rows.map(|r| r.stream().context()));
+            if let Some(o) = &outputs {
+                contexts.extend(o.contexts());
+            }
+            let tracking = contexts.iter().any(|c| c.is_managing_stream_synchronization());
+            self.check_capture_inputs(params, device_rows.is_some(), staging.is_some(), tracking, out)?;
         } else {
             self.enter_uncaptured(out)?;
         }
@@ -742,6 +827,15 @@ impl GpuBackend {
         let (mask_ptr, _mask_guard) = optional_address(mask, &self.stream);
         let (rows_ptr, _rows_guard) = optional_address(device_rows, &self.stream);
         check_aligned(hidden_ptr, weight_ptr)?;
+        let (dst, _dst_guards) = match outputs {
+            Some(o) => {
+                let absent = o.absent();
+                let (d, guards) = o.destinations(&self.stream);
+                d.check_aligned(absent)?;
+                (Some(d), guards)
+            }
+            None => (None, Vec::new()),
+        };
         // `n` samples per row: the kernel scores B·n rows (row r·n + j is row r's sample j).
         let n = params.n as usize;
         let rows = shape.b * n;
@@ -826,19 +920,42 @@ impl GpuBackend {
         out.has_truncation = truncates;
         out.top_n = params.top_logprobs as usize;
         let ranged = Ranged { range, staging, elem: T::TYPE };
+        out.dst = dst;
         let result =
             self.upload_and_launch(shape, params, (hidden_ptr, weight_ptr, mask_ptr), words, out, launch, ranged);
+        out.dst = None;
+        out.results_elsewhere = dst.is_some();
         if result.is_err() {
             // Best effort: no stale tokens after a failed call (see `DeviceSamples`), and no top
             // log-probabilities (their buffers hold a previous call's, or nothing yet). Not recorded
             // into a graph: the capture fails with the call.
             if !capturing {
                 let _ = out.invalidate(&self.stream);
+                let top = shape.b * params.top_logprobs as usize;
+                let given = dst.iter().flat_map(|d| {
+                    [
+                        (d.tokens, rows),
+                        (d.scores, rows),
+                        (d.logprobs, rows),
+                        (d.raw_logprobs, rows),
+                        (d.logsumexp, rows),
+                        (d.top_tokens, top),
+                        (d.top_logprobs, top),
+                    ]
+                });
+                for (address, entries) in given.filter(|&(a, _)| a != 0) {
+                    // SAFETY: each given caller output holds at least `entries` 4-byte entries
+                    // (checked), guarded until after this; all-ones bytes are `INVALID_INDEX` and a NaN.
+                    let _ = unsafe {
+                        cudarc::driver::result::memset_d8_async(address, 0xFF, 4 * entries, self.stream.cu_stream())
+                    };
+                }
             }
             out.top_n = 0;
         }
-        // Only now may the read events of hidden, weight and mask be recorded: after the launch.
-        drop((_hidden_guard, _weight_guard, _mask_guard, _rows_guard));
+        // Only now may the read events of hidden, weight, mask and outputs be recorded: after the
+        // launches.
+        drop((_hidden_guard, _weight_guard, _mask_guard, _rows_guard, _dst_guards));
         let left = if capturing {
             out.captured_on(&self.stream);
             Ok(())

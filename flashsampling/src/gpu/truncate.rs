@@ -279,7 +279,11 @@ impl GpuBackend {
     ) -> Result<()> {
         let (rows, n) = (out.b, out.n);
         let t = tr.ptrs(&self.stream);
-        let top = t.top_outputs((top_n, source));
+        let mut top = t.top_outputs((top_n, source));
+        if let Some(d) = out.dst.filter(|d| d.top_tokens != 0) {
+            // Caller-owned top outputs (`sample_device_into`), `[B, k]` like the own ones.
+            (top.tokens, top.logprobs) = (d.top_tokens as *mut u32, d.top_logprobs as *mut f32);
+        }
         let o = out.output_ptrs(&self.stream, true);
         let (offsets, results) = adjusted.unwrap_or((0, 0));
         // A call without log-probabilities computes no token's logit for them: not the plain
@@ -585,6 +589,7 @@ impl GpuBackend {
         }
         out.b = b;
         out.n = 1;
+        out.results_elsewhere = false;
         out.has_logprobs = false;
         out.has_raw_logprobs = false;
         out.has_truncation = false;

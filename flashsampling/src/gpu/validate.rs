@@ -28,7 +28,7 @@ pub(crate) fn check_rank_truncation(params: &SamplingParams, vocab: usize) -> Re
 pub(super) fn check_aligned(hidden: u64, weight: u64) -> Result<()> {
     for (buffer, address) in [("hidden states", hidden), ("LM-head weight", weight)] {
         if address % 16 != 0 {
-            return Err(Error::Misaligned { buffer, address });
+            return Err(Error::Misaligned { buffer, address, alignment: 16 });
         }
     }
     Ok(())
