@@ -26,7 +26,9 @@ pub struct DeviceMatrix<'a, T = bf16> {
 /// launch gives no token. A call that fails validation does not touch the buffers (they keep the
 /// previous call's results); a call that fails after validation (an upload or the launch) fills the
 /// tokens with `INVALID_INDEX` and the scores with NaN again, best effort: when the failure is a
-/// device fault the context is unusable and every later read fails anyway.
+/// device fault the context is unusable and every later read fails anyway. A call into caller-owned
+/// outputs ([`GpuBackend::sample_device_into`]) leaves no results here (the accessors give an empty
+/// view and `None`), and on failure fills the caller's outputs instead.
 ///
 /// **Arrival counters.** The plain fused kernels' last-block reduction counts arrivals per batch tile
 /// in `counters` (`u32`, at least `n_btiles` of them; the log-probability and truncation kernels leave
