@@ -556,9 +556,11 @@ def sample_cuda(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample
     Stream semantics are PyTorch's: the call is ordered on ``torch.cuda.current_stream(device)``
     (the kernel waits for the work queued there before the call, and work queued there after the call
     sees the tokens), without any host synchronization and without copying the inputs (the first call
-    on a device opens the GPU backend, which synchronizes that device once). Not capturable into a CUDA
-    graph yet (RuntimeError while the current stream captures). Per-row controls are passed to the GPU
-    backend as they are; those it does not take yet raise NotImplementedError with the library's
+    on a device opens the GPU backend, which synchronizes that device once). Capturable into a CUDA graph
+    (``torch.cuda.graph``) when the per-row keys are CUDA tensors (``seeds``, ``positions``, ...: each replay
+    reads the values they then hold), ``allowed`` is a CUDA tensor or None, there are no penalties or logit
+    bias, and the same call ran once before the capture; else RuntimeError, with nothing recorded. Per-row
+    controls are passed to the GPU backend as they are; those it does not take yet raise NotImplementedError with the library's
     message. ``allowed`` may be a CUDA tensor on the same device (torch.bool ``[B, V]`` or int32/uint32
     words ``[B, ceil(V/32)]``): the words are built on the current stream and the kernel reads them there,
     no host copy (a host array is uploaded). The per-row keys ``temperatures``, ``seeds`` (int64 holding the u64
@@ -596,9 +598,6 @@ def sample_cuda(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample
                            output_tokens)
     shape = (b,) if n == 1 else (b, n)
     with torch.cuda.device(ordinal):
-        if torch.cuda.is_current_stream_capturing():
-            raise RuntimeError("flashsampling.sample cannot be captured into a CUDA graph yet (it uploads "
-                               "per-call parameters from host memory); call it outside the capture")
         _check_device(torch, ordinal)
         mask = _device_mask_words(torch, allowed, b, v, device) if device_mask else None
         tokens = torch.empty(shape, dtype=torch.int32, device=device)

@@ -20,6 +20,11 @@
 //! read it. (As for any PyTorch operation, memory freed and reused on *another* stream needs the
 //! caller's `Tensor.record_stream`.) The backend's reused buffers live on its own stream; a call on
 //! another PyTorch stream than the last one is ordered after it by the buffers' fence.
+//!
+//! **CUDA graphs.** A call made while PyTorch's current stream captures (`torch.cuda.graph`) is
+//! recorded into the graph (`GpuBackend::sample_device_rows`' rules: the per-row keys from CUDA
+//! tensors, no host mask or penalties, the same call made once before the capture); the buffers it
+//! used then belong to that graph for the life of the process, and later calls get new ones.
 
 use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
@@ -36,17 +41,26 @@ use pyo3::types::PyDict;
 
 use crate::{ControlArgs, to_py};
 
-/// One device's backend and its reused output buffers.
+/// One device's backend and its reused buffers.
 struct Device {
     gpu: GpuBackend,
-    /// The fused kernel's buffers (tokens, scores, candidates, ...); allocated on the first call and
-    /// regrown by `sample_device` when a larger batch comes.
+    /// The fused kernels' scratch (candidates, row parameters, truncation buffers, ...); allocated on
+    /// the first call and regrown by `sample_device_into` when a larger batch comes.
     out: Option<DeviceSamples>,
+    /// Buffers that captured CUDA graphs use (a call recorded into a graph binds `out` to it): kept
+    /// for the life of the process, since a graph may replay at any time.
+    graphs: Vec<DeviceSamples>,
 }
 
 impl Device {
     fn open(ordinal: usize) -> Result<Self, Error> {
-        Ok(Self { gpu: GpuBackend::new(ordinal)?, out: None })
+        let gpu = GpuBackend::new(ordinal)?;
+        // SAFETY: every buffer of this device is used on PyTorch's current stream of the call, or
+        // is the backend's own, which orders itself across streams (its fences); the wrapped tensors'
+        // ordering is PyTorch's (see the module documentation). Without cudarc's events a call can be
+        // recorded into a CUDA graph (`GpuBackend::sample_device_rows`).
+        unsafe { gpu.context().disable_event_tracking() };
+        Ok(Self { gpu, out: None, graphs: Vec::new() })
     }
 }
 
@@ -299,6 +313,10 @@ pub fn sample_cuda(
             // (nothing allocated on it outlives the call: the backend's buffers live on its own stream).
             let stream = unsafe { ctx.wrap_borrowed_stream(torch_stream as usize as sys::CUstream) };
             let on_torch = dev.gpu.on_stream(stream.clone())?;
+            if dev.out.as_ref().is_some_and(DeviceSamples::is_captured) {
+                // Bound to a graph by the last call: kept for it; the next calls get new buffers.
+                dev.graphs.extend(dev.out.take());
+            }
             if dev.out.is_none() {
                 dev.out = Some(dev.gpu.alloc_samples(b, v)?);
             }

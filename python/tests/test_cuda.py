@@ -221,16 +221,46 @@ def test_float16_tensors_equal_the_cpu_path_bit_for_bit(dev, b, d, v, t):
         assert not np.array_equal(rounded.view(np.uint32), want.scores.view(np.uint32))
 
 
-def test_graph_capture_is_refused_clearly(dev):
-    hidden, weight = lm_head(2, 64, 100, seed=9, dev=dev)
-    fs.sample(hidden, weight)  # the backend is open before the capture
-    torch.cuda.synchronize(dev)
+@pytest.mark.filterwarnings("ignore:The CUDA Graph is empty")  # the refused capture records nothing
+def test_graph_capture_replays_each_steps_keys(dev):
+    # Issue 51.6: with the per-row keys as CUDA tensors, a call recorded by torch.cuda.graph replays with
+    # the values they hold at each replay: bit for bit the eager calls' tokens and log-probabilities.
+    b, d, v = 4, 64, 1000
+    hidden, weight = lm_head(b, d, v, seed=9, dev=dev)
+    seeds = torch.arange(100, 100 + b, dtype=torch.int64, device=dev)
+    positions = torch.zeros(b, dtype=torch.int64, device=dev)
+    kw = dict(seeds=seeds, positions=positions, top_p=[0.9] * b, logprobs="processed")
+    want = []
+    for step in range(3):
+        positions.fill_(step)
+        s = fs.sample(hidden, weight, **kw)
+        want.append((s.tokens.clone(), s.logprobs.clone()))
+    assert any(not torch.equal(want[0][0], w[0]) for w in want[1:]), "the steps should draw other tokens"
+    torch.cuda.synchronize(dev)  # the eager calls (the warm-up) have finished
     graph = torch.cuda.CUDAGraph()
-    with pytest.raises(RuntimeError, match="CUDA graph"):
-        with torch.cuda.graph(graph):
-            fs.sample(hidden, weight)
+    with torch.cuda.graph(graph):
+        out = fs.sample(hidden, weight, **kw)
+    for step in (2, 0, 1, 2):
+        positions.fill_(step)
+        graph.replay()
+        torch.cuda.synchronize(dev)
+        assert torch.equal(out.tokens, want[step][0]), step
+        assert torch.equal(out.logprobs.view(torch.int32), want[step][1].view(torch.int32)), step
+    # Calls after the capture get buffers of their own; the graph keeps its.
+    positions.fill_(1)
+    again = fs.sample(hidden, weight, **kw)
+    assert torch.equal(again.tokens, want[1][0])
+    positions.fill_(0)
+    graph.replay()
     torch.cuda.synchronize(dev)
-    assert fs.sample(hidden, weight, 0.0).tokens.shape == (2,)
+    assert torch.equal(out.tokens, want[0][0])
+    # Keys from the host cannot be replayed with new noise: refused, nothing recorded.
+    torch.cuda.synchronize(dev)
+    with pytest.raises(RuntimeError, match="device memory"):
+        with torch.cuda.graph(torch.cuda.CUDAGraph()):
+            fs.sample(hidden, weight, seed=3)
+    torch.cuda.synchronize(dev)
+    assert fs.sample(hidden, weight, 0.0).tokens.shape == (b,)
 
 
 @pytest.mark.parametrize("control", [

@@ -65,10 +65,10 @@ impl GpuBackend {
             Some("sparse adjustments (penalties, logit bias) are uploaded from the host every call")
         } else if tracking {
             Some(TRACKING)
-        } else if out.last_stream != Some(self.stream.cu_stream() as usize) {
+        } else if out.last_stream != Some(self.stream.cu_stream() as usize) && !self.last_use_finished(out)? {
             Some(
-                "the buffers were last used on another stream (or never): make the same call once on the \
-                 capturing stream before the capture",
+                "the buffers' last use, on another stream, has not finished: make the same call once on the \
+                 capturing stream before the capture, or synchronize after it",
             )
         } else {
             None
@@ -77,6 +77,50 @@ impl GpuBackend {
             Some(reason) => Err(Error::Capture { reason }),
             None => Ok(()),
         }
+    }
+}
+
+impl GpuBackend {
+    /// Whether the last call on `out` (or its allocation), made on another stream than this
+    /// handle's, has finished: then a captured call needs no wait for it (a wait on an event
+    /// recorded outside the capture is not allowed in one). Queries only (no wait, nothing enqueued),
+    /// made in the relaxed capture mode: in the global and thread-local modes a query during a
+    /// capture invalidates it.
+    fn last_use_finished(&self, out: &DeviceSamples) -> Result<bool> {
+        let home = self.k.home.cu_stream() as usize;
+        let _relaxed = RelaxedCapture::enter()?;
+        match (out.last_stream, &out.fence) {
+            (Some(last), _) if last == home => {
+                // SAFETY: the home stream is live (the kernels hold it); a query enqueues nothing.
+                match unsafe { sys::cuStreamQuery(self.k.home.cu_stream()) } {
+                    sys::CUresult::CUDA_SUCCESS => Ok(true),
+                    sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+                    e => Err(Error::Driver(cudarc::driver::DriverError(e))),
+                }
+            }
+            (Some(_), Some(fence)) => Ok(fence.try_is_complete()?),
+            _ => Ok(false),
+        }
+    }
+}
+
+/// This thread's stream-capture mode set to relaxed until dropped, then restored: a query of a
+/// stream or event that is not capturing is then allowed while another stream captures.
+struct RelaxedCapture(sys::CUstreamCaptureMode);
+
+impl RelaxedCapture {
+    fn enter() -> Result<Self> {
+        let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+        // SAFETY: `mode` is a valid pointer for the call, which swaps it with the thread's mode.
+        unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) }.result()?;
+        Ok(Self(mode))
+    }
+}
+
+impl Drop for RelaxedCapture {
+    fn drop(&mut self) {
+        // SAFETY: as in `enter`; this puts back the mode `enter` replaced.
+        let _ = unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut self.0) };
     }
 }
 

@@ -646,10 +646,10 @@ impl GpuBackend {
     /// This call can be recorded into a CUDA graph with the rest of a decode step (stream capture on
     /// this handle's stream), and the graph replayed with new noise: each replay copies the keys
     /// from `rows`, which the caller rewrites between replays. Before the capture, make the same call
-    /// once on the capturing stream (it sizes the buffers and writes the TMA descriptors and
-    /// truncation words that the graph then reads), and turn cudarc's event tracking off on every
-    /// handle of the context the call's streams and buffers come from (its waits on events recorded
-    /// before the capture would invalidate it). Plain
+    /// once (it sizes the buffers and writes the TMA descriptors and truncation words that the graph
+    /// then reads) on the capturing stream, or on another one and let it finish (synchronize), and
+    /// turn cudarc's event tracking off on every handle of the context the call's streams and
+    /// buffers come from (its waits on events recorded before the capture would invalidate it). Plain
     /// sampling, several samples per row, log-probabilities, a device mask, soft-cap and top-k /
     /// top-p / min-p with top log-probabilities are capturable on one GPU; a host mask, sparse
     /// adjustments, keys from the host, a call that would reallocate or re-upload anything, and a
