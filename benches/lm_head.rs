@@ -47,6 +47,14 @@
 //!   a random rank per row and `a` = 1.0, 1.25, 1.5, 2.0 by row: nuclei of hundreds to tens of
 //!   thousands of tokens at top-p 0.9, where the certificate's 256-entry walk gives way to the
 //!   fallback) — the fallback's share and cost on rows flatter than the random head's.
+//! - `--score`: instead of the baselines, time scoring one given token per row (issue 52: prompt
+//!   log-probabilities, a reference policy's log-probabilities) at prefill sizes (default B ∈ {1024,
+//!   4096, 16384, 32768} rows): ours (`GpuBackend::score_device`: the fused pass, both
+//!   log-probabilities and log-sum-exps, T = 1) against cuBLAS GEMM to f32 logits + this crate's
+//!   `logsoftmax_gather` (one online log-sum-exp pass per row, the token gathered) and against the
+//!   GEMM alone; the logits the unfused path materializes (B·V·4 bytes) against ours (none); the
+//!   largest |difference| of the two log-probabilities. Writes `score.csv`. Takes `--shape`,
+//!   `--batches`.
 //!
 //! Device memory at the largest B: the weights (V·D bf16), the hidden states (B·D bf16) and the
 //! baselines' f32 logits and probabilities (2·B·V·4 bytes: 2.5 GB at B = 2048, V = 151936; 4.3 GB at
@@ -64,7 +72,7 @@ use flashsampling::baselines::{Baselines, gemm_bf16_f32};
 use flashsampling::kernels::config::Epilogue;
 use flashsampling::synthetic::SplitMix64;
 use flashsampling::timing::{EventTimer, Stats};
-use flashsampling::{DeviceMatrix, GpuBackend, SamplingParams};
+use flashsampling::{DeviceMatrix, GpuBackend, SamplingParams, ScoreOutputs};
 use report::Row;
 
 const DATA_SEED: u64 = 0xBE7C_0001;
@@ -81,6 +89,8 @@ struct Args {
     variants: bool,
     controls: bool,
     truncation: bool,
+    /// `--score`: scoring given tokens at prefill sizes.
+    score: bool,
     /// `--heavy-rows` (with `--truncation`): the heavy-tailed head instead of the random one.
     heavy_rows: bool,
     /// `--only a,b`: the sweep times only the variants whose entry contains one of these.
@@ -124,6 +134,7 @@ fn args() -> Args {
         variants: false,
         controls: false,
         truncation: false,
+        score: false,
         heavy_rows: false,
         only: Vec::new(),
         modes: Vec::new(),
@@ -137,6 +148,7 @@ fn args() -> Args {
             "--variants" => a.variants = true,
             "--controls" => a.controls = true,
             "--truncation" => a.truncation = true,
+            "--score" => a.score = true,
             "--heavy-rows" => a.heavy_rows = true,
             "--only" => a.only = it.next().expect("--only a,b").split(',').map(str::to_string).collect(),
             "--modes" => a.modes = it.next().expect("--modes a,b").split(',').map(str::to_string).collect(),
@@ -208,6 +220,9 @@ fn main() -> R<()> {
     }
     if a.truncation {
         return truncation(&gpu, &timer, &a, bandwidth);
+    }
+    if a.score {
+        return score(&gpu, &timer, &a);
     }
     // Tensor-core rate: 8192³ bf16 GEMM on random data, f32 output.
     let n = 8192;
@@ -601,6 +616,86 @@ fn truncation(gpu: &GpuBackend, timer: &EventTimer, a: &Args, bandwidth: f64) ->
         &format!(
             "{} per row, medians of {runs} runs (ms)",
             if a.heavy_rows { "top-p 0.9 on heavy-tailed rows (--heavy-rows)" } else { "top-k 50 + top-p 0.9" }
+        ),
+        &table,
+    )
+}
+
+/// `--score`: scoring given tokens at prefill sizes, ours against GEMM + log-softmax + gather.
+fn score(gpu: &GpuBackend, timer: &EventTimer, a: &Args) -> R<()> {
+    let stream = gpu.stream().clone();
+    let base = Baselines::new(gpu)?;
+    let batches = a.batches.clone().unwrap_or_else(|| vec![1024, 4096, 16384, 32768]);
+    let bmax = *batches.iter().max().unwrap();
+    let runs = a.runs;
+    let mut table = String::from(
+        "| config | rows | ours ms | GEMM + log-softmax + gather ms (×ours) | GEMM alone ms (ours ×) | logits GB (unfused) | max abs Δ log-prob |\n|---|---|---|---|---|---|---|\n",
+    );
+    let mut csv = String::from("config,d,v,b,ours_ms,unfused_ms,gemm_ms,logits_bytes,max_abs_diff\n");
+    for (config, d, v) in a.configs() {
+        if v % 4 != 0 {
+            eprintln!("{config}: V % 4 != 0: no unfused baseline (its kernel reads 16-byte rows)");
+            continue;
+        }
+        let (h_dev, w_dev) = device_head(&stream, bmax, d, v)?;
+        let mut rng = SplitMix64::new(DATA_SEED ^ 0x5C0E);
+        let tokens: Vec<u32> = (0..bmax).map(|_| (rng.next_u64() % v as u64) as u32).collect();
+        let t_dev = stream.clone_htod(&tokens)?;
+        for &b in &batches {
+            let hm = DeviceMatrix { data: h_dev.slice(..b * d), rows: b, cols: d };
+            let wm = DeviceMatrix { data: w_dev.slice(..v * d), rows: v, cols: d };
+            let params = SamplingParams::new(1.0, 7);
+            let tv = t_dev.slice(..b);
+            let mut out = gpu.alloc_samples(b, v)?;
+            let mut buf: CudaSlice<f32> = stream.alloc_zeros(4 * b)?;
+            let ours = {
+                let mut views = buf.as_view_mut();
+                let (lp, mut rest) = views.split_at_mut(b);
+                let (raw, mut rest) = rest.split_at_mut(b);
+                let (lse, raw_lse) = rest.split_at_mut(b);
+                let mut scores =
+                    ScoreOutputs { logprobs: lp, raw_logprobs: raw, logsumexp: lse, raw_logsumexp: raw_lse };
+                timer
+                    .time(&stream, 3, runs, || gpu.score_device(&hm, &wm, &params, &tv, None, &mut out, &mut scores))?
+            };
+            let ours_lp = stream.clone_dtoh(&buf.slice(b..2 * b))?;
+            drop((out, buf));
+            let mut buf = base.alloc_logits(b, v)?;
+            let mut lp: CudaSlice<f32> = stream.alloc_zeros(b)?;
+            let bt = stream.clone_htod(&tokens[..b])?;
+            let gemm = timer.time(&stream, 3, runs, || base.gemm(&hm.data, &wm.data, d, &mut buf))?;
+            let unfused = timer.time(&stream, 3, runs, || {
+                base.gemm(&hm.data, &wm.data, d, &mut buf)?;
+                base.logsoftmax_gather(&buf.logits, (b, v), &bt, &mut lp, &params)
+            })?;
+            let base_lp = stream.clone_dtoh(&lp)?;
+            drop(buf);
+            let diff = ours_lp.iter().zip(&base_lp).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+            let logits_bytes = (b * v * 4) as f64;
+            csv += &format!(
+                "{config},{d},{v},{b},{:.5},{:.5},{:.5},{logits_bytes:.0},{diff:e}\n",
+                ours.median, unfused.median, gemm.median
+            );
+            let line = format!(
+                "| {config} | {b} | {:.3} | {:.3} ({:.2}) | {:.3} ({:.2}) | {:.2} | {diff:.1e} |",
+                ours.median,
+                unfused.median,
+                unfused.median / ours.median,
+                gemm.median,
+                ours.median / gemm.median,
+                logits_bytes / 1e9
+            );
+            eprintln!("{line}");
+            table += &line;
+            table.push('\n');
+        }
+    }
+    finish_mode(
+        a,
+        "score.csv",
+        &csv,
+        &format!(
+            "scoring one given token per row (raw and processed log-probabilities, T = 1), medians of {runs} runs (ms)"
         ),
         &table,
     )

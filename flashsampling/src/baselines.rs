@@ -12,8 +12,9 @@ use cudarc::driver::{
 use cudarc::nvrtc::Ptx;
 use flashsampling_kernels::Candidate;
 use flashsampling_kernels::config::{
-    BASELINE_SMEM_BYTES, BASELINE_THREADS, GUMBEL_LOGITS_ENTRY, LOGITS_CHUNK, MULTINOMIAL_ENTRY, REDUCE_ENTRY,
-    REDUCE_ROWS_PER_BLOCK, REDUCE_THREADS_PER_BLOCK, SOFTMAX_ENTRY, STREAM_READ_ENTRY, STREAM_READ_THREADS,
+    BASELINE_SMEM_BYTES, BASELINE_THREADS, GUMBEL_LOGITS_ENTRY, LOGITS_CHUNK, LOGSOFTMAX_GATHER_ENTRY,
+    MULTINOMIAL_ENTRY, REDUCE_ENTRY, REDUCE_ROWS_PER_BLOCK, REDUCE_THREADS_PER_BLOCK, SOFTMAX_ENTRY, STREAM_READ_ENTRY,
+    STREAM_READ_THREADS,
 };
 use flashsampling_kernels::params::{LogitsParams, ReduceParams, StreamReadParams};
 use half::bf16;
@@ -79,6 +80,7 @@ pub struct Baselines {
     gumbel: CudaFunction,
     softmax: CudaFunction,
     multinomial: CudaFunction,
+    logsoftmax_gather: CudaFunction,
     reduce: CudaFunction,
     stream_read: CudaFunction,
 }
@@ -97,6 +99,7 @@ impl Baselines {
             gumbel: module.load_function(GUMBEL_LOGITS_ENTRY)?,
             softmax: module.load_function(SOFTMAX_ENTRY)?,
             multinomial: module.load_function(MULTINOMIAL_ENTRY)?,
+            logsoftmax_gather: module.load_function(LOGSOFTMAX_GATHER_ENTRY)?,
             reduce: module.load_function(REDUCE_ENTRY)?,
             stream_read: module.load_function(STREAM_READ_ENTRY)?,
             stream,
@@ -135,6 +138,23 @@ impl Baselines {
     /// Buffers for batch `b`, vocab `v` (`v % 4 == 0`) with the row streams of `params`.
     pub fn alloc(&self, b: usize, v: usize, params: &SamplingParams) -> Result<UnfusedBuffers> {
         self.alloc_slabs(b, v, 1, params)
+    }
+
+    /// Buffers with the `[B, V]` logits only (the other buffers hold one entry): for [`Self::gemm`]
+    /// and [`Self::logsoftmax_gather`], whose prefill sizes would not fit the probabilities too.
+    pub fn alloc_logits(&self, b: usize, v: usize) -> Result<UnfusedBuffers> {
+        Ok(UnfusedBuffers {
+            logits: self.stream.alloc_zeros(b * v)?,
+            probs: self.stream.alloc_zeros(1)?,
+            candidates: self.stream.alloc_zeros(1)?,
+            tokens: self.stream.alloc_zeros(1)?,
+            scores: self.stream.alloc_zeros(1)?,
+            streams: self.stream.alloc_zeros(1)?,
+            b,
+            v,
+            slabs: 1,
+            v_offset: 0,
+        })
     }
 
     /// [`Self::alloc`] with logits for `slabs` shards of `v` entries each (`[slabs, B, V]`).
@@ -180,6 +200,16 @@ impl Baselines {
 
     fn params(&self, buf: &mut UnfusedBuffers, params: &SamplingParams) -> Result<LogitsParams> {
         let transform = params.transform()?;
+        // Buffers from `alloc_logits` hold the logits only: no sampling kernel may read them.
+        let (b, v) = (buf.b, buf.v);
+        let chunks = buf.slabs * b * v.div_ceil(LOGITS_CHUNK as usize);
+        if buf.probs.len() < b * v || buf.candidates.len() < chunks || buf.tokens.len() < b || buf.streams.len() < b {
+            return Err(Error::LengthMismatch {
+                buffer: "sampling baseline buffers",
+                expected: b * v,
+                actual: buf.probs.len(),
+            });
+        }
         let (logits, _a) = buf.logits.device_ptr(&self.stream);
         let (probs, _b) = buf.probs.device_ptr_mut(&self.stream);
         let (cands, _c) = buf.candidates.device_ptr_mut(&self.stream);
@@ -215,6 +245,57 @@ impl Baselines {
             self.stream.launch_builder(&self.softmax).arg(&p).launch(cfg)?;
             self.stream.launch_builder(&self.multinomial).arg(&p).launch(cfg)?;
         }
+        Ok(())
+    }
+
+    /// The unfused scoring of given tokens after [`gemm_bf16_f32`] wrote `logits` (`[B, V]` f32,
+    /// `V % 4 == 0`): `out[r] = logits[r, tokens[r]] / T − logsumexp(logits[r] / T)`, one block per
+    /// row (one pass over the row, the given token gathered). `tokens` must be below V (not checked
+    /// on the device).
+    pub fn logsoftmax_gather(
+        &self,
+        logits: &CudaSlice<f32>,
+        (b, v): (usize, usize),
+        tokens: &CudaSlice<u32>,
+        out: &mut CudaSlice<f32>,
+        params: &SamplingParams,
+    ) -> Result<()> {
+        if v % 4 != 0 {
+            return Err(Error::HiddenNotAligned { d: v, multiple: 4 });
+        }
+        if logits.len() < b * v || tokens.len() < b || out.len() < b {
+            return Err(Error::LengthMismatch {
+                buffer: "scoring baseline buffers",
+                expected: b * v,
+                actual: logits.len(),
+            });
+        }
+        let (l, _l) = logits.device_ptr(&self.stream);
+        let (t, _t) = tokens.device_ptr(&self.stream);
+        let (o, _o) = out.device_ptr_mut(&self.stream);
+        let p = ByValue(LogitsParams {
+            logits: l as *const f32,
+            probs: o as *mut f32,
+            candidates: std::ptr::null_mut(),
+            tokens: t as *mut u32,
+            streams: std::ptr::null(),
+            seed: 0,
+            b: b as u32,
+            v: v as u32,
+            n_chunks: 0,
+            sample: 0,
+            transform: params.transform()?,
+            slabs: 1,
+            v_offset: 0,
+        });
+        let cfg = LaunchConfig {
+            grid_dim: (b as u32, 1, 1),
+            block_dim: (BASELINE_THREADS, 1, 1),
+            shared_mem_bytes: BASELINE_SMEM_BYTES,
+        };
+        // SAFETY: logits hold B·V entries (V % 4 == 0), tokens and out B each (checked), every
+        // token below V (the caller's contract); one block per row as the kernel documents.
+        unsafe { self.stream.launch_builder(&self.logsoftmax_gather).arg(&p).launch(cfg) }?;
         Ok(())
     }
 

@@ -59,7 +59,7 @@ pub use flashsampling_kernels as kernels;
 pub use flashsampling_kernels::config::{Epilogue, FusedVariant, MAX_DIM, TruncateStep};
 pub use flashsampling_kernels::logits::Adjustment;
 pub use flashsampling_kernels::{INVALID_INDEX, stream_id};
-pub use gpu::{DeviceMatrix, DeviceOutputs, DeviceSamples, GpuBackend, ModuleCode, gpu_available};
+pub use gpu::{DeviceMatrix, DeviceOutputs, DeviceSamples, GpuBackend, ModuleCode, ScoreOutputs, gpu_available};
 #[cfg(feature = "internals")]
 pub use modules::PTX_TEST;
 pub use modules::{
@@ -268,8 +268,8 @@ impl Sampler {
         }
     }
 
-    /// The log-probabilities of one given token per row ([`CpuBackend::score`], [`score::Scores`]).
-    /// The GPU backend does not score yet: [`Error::Unsupported`] there.
+    /// The log-probabilities of one given token per row ([`CpuBackend::score`], [`score::Scores`]);
+    /// on the GPU ([`GpuBackend::score`]) without truncating controls or top log-probabilities.
     pub fn score<T: params::Element>(
         &self,
         hidden: Matrix<'_, T>,
@@ -278,13 +278,13 @@ impl Sampler {
         tokens: &[u32],
     ) -> Result<score::Scores> {
         match self {
-            Sampler::Gpu(_) => Err(Error::Unsupported { control: "scoring given tokens", path: "on the GPU backend" }),
+            Sampler::Gpu(g) => g.score(hidden, weight, params, tokens),
             Sampler::Cpu(c) | Sampler::CpuFallback(c, _) => c.score(hidden, weight, params, tokens),
         }
     }
 
-    /// Samples and scores one given token per row in one call ([`CpuBackend::sample_and_score`]: one
-    /// pass over the weight for `n = 1`). The GPU backend does not score yet: [`Error::Unsupported`].
+    /// Samples and scores one given token per row in one call ([`CpuBackend::sample_and_score`],
+    /// [`GpuBackend::sample_and_score`]: one pass over the weight for `n = 1`).
     pub fn sample_and_score<T: params::Element>(
         &self,
         hidden: Matrix<'_, T>,
@@ -293,7 +293,7 @@ impl Sampler {
         tokens: &[u32],
     ) -> Result<(Samples, score::Scores)> {
         match self {
-            Sampler::Gpu(_) => Err(Error::Unsupported { control: "scoring given tokens", path: "on the GPU backend" }),
+            Sampler::Gpu(g) => g.sample_and_score(hidden, weight, params, tokens),
             Sampler::Cpu(c) | Sampler::CpuFallback(c, _) => c.sample_and_score(hidden, weight, params, tokens),
         }
     }

@@ -1,7 +1,8 @@
 //! Scoring given tokens (issue 52.1): per row, the log-probability of a token the caller names —
 //! prompt log-probabilities, the reference policy's log-probabilities in RL training, perplexity —
 //! under the same definitions as sampling, without a `[rows, V]` logits buffer in the caller's
-//! hands. [`crate::CpuBackend::score`] computes them; the GPU's fused pass does not yet.
+//! hands. [`crate::CpuBackend::score`] computes them, and [`crate::GpuBackend::score`] in the fused
+//! pass (without truncating controls or top log-probabilities there).
 
 use crate::error::{Error, Result};
 

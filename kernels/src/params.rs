@@ -167,6 +167,16 @@ pub struct FusedParams {
     /// The handoff slots' counters `[2 · n_vranges]`, zero before the launch and after it (the last
     /// reader of a slot resets it).
     pub handoff_flags: *mut u32,
+    /// Scoring given tokens (issue 52; read by `reduce_rows` only, null otherwise): each row's given
+    /// token `[B]` (global vocab index; one outside `v_offset .. v_end` scores NaN). A one-GPU
+    /// log-probability launch with `samples` = 1 and `raw_logsumexp` given.
+    pub targets: *const u32,
+    /// With `targets`: each row's given token's log-probability under the processed distribution
+    /// (as [`Self::logprobs`] defines it for a sampled token; `−∞` for a token the controls remove;
+    /// for a greedy row 0 for the row's sampled token, `−∞` for any other), `[B]`.
+    pub target_logprobs: *mut f32,
+    /// With `targets`: each row's given token's raw log-probability (`log softmax(y)[t]`), `[B]`.
+    pub target_raw_logprobs: *mut f32,
 }
 
 impl FusedParams {
@@ -205,6 +215,9 @@ impl FusedParams {
         elem: ElementType::Bf16,
         handoff: core::ptr::null_mut(),
         handoff_flags: core::ptr::null_mut(),
+        targets: core::ptr::null(),
+        target_logprobs: core::ptr::null_mut(),
+        target_raw_logprobs: core::ptr::null_mut(),
     };
 }
 

@@ -22,6 +22,7 @@ import numpy as np
 from ._flashsampling import cuda_device_info as _cuda_device_info
 from ._flashsampling import sample_cpu as _sample_cpu
 from ._flashsampling import sample_cuda as _sample_cuda
+from ._flashsampling import score_cuda as _score_cuda
 
 __all__ = ["sample", "sample_cuda", "score", "verify", "bf16_bits", "SamplingParams", "Samples", "Verified"]
 
@@ -478,10 +479,17 @@ def score(hidden, weight, tokens, temperature=1.0, *, temperatures=None, top_k=N
     (``log softmax(logits)[token]``), ``logsumexp`` (processed, NaN when greedy) and ``raw_logsumexp``. With
     ``top_logprobs`` = k > 0 also ``top_logprobs`` (each row's top k as ``sample`` gives them: int32 tokens and
     float32 log-probabilities ``[B, k]``, -1 / NaN padded) and ``ranks`` (int32 ``[B]``: the token's place in that
-    order, 1 = first). Scoring the tokens a call sampled gives exactly the log-probabilities it reported. NumPy
-    arrays (and CPU tensors) only: the GPU backend does not score yet."""
+    order, 1 = first). Scoring the tokens a call sampled gives exactly the log-probabilities it reported.
+
+    With PyTorch CUDA tensors the GPU backend scores in its fused pass, on the current stream, without waiting:
+    the four results are float32 CUDA tensors ``[B]`` (views of one ``[4, B]`` tensor), ``top_logprobs`` and
+    ``ranks`` None; ``tokens`` may be an integer CUDA tensor ``[B]`` (not checked on the host: an id outside
+    ``0 .. V - 1`` scores NaN) or a list (checked). Top-k / top-p / min-p and top log-probabilities raise
+    NotImplementedError there."""
     if _is_torch_cuda(hidden) or _is_torch_cuda(weight):
-        raise NotImplementedError("score runs on the CPU backend only (NumPy arrays or CPU tensors) for now")
+        adjust = (logit_bias, repetition_penalty, frequency_penalty, presence_penalty, prompt_tokens, output_tokens)
+        return _score_cuda_tensors(hidden, weight, tokens, temperature, temperatures, top_k, top_p, min_p, softcap,
+                                   top_logprobs, top_logprobs_raw, allowed, adjust)
     h, w, f16 = _cpu_operands(hidden, weight)
     (b, d), (v, wd) = h.shape, w.shape
     toks = [_int(t, "tokens") for t in _list(tokens)]
@@ -541,6 +549,65 @@ def _check_rows(name, t):
                          f"contiguous rows (strides ({cols}, 1)); pass {name}.contiguous()")
 
 
+def _cuda_operands(torch, hidden, weight):
+    """Checks PyTorch CUDA operands (one device, one dtype of bf16 / f16, ``[B, D]`` and ``[V, D]``,
+    rows the kernels can read); returns them (a 1-D ``hidden`` as one row) and the device ordinal."""
+    _check_tensor(torch, "hidden", hidden)
+    _check_tensor(torch, "weight", weight)
+    if hidden.device != weight.device:
+        raise ValueError(f"hidden is on {hidden.device} and weight on {weight.device}: they must be on one device")
+    if hidden.dtype != weight.dtype:
+        raise TypeError(f"hidden is {hidden.dtype} and weight {weight.dtype}: both must be torch.bfloat16 or both "
+                        "torch.float16 (convert one with .to(other.dtype))")
+    if hidden.dim() == 1:
+        hidden = hidden.unsqueeze(0)
+    if hidden.dim() != 2 or weight.dim() != 2:
+        raise ValueError(f"hidden must be [B, D] and weight [V, D]; got shapes {tuple(hidden.shape)} and "
+                         f"{tuple(weight.shape)}")
+    _check_rows("hidden", hidden)
+    _check_rows("weight", weight)
+    device = hidden.device
+    return hidden, weight, device.index if device.index is not None else torch.cuda.current_device()
+
+
+def _score_cuda_tensors(hidden, weight, tokens, temperature, temperatures, top_k, top_p, min_p, softcap,
+                        top_logprobs, top_logprobs_raw, allowed, adjust):
+    """``score`` on PyTorch CUDA tensors (the GPU backend's fused pass, on the current stream)."""
+    import torch
+    hidden, weight, ordinal = _cuda_operands(torch, hidden, weight)
+    (b, d), (v, wd) = hidden.shape, weight.shape
+    penalties = _penalties(b, *adjust)
+    device = hidden.device
+    if _is_torch_cuda(tokens):
+        if tokens.device != device or tokens.dim() != 1 or tokens.numel() != b or tokens.is_floating_point():
+            raise ValueError(f"tokens: an integer CUDA tensor [B] = [{b}] on {device}; got {tuple(tokens.shape)} "
+                             f"{tokens.dtype} on {tokens.device}")
+    else:
+        toks = [_int(t, "tokens") for t in _list(tokens)]
+        if len(toks) != b:
+            raise ValueError(f"tokens: one per row ({b} rows); got {len(toks)}")
+        if any(t < 0 or t >= v for t in toks):
+            raise ValueError(f"tokens: every id must be in 0 .. {v - 1} (V = {v})")
+        tokens = torch.tensor(toks, dtype=torch.int32)
+    device_mask = _is_torch_cuda(allowed)
+    mask_words = None if device_mask else _mask_words(allowed, b, v)
+    k = _int(top_logprobs, "top_logprobs")
+    with torch.cuda.device(ordinal):
+        _check_device(torch, ordinal)
+        # Ids past int32 (or negative) stay out of range as int32 words (-1 is u32::MAX): they score NaN.
+        toks = tokens.to(device=device, dtype=torch.int64).clamp(-1, 2**31 - 1).to(torch.int32).contiguous()
+        mask = _device_mask_words(torch, allowed, b, v, device) if device_mask else None
+        out = torch.empty((4, b), dtype=torch.float32, device=device)
+        controls = _controls(b, temperature, 0, None, 0, temperatures, None, 1, "off", top_k, top_p, min_p, softcap,
+                             k, top_logprobs_raw, mask_words, penalties)
+        _score_cuda(ordinal, torch.cuda.current_stream(ordinal).cuda_stream, hidden.data_ptr(), b, d,
+                    weight.data_ptr(), v, wd, toks.data_ptr(), out.data_ptr(), controls,
+                    f16=hidden.dtype == torch.float16, mask_ptr=None if mask is None else mask.data_ptr(),
+                    mask_len=0 if mask is None else mask.numel())
+    return {"logprobs": out[0], "raw_logprobs": out[1], "logsumexp": out[2], "raw_logsumexp": out[3],
+            "top_logprobs": None, "ranks": None}
+
+
 def sample_cuda(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample=0, positions=None, temperatures=None,
                 seeds=None, n=1, logprobs="off", top_k=None, top_p=None, min_p=None, softcap=None,
                 top_logprobs=0, top_logprobs_raw=False, allowed=None, logit_bias=None, repetition_penalty=None,
@@ -575,23 +642,9 @@ def sample_cuda(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample
     if params is not None:
         given = _given(locals())
         return sample_cuda(hidden, weight, **_with_params(sample_cuda, params, given))
-    _check_tensor(torch, "hidden", hidden)
-    _check_tensor(torch, "weight", weight)
-    if hidden.device != weight.device:
-        raise ValueError(f"hidden is on {hidden.device} and weight on {weight.device}: they must be on one device")
-    if hidden.dtype != weight.dtype:
-        raise TypeError(f"hidden is {hidden.dtype} and weight {weight.dtype}: both must be torch.bfloat16 or both "
-                        "torch.float16 (convert one with .to(other.dtype))")
-    if hidden.dim() == 1:
-        hidden = hidden.unsqueeze(0)
-    if hidden.dim() != 2 or weight.dim() != 2:
-        raise ValueError(f"hidden must be [B, D] and weight [V, D]; got shapes {tuple(hidden.shape)} and "
-                         f"{tuple(weight.shape)}")
-    _check_rows("hidden", hidden)
-    _check_rows("weight", weight)
+    hidden, weight, ordinal = _cuda_operands(torch, hidden, weight)
     (b, d), (v, wd) = hidden.shape, weight.shape
     device = hidden.device
-    ordinal = device.index if device.index is not None else torch.cuda.current_device()
     device_mask = _is_torch_cuda(allowed)
     mask_words = None if device_mask else _mask_words(allowed, b, v)
     penalties = _penalties(b, logit_bias, repetition_penalty, frequency_penalty, presence_penalty, prompt_tokens,

@@ -33,7 +33,9 @@ use std::sync::{Arc, LazyLock, Mutex};
 use cudarc::driver::sys::{self, CUdevice_attribute};
 use cudarc::driver::{CudaSlice, CudaStream, CudaView};
 use flashsampling::params::LogProbs;
-use flashsampling::{DeviceMatrix, DeviceOutputs, DeviceSamples, Element, Error, GpuBackend, SamplingParams};
+use flashsampling::{
+    DeviceMatrix, DeviceOutputs, DeviceSamples, Element, Error, GpuBackend, SamplingParams, ScoreOutputs,
+};
 use half::{bf16, f16};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -351,6 +353,112 @@ pub fn sample_cuda(
         })
     })
     .map_err(to_py)
+}
+
+/// Scores one given token per row on PyTorch's current stream `torch_stream` of device `ordinal`
+/// (`GpuBackend::score_device`): `tokens_ptr` is an int32 CUDA tensor of `b` token ids (ids at or
+/// past V, or negative, score NaN), `out_ptr` a float32 CUDA tensor `[4, b]` that receives the
+/// processed log-probabilities, the raw ones, the processed log-sum-exps and the raw ones, in that
+/// order. The other arguments are [`sample_cuda`]'s (`controls` without keys, `n` or
+/// log-probability options: they do not matter here). Truncating controls and top
+/// log-probabilities raise `NotImplementedError`. Returns without waiting for the GPU.
+#[pyfunction]
+#[pyo3(signature = (
+    ordinal, torch_stream, hidden_ptr, b, hidden_d, weight_ptr, v, weight_d, tokens_ptr, out_ptr, controls, *,
+    f16=false, mask_ptr=None, mask_len=0
+))]
+#[allow(clippy::too_many_arguments)]
+pub fn score_cuda(
+    py: Python<'_>,
+    ordinal: usize,
+    torch_stream: u64,
+    hidden_ptr: u64,
+    b: usize,
+    hidden_d: usize,
+    weight_ptr: u64,
+    v: usize,
+    weight_d: usize,
+    tokens_ptr: u64,
+    out_ptr: u64,
+    controls: &Bound<'_, PyDict>,
+    f16: bool,
+    mask_ptr: Option<u64>,
+    mask_len: usize,
+) -> PyResult<()> {
+    flashsampling::params::check_inputs(
+        (b, hidden_d, b.saturating_mul(hidden_d)),
+        (v, weight_d, v.saturating_mul(weight_d)),
+    )
+    .map_err(to_py)?;
+    let params = ControlArgs::from_dict(controls)?.params(b, v)?;
+    let hidden_len = elements("hidden states", b, hidden_d)?;
+    let weight_len = elements("LM-head weight", v, weight_d)?;
+    let out_len = elements("scores", 4, b)?;
+    py.detach(|| {
+        with_device(ordinal, |dev| {
+            let ctx = dev.gpu.context().clone();
+            // SAFETY: as in `sample_cuda`: PyTorch's current stream of this device, alive during the
+            // call, never destroyed by the wrapper.
+            let stream = unsafe { ctx.wrap_borrowed_stream(torch_stream as usize as sys::CUstream) };
+            let on_torch = dev.gpu.on_stream(stream.clone())?;
+            if dev.out.as_ref().is_some_and(DeviceSamples::is_captured) {
+                dev.graphs.extend(dev.out.take());
+            }
+            if dev.out.is_none() {
+                dev.out = Some(dev.gpu.alloc_samples(b, v)?);
+            }
+            // SAFETY: `data_ptr()` of contiguous CUDA tensors of this device that Python made for this
+            // call on PyTorch's current stream and holds during it: `b` int32 tokens (read as u32),
+            // `[4, b]` float32 outputs (only written), the mask's `mask_len` int32 words (read), the
+            // operands' elements of the dtype `f16` says; the work is on that stream, which reuses
+            // their memory only after it.
+            unsafe {
+                let tokens = Borrowed::<u32>::new(&stream, tokens_ptr, b);
+                let mut out = Borrowed::<f32>::new(&stream, out_ptr, out_len);
+                let mask = mask_ptr.map(|ptr| Borrowed::<u32>::new(&stream, ptr, mask_len));
+                let mask = mask.as_ref().map(|m| m.as_view());
+                let mut views = out.as_view_mut();
+                let (lp, mut rest) = views.split_at_mut(b);
+                let (raw, mut rest) = rest.split_at_mut(b);
+                let (lse, raw_lse) = rest.split_at_mut(b);
+                let mut scores =
+                    ScoreOutputs { logprobs: lp, raw_logprobs: raw, logsumexp: lse, raw_logsumexp: raw_lse };
+                let operands = ((hidden_ptr, hidden_len, b, hidden_d), (weight_ptr, weight_len, v, weight_d));
+                let call = (&tokens.as_view(), mask.as_ref());
+                if f16 {
+                    score::<f16>(dev, &on_torch, operands, &params, call, &mut scores)
+                } else {
+                    score::<bf16>(dev, &on_torch, operands, &params, call, &mut scores)
+                }
+            }
+        })
+    })
+    .map_err(to_py)
+}
+
+/// The scoring launch by `gpu` on the tensors `hidden` and `weight` (elements `T`): `tokens` and the
+/// optional device mask, into PyTorch's `[4, B]` output (`GpuBackend::score_device`).
+///
+/// # Safety
+/// As for [`launch`].
+unsafe fn score<T: Element>(
+    dev: &mut Device,
+    gpu: &GpuBackend,
+    ((hidden_ptr, hidden_len, b, hidden_d), (weight_ptr, weight_len, v, weight_d)): (Operand, Operand),
+    params: &SamplingParams,
+    (tokens, mask): (&CudaView<'_, u32>, Option<&CudaView<'_, u32>>),
+    scores: &mut ScoreOutputs<'_>,
+) -> Result<(), Error> {
+    // SAFETY: forwarded contract; `score_device` validates shapes before it reads anything.
+    let hidden = unsafe { Borrowed::<T>::new(gpu.stream(), hidden_ptr, hidden_len) };
+    // SAFETY: as for `hidden`.
+    let weight = unsafe { Borrowed::<T>::new(gpu.stream(), weight_ptr, weight_len) };
+    let out = dev.out.as_mut().expect("allocated by the caller");
+    let (h, w) = (
+        DeviceMatrix { data: hidden.as_view(), rows: b, cols: hidden_d },
+        DeviceMatrix { data: weight.as_view(), rows: v, cols: weight_d },
+    );
+    gpu.score_device(&h, &w, params, tokens, mask, out, scores)
 }
 
 /// A tensor given by address: `(address, elements, rows, cols)`.

@@ -379,6 +379,7 @@ fn sample_cpu<'py>(
 fn _flashsampling(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(sample_cpu, m)?)?;
     m.add_function(wrap_pyfunction!(cuda::sample_cuda, m)?)?;
+    m.add_function(wrap_pyfunction!(cuda::score_cuda, m)?)?;
     m.add_function(wrap_pyfunction!(cuda::cuda_device_info, m)?)?;
     Ok(())
 }

@@ -673,3 +673,48 @@ def test_per_row_keys_as_cuda_tensors_match_lists(dev):
         fs.sample(hidden, weight, temperatures=on_device["temperatures"], seeds=seeds)
     with pytest.raises(ValueError, match="temperature -1"):
         fs.sample(hidden, weight, -1.0, streams=on_device["streams"])
+
+
+def test_score_on_the_gpu_matches_the_sampled_tokens_and_the_cpu_path(dev):
+    # Issue 52.1: fs.score with CUDA tensors runs the GPU's fused pass. Scoring the tokens a call sampled gives its
+    # log-probabilities bit for bit; given tokens agree with the CPU path's fs.score (exact logits) under per-row
+    # temperatures (greedy rows too), soft-cap, a CUDA-tensor mask and a logit bias.
+    b, d, v = 9, 128, 1000
+    hidden, weight = lm_head(b, d, v, seed=52, dev=dev)
+    temps = [0.7, 1.0, 0.0, 1.6, 1.0, 0.4, 1.0, 2.0, 0.9]
+    s = fs.sample(hidden, weight, temperatures=temps, softcap=3.0, seed=4, logprobs="processed_and_raw")
+    got = fs.score(hidden, weight, s.tokens, temperatures=temps, softcap=3.0)
+    assert got["logprobs"].is_cuda and got["top_logprobs"] is None and got["ranks"] is None
+    for key, want in (("logprobs", s.logprobs), ("raw_logprobs", s.raw_logprobs), ("logsumexp", s.logsumexp)):
+        assert torch.equal(got[key].view(torch.int32), want.view(torch.int32)), key
+    xh, xw = lm_head(b, d, v, seed=53, dev=dev, integer=True)
+    g = torch.Generator(device="cpu").manual_seed(5)
+    allowed = torch.rand(b, v, generator=g) < 0.6
+    allowed[:, 0] = True
+    tokens = torch.randint(0, v, (b,), generator=g)
+    kw = dict(temperatures=temps, softcap=3.0, logit_bias=[{int(tokens[r]): 0.5} for r in range(b)])
+    on_gpu = fs.score(xh, xw, tokens.to(dev), allowed=allowed.to(dev), **kw)
+    on_host = fs.score(xh.cpu(), xw.cpu(), tokens.tolist(), allowed=allowed.numpy(), **kw)
+    for key in ("logprobs", "raw_logprobs", "logsumexp", "raw_logsumexp"):
+        a, want = on_gpu[key].cpu().numpy(), on_host[key]
+        assert np.array_equal(np.isnan(a), np.isnan(want)) and np.array_equal(np.isinf(a), np.isinf(want)), key
+        finite = np.isfinite(want)
+        assert np.allclose(a[finite], want[finite], rtol=1e-5, atol=1e-4), (key, a, want)
+    assert np.isinf(on_host["logprobs"]).any() and np.isfinite(on_host["logprobs"]).any()  # both kinds of row
+
+
+def test_score_on_the_gpu_checks_its_input(dev):
+    b, d, v = 3, 64, 100
+    hidden, weight = lm_head(b, d, v, seed=54, dev=dev)
+    with pytest.raises(ValueError, match="one per row"):
+        fs.score(hidden, weight, [0, 1])
+    with pytest.raises(ValueError, match="0 .. 99"):
+        fs.score(hidden, weight, [0, 100, 1])
+    with pytest.raises(NotImplementedError):
+        fs.score(hidden, weight, [0, 1, 2], top_k=[5] * b)
+    # Device-resident ids are not checked on the host: out of range scores NaN, in range as from a list.
+    out = fs.score(hidden, weight, torch.tensor([7, 100, -1], device=dev))
+    ref = fs.score(hidden, weight, [7, 0, 0])
+    assert torch.isnan(out["logprobs"][1:]).all() and torch.isnan(out["raw_logprobs"][1:]).all()
+    assert torch.equal(out["logprobs"][0:1], ref["logprobs"][0:1])
+    assert torch.equal(out["raw_logsumexp"], ref["raw_logsumexp"])

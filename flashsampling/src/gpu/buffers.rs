@@ -113,6 +113,8 @@ pub struct DeviceSamples {
     /// During a call into caller-owned outputs ([`GpuBackend::sample_device_into`]): where its
     /// results go.
     pub(super) dst: Option<Destinations>,
+    /// During a scoring call ([`GpuBackend::score_device`]): its given tokens and score outputs.
+    pub(super) targets: Option<ScoreTargets>,
     /// The last call wrote its results into caller-owned outputs: these buffers' own outputs hold
     /// none (the accessors give empty views and `None`).
     pub(super) results_elsewhere: bool,

@@ -438,6 +438,11 @@ impl GpuBackend {
         if raw_lse != 0 && ranged.staging.is_none() && wants_raw {
             lp_ptrs[4] = raw_lse;
         }
+        // A scoring call writes the rows' log-sum-exps into its scores.
+        let targets = out.targets;
+        if let Some(t) = targets {
+            (lp_ptrs[3], lp_ptrs[4]) = (t.logsumexp, t.raw_logsumexp);
+        }
         let p = ByValue(FusedParams {
             hidden: hidden as *const u16,
             weight: weight as *const u16,
@@ -470,6 +475,9 @@ impl GpuBackend {
             elem: ranged.elem,
             handoff: handoff as *mut f32,
             handoff_flags: handoff_flags as *mut u32,
+            targets: targets.map_or(0, |t| t.tokens) as *const u32,
+            target_logprobs: targets.map_or(0, |t| t.logprobs) as *mut f32,
+            target_raw_logprobs: targets.map_or(0, |t| t.raw_logprobs) as *mut f32,
         });
         let cfg = LaunchConfig {
             grid_dim: (launch.grid(), 1, 1),

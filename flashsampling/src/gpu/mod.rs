@@ -34,6 +34,7 @@ mod launch;
 mod module;
 mod options;
 mod outputs;
+mod score;
 #[cfg(feature = "internals")]
 mod test_hooks;
 mod truncate;
@@ -49,6 +50,8 @@ use module::*;
 pub use options::GpuOptions;
 use outputs::Destinations;
 pub use outputs::DeviceOutputs;
+pub use score::ScoreOutputs;
+use score::ScoreTargets;
 use truncate::TruncationBuffers;
 pub(crate) use validate::check_rank_truncation;
 use validate::*;
@@ -495,6 +498,7 @@ impl GpuBackend {
                     fence: None,
                     captured: false,
                     dst: None,
+                    targets: None,
                     results_elsewhere: false,
                 }
             };
@@ -627,7 +631,7 @@ impl GpuBackend {
         out: &mut DeviceSamples,
     ) -> Result<()> {
         let whole = VocabRange { offset: 0, vocab: weight.rows };
-        self.sample_device_in(hidden, weight, params, mask, out, whole, None, None, None)
+        self.sample_device_in(hidden, weight, params, mask, out, whole, None, None, None, None)
     }
 
     /// [`Self::sample_device_masked`] with the per-row parameters in device memory: `rows` holds the
@@ -700,7 +704,7 @@ impl GpuBackend {
         out: &mut DeviceSamples,
     ) -> Result<()> {
         let whole = VocabRange { offset: 0, vocab: weight.rows };
-        self.sample_device_in(hidden, weight, params, mask, out, whole, None, Some(rows), None)
+        self.sample_device_in(hidden, weight, params, mask, out, whole, None, Some(rows), None, None)
     }
 
     /// [`Self::sample_device_rows`] (with `rows`; else [`Self::sample_device_masked`]) writing its
@@ -757,7 +761,7 @@ impl GpuBackend {
         outputs: &mut DeviceOutputs<'_>,
     ) -> Result<()> {
         let whole = VocabRange { offset: 0, vocab: weight.rows };
-        self.sample_device_in(hidden, weight, params, mask, out, whole, None, rows, Some(outputs))
+        self.sample_device_in(hidden, weight, params, mask, out, whole, None, rows, Some(outputs), None)
     }
 
     /// [`Self::sample_device_masked`] for a weight holding global vocab rows `range.offset ..` of a
@@ -765,7 +769,9 @@ impl GpuBackend {
     /// `staging` (a rank's exchange buffer, `[6, B·n]` words), the launch writes its per-row results
     /// there ([`flashsampling_kernels::params::MergeRanksParams`]'s layout) instead of into `out`.
     /// With `device_rows`, the per-row parameters come from there ([`Self::sample_device_rows`]);
-    /// with `outputs`, the results go there ([`Self::sample_device_into`]).
+    /// with `outputs`, the results go there ([`Self::sample_device_into`]); with `targets` (a
+    /// one-GPU log-probability call with `n` = 1), the given tokens are scored too
+    /// ([`Self::score_device`]).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn sample_device_in<T: Element>(
         &self,
@@ -778,8 +784,13 @@ impl GpuBackend {
         staging: Option<u64>,
         device_rows: Option<&CudaView<'_, u64>>,
         outputs: Option<&mut DeviceOutputs<'_>>,
+        targets: Option<ScoreTargets>,
     ) -> Result<()> {
         let mut shape = self.validate_call(hidden, weight, params, mask, range)?;
+        debug_assert!(
+            targets.is_none() || (staging.is_none() && params.n == 1 && params.logprobs == LogProbs::ProcessedAndRaw),
+            "a scoring call is a one-GPU log-probability call with one sample per row"
+        );
         if let Some(o) = &outputs {
             debug_assert!(staging.is_none(), "a rank's results go to its exchange");
             o.check(params, shape.b, &self.k.ctx)?;
@@ -921,10 +932,11 @@ impl GpuBackend {
         out.top_n = params.top_logprobs as usize;
         let ranged = Ranged { range, staging, elem: T::TYPE };
         out.dst = dst;
+        out.targets = targets;
         let result =
             self.upload_and_launch(shape, params, (hidden_ptr, weight_ptr, mask_ptr), words, out, launch, ranged);
-        out.dst = None;
-        out.results_elsewhere = dst.is_some();
+        (out.dst, out.targets) = (None, None);
+        out.results_elsewhere = dst.is_some() || targets.is_some();
         if result.is_err() {
             // Best effort: no stale tokens after a failed call (see `DeviceSamples`), and no top
             // log-probabilities (their buffers hold a previous call's, or nothing yet). Not recorded
@@ -943,7 +955,9 @@ impl GpuBackend {
                         (d.top_logprobs, top),
                     ]
                 });
-                for (address, entries) in given.filter(|&(a, _)| a != 0) {
+                let scored =
+                    targets.iter().flat_map(|t| [(t.logprobs, rows), (t.raw_logprobs, rows), (t.raw_logsumexp, rows)]);
+                for (address, entries) in given.chain(scored).filter(|&(a, _)| a != 0) {
                     // SAFETY: each given caller output holds at least `entries` 4-byte entries
                     // (checked), guarded until after this; all-ones bytes are `INVALID_INDEX` and a NaN.
                     let _ = unsafe {

@@ -376,7 +376,7 @@ impl TpRank {
             }
             out.set_call(rows, params.n as usize, k == WORDS_LOGPROBS);
         } else {
-            self.gpu.sample_device_in(hidden, weight, params, mask, out, range, Some(base), None, None)?;
+            self.gpu.sample_device_in(hidden, weight, params, mask, out, range, Some(base), None, None, None)?;
         }
         Ok(call)
     }

@@ -118,13 +118,16 @@ pub const GUMBEL_LOGITS_ENTRY: &str = "gumbel_logits";
 pub const SOFTMAX_ENTRY: &str = "softmax_rows";
 /// Inverse-CDF multinomial baseline.
 pub const MULTINOMIAL_ENTRY: &str = "multinomial_rows";
+/// Scoring baseline: log-softmax of the given tokens over materialized logits.
+pub const LOGSOFTMAX_GATHER_ENTRY: &str = "logsoftmax_gather";
 /// Every entry point of the test module.
-pub const TEST_ENTRIES: [&str; 7] = [
+pub const TEST_ENTRIES: [&str; 8] = [
     PHILOX_ENTRY,
     GUMBEL_ENTRY,
     GUMBEL_LOGITS_ENTRY,
     SOFTMAX_ENTRY,
     MULTINOMIAL_ENTRY,
+    LOGSOFTMAX_GATHER_ENTRY,
     REDUCE_ENTRY,
     STREAM_READ_ENTRY,
 ];

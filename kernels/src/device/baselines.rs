@@ -9,11 +9,12 @@
 //! | `gumbel_logits` | `slabs · B · n_chunks` | [`BASELINE_THREADS`] | Gumbel-max per chunk of [`LOGITS_CHUNK`] → candidates (then `reduce_candidates`) |
 //! | `softmax_rows` | `B` | [`BASELINE_THREADS`] | online max/sum pass, then `probs = softmax(logits / T)` written |
 //! | `multinomial_rows` | `B` | [`BASELINE_THREADS`] | inverse-CDF draw over `probs`, block-wide scans, early exit |
+//! | `logsoftmax_gather` | `B` | [`BASELINE_THREADS`] | online max/sum pass, then `probs[row] = logits[row, tokens[row]] / T − lse` (scoring given tokens) |
 //! | `reduce_candidates` | `ceil(B / REDUCE_ROWS_PER_BLOCK)` | `REDUCE_THREADS_PER_BLOCK` | the candidate reduction of `gumbel_logits` (`device::reduce`) |
 
 use core::arch::nvptx::{_block_idx_x, _syncthreads, _thread_idx_x};
 
-use super::collective::merge_butterfly;
+use super::collective::{ln, merge_butterfly};
 use super::ptx::{
     ex2_approx_ftz_f32, ld_global_nc_v4_f32, ld_shared_v2_u32, mov_u32_dynamic_smem, shfl_sync_bfly_b32,
     shfl_sync_up_b32, st_shared_v2_u32,
@@ -106,6 +107,39 @@ unsafe fn softmax_rows_body(p: LogitsParams) {
     }
 }
 
+/// The unfused scoring of given tokens: one pass of an online log-sum-exp over `logits[row] / T`,
+/// then `probs[row]` (the output, `[B]`) = the given token's `logits[row, tokens[row]] / T − lse`
+/// (`tokens` is the input here, `[B]`, each below V).
+///
+/// # Safety
+/// As [`gumbel_logits_body`]; `tokens[row] < V`.
+#[inline(always)]
+unsafe fn logsoftmax_gather_body(p: LogitsParams) {
+    // SAFETY: special-register reads.
+    let (tid, row) = unsafe { (_thread_idx_x(), _block_idx_x()) };
+    let off = row as usize * p.v as usize;
+    let inv_t = p.transform.inv_temperature;
+    let mut m = LogMass::EMPTY;
+    let mut v0 = 4 * tid;
+    while v0 < p.v {
+        // SAFETY: v0 + 4 <= V, aligned.
+        let x = unsafe { ld_global_nc_v4_f32(p.logits.add(off + v0 as usize)) };
+        for y in x {
+            m.update(y * inv_t, exp);
+        }
+        v0 += 4 * BASELINE_THREADS;
+    }
+    // SAFETY: block-uniform; 8·WARPS bytes of dynamic shared memory.
+    let m = unsafe { merge_log_mass(m, mov_u32_dynamic_smem(), tid, WARPS) };
+    if tid == 0 {
+        // SAFETY: row < B; the given token is below V (the caller's contract).
+        unsafe {
+            let t = *p.tokens.add(row as usize);
+            *p.probs.add(row as usize) = *p.logits.add(off + t as usize) * inv_t - m.lse_with(ln);
+        }
+    }
+}
+
 /// Inverse-CDF multinomial draw from `probs[row]`: `u ~ U(0,1)` from Philox (row stream), then the
 /// first index whose running sum exceeds `u`, found by block-wide scans over tiles of
 /// `4 · BASELINE_THREADS` entries with an early exit.
@@ -175,6 +209,7 @@ macro_rules! logits_entry {
 logits_entry!(gumbel_logits, gumbel_logits_body);
 logits_entry!(softmax_rows, softmax_rows_body);
 logits_entry!(multinomial_rows, multinomial_rows_body);
+logits_entry!(logsoftmax_gather, logsoftmax_gather_body);
 
 /// The read-only streaming kernel: thread `t` of the grid's `T` threads reads chunks `t, t + T, …`
 /// (four in flight), folds their words with XOR, the block folds its threads', and thread 0 writes

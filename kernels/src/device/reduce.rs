@@ -249,7 +249,7 @@ pub(super) unsafe fn reduce_if_last(
 /// aligned), not used by the caller until after its next barrier. Outputs are written by thread 0:
 /// the caller's other threads see them after a barrier.
 #[inline(always)]
-pub(super) unsafe fn reduce_row_block(p: &FusedParams, b: u32, tid: u32, smem: u32) {
+pub(super) unsafe fn reduce_row_block<const SCORE: bool>(p: &FusedParams, b: u32, tid: u32, smem: u32) {
     const PARTS: u32 = REDUCE_BLOCK_THREADS;
     const W: u32 = PARTS / 32;
     let part = tid < PARTS; // warp-uniform
@@ -325,6 +325,90 @@ pub(super) unsafe fn reduce_row_block(p: &FusedParams, b: u32, tid: u32, smem: u
             write_logprobs(p, b, (c, mass), y, adj);
         }
     }
+    if SCORE && !p.targets.is_null() {
+        // SAFETY: b < B, `targets` holds B entries (block-uniform load).
+        let target = unsafe { *p.targets.add(b as usize) };
+        // A token outside this launch's rows (the device API does not validate them on the host)
+        // scores NaN, and nothing is read for it.
+        let inside = target.wrapping_sub(p.v_offset) < p.v;
+        // The given token's logit: the same dot product as a sampled token's (bit for bit the sampled
+        // token's when they are the same token).
+        let yt = if !inside {
+            f32::NAN
+        } else if target == token && !p.logprobs.is_null() {
+            y
+        } else {
+            let d = p.d as usize;
+            let rows =
+                (p.hidden.wrapping_add(b as usize * d), p.weight.wrapping_add((target - p.v_offset) as usize * d));
+            // SAFETY: every thread (block-uniform branch); the barrier orders the reads of the slots
+            // of the dot above (thread 0's) before this one's stores; row `target − v_offset < V` of
+            // the weight (`inside`) and row b of the hidden states hold D elements.
+            unsafe {
+                _syncthreads();
+                block_dot(rows, d, (tid, PARTS), dot_slots, p.elem)
+            }
+        };
+        if tid == 0 {
+            // SAFETY: b < B: entry b of the target outputs.
+            unsafe { write_target_logprobs(p, b, target, (c, mass), yt, adj) };
+        }
+    }
+}
+
+/// Row `b`'s given token's log-probabilities (`targets`): `target` with logit `yt` goes through
+/// the logit pipeline as sampling's tokens do (soft-cap, then its adjustment or the mask; `−∞` when
+/// not allowed), then `z / T − lse` ([`log_prob`]); its raw one `yt − lse_raw`. A greedy row: 0 for
+/// its sampled token, `−∞` for any other. A row without a sampled token (a NaN logit, or every
+/// logit `−∞`) or a token outside the launch's rows (`yt` NaN): NaN for both (the host reports the
+/// row's error, as sampling does).
+///
+/// # Safety
+/// `b < B`; `p.targets`' outputs hold B entries; `p` is a one-GPU log-probability launch.
+#[inline(always)]
+unsafe fn write_target_logprobs(
+    p: &FusedParams,
+    b: u32,
+    target: u32,
+    (c, mass): (Candidate, RowMass),
+    yt: f32,
+    adj: AdjRows,
+) {
+    let row = row_params(p, b);
+    let transform = row.transform();
+    let (lse, lse_raw) = (mass.processed.lse_with(ln), mass.raw.lse_with(ln));
+    let token = c.token();
+    let (lp, raw) = if token == crate::INVALID_INDEX || yt.is_nan() {
+        (f32::NAN, f32::NAN)
+    } else {
+        let pipe = p.logit_pipeline();
+        // SAFETY: the mask row `request` holds mask_words words (target < v_end ≤ 32 · mask_words).
+        let allowed = p.mask.is_null()
+            || unsafe { *p.mask.add(row.request() as usize * p.mask_words as usize + (target / 32) as usize) }
+                >> (target % 32)
+                & 1
+                != 0;
+        let mut z = crate::logits::LogitPipeline::masked(pipe.capped(yt), allowed);
+        // An adjusted token's processed logit is its adjusted one (its mask bit was cleared for the
+        // fused pass; `z` holds the mask).
+        for i in adj.start..adj.end {
+            let a = adj.get(i);
+            if a.token == target {
+                z = a.z;
+            }
+        }
+        let lp = match transform.is_greedy() {
+            false => log_prob(transform.scaled(z), lse),
+            true if target == token => 0.0,
+            true => f32::NEG_INFINITY,
+        };
+        (lp, log_prob(yt, lse_raw))
+    };
+    // SAFETY: b < B (the caller's contract).
+    unsafe {
+        *p.target_logprobs.add(b as usize) = lp;
+        *p.target_raw_logprobs.add(b as usize) = raw;
+    }
 }
 
 /// The standalone reduction: `grid = ceil(B / REDUCE_ROWS_PER_BLOCK)` blocks of
@@ -366,5 +450,5 @@ pub unsafe extern "ptx-kernel" fn reduce_rows(p: FusedParams) {
     griddepcontrol_wait();
     // SAFETY: every thread of a REDUCE_BLOCK_THREADS-thread block, b < B, after the wait; the
     // launch's REDUCE_BLOCK_SMEM bytes of dynamic shared memory.
-    unsafe { reduce_row_block(&p, b, tid, mov_u32_dynamic_smem()) }
+    unsafe { reduce_row_block::<true>(&p, b, tid, mov_u32_dynamic_smem()) }
 }

@@ -1,0 +1,217 @@
+//! Scoring given tokens on the GPU (issue 52.1): the log-probability fused pass, with each row's
+//! given token scored by `reduce_rows` as it scores the sampled one — the same dot product for its
+//! logit, the same logit pipeline, the same log-sum-exps — so scoring a token a call sampled gives
+//! that call's log-probabilities bit for bit.
+//!
+//! Memory is O(rows): the pass keeps `n_vranges` candidates and masses per row, and its persistent
+//! grid has `n_btiles · n_vranges` blocks at most, so a long prefill has one vocab range per row;
+//! no `[rows, V]` logits exist anywhere.
+
+use super::*;
+use cudarc::driver::CudaViewMut;
+
+use crate::score::{Scores, check_tokens};
+
+/// The device addresses of a scoring call's given tokens and outputs (read into
+/// [`FusedParams::targets`] and the fields after it; `logsumexp` and `raw_logsumexp` into
+/// [`FusedParams::logsumexp`] and [`FusedParams::raw_logsumexp`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ScoreTargets {
+    pub(super) tokens: u64,
+    pub(super) logprobs: u64,
+    pub(super) raw_logprobs: u64,
+    pub(super) logsumexp: u64,
+    pub(super) raw_logsumexp: u64,
+}
+
+/// Device buffers of the caller that a scoring call ([`GpuBackend::score_device`]) writes its
+/// per-row results into, `B` entries each (each may be longer; the call writes the first `B`).
+/// Definitions: [`Scores`].
+#[derive(Debug)]
+pub struct ScoreOutputs<'a> {
+    /// Each row's given token's log-probability under the processed distribution.
+    pub logprobs: CudaViewMut<'a, f32>,
+    /// Each row's given token's raw log-probability (`log softmax(y)[t]`).
+    pub raw_logprobs: CudaViewMut<'a, f32>,
+    /// Each row's log-sum-exp of the processed logits over the temperature (NaN for a greedy row).
+    pub logsumexp: CudaViewMut<'a, f32>,
+    /// Each row's log-sum-exp of the raw logits.
+    pub raw_logsumexp: CudaViewMut<'a, f32>,
+}
+
+/// The controls a GPU scoring call takes: everything but truncation and top log-probabilities
+/// (their kept sets come from the truncation step, which does not score given tokens yet).
+fn check_score_controls(params: &SamplingParams, v: usize) -> Result<()> {
+    if params.truncates(v) || params.top_logprobs > 0 {
+        return Err(Error::Unsupported {
+            control: "scoring given tokens with top-k / top-p / min-p or top log-probabilities",
+            path: "on the GPU backend (the CPU backend scores them)",
+        });
+    }
+    Ok(())
+}
+
+/// `params` as a scoring launch runs them: one sample per row, both log-probabilities.
+fn scoring_params(params: &SamplingParams) -> SamplingParams {
+    let mut p = params.clone();
+    (p.n, p.logprobs) = (1, LogProbs::ProcessedAndRaw);
+    p
+}
+
+impl GpuBackend {
+    /// Scores one given token per row on the device: `tokens[r]` (`B` entries, global vocab
+    /// indices) under `params`' controls, into the caller's `scores` ([`ScoreOutputs`]), enqueued on
+    /// this handle's stream, no synchronization. `params.n` and `params.logprobs` do not matter (the
+    /// pass draws one sample per row, which it does not keep: `out` holds no results after this
+    /// call, as after [`Self::sample_device_into`]; `out` is its scratch). A token at or past V
+    /// scores NaN (it is not read: nothing checks device-resident tokens on the host); so does a
+    /// row sampling would refuse (a NaN logit, every logit `−∞`). The definitions are [`Scores`]';
+    /// truncating controls and top log-probabilities are [`Error::Unsupported`] here.
+    ///
+    /// # Errors
+    /// Sampling's validation ([`Self::sample_device_masked`]); `tokens` or an output shorter than
+    /// `B` ([`Error::LengthMismatch`]) or of another context ([`Error::ForeignBuffer`]); all before
+    /// anything is enqueued.
+    #[allow(clippy::too_many_arguments)]
+    pub fn score_device<T: Element>(
+        &self,
+        hidden: &DeviceMatrix<'_, T>,
+        weight: &DeviceMatrix<'_, T>,
+        params: &SamplingParams,
+        tokens: &CudaView<'_, u32>,
+        mask: Option<&CudaView<'_, u32>>,
+        out: &mut DeviceSamples,
+        scores: &mut ScoreOutputs<'_>,
+    ) -> Result<()> {
+        check_score_controls(params, weight.rows)?;
+        let b = hidden.rows;
+        if tokens.len() != b {
+            return Err(Error::LengthMismatch { buffer: "tokens to score", expected: b, actual: tokens.len() });
+        }
+        if !same_context(tokens.stream().context(), &self.k.ctx) {
+            return Err(Error::ForeignBuffer { buffer: "tokens to score" });
+        }
+        for (name, o) in [
+            ("score logprobs", &scores.logprobs),
+            ("score raw_logprobs", &scores.raw_logprobs),
+            ("score logsumexp", &scores.logsumexp),
+            ("score raw_logsumexp", &scores.raw_logsumexp),
+        ] {
+            if o.len() < b {
+                return Err(Error::LengthMismatch { buffer: name, expected: b, actual: o.len() });
+            }
+            if !same_context(o.stream().context(), &self.k.ctx) {
+                return Err(Error::ForeignBuffer { buffer: name });
+            }
+        }
+        let p = scoring_params(params);
+        let (tokens, _tokens_guard) = device_address(tokens, &self.stream);
+        let (logprobs, _g1) = scores.logprobs.device_ptr_mut(&self.stream);
+        let (raw_logprobs, _g2) = scores.raw_logprobs.device_ptr_mut(&self.stream);
+        let (logsumexp, _g3) = scores.logsumexp.device_ptr_mut(&self.stream);
+        let (raw_logsumexp, _g4) = scores.raw_logsumexp.device_ptr_mut(&self.stream);
+        let targets = ScoreTargets { tokens, logprobs, raw_logprobs, logsumexp, raw_logsumexp };
+        let whole = VocabRange { offset: 0, vocab: weight.rows };
+        self.sample_device_in(hidden, weight, &p, mask, out, whole, None, None, None, Some(targets))
+    }
+
+    /// Per row of `hidden`, the log-probabilities of `tokens[row]` under `params`' controls and the
+    /// row's log-sum-exps: [`crate::CpuBackend::score`]'s results on the GPU (host buffers in and
+    /// out: uploads, one fused pass, downloads), with the controls [`Self::score_device`] takes.
+    /// Validation is sampling's, then one token per row below V ([`Error::TokenOutOfRange`]), before
+    /// anything is uploaded; a row sampling would refuse is the same error here.
+    pub fn score<T: Element>(
+        &self,
+        hidden: Matrix<'_, T>,
+        weight: Matrix<'_, T>,
+        params: &SamplingParams,
+        tokens: &[u32],
+    ) -> Result<Scores> {
+        Ok(self.score_host(hidden, weight, params, tokens)?.1)
+    }
+
+    /// Samples as [`Self::sample_scored`] does and scores `tokens` as [`Self::score`] does, in one
+    /// pass over the weight when `params.n` is 1; both results bit for bit those of the two calls.
+    pub fn sample_and_score<T: Element>(
+        &self,
+        hidden: Matrix<'_, T>,
+        weight: Matrix<'_, T>,
+        params: &SamplingParams,
+        tokens: &[u32],
+    ) -> Result<(Samples, Scores)> {
+        if params.n != 1 {
+            let scores = self.score(hidden, weight, params, tokens)?;
+            return Ok((self.sample_scored(hidden, weight, params)?, scores));
+        }
+        let (mut samples, scores) = self.score_host(hidden, weight, params, tokens)?;
+        // The pass computed both log-probabilities: keep what `params` asks for.
+        match params.logprobs {
+            LogProbs::Off => (samples.logprobs, samples.raw_logprobs, samples.logsumexp) = (None, None, None),
+            LogProbs::Processed => samples.raw_logprobs = None,
+            LogProbs::ProcessedAndRaw => {}
+        }
+        Ok((samples, scores))
+    }
+
+    /// The scoring pass with host buffers: its samples (`n = 1`, both log-probabilities) and scores.
+    fn score_host<T: Element>(
+        &self,
+        hidden: Matrix<'_, T>,
+        weight: Matrix<'_, T>,
+        params: &SamplingParams,
+        tokens: &[u32],
+    ) -> Result<(Samples, Scores)> {
+        let (shape, _) = validate(
+            (hidden.rows, hidden.cols, hidden.data.len()),
+            (weight.rows, weight.cols, weight.data.len()),
+            params,
+        )?;
+        check_tokens(tokens, shape.b, shape.v)?;
+        check_score_controls(params, shape.v)?;
+        let h = self.stream.clone_htod(hidden.data)?;
+        let w = self.stream.clone_htod(weight.data)?;
+        let t = self.stream.clone_htod(tokens)?;
+        let b = shape.b;
+        let mut out = self.alloc_samples(b, shape.v)?;
+        let mut buf = self.stream.alloc_zeros::<f32>(4 * b)?;
+        {
+            let (lp, mut rest) = buf.split_at_mut(b);
+            let (raw, mut rest) = rest.split_at_mut(b);
+            let (lse, raw_lse) = rest.split_at_mut(b);
+            let mut scores = ScoreOutputs { logprobs: lp, raw_logprobs: raw, logsumexp: lse, raw_logsumexp: raw_lse };
+            self.score_device(
+                &DeviceMatrix { data: h.as_view(), rows: hidden.rows, cols: hidden.cols },
+                &DeviceMatrix { data: w.as_view(), rows: weight.rows, cols: weight.cols },
+                params,
+                &t.as_view(),
+                None,
+                &mut out,
+                &mut scores,
+            )?;
+        }
+        // The pass's samples, from the buffers' own outputs (the accessors show none after a
+        // scoring call); the log-sum-exps are the scores'.
+        let get = |v: Option<&CudaSlice<f32>>| -> Result<Vec<f32>> {
+            Ok(self.stream.clone_dtoh(&v.expect("a log-probability launch's buffers").slice(..b))?)
+        };
+        let all = self.stream.clone_dtoh(&buf)?;
+        let mut samples = Samples::plain(
+            self.stream.clone_dtoh(&out.tokens.slice(..b))?,
+            self.stream.clone_dtoh(&out.scores.slice(..b))?,
+        );
+        samples.logprobs = Some(get(out.logprobs.as_ref())?);
+        samples.raw_logprobs = Some(get(out.raw_logprobs.as_ref())?);
+        samples.logsumexp = Some(all[2 * b..3 * b].to_vec());
+        // A row sampling refuses is this call's error too.
+        check_samples_of(&samples, 1, hidden, &[weight.data])?;
+        let scores = Scores {
+            logprobs: all[..b].to_vec(),
+            raw_logprobs: all[b..2 * b].to_vec(),
+            logsumexp: all[2 * b..3 * b].to_vec(),
+            raw_logsumexp: all[3 * b..].to_vec(),
+            top_logprobs: None,
+            ranks: None,
+        };
+        Ok((samples, scores))
+    }
+}

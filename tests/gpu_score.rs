@@ -1,0 +1,271 @@
+//! Scoring given tokens on the GPU (issue 52.1): `GpuBackend::score`, `sample_and_score` and
+//! `score_device` — the log-probability fused pass with each row's given token scored by the
+//! reduction, as it scores the sampled one. Against the CPU backend (exact-logit heads, every
+//! control the GPU scores, every fused variant), against an independent f64 reference (a long
+//! prefill), the sampled token's identity bit for bit, and typed errors. SKIP without a GPU.
+
+mod common;
+
+use common::*;
+use flashsampling::params::LogProbs;
+use flashsampling::score::Scores;
+use flashsampling::{CpuBackend, DeviceMatrix, Error, Matrix, SamplingParams, ScoreOutputs};
+use half::bf16;
+
+/// The controls the GPU scores: plain, per-row temperatures (greedy rows too), per-row seeds, soft-cap,
+/// a mask, sparse adjustments, and all of them at once.
+fn cases(b: usize, v: usize) -> Vec<(&'static str, SamplingParams)> {
+    let base = SamplingParams::new(0.8, 11).with_streams((0..b as u64).map(|r| 5 * r + 1).collect());
+    vec![
+        ("plain", base.clone()),
+        ("temperatures", base.clone().with_temperatures(mixed_temperatures(b))),
+        ("seeds", base.clone().with_seeds((0..b as u64).map(|r| r ^ 0x5EED).collect())),
+        ("softcap", base.clone().with_softcap(1.5)),
+        ("mask", base.clone().with_allowed(random_mask(b, v, 0.3, 5))),
+        ("adjustments", base.clone().with_adjustments(random_adjustments(b, v, 6, 7))),
+        (
+            "everything",
+            base.with_temperatures(mixed_temperatures(b))
+                .with_softcap(2.0)
+                .with_allowed(random_mask(b, v, 0.5, 9))
+                .with_adjustments(random_adjustments(b, v, 20, 10)),
+        ),
+    ]
+}
+
+/// Per row, the sampled token, the next token, a random one and (with a mask) a masked one.
+fn token_sets(sampled: &[u32], v: usize, params: &SamplingParams, seed: u64) -> Vec<Vec<u32>> {
+    let mut rng = TestRng::new(seed);
+    let mut sets = vec![
+        sampled.to_vec(),
+        sampled.iter().map(|&t| (t + 1) % v as u32).collect(),
+        (0..sampled.len()).map(|_| (rng.next_u64() % v as u64) as u32).collect(),
+    ];
+    if let Some(mask) = &params.allowed {
+        let masked = (0..sampled.len())
+            .map(|r| {
+                let row = &mask.words[r * mask.words_per_row..(r + 1) * mask.words_per_row];
+                (0..v as u32).find(|&t| (row[t as usize / 32] >> (t % 32)) & 1 == 0).unwrap_or(0)
+            })
+            .collect();
+        sets.push(masked);
+    }
+    sets
+}
+
+/// GPU == CPU scores: log-probabilities within 1e-4 (both `−∞` for a removed token), log-sum-exps
+/// within 1e-5 relative (both NaN for a greedy row).
+fn assert_scores_close(what: &str, g: &Scores, c: &Scores) {
+    let close = |name: &str, a: &[f32], b: &[f32], abs: f64, rel: f64| {
+        assert_eq!(a.len(), b.len(), "{what}: {name} length");
+        for (i, (&x, &y)) in a.iter().zip(b).enumerate() {
+            if y.is_nan() || y.is_infinite() {
+                assert_eq!(x.to_bits(), y.to_bits(), "{what}: {name}[{i}] GPU {x} CPU {y}");
+                continue;
+            }
+            let tol = abs + rel * (y as f64).abs();
+            assert!(((x - y) as f64).abs() <= tol, "{what}: {name}[{i}] GPU {x} CPU {y} (tolerance {tol:e})");
+        }
+    };
+    // A given token's log-probability can be far from 0 (−2195 at T = 0.001): there f32 resolves
+    // 2.4e-4, so the tolerance is 1e-4 plus 1e-6 relative (8 ulps).
+    close("log-probabilities", &g.logprobs, &c.logprobs, 1e-4, 1e-6);
+    close("raw log-probabilities", &g.raw_logprobs, &c.raw_logprobs, 1e-4, 1e-6);
+    close("log-sum-exps", &g.logsumexp, &c.logsumexp, 0.0, 1e-5);
+    close("raw log-sum-exps", &g.raw_logsumexp, &c.raw_logsumexp, 0.0, 1e-5);
+    assert_eq!((&g.top_logprobs, &g.ranks), (&None, &None), "{what}: no top lists on the GPU");
+}
+
+#[test]
+fn gpu_scores_match_the_cpu_on_every_control_and_variant() {
+    let test = "gpu_scores_match_the_cpu_on_every_control_and_variant";
+    let Some(mut gpu) = gpu_or_skip(test) else { return };
+    let cpu = CpuBackend::new();
+    for &(b, d, v) in &[(5usize, 64usize, 1000usize), (37, 128, 3001), (150, 64, 5008)] {
+        let (hidden, weight) = exact_head(b, d, v, 1.5, 0x52_0000 ^ (b * 31 + v) as u64);
+        let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
+        for (name, params) in cases(b, v) {
+            let sampled = cpu.sample(h, w, &params).unwrap();
+            for (k, tokens) in token_sets(&sampled, v, &params, 3).iter().enumerate() {
+                let want = cpu.score(h, w, &params, tokens).unwrap();
+                for entry in gpu.fused_variants() {
+                    if !entry.supports_vocab(v as u32) {
+                        continue;
+                    }
+                    gpu.set_fused_variant(Some(entry)).unwrap();
+                    let got = gpu.score(h, w, &params, tokens).unwrap();
+                    assert_scores_close(&format!("{name}, B={b} D={d} V={v}, tokens {k}, {entry}"), &got, &want);
+                }
+                gpu.set_fused_variant(None).unwrap();
+            }
+        }
+        visible(&format!("GPU scores == CPU: B={b:>3} D={d} V={v:>5}, {} variants", gpu.fused_variants().len()));
+    }
+}
+
+#[test]
+fn scoring_the_sampled_token_gives_the_reported_log_probabilities_on_the_gpu() {
+    // A head with inexact logits (random hidden states): the identity holds bit for bit because the
+    // score and the sample's log-probability come from the same dot product and log-sum-exps.
+    let test = "scoring_the_sampled_token_gives_the_reported_log_probabilities_on_the_gpu";
+    let Some(gpu) = gpu_or_skip(test) else { return };
+    let (b, d, v) = (24, 256, 3000);
+    let mut rng = TestRng::new(0x52_5C0);
+    let hidden = rng.normal_bf16(b * d, 1.0);
+    let weight = rng.normal_bf16(v * d, 3.0 / (d as f64).sqrt());
+    let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
+    for (name, params) in cases(b, v) {
+        let sampled = gpu.sample_scored(h, w, &params.clone().with_logprobs(LogProbs::ProcessedAndRaw)).unwrap();
+        let scored = gpu.score(h, w, &params, &sampled.tokens).unwrap();
+        assert_eq!(bits(&scored.logprobs), bits(sampled.logprobs.as_ref().unwrap()), "{name}: log-probabilities");
+        assert_eq!(bits(&scored.raw_logprobs), bits(sampled.raw_logprobs.as_ref().unwrap()), "{name}: raw");
+        assert_eq!(bits(&scored.logsumexp), bits(sampled.logsumexp.as_ref().unwrap()), "{name}: log-sum-exp");
+        // Other tokens: a greedy row's is −∞ (not its argmax); the rows' log-sum-exps do not move.
+        let others: Vec<u32> = sampled.tokens.iter().map(|&t| (t + 1) % v as u32).collect();
+        let other = gpu.score(h, w, &params, &others).unwrap();
+        assert_eq!(bits(&other.raw_logsumexp), bits(&scored.raw_logsumexp), "{name}");
+        assert_eq!(bits(&other.logsumexp), bits(&scored.logsumexp), "{name}");
+        for r in 0..b {
+            if params.temperatures.as_ref().is_some_and(|t| t[r] == 0.0) {
+                assert_eq!(other.logprobs[r], f32::NEG_INFINITY, "{name}: greedy row {r}");
+                assert_eq!(scored.logprobs[r], 0.0, "{name}: greedy row {r}");
+            } else {
+                assert!(other.logprobs[r] <= 0.0, "{name}: row {r}: {}", other.logprobs[r]);
+            }
+        }
+    }
+}
+
+#[test]
+fn sampling_and_scoring_in_one_pass_give_the_two_calls_results_on_the_gpu() {
+    let test = "sampling_and_scoring_in_one_pass_give_the_two_calls_results_on_the_gpu";
+    let Some(gpu) = gpu_or_skip(test) else { return };
+    let (b, d, v) = (12, 128, 2000);
+    let mut rng = TestRng::new(0x52_5C2);
+    let hidden = rng.normal_bf16(b * d, 1.0);
+    let weight = rng.normal_bf16(v * d, 3.0 / (d as f64).sqrt());
+    let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
+    let tokens: Vec<u32> = (0..b).map(|_| (rng.next_u64() % v as u64) as u32).collect();
+    for (name, base) in cases(b, v) {
+        for params in [
+            base.clone(),
+            base.clone().with_logprobs(LogProbs::Processed),
+            base.clone().with_logprobs(LogProbs::ProcessedAndRaw),
+            base.clone().with_samples_per_row(3).with_logprobs(LogProbs::Processed),
+        ] {
+            let at = format!("{name}, {:?}, n {}", params.logprobs, params.n);
+            let (samples, scores) = gpu.sample_and_score(h, w, &params, &tokens).unwrap();
+            let want = gpu.sample_scored(h, w, &params).unwrap();
+            assert_eq!(samples.tokens, want.tokens, "{at}: tokens");
+            assert_eq!(bits(&samples.scores), bits(&want.scores), "{at}: scores");
+            for (what, a, b) in [
+                ("log-probabilities", &samples.logprobs, &want.logprobs),
+                ("raw log-probabilities", &samples.raw_logprobs, &want.raw_logprobs),
+                ("log-sum-exps", &samples.logsumexp, &want.logsumexp),
+            ] {
+                assert_eq!(a.as_deref().map(bits), b.as_deref().map(bits), "{at}: {what}");
+            }
+            let alone = gpu.score(h, w, &params, &tokens).unwrap();
+            for (what, a, b) in [
+                ("log-probabilities", &scores.logprobs, &alone.logprobs),
+                ("raw log-probabilities", &scores.raw_logprobs, &alone.raw_logprobs),
+                ("log-sum-exps", &scores.logsumexp, &alone.logsumexp),
+                ("raw log-sum-exps", &scores.raw_logsumexp, &alone.raw_logsumexp),
+            ] {
+                assert_eq!(bits(a), bits(b), "{at}: the given tokens' {what}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_long_prefill_matches_an_independent_f64_reference() {
+    // 4,096 rows in one call (memory O(rows): no [rows, V] buffer), exact logits, so the reference
+    // is f64 arithmetic on the weight's entries: soft-cap, temperature, log-softmax.
+    let test = "a_long_prefill_matches_an_independent_f64_reference";
+    let Some(gpu) = gpu_or_skip(test) else { return };
+    let (b, d, v) = (4096, 128, 3000);
+    let (hidden, weight) = exact_head(b, d, v, 1.5, 0x52_4096);
+    let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
+    let temps: Vec<f32> = (0..b).map(|r| [0.5, 1.0, 1.7][r % 3]).collect();
+    let params = SamplingParams::new(1.0, 1).with_temperatures(temps.clone()).with_softcap(3.0);
+    let mut rng = TestRng::new(4);
+    let tokens: Vec<u32> = (0..b).map(|_| (rng.next_u64() % v as u64) as u32).collect();
+    let got = gpu.score(h, w, &params, &tokens).unwrap();
+    let lse_of = |xs: &[f64]| {
+        let m = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        m + xs.iter().map(|x| (x - m).exp()).sum::<f64>().ln()
+    };
+    for r in 0..b {
+        let y: Vec<f64> = (0..v).map(|i| weight[i * d + r % d].to_f64()).collect();
+        let z: Vec<f64> = y.iter().map(|&x| 3.0 * (x / 3.0).tanh() / temps[r] as f64).collect();
+        let (lse, raw_lse) = (lse_of(&z), lse_of(&y));
+        let t = tokens[r] as usize;
+        assert!((got.logprobs[r] as f64 - (z[t] - lse)).abs() < 1e-4, "row {r}: {} vs {}", got.logprobs[r], z[t] - lse);
+        assert!((got.raw_logprobs[r] as f64 - (y[t] - raw_lse)).abs() < 1e-4, "row {r}: raw");
+        assert!(((got.logsumexp[r] as f64 - lse) / lse).abs() < 1e-5, "row {r}: lse {} vs {lse}", got.logsumexp[r]);
+        assert!(((got.raw_logsumexp[r] as f64 - raw_lse) / raw_lse).abs() < 1e-5, "row {r}: raw lse");
+    }
+    visible(&format!("GPU scores of a {b}-row prefill == the f64 reference (V={v})"));
+}
+
+#[test]
+fn bad_input_is_a_typed_error_and_device_tokens_past_v_score_nan() {
+    let test = "bad_input_is_a_typed_error_and_device_tokens_past_v_score_nan";
+    let Some(gpu) = gpu_or_skip(test) else { return };
+    let (b, d, v) = (3, 64, 100);
+    let (hidden, weight) = (vec![bf16::ONE; b * d], vec![bf16::ZERO; v * d]);
+    let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
+    let p = SamplingParams::new(1.0, 0);
+    assert!(matches!(gpu.score(h, w, &p, &[0, 1]), Err(Error::LengthMismatch { expected: 3, actual: 2, .. })));
+    assert!(matches!(gpu.score(h, w, &p, &[0, 100, 1]), Err(Error::TokenOutOfRange { row: 1, token: 100, v: 100 })));
+    assert!(matches!(gpu.score(h, w, &SamplingParams::new(-1.0, 0), &[0; 3]), Err(Error::InvalidTemperature(_))));
+    assert!(matches!(gpu.score(h, w, &p.clone().with_top_k(vec![5; b]), &[0; 3]), Err(Error::Unsupported { .. })));
+    assert!(matches!(gpu.score(h, w, &p.clone().with_top_logprobs(2, false), &[0; 3]), Err(Error::Unsupported { .. })));
+    // Uniform rows: ln(1/100) for every token.
+    let s = gpu.score(h, w, &p, &[0, 50, 99]).unwrap();
+    assert!(s.logprobs.iter().all(|&x| (x - 0.01f32.ln()).abs() < 1e-5), "{:?}", s.logprobs);
+    // A row with nothing allowed is sampling's error.
+    let none = flashsampling::controls::TokenMask { words: vec![0; b * v.div_ceil(32)], words_per_row: v.div_ceil(32) };
+    assert!(matches!(gpu.score(h, w, &p.clone().with_allowed(none), &[0; 3]), Err(Error::AllLogitsNegInfinite { .. })));
+    // The device API: wrong lengths are typed errors; tokens at or past V (not checked on the host)
+    // score NaN and are not read (memcheck runs this test).
+    let s = gpu.stream();
+    let (hd, wd) = (s.clone_htod(&hidden).unwrap(), s.clone_htod(&weight).unwrap());
+    let (hm, wm) =
+        (DeviceMatrix { data: hd.as_view(), rows: b, cols: d }, DeviceMatrix { data: wd.as_view(), rows: v, cols: d });
+    let mut out = gpu.alloc_samples(b, v).unwrap();
+    let mut buf = s.alloc_zeros::<f32>(4 * b).unwrap();
+    let short = s.clone_htod(&[0u32, 1]).unwrap();
+    let tokens = s.clone_htod(&[7u32, 100, u32::MAX]).unwrap();
+    {
+        let mut views = buf.as_view_mut();
+        let (lp, mut rest) = views.split_at_mut(b);
+        let (raw, mut rest) = rest.split_at_mut(b);
+        let (lse, raw_lse) = rest.split_at_mut(b);
+        let mut scores = ScoreOutputs { logprobs: lp, raw_logprobs: raw, logsumexp: lse, raw_logsumexp: raw_lse };
+        let e = gpu.score_device(&hm, &wm, &p, &short.as_view(), None, &mut out, &mut scores).unwrap_err();
+        assert!(matches!(e, Error::LengthMismatch { expected: 3, actual: 2, .. }), "{e:?}");
+        gpu.score_device(&hm, &wm, &p, &tokens.as_view(), None, &mut out, &mut scores).unwrap();
+    }
+    {
+        let mut small = s.alloc_zeros::<f32>(2).unwrap();
+        let mut big = s.alloc_zeros::<f32>(3 * b).unwrap();
+        let mut views = big.as_view_mut();
+        let (lp, mut rest) = views.split_at_mut(b);
+        let (raw, lse) = rest.split_at_mut(b);
+        let mut short_out =
+            ScoreOutputs { logprobs: lp, raw_logprobs: raw, logsumexp: lse, raw_logsumexp: small.as_view_mut() };
+        let e = gpu.score_device(&hm, &wm, &p, &tokens.as_view(), None, &mut out, &mut short_out).unwrap_err();
+        assert!(matches!(e, Error::LengthMismatch { expected: 3, actual: 2, .. }), "{e:?}");
+    }
+    // The scoring call leaves no results in `out`.
+    assert_eq!(out.tokens().len(), 0);
+    let all = s.clone_dtoh(&buf).unwrap();
+    let (lp, raw) = (&all[..b], &all[b..2 * b]);
+    assert!((lp[0] - 0.01f32.ln()).abs() < 1e-5 && (raw[0] - 0.01f32.ln()).abs() < 1e-5, "{lp:?}");
+    assert!(lp[1].is_nan() && lp[2].is_nan() && raw[1].is_nan() && raw[2].is_nan(), "{lp:?} {raw:?}");
+    for lse in [&all[2 * b..3 * b], &all[3 * b..]] {
+        assert!(lse.iter().all(|&x| (x - 100f32.ln()).abs() < 1e-5), "{lse:?}");
+    }
+}
