@@ -55,6 +55,14 @@
 //!   GEMM alone; the logits the unfused path materializes (B·V·4 bytes) against ours (none); the
 //!   largest |difference| of the two log-probabilities. Writes `score.csv`. Takes `--shape`,
 //!   `--batches`.
+//! - `--verify`: instead of the baselines, time speculative verification (issue 52) of R requests
+//!   with K drafts each (default R ∈ {1, 8, 16, 32, 64} × K ∈ {1, 4, 8}): ours (one fused call over
+//!   the R·(K + 1) rows with per-row positions: the target's keyed samples, which `speculative::verify`
+//!   compares with the drafts) against cuBLAS GEMM over the same rows + softmax + the classic
+//!   rejection sampler (`rejection_rows`: accept with min(1, p/q), residual draw, bonus token; the
+//!   draft probabilities are given, from a perturbed copy of the hidden states, and their tokens drawn
+//!   from them, outside the timing). Neither side's timing includes comparing tokens on the host.
+//!   Writes `verify.csv`. Takes `--shape`, `--batches` (R) and `--ks 1,4,8`.
 //!
 //! Device memory at the largest B: the weights (V·D bf16), the hidden states (B·D bf16) and the
 //! baselines' f32 logits and probabilities (2·B·V·4 bytes: 2.5 GB at B = 2048, V = 151936; 4.3 GB at
@@ -91,6 +99,9 @@ struct Args {
     truncation: bool,
     /// `--score`: scoring given tokens at prefill sizes.
     score: bool,
+    /// `--verify`: speculative verification against the rejection sampler; `--ks`: its K list.
+    verify: bool,
+    ks: Vec<usize>,
     /// `--heavy-rows` (with `--truncation`): the heavy-tailed head instead of the random one.
     heavy_rows: bool,
     /// `--only a,b`: the sweep times only the variants whose entry contains one of these.
@@ -135,6 +146,8 @@ fn args() -> Args {
         controls: false,
         truncation: false,
         score: false,
+        verify: false,
+        ks: vec![1, 4, 8],
         heavy_rows: false,
         only: Vec::new(),
         modes: Vec::new(),
@@ -149,6 +162,10 @@ fn args() -> Args {
             "--controls" => a.controls = true,
             "--truncation" => a.truncation = true,
             "--score" => a.score = true,
+            "--verify" => a.verify = true,
+            "--ks" => {
+                a.ks = it.next().expect("--ks 1,4,8").split(',').map(|k| k.parse().expect("--ks: integers")).collect()
+            }
             "--heavy-rows" => a.heavy_rows = true,
             "--only" => a.only = it.next().expect("--only a,b").split(',').map(str::to_string).collect(),
             "--modes" => a.modes = it.next().expect("--modes a,b").split(',').map(str::to_string).collect(),
@@ -223,6 +240,9 @@ fn main() -> R<()> {
     }
     if a.score {
         return score(&gpu, &timer, &a);
+    }
+    if a.verify {
+        return verify(&gpu, &timer, &a);
     }
     // Tensor-core rate: 8192³ bf16 GEMM on random data, f32 output.
     let n = 8192;
@@ -697,6 +717,103 @@ fn score(gpu: &GpuBackend, timer: &EventTimer, a: &Args) -> R<()> {
         &format!(
             "scoring one given token per row (raw and processed log-probabilities, T = 1), medians of {runs} runs (ms)"
         ),
+        &table,
+    )
+}
+
+/// `--verify`: speculative verification, ours against GEMM + softmax + the rejection sampler.
+fn verify(gpu: &GpuBackend, timer: &EventTimer, a: &Args) -> R<()> {
+    let stream = gpu.stream().clone();
+    let base = Baselines::new(gpu)?;
+    let requests = a.batches.clone().unwrap_or_else(|| vec![1, 8, 16, 32, 64]);
+    let kmax = *a.ks.iter().max().unwrap();
+    let rmax = *requests.iter().max().unwrap();
+    let runs = a.runs;
+    let mut table = String::from(
+        "| config | R | K | rows | ours ms | GEMM + softmax + rejection ms (× ours) | GEMM alone ms | accepted / K (baseline) |\n|---|---|---|---|---|---|---|---|\n",
+    );
+    let mut csv = String::from("config,d,v,requests,k,rows,ours_ms,unfused_ms,gemm_ms,accepted_share\n");
+    for (config, d, v) in a.configs() {
+        if v % 4 != 0 {
+            eprintln!("{config}: V % 4 != 0: no rejection-sampler baseline (its kernels read 16-byte rows)");
+            continue;
+        }
+        let bmax = rmax * (kmax + 1);
+        let (hidden, weight) = synthetic_head(bmax, d, v);
+        // The draft model's hidden states: the target's, perturbed (its distributions are close to
+        // the target's but not equal, as a draft model's are).
+        let mut rng = SplitMix64::new(DATA_SEED ^ 0xD2AF7);
+        let draft_hidden: Vec<half::bf16> =
+            hidden.iter().map(|x| half::bf16::from_f64(x.to_f64() + 0.5 * rng.normal())).collect();
+        let (h_dev, w_dev) = (stream.clone_htod(&hidden)?, stream.clone_htod(&weight)?);
+        let hd_dev = stream.clone_htod(&draft_hidden)?;
+        drop((hidden, weight, draft_hidden));
+        for &r in &requests {
+            for &k in &a.ks {
+                let rows = r * (k + 1);
+                let wm = DeviceMatrix { data: w_dev.slice(..v * d), rows: v, cols: d };
+                let hm = DeviceMatrix { data: h_dev.slice(..rows * d), rows, cols: d };
+                // Ours: the target's samples at every row, keyed by (seed, request stream, position).
+                let positions: Vec<u32> = (0..r).flat_map(|_| 100..100 + (k as u32 + 1)).collect();
+                let streams: Vec<u64> = (0..r as u64).flat_map(|q| std::iter::repeat_n(q, k + 1)).collect();
+                let params = SamplingParams::new(1.0, 7).with_streams(streams).with_positions(positions);
+                let mut out = gpu.alloc_samples(rows, v)?;
+                let ours = timer.time(&stream, 10, runs, || gpu.sample_device(&hm, &wm, &params, &mut out))?;
+                drop(out);
+                // The drafts: the draft model's probabilities at each request's K positions and its
+                // tokens drawn from them (setup, not timed).
+                let plain = SamplingParams::new(1.0, 9);
+                let mut qbuf = base.alloc(r * k.max(1), v, &plain)?;
+                let draft_rows: Vec<usize> = (0..r).flat_map(|q| (0..k).map(move |i| q * (k + 1) + i)).collect();
+                let qh = {
+                    let host = stream.clone_dtoh(&hd_dev.slice(..rows * d))?;
+                    let picked: Vec<half::bf16> =
+                        draft_rows.iter().flat_map(|&row| host[row * d..(row + 1) * d].to_vec()).collect();
+                    stream.clone_htod(&picked)?
+                };
+                let (draft_tokens, draft_probs) = if k > 0 {
+                    base.gemm(&qh.slice(..r * k * d), &wm.data, d, &mut qbuf)?;
+                    base.softmax_multinomial(&mut qbuf, &plain)?;
+                    (qbuf.tokens.clone(), qbuf.probs.clone())
+                } else {
+                    (stream.alloc_zeros(1)?, stream.alloc_zeros(4)?)
+                };
+                drop(qbuf);
+                // The baseline: GEMM over the rows, softmax, the rejection sampler.
+                let mut buf = base.alloc(rows, v, &plain)?;
+                let mut tokens: CudaSlice<u32> = stream.alloc_zeros(rows)?;
+                let mut accepted: CudaSlice<u32> = stream.alloc_zeros(r)?;
+                let gemm = timer.time(&stream, 10, runs, || base.gemm(&hm.data, &wm.data, d, &mut buf))?;
+                let unfused = timer.time(&stream, 10, runs, || {
+                    base.gemm(&hm.data, &wm.data, d, &mut buf)?;
+                    base.softmax(&mut buf, &plain)?;
+                    base.rejection(&buf.probs, &draft_probs, &draft_tokens, (r, k, v), &mut tokens, &mut accepted, 11)
+                })?;
+                let acc = stream.clone_dtoh(&accepted)?;
+                let share = if k == 0 { 1.0 } else { acc.iter().map(|&x| x as f64).sum::<f64>() / (r * k) as f64 };
+                csv += &format!(
+                    "{config},{d},{v},{r},{k},{rows},{:.5},{:.5},{:.5},{share:.4}\n",
+                    ours.median, unfused.median, gemm.median
+                );
+                let line = format!(
+                    "| {config} | {r} | {k} | {rows} | {:.4} | {:.4} ({:.2}) | {:.4} | {:.2} |",
+                    ours.median,
+                    unfused.median,
+                    unfused.median / ours.median,
+                    gemm.median,
+                    share
+                );
+                eprintln!("{line}");
+                table += &line;
+                table.push('\n');
+            }
+        }
+    }
+    finish_mode(
+        a,
+        "verify.csv",
+        &csv,
+        &format!("speculative verification of R requests with K drafts each (T = 1), medians of {runs} runs (ms)"),
         &table,
     )
 }

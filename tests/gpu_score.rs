@@ -7,6 +7,7 @@
 mod common;
 
 use common::*;
+use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode, CUstreamCaptureStatus};
 use flashsampling::params::LogProbs;
 use flashsampling::score::Scores;
 use flashsampling::{CpuBackend, DeviceMatrix, Error, Matrix, SamplingParams, ScoreOutputs};
@@ -246,6 +247,17 @@ fn bad_input_is_a_typed_error_and_device_tokens_past_v_score_nan() {
         let mut scores = ScoreOutputs { logprobs: lp, raw_logprobs: raw, logsumexp: lse, raw_logsumexp: raw_lse };
         let e = gpu.score_device(&hm, &wm, &p, &short.as_view(), None, &mut out, &mut scores).unwrap_err();
         assert!(matches!(e, Error::LengthMismatch { expected: 3, actual: 2, .. }), "{e:?}");
+        // Inside a CUDA-graph capture: refused before anything is taken or enqueued (the capture
+        // stays valid, even with cudarc's event tracking on).
+        let cs = gpu.context().new_stream().unwrap();
+        let on = gpu.on_stream(cs.clone()).unwrap();
+        cs.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).unwrap();
+        let e = on.score_device(&hm, &wm, &p, &tokens.as_view(), None, &mut out, &mut scores).unwrap_err();
+        let status = cs.capture_status().unwrap();
+        let graph = cs.end_capture(CUgraphInstantiate_flags(0));
+        assert!(matches!(e, Error::Capture { .. }), "{e:?}");
+        assert_eq!(status, CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE, "the refusal broke the capture");
+        graph.expect("an empty capture ends cleanly");
         gpu.score_device(&hm, &wm, &p, &tokens.as_view(), None, &mut out, &mut scores).unwrap();
     }
     {

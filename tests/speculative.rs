@@ -479,3 +479,71 @@ fn emitted_log_probabilities_are_plain_decodings_bit_for_bit() {
     .unwrap();
     assert!(got.logprobs.is_none() && got.raw_logprobs.is_none());
 }
+
+/// The benchmark's baseline, the classic rejection sampler (`Baselines::rejection`, SKIP without a
+/// GPU): drafts drawn from the target's own probabilities are all accepted (`u·q ≤ p` with `q = p`);
+/// drafts scored by another head's probabilities are rejected somewhere, and every token emitted at a
+/// rejection lies in the residual's support (`p > q` there).
+#[test]
+fn the_rejection_sampler_baseline_accepts_the_targets_own_drafts_and_draws_from_the_residual() {
+    let Some(gpu) = common::gpu_or_skip(
+        "the_rejection_sampler_baseline_accepts_the_targets_own_drafts_and_draws_from_the_residual",
+    ) else {
+        return;
+    };
+    let base = flashsampling::baselines::Baselines::new(&gpu).unwrap();
+    let s = gpu.stream().clone();
+    let (requests, k, d, v) = (6usize, 3usize, 64usize, 1024usize);
+    let rows = requests * (k + 1);
+    let mut rng = TestRng::new(0x5EC);
+    let hidden = rng.normal_bf16(rows * d, 1.0);
+    let (w1, w2) = (rng.normal_bf16(v * d, 0.4), rng.normal_bf16(v * d, 0.4));
+    let h = s.clone_htod(&hidden).unwrap();
+    let plain = SamplingParams::new(1.0, 3);
+    let probs = |w: &[bf16]| {
+        let wd = s.clone_htod(w).unwrap();
+        let mut buf = base.alloc(rows, v, &plain).unwrap();
+        base.gemm(&h.as_view(), &wd.as_view(), d, &mut buf).unwrap();
+        base.softmax_multinomial(&mut buf, &plain).unwrap();
+        (buf.probs.clone(), s.clone_dtoh(&buf.tokens).unwrap(), s.clone_dtoh(&buf.probs).unwrap())
+    };
+    let (p, p_tokens, p_host) = probs(&w1);
+    let (q_other, _, q_host) = probs(&w2);
+    // The draft rows: each request's first K rows (its last is the bonus position).
+    let draft_rows: Vec<usize> = (0..requests).flat_map(|r| (0..k).map(move |i| r * (k + 1) + i)).collect();
+    let pick = |host: &[f32]| -> Vec<f32> {
+        draft_rows.iter().flat_map(|&row| host[row * v..(row + 1) * v].to_vec()).collect()
+    };
+    let tokens_of = |t: &[u32]| s.clone_htod(&draft_rows.iter().map(|&row| t[row]).collect::<Vec<u32>>()).unwrap();
+    let mut out = s.alloc_zeros::<u32>(rows).unwrap();
+    let mut accepted = s.alloc_zeros::<u32>(requests).unwrap();
+    // q = p: every draft accepted.
+    let q_same = s.clone_htod(&pick(&p_host)).unwrap();
+    base.rejection(&p, &q_same, &tokens_of(&p_tokens), (requests, k, v), &mut out, &mut accepted, 5).unwrap();
+    assert_eq!(s.clone_dtoh(&accepted).unwrap(), vec![k as u32; requests]);
+    let emitted = s.clone_dtoh(&out).unwrap();
+    for &row in &draft_rows {
+        assert_eq!(emitted[row], p_tokens[row], "row {row}: an accepted draft is emitted");
+    }
+    // q from another head, the drafts its argmax (likely under q, often not under p): rejections.
+    let q_other_rows = s.clone_htod(&pick(&q_host)).unwrap();
+    let argmax: Vec<u32> = (0..rows)
+        .map(|row| {
+            let r = &q_host[row * v..(row + 1) * v];
+            (0..v).max_by(|&a, &b| r[a].partial_cmp(&r[b]).unwrap()).unwrap() as u32
+        })
+        .collect();
+    base.rejection(&p, &q_other_rows, &tokens_of(&argmax), (requests, k, v), &mut out, &mut accepted, 6).unwrap();
+    let (acc, emitted) = (s.clone_dtoh(&accepted).unwrap(), s.clone_dtoh(&out).unwrap());
+    assert!(acc.iter().any(|&a| (a as usize) < k), "{acc:?}: some draft is rejected");
+    for (r, &a) in acc.iter().enumerate() {
+        let row = r * (k + 1) + a as usize;
+        let t = emitted[row] as usize;
+        assert!(t < v, "request {r}: token {t}");
+        if (a as usize) < k {
+            let (pt, qt) = (p_host[row * v + t], q_host[row * v + t]);
+            assert!(pt > qt, "request {r}: the token drawn at the rejection ({t}) has p {pt} ≤ q {qt}");
+        }
+    }
+    drop(q_other);
+}

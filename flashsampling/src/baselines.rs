@@ -13,10 +13,10 @@ use cudarc::nvrtc::Ptx;
 use flashsampling_kernels::Candidate;
 use flashsampling_kernels::config::{
     BASELINE_SMEM_BYTES, BASELINE_THREADS, GUMBEL_LOGITS_ENTRY, LOGITS_CHUNK, LOGSOFTMAX_GATHER_ENTRY,
-    MULTINOMIAL_ENTRY, REDUCE_ENTRY, REDUCE_ROWS_PER_BLOCK, REDUCE_THREADS_PER_BLOCK, SOFTMAX_ENTRY, STREAM_READ_ENTRY,
-    STREAM_READ_THREADS,
+    MULTINOMIAL_ENTRY, REDUCE_ENTRY, REDUCE_ROWS_PER_BLOCK, REDUCE_THREADS_PER_BLOCK, REJECTION_ENTRY, SOFTMAX_ENTRY,
+    STREAM_READ_ENTRY, STREAM_READ_THREADS,
 };
-use flashsampling_kernels::params::{LogitsParams, ReduceParams, StreamReadParams};
+use flashsampling_kernels::params::{LogitsParams, ReduceParams, RejectionParams, StreamReadParams};
 use half::bf16;
 
 use crate::error::{Error, Result};
@@ -81,12 +81,15 @@ pub struct Baselines {
     softmax: CudaFunction,
     multinomial: CudaFunction,
     logsoftmax_gather: CudaFunction,
+    rejection: CudaFunction,
     reduce: CudaFunction,
     stream_read: CudaFunction,
 }
 
 // SAFETY: `#[repr(C)]`, `Copy`, plain integers and device addresses (as `ByValue`'s others).
 unsafe impl cudarc::driver::DeviceRepr for ByValue<StreamReadParams> {}
+// SAFETY: as above (`#[repr(C)]`, `Copy`, integers and device addresses).
+unsafe impl cudarc::driver::DeviceRepr for ByValue<RejectionParams> {}
 
 impl Baselines {
     /// Creates the cuBLAS handle (needs libcublas at run time) and loads the baseline kernels.
@@ -100,6 +103,7 @@ impl Baselines {
             softmax: module.load_function(SOFTMAX_ENTRY)?,
             multinomial: module.load_function(MULTINOMIAL_ENTRY)?,
             logsoftmax_gather: module.load_function(LOGSOFTMAX_GATHER_ENTRY)?,
+            rejection: module.load_function(REJECTION_ENTRY)?,
             reduce: module.load_function(REDUCE_ENTRY)?,
             stream_read: module.load_function(STREAM_READ_ENTRY)?,
             stream,
@@ -203,12 +207,14 @@ impl Baselines {
         // Buffers from `alloc_logits` hold the logits only: no sampling kernel may read them.
         let (b, v) = (buf.b, buf.v);
         let chunks = buf.slabs * b * v.div_ceil(LOGITS_CHUNK as usize);
-        if buf.probs.len() < b * v || buf.candidates.len() < chunks || buf.tokens.len() < b || buf.streams.len() < b {
-            return Err(Error::LengthMismatch {
-                buffer: "sampling baseline buffers",
-                expected: b * v,
-                actual: buf.probs.len(),
-            });
+        let short = [
+            ("baseline probabilities", b * v, buf.probs.len()),
+            ("baseline candidates", chunks, buf.candidates.len()),
+            ("baseline tokens", b, buf.tokens.len()),
+            ("baseline streams", b, buf.streams.len()),
+        ];
+        if let Some(&(buffer, expected, actual)) = short.iter().find(|(_, want, have)| have < want) {
+            return Err(Error::LengthMismatch { buffer, expected, actual });
         }
         let (logits, _a) = buf.logits.device_ptr(&self.stream);
         let (probs, _b) = buf.probs.device_ptr_mut(&self.stream);
@@ -234,24 +240,33 @@ impl Baselines {
 
     /// Softmax kernel (writes `probs`) then inverse-CDF multinomial kernel (writes `tokens`).
     pub fn softmax_multinomial(&self, buf: &mut UnfusedBuffers, params: &SamplingParams) -> Result<()> {
+        self.launch_rows(buf, params, &[&self.softmax, &self.multinomial])
+    }
+
+    /// Softmax kernel alone: `probs = softmax(logits / T)` (the rejection sampler's input).
+    pub fn softmax(&self, buf: &mut UnfusedBuffers, params: &SamplingParams) -> Result<()> {
+        self.launch_rows(buf, params, &[&self.softmax])
+    }
+
+    /// The row kernels `funcs` (one block per row) with `buf`'s parameters, in order.
+    fn launch_rows(&self, buf: &mut UnfusedBuffers, params: &SamplingParams, funcs: &[&CudaFunction]) -> Result<()> {
         let p = ByValue(self.params(buf, params)?);
         let cfg = LaunchConfig {
             grid_dim: (buf.b as u32, 1, 1),
             block_dim: (BASELINE_THREADS, 1, 1),
             shared_mem_bytes: BASELINE_SMEM_BYTES,
         };
-        // SAFETY: buffers sized [B, V] / [B] by `alloc`, V % 4 == 0; grid as the kernels document.
-        unsafe {
-            self.stream.launch_builder(&self.softmax).arg(&p).launch(cfg)?;
-            self.stream.launch_builder(&self.multinomial).arg(&p).launch(cfg)?;
+        for f in funcs {
+            // SAFETY: buffers sized [B, V] / [B] by `alloc` (checked by `params`), V % 4 == 0; grid
+            // as the kernels document.
+            unsafe { self.stream.launch_builder(f).arg(&p).launch(cfg) }?;
         }
         Ok(())
     }
 
     /// The unfused scoring of given tokens after [`gemm_bf16_f32`] wrote `logits` (`[B, V]` f32,
     /// `V % 4 == 0`): `out[r] = logits[r, tokens[r]] / T − logsumexp(logits[r] / T)`, one block per
-    /// row (one pass over the row, the given token gathered). `tokens` must be below V (not checked
-    /// on the device).
+    /// row (one pass over the row, the given token gathered; NaN for a token at or past V).
     pub fn logsoftmax_gather(
         &self,
         logits: &CudaSlice<f32>,
@@ -293,9 +308,68 @@ impl Baselines {
             block_dim: (BASELINE_THREADS, 1, 1),
             shared_mem_bytes: BASELINE_SMEM_BYTES,
         };
-        // SAFETY: logits hold B·V entries (V % 4 == 0), tokens and out B each (checked), every
-        // token below V (the caller's contract); one block per row as the kernel documents.
+        // SAFETY: logits hold B·V entries (V % 4 == 0), tokens and out B each (checked; a token at
+        // or past V gives NaN, unread); one block per row as the kernel documents.
         unsafe { self.stream.launch_builder(&self.logsoftmax_gather).arg(&p).launch(cfg) }?;
+        Ok(())
+    }
+
+    /// The classic speculative-decoding rejection sampler (`rejection_rows`) over `target`
+    /// (`[R·(K + 1), V]` probabilities, `softmax_multinomial`'s or `softmax_rows`' output) and the
+    /// drafts' probabilities `draft` (`[R·K, V]`) and tokens (`[R·K]`, each below V): `tokens`
+    /// (`[R·(K + 1)]`) gets each request's accepted drafts and its next token, `accepted` (`[R]`) the
+    /// accepted count. `V % 4 == 0`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rejection(
+        &self,
+        target: &CudaSlice<f32>,
+        draft: &CudaSlice<f32>,
+        draft_tokens: &CudaSlice<u32>,
+        (requests, k, v): (usize, usize, usize),
+        tokens: &mut CudaSlice<u32>,
+        accepted: &mut CudaSlice<u32>,
+        seed: u64,
+    ) -> Result<()> {
+        if v % 4 != 0 {
+            return Err(Error::HiddenNotAligned { d: v, multiple: 4 });
+        }
+        let rows = requests * (k + 1);
+        let short = [
+            ("target probabilities", rows * v, target.len()),
+            ("draft probabilities", requests * k * v, draft.len()),
+            ("draft tokens", requests * k, draft_tokens.len()),
+            ("emitted tokens", rows, tokens.len()),
+            ("accepted counts", requests, accepted.len()),
+        ];
+        if let Some(&(buffer, expected, actual)) = short.iter().find(|(_, want, have)| have < want) {
+            return Err(Error::LengthMismatch { buffer, expected, actual });
+        }
+        let (t, _t) = target.device_ptr(&self.stream);
+        let (q, _q) = draft.device_ptr(&self.stream);
+        let (d, _d) = draft_tokens.device_ptr(&self.stream);
+        let (o, _o) = tokens.device_ptr_mut(&self.stream);
+        let (a, _a) = accepted.device_ptr_mut(&self.stream);
+        let p = ByValue(RejectionParams {
+            target: t as *const f32,
+            draft: q as *const f32,
+            draft_tokens: d as *const u32,
+            tokens: o as *mut u32,
+            accepted: a as *mut u32,
+            seed,
+            requests: requests as u32,
+            k: k as u32,
+            v: v as u32,
+            _pad: 0,
+        });
+        let cfg = LaunchConfig {
+            grid_dim: (requests as u32, 1, 1),
+            block_dim: (BASELINE_THREADS, 1, 1),
+            shared_mem_bytes: BASELINE_SMEM_BYTES,
+        };
+        // SAFETY: every buffer holds what the kernel reads or writes (checked above), V % 4 == 0;
+        // the draft tokens below V are the caller's contract (a benchmark baseline); one block per
+        // request as the kernel documents.
+        unsafe { self.stream.launch_builder(&self.rejection).arg(&p).launch(cfg) }?;
         Ok(())
     }
 

@@ -401,6 +401,34 @@ pub struct NoiseTestParams {
     pub _pad: u32,
 }
 
+/// Parameters of the speculative-decoding baseline `rejection_rows` (test module): the classic
+/// rejection sampler over materialized probabilities, one block per request, `K` drafts each.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct RejectionParams {
+    /// Target probabilities `[R·(K + 1), V]` (`softmax_rows`' output), request `r`'s rows at
+    /// `r·(K + 1) ..`.
+    pub target: *const f32,
+    /// Draft probabilities `[R·K, V]`.
+    pub draft: *const f32,
+    /// Draft tokens `[R·K]`, each below V.
+    pub draft_tokens: *const u32,
+    /// Output: emitted tokens `[R·(K + 1)]`, request `r`'s first `accepted[r] + 1` slots written.
+    pub tokens: *mut u32,
+    /// Output: accepted drafts per request `[R]`.
+    pub accepted: *mut u32,
+    /// Philox key of the uniforms.
+    pub seed: u64,
+    /// Requests.
+    pub requests: u32,
+    /// Drafts per request.
+    pub k: u32,
+    /// Vocabulary entries per row (`V % 4 == 0`).
+    pub v: u32,
+    /// Padding (the struct is a multiple of 8 bytes).
+    pub _pad: u32,
+}
+
 /// Parameters of the benchmark baselines over materialized `[B, V]` f32 logits.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]

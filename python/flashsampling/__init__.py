@@ -485,7 +485,8 @@ def score(hidden, weight, tokens, temperature=1.0, *, temperatures=None, top_k=N
     the four results are float32 CUDA tensors ``[B]`` (views of one ``[4, B]`` tensor), ``top_logprobs`` and
     ``ranks`` None; ``tokens`` may be an integer CUDA tensor ``[B]`` (not checked on the host: an id outside
     ``0 .. V - 1`` scores NaN) or a list (checked). Top-k / top-p / min-p and top log-probabilities raise
-    NotImplementedError there."""
+    NotImplementedError there; a call inside a CUDA-graph capture raises RuntimeError (scoring is not capturable,
+    and a scoring call between a ``sample`` warm-up and its capture may make that capture refuse)."""
     if _is_torch_cuda(hidden) or _is_torch_cuda(weight):
         adjust = (logit_bias, repetition_penalty, frequency_penalty, presence_penalty, prompt_tokens, output_tokens)
         return _score_cuda_tensors(hidden, weight, tokens, temperature, temperatures, top_k, top_p, min_p, softcap,
@@ -578,8 +579,12 @@ def _score_cuda_tensors(hidden, weight, tokens, temperature, temperatures, top_k
     (b, d), (v, wd) = hidden.shape, weight.shape
     penalties = _penalties(b, *adjust)
     device = hidden.device
+    if torch.cuda.is_current_stream_capturing():
+        raise RuntimeError("flashsampling.score cannot be recorded into a CUDA graph (its per-row parameters are "
+                           "uploaded from the host every call): call it outside the capture")
+    integer = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
     if _is_torch_cuda(tokens):
-        if tokens.device != device or tokens.dim() != 1 or tokens.numel() != b or tokens.is_floating_point():
+        if tokens.device != device or tokens.dim() != 1 or tokens.numel() != b or tokens.dtype not in integer:
             raise ValueError(f"tokens: an integer CUDA tensor [B] = [{b}] on {device}; got {tuple(tokens.shape)} "
                              f"{tokens.dtype} on {tokens.device}")
     else:

@@ -712,6 +712,8 @@ def test_score_on_the_gpu_checks_its_input(dev):
         fs.score(hidden, weight, [0, 100, 1])
     with pytest.raises(NotImplementedError):
         fs.score(hidden, weight, [0, 1, 2], top_k=[5] * b)
+    with pytest.raises(ValueError, match="integer CUDA tensor"):
+        fs.score(hidden, weight, torch.tensor([True, False, True], device=dev))
     # Device-resident ids are not checked on the host: out of range scores NaN, in range as from a list.
     out = fs.score(hidden, weight, torch.tensor([7, 100, -1], device=dev))
     ref = fs.score(hidden, weight, [7, 0, 0])

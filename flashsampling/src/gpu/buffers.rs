@@ -392,6 +392,9 @@ impl DeviceSamples {
     pub(super) fn captured_on(&mut self, stream: &CudaStream) {
         self.captured = true;
         self.last_stream = Some(stream.cu_stream() as usize);
+        // The fence of an eager call before the capture says nothing of the graph's replays: a
+        // capture on another stream must not take it for the buffers' last use.
+        self.fence = None;
     }
 
     /// Fills the tokens with `INVALID_INDEX` and the scores with NaN (all bits set: `u32::MAX`, and a

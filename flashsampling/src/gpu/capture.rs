@@ -132,6 +132,10 @@ pub(super) const ALLOCATION: &str = "buffers cannot be allocated during a captur
 pub(super) const NOT_CAPTURABLE: &str = "only the one-GPU fused calls (sample_device, sample_device_masked, \
      sample_device_rows) can be recorded into a CUDA graph";
 
+/// The reason given for a scoring call in a capture.
+pub(super) const SCORING: &str = "a scoring call (score_device) uploads its per-row parameters from the host every \
+     call: it cannot be recorded into a CUDA graph";
+
 /// The reason given for a call outside a capture on buffers a graph uses.
 const CAPTURED: &str = "these buffers are used by a captured graph, and a call outside it could reallocate or \
      rewrite what the graph reads: use another DeviceSamples outside the graph";

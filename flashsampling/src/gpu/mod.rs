@@ -955,8 +955,9 @@ impl GpuBackend {
                         (d.top_logprobs, top),
                     ]
                 });
-                let scored =
-                    targets.iter().flat_map(|t| [(t.logprobs, rows), (t.raw_logprobs, rows), (t.raw_logsumexp, rows)]);
+                let scored = targets.iter().flat_map(|t| {
+                    [(t.logprobs, rows), (t.raw_logprobs, rows), (t.logsumexp, rows), (t.raw_logsumexp, rows)]
+                });
                 for (address, entries) in given.chain(scored).filter(|&(a, _)| a != 0) {
                     // SAFETY: each given caller output holds at least `entries` 4-byte entries
                     // (checked), guarded until after this; all-ones bytes are `INVALID_INDEX` and a NaN.

@@ -66,7 +66,8 @@ impl GpuBackend {
     /// call, as after [`Self::sample_device_into`]; `out` is its scratch). A token at or past V
     /// scores NaN (it is not read: nothing checks device-resident tokens on the host); so does a
     /// row sampling would refuse (a NaN logit, every logit `−∞`). The definitions are [`Scores`]';
-    /// truncating controls and top log-probabilities are [`Error::Unsupported`] here.
+    /// truncating controls and top log-probabilities are [`Error::Unsupported`] here. Not capturable
+    /// into a CUDA graph ([`Error::Capture`]: the per-row parameters are uploaded from the host).
     ///
     /// # Errors
     /// Sampling's validation ([`Self::sample_device_masked`]); `tokens` or an output shorter than
@@ -83,6 +84,10 @@ impl GpuBackend {
         out: &mut DeviceSamples,
         scores: &mut ScoreOutputs<'_>,
     ) -> Result<()> {
+        // Before any cudarc pointer is taken (its event waits would break a capture).
+        if self.capturing()? {
+            return Err(Error::Capture { reason: capture::SCORING });
+        }
         check_score_controls(params, weight.rows)?;
         let b = hidden.rows;
         if tokens.len() != b {

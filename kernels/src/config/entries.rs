@@ -120,8 +120,11 @@ pub const SOFTMAX_ENTRY: &str = "softmax_rows";
 pub const MULTINOMIAL_ENTRY: &str = "multinomial_rows";
 /// Scoring baseline: log-softmax of the given tokens over materialized logits.
 pub const LOGSOFTMAX_GATHER_ENTRY: &str = "logsoftmax_gather";
+/// Speculative-decoding baseline: the rejection sampler over materialized probabilities.
+pub const REJECTION_ENTRY: &str = "rejection_rows";
 /// Every entry point of the test module.
-pub const TEST_ENTRIES: [&str; 8] = [
+pub const TEST_ENTRIES: [&str; 9] = [
+    REJECTION_ENTRY,
     PHILOX_ENTRY,
     GUMBEL_ENTRY,
     GUMBEL_LOGITS_ENTRY,

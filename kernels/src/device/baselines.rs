@@ -9,6 +9,7 @@
 //! | `gumbel_logits` | `slabs · B · n_chunks` | [`BASELINE_THREADS`] | Gumbel-max per chunk of [`LOGITS_CHUNK`] → candidates (then `reduce_candidates`) |
 //! | `softmax_rows` | `B` | [`BASELINE_THREADS`] | online max/sum pass, then `probs = softmax(logits / T)` written |
 //! | `multinomial_rows` | `B` | [`BASELINE_THREADS`] | inverse-CDF draw over `probs`, block-wide scans, early exit |
+//! | `rejection_rows` | `R` (requests) | [`BASELINE_THREADS`] | speculative verification's rejection sampler over `probs` and draft probabilities ([`RejectionParams`]) |
 //! | `logsoftmax_gather` | `B` | [`BASELINE_THREADS`] | online max/sum pass, then `probs[row] = logits[row, tokens[row]] / T − lse` (scoring given tokens) |
 //! | `reduce_candidates` | `ceil(B / REDUCE_ROWS_PER_BLOCK)` | `REDUCE_THREADS_PER_BLOCK` | the candidate reduction of `gumbel_logits` (`device::reduce`) |
 
@@ -25,7 +26,7 @@ use crate::config::{BASELINE_THREADS, LOGITS_CHUNK, STREAM_READ_THREADS};
 use crate::epilogue::update_group4_unpruned;
 use crate::logmass::LogMass;
 use crate::noise::{RowNoise, uniform_open};
-use crate::params::{LogitsParams, ReduceParams, StreamReadParams};
+use crate::params::{LogitsParams, ReduceParams, RejectionParams, StreamReadParams};
 use crate::philox::philox4x32_10;
 
 /// e^x on the device (`ex2.approx.ftz`): the baselines' softmax exponential.
@@ -109,10 +110,10 @@ unsafe fn softmax_rows_body(p: LogitsParams) {
 
 /// The unfused scoring of given tokens: one pass of an online log-sum-exp over `logits[row] / T`,
 /// then `probs[row]` (the output, `[B]`) = the given token's `logits[row, tokens[row]] / T − lse`
-/// (`tokens` is the input here, `[B]`, each below V).
+/// (`tokens` is the input here, `[B]`; a token at or past V gives NaN and is not read).
 ///
 /// # Safety
-/// As [`gumbel_logits_body`]; `tokens[row] < V`.
+/// As [`gumbel_logits_body`].
 #[inline(always)]
 unsafe fn logsoftmax_gather_body(p: LogitsParams) {
     // SAFETY: special-register reads.
@@ -132,17 +133,17 @@ unsafe fn logsoftmax_gather_body(p: LogitsParams) {
     // SAFETY: block-uniform; 8·WARPS bytes of dynamic shared memory.
     let m = unsafe { merge_log_mass(m, mov_u32_dynamic_smem(), tid, WARPS) };
     if tid == 0 {
-        // SAFETY: row < B; the given token is below V (the caller's contract).
+        // SAFETY: row < B; the given token is read only below V (NaN past it).
         unsafe {
             let t = *p.tokens.add(row as usize);
-            *p.probs.add(row as usize) = *p.logits.add(off + t as usize) * inv_t - m.lse_with(ln);
+            let y = if t < p.v { *p.logits.add(off + t as usize) } else { f32::NAN };
+            *p.probs.add(row as usize) = y * inv_t - m.lse_with(ln);
         }
     }
 }
 
 /// Inverse-CDF multinomial draw from `probs[row]`: `u ~ U(0,1)` from Philox (row stream), then the
-/// first index whose running sum exceeds `u`, found by block-wide scans over tiles of
-/// `4 · BASELINE_THREADS` entries with an early exit.
+/// first index whose running sum exceeds `u` ([`inverse_cdf`]).
 ///
 /// # Safety
 /// As [`gumbel_logits_body`].
@@ -156,25 +157,39 @@ unsafe fn multinomial_rows_body(p: LogitsParams) {
     let bits =
         philox4x32_10([0, p.sample, stream as u32, (stream >> 32) as u32], [p.seed as u32, (p.seed >> 32) as u32]);
     let u = uniform_open(bits[0]);
-    let smem = mov_u32_dynamic_smem();
+    // SAFETY: v0 + 4 <= V, aligned (the helper's contract); block-uniform.
+    let pick = unsafe {
+        inverse_cdf(u, p.v, |v0| ld_global_nc_v4_f32(p.probs.add(off + v0 as usize)), mov_u32_dynamic_smem(), tid)
+    };
+    if let Some(pick) = pick {
+        // SAFETY: row < B.
+        unsafe { *p.tokens.add(row as usize) = pick };
+    }
+}
+
+/// The first index of a row of `v` weights (`v % 4 == 0`, `load(v0)` gives entries `v0 .. v0 + 4`)
+/// whose running sum exceeds `u` (the last index when rounding leaves `u` at or past the total), by
+/// block-wide scans over tiles of `4 · BASELINE_THREADS` entries with an early exit: `Some` on the
+/// one thread that holds it, `None` on the others.
+///
+/// # Safety
+/// Every thread of a `BASELINE_THREADS`-thread block calls it with the same `u` and `v`; `load(v0)`
+/// may read entries `v0 .. v0 + 4` for `v0 + 4 <= v`; `smem` holds `8 · WARPS` free bytes.
+#[inline(always)]
+unsafe fn inverse_cdf(u: f32, v: u32, load: impl Fn(u32) -> [f32; 4], smem: u32, tid: u32) -> Option<u32> {
     let mut running = 0.0f32;
     let mut base = 0u32;
-    while base < p.v {
+    while base < v {
         let v0 = base + 4 * tid;
-        let x = if v0 < p.v {
-            // SAFETY: v0 + 4 <= V, aligned.
-            unsafe { ld_global_nc_v4_f32(p.probs.add(off + v0 as usize)) }
-        } else {
-            [0.0; 4]
-        };
+        let x = if v0 < v { load(v0) } else { [0.0; 4] };
         let local = (x[0] + x[1]) + (x[2] + x[3]);
         // SAFETY: block-uniform (every thread runs the same number of tiles).
         let (before, total) = unsafe { exclusive_scan(local, smem, tid, WARPS) };
-        let last_tile = base + 4 * BASELINE_THREADS >= p.v;
+        let last_tile = base + 4 * BASELINE_THREADS >= v;
         if u < running + total || last_tile {
             let mut acc = running + before;
             let in_mine = u >= acc && (u < acc + local || (last_tile && tid == BASELINE_THREADS - 1));
-            if in_mine && v0 < p.v {
+            if in_mine && v0 < v {
                 let mut pick = v0 + 3;
                 for (j, &q) in x.iter().enumerate() {
                     acc += q;
@@ -183,14 +198,117 @@ unsafe fn multinomial_rows_body(p: LogitsParams) {
                         break;
                     }
                 }
-                // SAFETY: row < B.
-                unsafe { *p.tokens.add(row as usize) = pick.min(p.v - 1) };
+                return Some(pick.min(v - 1));
             }
-            return; // uniform: every thread saw the same `running + total`
+            return None; // uniform: every thread saw the same `running + total`
         }
         running += total;
         base += 4 * BASELINE_THREADS;
     }
+    None
+}
+
+/// The sum of a row of `v` weights (`load` as for [`inverse_cdf`]), the same on every thread.
+///
+/// # Safety
+/// As [`inverse_cdf`].
+#[inline(always)]
+unsafe fn block_total(v: u32, load: impl Fn(u32) -> [f32; 4], smem: u32, tid: u32) -> f32 {
+    let mut sum = 0.0f32;
+    let mut base = 0u32;
+    while base < v {
+        let v0 = base + 4 * tid;
+        let x = if v0 < v { load(v0) } else { [0.0; 4] };
+        // SAFETY: block-uniform.
+        let (_, total) = unsafe { exclusive_scan((x[0] + x[1]) + (x[2] + x[3]), smem, tid, WARPS) };
+        sum += total;
+        base += 4 * BASELINE_THREADS;
+    }
+    sum
+}
+
+/// The classic speculative-decoding rejection sampler over materialized probabilities (what vLLM's
+/// and FlashInfer's rejection samplers compute), request `r` per block: draft `i` (token `d`) is
+/// accepted when `u_i · q_i(d) ≤ p_i(d)` (probability `min(1, p/q)`); at the first rejection a token
+/// is drawn from the residual `max(p_i − q_i, 0)` (normalized by its sum) and the request ends; after
+/// `K` acceptances the bonus token is drawn from `p_K`. Uniforms from Philox keyed by (seed, request,
+/// position).
+///
+/// # Safety
+/// Launched with `grid = R`, `BASELINE_THREADS` threads and `BASELINE_SMEM_BYTES` of dynamic shared
+/// memory, with buffers of the sizes `p` states.
+#[inline(always)]
+unsafe fn rejection_rows_body(p: RejectionParams) {
+    // SAFETY: special-register reads.
+    let (tid, r) = unsafe { (_thread_idx_x(), _block_idx_x()) };
+    let (k, v) = (p.k, p.v as usize);
+    let smem = mov_u32_dynamic_smem();
+    let key = [p.seed as u32, (p.seed >> 32) as u32];
+    let out = (r * (k + 1)) as usize;
+    let mut i = 0;
+    while i < k {
+        let (prow, qrow) = ((r * (k + 1) + i) as usize * v, (r * k + i) as usize * v);
+        let bits = philox4x32_10([i, r, 0x5EC, 0], key);
+        // SAFETY: draft (r, i) is inside [R·K]; its token is below V (the launch's contract).
+        let (t, pt, qt) = unsafe {
+            let t = *p.draft_tokens.add((r * k + i) as usize) as usize;
+            (t, *p.target.add(prow + t), *p.draft.add(qrow + t))
+        };
+        if uniform_open(bits[0]) * qt <= pt {
+            if tid == 0 {
+                // SAFETY: slot i of request r.
+                unsafe { *p.tokens.add(out + i as usize) = t as u32 };
+            }
+            i += 1;
+            continue;
+        }
+        // SAFETY: v0 + 4 <= V (the helpers' contract), rows inside [R·(K+1), V] and [R·K, V].
+        let residual = |v0: u32| unsafe {
+            let (a, b) = (
+                ld_global_nc_v4_f32(p.target.add(prow + v0 as usize)),
+                ld_global_nc_v4_f32(p.draft.add(qrow + v0 as usize)),
+            );
+            [0, 1, 2, 3].map(|j| (a[j] - b[j]).max(0.0))
+        };
+        // SAFETY: block-uniform calls.
+        let pick = unsafe {
+            let total = block_total(p.v, residual, smem, tid);
+            inverse_cdf(uniform_open(bits[1]) * total, p.v, residual, smem, tid)
+        };
+        if let Some(pick) = pick {
+            // SAFETY: slot i of request r.
+            unsafe { *p.tokens.add(out + i as usize) = pick };
+        }
+        if tid == 0 {
+            // SAFETY: r < R.
+            unsafe { *p.accepted.add(r as usize) = i };
+        }
+        return;
+    }
+    // Every draft accepted: the bonus token from the last row.
+    let prow = (r * (k + 1) + k) as usize * v;
+    let u = uniform_open(philox4x32_10([k, r, 0x5EC, 0], key)[0]);
+    // SAFETY: v0 + 4 <= V, the row inside [R·(K+1), V]; block-uniform.
+    let pick = unsafe { inverse_cdf(u, p.v, |v0| ld_global_nc_v4_f32(p.target.add(prow + v0 as usize)), smem, tid) };
+    // SAFETY: slot K of request r; r < R.
+    unsafe {
+        if let Some(pick) = pick {
+            *p.tokens.add(out + k as usize) = pick;
+        }
+        if tid == 0 {
+            *p.accepted.add(r as usize) = k;
+        }
+    }
+}
+
+/// Benchmark baseline `rejection_rows` (see the module table).
+///
+/// # Safety
+/// See [`rejection_rows_body`].
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn rejection_rows(p: RejectionParams) {
+    // SAFETY: forwarded launch contract.
+    unsafe { rejection_rows_body(p) }
 }
 
 macro_rules! logits_entry {
