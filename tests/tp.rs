@@ -414,6 +414,130 @@ enum Join {
     Cudarc,
     /// With cudarc's communicator on a stream of its own (the all-gathers joined to the rank's).
     CudarcOtherStream,
+    /// Both ranks on GPU 0, through [`ThreadGather`] (the engine's own all-gather, no NCCL).
+    InProcess(&'static GatherShared),
+}
+
+#[test]
+fn two_ranks_on_one_gpu_through_an_in_process_all_gather_match_one_gpu() {
+    // Issue 51.5's `Collective` with an all-gather of the caller's own: two ranks in threads on one
+    // GPU exchange through device copies (no NCCL, no second GPU), so the vocab-parallel merge, the
+    // truncation over ranks (top lists, the fallback's logits) and `with_collective` run wherever one
+    // GPU is lent.
+    let Some(_gpu) = gpu_or_skip("two_ranks_on_one_gpu_through_an_in_process_all_gather_match_one_gpu") else {
+        return;
+    };
+    let shared: &'static GatherShared = Box::leak(Box::new(GatherShared::new(2)));
+    ranks_in_threads(Join::InProcess(shared));
+}
+
+/// What the ranks of one [`ThreadGather`] share: a barrier and, per round, each rank's send buffer
+/// and the events the others wait for.
+struct GatherShared {
+    barrier: std::sync::Barrier,
+    /// Per rank: its send address and an event recorded after the send buffer was written.
+    posted: std::sync::Mutex<Vec<(u64, usize)>>,
+    /// Per rank: an event recorded after its copies from the others' send buffers.
+    copied: std::sync::Mutex<Vec<usize>>,
+}
+
+impl std::fmt::Debug for GatherShared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("GatherShared")
+    }
+}
+
+impl PartialEq for GatherShared {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::eq(self, other)
+    }
+}
+
+impl GatherShared {
+    fn new(world: usize) -> Self {
+        Self {
+            barrier: std::sync::Barrier::new(world),
+            posted: std::sync::Mutex::new(vec![(0, 0); world]),
+            copied: std::sync::Mutex::new(vec![0; world]),
+        }
+    }
+}
+
+/// An all-gather between ranks in threads of one process, all on one GPU (one context): each rank
+/// posts its send buffer with an event recorded after it, copies every rank's words into its
+/// receive buffer on its own stream after that rank's event, then every rank's stream waits for
+/// every rank's copies (so that no rank overwrites its send buffer, in its next call, before the
+/// others have read it). Blocking: every rank must call it (barriers), as with NCCL.
+struct ThreadGather {
+    rank: usize,
+    shared: &'static GatherShared,
+    aborted: bool,
+}
+
+// SAFETY: `all_gather_words` is an all-gather of `words` words from `send` into `recv` at
+// `recv + 4·r·words` for each rank `r`, ordered on `stream` (its copies wait for each sender's
+// event; later work on `stream` waits for every rank's copies); `rank_and_world` tells the truth.
+unsafe impl flashsampling::Collective for ThreadGather {
+    unsafe fn all_gather_words(
+        &mut self,
+        send: u64,
+        recv: u64,
+        words: usize,
+        stream: &cudarc::driver::CudaStream,
+    ) -> flashsampling::Result<()> {
+        use cudarc::driver::sys;
+        stream.context().bind_to_thread()?;
+        let event = || -> flashsampling::Result<sys::CUevent> {
+            let mut e = std::ptr::null_mut();
+            // SAFETY: a valid out-pointer; the stream's context is current (the rank binds it).
+            unsafe { sys::cuEventCreate(&mut e, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32) }.result()?;
+            // SAFETY: a live event and stream of one context.
+            unsafe { sys::cuEventRecord(e, stream.cu_stream()) }.result()?;
+            Ok(e)
+        };
+        let ready = event()?;
+        self.shared.posted.lock().unwrap()[self.rank] = (send, ready as usize);
+        self.shared.barrier.wait();
+        let posted = self.shared.posted.lock().unwrap().clone();
+        for (r, &(src, ev)) in posted.iter().enumerate() {
+            // SAFETY: rank r's live event and send buffer of `words` words (it stays allocated until
+            // the copies complete: its stream waits for them below); `recv` holds `world · words`.
+            unsafe {
+                sys::cuStreamWaitEvent(stream.cu_stream(), ev as sys::CUevent, 0).result()?;
+                sys::cuMemcpyDtoDAsync_v2(recv + 4 * (r * words) as u64, src, 4 * words, stream.cu_stream())
+                    .result()?;
+            }
+        }
+        let copied = event()?;
+        self.shared.copied.lock().unwrap()[self.rank] = copied as usize;
+        self.shared.barrier.wait();
+        let copied_all = self.shared.copied.lock().unwrap().clone();
+        for &ev in &copied_all {
+            // SAFETY: every rank's live event.
+            unsafe { sys::cuStreamWaitEvent(stream.cu_stream(), ev as sys::CUevent, 0) }.result()?;
+        }
+        // Every wait is enqueued before any rank destroys its events (a destroyed event's pending
+        // waits still complete) or posts the next round.
+        self.shared.barrier.wait();
+        // SAFETY: this rank's own events, no longer used by any call (waits already enqueued).
+        unsafe {
+            sys::cuEventDestroy_v2(ready).result()?;
+            sys::cuEventDestroy_v2(copied).result()?;
+        }
+        Ok(())
+    }
+
+    fn rank_and_world(&self) -> flashsampling::Result<Option<(usize, usize)>> {
+        Ok(Some((self.rank, self.shared.copied.lock().unwrap().len())))
+    }
+
+    fn abort(&mut self) {
+        self.aborted = true;
+    }
+
+    fn is_aborted(&self) -> bool {
+        self.aborted
+    }
 }
 
 #[test]
@@ -454,8 +578,11 @@ fn ranks_in_threads(join: Join) {
         .iter()
         .map(|p| one.sample(Matrix::new(&hidden, b, d), Matrix::new(&weight[..v * d], v, d), p).unwrap())
         .collect();
-    let id = CommId::new().unwrap();
-    let id = CommId::from_hex(&id.to_hex()).unwrap(); // as another process would receive it
+    // As another process would receive it (NCCL's; the in-process all-gather uses none).
+    let id = match join {
+        Join::InProcess(_) => CommId::from_hex(&"00".repeat(128)).unwrap(),
+        _ => CommId::from_hex(&CommId::new().unwrap().to_hex()).unwrap(),
+    };
     let tokens: Vec<Vec<Vec<u32>>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..2)
             .map(|r| {
@@ -498,6 +625,13 @@ fn join_rank(join: Join, r: usize, id: &CommId, l: ShardLayout) -> (TpRank, Opti
     if join == Join::Own {
         return (TpRank::new(r, r, 2, id, l, TIMEOUT).unwrap(), None);
     }
+    if let Join::InProcess(shared) = join {
+        let gather = ThreadGather { rank: r, shared, aborted: false };
+        return (
+            TpRank::with_collective(GpuBackend::new(0).unwrap(), Box::new(gather), r, 2, l, TIMEOUT).unwrap(),
+            None,
+        );
+    }
     let gpu = GpuBackend::new(r).unwrap();
     let internal = id.as_bytes().map(|c| c as std::ffi::c_char);
     match join {
@@ -517,7 +651,7 @@ fn join_rank(join: Join, r: usize, id: &CommId, l: ShardLayout) -> (TpRank, Opti
             let comm = cudarc::nccl::Comm::from_rank(stream, r, 2, cudarc::nccl::Id::uninit(internal)).unwrap();
             (TpRank::with_collective(gpu, Box::new(CudarcComm::new(comm)), r, 2, l, TIMEOUT).unwrap(), None)
         }
-        Join::Own => unreachable!("returned above"),
+        Join::Own | Join::InProcess(_) => unreachable!("returned above"),
     }
 }
 
@@ -721,4 +855,103 @@ fn any_layout_and_control_over_ranks_gives_the_one_device_result() {
     }
     visible(&format!("layouts over {count} rank(s): {compared} compared, {refused} refused as documented"));
     assert!(compared >= 16, "{compared} compared");
+}
+
+#[test]
+fn scoring_over_two_ranks_on_one_gpu_equals_one_gpu() {
+    // Issue 52: `TpRank::score_device` over two shards (even, padded: the padding rows hold the largest
+    // logits), ranks in threads on one GPU through the in-process all-gather: every rank's scores
+    // equal the one-GPU call's (`GpuBackend::score`) within 1e-4 (+ 1e-6 relative) on log-probabilities
+    // and 1e-5 relative on log-sum-exps, −∞ and NaN exactly, the two ranks bit for bit each other's;
+    // tokens of both shards, masked, adjusted and greedy rows.
+    let Some(one) = gpu_or_skip("scoring_over_two_ranks_on_one_gpu_equals_one_gpu") else { return };
+    let (b, d, v) = (16usize, 256usize, 20_003usize);
+    let ls = ShardLayout::even(v, d, 2, 128).unwrap();
+    let padded = ls[1].offset + ls[1].rows;
+    let (hidden, weight) = padded_head(b, d, v, padded, 0x7A_52);
+    let temps: Vec<f32> = (0..b).map(|r| [0.7, 0.0, 1.0, 1.6][r % 4]).collect();
+    let base = SamplingParams::new(1.0, 0x52).with_streams((0..b as u64).collect());
+    let cases = [
+        ("plain", base.clone()),
+        ("per-row T (greedy rows)", base.clone().with_temperatures(temps.clone())),
+        (
+            "mask + soft-cap + adjustments",
+            base.clone()
+                .with_temperatures(temps)
+                .with_allowed(half_mask(b, v, 12))
+                .with_softcap(20.0)
+                .with_adjustments(cross_shard_adjustments(b, v)),
+        ),
+    ];
+    let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight[..v * d], v, d));
+    let mut rng = TestRng::new(0x52_7A);
+    for (name, params) in &cases {
+        let sampled = one.sample(h, w, params).unwrap();
+        // Per row: the sampled token, a token of each shard, an adjusted one, the last one.
+        let sets: Vec<Vec<u32>> = vec![
+            sampled.clone(),
+            (0..b).map(|_| (rng.next_u64() % ls[1].offset as u64) as u32).collect(),
+            (0..b).map(|_| (ls[1].offset as u64 + rng.next_u64() % (v - ls[1].offset) as u64) as u32).collect(),
+            (0..b).map(|r| (v / 2 + 5 + r % 2) as u32).collect(),
+            vec![v as u32 - 1; b],
+        ];
+        for (k, tokens) in sets.iter().enumerate() {
+            let want = one.score(h, w, params, tokens).unwrap();
+            let shared: &'static GatherShared = Box::leak(Box::new(GatherShared::new(2)));
+            let got: Vec<Vec<f32>> = std::thread::scope(|s| {
+                let handles: Vec<_> = (0..2)
+                    .map(|r| {
+                        let (hidden, weight, l) = (&hidden, &weight, ls[r]);
+                        s.spawn(move || {
+                            let (mut rank, _) =
+                                join_rank(Join::InProcess(shared), r, &CommId::from_hex(&"00".repeat(128)).unwrap(), l);
+                            let stream = rank.gpu().stream().clone();
+                            let hd = stream.clone_htod(hidden).unwrap();
+                            let wd = stream.clone_htod(&weight[l.offset * d..(l.offset + l.rows) * d]).unwrap();
+                            let td = stream.clone_htod(tokens).unwrap();
+                            let mut out = rank.gpu().alloc_samples(b, l.rows).unwrap();
+                            let mut buf = stream.alloc_zeros::<f32>(4 * b).unwrap();
+                            {
+                                let mut views = buf.as_view_mut();
+                                let (lp, mut rest) = views.split_at_mut(b);
+                                let (raw, mut rest) = rest.split_at_mut(b);
+                                let (lse, raw_lse) = rest.split_at_mut(b);
+                                let mut scores = flashsampling::ScoreOutputs {
+                                    logprobs: lp,
+                                    raw_logprobs: raw,
+                                    logsumexp: lse,
+                                    raw_logsumexp: raw_lse,
+                                };
+                                let hm = DeviceMatrix { data: hd.as_view(), rows: b, cols: d };
+                                let wm = DeviceMatrix { data: wd.as_view(), rows: l.rows, cols: d };
+                                rank.score_device(&hm, &wm, params, &td.as_view(), None, &mut out, &mut scores)
+                                    .unwrap();
+                            }
+                            rank.synchronize().unwrap();
+                            stream.clone_dtoh(&buf).unwrap()
+                        })
+                    })
+                    .collect();
+                handles.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            assert_eq!(bits(&got[0]), bits(&got[1]), "{name}, tokens {k}: the ranks agree bit for bit");
+            let fields = [
+                ("log-probabilities", &want.logprobs, 1e-4f32, 1e-6f32),
+                ("raw log-probabilities", &want.raw_logprobs, 1e-4, 1e-6),
+                ("log-sum-exps", &want.logsumexp, 0.0, 1e-5),
+                ("raw log-sum-exps", &want.raw_logsumexp, 0.0, 1e-5),
+            ];
+            for (f, (what, want, abs, rel)) in fields.iter().enumerate() {
+                for (i, (&x, &y)) in got[0][f * b..(f + 1) * b].iter().zip(want.iter()).enumerate() {
+                    let at = format!("{name}, tokens {k}, {what}[{i}]: ranks {x}, one GPU {y} (token {})", tokens[i]);
+                    if y.is_nan() || y.is_infinite() {
+                        assert_eq!(x.to_bits(), y.to_bits(), "{at}");
+                    } else {
+                        assert!((x - y).abs() <= abs + rel * y.abs(), "{at}");
+                    }
+                }
+            }
+        }
+        visible(&format!("scoring over two ranks on one GPU == one GPU: {name}"));
+    }
 }

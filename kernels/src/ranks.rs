@@ -104,6 +104,53 @@ pub fn merge_rank_row(
     RankRow { token, score: best.score, logprobs }
 }
 
+/// One rank's scores of a row's given token (issue 52): its log-probabilities over the rank's shard
+/// (`reduce_rows`' target outputs), NaN when the token is not among the shard's rows or the row has
+/// a NaN logit; the processed one `−∞` when the controls remove the token, `0` / `−∞` for a greedy
+/// row by the shard's own token (the merge decides that by the whole head's token).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RankTarget {
+    /// The token's processed log-probability over the shard.
+    pub logprob: f32,
+    /// Its raw log-probability over the shard.
+    pub raw_logprob: f32,
+}
+
+/// The whole head's (processed, raw) log-probabilities of a row's given token `target` from the
+/// ranks' (in rank order: each rank's shard log-probabilities with its target scores) and their
+/// merge `merged` ([`merge_rank_row`]'s result, with log-probabilities): the token's shard is the
+/// one rank whose raw score is not NaN, and its values are rescaled from that shard's
+/// log-sum-exps to the global ones, as [`merge_rank_row`] rescales the winner's. A greedy row: 0
+/// for the whole head's token, `−∞` for any other. NaN for both when no rank holds the token, or
+/// the row has a NaN logit.
+#[inline(always)]
+pub fn merge_target(
+    rows: impl Iterator<Item = (RankLogProbs, RankTarget)>,
+    merged: &RankRow,
+    target: u32,
+) -> (f32, f32) {
+    let Some(global) = merged.logprobs else { return (f32::NAN, f32::NAN) };
+    if merged.score.is_nan() {
+        return (f32::NAN, f32::NAN);
+    }
+    let mut own = None;
+    for (shard, t) in rows {
+        if !t.raw_logprob.is_nan() {
+            own = Some((shard, t));
+        }
+    }
+    let Some((shard, t)) = own else { return (f32::NAN, f32::NAN) };
+    let logit = |lp: f32, lse: f32| if lse == f32::INFINITY { lse } else { lp + lse };
+    let processed = if global.logsumexp.is_nan() {
+        if target == merged.token { 0.0 } else { f32::NEG_INFINITY }
+    } else if t.logprob == f32::NEG_INFINITY {
+        f32::NEG_INFINITY
+    } else {
+        log_prob(logit(t.logprob, shard.logsumexp), global.logsumexp)
+    };
+    (processed, log_prob(logit(t.raw_logprob, shard.raw_logsumexp), global.raw_logsumexp))
+}
+
 #[cfg(test)]
 mod tests {
     extern crate std;
@@ -169,5 +216,38 @@ mod tests {
         let none = merge_rank_row([masked, masked].into_iter(), exp, ln);
         assert_eq!(none.token, INVALID_INDEX);
         assert!(none.logprobs.unwrap().logprob.is_nan());
+    }
+
+    #[test]
+    fn a_given_tokens_log_probabilities_come_from_its_shard_rescaled() {
+        let r0 = RankRow { token: 1, score: 0.5, logprobs: lp(0.2 - 1.0, 1.0, 0.3 - 3.0, 3.0) };
+        let r1 = RankRow { token: 40, score: 0.9, logprobs: lp(1.5 - 2.0, 2.0, 1.7 - 4.0, 4.0) };
+        let m = merge_rank_row([r0, r1].into_iter(), exp, ln);
+        let g = m.logprobs.unwrap();
+        let outside = RankTarget { logprob: f32::NAN, raw_logprob: f32::NAN };
+        // Token 7 in rank 0's shard, z/T = 0.7, raw y = 0.4.
+        let t0 = RankTarget { logprob: 0.7 - 1.0, raw_logprob: 0.4 - 3.0 };
+        let rows = [(r0.logprobs.unwrap(), t0), (r1.logprobs.unwrap(), outside)];
+        let (p, raw) = merge_target(rows.into_iter(), &m, 7);
+        assert!((p - (0.7 - g.logsumexp)).abs() < 1e-6 && (raw - (0.4 - g.raw_logsumexp)).abs() < 1e-6);
+        // Removed by the controls: −∞ (also from a shard with nothing allowed, whose lse is −∞).
+        let removed = RankTarget { logprob: f32::NEG_INFINITY, raw_logprob: 0.4 - 3.0 };
+        let masked = lp(f32::NAN, f32::NEG_INFINITY, 0.3 - 3.0, 3.0).unwrap();
+        let (p, raw) = merge_target([(masked, removed), (r1.logprobs.unwrap(), outside)].into_iter(), &m, 7);
+        assert_eq!(p, f32::NEG_INFINITY);
+        assert!(raw.is_finite());
+        // In no shard: NaN.
+        let (p, raw) = merge_target(rows.map(|(l, _)| (l, outside)).into_iter(), &m, 7);
+        assert!(p.is_nan() && raw.is_nan());
+        // A greedy row: by the whole head's token, whatever the shard said.
+        let g0 = RankRow { token: 1, score: 0.5, logprobs: lp(0.0, f32::NAN, 0.3 - 3.0, 3.0) };
+        let g1 = RankRow { token: 40, score: 0.9, logprobs: lp(0.0, f32::NAN, 1.7 - 4.0, 4.0) };
+        let gm = merge_rank_row([g0, g1].into_iter(), exp, ln);
+        let local_winner = RankTarget { logprob: 0.0, raw_logprob: 0.3 - 3.0 };
+        let rows = [(g0.logprobs.unwrap(), local_winner), (g1.logprobs.unwrap(), outside)];
+        assert_eq!(merge_target(rows.into_iter(), &gm, 1).0, f32::NEG_INFINITY);
+        let rows =
+            [(g0.logprobs.unwrap(), outside), (g1.logprobs.unwrap(), RankTarget { logprob: 0.0, raw_logprob: -2.3 })];
+        assert_eq!(merge_target(rows.into_iter(), &gm, 40).0, 0.0);
     }
 }

@@ -17,11 +17,11 @@ use crate::score::{Scores, check_tokens};
 /// [`FusedParams::logsumexp`] and [`FusedParams::raw_logsumexp`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct ScoreTargets {
-    pub(super) tokens: u64,
-    pub(super) logprobs: u64,
-    pub(super) raw_logprobs: u64,
-    pub(super) logsumexp: u64,
-    pub(super) raw_logsumexp: u64,
+    pub(crate) tokens: u64,
+    pub(crate) logprobs: u64,
+    pub(crate) raw_logprobs: u64,
+    pub(crate) logsumexp: u64,
+    pub(crate) raw_logsumexp: u64,
 }
 
 /// Device buffers of the caller that a scoring call ([`GpuBackend::score_device`]) writes its
@@ -52,7 +52,7 @@ fn check_score_controls(params: &SamplingParams, v: usize) -> Result<()> {
 }
 
 /// `params` as a scoring launch runs them: one sample per row, both log-probabilities.
-fn scoring_params(params: &SamplingParams) -> SamplingParams {
+pub(crate) fn scoring_params(params: &SamplingParams) -> SamplingParams {
     let mut p = params.clone();
     (p.n, p.logprobs) = (1, LogProbs::ProcessedAndRaw);
     p
@@ -84,12 +84,28 @@ impl GpuBackend {
         out: &mut DeviceSamples,
         scores: &mut ScoreOutputs<'_>,
     ) -> Result<()> {
+        self.check_score_call(params, (hidden.rows, weight.rows), tokens, scores)?;
+        let p = scoring_params(params);
+        let (targets, _guards) = self.score_targets(tokens, scores);
+        let whole = VocabRange { offset: 0, vocab: weight.rows };
+        self.sample_device_in(hidden, weight, &p, mask, out, whole, None, None, None, Some(targets))
+    }
+
+    /// The checks of a scoring call with `b` rows over `v` weight rows, before anything is taken or
+    /// enqueued: not in a capture, controls the GPU scores, one token and at least one output entry
+    /// per row, buffers of this context.
+    pub(crate) fn check_score_call(
+        &self,
+        params: &SamplingParams,
+        (b, v): (usize, usize),
+        tokens: &CudaView<'_, u32>,
+        scores: &ScoreOutputs<'_>,
+    ) -> Result<()> {
         // Before any cudarc pointer is taken (its event waits would break a capture).
         if self.capturing()? {
             return Err(Error::Capture { reason: capture::SCORING });
         }
-        check_score_controls(params, weight.rows)?;
-        let b = hidden.rows;
+        check_score_controls(params, v)?;
         if tokens.len() != b {
             return Err(Error::LengthMismatch { buffer: "tokens to score", expected: b, actual: tokens.len() });
         }
@@ -109,15 +125,22 @@ impl GpuBackend {
                 return Err(Error::ForeignBuffer { buffer: name });
             }
         }
-        let p = scoring_params(params);
-        let (tokens, _tokens_guard) = device_address(tokens, &self.stream);
-        let (logprobs, _g1) = scores.logprobs.device_ptr_mut(&self.stream);
-        let (raw_logprobs, _g2) = scores.raw_logprobs.device_ptr_mut(&self.stream);
-        let (logsumexp, _g3) = scores.logsumexp.device_ptr_mut(&self.stream);
-        let (raw_logsumexp, _g4) = scores.raw_logsumexp.device_ptr_mut(&self.stream);
-        let targets = ScoreTargets { tokens, logprobs, raw_logprobs, logsumexp, raw_logsumexp };
-        let whole = VocabRange { offset: 0, vocab: weight.rows };
-        self.sample_device_in(hidden, weight, &p, mask, out, whole, None, None, None, Some(targets))
+        Ok(())
+    }
+
+    /// The device addresses of a checked scoring call's tokens and outputs on this handle's stream,
+    /// with the guards that record their use when dropped (after the launches).
+    pub(crate) fn score_targets<'a>(
+        &'a self,
+        tokens: &'a CudaView<'_, u32>,
+        scores: &'a mut ScoreOutputs<'_>,
+    ) -> (ScoreTargets, [SyncOnDrop<'a>; 5]) {
+        let (tokens, g0) = device_address(tokens, &self.stream);
+        let (logprobs, g1) = scores.logprobs.device_ptr_mut(&self.stream);
+        let (raw_logprobs, g2) = scores.raw_logprobs.device_ptr_mut(&self.stream);
+        let (logsumexp, g3) = scores.logsumexp.device_ptr_mut(&self.stream);
+        let (raw_logsumexp, g4) = scores.raw_logsumexp.device_ptr_mut(&self.stream);
+        (ScoreTargets { tokens, logprobs, raw_logprobs, logsumexp, raw_logsumexp }, [g0, g1, g2, g3, g4])
     }
 
     /// Per row of `hidden`, the log-probabilities of `tokens[row]` under `params`' controls and the

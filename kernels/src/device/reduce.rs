@@ -358,10 +358,11 @@ pub(super) unsafe fn reduce_row_block<const SCORE: bool>(p: &FusedParams, b: u32
 
 /// Row `b`'s given token's log-probabilities (`targets`): `target` with logit `yt` goes through
 /// the logit pipeline as sampling's tokens do (soft-cap, then its adjustment or the mask; `−∞` when
-/// not allowed), then `z / T − lse` ([`log_prob`]); its raw one `yt − lse_raw`. A greedy row: 0 for
-/// its sampled token, `−∞` for any other. A row without a sampled token (a NaN logit, or every
-/// logit `−∞`) or a token outside the launch's rows (`yt` NaN): NaN for both (the host reports the
-/// row's error, as sampling does).
+/// not allowed), then `z / T − lse` ([`log_prob`]; `−∞` for a removed token); its raw one
+/// `yt − lse_raw`. A greedy row: 0 for its sampled token, `−∞` for any other (a vocab shard's: the
+/// merge of the ranks decides by the whole head's token). A row with a NaN logit, or a token
+/// outside the launch's rows (`yt` NaN): NaN for both (the host reports the row's error, as
+/// sampling does; a rank's merge takes the token's shard).
 ///
 /// # Safety
 /// `b < B`; `p.targets`' outputs hold B entries; `p` is a one-GPU log-probability launch.
@@ -378,7 +379,7 @@ unsafe fn write_target_logprobs(
     let transform = row.transform();
     let (lse, lse_raw) = (mass.processed.lse_with(ln), mass.raw.lse_with(ln));
     let token = c.token();
-    let (lp, raw) = if token == crate::INVALID_INDEX || yt.is_nan() {
+    let (lp, raw) = if c.score.is_nan() || yt.is_nan() {
         (f32::NAN, f32::NAN)
     } else {
         let pipe = p.logit_pipeline();
@@ -398,6 +399,8 @@ unsafe fn write_target_logprobs(
             }
         }
         let lp = match transform.is_greedy() {
+            // A removed token is `−∞` also where nothing is allowed (`lse` `−∞`: a shard's rows).
+            false if transform.scaled(z) == f32::NEG_INFINITY => f32::NEG_INFINITY,
             false => log_prob(transform.scaled(z), lse),
             true if target == token => 0.0,
             true => f32::NEG_INFINITY,
