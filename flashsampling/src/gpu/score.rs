@@ -65,7 +65,9 @@ impl GpuBackend {
     /// pass draws one sample per row, which it does not keep: `out` holds no results after this
     /// call, as after [`Self::sample_device_into`]; `out` is its scratch). A token at or past V
     /// scores NaN (it is not read: nothing checks device-resident tokens on the host); so does a
-    /// row sampling would refuse (a NaN logit, every logit `−∞`). The definitions are [`Scores`]';
+    /// row with a NaN logit; in a row where nothing is allowed every token's processed
+    /// log-probability is `−∞` (the host API refuses both rows, as sampling does). The definitions
+    /// are [`Scores`]';
     /// truncating controls and top log-probabilities are [`Error::Unsupported`] here. Not capturable
     /// into a CUDA graph ([`Error::Capture`]: the per-row parameters are uploaded from the host).
     ///
