@@ -66,6 +66,36 @@ impl Device {
     }
 }
 
+impl Device {
+    /// PyTorch's stream `torch_stream` of this device wrapped for one call, the backend's handle on
+    /// it, and the reused buffers ready for a `b × v` call (buffers a captured graph uses are kept
+    /// for it, and the call gets new ones).
+    ///
+    /// # Safety
+    /// `torch_stream` is PyTorch's current stream of this device: a live stream of the device's
+    /// primary context, which is the backend's (see the module documentation), kept alive by PyTorch
+    /// during the call. The wrapper never destroys it; drop it by the end of the call (nothing
+    /// allocated on it outlives the call: the backend's buffers live on its own stream).
+    unsafe fn on_torch(
+        &mut self,
+        torch_stream: u64,
+        (b, v): (usize, usize),
+    ) -> Result<(Arc<CudaStream>, GpuBackend), Error> {
+        let ctx = self.gpu.context().clone();
+        // SAFETY: the caller's contract.
+        let stream = unsafe { ctx.wrap_borrowed_stream(torch_stream as usize as sys::CUstream) };
+        let on_torch = self.gpu.on_stream(stream.clone())?;
+        if self.out.as_ref().is_some_and(DeviceSamples::is_captured) {
+            // Bound to a graph by the last call: kept for it; the next calls get new buffers.
+            self.graphs.extend(self.out.take());
+        }
+        if self.out.is_none() {
+            self.out = Some(self.gpu.alloc_samples(b, v)?);
+        }
+        Ok((stream, on_torch))
+    }
+}
+
 /// The open devices by ordinal. One lock for all: a call holds it for its host-side work only (the
 /// launches are asynchronous), and it serializes the use of each device's `DeviceSamples`.
 static DEVICES: LazyLock<Mutex<HashMap<usize, Device>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
@@ -307,21 +337,9 @@ pub fn sample_cuda(
     // The GIL is not needed from here on (no Python objects); opening a device loads the PTX modules.
     py.detach(|| {
         with_device(ordinal, |dev| {
-            let ctx = dev.gpu.context().clone();
-            // SAFETY: `torch_stream` is PyTorch's current stream of device `ordinal` (the Python side
-            // reads it from `torch.cuda.current_stream(device)`): a live stream of that device's primary
-            // context, which is `ctx` (see the module documentation); PyTorch keeps it alive during this
-            // call, and the wrapper, which never destroys it, is dropped at the end of this closure
-            // (nothing allocated on it outlives the call: the backend's buffers live on its own stream).
-            let stream = unsafe { ctx.wrap_borrowed_stream(torch_stream as usize as sys::CUstream) };
-            let on_torch = dev.gpu.on_stream(stream.clone())?;
-            if dev.out.as_ref().is_some_and(DeviceSamples::is_captured) {
-                // Bound to a graph by the last call: kept for it; the next calls get new buffers.
-                dev.graphs.extend(dev.out.take());
-            }
-            if dev.out.is_none() {
-                dev.out = Some(dev.gpu.alloc_samples(b, v)?);
-            }
+            // SAFETY: `torch_stream` is PyTorch's current stream of device `ordinal`, read by the
+            // Python side from `torch.cuda.current_stream(device)` (`Device::on_torch`'s contract).
+            let (stream, on_torch) = unsafe { dev.on_torch(torch_stream, (b, v)) }?;
             let operands = ((hidden_ptr, hidden_len, b, hidden_d), (weight_ptr, weight_len, v, weight_d));
             // SAFETY: as for the operands below: `mask_ptr` is `data_ptr()` of a contiguous int32 CUDA
             // tensor of `mask_len` elements on this device, built by the Python side on PyTorch's current
@@ -396,17 +414,8 @@ pub fn score_cuda(
     let out_len = elements("scores", 4, b)?;
     py.detach(|| {
         with_device(ordinal, |dev| {
-            let ctx = dev.gpu.context().clone();
-            // SAFETY: as in `sample_cuda`: PyTorch's current stream of this device, alive during the
-            // call, never destroyed by the wrapper.
-            let stream = unsafe { ctx.wrap_borrowed_stream(torch_stream as usize as sys::CUstream) };
-            let on_torch = dev.gpu.on_stream(stream.clone())?;
-            if dev.out.as_ref().is_some_and(DeviceSamples::is_captured) {
-                dev.graphs.extend(dev.out.take());
-            }
-            if dev.out.is_none() {
-                dev.out = Some(dev.gpu.alloc_samples(b, v)?);
-            }
+            // SAFETY: as in `sample_cuda`.
+            let (stream, on_torch) = unsafe { dev.on_torch(torch_stream, (b, v)) }?;
             // SAFETY: `data_ptr()` of contiguous CUDA tensors of this device that Python made for this
             // call on PyTorch's current stream and holds during it: `b` int32 tokens (read as u32),
             // `[4, b]` float32 outputs (only written), the mask's `mask_len` int32 words (read), the

@@ -83,18 +83,8 @@ unsafe fn softmax_rows_body(p: LogitsParams) {
     let (tid, row) = unsafe { (_thread_idx_x(), _block_idx_x()) };
     let off = row as usize * p.v as usize;
     let inv_t = p.transform.inv_temperature;
-    let mut m = LogMass::EMPTY;
-    let mut v0 = 4 * tid;
-    while v0 < p.v {
-        // SAFETY: v0 + 4 <= V, aligned.
-        let x = unsafe { ld_global_nc_v4_f32(p.logits.add(off + v0 as usize)) };
-        for y in x {
-            m.update(y * inv_t, exp);
-        }
-        v0 += 4 * BASELINE_THREADS;
-    }
-    // SAFETY: block-uniform; 8·WARPS bytes of dynamic shared memory.
-    let m = unsafe { merge_log_mass(m, mov_u32_dynamic_smem(), tid, WARPS) };
+    // SAFETY: row `off / V` of the logits; block-uniform.
+    let m = unsafe { row_log_mass(&p, off, inv_t, tid) };
     let inv_sum = 1.0 / m.sum;
     let mut v0 = 4 * tid;
     while v0 < p.v {
@@ -106,6 +96,27 @@ unsafe fn softmax_rows_body(p: LogitsParams) {
         }
         v0 += 4 * BASELINE_THREADS;
     }
+}
+
+/// The log-mass of `logits[off .. off + V] · inv_t` over the block (every thread gets it): one
+/// online pass, then the block merge.
+///
+/// # Safety
+/// Every thread of a `BASELINE_THREADS`-thread block calls it; `off` starts a row of `p.logits`.
+#[inline(always)]
+unsafe fn row_log_mass(p: &LogitsParams, off: usize, inv_t: f32, tid: u32) -> LogMass {
+    let mut m = LogMass::EMPTY;
+    let mut v0 = 4 * tid;
+    while v0 < p.v {
+        // SAFETY: v0 + 4 <= V, aligned.
+        let x = unsafe { ld_global_nc_v4_f32(p.logits.add(off + v0 as usize)) };
+        for y in x {
+            m.update(y * inv_t, exp);
+        }
+        v0 += 4 * BASELINE_THREADS;
+    }
+    // SAFETY: block-uniform; 8·WARPS bytes of dynamic shared memory.
+    unsafe { merge_log_mass(m, mov_u32_dynamic_smem(), tid, WARPS) }
 }
 
 /// The unfused scoring of given tokens: one pass of an online log-sum-exp over `logits[row] / T`,
@@ -120,18 +131,8 @@ unsafe fn logsoftmax_gather_body(p: LogitsParams) {
     let (tid, row) = unsafe { (_thread_idx_x(), _block_idx_x()) };
     let off = row as usize * p.v as usize;
     let inv_t = p.transform.inv_temperature;
-    let mut m = LogMass::EMPTY;
-    let mut v0 = 4 * tid;
-    while v0 < p.v {
-        // SAFETY: v0 + 4 <= V, aligned.
-        let x = unsafe { ld_global_nc_v4_f32(p.logits.add(off + v0 as usize)) };
-        for y in x {
-            m.update(y * inv_t, exp);
-        }
-        v0 += 4 * BASELINE_THREADS;
-    }
-    // SAFETY: block-uniform; 8·WARPS bytes of dynamic shared memory.
-    let m = unsafe { merge_log_mass(m, mov_u32_dynamic_smem(), tid, WARPS) };
+    // SAFETY: row `off / V` of the logits; block-uniform.
+    let m = unsafe { row_log_mass(&p, off, inv_t, tid) };
     if tid == 0 {
         // SAFETY: row < B; the given token is read only below V (NaN past it).
         unsafe {
