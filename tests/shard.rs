@@ -441,3 +441,68 @@ mod layouts {
         }
     }
 }
+
+#[test]
+fn sharded_scoring_matches_the_whole_head() {
+    // Issue 52: scoring given tokens over shards (what the GPU's ranks do: each scores the tokens among
+    // its rows, the merge rescales the token's shard values with the kernel crate's merge_target):
+    // the whole head's scores within the f32 rounding of the merge, −∞ and NaN exactly; tokens of
+    // every shard, masked, adjusted and greedy rows, shards of one row and offsets not multiples of 4.
+    use flashsampling::controls::TokenMask;
+    let cpu = CpuBackend::new();
+    let mut rng = TestRng::new(0x5_4A80);
+    let (b, d, v) = (8usize, 64usize, 2003usize);
+    let hidden = rng.normal_bf16(b * d, 1.0);
+    let weight = rng.normal_bf16(v * d, 2.0 / (d as f64).sqrt());
+    let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
+    let words = v.div_ceil(32);
+    let mut mask = TokenMask { words: vec![0; b * words], words_per_row: words };
+    for r in 0..b {
+        for t in 0..v {
+            if rng.uniform() < 0.4 || t == 5 * r {
+                mask.words[r * words + t / 32] |= 1 << (t % 32);
+            }
+        }
+    }
+    let temps: Vec<f32> = (0..b).map(|r| [0.8, 0.0, 1.4, 1.0][r % 4]).collect();
+    let base = SamplingParams::new(1.0, 0xBEF).with_temperatures(temps.clone());
+    let cases = [
+        ("per-row T", base.clone()),
+        ("mask + soft-cap", base.clone().with_allowed(mask).with_softcap(3.0)),
+        ("adjustments", base.clone().with_adjustments(common::random_adjustments(b, v, 5, 8))),
+    ];
+    for (name, params) in &cases {
+        let sampled = cpu.sample(h, w, params).unwrap();
+        let sets: Vec<Vec<u32>> = vec![
+            sampled.clone(),
+            sampled.iter().map(|&t| (t + 1) % v as u32).collect(),
+            (0..b).map(|_| (rng.next_u64() % v as u64) as u32).collect(),
+        ];
+        for tokens in &sets {
+            let whole = cpu.score(h, w, params, tokens).unwrap();
+            for g in 1..=5 {
+                let ends = uneven_ends(v, g, &mut rng);
+                let got = cpu.score_sharded(h, &VocabShard::split(w, &ends).unwrap(), v, params, tokens).unwrap();
+                let at = format!("{name}, shards ending at {ends:?}");
+                for (what, a, e, tol) in [
+                    ("log-probs", &got.logprobs, &whole.logprobs, 1e-5f32),
+                    ("raw log-probs", &got.raw_logprobs, &whole.raw_logprobs, 1e-5),
+                    ("log-sum-exps", &got.logsumexp, &whole.logsumexp, 1e-5),
+                    ("raw log-sum-exps", &got.raw_logsumexp, &whole.raw_logsumexp, 1e-5),
+                ] {
+                    for (i, (x, y)) in a.iter().zip(e.iter()).enumerate() {
+                        let ok = if y.is_nan() || y.is_infinite() {
+                            x.to_bits() == y.to_bits()
+                        } else {
+                            (x - y).abs() <= tol * y.abs().max(1.0)
+                        };
+                        assert!(ok, "{at}: {what}[{i}] sharded {x} whole {y} (token {})", tokens[i]);
+                    }
+                }
+            }
+        }
+    }
+    // Some removed tokens (−∞) and greedy rows were among them.
+    let whole = cpu.score(h, w, &cases[1].1, &vec![1u32; b]).unwrap();
+    assert!(whole.logprobs.iter().any(|x| x.is_infinite()) && whole.logsumexp.iter().any(|x| x.is_nan()));
+}

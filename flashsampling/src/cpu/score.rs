@@ -175,3 +175,69 @@ impl CpuBackend {
         Ok((out, sampling.map(|sp| RowResult::samples(rows, sp))))
     }
 }
+
+impl CpuBackend {
+    /// [`Self::score`] over a vocab-sharded head, simulated in memory as the GPU's ranks run it
+    /// (`TpRank::score_device`): each shard's results ([`Self::shard_results`]) and its scores of
+    /// the given tokens among its rows (NaN for the others; `−∞` for a token the controls remove),
+    /// then the merge in rank order with the kernel crate's [`merge_rank_row`] and
+    /// [`merge_target`] (the GPU's `merge_ranks` runs the same functions). `shards` must tile
+    /// `0 .. vocab` in order; the results equal [`Self::score`] on the whole weight within f32
+    /// rounding of the merge (−∞ and NaN exactly). Truncating controls and top log-probabilities
+    /// are [`crate::Error::Unsupported`], as on the GPU's ranks.
+    ///
+    /// [`merge_rank_row`]: flashsampling_kernels::ranks::merge_rank_row
+    /// [`merge_target`]: flashsampling_kernels::ranks::merge_target
+    pub fn score_sharded<T: Element>(
+        &self,
+        hidden: Matrix<'_, T>,
+        shards: &[crate::shard::VocabShard<'_, T>],
+        vocab: usize,
+        params: &SamplingParams,
+        tokens: &[u32],
+    ) -> Result<Scores> {
+        use flashsampling_kernels::ranks::{RankTarget, merge_rank_row, merge_target};
+        crate::shard::validate_shards(shards, vocab)?;
+        check_tokens(tokens, hidden.rows, vocab)?;
+        let mut p = params.clone();
+        (p.n, p.logprobs) = (1, LogProbs::ProcessedAndRaw);
+        let slots = slots(&p, hidden.rows);
+        let d = hidden.cols;
+        let parts = shards.iter().map(|&s| self.shard_results(hidden, s, vocab, &p)).collect::<Result<Vec<_>>>()?;
+        // Each shard's scores of the given tokens among its rows (what a rank's reduction writes).
+        let target = |s: &crate::shard::VocabShard<'_, T>, part: &[flashsampling_kernels::ranks::RankRow], r: usize| {
+            let t = tokens[r] as usize;
+            let l = part[r].logprobs.expect("log-probabilities asked for");
+            if t < s.offset || t >= s.offset + s.rows_in(vocab) || part[r].score.is_nan() {
+                return (l, RankTarget { logprob: f32::NAN, raw_logprob: f32::NAN });
+            }
+            let y = logit_of(hidden, Matrix::new(s.weight.data, s.weight.rows, d), r, (t - s.offset) as u32);
+            let zt = p.row_logits(r).one(y, t) as f64 * slots[r].inv_temperature;
+            let logprob = if slots[r].inv_temperature == 0.0 {
+                if part[r].token == t as u32 { 0.0 } else { f32::NEG_INFINITY }
+            } else if zt == f64::NEG_INFINITY {
+                f32::NEG_INFINITY
+            } else {
+                log_prob(zt, l.logsumexp as f64) as f32
+            };
+            (l, RankTarget { logprob, raw_logprob: log_prob(y as f64, l.raw_logsumexp as f64) as f32 })
+        };
+        let exp = |x: f32| (x as f64).exp() as f32;
+        let ln = |x: f32| (x as f64).ln() as f32;
+        let mut out = Scores::with_capacity(hidden.rows);
+        let mut merged_rows = Vec::with_capacity(hidden.rows);
+        for r in 0..hidden.rows {
+            let merged = merge_rank_row(parts.iter().map(|part| part[r]), exp, ln);
+            let (lp, raw) =
+                merge_target(shards.iter().zip(&parts).map(|(s, part)| target(s, part, r)), &merged, tokens[r]);
+            let g = merged.logprobs.expect("log-probabilities asked for");
+            out.push((lp, raw), (g.logsumexp, g.raw_logsumexp));
+            merged_rows.push(Candidate { score: merged.score, index: merged.token });
+        }
+        // A row sampling would refuse is this call's error too.
+        let scored: Vec<&[T]> =
+            shards.iter().map(|s| &s.weight.data[..(s.rows_in(vocab) * d).min(s.weight.data.len())]).collect();
+        check_samples_of(&samples_of(&merged_rows), 1, hidden, &scored)?;
+        Ok(out)
+    }
+}
