@@ -359,10 +359,10 @@ pub(super) unsafe fn reduce_row_block<const SCORE: bool>(p: &FusedParams, b: u32
 /// Row `b`'s given token's log-probabilities (`targets`): `target` with logit `yt` goes through
 /// the logit pipeline as sampling's tokens do (soft-cap, then its adjustment or the mask; `−∞` when
 /// not allowed), then `z / T − lse` ([`log_prob`]; `−∞` for a removed token); its raw one
-/// `yt − lse_raw`. A greedy row: 0 for its sampled token, `−∞` for any other (a vocab shard's: the
-/// merge of the ranks decides by the whole head's token). A row with a NaN logit, or a token
-/// outside the launch's rows (`yt` NaN): NaN for both (the host reports the row's error, as
-/// sampling does; a rank's merge takes the token's shard).
+/// `yt − lse_raw`. A greedy row: 0 for its sampled token, `−∞` for any other. A row with a NaN
+/// logit, or a token outside the launch's rows (`yt` NaN): NaN for both (the host reports the
+/// row's error, as sampling does). (Over vocab shards, docs/findings/41's patch, the ranks' merge
+/// takes the token's shard and decides a greedy row by the whole head's token.)
 ///
 /// # Safety
 /// `b < B`; `p.targets`' outputs hold B entries; `p` is a one-GPU log-probability launch.
