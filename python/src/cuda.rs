@@ -453,21 +453,15 @@ pub fn score_cuda(
 unsafe fn score<T: Element>(
     dev: &mut Device,
     gpu: &GpuBackend,
-    ((hidden_ptr, hidden_len, b, hidden_d), (weight_ptr, weight_len, v, weight_d)): (Operand, Operand),
+    operands: (Operand, Operand),
     params: &SamplingParams,
     (tokens, mask): (&CudaView<'_, u32>, Option<&CudaView<'_, u32>>),
     scores: &mut ScoreOutputs<'_>,
 ) -> Result<(), Error> {
     // SAFETY: forwarded contract; `score_device` validates shapes before it reads anything.
-    let hidden = unsafe { Borrowed::<T>::new(gpu.stream(), hidden_ptr, hidden_len) };
-    // SAFETY: as for `hidden`.
-    let weight = unsafe { Borrowed::<T>::new(gpu.stream(), weight_ptr, weight_len) };
-    let out = dev.out.as_mut().expect("allocated by the caller");
-    let (h, w) = (
-        DeviceMatrix { data: hidden.as_view(), rows: b, cols: hidden_d },
-        DeviceMatrix { data: weight.as_view(), rows: v, cols: weight_d },
-    );
-    gpu.score_device(&h, &w, params, tokens, mask, out, scores)
+    unsafe {
+        on_operands::<T, _>(dev, gpu, operands, |h, w, out| gpu.score_device(h, w, params, tokens, mask, out, scores))
+    }
 }
 
 /// A tensor given by address: `(address, elements, rows, cols)`.
@@ -484,13 +478,30 @@ type Operand = (u64, usize, usize, usize);
 unsafe fn launch<T: Element>(
     dev: &mut Device,
     gpu: &GpuBackend,
-    ((hidden_ptr, hidden_len, b, hidden_d), (weight_ptr, weight_len, v, weight_d)): (Operand, Operand),
+    operands: (Operand, Operand),
     params: &SamplingParams,
     (mask, rows): (Option<&CudaView<'_, u32>>, Option<&CudaView<'_, u64>>),
     into: &mut DeviceOutputs<'_>,
 ) -> Result<(), Error> {
     // SAFETY: forwarded contract; `sample_device_into` validates shapes (the mask's length too)
     // before it reads anything.
+    unsafe {
+        on_operands::<T, _>(dev, gpu, operands, |h, w, out| gpu.sample_device_into(h, w, params, rows, mask, out, into))
+    }
+}
+
+/// `f` on the operands `hidden` and `weight` (elements `T`) as device matrices on `gpu`'s stream,
+/// with the device's reused buffers.
+///
+/// # Safety
+/// As for [`launch`]; `f` validates the shapes before it reads anything.
+unsafe fn on_operands<T: Element, R>(
+    dev: &mut Device,
+    gpu: &GpuBackend,
+    ((hidden_ptr, hidden_len, b, hidden_d), (weight_ptr, weight_len, v, weight_d)): (Operand, Operand),
+    f: impl FnOnce(&DeviceMatrix<'_, T>, &DeviceMatrix<'_, T>, &mut DeviceSamples) -> Result<R, Error>,
+) -> Result<R, Error> {
+    // SAFETY: the caller's contract.
     let hidden = unsafe { Borrowed::<T>::new(gpu.stream(), hidden_ptr, hidden_len) };
     // SAFETY: as for `hidden`.
     let weight = unsafe { Borrowed::<T>::new(gpu.stream(), weight_ptr, weight_len) };
@@ -499,7 +510,7 @@ unsafe fn launch<T: Element>(
         DeviceMatrix { data: hidden.as_view(), rows: b, cols: hidden_d },
         DeviceMatrix { data: weight.as_view(), rows: v, cols: weight_d },
     );
-    gpu.sample_device_into(&h, &w, params, rows, mask, out, into)
+    f(&h, &w, out)
 }
 
 /// The device `ordinal` as the GPU backend sees it (opening the backend if needed): its name, PCI
