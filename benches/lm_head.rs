@@ -669,12 +669,7 @@ fn score(gpu: &GpuBackend, timer: &EventTimer, a: &Args) -> R<()> {
             let mut out = gpu.alloc_samples(b, v)?;
             let mut buf: CudaSlice<f32> = stream.alloc_zeros(4 * b)?;
             let ours = {
-                let mut views = buf.as_view_mut();
-                let (lp, mut rest) = views.split_at_mut(b);
-                let (raw, mut rest) = rest.split_at_mut(b);
-                let (lse, raw_lse) = rest.split_at_mut(b);
-                let mut scores =
-                    ScoreOutputs { logprobs: lp, raw_logprobs: raw, logsumexp: lse, raw_logsumexp: raw_lse };
+                let mut scores = ScoreOutputs::rows_of(buf.as_view_mut(), b)?;
                 timer
                     .time(&stream, 3, runs, || gpu.score_device(&hm, &wm, &params, &tv, None, &mut out, &mut scores))?
             };

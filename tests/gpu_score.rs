@@ -240,11 +240,10 @@ fn bad_input_is_a_typed_error_and_device_tokens_past_v_score_nan() {
     let short = s.clone_htod(&[0u32, 1]).unwrap();
     let tokens = s.clone_htod(&[7u32, 100, u32::MAX]).unwrap();
     {
-        let mut views = buf.as_view_mut();
-        let (lp, mut rest) = views.split_at_mut(b);
-        let (raw, mut rest) = rest.split_at_mut(b);
-        let (lse, raw_lse) = rest.split_at_mut(b);
-        let mut scores = ScoreOutputs { logprobs: lp, raw_logprobs: raw, logsumexp: lse, raw_logsumexp: raw_lse };
+        // A buffer that is not [4, B] is a typed error.
+        let e = ScoreOutputs::rows_of(buf.slice_mut(..4 * b - 1), b).unwrap_err();
+        assert!(matches!(e, Error::LengthMismatch { expected: 12, actual: 11, .. }), "{e:?}");
+        let mut scores = ScoreOutputs::rows_of(buf.as_view_mut(), b).unwrap();
         let e = gpu.score_device(&hm, &wm, &p, &short.as_view(), None, &mut out, &mut scores).unwrap_err();
         assert!(matches!(e, Error::LengthMismatch { expected: 3, actual: 2, .. }), "{e:?}");
         // Inside a CUDA-graph capture: refused before anything is taken or enqueued (the capture

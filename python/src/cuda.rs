@@ -426,12 +426,7 @@ pub fn score_cuda(
                 let mut out = Borrowed::<f32>::new(&stream, out_ptr, out_len);
                 let mask = mask_ptr.map(|ptr| Borrowed::<u32>::new(&stream, ptr, mask_len));
                 let mask = mask.as_ref().map(|m| m.as_view());
-                let mut views = out.as_view_mut();
-                let (lp, mut rest) = views.split_at_mut(b);
-                let (raw, mut rest) = rest.split_at_mut(b);
-                let (lse, raw_lse) = rest.split_at_mut(b);
-                let mut scores =
-                    ScoreOutputs { logprobs: lp, raw_logprobs: raw, logsumexp: lse, raw_logsumexp: raw_lse };
+                let mut scores = ScoreOutputs::rows_of(out.as_view_mut(), b)?;
                 let operands = ((hidden_ptr, hidden_len, b, hidden_d), (weight_ptr, weight_len, v, weight_d));
                 let call = (&tokens.as_view(), mask.as_ref());
                 if f16 {

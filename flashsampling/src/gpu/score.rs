@@ -39,6 +39,26 @@ pub struct ScoreOutputs<'a> {
     pub raw_logsumexp: CudaViewMut<'a, f32>,
 }
 
+impl<'a> ScoreOutputs<'a> {
+    /// The four outputs as the rows of one `[4, B]` buffer of exactly `4·B` entries, in the order of
+    /// the fields (processed and raw log-probabilities, processed and raw log-sum-exps).
+    ///
+    /// # Errors
+    /// [`Error::LengthMismatch`] unless `B > 0` and the buffer holds `4·B` entries.
+    pub fn rows_of(buf: CudaViewMut<'a, f32>, b: usize) -> Result<Self> {
+        if b == 0 || buf.len() != 4 * b {
+            return Err(Error::LengthMismatch {
+                buffer: "scores ([4, B], B > 0)",
+                expected: 4 * b.max(1),
+                actual: buf.len(),
+            });
+        }
+        let mut rows = buf.chunks_exact_mut(b);
+        let mut row = || rows.next().expect("four rows of B");
+        Ok(Self { logprobs: row(), raw_logprobs: row(), logsumexp: row(), raw_logsumexp: row() })
+    }
+}
+
 /// The controls a GPU scoring call takes: everything but truncation and top log-probabilities
 /// (their kept sets come from the truncation step, which does not score given tokens yet).
 fn check_score_controls(params: &SamplingParams, v: usize) -> Result<()> {
@@ -205,10 +225,7 @@ impl GpuBackend {
         let mut out = self.alloc_samples(b, shape.v)?;
         let mut buf = self.stream.alloc_zeros::<f32>(4 * b)?;
         {
-            let (lp, mut rest) = buf.split_at_mut(b);
-            let (raw, mut rest) = rest.split_at_mut(b);
-            let (lse, raw_lse) = rest.split_at_mut(b);
-            let mut scores = ScoreOutputs { logprobs: lp, raw_logprobs: raw, logsumexp: lse, raw_logsumexp: raw_lse };
+            let mut scores = ScoreOutputs::rows_of(buf.as_view_mut(), b)?;
             self.score_device(
                 &DeviceMatrix { data: h.as_view(), rows: hidden.rows, cols: hidden.cols },
                 &DeviceMatrix { data: w.as_view(), rows: weight.rows, cols: weight.cols },
