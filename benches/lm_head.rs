@@ -77,7 +77,7 @@ use std::path::PathBuf;
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use flashsampling::baselines::{Baselines, gemm_bf16_f32};
-use flashsampling::kernels::config::Epilogue;
+use flashsampling::kernels::config::{Epilogue, Family};
 use flashsampling::synthetic::SplitMix64;
 use flashsampling::timing::{EventTimer, Stats};
 use flashsampling::{DeviceMatrix, GpuBackend, SamplingParams, ScoreOutputs};
@@ -375,6 +375,8 @@ fn variant_sweep(gpu: &mut GpuBackend, timer: &EventTimer, a: &Args, bandwidth: 
             let default = gpu.fused_variant_for(b, d, v, Epilogue::Sample);
             let mut cells = Vec::new();
             let mut tokens: Option<Vec<u32>> = None;
+            // The first tokens of each mma.sync family (its variants must agree bit for bit).
+            let mut family_tokens: Vec<(Family, Vec<u32>)> = Vec::new();
             for &entry in &entries {
                 if !entry.supports_vocab(v as u32) {
                     cells.push("n/a".to_string());
@@ -384,16 +386,23 @@ fn variant_sweep(gpu: &mut GpuBackend, timer: &EventTimer, a: &Args, bandwidth: 
                 let mut out = gpu.alloc_samples(b, v)?;
                 let t = timer.time(&stream, 10, a.runs, || gpu.sample_device(&hm, &wm, &sample, &mut out))?;
                 let got = stream.clone_dtoh(&out.tokens())?;
-                // Rows whose token differs from the first variant's (the mma.sync variants must agree
-                // bit for bit; wgmma sums each k16 step in another order, so near-ties may flip).
+                // Rows whose token differs from the first variant's (the variants of one mma.sync family
+                // must agree bit for bit; other families sum a k16 step in another order, so near-ties
+                // may flip).
                 let differ = tokens
                     .as_ref()
                     .map_or(0, |first: &Vec<u32>| first.iter().zip(&got).filter(|(x, y)| x != y).count());
-                let mma_sync = entry.family == flashsampling::kernels::config::Family::MmaSync;
-                if differ > 0 && mma_sync {
-                    return Err(
-                        format!("{config} B={b}: {entry} draws other tokens than the first variant timed").into()
-                    );
+                if matches!(entry.family, Family::MmaSync | Family::TmaMmaSync) {
+                    match family_tokens.iter().find(|(f, _)| *f == entry.family) {
+                        Some((_, first)) if *first != got => {
+                            return Err(format!(
+                                "{config} B={b}: {entry} draws other tokens than the first variant of its family"
+                            )
+                            .into());
+                        }
+                        Some(_) => {}
+                        None => family_tokens.push((entry.family, got.clone())),
+                    }
                 }
                 tokens.get_or_insert(got);
                 let mark = if entry == default { "*" } else { "" };

@@ -35,7 +35,7 @@ use std::env;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use flashsampling_kernels::config::{Module, entry_points};
+use flashsampling_kernels::config::{Module, entry_points_for, sm_number};
 
 fn fail(msg: &str) -> ! {
     eprintln!("\nflashsampling build: {msg}\n");
@@ -111,7 +111,7 @@ fn main() {
 fn embed_from_source(manifest: &Path, out_dir: &Path) -> Embedded {
     let ptx = build_from_source(manifest);
     let sm = env::var("FLASHSAMPLING_SM").unwrap_or_else(|_| PREBUILT_SM.into());
-    check_entries(&ptx);
+    check_entries(&ptx, &sm);
     for (module, text) in &ptx {
         std::fs::write(out_dir.join(format!("{}.ptx", module.stem())), text).unwrap();
     }
@@ -300,7 +300,7 @@ fn use_prebuilt(dir: &Path, out_dir: &Path) -> Embedded {
             .unwrap_or_else(|_| fail(&format!("{name}.xz: the PTX is not UTF-8")))
     };
     let ptx = [(Module::Portable, text(Module::Portable)), (Module::Test, text(Module::Test))];
-    check_entries(&ptx);
+    check_entries(&ptx, PREBUILT_SM);
     for (module, text) in &ptx {
         std::fs::write(out_dir.join(format!("{}.ptx", module.stem())), text).unwrap();
     }
@@ -326,6 +326,7 @@ fn build_from_source(manifest: &Path) -> Vec<(Module, String)> {
     println!("cargo:rerun-if-changed={}", kernels.join("Cargo.toml").display());
     println!("cargo:rerun-if-changed={}", kernels.join("link-ptx.sh").display());
     let sm = env::var("FLASHSAMPLING_SM").unwrap_or_else(|_| "sm_90".into());
+    let portable_sm = portable_sm(&sm);
 
     let rustc = env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
     let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
@@ -370,12 +371,15 @@ fn build_from_source(manifest: &Path) -> Vec<(Module, String)> {
     let modules: Vec<String> = Module::ALL
         .iter()
         .map(|&m| {
-            let entries: Vec<&str> = entry_points().filter(|e| e.1 == m).map(|e| e.0).collect();
+            let entries: Vec<&str> = entry_points_for(portable_sm).filter(|e| e.1 == m).map(|e| e.0).collect();
             format!("{}:{}:{}", m.stem(), arch(m), entries.join(","))
         })
         .collect();
+    // The entries this target leaves out (the portable TMA family below sm_90): the link step drops them.
+    let dropped: Vec<&str> =
+        entry_points_for(90).map(|e| e.0).filter(|e| entry_points_for(portable_sm).all(|k| k.0 != *e)).collect();
     // `entry=threads`, or `entry=threads+` for a pinned bound (`.minnctapersm 1` too).
-    let bounds: Vec<String> = entry_points()
+    let bounds: Vec<String> = entry_points_for(portable_sm)
         .filter_map(|(e, _, b)| b.map(|b| format!("{e}={}{}", b.threads, if b.pinned { "+" } else { "" })))
         .collect();
 
@@ -412,6 +416,7 @@ fn build_from_source(manifest: &Path) -> Vec<(Module, String)> {
         .env("FS_SM", &sm)
         .env("FS_MODULES", modules.join(";"))
         .env("FS_MAXNTID", bounds.join(","))
+        .env("FS_DROPPED", dropped.join(","))
         .args(["rustc", "--manifest-path"])
         .arg(kernels.join("Cargo.toml"))
         .args(["--lib", "--crate-type", "cdylib", "--release", "--target", "nvptx64-nvidia-cuda", "-Zbuild-std=core"])
@@ -449,10 +454,16 @@ fn build_from_source(manifest: &Path) -> Vec<(Module, String)> {
     Module::ALL.iter().map(|&m| (m, read(m))).collect()
 }
 
-/// Checks that every entry point of the modules in `ptx` is there with its thread bound (a module
-/// not in `ptx`, the prebuilt Hopper one, is not checked here).
-fn check_entries(ptx: &[(Module, String)]) {
-    for (entry, module, bound) in entry_points() {
+/// The compute capability of the portable module's target `sm` (`FLASHSAMPLING_SM`); a build
+/// failure for a name that is not `sm_XY`.
+fn portable_sm(sm: &str) -> u32 {
+    sm_number(sm).unwrap_or_else(|| fail(&format!("FLASHSAMPLING_SM={sm}: expected a PTX target such as sm_90")))
+}
+
+/// Checks that every entry point of the modules in `ptx` (the portable one built for `sm`) is there
+/// with its thread bound (a module not in `ptx`, the prebuilt Hopper one, is not checked here).
+fn check_entries(ptx: &[(Module, String)], sm: &str) {
+    for (entry, module, bound) in entry_points_for(portable_sm(sm)) {
         let Some((_, text)) = ptx.iter().find(|(m, _)| *m == module) else { continue };
         let Some(at) = text.find(&format!(".entry {entry}(")) else {
             fail(&format!("the {} PTX module lacks the entry point `{entry}`", module.stem()))

@@ -26,9 +26,10 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$out" ] || { echo "link-ptx.sh: no -o given" >&2; exit 2; }
 [ ${#exports[@]} -gt 0 ] || { echo "link-ptx.sh: rustc exported no entry points" >&2; exit 2; }
-# Every kernel rustc exports must be in one of the modules build.rs lists (none silently dropped).
+# Every kernel rustc exports must be in one of the modules build.rs lists, or in FS_DROPPED (the entries this
+# target leaves out on purpose: the portable TMA family below sm_90); none silently dropped.
 for e in "${exports[@]}"; do
-  case ",${FS_MODULES//[;:]/,}," in *",$e,"*) ;; *) echo "link-ptx.sh: entry $e is in no module of FS_MODULES" >&2; exit 2 ;; esac
+  case ",${FS_MODULES//[;:]/,},${FS_DROPPED:-}," in *",$e,"*) ;; *) echo "link-ptx.sh: entry $e is in no module of FS_MODULES" >&2; exit 2 ;; esac
 done
 [ ${#objs[@]} -gt 0 ] || { echo "link-ptx.sh: no bitcode objects given" >&2; exit 2; }
 work="$(mktemp -d "${out}.link.XXXXXX")"
@@ -54,7 +55,7 @@ else
 fi
 # One PTX module per `config::Module`, as build.rs lists them from the variant table:
 #   FS_MODULES  "stem:arch:entry,entry;stem:arch:entry,…"  (the first is written to -o, the others as
-#               <stem>.ptx beside it; arch `sm_90a` gets PTX ISA 8.3 for `fence.proxy.tensormap`)
+#               <stem>.ptx beside it; sm_90 and sm_90a get PTX ISA 8.3 for `fence.proxy.tensormap`)
 #   FS_MAXNTID  "entry=threads,…"  entries that run one block of that size per multiprocessor: rustc
 #               has no launch-bounds attribute, so `.maxntid threads, 1, 1` is written here and ptxas
 #               then budgets registers for exactly that block; `entry=threads+` also gets
@@ -63,7 +64,9 @@ fi
 : "${FS_MODULES:?set FS_MODULES (build.rs lists the modules and their entry points)}"
 module() {  # stem, arch, entries, output: optimize, lower to PTX, then write the entries' bounds
   local stem=$1 arch=$2 entries=$3 dest=$4 extra="" bound entry threads pin
-  [ "$arch" = sm_90a ] && extra="-mattr=+ptx83"
+  # PTX ISA 8.3 for `fence.proxy.tensormap` (the TMA kernels: sm_90a's, and the portable module's
+  # TMA family when it is built for sm_90).
+  case "$arch" in sm_90|sm_90a) extra="-mattr=+ptx83" ;; esac
   "$FS_LLVM_BIN/opt" "$work/linked.bc" -o "$work/opt-$stem.bc" \
     -passes='internalize,globaldce,default<O3>' -internalize-public-api-list="$entries"
   "$FS_LLVM_BIN/llc" "$work/opt-$stem.bc" -o "$dest" -O3 -mtriple=nvptx64-nvidia-cuda -mcpu="$arch" --fp-contract=off $extra

@@ -197,8 +197,9 @@ fn fused_kernel_matches_the_cpu_backend() {
 fn every_fused_variant_draws_the_same_samples() {
     let Some(mut gpu) = gpu_or_skip("every_fused_variant_draws_the_same_samples") else { return };
     // Batch sizes around every batch tile (8, 16, 32, 64, 128 rows), D not a multiple of the 64-column
-    // stage, V not a multiple of any vocab tile. Every mma.sync variant computes each logit with the
-    // same MMAs in the same order, so their tokens and scores must be bit-identical. The wgmma variants
+    // stage, V not a multiple of any vocab tile. Every mma.sync variant of one family (block staging;
+    // the portable TMA kernels) computes each logit with the same MMAs in the same order, so their
+    // tokens and scores must be bit-identical. The wgmma variants
     // (on compute capability 9.0) sum each k16 step in the tensor core's own order: they must match
     // the CPU backend within the f32 tolerance, like every variant.
     let shapes: &[(usize, usize, usize)] = if quick() {
@@ -215,7 +216,8 @@ fn every_fused_variant_draws_the_same_samples() {
         let weight = rng.normal_bf16(v * d, 2.0 / (d as f64).sqrt());
         let params = SamplingParams::new(0.8, SEED + b as u64).with_streams((0..b as u64).map(|i| 7 * i + 1).collect());
         let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
-        let mut first_mma_sync: Option<(FusedVariant, flashsampling::Samples)> = None;
+        // The first variant of each mma.sync family.
+        let mut first_mma_sync: Vec<(FusedVariant, flashsampling::Samples)> = Vec::new();
         let mut by_entry = std::collections::HashMap::new();
         let mut twins = 0;
         let bits = |x: &[f32]| x.iter().map(|s| s.to_bits()).collect::<Vec<_>>();
@@ -240,10 +242,10 @@ fn every_fused_variant_draws_the_same_samples() {
                 assert_eq!(bits(&got.scores), bits(&twin.scores), "{entry} vs its twin: scores");
             }
             by_entry.insert(entry.entry, got.clone());
-            // Every mma.sync variant computes each logit with the same MMAs in the same order.
-            if entry.family == Family::MmaSync {
-                match &first_mma_sync {
-                    None => first_mma_sync = Some((entry, got)),
+            // Every mma.sync variant of a family computes each logit with the same MMAs in the same order.
+            if matches!(entry.family, Family::MmaSync | Family::TmaMmaSync) {
+                match first_mma_sync.iter().find(|(f, _)| f.family == entry.family) {
+                    None => first_mma_sync.push((entry, got)),
                     Some((f, first)) => {
                         assert_eq!(got.tokens, first.tokens, "{entry} vs {f}: B={b} D={d} V={v}");
                         assert_eq!(bits(&got.scores), bits(&first.scores), "{entry} vs {f}: scores");
@@ -251,8 +253,8 @@ fn every_fused_variant_draws_the_same_samples() {
                 }
             }
         }
-        // On compute capability 9.0: tma_n64x2 and (V % 16 == 0) tmat_n64x2 have a twin.
-        if entries.iter().any(|e| e.family != Family::MmaSync) {
+        // With the sm_90a module: tma_n64x2 and (V % 16 == 0) tmat_n64x2 have a twin.
+        if gpu.hopper_kernels() {
             assert_eq!(twins, 1 + (v % 16 == 0) as usize, "twin comparisons for B={b} D={d} V={v}");
         }
     }
@@ -349,9 +351,7 @@ fn tma_kernels_follow_their_buffers_through_the_device_api() {
     // two weights: each must sample its own inputs, as the host path (fresh buffers) does.
     let tma: Vec<FusedVariant> = gpu.fused_variants().into_iter().filter(|e| e.uses_tma()).collect();
     if tma.is_empty() {
-        visible(
-            "SKIP tma_kernels_follow_their_buffers_through_the_device_api: no TMA variant on this GPU (sm_90a only)",
-        );
+        visible("SKIP tma_kernels_follow_their_buffers_through_the_device_api: no TMA variant on this GPU (sm_90 PTX)");
         return;
     }
     let d = 200;

@@ -12,7 +12,8 @@ use flashsampling_kernels::config::{
     ADJUST_ENTRY, ADJUST_THREADS, BLOCK_V, EXPAND_ENTRY, EXPAND_THREADS, Epilogue, FALLBACK_GATHER_ENTRY,
     FALLBACK_LOGITS_ENTRY, FALLBACK_LOGITS_VARIANT, FALLBACK_SAMPLE_ENTRY, FUSED_VARIANTS, Family, FusedVariant,
     MAX_DIM, Module, REDUCE_BLOCK_ENTRY, REDUCE_BLOCK_SMEM, REDUCE_BLOCK_THREADS, TMA_T_VOCAB_ALIGN, TmaLayout,
-    TruncateStep, tma_hidden, tma_weight_rows, tma_weight_tiles, tma_weight_tiles_t, variant_for_batch,
+    TruncateStep, portable_module_has, sm_number, tma_hidden, tma_weight_rows, tma_weight_tiles, tma_weight_tiles_t,
+    variant_for_batch,
 };
 use flashsampling_kernels::launch::LaunchPlan;
 use flashsampling_kernels::logits::Adjustment;
@@ -24,7 +25,7 @@ use flashsampling_kernels::{Candidate, Transform};
 use half::bf16;
 
 use crate::error::{Error, Result};
-use crate::modules::{Artifact, CUBIN, CUBIN_SM90A, PTX, PTX_SM90A};
+use crate::modules::{Artifact, CUBIN, CUBIN_SM90A, PTX, PTX_SM, PTX_SM90A};
 use crate::params::{Element, ElementType, LogProbs, Matrix, SamplingParams, Shape, validate, validate_in_vocab};
 use crate::{Samples, check_samples_of};
 

@@ -25,7 +25,8 @@ use super::*;
 ///   faster; Qwen3-8B: 1280 against 1152 rows, weight-as-A 4–6% faster); beyond 64 rows hidden-as-A
 ///   (`tmat_n64` or `tmat_n64x2` by how the rows fill their batch tiles: [`hidden_as_a_beyond_64`]).
 ///   Hidden-as-A needs `v % 16 == 0`, else `tma_n64` and `tma_n64x2`.
-/// - Portable (`mma.sync`): 16, 32, 64 or 128-row batch tiles by B.
+/// - Portable (`mma.sync`, block staging): 16, 32, 64 or 128-row batch tiles by B. The portable TMA
+///   family ([`Family::TmaMmaSync`]) is not chosen yet: it waits for its H200 measurement (issue 55).
 ///
 /// Every choice supports `v` ([`FusedVariant::supports_vocab`]).
 #[inline]

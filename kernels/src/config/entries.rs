@@ -164,10 +164,35 @@ impl EntryBound {
     }
 }
 
-/// Every entry point with its module and launch bound (what the build's link step needs).
+/// Every entry point with its module and launch bound (what the build's link step needs), for the
+/// portable module built for sm_90 (the default and the shipped PTX): [`entry_points_for`]`(90)`.
 pub fn entry_points() -> impl Iterator<Item = (&'static str, Module, Option<EntryBound>)> {
+    entry_points_for(90)
+}
+
+/// The compute capability (`major · 10 + minor`) of a PTX target name `sm_XY`, or its arch- or
+/// family-specific `sm_XYa` / `sm_XYf` (`sm_90a` → 90); `None` for anything else.
+pub fn sm_number(target: &str) -> Option<u32> {
+    let digits = target.strip_prefix("sm_")?;
+    let digits = digits.strip_suffix(['a', 'f']).unwrap_or(digits);
+    if digits.is_empty() || !digits.bytes().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// Whether the portable module built for `portable_sm` (a [`sm_number`]) has the kernels of
+/// `variant`: all but the portable TMA family ([`FusedVariant::needs_sm90`]) below sm_90.
+pub const fn portable_module_has(variant: &FusedVariant, portable_sm: u32) -> bool {
+    !matches!(variant.module(), Module::Portable) || !variant.needs_sm90() || portable_sm >= 90
+}
+
+/// [`entry_points`] with the portable module built for `portable_sm` (a [`sm_number`]): below 90 it
+/// leaves out the kernels that need sm_90 PTX ([`portable_module_has`]).
+pub fn entry_points_for(portable_sm: u32) -> impl Iterator<Item = (&'static str, Module, Option<EntryBound>)> {
     FUSED_VARIANTS
         .iter()
+        .filter(move |v| portable_module_has(v, portable_sm))
         .flat_map(|v| {
             let bound = v.max_threads().map(|threads| EntryBound { threads, pinned: v.moves_registers() });
             Epilogue::ALL.map(|e| (v.entry_for(e), v.module(), bound))

@@ -24,6 +24,69 @@ pub const fn vocab_of_slab_row(s: u32) -> u32 {
     4 * (8 * w + g) + 2 * h + e
 }
 
+/// Slab row of MMA row `g + 8e` (`g < 8`) of M tile `mt` (`< 2`) of consumer warp `w` (`< 4`) in the
+/// portable TMA kernels ([`Family::TmaMmaSync`]), which read the weight-as-A slab as `mma.sync` A
+/// fragments: slab row `64mt + 16w + 8e + g` holds vocab row `32w + 4g + 2mt + e` of the tile
+/// ([`vocab_of_slab_row`]), so lane `(g, q)` of warp `w` holds the four vocab rows `32w + 4g ..`
+/// (one Philox group, the block-staging kernels' lane rows), and the 8 rows one `ldmatrix` matrix
+/// reads are consecutive slab rows (8 distinct 128-byte swizzles: no bank conflict).
+#[inline]
+pub const fn mma_slab_row(w: u32, mt: u32, e: u32, g: u32) -> u32 {
+    64 * mt + 16 * w + 8 * e + g
+}
+
+/// Where lane `lane` of consumer warp `w` points `ldmatrix` in a stage of the portable TMA kernels
+/// ([`Family::TmaMmaSync`]): byte offsets from the slab (whose `w_rows` weight rows come first, in
+/// the weight-as-A order, then the hidden rows) of the 16-byte rows it gives each `ldmatrix.x4`.
+/// Lane `l = 8i + r` gives row `r` of matrix `i`, and register `i` of lane `4g + q` receives
+/// elements `2q, 2q + 1` of row `g` of matrix `i`:
+/// - **A** (M tile `mt`): matrix `i` is MMA rows `g + 8·(i % 2)`, D half `i / 2` of the k16 step:
+///   slab row [`mma_slab_row`]`(w, mt, i % 2, r)`, so the registers are the A fragment
+///   `{a0a1, a2a3, a4a5, a6a7}` of `mma.sync.m16n8k16` in order.
+/// - **B** (N tiles `2j`, `2j + 1`): matrix `i` is N tile `2j + i / 2`, D half `i % 2`: hidden row
+///   `h0 + 8·(2j + i / 2) + r`, so registers 0, 1 are N tile `2j`'s `{b0b1, b2b3}` and 2, 3 N tile
+///   `2j + 1`'s.
+///
+/// D half `e` of k16 step `kk` is a row's 16-byte piece `2kk + e`, stored at piece
+/// `(2kk + e) ^ (row % 8)` (the 128-byte swizzle). The 8 rows of a matrix are consecutive slab rows
+/// (`h0 % 8 == 0`), so they hit 8 distinct bank groups.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlabLane {
+    /// Offsets of the lane's A rows, per M tile.
+    pub a_rows: [u32; 2],
+    /// Offset of the lane's B row for N tiles 0 and 1 (pair `j` is `16 · STAGE_ROW_BYTES · j` on).
+    pub b_row: u32,
+    /// `(i / 2) ^ r`: XORed with `2kk`, the stored piece of the lane's A rows.
+    pub a_x: u32,
+    /// `(i % 2) ^ r`: XORed with `2kk`, the stored piece of the lane's B row.
+    pub b_x: u32,
+}
+
+impl SlabLane {
+    /// Lane `lane` of consumer warp `w` (vocab rows `32w ..` of each tile), whose batch rows start at
+    /// hidden row `h0` (a multiple of 8) of a slab of `w_rows` weight rows.
+    #[inline]
+    pub const fn new(w: u32, lane: u32, h0: u32, w_rows: u32) -> Self {
+        let (i, r) = (lane / 8, lane % 8);
+        SlabLane {
+            a_rows: [STAGE_ROW_BYTES * mma_slab_row(w, 0, i % 2, r), STAGE_ROW_BYTES * mma_slab_row(w, 1, i % 2, r)],
+            b_row: STAGE_ROW_BYTES * (w_rows + h0 + 8 * (i / 2) + r),
+            a_x: (i / 2) ^ r,
+            b_x: (i % 2) ^ r,
+        }
+    }
+    /// Offset of the lane's A row for M tile `mt`, k16 step `kk`.
+    #[inline(always)]
+    pub const fn a_at(&self, mt: usize, kk: u32) -> u32 {
+        self.a_rows[mt] + 16 * ((2 * kk) ^ self.a_x)
+    }
+    /// Offset of the lane's B row for N tiles `2j`, `2j + 1`, k16 step `kk`.
+    #[inline(always)]
+    pub const fn b_at(&self, j: u32, kk: u32) -> u32 {
+        self.b_row + 16 * STAGE_ROW_BYTES * j + 16 * ((2 * kk) ^ self.b_x)
+    }
+}
+
 /// A TMA tensor map's geometry (`R` dimensions, innermost first), as `cuTensorMapEncodeTiled`
 /// takes it; the data type is bf16, the swizzle 128 bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

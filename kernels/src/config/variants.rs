@@ -24,6 +24,15 @@ pub enum Family {
     /// 256-row vocab tile as B. Needs `V % 16 == 0` ([`tma_weight_tiles_t`]). See
     /// `device::fused::wgmma_t`.
     WgmmaHiddenA,
+    /// `mma.sync.m16n8k16` (sm_80+) on the `wgmma` kernels' TMA pipeline, for the portable module (its
+    /// PTX features are sm_90's, not sm_90a's: a Blackwell GPU JIT-compiles them): the TMA producer
+    /// warp fills the ring of 128-byte-swizzled slabs in the weight-as-A row order
+    /// ([`vocab_of_slab_row`]), and consumers of 4 warps (each 32 vocab rows × `8·NB` batch rows) read
+    /// their fragments with `ldmatrix` and hand each slot back on its `mbarrier`: no block barrier
+    /// per stage. `warps_b = 1`: two consumers take turns on the tiles; `warps_b = 2` or 4: as many
+    /// consumers split a `8·NB·warps_b`-row batch tile. Needs the launch's tensor maps. See
+    /// `device::fused::tma_mma_sync`.
+    TmaMmaSync,
 }
 
 /// The PTX module a kernel is compiled into (each a separate `.ptx` the host embeds).
@@ -96,11 +105,12 @@ pub struct FusedVariant {
     pub entry_truncate: &'static str,
     /// Mainloop, producer and fragment layout.
     pub family: Family,
-    /// `NB`: 8-row N tiles per warp ([`Family::MmaSync`]: a warp covers `8·NB` batch rows) or per
-    /// consumer warpgroup (`wgmma`: `N = 8·NB`).
+    /// `NB`: 8-row N tiles per warp (`mma.sync`, both families: a warp covers `8·NB` batch rows) or
+    /// per consumer warpgroup (`wgmma`: `N = 8·NB`).
     pub n_tiles: u32,
     /// [`Family::MmaSync`]: warps splitting the batch (each `8·NB` rows; 4 more split the vocab).
-    /// `wgmma`: 1 = the consumer warpgroups take turns on the tiles, 2 = they split the batch tile.
+    /// `wgmma` and [`Family::TmaMmaSync`]: 1 = two consumers take turns on the tiles, 2 (or 4 in
+    /// the portable TMA family) = as many consumers split the batch tile.
     pub warps_b: u32,
     /// Pipeline depth (`stages − 1` stages in flight while one is multiplied).
     pub stages: u32,
@@ -221,8 +231,58 @@ pub const TMAT_N64X2: FusedVariant = FusedVariant {
     stages_lp: 4,
 };
 
-/// Every fused-kernel variant the library launches (each chosen by [`variant_for_batch`]).
-pub const FUSED_VARIANTS: [FusedVariant; 10] = [
+/// Portable TMA, up to 16 rows: two consumers of 4 warps taking turns on the tiles, 16 batch rows.
+pub const TMA_MMA_N16: FusedVariant = FusedVariant {
+    entry: "fused_sample_mma_tma_n16",
+    entry_logprobs: "fused_sample_mma_tma_n16_lp",
+    entry_truncate: "fused_sample_mma_tma_n16_tk",
+    family: Family::TmaMmaSync,
+    n_tiles: 2,
+    warps_b: 1,
+    stages: 10,
+    stages_lp: 10,
+};
+/// Portable TMA, up to 32 rows: two consumers taking turns, 32 batch rows.
+pub const TMA_MMA_N32: FusedVariant = FusedVariant {
+    entry: "fused_sample_mma_tma_n32",
+    entry_logprobs: "fused_sample_mma_tma_n32_lp",
+    entry_truncate: "fused_sample_mma_tma_n32_tk",
+    family: Family::TmaMmaSync,
+    n_tiles: 4,
+    warps_b: 1,
+    stages: 10,
+    stages_lp: 10,
+};
+/// Portable TMA, up to 64 rows: two consumers splitting 64-row batch tiles (32 rows each).
+pub const TMA_MMA_N64: FusedVariant = FusedVariant {
+    entry: "fused_sample_mma_tma_n64",
+    entry_logprobs: "fused_sample_mma_tma_n64_lp",
+    entry_truncate: "fused_sample_mma_tma_n64_tk",
+    family: Family::TmaMmaSync,
+    n_tiles: 4,
+    warps_b: 2,
+    stages: 8,
+    stages_lp: 8,
+};
+/// Portable TMA, beyond 64 rows: two consumers splitting 128-row batch tiles (64 rows each: 8 N
+/// tiles per warp, in the registers a 288-thread block leaves; four consumers of 32 rows, 544
+/// threads, spilled at the 96 registers ptxas then allows).
+pub const TMA_MMA_N128: FusedVariant = FusedVariant {
+    entry: "fused_sample_mma_tma_n128",
+    entry_logprobs: "fused_sample_mma_tma_n128_lp",
+    entry_truncate: "fused_sample_mma_tma_n128_tk",
+    family: Family::TmaMmaSync,
+    n_tiles: 8,
+    warps_b: 2,
+    stages: 6,
+    stages_lp: 6,
+};
+
+/// Every fused-kernel variant the library launches: those [`variant_for_batch`] chooses, and the
+/// portable TMA family ([`Family::TmaMmaSync`]), which it does not choose yet (issue 55: written and
+/// ptxas-checked without a GPU; a variant is forced with `GpuOptions::fused_variant`, and the GPU
+/// tests run every loaded variant).
+pub const FUSED_VARIANTS: [FusedVariant; 14] = [
     MMA_SYNC_N16,
     MMA_SYNC_N32,
     MMA_SYNC_N64,
@@ -233,6 +293,10 @@ pub const FUSED_VARIANTS: [FusedVariant; 10] = [
     TMA_N64X2,
     TMAT_N64,
     TMAT_N64X2,
+    TMA_MMA_N16,
+    TMA_MMA_N32,
+    TMA_MMA_N64,
+    TMA_MMA_N128,
 ];
 
 impl core::fmt::Display for FusedVariant {
@@ -280,7 +344,7 @@ impl FusedVariant {
     #[inline]
     pub const fn module(&self) -> Module {
         match self.family {
-            Family::MmaSync => Module::Portable,
+            Family::MmaSync | Family::TmaMmaSync => Module::Portable,
             Family::WgmmaWeightA | Family::WgmmaHiddenA => Module::Hopper,
         }
     }
@@ -290,7 +354,32 @@ impl FusedVariant {
         match self.family {
             Family::MmaSync => WARPS_PER_BLOCK * self.warps_b,
             Family::WgmmaWeightA | Family::WgmmaHiddenA => WS_WARPS,
+            // The producer warp and the consumers' warps.
+            Family::TmaMmaSync => 1 + WARPS_PER_BLOCK * self.consumers(),
         }
+    }
+    /// Consumers of the warp-specialized kernels: the two `wgmma` warpgroups; in the portable TMA
+    /// kernels, groups of 4 warps (two taking turns, or `warps_b` splitting the batch tile). 0 in
+    /// the block-staging `mma.sync` kernels (every warp copies and multiplies).
+    #[inline]
+    pub const fn consumers(&self) -> u32 {
+        match self.family {
+            Family::MmaSync => 0,
+            Family::WgmmaWeightA | Family::WgmmaHiddenA => 2,
+            Family::TmaMmaSync => {
+                if self.warps_b == 1 {
+                    2
+                } else {
+                    self.warps_b
+                }
+            }
+        }
+    }
+    /// Whether the consumers take turns on the tiles (`warps_b = 1`) instead of splitting the batch
+    /// tile (warp-specialized kernels only).
+    #[inline]
+    pub const fn takes_turns(&self) -> bool {
+        self.consumers() > 0 && self.warps_b == 1
     }
     /// Threads per block.
     #[inline]
@@ -313,7 +402,7 @@ impl FusedVariant {
     #[inline]
     pub const fn moves_registers(&self) -> bool {
         match self.family {
-            Family::MmaSync => false,
+            Family::MmaSync | Family::TmaMmaSync => false,
             Family::WgmmaWeightA => 8 * self.n_tiles == 64,
             Family::WgmmaHiddenA => true,
         }
@@ -321,7 +410,14 @@ impl FusedVariant {
     /// Whether the kernel copies with TMA and so needs the launch's tensor maps.
     #[inline]
     pub const fn uses_tma(&self) -> bool {
-        matches!(self.family, Family::WgmmaWeightA | Family::WgmmaHiddenA)
+        matches!(self.family, Family::WgmmaWeightA | Family::WgmmaHiddenA | Family::TmaMmaSync)
+    }
+    /// Whether the kernel needs PTX for sm_90 or later (TMA, `mbarrier` transaction counts): the
+    /// `wgmma` kernels and the portable TMA family. A portable module built for an older target
+    /// (`FLASHSAMPLING_SM=sm_80`) leaves the portable TMA family out.
+    #[inline]
+    pub const fn needs_sm90(&self) -> bool {
+        self.uses_tma()
     }
     /// Whether the kernel runs for vocab size `v` (the hidden-as-A kernels need `v % 16 == 0`).
     #[inline]
@@ -337,7 +433,7 @@ impl FusedVariant {
     #[inline]
     pub const fn tile_v(&self) -> u32 {
         match self.family {
-            Family::MmaSync | Family::WgmmaWeightA => BLOCK_V,
+            Family::MmaSync | Family::WgmmaWeightA | Family::TmaMmaSync => BLOCK_V,
             Family::WgmmaHiddenA => TMA_T_TILE_V,
         }
     }
@@ -357,6 +453,14 @@ impl FusedVariant {
             Family::WgmmaWeightA => 8 / self.warps_b,
             // The consumers: both when taking turns, one per row when splitting.
             Family::WgmmaHiddenA => 2 / self.warps_b,
+            // The consumers' warps: all 8 when taking turns, the 4 of each consumer when splitting.
+            Family::TmaMmaSync => {
+                if self.takes_turns() {
+                    2 * WARPS_PER_BLOCK
+                } else {
+                    WARPS_PER_BLOCK
+                }
+            }
         }
     }
     /// Top-list units per batch row of a block in the truncation kernels: the lanes that score the
@@ -366,7 +470,7 @@ impl FusedVariant {
     #[inline]
     pub const fn top_units(&self) -> u32 {
         match self.family {
-            Family::MmaSync | Family::WgmmaWeightA => 8 * self.merge_contributors(),
+            Family::MmaSync | Family::WgmmaWeightA | Family::TmaMmaSync => 8 * self.merge_contributors(),
             Family::WgmmaHiddenA => 16 * self.merge_contributors(),
         }
     }
@@ -385,11 +489,12 @@ impl FusedVariant {
     }
     /// Row masses ([`crate::params::RowMass`]) a consumer lane of a `wgmma` kernel keeps for its
     /// batch rows: one per batch column of the weight-as-A layout (`N / 4`), one per batch row of the
-    /// hidden-as-A layout (2); none in the `mma.sync` kernels, whose masses stay in registers.
+    /// hidden-as-A layout (2); none in the `mma.sync` kernels (both families), whose masses stay in
+    /// registers.
     #[inline]
     pub const fn lane_masses(&self) -> u32 {
         match self.family {
-            Family::MmaSync => 0,
+            Family::MmaSync | Family::TmaMmaSync => 0,
             Family::WgmmaWeightA => 2 * self.n_tiles,
             Family::WgmmaHiddenA => 2,
         }
@@ -410,14 +515,14 @@ impl FusedVariant {
         self.merge_bytes(e) + self.lane_state_bytes(e)
     }
     /// Dynamic shared memory: the merge area and the lanes' row masses ([`Self::prefix_bytes`]),
-    /// then (`wgmma`) 1024 bytes of slack for the ring's 1024-byte alignment and the 8-byte barriers
-    /// (full and empty per slot, one turn per consumer), then the ring of [`Self::stages_for`] stages.
+    /// then (the TMA kernels) 1024 bytes of slack for the ring's 1024-byte alignment and the 8-byte barriers
+    /// (full and empty per slot, two turns), then the ring of [`Self::stages_for`] stages.
     #[inline]
     pub const fn smem_bytes(&self, e: Epilogue) -> u32 {
         let stages = self.stages_for(e);
         match self.family {
             Family::MmaSync => self.prefix_bytes(e) + stages * self.stage_bytes(),
-            Family::WgmmaWeightA | Family::WgmmaHiddenA => {
+            Family::WgmmaWeightA | Family::WgmmaHiddenA | Family::TmaMmaSync => {
                 1024 + self.prefix_bytes(e) + 8 * (2 * stages + 2) + stages * self.stage_bytes()
             }
         }

@@ -5,6 +5,9 @@
 //!   Each warp computes 32 vocab rows × `8·NB` batch rows of a 128-row block tile from the
 //!   [`BlockRing`], one block barrier per stage, the producer's copies of a later stage issued right
 //!   after each stage's MMAs.
+//! - **`mma.sync` on the TMA ring** ([`mma_stage_slab`], the portable TMA kernels, sm_90 PTX): the
+//!   same MMAs with `ldmatrix` fragments from the `wgmma` kernels' swizzled slabs, run by
+//!   [`consume`] as a synchronous consumer (each warp hands its slot back after its MMAs).
 //! - **`wgmma`** ([`consume`], sm_90a): a consumer warpgroup waits for each stage on its `full`
 //!   barrier, issues the stage's `wgmma.mma_async` as one group straight from the ring's swizzled
 //!   slabs, and releases the previous stage's slot once that group is complete; it runs the pieces
@@ -14,30 +17,32 @@
 //!   [`mma_stage_weight_a`]) or hidden as A (`m64n256k16`, a 256-row tile as B,
 //!   [`mma_stage_hidden_a`]).
 //!
-//! Every `mma.sync` kernel computes each logit with the same MMAs in the same order; every `wgmma`
-//! kernel of one MMA shape too. Between shapes the tensor cores may add the products of a k16 step in
-//! another order, so samples can differ only where two perturbed scores tie within f32 rounding.
+//! Every block-staging `mma.sync` kernel computes each logit with the same MMAs in the same order;
+//! every portable TMA kernel too, and every `wgmma` kernel of one MMA shape. Between them the k16
+//! steps cover other D columns or the tensor cores add a step's products in another order, so
+//! samples can differ only where two perturbed scores tie within f32 rounding.
 //!
-//! # Fragment k-permutation (`mma.sync`)
+//! # Fragment k-permutation (block-staging `mma.sync`)
 //! Lane `quad` takes the 16 bytes at `kc + 8·quad` of each of its rows and of its hidden row; the
 //! eight 16-bit elements are the k slots of two consecutive k16 MMAs (any k-permutation shared by A and B
-//! leaves the dot product unchanged).
+//! leaves the dot product unchanged). The portable TMA kernels' `ldmatrix` fragments keep the PTX
+//! order: k16 step `kk` is D columns `16kk ..` of the stage.
 
 use core::arch::nvptx::_syncthreads;
 
 use super::pipeline::{BlockRing, Pipeline, wait, wait_oldest_stage};
 use super::producer::BlockIssuer;
 use super::ptx::{
-    ld_shared_v4_u32, mbarrier_arrive_shared_cta_b64, mma_sync_aligned_m16n8k16_row_col_f32_bf16_bf16_f32,
-    mma_sync_aligned_m16n8k16_row_col_f32_f16_f16_f32, wgmma_commit_group_sync_aligned, wgmma_fence_sync_aligned,
-    wgmma_mma_async_sync_aligned_m64n16k16_f32_bf16_bf16, wgmma_mma_async_sync_aligned_m64n16k16_f32_f16_f16,
-    wgmma_mma_async_sync_aligned_m64n32k16_f32_bf16_bf16, wgmma_mma_async_sync_aligned_m64n32k16_f32_f16_f16,
-    wgmma_mma_async_sync_aligned_m64n64k16_f32_bf16_bf16, wgmma_mma_async_sync_aligned_m64n64k16_f32_f16_f16,
-    wgmma_mma_async_sync_aligned_m64n256k16_f32_bf16_bf16, wgmma_mma_async_sync_aligned_m64n256k16_f32_f16_f16,
-    wgmma_wait_group_sync_aligned,
+    ld_shared_v4_u32, ldmatrix_sync_aligned_m8n8_x4_shared_b16, mbarrier_arrive_shared_cta_b64,
+    mma_sync_aligned_m16n8k16_row_col_f32_bf16_bf16_f32, mma_sync_aligned_m16n8k16_row_col_f32_f16_f16_f32,
+    wgmma_commit_group_sync_aligned, wgmma_fence_sync_aligned, wgmma_mma_async_sync_aligned_m64n16k16_f32_bf16_bf16,
+    wgmma_mma_async_sync_aligned_m64n16k16_f32_f16_f16, wgmma_mma_async_sync_aligned_m64n32k16_f32_bf16_bf16,
+    wgmma_mma_async_sync_aligned_m64n32k16_f32_f16_f16, wgmma_mma_async_sync_aligned_m64n64k16_f32_bf16_bf16,
+    wgmma_mma_async_sync_aligned_m64n64k16_f32_f16_f16, wgmma_mma_async_sync_aligned_m64n256k16_f32_bf16_bf16,
+    wgmma_mma_async_sync_aligned_m64n256k16_f32_f16_f16, wgmma_wait_group_sync_aligned,
 };
 use super::schedule::{BlockWork, Thread};
-use crate::config::{CHUNK_D, M_TILES_PER_WARP, ROWS_PER_LANE, STAGE_K, STAGE_ROW_BYTES, WARP_TILE_V};
+use crate::config::{CHUNK_D, M_TILES_PER_WARP, ROWS_PER_LANE, STAGE_K, STAGE_ROW_BYTES, SlabLane, WARP_TILE_V};
 use crate::params::{ElementType, FusedParams};
 use crate::schedule::{Piece, PieceKind};
 
@@ -189,6 +194,47 @@ impl<const THREADS: u32, const BLOCK_B: u32, const S: u32, const H: usize> MmaSy
     }
 }
 
+/// One stage of a portable TMA consumer warp (`mma.sync` on `ldmatrix` fragments of the slab at
+/// `slab`, read where [`SlabLane`] says): per k16 step, the A fragments of both M tiles, then per
+/// pair of N tiles one `ldmatrix` of B and its 4 MMAs, with the MMA of element type `elem` (one
+/// uniform branch per stage).
+///
+/// # Safety
+/// The whole warp, converged; the slab holds a landed stage in the layout [`SlabLane`] states (the
+/// lane's `f`); `NB` is even.
+#[inline(always)]
+pub(super) unsafe fn mma_stage_slab<const NB: usize>(
+    slab: u32,
+    f: &SlabLane,
+    acc: &mut Accumulators<NB>,
+    elem: ElementType,
+) {
+    #[inline(always)]
+    unsafe fn stage<const NB: usize, const F16: bool>(slab: u32, f: &SlabLane, acc: &mut Accumulators<NB>) {
+        const { assert!(NB % 2 == 0, "N tiles are read in pairs") };
+        for kk in 0..STAGE_K / 16 {
+            let mut a = [[0u32; 4]; M_TILES_PER_WARP];
+            for (mt, a) in a.iter_mut().enumerate() {
+                // SAFETY: inside the landed slab (the caller's contract); converged warp.
+                *a = unsafe { ldmatrix_sync_aligned_m8n8_x4_shared_b16(slab + f.a_at(mt, kk)) };
+            }
+            for j in 0..NB / 2 {
+                // SAFETY: as above.
+                let b = unsafe { ldmatrix_sync_aligned_m8n8_x4_shared_b16(slab + f.b_at(j as u32, kk)) };
+                for (mt, a) in a.iter().enumerate() {
+                    // SAFETY: converged warp (the caller's contract).
+                    unsafe {
+                        mma::<F16>(&mut acc[mt][2 * j], *a, [b[0], b[1]]);
+                        mma::<F16>(&mut acc[mt][2 * j + 1], *a, [b[2], b[3]]);
+                    }
+                }
+            }
+        }
+    }
+    // SAFETY: forwarded contract; `elem` is a launch parameter (warp-uniform).
+    unsafe { if elem.is_f16() { stage::<NB, true>(slab, f, acc) } else { stage::<NB, false>(slab, f, acc) } }
+}
+
 /// A batch width `N` of the weight-as-A `m64nNk16` MMA and its accumulator array.
 pub(super) trait WgmmaShape {
     /// Batch rows per consumer warpgroup.
@@ -320,47 +366,83 @@ pub(super) unsafe fn mma_stage_hidden_a(hidden: u32, weights: u32, acc: &mut [f3
     unsafe { if elem.is_f16() { stage::<true>(hidden, weights, acc) } else { stage::<false>(hidden, weights, acc) } }
 }
 
-/// What a consumer warpgroup does with a stage and with a finished tile.
+/// What a consumer (a `wgmma` warpgroup, or the 4 `mma.sync` warps of a portable TMA kernel's
+/// consumer) does with a stage and with a finished tile.
 pub(super) trait Consumer {
-    /// The warpgroup's accumulators for one tile.
+    /// The consumer thread's accumulators for one tile.
     type Acc: Copy;
     /// Zeroed accumulators.
     const ZERO: Self::Acc;
     /// Whether it runs the head and tail pieces of stage-balanced ranges ([`Self::hand_off`],
     /// [`Self::resume`]); a consumer that does not is only given whole tiles.
     const HANDS_OFF: bool;
-    /// Issues the stage's `wgmma` on the slab in `slot` into `acc`.
+    /// Whether its MMAs are asynchronous (`wgmma`: a stage's slot is read until its group is
+    /// complete, so [`consume`] releases the previous stage's slot) or synchronous (`mma.sync` on
+    /// `ldmatrix` fragments: the slot is free once every lane's fragments are in registers, so
+    /// [`consume`] releases the stage's own slot).
+    const ASYNC: bool;
+    /// The stage's MMAs on the slab in `slot` into `acc`.
     ///
     /// # Safety
-    /// The whole warpgroup, converged, after `wgmma.fence`; the slot holds a landed stage.
+    /// The whole consumer, converged (a `wgmma` warpgroup after `wgmma.fence`; a synchronous
+    /// consumer's warps each converged); the slot holds a landed stage.
     unsafe fn mma(&self, slot: u32, acc: &mut Self::Acc);
+    /// Issues the stage's MMAs ([`Self::mma`]); asynchronous ones (the default) fenced before and
+    /// committed as one `wgmma` group after.
+    ///
+    /// # Safety
+    /// As [`Self::mma`], without the fence.
+    #[inline(always)]
+    unsafe fn issue(&self, slot: u32, acc: &mut Self::Acc) {
+        // SAFETY: forwarded contract.
+        unsafe {
+            wgmma_fence_sync_aligned();
+            self.mma(slot, acc);
+            wgmma_commit_group_sync_aligned();
+        }
+    }
+    /// Waits until at most `N` of the consumer's issued MMA groups are pending (the default:
+    /// `wgmma.wait_group N`); a synchronous consumer's MMAs are done when issued: it only
+    /// reconverges the warp, whose lanes' shared-memory reads are then complete.
+    ///
+    /// # Safety
+    /// The whole consumer, converged.
+    #[inline(always)]
+    unsafe fn wait_mmas<const N: u32>() {
+        // SAFETY: forwarded contract.
+        unsafe { wgmma_wait_group_sync_aligned::<N>() };
+    }
     /// Transform + noise + argmax of tile `tile` from its final accumulators.
     fn epilogue(&mut self, tile: u32, acc: &Self::Acc);
     /// Hands the accumulators of the block's head piece to the block of the range below
     /// (`super::handoff`).
     ///
     /// # Safety
-    /// The whole warpgroup, once, after the head's MMAs are complete; a launch with handoff buffers.
+    /// The whole consumer, once, after the head's MMAs are complete; a launch with handoff buffers.
     unsafe fn hand_off(&self, acc: &Self::Acc);
     /// The accumulators the block of the range above handed over for this block's tail piece.
     ///
     /// # Safety
-    /// The whole warpgroup, once, before the tail's MMAs; a launch with handoff buffers.
+    /// The whole consumer, once, before the tail's MMAs; a launch with handoff buffers.
     unsafe fn resume(&self) -> Self::Acc;
 }
 
-/// One consumer warpgroup's pass over the pipeline's range: its pieces
+/// One consumer's pass over the pipeline's range: its pieces
 /// ([`RangeStages::piece`](crate::schedule::RangeStages::piece): head, whole tiles, tail)
 /// `c, c + 2, …` taking turns with the other consumer (`shared = false`), or
-/// every piece when both share each stage. Per stage it waits for `full`, issues the consumer's
-/// `mma` as one `wgmma` group, and releases the previous stage's slot once that group is complete;
-/// after a piece's last stage it drains its MMAs and runs the consumer's `epilogue` — or, for a head,
-/// hands the accumulators over. A tail starts from the accumulators handed over instead of zeros.
+/// every piece when all consumers share each stage. Per stage it waits for `full` and issues the
+/// consumer's `mma`: asynchronous (`C::ASYNC`, `wgmma`) as one group, releasing the previous stage's
+/// slot once that group is complete; synchronous (`mma.sync`) releasing the stage's own slot right
+/// after. After a piece's last stage (its MMAs drained) it runs the consumer's `epilogue` — or, for
+/// a head, hands the accumulators over. A tail starts from the accumulators handed over instead of
+/// zeros. Each of the consumer's 4 warps arrives on `empty` and `turn` (lane 0), so a synchronous
+/// consumer's warps need not run in step.
 ///
 /// # Safety
-/// The 128 threads of consumer warpgroup `c` (`wg = c + 1`) call it converged, with the barriers of
-/// [`Pipeline::setup`] and a producer filling stage `i` of the block into slot `i % S`; the range
-/// has a head or a tail only if `C::HANDS_OFF` (else it is read as its whole tiles).
+/// The 128 threads of consumer `c` call it (a `wgmma` warpgroup converged; the 4 warps of a
+/// synchronous consumer each converged), with the barriers of [`Pipeline::setup`] and a producer
+/// filling stage `i` of the block into slot `i % S`; the range has a head or a tail only if
+/// `C::HANDS_OFF` (else it is read as its whole tiles).
 #[inline(always)]
 pub(super) unsafe fn consume<C: Consumer, const S: u32>(
     consumer: &mut C,
@@ -403,7 +485,7 @@ pub(super) unsafe fn consume<C: Consumer, const S: u32>(
         let mut held = 0; // slot of the previous stage, still read by its MMAs
         for k in piece.k0..piece.k1 {
             let slot = stage % S;
-            // SAFETY: warpgroup-uniform control flow: the whole consumer runs this loop converged.
+            // SAFETY: consumer-uniform control flow: the whole consumer runs this loop converged.
             // The barrier orders the landed stage (fenced into the async proxy, or written by it)
             // before the MMAs that read it.
             unsafe {
@@ -411,23 +493,23 @@ pub(super) unsafe fn consume<C: Consumer, const S: u32>(
                 if !shared && k + 1 == piece.k1 && lane == 0 {
                     mbarrier_arrive_shared_cta_b64(bars.turn(1 - c));
                 }
-                wgmma_fence_sync_aligned();
-                consumer.mma(slot, &mut acc);
-                wgmma_commit_group_sync_aligned();
-                // The previous stage's group is done; this one may still run.
-                wgmma_wait_group_sync_aligned::<1>();
-                if k > piece.k0 && lane == 0 {
-                    mbarrier_arrive_shared_cta_b64(bars.empty(held));
+                consumer.issue(slot, &mut acc);
+                // Asynchronous: the previous stage's group is done, this one may still run.
+                // Synchronous: this stage's MMAs are done too.
+                C::wait_mmas::<1>();
+                let (done, release) = if C::ASYNC { (held, k > piece.k0) } else { (slot, true) };
+                if release && lane == 0 {
+                    mbarrier_arrive_shared_cta_b64(bars.empty(done));
                 }
             }
             held = slot;
             stage += 1;
         }
-        // SAFETY: the whole warpgroup; the accumulators are final after this and the last slot is
-        // no longer read.
+        // SAFETY: the whole consumer; the accumulators are final after this and the last slot is
+        // no longer read (a synchronous consumer released it already).
         unsafe {
-            wgmma_wait_group_sync_aligned::<0>();
-            if lane == 0 {
+            C::wait_mmas::<0>();
+            if C::ASYNC && lane == 0 {
                 mbarrier_arrive_shared_cta_b64(bars.empty(held));
             }
         }

@@ -3,10 +3,11 @@
 //!
 //! - [`BlockRing`] + [`wait_oldest_stage`]: the `mma.sync` kernel's ring, filled with `cp.async` by
 //!   every thread and synchronized by one block barrier per stage (`producer::BlockIssuer`).
-//! - [`Ring`] + [`Pipeline`]: the `wgmma` kernels' ring of 128-byte-swizzled slabs, filled by the TMA
-//!   producer warp (`producer::produce_tma`) and handed over by `mbarrier`s: `full[slot]` completes
-//!   when a stage has landed, `empty[slot]` when the consumers' MMAs no longer read it, and
-//!   `turn[c]` orders the two consumer warpgroups that take turns on the tiles.
+//! - [`Ring`] + [`Pipeline`]: the TMA kernels' ring of 128-byte-swizzled slabs (the `wgmma` kernels',
+//!   and the portable TMA kernels' with `mma.sync` consumers), filled by the TMA producer warp
+//!   (`producer::produce_tma`) and handed over by `mbarrier`s: `full[slot]` completes when a stage
+//!   has landed, `empty[slot]` when the consumers' MMAs no longer read it, and `turn[c]` orders the
+//!   two consumers that take turns on the tiles.
 //!
 //! A stage is `STAGE_K` = 64 D columns (one 128-byte line) of every staged weight and hidden row.
 //! Stage `i` of a block (its `i`-th in the order of its range's pieces,
@@ -119,7 +120,8 @@ pub(super) struct Barriers {
 
 impl Barriers {
     /// Completes a phase when the other consumer has waited for the last stage of its tile: consumer
-    /// `c` may then wait for its next tile's stages (one arrival).
+    /// `c` may then wait for its next tile's stages (an arrival from each of the other consumer's 4
+    /// warps).
     #[inline(always)]
     pub(super) fn turn(self, c: u32) -> u32 {
         self.base + 8 * (2 * self.slots + c)
@@ -162,8 +164,10 @@ impl Pipeline {
     /// `FusedVariant::prefix_bytes`) and the ring (`w_rows` weight
     /// and `block_b` hidden rows per slot) after them, and initializes the barriers: `full` expects
     /// one arrival (the TMA producer's, with the stage's bytes), `empty` the 4 warps of one consumer
-    /// (taking turns, `split = 1`) or of both (sharing every stage, `split = 2`), `turn[c]` the 4 warps
-    /// of the other consumer (see [`consume`](super::mainloop::consume) for why every warp).
+    /// (taking turns, `split = 1`) or of all `split` consumers (sharing every stage: 2, or 4 in the
+    /// portable TMA kernels' count), `turn[c]` the 4 warps of the other consumer (see
+    /// [`consume`](super::mainloop::consume) for why every warp; two turn barriers, used only when
+    /// two consumers take turns).
     /// Ends with a block barrier.
     ///
     /// # Safety

@@ -1,6 +1,7 @@
 //! The producers: what fills a pipeline stage.
 //!
-//! - [`produce_tma`]: the `wgmma` kernels' producer warp. Per stage it waits until the slot is free,
+//! - [`produce_tma`]: the TMA kernels' producer warp (the `wgmma` kernels' and the portable TMA
+//!   kernels'). Per stage it waits until the slot is free,
 //!   arms the slot's `full` barrier with the stage's byte count, and issues tensor-memory-accelerator
 //!   copies (`cp.async.bulk.tensor`) that complete on that barrier: the weight slab — lane 0 as one
 //!   5-D box whose dimensions put the tile's rows in the permuted slab order the MMA lanes need

@@ -219,6 +219,28 @@ pub unsafe fn ld_shared_v4_u32(addr: u32) -> [u32; 4] {
     [x, y, z, w]
 }
 
+/// `ldmatrix.sync.aligned.m8n8.x4.shared.b16`: four 8 × 8 matrices of 16-bit elements from shared
+/// memory. Lane `8i + r` gives the address of row `r` of matrix `i` (16 contiguous bytes); register
+/// `i` of lane `4g + q` receives elements `2q, 2q + 1` of row `g` of matrix `i` — the layout of an
+/// `mma.sync.m16n8k16` A or B fragment register.
+///
+/// # Safety
+/// All 32 lanes of the warp execute it together (converged); each lane's `addr` is a 16-byte aligned
+/// shared-window address inside the launch's shared memory.
+#[inline(always)]
+pub unsafe fn ldmatrix_sync_aligned_m8n8_x4_shared_b16(addr: u32) -> [u32; 4] {
+    let (x, y, z, w): (u32, u32, u32, u32);
+    // SAFETY: the caller guarantees convergence and the addresses.
+    unsafe {
+        asm!(
+            "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {{{0}, {1}, {2}, {3}}}, [{4}];",
+            out(reg32) x, out(reg32) y, out(reg32) z, out(reg32) w, in(reg32) addr,
+            options(readonly, nostack),
+        );
+    }
+    [x, y, z, w]
+}
+
 /// `bar.warp.sync 0xffffffff;`: all lanes of the warp reach this point, and their shared-memory
 /// accesses before it are visible to each other after it.
 #[inline(always)]

@@ -3,6 +3,7 @@
 //! it once per variant of [`crate::config::FUSED_VARIANTS`]. No family file imports another.
 
 mod mma_sync;
+mod tma_mma_sync;
 mod wgmma;
 mod wgmma_t;
 

@@ -98,6 +98,7 @@ impl<T: WgmmaShape, const LP: bool, const TOP: bool> Consumer for WeightA<'_, T,
     // The truncation kernels keep whole tiles: the handoff code cost their register-bound consumers
     // spills (docs/findings/34).
     const HANDS_OFF: bool = !TOP;
+    const ASYNC: bool = true;
     #[inline(always)]
     unsafe fn mma(&self, slot: u32, acc: &mut Self::Acc) {
         // SAFETY: forwarded contract.

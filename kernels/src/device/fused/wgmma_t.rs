@@ -76,6 +76,7 @@ impl<const LP: bool, const TOP: bool> Consumer for HiddenA<'_, LP, TOP> {
     type Acc = [f32; 128];
     const ZERO: Self::Acc = [0.0; 128];
     const HANDS_OFF: bool = false;
+    const ASYNC: bool = true;
     #[inline(always)]
     unsafe fn mma(&self, slot: u32, acc: &mut Self::Acc) {
         // SAFETY: forwarded contract.

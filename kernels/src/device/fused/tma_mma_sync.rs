@@ -1,0 +1,199 @@
+//! The portable TMA fused kernel ([`Family::TmaMmaSync`], the portable module built for sm_90: TMA
+//! and `mbarrier` transaction counts are sm_90 PTX features, not sm_90a ones, so a Blackwell GPU
+//! JIT-compiles this kernel): the `wgmma` kernels' TMA producer warp and pipeline feeding
+//! `mma.sync` consumer warps, warp-specialized — no block barrier per stage.
+//!
+//! # Parameters
+//! [`FusedParams`] by value with this launch's [`TensorMaps`](crate::params::TensorMaps) (the
+//! weight-as-A maps: [`tma_weight_tiles`](crate::config::tma_weight_tiles),
+//! [`tma_weight_rows`](crate::config::tma_weight_rows), and a hidden map of `BLOCK_B` rows); launch
+//! with `grid = n_vranges · n_btiles` blocks of [`FusedVariant::threads`] (`32 · (1 + 4·C)` for `C`
+//! consumers; the link step writes that `.maxntid`) and [`FusedVariant::smem_bytes`] bytes of
+//! dynamic shared memory.
+//!
+//! # Thread mapping
+//! `tid = threadIdx.x`, `warp = tid / 32`, `g = lane / 4`, `q = lane % 4`.
+//!
+//! - **Producer** (warp 0): [`produce_tma`] fills an `S`-slot ring of slabs of 128 weight rows (the
+//!   weight-as-A slab order, [`vocab_of_slab_row`](crate::config::vocab_of_slab_row)) and `BLOCK_B`
+//!   hidden rows, each stage completing on its `full` barrier.
+//! - **Consumers** (warps `1 + 4c + w`, `w < 4`; `c < C`): warp `w` takes vocab rows `32w ..` of each
+//!   tile, read as two M tiles whose MMA rows `g`, `g + 8` are slab rows
+//!   [`mma_slab_row`](crate::config::mma_slab_row)`(w, mt, 0 | 1, g)`: vocab rows `32w + 4g + 2mt`,
+//!   `+ 1`, so lane `(g, q)` holds the four vocab rows `32w + 4g ..` (one Philox group) of each tile
+//!   for its batch columns `8·nt + 2q + {0, 1}` — the block-staging kernels' accumulator layout, fed
+//!   to the same [`fragment::mma_sync_tile`]. Per stage [`consume`] waits for `full`, the warp reads
+//!   its fragments with `ldmatrix` and multiplies ([`mma_stage_slab`]), then lane 0 arrives on the
+//!   slot's `empty` barrier. `warps_b = 1`: two consumers take turns on the tiles (`c`, `c + 2`, …:
+//!   one's epilogue runs while the other's MMAs keep the tensor cores busy), 8·NB batch rows;
+//!   `warps_b = 2, 4`: as many consumers split a `8·NB·warps_b`-row batch tile, consumer `c` on
+//!   rows `8·NB·c ..`, each reading every stage.
+//! - **End**: block merge (contributors: the 8 consumer warps when taking turns, warp `w` of each
+//!   consumer when splitting) and, in the plain kernels, the last block's reduction (the `_lp` /
+//!   `_tk` kernels leave their rows to `reduce_rows`). The ranges are whole tiles (no handoff).
+//!
+//! Every variant of the family computes each logit with the same MMAs in the same order, so they
+//! draw bit-identical samples.
+
+use crate::candidate::Candidate;
+use crate::config::{
+    BLOCK_V, Epilogue, Family, FusedVariant, M_TILES_PER_WARP, ROWS_PER_LANE, SlabLane, TMA_MMA_N16, TMA_MMA_N32,
+    TMA_MMA_N64, TMA_MMA_N128, WARP_TILE_V, WARPS_PER_BLOCK, str_eq,
+};
+use crate::device::fragment;
+use crate::device::mainloop::{Accumulators, Consumer, consume, mma_stage_slab};
+use crate::device::merge::MergeArea;
+use crate::device::pipeline::{Pipeline, Ring};
+use crate::device::producer::produce_tma;
+use crate::device::ptx::bar_warp_sync;
+use crate::device::schedule::{BlockWork, Thread};
+use crate::params::{FusedParams, RowMass};
+use crate::truncate::{LANE_TOP, TopList};
+
+/// A consumer warp: its fragments' rows in the slab, its batch rows and its lane state.
+struct SlabWarp<'a, const NB: usize, const LP: bool, const TOP: bool> {
+    p: &'a FusedParams,
+    ring: Ring,
+    frags: SlabLane,
+    /// Whether the warp's batch rows start below B (consumer-uniform): otherwise it only keeps the
+    /// pipeline's count, with no MMA and no epilogue.
+    active: bool,
+    /// First batch row of the warp's columns, and the lane's quad.
+    b0_quad: (u32, u32),
+    /// Offset of the lane's Philox group in a tile: `32w + 4g`.
+    v_lane: u32,
+    cands: &'a mut [Candidate; 16],
+    masses: &'a mut [RowMass; 16],
+    tops: &'a mut [TopList<LANE_TOP>; 16],
+}
+
+impl<const NB: usize, const LP: bool, const TOP: bool> Consumer for SlabWarp<'_, NB, LP, TOP> {
+    type Acc = Accumulators<NB>;
+    const ZERO: Self::Acc = [[[0.0; 4]; NB]; M_TILES_PER_WARP];
+    const HANDS_OFF: bool = false;
+    const ASYNC: bool = false;
+    #[inline(always)]
+    unsafe fn mma(&self, slot: u32, acc: &mut Self::Acc) {
+        if self.active {
+            // SAFETY: forwarded contract (the converged warp, a landed slot); NB is even (the entry's
+            // assertion).
+            unsafe { mma_stage_slab::<NB>(self.ring.slab(slot), &self.frags, acc, self.p.elem) };
+        }
+    }
+    #[inline(always)]
+    fn epilogue(&mut self, tile: u32, acc: &Self::Acc) {
+        if self.active {
+            let v0 = tile * BLOCK_V + self.v_lane;
+            fragment::mma_sync_tile::<NB, LP, TOP>(self.p, self.b0_quad, v0, acc, self.cands, (self.masses, self.tops));
+        }
+    }
+    #[inline(always)]
+    unsafe fn issue(&self, slot: u32, acc: &mut Self::Acc) {
+        // SAFETY: forwarded contract; no fence or group: `mma.sync` is synchronous.
+        unsafe { self.mma(slot, acc) };
+    }
+    #[inline(always)]
+    unsafe fn wait_mmas<const N: u32>() {
+        // Every lane's `ldmatrix` reads of the slot are done once the warp reconverges.
+        bar_warp_sync();
+    }
+    // Never called: this kernel runs whole tiles only (`HANDS_OFF = false`).
+    unsafe fn hand_off(&self, _: &Self::Acc) {}
+    unsafe fn resume(&self) -> Self::Acc {
+        Self::ZERO
+    }
+}
+
+/// The kernel body: `8·NB` batch rows per consumer warp, an `S`-slot ring, two consumers taking
+/// turns (`WB = 1`) or `WB` consumers splitting the batch tile.
+///
+/// # Safety
+/// Launched as documented in the module, with `p` validated by the host and `p.tensor_maps`
+/// encoded for this launch.
+#[inline(always)]
+unsafe fn body<const NB: usize, const S: u32, const WB: u32, const LP: bool, const TOP: bool>(
+    p: FusedParams,
+    v: FusedVariant,
+) {
+    const { assert!(matches!(WB, 1 | 2 | 4) && NB % 2 == 0 && (LP || !TOP)) };
+    let e = match (LP, TOP) {
+        (_, true) => Epilogue::Truncate,
+        (true, false) => Epilogue::LogProbs,
+        _ => Epilogue::Sample,
+    };
+    let turns = WB == 1;
+    let block_b = 8 * NB as u32 * WB;
+    let t = Thread::this();
+    let work = BlockWork::of_this_block(&p, block_b, BLOCK_V);
+    // SAFETY: every thread of the block, once, before anything else touches shared memory. Each
+    // stage is read by one consumer (taking turns) or by all `WB` of them (splitting).
+    let pipe = unsafe {
+        Pipeline::setup::<S>(t.tid, v.prefix_bytes(e), (BLOCK_V, block_b), WB, work.stages(&p, BLOCK_V, false))
+    };
+    let area = MergeArea::new(block_b, v.merge_contributors());
+    let mut cands = [Candidate::EMPTY; 16];
+    let mut masses = [RowMass::EMPTY; 16]; // read and written only with LP
+    let mut tops = [TopList::<LANE_TOP>::EMPTY; 16]; // read and written only with TOP
+    if t.warp == 0 {
+        // SAFETY: the producer warp; forwarded launch contract (the tensor maps are encoded); the
+        // ranges are whole tiles.
+        unsafe { produce_tma::<S, false, true>(&p, pipe, t.lane, work.b_first) };
+    } else {
+        let (c, w) = ((t.warp - 1) / WARPS_PER_BLOCK, (t.warp - 1) % WARPS_PER_BLOCK);
+        let h0 = if turns { 0 } else { c * 8 * NB as u32 }; // the consumer's first row of the batch tile
+        let b0 = work.b_first + h0;
+        let mut warp = SlabWarp::<NB, LP, TOP> {
+            p: &p,
+            ring: pipe.ring,
+            frags: SlabLane::new(w, t.lane, h0, BLOCK_V),
+            active: b0 < p.b,
+            b0_quad: (b0, t.quad),
+            v_lane: w * WARP_TILE_V + ROWS_PER_LANE as u32 * t.group,
+            cands: &mut cands,
+            masses: &mut masses,
+            tops: &mut tops,
+        };
+        let active = warp.active;
+        // SAFETY: the consumer's 4 warps, each converged; forwarded launch contract.
+        unsafe { consume::<_, S>(&mut warp, pipe, c, !turns, t.tid) };
+        let contributor = if turns { WARPS_PER_BLOCK * c + w } else { w };
+        // SAFETY: the whole warp is here (warp-uniform branch); inside the merge area.
+        unsafe {
+            let lanes = (t.group, t.quad);
+            fragment::put_columns::<16, LP, false>(area, contributor, h0, lanes, (&cands, |i| masses[i]), 2 * NB);
+            if TOP && active {
+                fragment::put_tops_columns::<16>(&p, &work, (contributor, h0), lanes, &tops, 2 * NB);
+            }
+        };
+    }
+    // SAFETY: every thread of the block reaches the block merge and the final reduction.
+    unsafe { super::finish_block::<LP>(area, &p, t.tid, v.threads(), work) };
+}
+
+macro_rules! entry {
+    ($name:ident, $name_lp:ident, $name_tk:ident, $variant:expr) => {
+        entry!(@one $name, $variant, Epilogue::Sample, false, false);
+        entry!(@one $name_lp, $variant, Epilogue::LogProbs, true, false);
+        entry!(@one $name_tk, $variant, Epilogue::Truncate, true, true);
+    };
+    (@one $name:ident, $variant:expr, $epilogue:expr, $lp:literal, $top:literal) => {
+        #[doc = concat!("The fused kernel `", stringify!($variant), "` (`mma.sync` on the TMA pipeline, portable module), epilogue `", stringify!($epilogue), "`.")]
+        ///
+        /// # Safety
+        /// See the module: the launch the host derives from the variant, with validated parameters.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $name(p: FusedParams) {
+            const V: FusedVariant = $variant;
+            const {
+                assert!(str_eq(V.entry_for($epilogue), stringify!($name)) && matches!(V.family, Family::TmaMmaSync));
+                assert!(V.threads() == 32 * (1 + WARPS_PER_BLOCK * V.consumers()));
+            };
+            // SAFETY: forwarded launch contract.
+            unsafe { body::<{ V.n_tiles as usize }, { V.stages_for($epilogue) }, { V.warps_b }, $lp, $top>(p, V) }
+        }
+    };
+}
+entry!(fused_sample_mma_tma_n16, fused_sample_mma_tma_n16_lp, fused_sample_mma_tma_n16_tk, TMA_MMA_N16);
+entry!(fused_sample_mma_tma_n32, fused_sample_mma_tma_n32_lp, fused_sample_mma_tma_n32_tk, TMA_MMA_N32);
+entry!(fused_sample_mma_tma_n64, fused_sample_mma_tma_n64_lp, fused_sample_mma_tma_n64_tk, TMA_MMA_N64);
+entry!(fused_sample_mma_tma_n128, fused_sample_mma_tma_n128_lp, fused_sample_mma_tma_n128_tk, TMA_MMA_N128);
