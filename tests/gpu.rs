@@ -654,14 +654,20 @@ fn stage_balanced_ranges_draw_what_whole_tiles_draw_bit_for_bit() {
     // Issue 15.1: vocab ranges balanced to the pipeline stage cut tiles between two blocks; the
     // upper block's head hands its accumulators to the lower block's tail, so every logit is the
     // same MMA sequence in D order and tokens and scores must be bit-identical to whole tiles, for
-    // every weight-as-A variant (both consumer layouts: taking turns, and splitting with `x2`), plain
+    // every weight-as-A variant (`wgmma` and the portable TMA family; both consumer layouts: taking
+    // turns, and splitting the batch tile), plain
     // and with log-probabilities; a truncating call keeps whole tiles even when balancing is forced.
     // Log-probabilities may differ by rounding only (the ranges' log-masses group other tiles). D not a multiple of the 64-column stage; V whose tiles leave whole ranges uneven.
     use flashsampling::params::LogProbs;
-    let variants: Vec<FusedVariant> =
-        gpu.fused_variants().into_iter().filter(|v| v.family == Family::WgmmaWeightA).collect();
+    let variants: Vec<FusedVariant> = gpu
+        .fused_variants()
+        .into_iter()
+        .filter(|v| matches!(v.family, Family::WgmmaWeightA | Family::TmaMmaSync))
+        .collect();
     if variants.is_empty() {
-        visible("SKIP stage_balanced_ranges_draw_what_whole_tiles_draw_bit_for_bit: no sm_90a module on this GPU");
+        visible(
+            "SKIP stage_balanced_ranges_draw_what_whole_tiles_draw_bit_for_bit: no weight-as-A variant on this GPU",
+        );
         return;
     }
     let shapes: &[(usize, usize, usize)] =
@@ -673,7 +679,9 @@ fn stage_balanced_ranges_draw_what_whole_tiles_draw_bit_for_bit() {
         let w_dev = gpu.stream().clone_htod(&weight).unwrap();
         for &variant in &variants {
             // A batch inside the variant's one batch tile (balancing needs one).
-            let b = b0.min(variant.block_b() as usize).max(if variant.warps_b == 2 { 65 } else { 1 });
+            // Splitting: rows for the last consumer too.
+            let split = variant.consumers() > 0 && !variant.takes_turns();
+            let b = b0.min(variant.block_b() as usize).max(if split { variant.block_b() as usize / 2 + 1 } else { 1 });
             let hidden = rng.normal_bf16(b * d, 1.0);
             let h_dev = gpu.stream().clone_htod(&hidden).unwrap();
             gpu.set_fused_variant(Some(variant)).unwrap();

@@ -86,6 +86,13 @@ mod tests {
         assert!(!TMA_N32.balances_stages(s, 1187, 132, 1), "Qwen3-8B: 9 against 8.99");
         assert!(!TMA_N32.balances_stages(s, 1002, 66, 2), "two batch tiles");
         assert!(!TMAT_N64.balances_stages(s, 1002, 132, 1) && !MMA_SYNC_N16.balances_stages(s, 1002, 132, 1));
+        // The portable TMA family reads the weight-as-A slabs and hands tiles over the same way.
+        for v in [TMA_MMA_N16, TMA_MMA_N32, TMA_MMA_N64, TMA_MMA_N128] {
+            assert!(v.balances_stages(s, 1002, 132, 1) && v.balances_stages(l, 1002, 132, 1), "{}", v.entry);
+            assert!(!v.balances_stages(t, 1002, 132, 1) && !v.balances_stages(s, 1187, 132, 1), "{}", v.entry);
+            // 2 M tiles × NB N tiles × 4 floats per consumer thread.
+            assert_eq!(v.handoff_floats_per_thread(), 2 * v.n_tiles * 4, "{}", v.entry);
+        }
         assert!(!TMA_N16.balances_stages(s, 200, 132, 1), "fewer than two tiles per range");
         assert!(!TMA_N16.balances_stages(s, 1056, 132, 1), "8 tiles each");
         assert!(TMA_N16.can_balance_stages(s, 1056, 132, 1) && !TMA_N16.can_balance_stages(s, 1056, 1, 1));

@@ -573,22 +573,24 @@ impl FusedVariant {
         self.can_balance_stages(e, tiles, n, n_btiles) && (tiles.div_ceil(n) * n - tiles) as u64 * 64 > tiles as u64
     }
     /// Whether such a launch can run stage-balanced ranges at all (what a forced balance,
-    /// `FLASHSAMPLING_BALANCE_STAGES=1`, still needs): only the weight-as-A kernels of the plain and
-    /// the log-probability epilogues (their consumers hand a part-done tile's accumulators over,
+    /// `FLASHSAMPLING_BALANCE_STAGES=1`, still needs): only the weight-as-A kernels (`wgmma`, and the
+    /// portable TMA family's, whose consumers read the same slabs) of the plain and the
+    /// log-probability epilogues (their consumers hand a part-done tile's accumulators over,
     /// `device::handoff`; the truncation kernels keep whole tiles: the handoff code cost their
     /// register-bound consumers spills and up to 8.6% at Qwen3-8B B = 64, docs/findings/34), only one
     /// batch tile (every block of the grid is then resident at once, which the handoff's wait needs:
     /// at most one block per multiprocessor), at least two tiles per range.
     #[inline]
     pub const fn can_balance_stages(&self, e: Epilogue, tiles: u32, n: u32, n_btiles: u32) -> bool {
-        matches!(self.family, Family::WgmmaWeightA)
+        matches!(self.family, Family::WgmmaWeightA | Family::TmaMmaSync)
             && !matches!(e, Epilogue::Truncate)
             && n_btiles == 1
             && n >= 2
             && tiles >= 2 * n
     }
     /// f32 accumulators per consumer thread of the weight-as-A kernels (`N`: two 64-row halves of
-    /// `N / 2`), which a head hands over (`FusedParams::handoff`).
+    /// `N / 2`; the portable TMA family: 2 M tiles × `NB` N tiles × 4 = `8·NB`, the same), which a
+    /// head hands over (`FusedParams::handoff`).
     #[inline]
     pub const fn handoff_floats_per_thread(&self) -> u32 {
         8 * self.n_tiles

@@ -28,9 +28,13 @@
 //!   one's epilogue runs while the other's MMAs keep the tensor cores busy), 8·NB batch rows;
 //!   `warps_b = 2, 4`: as many consumers split a `8·NB·warps_b`-row batch tile, consumer `c` on
 //!   rows `8·NB·c ..`, each reading every stage.
+//! - **Ranges**: whole tiles, or (plain and log-probability kernels, where the host balances them)
+//!   stage-balanced ranges whose cut tile's accumulators pass from the block above to the block
+//!   below (`device::handoff`, one slot per consumer slot, its 128 threads' `8·NB` floats each), as
+//!   in the weight-as-A `wgmma` kernels.
 //! - **End**: block merge (contributors: the 8 consumer warps when taking turns, warp `w` of each
 //!   consumer when splitting) and, in the plain kernels, the last block's reduction (the `_lp` /
-//!   `_tk` kernels leave their rows to `reduce_rows`). The ranges are whole tiles (no handoff).
+//!   `_tk` kernels leave their rows to `reduce_rows`).
 //!
 //! Every variant of the family computes each logit with the same MMAs in the same order, so they
 //! draw bit-identical samples.
@@ -41,6 +45,7 @@ use crate::config::{
     TMA_MMA_N64, TMA_MMA_N128, WARP_TILE_V, WARPS_PER_BLOCK, str_eq,
 };
 use crate::device::fragment;
+use crate::device::handoff::Handoff;
 use crate::device::mainloop::{Accumulators, Consumer, consume, mma_stage_slab};
 use crate::device::merge::MergeArea;
 use crate::device::pipeline::{Pipeline, Ring};
@@ -65,12 +70,31 @@ struct SlabWarp<'a, const NB: usize, const LP: bool, const TOP: bool> {
     cands: &'a mut [Candidate; 16],
     masses: &'a mut [RowMass; 16],
     tops: &'a mut [TopList<LANE_TOP>; 16],
+    /// The handoff slots of the block's range boundaries (stage-balanced ranges): (vocab range,
+    /// consumer slot, consumer thread 0..128).
+    handoff: (u32, u32, u32),
+}
+
+impl<const NB: usize, const LP: bool, const TOP: bool> SlabWarp<'_, NB, LP, TOP> {
+    /// The thread's view of the handoff slot of range boundary `boundary`: its `8·NB` accumulators
+    /// as `2·NB` groups of 4 (group `NB·mt + nt` is `acc[mt][nt]`).
+    ///
+    /// # Safety
+    /// A launch with handoff buffers; `boundary < n_vranges`.
+    #[inline(always)]
+    unsafe fn slot(&self, boundary: u32) -> Handoff {
+        let (_, c, t) = self.handoff;
+        // SAFETY: forwarded contract; c < 2, t < 128, 8·NB floats per thread
+        // (`FusedVariant::handoff_floats_per_thread`).
+        unsafe { Handoff::at(self.p, boundary, c, t, 8 * NB as u32) }
+    }
 }
 
 impl<const NB: usize, const LP: bool, const TOP: bool> Consumer for SlabWarp<'_, NB, LP, TOP> {
     type Acc = Accumulators<NB>;
     const ZERO: Self::Acc = [[[0.0; 4]; NB]; M_TILES_PER_WARP];
-    const HANDS_OFF: bool = false;
+    // The truncation kernels keep whole tiles, as the `wgmma` ones do (`can_balance_stages`).
+    const HANDS_OFF: bool = !TOP;
     const ASYNC: bool = false;
     #[inline(always)]
     unsafe fn mma(&self, slot: u32, acc: &mut Self::Acc) {
@@ -97,10 +121,38 @@ impl<const NB: usize, const LP: bool, const TOP: bool> Consumer for SlabWarp<'_,
         // Every lane's `ldmatrix` reads of the slot are done once the warp reconverges.
         bar_warp_sync();
     }
-    // Never called: this kernel runs whole tiles only (`HANDS_OFF = false`).
-    unsafe fn hand_off(&self, _: &Self::Acc) {}
+    #[inline(always)]
+    unsafe fn hand_off(&self, acc: &Self::Acc) {
+        // The head's tile is the last of the range below: boundary = this range. An inactive warp
+        // hands over its zeros too: the reader counts all 128 writers.
+        // SAFETY: a handoff launch (the caller's contract); the block's range is > 0 (it has a head).
+        let slot = unsafe { self.slot(self.handoff.0) };
+        for (mt, acc) in acc.iter().enumerate() {
+            for (nt, x) in acc.iter().enumerate() {
+                // SAFETY: group NB·mt + nt < 2·NB of the thread's floats.
+                unsafe { slot.store((NB * mt + nt) as u32, *x) };
+            }
+        }
+        // SAFETY: once, after this thread's stores.
+        unsafe { slot.publish() };
+    }
+    #[inline(always)]
     unsafe fn resume(&self) -> Self::Acc {
-        Self::ZERO
+        // The tail's tile is the first (head) of the range above: boundary = this range + 1.
+        // SAFETY: a handoff launch; the block has a tail, so a range above.
+        let slot = unsafe { self.slot(self.handoff.0 + 1) };
+        // SAFETY: the writer is the block of the range above, which runs its head first.
+        unsafe { slot.wait() };
+        let mut acc = Self::ZERO;
+        for (mt, acc) in acc.iter_mut().enumerate() {
+            for (nt, x) in acc.iter_mut().enumerate() {
+                // SAFETY: after the wait; inside the thread's floats, as in `hand_off`.
+                *x = unsafe { slot.load((NB * mt + nt) as u32) };
+            }
+        }
+        // SAFETY: once, after this thread's loads.
+        unsafe { slot.release() };
+        acc
     }
 }
 
@@ -128,7 +180,13 @@ unsafe fn body<const NB: usize, const S: u32, const WB: u32, const LP: bool, con
     // SAFETY: every thread of the block, once, before anything else touches shared memory. Each
     // stage is read by one consumer (taking turns) or by all `WB` of them (splitting).
     let pipe = unsafe {
-        Pipeline::setup::<S>(t.tid, v.prefix_bytes(e), (BLOCK_V, block_b), WB, work.stages(&p, BLOCK_V, false))
+        Pipeline::setup::<S>(
+            t.tid,
+            v.prefix_bytes(e),
+            (BLOCK_V, block_b),
+            WB,
+            work.stages(&p, BLOCK_V, !TOP && !p.handoff.is_null()),
+        )
     };
     let area = MergeArea::new(block_b, v.merge_contributors());
     let mut cands = [Candidate::EMPTY; 16];
@@ -136,8 +194,8 @@ unsafe fn body<const NB: usize, const S: u32, const WB: u32, const LP: bool, con
     let mut tops = [TopList::<LANE_TOP>::EMPTY; 16]; // read and written only with TOP
     if t.warp == 0 {
         // SAFETY: the producer warp; forwarded launch contract (the tensor maps are encoded); the
-        // ranges are whole tiles.
-        unsafe { produce_tma::<S, false, true>(&p, pipe, t.lane, work.b_first) };
+        // truncation kernels' ranges are whole tiles.
+        unsafe { produce_tma::<S, false, TOP>(&p, pipe, t.lane, work.b_first) };
     } else {
         let (c, w) = ((t.warp - 1) / WARPS_PER_BLOCK, (t.warp - 1) % WARPS_PER_BLOCK);
         let h0 = if turns { 0 } else { c * 8 * NB as u32 }; // the consumer's first row of the batch tile
@@ -152,6 +210,7 @@ unsafe fn body<const NB: usize, const S: u32, const WB: u32, const LP: bool, con
             cands: &mut cands,
             masses: &mut masses,
             tops: &mut tops,
+            handoff: (work.vrange, if turns { 0 } else { c }, (t.tid - 32) % 128),
         };
         let active = warp.active;
         // SAFETY: the consumer's 4 warps, each converged; forwarded launch contract.
