@@ -101,6 +101,40 @@ impl Handoff {
         w.map(f32::from_bits)
     }
 
+    /// The writer's side: stores the thread's `groups` float groups (`group(q)`: floats `4q .. 4q + 4`),
+    /// then publishes them. (The portable TMA kernels use it; the `wgmma` consumer still spells the
+    /// same steps out: moving it here compiles the sm_90a module to other bytes, with the same
+    /// instruction counts, which waits for the next refresh of the shipped cubins.)
+    ///
+    /// # Safety
+    /// Once per writer thread; `4·groups ≤ acc`.
+    #[inline(always)]
+    pub(super) unsafe fn hand_over(self, groups: u32, group: impl Fn(u32) -> [f32; 4]) {
+        for q in 0..groups {
+            // SAFETY: 4q + 4 ≤ acc (contract), before the publish.
+            unsafe { self.store(q, group(q)) };
+        }
+        // SAFETY: once, after this thread's stores.
+        unsafe { self.publish() };
+    }
+
+    /// The reader's side: waits for the writers, hands the thread's `groups` float groups to
+    /// `take(q, floats 4q .. 4q + 4)`, then counts this reader done.
+    ///
+    /// # Safety
+    /// Once per reader thread; `4·groups ≤ acc`; the slot's writers run (see the module on progress).
+    #[inline(always)]
+    pub(super) unsafe fn take_over(self, groups: u32, mut take: impl FnMut(u32, [f32; 4])) {
+        // SAFETY: forwarded contract.
+        unsafe { self.wait() };
+        for q in 0..groups {
+            // SAFETY: after the wait; 4q + 4 ≤ acc.
+            take(q, unsafe { self.load(q) });
+        }
+        // SAFETY: once, after this thread's loads.
+        unsafe { self.release() };
+    }
+
     /// Counts this reader done; the last of the 128 resets the counter to zero.
     ///
     /// # Safety

@@ -127,31 +127,18 @@ impl<const NB: usize, const LP: bool, const TOP: bool> Consumer for SlabWarp<'_,
         // hands over its zeros too: the reader counts all 128 writers.
         // SAFETY: a handoff launch (the caller's contract); the block's range is > 0 (it has a head).
         let slot = unsafe { self.slot(self.handoff.0) };
-        for (mt, acc) in acc.iter().enumerate() {
-            for (nt, x) in acc.iter().enumerate() {
-                // SAFETY: group NB·mt + nt < 2·NB of the thread's floats.
-                unsafe { slot.store((NB * mt + nt) as u32, *x) };
-            }
-        }
-        // SAFETY: once, after this thread's stores.
-        unsafe { slot.publish() };
+        // SAFETY: once per thread; 2·NB groups of 4 = the thread's 8·NB floats.
+        unsafe { slot.hand_over(2 * NB as u32, |q| acc[q as usize / NB][q as usize % NB]) };
     }
     #[inline(always)]
     unsafe fn resume(&self) -> Self::Acc {
         // The tail's tile is the first (head) of the range above: boundary = this range + 1.
         // SAFETY: a handoff launch; the block has a tail, so a range above.
         let slot = unsafe { self.slot(self.handoff.0 + 1) };
-        // SAFETY: the writer is the block of the range above, which runs its head first.
-        unsafe { slot.wait() };
         let mut acc = Self::ZERO;
-        for (mt, acc) in acc.iter_mut().enumerate() {
-            for (nt, x) in acc.iter_mut().enumerate() {
-                // SAFETY: after the wait; inside the thread's floats, as in `hand_off`.
-                *x = unsafe { slot.load((NB * mt + nt) as u32) };
-            }
-        }
-        // SAFETY: once, after this thread's loads.
-        unsafe { slot.release() };
+        // SAFETY: once per thread, as in `hand_off`; the writer is the block of the range above,
+        // which runs its head first.
+        unsafe { slot.take_over(2 * NB as u32, |q, x| acc[q as usize / NB][q as usize % NB] = x) };
         acc
     }
 }
