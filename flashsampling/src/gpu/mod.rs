@@ -11,9 +11,9 @@ use cudarc::nvrtc::Ptx;
 use flashsampling_kernels::config::{
     ADJUST_ENTRY, ADJUST_THREADS, BLOCK_V, EXPAND_ENTRY, EXPAND_THREADS, Epilogue, FALLBACK_GATHER_ENTRY,
     FALLBACK_LOGITS_ENTRY, FALLBACK_LOGITS_VARIANT, FALLBACK_SAMPLE_ENTRY, FUSED_VARIANTS, Family, FusedVariant,
-    MAX_DIM, Module, REDUCE_BLOCK_ENTRY, REDUCE_BLOCK_SMEM, REDUCE_BLOCK_THREADS, TMA_T_VOCAB_ALIGN, TmaLayout,
-    TruncateStep, portable_module_has, sm_number, tma_hidden, tma_weight_rows, tma_weight_tiles, tma_weight_tiles_t,
-    variant_for_batch,
+    KernelSet, MAX_DIM, Module, REDUCE_BLOCK_ENTRY, REDUCE_BLOCK_SMEM, REDUCE_BLOCK_THREADS, TMA_T_VOCAB_ALIGN,
+    TmaLayout, TruncateStep, portable_module_has, sm_number, tma_hidden, tma_weight_rows, tma_weight_tiles,
+    tma_weight_tiles_t, variant_for_batch,
 };
 use flashsampling_kernels::launch::LaunchPlan;
 use flashsampling_kernels::logits::Adjustment;
@@ -280,12 +280,14 @@ impl GpuBackend {
     /// with log-probabilities; `Truncate` with top-k / top-p / min-p).
     pub fn fused_variant_for(&self, b: usize, d: usize, v: usize, epilogue: Epilogue) -> FusedVariant {
         let shape = (b as u32, d.min(u32::MAX as usize) as u32, v as u32);
-        self.variant_override.copied().unwrap_or(variant_for_batch(
-            shape,
-            epilogue,
-            self.hopper_kernels(),
-            self.k.sm_count,
-        ))
+        self.variant_override.copied().unwrap_or(variant_for_batch(shape, epilogue, self.kernel_set(), self.k.sm_count))
+    }
+
+    /// The fused kernels this GPU chooses from: the sm_90a ones where that module is loaded
+    /// ([`Self::hopper_kernels`]), else the portable TMA family, or the block-staging kernels of a
+    /// portable module built below sm_90.
+    pub fn kernel_set(&self) -> KernelSet {
+        KernelSet::of(self.hopper_kernels(), sm_number(PTX_SM).unwrap_or(0))
     }
 
     /// Whether the Hopper (sm_90a) module is loaded: compute capability 9.0 and

@@ -3,8 +3,8 @@
 use super::*;
 
 /// The variant the host launches for batch size `b`, hidden size `d`, vocab size `v` and `epilogue` on `sm_count`
-/// multiprocessors, with `sm90a` telling whether the Hopper module is loaded (compute capability
-/// 9.0), chosen from the `cargo bench -- --variants` sweeps on the H200 (BENCHMARKS.md,
+/// multiprocessors, from the kernels the GPU runs (`kernels`, [`KernelSet`]), chosen from the
+/// `cargo bench -- --variants` sweeps on the H200 (BENCHMARKS.md,
 /// `benchmarks/2026-11-29-h200-sweep-tma-kernels`):
 /// - sm_90a: weight-as-A `wgmma`, N = 16 up to 16 rows and 32 up to 32; up to 64 rows N = 64, or the
 ///   hidden-as-A kernel with log-probabilities (each weight-as-A lane then updates 16 columns' masses
@@ -25,19 +25,27 @@ use super::*;
 ///   faster; Qwen3-8B: 1280 against 1152 rows, weight-as-A 4–6% faster); beyond 64 rows hidden-as-A
 ///   (`tmat_n64` or `tmat_n64x2` by how the rows fill their batch tiles: [`hidden_as_a_beyond_64`]).
 ///   Hidden-as-A needs `v % 16 == 0`, else `tma_n64` and `tma_n64x2`.
-/// - Portable (`mma.sync`, block staging): 16, 32, 64 or 128-row batch tiles by B. The portable TMA
-///   family ([`Family::TmaMmaSync`]) is not chosen yet: it waits for its H200 measurement (issue 55).
+/// - Portable, sm_90 PTX (every GPU but compute capability 9.0 with the sm_90a module: Blackwell
+///   through the JIT; a Hopper GPU with `portable_only`): the portable TMA family, 16 rows up to 16,
+///   32 up to 32, then 64-row batch tiles (`tma_mma_n64`; beyond 64 rows several tiles). Same-call
+///   sweep on an H100 (`benchmarks/2026-12-05-h100-portable-tma-family/call2`, ms / read floor):
+///   1.04–1.05 × at B ≤ 16 against the block-staging kernels' 1.10–1.13 ×, 1.08–1.15 × at B = 64
+///   against 1.23–1.31 ×, 1.52–1.56 × at B = 128 against 2.04–2.09 ×, 3.0–3.1 × at B = 256 against
+///   3.8–3.9 × (Qwen3-8B's and Llama-3-70B's heads). At B = 33–64, `tma_mma_n64` and two tiles of
+///   `tma_mma_n32` took 1.16 and 1.15 × on Qwen3-8B, 1.08 and 1.13 × on Llama-3-70B.
+/// - Portable built below sm_90 (`FLASHSAMPLING_SM=sm_80`: no TMA): the block-staging `mma.sync`
+///   kernels, 16, 32, 64 or 128-row batch tiles by B.
 ///
 /// Every choice supports `v` ([`FusedVariant::supports_vocab`]).
 #[inline]
 pub const fn variant_for_batch(
     (b, d, v): (u32, u32, u32),
     epilogue: Epilogue,
-    sm90a: bool,
+    kernels: KernelSet,
     sm_count: u32,
 ) -> FusedVariant {
     let hidden_as_a = v % TMA_T_VOCAB_ALIGN == 0;
-    if sm90a {
+    if let KernelSet::Hopper = kernels {
         match b {
             0..=16 => TMA_N16,
             17..=32
@@ -61,12 +69,48 @@ pub const fn variant_for_batch(
             _ if hidden_as_a => hidden_as_a_beyond_64(b, d),
             _ => TMA_N64X2,
         }
+    } else if let KernelSet::Portable = kernels {
+        match b {
+            0..=16 => TMA_MMA_N16,
+            17..=32 => TMA_MMA_N32,
+            _ => TMA_MMA_N64,
+        }
     } else {
         match b {
             0..=16 => MMA_SYNC_N16,
             17..=32 => MMA_SYNC_N32,
             33..=64 => MMA_SYNC_N64,
             _ => MMA_SYNC_N128,
+        }
+    }
+}
+
+/// The fused kernels a GPU runs, which [`variant_for_batch`] chooses from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KernelSet {
+    /// The sm_90a module is loaded (compute capability 9.0, not `portable_only`): the `wgmma`
+    /// kernels.
+    Hopper,
+    /// The portable module built for sm_90 or later (the default and the shipped PTX): the
+    /// portable TMA family.
+    Portable,
+    /// The portable module built for an older target (`FLASHSAMPLING_SM=sm_80`): the block-staging
+    /// `mma.sync` kernels.
+    PortableBlock,
+}
+
+impl KernelSet {
+    /// Every set.
+    pub const ALL: [KernelSet; 3] = [KernelSet::Hopper, KernelSet::Portable, KernelSet::PortableBlock];
+    /// The set of a GPU where the sm_90a module is loaded or not (`sm90a`), with the portable module
+    /// built for `portable_sm` (a [`sm_number`]).
+    pub const fn of(sm90a: bool, portable_sm: u32) -> Self {
+        if sm90a {
+            KernelSet::Hopper
+        } else if portable_sm >= 90 {
+            KernelSet::Portable
+        } else {
+            KernelSet::PortableBlock
         }
     }
 }

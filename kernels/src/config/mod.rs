@@ -87,7 +87,7 @@ mod tests {
         assert!(!TMA_N32.balances_stages(s, 1002, 66, 2), "two batch tiles");
         assert!(!TMAT_N64.balances_stages(s, 1002, 132, 1) && !MMA_SYNC_N16.balances_stages(s, 1002, 132, 1));
         // The portable TMA family reads the weight-as-A slabs and hands tiles over the same way.
-        for v in [TMA_MMA_N16, TMA_MMA_N32, TMA_MMA_N64, TMA_MMA_N128] {
+        for v in [TMA_MMA_N16, TMA_MMA_N32, TMA_MMA_N64] {
             assert!(v.balances_stages(s, 1002, 132, 1) && v.balances_stages(l, 1002, 132, 1), "{}", v.entry);
             assert!(!v.balances_stages(t, 1002, 132, 1) && !v.balances_stages(s, 1187, 132, 1), "{}", v.entry);
             // 2 M tiles × NB N tiles × 4 floats per consumer thread.
@@ -314,21 +314,29 @@ mod tests {
     }
 
     #[test]
-    fn every_variant_is_chosen_somewhere_but_the_portable_tma_family() {
+    fn every_variant_is_chosen_somewhere() {
         let mut chosen = std::vec::Vec::new();
         for b in 1..=512 {
             for v in [1000, 128_256, 151_936, 151_937] {
-                for sm90a in [false, true] {
-                    chosen.push(variant_for_batch((b, 4096, v), Epilogue::Sample, sm90a, 132));
+                for set in KernelSet::ALL {
+                    let f = variant_for_batch((b, 4096, v), Epilogue::Sample, set, 132);
+                    // Each set chooses among its own kernels.
+                    let family_ok = match set {
+                        KernelSet::Hopper => f.module() == Module::Hopper,
+                        KernelSet::Portable => f.family == Family::TmaMmaSync,
+                        KernelSet::PortableBlock => f.family == Family::MmaSync,
+                    };
+                    assert!(family_ok, "{set:?} B = {b}: {}", f.entry);
+                    chosen.push(f);
                 }
             }
         }
         for v in FUSED_VARIANTS {
-            // The portable TMA family is written, not yet chosen (issue 55: it is chosen after its
-            // H200 measurement); it must not be chosen by accident either.
-            let forced_only = v.family == Family::TmaMmaSync;
-            assert_eq!(chosen.contains(&v), !forced_only, "{} chosen: {}", v.entry, !forced_only);
+            assert!(chosen.contains(&v), "{} is never chosen", v.entry);
         }
+        assert_eq!(KernelSet::of(true, 90), KernelSet::Hopper);
+        assert_eq!((KernelSet::of(false, 90), KernelSet::of(false, 100)), (KernelSet::Portable, KernelSet::Portable));
+        assert_eq!(KernelSet::of(false, 80), KernelSet::PortableBlock);
     }
 
     #[test]
@@ -340,9 +348,9 @@ mod tests {
         for b in 1..=2048 {
             for v in [1000, 32_768, 128_256, 151_936, 151_937] {
                 for e in Epilogue::ALL {
-                    let any = ranges(variant_for_batch((b, u32::MAX, v), e, true, 132), b, v);
+                    let any = ranges(variant_for_batch((b, u32::MAX, v), e, KernelSet::Hopper, 132), b, v);
                     for d in [64, 2048, 4096, TMAT_TURNS_MAX_D, TMAT_TURNS_MAX_D + 1, 16384] {
-                        let this = ranges(variant_for_batch((b, d, v), e, true, 132), b, v);
+                        let this = ranges(variant_for_batch((b, d, v), e, KernelSet::Hopper, 132), b, v);
                         assert!(any >= this, "B = {b}, D = {d}, V = {v}, {e:?}: {any} < {this} ranges");
                     }
                 }
@@ -435,11 +443,11 @@ mod tests {
             for v in [1000, 1008, 151_937, 151_936, 128_256] {
                 for e in Epilogue::ALL {
                     assert_eq!(
-                        variant_for_batch((b, 4096, v), e, false, 132).module(),
+                        variant_for_batch((b, 4096, v), e, KernelSet::Portable, 132).module(),
                         Module::Portable,
                         "B = {b} without sm_90a"
                     );
-                    let f = variant_for_batch((b, 4096, v), e, true, 132);
+                    let f = variant_for_batch((b, 4096, v), e, KernelSet::Hopper, 132);
                     assert!(f.uses_tma(), "B = {b} with sm_90a: {}", f.entry);
                     assert!(f.supports_vocab(v), "B = {b}, V = {v}: {}", f.entry);
                 }
@@ -447,9 +455,9 @@ mod tests {
             // Qwen3-8B's and Llama-3-70B's vocabularies get the hidden-as-A kernels beyond 64 rows;
             // from 33 rows on an H200 (132 multiprocessors) Llama-3-70B's already: both kernels'
             // largest range is 1024 rows there, where Qwen3-8B's would be 1280 against 1152.
-            let qwen = variant_for_batch((b, 4096, 151_936), Epilogue::Sample, true, 132);
+            let qwen = variant_for_batch((b, 4096, 151_936), Epilogue::Sample, KernelSet::Hopper, 132);
             assert_eq!(qwen.family == Family::WgmmaHiddenA, b > 64, "B = {b}: {}", qwen.entry);
-            let llama = variant_for_batch((b, 8192, 128_256), Epilogue::Sample, true, 132);
+            let llama = variant_for_batch((b, 8192, 128_256), Epilogue::Sample, KernelSet::Hopper, 132);
             assert_eq!(llama.family == Family::WgmmaHiddenA, b > 32, "B = {b}: {}", llama.entry);
             // With log-probabilities both from 33 rows on (at 17–32 the hidden-as-A kernel only where its
             // largest range is strictly shorter: Llama-3-70B's is equal), with truncation both from 65;
@@ -460,9 +468,12 @@ mod tests {
                 (Epilogue::Truncate, 151_936, 64),
                 (Epilogue::Truncate, 128_256, 64),
             ] {
-                let f = variant_for_batch((b, 4096, v), e, true, 132);
+                let f = variant_for_batch((b, 4096, v), e, KernelSet::Hopper, 132);
                 assert_eq!(f.family == Family::WgmmaHiddenA, b > from, "B = {b}, V = {v}, {e:?}: {}", f.entry);
-                assert_ne!(variant_for_batch((b, 4096, 151_937), e, true, 132).family, Family::WgmmaHiddenA);
+                assert_ne!(
+                    variant_for_batch((b, 4096, 151_937), e, KernelSet::Hopper, 132).family,
+                    Family::WgmmaHiddenA
+                );
             }
         }
         // Beyond 64 rows the hidden-as-A kernel by how the rows fill the batch tiles (and at 80–128
@@ -478,7 +489,7 @@ mod tests {
                     for e in Epilogue::ALL {
                         for v in [151_936, 128_256] {
                             assert_eq!(
-                                variant_for_batch((b, d, v), e, true, 132),
+                                variant_for_batch((b, d, v), e, KernelSet::Hopper, 132),
                                 want,
                                 "B = {b}, D = {d}, V = {v}, {e:?}"
                             );

@@ -253,7 +253,9 @@ pub const TMA_MMA_N32: FusedVariant = FusedVariant {
     stages: 10,
     stages_lp: 10,
 };
-/// Portable TMA, up to 64 rows: two consumers splitting 64-row batch tiles (32 rows each).
+/// Portable TMA, beyond 32 rows: two consumers splitting 64-row batch tiles (32 rows each). (A
+/// 128-row tile of two consumers × 64 rows kept its 64 accumulators per lane in local memory: 2.9 ×
+/// the floor at B = 1, docs/findings/43.)
 pub const TMA_MMA_N64: FusedVariant = FusedVariant {
     entry: "fused_sample_mma_tma_n64",
     entry_logprobs: "fused_sample_mma_tma_n64_lp",
@@ -264,25 +266,9 @@ pub const TMA_MMA_N64: FusedVariant = FusedVariant {
     stages: 8,
     stages_lp: 8,
 };
-/// Portable TMA, beyond 64 rows: two consumers splitting 128-row batch tiles (64 rows each: 8 N
-/// tiles per warp, in the registers a 288-thread block leaves; four consumers of 32 rows, 544
-/// threads, spilled at the 96 registers ptxas then allows).
-pub const TMA_MMA_N128: FusedVariant = FusedVariant {
-    entry: "fused_sample_mma_tma_n128",
-    entry_logprobs: "fused_sample_mma_tma_n128_lp",
-    entry_truncate: "fused_sample_mma_tma_n128_tk",
-    family: Family::TmaMmaSync,
-    n_tiles: 8,
-    warps_b: 2,
-    stages: 6,
-    stages_lp: 6,
-};
-
-/// Every fused-kernel variant the library launches: those [`variant_for_batch`] chooses, and the
-/// portable TMA family ([`Family::TmaMmaSync`]), which it does not choose yet (issue 55: written and
-/// ptxas-checked without a GPU; a variant is forced with `GpuOptions::fused_variant`, and the GPU
-/// tests run every loaded variant).
-pub const FUSED_VARIANTS: [FusedVariant; 14] = [
+/// Every fused-kernel variant the library launches (each chosen by [`variant_for_batch`] for some
+/// [`KernelSet`]).
+pub const FUSED_VARIANTS: [FusedVariant; 13] = [
     MMA_SYNC_N16,
     MMA_SYNC_N32,
     MMA_SYNC_N64,
@@ -296,7 +282,6 @@ pub const FUSED_VARIANTS: [FusedVariant; 14] = [
     TMA_MMA_N16,
     TMA_MMA_N32,
     TMA_MMA_N64,
-    TMA_MMA_N128,
 ];
 
 impl core::fmt::Display for FusedVariant {

@@ -42,7 +42,7 @@
 use crate::candidate::Candidate;
 use crate::config::{
     BLOCK_V, Epilogue, Family, FusedVariant, M_TILES_PER_WARP, ROWS_PER_LANE, SlabLane, TMA_MMA_N16, TMA_MMA_N32,
-    TMA_MMA_N64, TMA_MMA_N128, WARP_TILE_V, WARPS_PER_BLOCK, str_eq,
+    TMA_MMA_N64, WARP_TILE_V, WARPS_PER_BLOCK, str_eq,
 };
 use crate::device::fragment;
 use crate::device::handoff::Handoff;
@@ -242,4 +242,3 @@ macro_rules! entry {
 entry!(fused_sample_mma_tma_n16, fused_sample_mma_tma_n16_lp, fused_sample_mma_tma_n16_tk, TMA_MMA_N16);
 entry!(fused_sample_mma_tma_n32, fused_sample_mma_tma_n32_lp, fused_sample_mma_tma_n32_tk, TMA_MMA_N32);
 entry!(fused_sample_mma_tma_n64, fused_sample_mma_tma_n64_lp, fused_sample_mma_tma_n64_tk, TMA_MMA_N64);
-entry!(fused_sample_mma_tma_n128, fused_sample_mma_tma_n128_lp, fused_sample_mma_tma_n128_tk, TMA_MMA_N128);
