@@ -332,7 +332,7 @@ impl KeptWalk {
     }
 
     /// The walk after taking the prefix's first `n` values, rebuilt from the prefix alone: `zmax`
-    /// its first value, `cum` the running sum after `n` (each taken value's [`Self::prob`] added
+    /// its first value, `cum` the running sum after `n` (each taken value's [`Self::prob_at`] added
     /// in order), `tau_k` its `k`-th value (read once `n ≥ k`), and `p_reached` the first count at
     /// which the running sum reached `top_p`, with the value taken last then (read once that count
     /// is at most `n`; `(0, _)`: not yet). It holds what [`Self::next`] holds after `n` takes, so

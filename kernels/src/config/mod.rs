@@ -10,10 +10,10 @@
 //!
 //! | family | MMA | module | chosen |
 //! |---|---|---|---|
-//! | [`Family::MmaSync`] | `mma.sync.m16n8k16`, weight = A, `cp.async` block staging | portable (sm_90 PTX by default: any GPU from the H100 on, others through the driver's JIT; `FLASHSAMPLING_SM=sm_80` builds it for the A100) | where the sm_90a module does not load |
+//! | [`Family::MmaSync`] | `mma.sync.m16n8k16`, weight = A, `cp.async` block staging | portable (sm_90 PTX by default: any GPU from the H100 on, others through the driver's JIT; `FLASHSAMPLING_SM=sm_80` builds it for the A100) | a portable module built below sm_90 ([`KernelSet::PortableBlock`]); the truncation fallback's logits |
 //! | [`Family::WgmmaWeightA`] | `wgmma.m64nNk16`, weight = A, TMA producer warp + 2 consumer warpgroups | sm_90a | B ≤ 64 (and > 64 when `V % 16 ≠ 0`) |
 //! | [`Family::WgmmaHiddenA`] | `wgmma.m64n256k16`, hidden = A, same producer and consumers | sm_90a | B > 64 (from 33 where its vocab ranges are no longer), `V % 16 == 0` |
-//! | [`Family::TmaMmaSync`] | `mma.sync.m16n8k16` from `ldmatrix`, weight = A, the same TMA producer warp + consumers of 4 warps | portable, sm_90 PTX (any GPU from the H100 on, Blackwell through the JIT) | not yet (forced only: issue 55 waits for its H200 measurement) |
+//! | [`Family::TmaMmaSync`] | `mma.sync.m16n8k16` from `ldmatrix`, weight = A, the same TMA producer warp + consumers of 4 warps | portable, sm_90 PTX (any GPU from the H100 on, Blackwell through the JIT) | where the sm_90a module does not load ([`KernelSet::Portable`]) |
 //!
 //! Each family's thread mapping is documented in its kernel file (`device/fused/`). Within a family
 //! (and one MMA shape) every variant computes each logit with the same MMAs in the same order, so
