@@ -174,6 +174,12 @@ fn optional_address<'a, T>(view: Option<&'a CudaView<'_, T>>, stream: &'a CudaSt
     }
 }
 
+/// The compute capability the embedded portable PTX was built for (`FLASHSAMPLING_SM`; 0 if its
+/// name does not parse, which the build refuses).
+fn portable_sm() -> u32 {
+    sm_number(PTX_SM).unwrap_or(0)
+}
+
 impl GpuBackend {
     /// Opens device `ordinal`, loads the embedded kernels and looks up every one, with the default
     /// [`GpuOptions`] (the library reads no environment variable).
@@ -287,7 +293,7 @@ impl GpuBackend {
     /// ([`Self::hopper_kernels`]), else the portable TMA family, or the block-staging kernels of a
     /// portable module built below sm_90.
     pub fn kernel_set(&self) -> KernelSet {
-        KernelSet::of(self.hopper_kernels(), sm_number(PTX_SM).unwrap_or(0))
+        KernelSet::of(self.hopper_kernels(), portable_sm())
     }
 
     /// Whether the Hopper (sm_90a) module is loaded: compute capability 9.0 and

@@ -146,7 +146,7 @@ impl Kernels {
             .map(|variant| {
                 let module = match (variant.module(), &module_sm90a) {
                     // A portable module built for an older target than sm_90 lacks the TMA family.
-                    (Module::Portable, _) if !portable_module_has(variant, sm_number(PTX_SM).unwrap_or(0)) => {
+                    (Module::Portable, _) if !portable_module_has(variant, portable_sm()) => {
                         return Ok(None);
                     }
                     (Module::Portable, _) => &module,

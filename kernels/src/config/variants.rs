@@ -109,8 +109,8 @@ pub struct FusedVariant {
     /// per consumer warpgroup (`wgmma`: `N = 8·NB`).
     pub n_tiles: u32,
     /// [`Family::MmaSync`]: warps splitting the batch (each `8·NB` rows; 4 more split the vocab).
-    /// `wgmma` and [`Family::TmaMmaSync`]: 1 = two consumers take turns on the tiles, 2 (or 4 in
-    /// the portable TMA family) = as many consumers split the batch tile.
+    /// `wgmma` and [`Family::TmaMmaSync`]: 1 = the two consumers take turns on the tiles, 2 = they
+    /// split the batch tile.
     pub warps_b: u32,
     /// Pipeline depth (`stages − 1` stages in flight while one is multiplied).
     pub stages: u32,
@@ -343,21 +343,14 @@ impl FusedVariant {
             Family::TmaMmaSync => 1 + WARPS_PER_BLOCK * self.consumers(),
         }
     }
-    /// Consumers of the warp-specialized kernels: the two `wgmma` warpgroups; in the portable TMA
-    /// kernels, groups of 4 warps (two taking turns, or `warps_b` splitting the batch tile). 0 in
-    /// the block-staging `mma.sync` kernels (every warp copies and multiplies).
+    /// Consumers of the warp-specialized kernels: two (the `wgmma` warpgroups; in the portable TMA
+    /// kernels, groups of 4 warps), taking turns or splitting the batch tile. 0 in the
+    /// block-staging `mma.sync` kernels (every warp copies and multiplies).
     #[inline]
     pub const fn consumers(&self) -> u32 {
         match self.family {
             Family::MmaSync => 0,
-            Family::WgmmaWeightA | Family::WgmmaHiddenA => 2,
-            Family::TmaMmaSync => {
-                if self.warps_b == 1 {
-                    2
-                } else {
-                    self.warps_b
-                }
-            }
+            Family::WgmmaWeightA | Family::WgmmaHiddenA | Family::TmaMmaSync => 2,
         }
     }
     /// Whether the consumers take turns on the tiles (`warps_b = 1`) instead of splitting the batch
@@ -435,17 +428,9 @@ impl FusedVariant {
             // The 4 warps that split each 128-row tile.
             Family::MmaSync => WARPS_PER_BLOCK,
             // The consumers' warps: all 8 when taking turns, the 4 of each consumer when splitting.
-            Family::WgmmaWeightA => 8 / self.warps_b,
+            Family::WgmmaWeightA | Family::TmaMmaSync => 8 / self.warps_b,
             // The consumers: both when taking turns, one per row when splitting.
             Family::WgmmaHiddenA => 2 / self.warps_b,
-            // The consumers' warps: all 8 when taking turns, the 4 of each consumer when splitting.
-            Family::TmaMmaSync => {
-                if self.takes_turns() {
-                    2 * WARPS_PER_BLOCK
-                } else {
-                    WARPS_PER_BLOCK
-                }
-            }
         }
     }
     /// Top-list units per batch row of a block in the truncation kernels: the lanes that score the

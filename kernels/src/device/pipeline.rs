@@ -164,10 +164,9 @@ impl Pipeline {
     /// `FusedVariant::prefix_bytes`) and the ring (`w_rows` weight
     /// and `block_b` hidden rows per slot) after them, and initializes the barriers: `full` expects
     /// one arrival (the TMA producer's, with the stage's bytes), `empty` the 4 warps of one consumer
-    /// (taking turns, `split = 1`) or of all `split` consumers (sharing every stage: 2, or 4 in the
-    /// portable TMA kernels' count), `turn[c]` the 4 warps of the other consumer (see
-    /// [`consume`](super::mainloop::consume) for why every warp; two turn barriers, used only when
-    /// two consumers take turns).
+    /// (taking turns, `split = 1`) or of both (sharing every stage, `split = 2`), `turn[c]` the 4
+    /// warps of the other consumer (see [`consume`](super::mainloop::consume) for why every warp;
+    /// used only when the consumers take turns).
     /// Ends with a block barrier.
     ///
     /// # Safety

@@ -7,8 +7,8 @@
 //! [`FusedParams`] by value with this launch's [`TensorMaps`](crate::params::TensorMaps) (the
 //! weight-as-A maps: [`tma_weight_tiles`](crate::config::tma_weight_tiles),
 //! [`tma_weight_rows`](crate::config::tma_weight_rows), and a hidden map of `BLOCK_B` rows); launch
-//! with `grid = n_vranges · n_btiles` blocks of [`FusedVariant::threads`] (`32 · (1 + 4·C)` for `C`
-//! consumers; the link step writes that `.maxntid`) and [`FusedVariant::smem_bytes`] bytes of
+//! with `grid = n_vranges · n_btiles` blocks of [`FusedVariant::threads`] (288: a producer warp and
+//! two consumers of 4 warps; the link step writes that `.maxntid`) and [`FusedVariant::smem_bytes`] bytes of
 //! dynamic shared memory.
 //!
 //! # Thread mapping
@@ -17,7 +17,7 @@
 //! - **Producer** (warp 0): [`produce_tma`] fills an `S`-slot ring of slabs of 128 weight rows (the
 //!   weight-as-A slab order, [`vocab_of_slab_row`](crate::config::vocab_of_slab_row)) and `BLOCK_B`
 //!   hidden rows, each stage completing on its `full` barrier.
-//! - **Consumers** (warps `1 + 4c + w`, `w < 4`; `c < C`): warp `w` takes vocab rows `32w ..` of each
+//! - **Consumers** (warps `1 + 4c + w`, `w < 4`; `c < 2`): warp `w` takes vocab rows `32w ..` of each
 //!   tile, read as two M tiles whose MMA rows `g`, `g + 8` are slab rows
 //!   [`mma_slab_row`](crate::config::mma_slab_row)`(w, mt, 0 | 1, g)`: vocab rows `32w + 4g + 2mt`,
 //!   `+ 1`, so lane `(g, q)` holds the four vocab rows `32w + 4g ..` (one Philox group) of each tile
@@ -26,8 +26,8 @@
 //!   its fragments with `ldmatrix` and multiplies ([`mma_stage_slab`]), then lane 0 arrives on the
 //!   slot's `empty` barrier. `warps_b = 1`: two consumers take turns on the tiles (`c`, `c + 2`, …:
 //!   one's epilogue runs while the other's MMAs keep the tensor cores busy), 8·NB batch rows;
-//!   `warps_b = 2, 4`: as many consumers split a `8·NB·warps_b`-row batch tile, consumer `c` on
-//!   rows `8·NB·c ..`, each reading every stage.
+//!   `warps_b = 2`: the two consumers split a `16·NB`-row batch tile, consumer `c` on rows
+//!   `8·NB·c ..`, each reading every stage.
 //! - **Ranges**: whole tiles, or (plain and log-probability kernels, where the host balances them)
 //!   stage-balanced ranges whose cut tile's accumulators pass from the block above to the block
 //!   below (`device::handoff`, one slot per consumer slot, its 128 threads' `8·NB` floats each), as
@@ -144,7 +144,7 @@ impl<const NB: usize, const LP: bool, const TOP: bool> Consumer for SlabWarp<'_,
 }
 
 /// The kernel body: `8·NB` batch rows per consumer warp, an `S`-slot ring, two consumers taking
-/// turns (`WB = 1`) or `WB` consumers splitting the batch tile.
+/// turns (`WB = 1`) or splitting the batch tile (`WB = 2`).
 ///
 /// # Safety
 /// Launched as documented in the module, with `p` validated by the host and `p.tensor_maps`
@@ -154,7 +154,7 @@ unsafe fn body<const NB: usize, const S: u32, const WB: u32, const LP: bool, con
     p: FusedParams,
     v: FusedVariant,
 ) {
-    const { assert!(matches!(WB, 1 | 2 | 4) && NB % 2 == 0 && (LP || !TOP)) };
+    const { assert!((WB == 1 || WB == 2) && NB % 2 == 0 && (LP || !TOP)) };
     let e = match (LP, TOP) {
         (_, true) => Epilogue::Truncate,
         (true, false) => Epilogue::LogProbs,
