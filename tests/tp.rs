@@ -856,3 +856,102 @@ fn any_layout_and_control_over_ranks_gives_the_one_device_result() {
     visible(&format!("layouts over {count} rank(s): {compared} compared, {refused} refused as documented"));
     assert!(compared >= 16, "{compared} compared");
 }
+
+#[test]
+fn scoring_over_two_ranks_on_one_gpu_equals_one_gpu() {
+    // Issue 52: `TpRank::score_device` over two shards (even, padded: the padding rows hold the largest
+    // logits), ranks in threads on one GPU through the in-process all-gather: every rank's scores
+    // equal the one-GPU call's (`GpuBackend::score`) within 1e-4 (+ 1e-6 relative) on log-probabilities
+    // and 1e-5 relative on log-sum-exps, −∞ and NaN exactly, the two ranks bit for bit each other's;
+    // tokens of both shards, masked, adjusted and greedy rows.
+    let Some(one) = gpu_or_skip("scoring_over_two_ranks_on_one_gpu_equals_one_gpu") else { return };
+    let (b, d, v) = (16usize, 256usize, 20_003usize);
+    let ls = ShardLayout::even(v, d, 2, 128).unwrap();
+    let padded = ls[1].offset + ls[1].rows;
+    let (hidden, weight) = padded_head(b, d, v, padded, 0x7A_52);
+    let temps: Vec<f32> = (0..b).map(|r| [0.7, 0.0, 1.0, 1.6][r % 4]).collect();
+    let base = SamplingParams::new(1.0, 0x52).with_streams((0..b as u64).collect());
+    let cases = [
+        ("plain", base.clone()),
+        ("per-row T (greedy rows)", base.clone().with_temperatures(temps.clone())),
+        (
+            "mask + soft-cap + adjustments",
+            base.clone()
+                .with_temperatures(temps)
+                .with_allowed(half_mask(b, v, 12))
+                .with_softcap(20.0)
+                .with_adjustments(cross_shard_adjustments(b, v)),
+        ),
+    ];
+    let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight[..v * d], v, d));
+    let mut rng = TestRng::new(0x52_7A);
+    for (name, params) in &cases {
+        let sampled = one.sample(h, w, params).unwrap();
+        // Per row: the sampled token, a token of each shard, an adjusted one, the last one.
+        let sets: Vec<Vec<u32>> = vec![
+            sampled.clone(),
+            (0..b).map(|_| (rng.next_u64() % ls[1].offset as u64) as u32).collect(),
+            (0..b).map(|_| (ls[1].offset as u64 + rng.next_u64() % (v - ls[1].offset) as u64) as u32).collect(),
+            (0..b).map(|r| (v / 2 + 5 + r % 2) as u32).collect(),
+            vec![v as u32 - 1; b],
+        ];
+        for (k, tokens) in sets.iter().enumerate() {
+            let want = one.score(h, w, params, tokens).unwrap();
+            let shared: &'static GatherShared = Box::leak(Box::new(GatherShared::new(2)));
+            let got: Vec<Vec<f32>> = std::thread::scope(|s| {
+                let handles: Vec<_> = (0..2)
+                    .map(|r| {
+                        let (hidden, weight, l) = (&hidden, &weight, ls[r]);
+                        s.spawn(move || {
+                            let (mut rank, _) =
+                                join_rank(Join::InProcess(shared), r, &CommId::from_hex(&"00".repeat(128)).unwrap(), l);
+                            let stream = rank.gpu().stream().clone();
+                            let hd = stream.clone_htod(hidden).unwrap();
+                            let wd = stream.clone_htod(&weight[l.offset * d..(l.offset + l.rows) * d]).unwrap();
+                            let td = stream.clone_htod(tokens).unwrap();
+                            let mut out = rank.gpu().alloc_samples(b, l.rows).unwrap();
+                            let mut buf = stream.alloc_zeros::<f32>(4 * b).unwrap();
+                            {
+                                let mut views = buf.as_view_mut();
+                                let (lp, mut rest) = views.split_at_mut(b);
+                                let (raw, mut rest) = rest.split_at_mut(b);
+                                let (lse, raw_lse) = rest.split_at_mut(b);
+                                let mut scores = flashsampling::ScoreOutputs {
+                                    logprobs: lp,
+                                    raw_logprobs: raw,
+                                    logsumexp: lse,
+                                    raw_logsumexp: raw_lse,
+                                };
+                                let hm = DeviceMatrix { data: hd.as_view(), rows: b, cols: d };
+                                let wm = DeviceMatrix { data: wd.as_view(), rows: l.rows, cols: d };
+                                rank.score_device(&hm, &wm, params, &td.as_view(), None, &mut out, &mut scores)
+                                    .unwrap();
+                            }
+                            rank.synchronize().unwrap();
+                            stream.clone_dtoh(&buf).unwrap()
+                        })
+                    })
+                    .collect();
+                handles.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            assert_eq!(bits(&got[0]), bits(&got[1]), "{name}, tokens {k}: the ranks agree bit for bit");
+            let fields = [
+                ("log-probabilities", &want.logprobs, 1e-4f32, 1e-6f32),
+                ("raw log-probabilities", &want.raw_logprobs, 1e-4, 1e-6),
+                ("log-sum-exps", &want.logsumexp, 0.0, 1e-5),
+                ("raw log-sum-exps", &want.raw_logsumexp, 0.0, 1e-5),
+            ];
+            for (f, (what, want, abs, rel)) in fields.iter().enumerate() {
+                for (i, (&x, &y)) in got[0][f * b..(f + 1) * b].iter().zip(want.iter()).enumerate() {
+                    let at = format!("{name}, tokens {k}, {what}[{i}]: ranks {x}, one GPU {y} (token {})", tokens[i]);
+                    if y.is_nan() || y.is_infinite() {
+                        assert_eq!(x.to_bits(), y.to_bits(), "{at}");
+                    } else {
+                        assert!((x - y).abs() <= abs + rel * y.abs(), "{at}");
+                    }
+                }
+            }
+        }
+        visible(&format!("scoring over two ranks on one GPU == one GPU: {name}"));
+    }
+}

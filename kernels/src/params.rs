@@ -278,7 +278,7 @@ pub struct MergeRanksParams {
     pub tokens: *mut u32,
     /// Output: scores `[B]`.
     pub scores: *mut f32,
-    /// Output with `K = 6`: processed log-probabilities `[B]`.
+    /// Output with `K ≥ 6`: processed log-probabilities `[B]`.
     pub logprobs: *mut f32,
     /// Output with `K = 6`: raw log-probabilities `[B]`.
     pub raw_logprobs: *mut f32,
@@ -291,11 +291,19 @@ pub struct MergeRanksParams {
     pub b: u32,
     /// Ranks.
     pub g: u32,
-    /// Words per row and rank: 2 (tokens, scores) or 6 (with log-probabilities).
+    /// Words per row and rank: 2 (tokens, scores), 6 (with log-probabilities) or 8 (scoring given
+    /// tokens too).
     pub k: u32,
     /// Words between two ranks' results in `gathered` (`K·B`, more when the exchange carries the
     /// ranks' top lists after them).
     pub rank_words: u32,
+    /// With `K = 8` (a scoring call, issue 52): each row's given token `[B]`; the ranks' words 6 and
+    /// 7 are their target scores ([`crate::ranks::RankTarget`]).
+    pub targets: *const u32,
+    /// Output with `K = 8`: the given tokens' processed log-probabilities `[B]`.
+    pub target_logprobs: *mut f32,
+    /// Output with `K = 8`: the given tokens' raw log-probabilities `[B]`.
+    pub target_raw_logprobs: *mut f32,
 }
 
 /// One adjusted token's result for one sample row (the `adjust_tokens` kernel's output): its

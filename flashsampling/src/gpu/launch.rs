@@ -402,7 +402,8 @@ impl GpuBackend {
                 _lp_guards.push(guard);
             }
         }
-        // A rank's launch writes its results into the exchange buffer, `[6, rows]` words.
+        // A rank's launch writes its results into the exchange buffer, `[6, rows]` words (`[8, rows]`
+        // when it scores given tokens).
         let (tokens, scores) = match ranged.staging {
             Some(base) => {
                 let field = |k: u64| base + 4 * k * rows as u64;
@@ -438,11 +439,18 @@ impl GpuBackend {
         if raw_lse != 0 && ranged.staging.is_none() && wants_raw {
             lp_ptrs[4] = raw_lse;
         }
-        // A scoring call writes the rows' log-sum-exps into its scores.
+        // A scoring call writes the rows' log-sum-exps into its scores, and the given tokens'
+        // log-probabilities there too; a rank's, into words 6 and 7 of its exchange (`[8, rows]`),
+        // which the merge of the ranks reads.
         let targets = out.targets;
-        if let Some(t) = targets {
-            (lp_ptrs[3], lp_ptrs[4]) = (t.logsumexp, t.raw_logsumexp);
-        }
+        let target_outputs = match (targets, ranged.staging) {
+            (Some(t), None) => {
+                (lp_ptrs[3], lp_ptrs[4]) = (t.logsumexp, t.raw_logsumexp);
+                (t.logprobs, t.raw_logprobs)
+            }
+            (Some(_), Some(base)) => (base + 4 * 6 * rows as u64, base + 4 * 7 * rows as u64),
+            (None, _) => (0, 0),
+        };
         let p = ByValue(FusedParams {
             hidden: hidden as *const u16,
             weight: weight as *const u16,
@@ -476,8 +484,8 @@ impl GpuBackend {
             handoff: handoff as *mut f32,
             handoff_flags: handoff_flags as *mut u32,
             targets: targets.map_or(0, |t| t.tokens) as *const u32,
-            target_logprobs: targets.map_or(0, |t| t.logprobs) as *mut f32,
-            target_raw_logprobs: targets.map_or(0, |t| t.raw_logprobs) as *mut f32,
+            target_logprobs: target_outputs.0 as *mut f32,
+            target_raw_logprobs: target_outputs.1 as *mut f32,
         });
         let cfg = LaunchConfig {
             grid_dim: (launch.grid(), 1, 1),

@@ -52,7 +52,7 @@ pub use options::GpuOptions;
 use outputs::Destinations;
 pub use outputs::DeviceOutputs;
 pub use score::ScoreOutputs;
-use score::ScoreTargets;
+pub(crate) use score::{ScoreTargets, scoring_params};
 use truncate::TruncationBuffers;
 pub(crate) use validate::check_rank_truncation;
 use validate::*;
@@ -779,8 +779,8 @@ impl GpuBackend {
     /// there ([`flashsampling_kernels::params::MergeRanksParams`]'s layout) instead of into `out`.
     /// With `device_rows`, the per-row parameters come from there ([`Self::sample_device_rows`]);
     /// with `outputs`, the results go there ([`Self::sample_device_into`]); with `targets` (a
-    /// one-GPU log-probability call with `n` = 1), the given tokens are scored too
-    /// ([`Self::score_device`]).
+    /// log-probability call with `n` = 1), the given tokens are scored too ([`Self::score_device`];
+    /// a rank's scores go to its exchange).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn sample_device_in<T: Element>(
         &self,
@@ -797,8 +797,8 @@ impl GpuBackend {
     ) -> Result<()> {
         let mut shape = self.validate_call(hidden, weight, params, mask, range)?;
         debug_assert!(
-            targets.is_none() || (staging.is_none() && params.n == 1 && params.logprobs == LogProbs::ProcessedAndRaw),
-            "a scoring call is a one-GPU log-probability call with one sample per row"
+            targets.is_none() || (params.n == 1 && params.logprobs == LogProbs::ProcessedAndRaw),
+            "a scoring call is a log-probability call with one sample per row"
         );
         if let Some(o) = &outputs {
             debug_assert!(staging.is_none(), "a rank's results go to its exchange");

@@ -105,7 +105,7 @@ impl TpGroup {
         }
         let mut calls = Vec::with_capacity(g);
         for (r, rank) in self.ranks.iter_mut().enumerate() {
-            calls.push(rank.launch_local(&hidden[r], &weights[r], params, masks.map(|m| &m[r]), &mut outs[r])?);
+            calls.push(rank.launch_local(&hidden[r], &weights[r], params, masks.map(|m| &m[r]), &mut outs[r], None)?);
         }
         let result = self.exchange_and_merge(&calls, outs);
         // Each rank's call on its outputs ends after its merge (and fallback): their fences.

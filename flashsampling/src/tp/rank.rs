@@ -2,12 +2,18 @@
 //! the truncation's fallback rows over NCCL.
 
 use super::*;
+use crate::ScoreOutputs;
+use crate::gpu::{ScoreTargets, scoring_params};
 
 /// Words per row and rank in the exchange: tokens, scores, and with log-probabilities the processed
 /// and raw log-probabilities and log-sum-exps.
 pub(super) const WORDS_PLAIN: usize = 2;
 
 pub(super) const WORDS_LOGPROBS: usize = 6;
+
+/// Exchange words per row of a scoring call: the log-probability words, then the given token's
+/// processed and raw log-probabilities over the shard.
+pub(super) const WORDS_SCORE: usize = 8;
 
 /// One rank's device buffers of the exchange.
 pub(super) struct Exchange {
@@ -65,6 +71,8 @@ pub(super) struct CallShape {
     pub(super) k: usize,
     /// Whether the ranks exchange top lists (top-k / top-p / min-p).
     pub(super) truncating: bool,
+    /// A scoring call's given tokens and outputs (issue 52; `k` = [`WORDS_SCORE`]).
+    pub(super) targets: Option<ScoreTargets>,
 }
 
 impl CallShape {
@@ -271,8 +279,38 @@ impl TpRank {
         mask: Option<&CudaView<'_, u32>>,
         out: &mut DeviceSamples,
     ) -> Result<()> {
-        let call = self.launch_local(hidden, weight, params, mask, out)?;
+        let call = self.launch_local(hidden, weight, params, mask, out, None)?;
         self.exchange(&call, out)
+    }
+
+    /// Scores one given token per row over the vocab-sharded head ([`GpuBackend::score_device`]
+    /// over the ranks): each rank scores the tokens among its rows in its fused pass, the ranks
+    /// exchange their shard's log-probabilities with the usual per-row results, and every rank's
+    /// `scores` get the whole head's (the given token's shard's values rescaled to the merged
+    /// log-sum-exps: within 1e-4 of one GPU's, as the log-probabilities of sampling over ranks are).
+    /// Every rank calls it with the same hidden states, parameters and tokens; wait with
+    /// [`Self::synchronize`]. `out` is the call's scratch and holds no results afterwards. Truncating
+    /// controls and top log-probabilities are [`Error::Unsupported`]; a token at or past V scores
+    /// NaN.
+    #[allow(clippy::too_many_arguments)]
+    pub fn score_device<T: Element>(
+        &mut self,
+        hidden: &DeviceMatrix<'_, T>,
+        weight: &DeviceMatrix<'_, T>,
+        params: &SamplingParams,
+        tokens: &CudaView<'_, u32>,
+        mask: Option<&CudaView<'_, u32>>,
+        out: &mut DeviceSamples,
+        scores: &mut ScoreOutputs<'_>,
+    ) -> Result<()> {
+        self.gpu.check_score_call(params, (hidden.rows, self.layout.vocab), tokens, scores)?;
+        let p = scoring_params(params);
+        let gpu = self.gpu.clone();
+        let (targets, _guards) = gpu.score_targets(tokens, scores);
+        let call = self.launch_local(hidden, weight, &p, mask, out, Some(targets))?;
+        let result = self.exchange(&call, out);
+        out.set_results_elsewhere();
+        result
     }
 
     /// The exchange of a staged call: the all-gather (once the communicator has taken it: it is
@@ -319,6 +357,7 @@ impl TpRank {
         params: &SamplingParams,
         mask: Option<&CudaView<'_, u32>>,
         out: &mut DeviceSamples,
+        targets: Option<ScoreTargets>,
     ) -> Result<CallShape> {
         if self.comm.is_aborted() {
             return Err(Error::CommAborted);
@@ -342,8 +381,12 @@ impl TpRank {
             max: MAX_DIM as usize,
         })?;
         let truncating = self.check_truncation(params)?;
-        let k = if params.logprobs == LogProbs::Off && !truncating { WORDS_PLAIN } else { WORDS_LOGPROBS };
-        let call = CallShape { rows, k, truncating };
+        let k = match (targets, params.logprobs == LogProbs::Off && !truncating) {
+            (Some(_), _) => WORDS_SCORE,
+            (None, true) => WORDS_PLAIN,
+            (None, false) => WORDS_LOGPROBS,
+        };
+        let call = CallShape { rows, k, truncating, targets };
         if call.words() > u32::MAX as usize {
             return Err(Error::TooLarge {
                 what: "exchange words per rank",
@@ -358,7 +401,7 @@ impl TpRank {
         if l.offset >= l.vocab {
             // A shard entirely past V (padding only): no token, no mass.
             self.gpu.validate_launch(hidden, weight, params, mask, range)?;
-            self.gpu.ensure_outputs(out, rows, k == WORDS_LOGPROBS)?;
+            self.gpu.ensure_outputs(out, rows, k >= WORDS_LOGPROBS)?;
             let fill = [
                 u32::MAX,
                 f32::NEG_INFINITY.to_bits(),
@@ -366,17 +409,19 @@ impl TpRank {
                 f32::NAN.to_bits(),
                 f32::NEG_INFINITY.to_bits(),
                 f32::NEG_INFINITY.to_bits(),
+                f32::NAN.to_bits(),
+                f32::NAN.to_bits(),
             ];
             for (field, value) in fill.iter().enumerate().take(k) {
-                // SAFETY: `rows` words of the staging buffer (it holds 6·rows), on this stream.
+                // SAFETY: `rows` words of the staging buffer (it holds K·rows), on this stream.
                 unsafe {
                     cu::cuMemsetD32Async(base + 4 * (field * rows) as u64, *value, rows, self.gpu.stream().cu_stream())
                 }
                 .result()?;
             }
-            out.set_call(rows, params.n as usize, k == WORDS_LOGPROBS);
+            out.set_call(rows, params.n as usize, k >= WORDS_LOGPROBS);
         } else {
-            self.gpu.sample_device_in(hidden, weight, params, mask, out, range, Some(base), None, None, None)?;
+            self.gpu.sample_device_in(hidden, weight, params, mask, out, range, Some(base), None, None, targets)?;
         }
         Ok(call)
     }
@@ -399,7 +444,7 @@ impl TpRank {
 
     /// Room in the exchange buffers for `call` (at least the plain exchange with log-probabilities).
     pub(super) fn ensure_exchange(&mut self, call: &CallShape) -> Result<()> {
-        let cap = call.words().max(WORDS_LOGPROBS * call.rows);
+        let cap = call.words().max(WORDS_SCORE * call.rows);
         if self.exchange.as_ref().is_some_and(|e| e.staging.len() >= cap) {
             return Ok(());
         }
@@ -431,19 +476,25 @@ impl TpRank {
         let (g, _g) = ex.gathered.device_ptr(&stream);
         // With truncation the merged raw log-sum-exps go where the truncation step reads them.
         let raw_lse = if call.truncating { self.gpu.truncation_raw_lse(out).unwrap_or(0) } else { 0 };
-        let outs = out.output_ptrs(&stream, call.k == WORDS_LOGPROBS);
+        let outs = out.output_ptrs(&stream, call.k >= WORDS_LOGPROBS);
+        // A scoring call's log-sum-exps and given tokens' log-probabilities go to its scores.
+        let t = call.targets;
+        let (lse, raw_lse) = t.map_or((outs.logsumexp, raw_lse), |t| (t.logsumexp, t.raw_logsumexp));
         let p = ByValue(MergeRanksParams {
             gathered: g as *const u32,
             tokens: outs.tokens as *mut u32,
             scores: outs.scores as *mut f32,
             logprobs: outs.logprobs as *mut f32,
             raw_logprobs: outs.raw_logprobs as *mut f32,
-            logsumexp: outs.logsumexp as *mut f32,
+            logsumexp: lse as *mut f32,
             raw_logsumexp: raw_lse as *mut f32,
             b: call.rows as u32,
             g: self.world as u32,
             k: call.k as u32,
             rank_words: call.words() as u32,
+            targets: t.map_or(0, |t| t.tokens) as *const u32,
+            target_logprobs: t.map_or(0, |t| t.logprobs) as *mut f32,
+            target_raw_logprobs: t.map_or(0, |t| t.raw_logprobs) as *mut f32,
         });
         let cfg = LaunchConfig {
             grid_dim: ((call.rows as u32).div_ceil(MERGE_RANKS_THREADS), 1, 1),
@@ -452,7 +503,8 @@ impl TpRank {
         };
         // SAFETY: `gathered` holds G blocks of `call.words()` ≥ K·rows words; the outputs hold
         // `rows` entries each (`out` was sized by the local launch), the log-probability ones when
-        // K = 6.
+        // K ≥ 6; a scoring call's tokens and outputs hold `rows` entries (checked by
+        // `check_score_call`), guarded by its caller until after this launch.
         unsafe { stream.launch_builder(&self.merge).arg(&p).launch(cfg) }?;
         drop(outs);
         if call.truncating {
@@ -582,7 +634,7 @@ impl TpRank {
     /// exchange. The results land in `out`'s tokens and scores.
     #[cfg(feature = "internals")]
     pub fn exchange_results(&mut self, tokens: u64, scores: u64, rows: usize, out: &mut DeviceSamples) -> Result<()> {
-        let call = CallShape { rows, k: WORDS_PLAIN, truncating: false };
+        let call = CallShape { rows, k: WORDS_PLAIN, truncating: false, targets: None };
         self.ensure_exchange(&call)?;
         self.gpu.enter(out)?;
         let stream = self.gpu.stream().clone();
@@ -604,7 +656,12 @@ impl TpRank {
     /// benchmark times as the exchange.
     #[cfg(feature = "internals")]
     pub fn exchange_only(&mut self, rows: usize, logprobs: bool, out: &mut DeviceSamples) -> Result<()> {
-        let call = CallShape { rows, k: if logprobs { WORDS_LOGPROBS } else { WORDS_PLAIN }, truncating: false };
+        let call = CallShape {
+            rows,
+            k: if logprobs { WORDS_LOGPROBS } else { WORDS_PLAIN },
+            truncating: false,
+            targets: None,
+        };
         self.ensure_exchange(&call)?;
         self.gpu.enter(out)?;
         self.exchange(&call, out)

@@ -16,13 +16,14 @@ use super::ptx::lg2_approx_f32;
 #[cfg(doc)]
 use crate::config::MERGE_RANKS_THREADS;
 use crate::params::MergeRanksParams;
-use crate::ranks::{RankLogProbs, RankRow, merge_rank_row};
+use crate::ranks::{RankLogProbs, RankRow, RankTarget, merge_rank_row, merge_target};
 
 /// Merges row `i` of the gathered results.
 ///
 /// # Safety
 /// Launched as documented in the module; `gathered` holds `G` blocks of `K·B` words, `rank_words`
-/// apart; the outputs hold `B` entries (the log-probability ones when `K = 6`).
+/// apart; the outputs hold `B` entries (the log-probability ones when `K ≥ 6`, the target ones and
+/// the given tokens when `K = 8`).
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn merge_ranks(p: MergeRanksParams) {
     // SAFETY: special-register reads.
@@ -35,19 +36,31 @@ pub unsafe extern "ptx-kernel" fn merge_ranks(p: MergeRanksParams) {
         // SAFETY: rank < G, field < K, i < B: inside rank `rank`'s `[K, B]` block.
         unsafe { *p.gathered.add(rank as usize * stride + field * b + i as usize) }
     };
+    let lps = |r: u32| RankLogProbs {
+        logprob: f32::from_bits(word(r, 2)),
+        raw_logprob: f32::from_bits(word(r, 3)),
+        logsumexp: f32::from_bits(word(r, 4)),
+        raw_logsumexp: f32::from_bits(word(r, 5)),
+    };
     let rows = (0..p.g).map(|r| RankRow {
         token: word(r, 0),
         score: f32::from_bits(word(r, 1)),
-        logprobs: (k == 6).then(|| RankLogProbs {
-            logprob: f32::from_bits(word(r, 2)),
-            raw_logprob: f32::from_bits(word(r, 3)),
-            logsumexp: f32::from_bits(word(r, 4)),
-            raw_logsumexp: f32::from_bits(word(r, 5)),
-        }),
+        logprobs: (k >= 6).then(|| lps(r)),
     });
     let ln = |x: f32| lg2_approx_f32(x) * core::f32::consts::LN_2;
     let m = merge_rank_row(rows, exp, ln);
-    // SAFETY: i < B: inside the outputs (the log-probability ones exist when K = 6).
+    if k == 8 {
+        let targets = (0..p.g).map(|r| {
+            (lps(r), RankTarget { logprob: f32::from_bits(word(r, 6)), raw_logprob: f32::from_bits(word(r, 7)) })
+        });
+        // SAFETY: i < B: inside the given tokens and the target outputs (present when K = 8).
+        unsafe {
+            let (lp, raw) = merge_target(targets, &m, *p.targets.add(i as usize));
+            *p.target_logprobs.add(i as usize) = lp;
+            *p.target_raw_logprobs.add(i as usize) = raw;
+        }
+    }
+    // SAFETY: i < B: inside the outputs (the log-probability ones exist when K ≥ 6).
     unsafe {
         *p.tokens.add(i as usize) = m.token;
         *p.scores.add(i as usize) = m.score;
