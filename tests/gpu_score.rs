@@ -1,8 +1,10 @@
 //! Scoring given tokens on the GPU (issue 52.1): `GpuBackend::score`, `sample_and_score` and
 //! `score_device` — the log-probability fused pass with each row's given token scored by the
-//! reduction, as it scores the sampled one. Against the CPU backend (exact-logit heads, every
-//! control the GPU scores, every fused variant), against an independent f64 reference (a long
-//! prefill), the sampled token's identity bit for bit, and typed errors. SKIP without a GPU.
+//! reduction, as it scores the sampled one, and with top-k / top-p / min-p the truncating pass
+//! (each token scored over the kept set the truncation step certifies or the fallback finds).
+//! Against the CPU backend (exact-logit heads, every control the GPU scores, every fused variant,
+//! rows that take the fallback, a call split into launches), against an independent f64 reference
+//! (a long prefill), the sampled token's identity bit for bit, and typed errors. SKIP without a GPU.
 
 mod common;
 
@@ -32,6 +34,36 @@ fn cases(b: usize, v: usize) -> Vec<(&'static str, SamplingParams)> {
                 .with_adjustments(random_adjustments(b, v, 20, 10)),
         ),
     ]
+}
+
+/// The truncating controls over the controls of [`cases`]: per-row top-k, top-p and min-p (rows
+/// that keep everything among them), each with greedy rows, and all of them with a mask, a
+/// soft-cap and adjustments.
+fn truncating_cases(b: usize, v: usize) -> Vec<(&'static str, SamplingParams)> {
+    let base = SamplingParams::new(0.9, 13).with_streams((0..b as u64).map(|r| 3 * r + 2).collect());
+    let ks: Vec<u32> = (0..b).map(|r| [5, 0, 1, 40, v as u32, 2][r % 6]).collect();
+    let ps: Vec<f32> = (0..b).map(|r| [0.9, 1.0, 0.5, 0.99, 0.2][r % 5]).collect();
+    let mins: Vec<f32> = (0..b).map(|r| [0.1, 0.0, 0.5, 0.02][r % 4]).collect();
+    vec![
+        ("top-k", base.clone().with_top_k(ks.clone()).with_temperatures(mixed_temperatures(b))),
+        ("top-p", base.clone().with_top_p(ps.clone()).with_temperatures(mixed_temperatures(b))),
+        ("min-p", base.clone().with_min_p(mins.clone())),
+        (
+            "truncation and everything",
+            base.with_top_k(ks)
+                .with_top_p(ps)
+                .with_min_p(mins)
+                .with_temperatures(mixed_temperatures(b))
+                .with_softcap(2.0)
+                .with_allowed(random_mask(b, v, 0.5, 19))
+                .with_adjustments(random_adjustments(b, v, 20, 21)),
+        ),
+    ]
+}
+
+/// [`cases`], then [`truncating_cases`].
+fn all_cases(b: usize, v: usize) -> Vec<(&'static str, SamplingParams)> {
+    cases(b, v).into_iter().chain(truncating_cases(b, v)).collect()
 }
 
 /// Per row, the sampled token, the next token, a random one and (with a mask) a masked one.
@@ -85,7 +117,7 @@ fn gpu_scores_match_the_cpu_on_every_control_and_variant() {
     for &(b, d, v) in &[(5usize, 64usize, 1000usize), (37, 128, 3001), (150, 64, 5008)] {
         let (hidden, weight) = exact_head(b, d, v, 1.5, 0x52_0000 ^ (b * 31 + v) as u64);
         let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
-        for (name, params) in cases(b, v) {
+        for (name, params) in all_cases(b, v) {
             let sampled = cpu.sample(h, w, &params).unwrap();
             for (k, tokens) in token_sets(&sampled, v, &params, 3).iter().enumerate() {
                 let want = cpu.score(h, w, &params, tokens).unwrap();
@@ -115,7 +147,7 @@ fn scoring_the_sampled_token_gives_the_reported_log_probabilities_on_the_gpu() {
     let hidden = rng.normal_bf16(b * d, 1.0);
     let weight = rng.normal_bf16(v * d, 3.0 / (d as f64).sqrt());
     let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
-    for (name, params) in cases(b, v) {
+    for (name, params) in all_cases(b, v) {
         let sampled = gpu.sample_scored(h, w, &params.clone().with_logprobs(LogProbs::ProcessedAndRaw)).unwrap();
         let scored = gpu.score(h, w, &params, &sampled.tokens).unwrap();
         assert_eq!(bits(&scored.logprobs), bits(sampled.logprobs.as_ref().unwrap()), "{name}: log-probabilities");
@@ -126,6 +158,11 @@ fn scoring_the_sampled_token_gives_the_reported_log_probabilities_on_the_gpu() {
         let other = gpu.score(h, w, &params, &others).unwrap();
         assert_eq!(bits(&other.raw_logsumexp), bits(&scored.raw_logsumexp), "{name}");
         assert_eq!(bits(&other.logsumexp), bits(&scored.logsumexp), "{name}");
+        if params.truncates(v) {
+            // The kept sets' log-sum-exps, and each sample row's fallback flag as sampling's.
+            let (want, got) = (sampled.truncation_fallback.as_ref(), gpu.sample_and_score(h, w, &params, &others));
+            assert_eq!(got.unwrap().0.truncation_fallback.as_ref(), want, "{name}: fallback rows");
+        }
         for r in 0..b {
             if params.temperatures.as_ref().is_some_and(|t| t[r] == 0.0) {
                 assert_eq!(other.logprobs[r], f32::NEG_INFINITY, "{name}: greedy row {r}");
@@ -147,7 +184,7 @@ fn sampling_and_scoring_in_one_pass_give_the_two_calls_results_on_the_gpu() {
     let weight = rng.normal_bf16(v * d, 3.0 / (d as f64).sqrt());
     let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
     let tokens: Vec<u32> = (0..b).map(|_| (rng.next_u64() % v as u64) as u32).collect();
-    for (name, base) in cases(b, v) {
+    for (name, base) in all_cases(b, v) {
         for params in [
             base.clone(),
             base.clone().with_logprobs(LogProbs::Processed),
@@ -159,6 +196,7 @@ fn sampling_and_scoring_in_one_pass_give_the_two_calls_results_on_the_gpu() {
             let want = gpu.sample_scored(h, w, &params).unwrap();
             assert_eq!(samples.tokens, want.tokens, "{at}: tokens");
             assert_eq!(bits(&samples.scores), bits(&want.scores), "{at}: scores");
+            assert_eq!(samples.truncation_fallback, want.truncation_fallback, "{at}: fallback rows");
             for (what, a, b) in [
                 ("log-probabilities", &samples.logprobs, &want.logprobs),
                 ("raw log-probabilities", &samples.raw_logprobs, &want.raw_logprobs),
@@ -221,8 +259,21 @@ fn bad_input_is_a_typed_error_and_device_tokens_past_v_score_nan() {
     assert!(matches!(gpu.score(h, w, &p, &[0, 1]), Err(Error::LengthMismatch { expected: 3, actual: 2, .. })));
     assert!(matches!(gpu.score(h, w, &p, &[0, 100, 1]), Err(Error::TokenOutOfRange { row: 1, token: 100, v: 100 })));
     assert!(matches!(gpu.score(h, w, &SamplingParams::new(-1.0, 0), &[0; 3]), Err(Error::InvalidTemperature(_))));
-    assert!(matches!(gpu.score(h, w, &p.clone().with_top_k(vec![5; b]), &[0; 3]), Err(Error::Unsupported { .. })));
     assert!(matches!(gpu.score(h, w, &p.clone().with_top_logprobs(2, false), &[0; 3]), Err(Error::Unsupported { .. })));
+    // Top-k 5 of uniform rows keeps them whole (the k-th value's ties are kept), as on the CPU; of
+    // rows with logits −i/16 (exact), tokens 0 … 4.
+    let k5 = p.clone().with_top_k(vec![5; b]);
+    let s = gpu.score(h, w, &k5, &[4, 5, 0]).unwrap();
+    assert_scores_close("uniform rows, top-k 5", &s, &CpuBackend::new().score(h, w, &k5, &[4, 5, 0]).unwrap());
+    assert!(s.logprobs.iter().all(|&x| (x - 0.01f32.ln()).abs() < 1e-5), "{:?}", s.logprobs);
+    let mut sloped = weight.clone();
+    for i in 0..v {
+        sloped[i * d] = bf16::from_f32(-(i as f32) / 16.0);
+    }
+    let s = gpu.score(h, Matrix::new(&sloped, v, d), &k5, &[4, 5, 0]).unwrap();
+    let lse5 = (0..5).map(|i| (-(i as f64) / 16.0).exp()).sum::<f64>().ln();
+    assert!((s.logprobs[0] as f64 - (-0.25 - lse5)).abs() < 1e-5 && s.logprobs[1] == f32::NEG_INFINITY, "{s:?}");
+    assert!((s.logsumexp[2] as f64 - lse5).abs() < 1e-5, "{s:?}");
     // Uniform rows: ln(1/100) for every token.
     let s = gpu.score(h, w, &p, &[0, 50, 99]).unwrap();
     assert!(s.logprobs.iter().all(|&x| (x - 0.01f32.ln()).abs() < 1e-5), "{:?}", s.logprobs);
@@ -239,6 +290,15 @@ fn bad_input_is_a_typed_error_and_device_tokens_past_v_score_nan() {
     let mut buf = s.alloc_zeros::<f32>(4 * b).unwrap();
     let short = s.clone_htod(&[0u32, 1]).unwrap();
     let tokens = s.clone_htod(&[7u32, 100, u32::MAX]).unwrap();
+    {
+        // Truncating: the same NaN for the tokens past V (the step and the fallback do not read them).
+        let mut scores = ScoreOutputs::rows_of(buf.as_view_mut(), b).unwrap();
+        let top_p = p.clone().with_top_p(vec![0.5; b]);
+        gpu.score_device(&hm, &wm, &top_p, &tokens.as_view(), None, &mut out, &mut scores).unwrap();
+    }
+    let all = s.clone_dtoh(&buf).unwrap();
+    assert!(all[1].is_nan() && all[2].is_nan() && all[b + 1].is_nan() && all[b + 2].is_nan(), "{all:?}");
+    assert!((all[0] - 0.01f32.ln()).abs() < 1e-5, "uniform rows, top-p 0.5 keeps them whole (ties): {all:?}");
     {
         // A buffer that is not [4, B] is a typed error.
         let e = ScoreOutputs::rows_of(buf.slice_mut(..4 * b - 1), b).unwrap_err();
@@ -279,4 +339,43 @@ fn bad_input_is_a_typed_error_and_device_tokens_past_v_score_nan() {
     for lse in [&all[2 * b..3 * b], &all[3 * b..]] {
         assert!(lse.iter().all(|&x| (x - 100f32.ln()).abs() < 1e-5), "{lse:?}");
     }
+}
+
+#[test]
+fn truncating_scores_match_the_cpu_where_rows_take_the_fallback_and_over_split_launches() {
+    let test = "truncating_scores_match_the_cpu_where_rows_take_the_fallback_and_over_split_launches";
+    let Some(gpu) = gpu_or_skip(test) else { return };
+    let cpu = CpuBackend::new();
+    // Nearly flat and tied rows (`fallback_rows`): the exact fallback scores most of them.
+    for (what, hidden, weight, params) in fallback_rows() {
+        let (b, v) = (hidden.len() / 8, weight.len() / 8);
+        let (h, w) = (Matrix::new(&hidden, b, 8), Matrix::new(&weight, v, 8));
+        let params = params.with_min_p(vec![0.0, 0.0, 0.0, 0.5, 0.0, 0.0, 0.0, 0.0]);
+        let sampled = cpu.sample(h, w, &params).unwrap();
+        let mut fell = 0;
+        for (k, tokens) in token_sets(&sampled, v, &params, 8).iter().enumerate() {
+            let (samples, got) = gpu.sample_and_score(h, w, &params, tokens).unwrap();
+            fell += samples.truncation_fallback.unwrap().iter().filter(|&&f| f).count();
+            assert_scores_close(&format!("{what} rows, tokens {k}"), &got, &cpu.score(h, w, &params, tokens).unwrap());
+        }
+        assert!(fell > 0, "{what}: no row took the fallback");
+        visible(&format!("GPU truncating scores == CPU, {what} rows: {fell} row scorings took the fallback"));
+    }
+    // More rows than one launch holds at V = 151,936 (`truncated_score_rows`: 441): two launches, each
+    // row with its own key and controls; the same scores as the CPU's.
+    let (b, d, v) = (450usize, 64usize, 151_936usize);
+    let (hidden, weight) = exact_head(b, d, v, 1.5, 0x52_7FFF);
+    let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
+    let params = SamplingParams::new(0.8, 17)
+        .with_temperatures(mixed_temperatures(b))
+        .with_top_p((0..b).map(|r| [0.9, 1.0, 0.6][r % 3]).collect())
+        .with_top_k((0..b).map(|r| [0, 50, 7, 0][r % 4]).collect());
+    let sampled = cpu.sample(h, w, &params).unwrap();
+    let mut rng = TestRng::new(9);
+    let tokens: Vec<u32> =
+        sampled.iter().map(|&t| if rng.next_u64() % 2 == 0 { t } else { (rng.next_u64() % v as u64) as u32 }).collect();
+    let (samples, got) = gpu.sample_and_score(h, w, &params, &tokens).unwrap();
+    assert_eq!(samples.tokens, sampled, "the samples of both launches");
+    assert_scores_close("two launches", &got, &cpu.score(h, w, &params, &tokens).unwrap());
+    visible(&format!("GPU truncating scores over {b} rows (two launches, V={v}) == CPU"));
 }

@@ -250,3 +250,42 @@ fn bad_tokens_are_typed_errors() {
         Err(Error::AllLogitsNegInfinite { row: 0 })
     ));
 }
+
+#[test]
+fn the_rows_of_a_call_sample_and_score_what_the_whole_call_does() {
+    // `SamplingParams::rows` (how a long truncating GPU scoring call is split into launches): each
+    // part, called alone on its rows, draws and scores what the whole call gives them — the noise
+    // keys (default streams and per-row seeds, positions), temperatures, truncation, the mask's and
+    // the adjustments' rows all follow the rows. A part that lost a row's key or control fails.
+    let (b, d, v) = (23, 32, 700);
+    let (hidden, weight) = exact_head(b, d, v, 1.5, 0x52_0123);
+    let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
+    let params = SamplingParams::new(0.9, 3)
+        .with_seeds((0..b as u64).map(|r| r * 977).collect())
+        .with_positions((0..b as u32).map(|r| 5 + r % 3).collect())
+        .with_temperatures(mixed_temperatures(b))
+        .with_top_k((0..b as u32).map(|r| [0, 7, 30][r as usize % 3]).collect())
+        .with_top_p((0..b).map(|r| [0.8, 1.0][r % 2]).collect())
+        .with_min_p(vec![0.01; b])
+        .with_softcap(3.0)
+        .with_allowed(random_mask(b, v, 0.4, 31))
+        .with_adjustments(random_adjustments(b, v, 9, 32))
+        .with_logprobs(LogProbs::ProcessedAndRaw);
+    let cpu = CpuBackend::new();
+    let mut rng = TestRng::new(33);
+    let tokens: Vec<u32> = (0..b).map(|_| (rng.next_u64() % v as u64) as u32).collect();
+    let whole = cpu.sample_scored(h, w, &params).unwrap();
+    let scores = cpu.score(h, w, &params, &tokens).unwrap();
+    for range in [0..9, 9..10, 10..23] {
+        let part = params.rows(range.clone());
+        let hp = Matrix::new(&hidden[range.start * d..range.end * d], range.len(), d);
+        let got = cpu.sample_scored(hp, w, &part).unwrap();
+        assert_eq!(got.tokens, whole.tokens[range.clone()], "rows {range:?}: tokens");
+        assert_eq!(bits(got.logprobs.as_ref().unwrap()), bits(&whole.logprobs.as_ref().unwrap()[range.clone()]));
+        let s = cpu.score(hp, w, &part, &tokens[range.clone()]).unwrap();
+        assert_eq!(bits(&s.logprobs), bits(&scores.logprobs[range.clone()]), "rows {range:?}: scores");
+        assert_eq!(bits(&s.logsumexp), bits(&scores.logsumexp[range.clone()]), "rows {range:?}: log-sum-exps");
+    }
+    // Without per-row streams the default (row index) is made explicit: a part's first row keeps stream 9.
+    assert_eq!(SamplingParams::new(1.0, 0).rows(9..11).streams, Some(vec![9, 10]));
+}

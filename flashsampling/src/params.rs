@@ -224,6 +224,58 @@ impl SamplingParams {
         )
     }
 
+    /// The parameters of rows `range` of a call (its per-row lists cut to the range; the default
+    /// streams, row indices, made explicit; the mask's and adjustments' rows cut too), so that each
+    /// row keeps its noise key, temperature and controls: a batch split into calls (as a long
+    /// truncating scoring call is split into launches) draws and scores what the whole call would.
+    ///
+    /// ```
+    /// use flashsampling::SamplingParams;
+    ///
+    /// let p = SamplingParams::new(0.8, 7).with_top_p(vec![0.9, 1.0, 0.5]);
+    /// let tail = p.rows(1..3);
+    /// assert_eq!((tail.streams, tail.top_p), (Some(vec![1, 2]), Some(vec![1.0, 0.5])));
+    /// ```
+    ///
+    /// # Panics
+    /// If `range` is not inside every per-row list (a call the API validates for `B ≥ range.end`
+    /// rows has them all).
+    pub fn rows(&self, range: std::ops::Range<usize>) -> Self {
+        let cut = |v: &Option<Vec<f32>>| v.as_ref().map(|v| v[range.clone()].to_vec());
+        let allowed = self.allowed.as_ref().map(|m| crate::controls::TokenMask {
+            words: m.words[range.start * m.words_per_row..range.end * m.words_per_row].to_vec(),
+            words_per_row: m.words_per_row,
+        });
+        let adjustments = self.adjustments.as_ref().map(|a| {
+            let (first, last) = (a.offsets[range.start], a.offsets[range.end]);
+            crate::controls::SparseAdjustments {
+                offsets: a.offsets[range.start..=range.end].iter().map(|&o| o - first).collect(),
+                tokens: a.tokens[first..last].to_vec(),
+                adjustments: a.adjustments[first..last].to_vec(),
+            }
+        });
+        // Field by field (no clone of the whole call's lists or mask).
+        Self {
+            temperature: self.temperature,
+            seed: self.seed,
+            streams: Some(range.clone().map(|r| self.stream(r).expect("validated")).collect()),
+            sample: self.sample,
+            positions: self.positions.as_ref().map(|p| p[range.clone()].to_vec()),
+            temperatures: cut(&self.temperatures),
+            seeds: self.seeds.as_ref().map(|s| s[range.clone()].to_vec()),
+            n: self.n,
+            logprobs: self.logprobs,
+            softcap: self.softcap,
+            allowed,
+            adjustments,
+            top_k: self.top_k.as_ref().map(|k| k[range.clone()].to_vec()),
+            top_p: cut(&self.top_p),
+            min_p: cut(&self.min_p),
+            top_logprobs: self.top_logprobs,
+            top_logprobs_raw: self.top_logprobs_raw,
+        }
+    }
+
     /// Whether any row truncates its distribution (top-k, top-p or min-p on) for a vocabulary of `v`.
     pub fn truncates(&self, v: usize) -> bool {
         self.top_k.as_ref().is_some_and(|k| k.iter().any(|&k| k > 0 && (k as usize) < v))

@@ -658,6 +658,14 @@ pub struct FallbackParams {
     pub elem: ElementType,
     /// Top log-probabilities of the listed rows flagged [`FALLBACK_TOP`].
     pub top: TopOutputs,
+    /// A scoring call's given tokens `[B]` (global indices; null: none), read by
+    /// `fallback_sample_scored` only: each listed row scores its token over the kept set it finds.
+    pub targets: *const u32,
+    /// Out: the given tokens' processed log-probabilities `[B]` (with `targets`).
+    pub target_logprobs: *mut f32,
+    /// Out: the given tokens' raw log-probabilities `[B]` (with `targets`; written only where the
+    /// given token is the row's new sample, as the sampled token's: bit for bit the sampling call's).
+    pub target_raw_logprobs: *mut f32,
 }
 
 /// Parameters of `fallback_logits`: the listed rows' raw logits by the portable `mma.sync` mainloop

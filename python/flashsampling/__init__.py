@@ -484,8 +484,8 @@ def score(hidden, weight, tokens, temperature=1.0, *, temperatures=None, top_k=N
     With PyTorch CUDA tensors the GPU backend scores in its fused pass, on the current stream, without waiting:
     the four results are float32 CUDA tensors ``[B]`` (views of one ``[4, B]`` tensor), ``top_logprobs`` and
     ``ranks`` None; ``tokens`` may be an integer CUDA tensor ``[B]`` (not checked on the host: an id outside
-    ``0 .. V - 1`` scores NaN) or a list (checked). Top-k / top-p / min-p and top log-probabilities raise
-    NotImplementedError there; a call inside a CUDA-graph capture raises RuntimeError (scoring is not capturable,
+    ``0 .. V - 1`` scores NaN) or a list (checked). Top log-probabilities raise NotImplementedError there
+    (top-k / top-p / min-p are scored over each row's kept set, as sampling certifies or its fallback finds it); a call inside a CUDA-graph capture raises RuntimeError (scoring is not capturable,
     and a scoring call between a ``sample`` warm-up and its capture may make that capture refuse)."""
     if _is_torch_cuda(hidden) or _is_torch_cuda(weight):
         adjust = (logit_bias, repetition_penalty, frequency_penalty, presence_penalty, prompt_tokens, output_tokens)

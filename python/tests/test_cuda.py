@@ -701,6 +701,20 @@ def test_score_on_the_gpu_matches_the_sampled_tokens_and_the_cpu_path(dev):
         finite = np.isfinite(want)
         assert np.allclose(a[finite], want[finite], rtol=1e-5, atol=1e-4), (key, a, want)
     assert np.isinf(on_host["logprobs"]).any() and np.isfinite(on_host["logprobs"]).any()  # both kinds of row
+    # Top-k / top-p / min-p: each token scored over its row's kept set, as on the CPU path.
+    trunc = dict(kw, top_k=[0, 5, 40, 0, 3, 0, 100, 1, 0], top_p=[0.9, 1.0, 0.5, 0.95, 1.0, 0.7, 1.0, 1.0, 0.99],
+                 min_p=[0.0, 0.0, 0.0, 0.1, 0.0, 0.0, 0.0, 0.0, 0.05])
+    on_gpu = fs.score(xh, xw, tokens.to(dev), **trunc)
+    on_host = fs.score(xh.cpu(), xw.cpu(), tokens.tolist(), **trunc)
+    for key in ("logprobs", "raw_logprobs", "logsumexp", "raw_logsumexp"):
+        a, want = on_gpu[key].cpu().numpy(), on_host[key]
+        assert np.array_equal(np.isnan(a), np.isnan(want)) and np.array_equal(np.isinf(a), np.isinf(want)), key
+        finite = np.isfinite(want)
+        assert np.allclose(a[finite], want[finite], rtol=1e-5, atol=1e-4), (key, a, want)
+    s = fs.sample(xh, xw, seed=3, logprobs="processed_and_raw", **trunc)
+    got = fs.score(xh, xw, s.tokens, **trunc)
+    for key, want in (("logprobs", s.logprobs), ("raw_logprobs", s.raw_logprobs), ("logsumexp", s.logsumexp)):
+        assert torch.equal(got[key].view(torch.int32), want.view(torch.int32)), key
 
 
 def test_score_on_the_gpu_checks_its_input(dev):
@@ -711,7 +725,7 @@ def test_score_on_the_gpu_checks_its_input(dev):
     with pytest.raises(ValueError, match="0 .. 99"):
         fs.score(hidden, weight, [0, 100, 1])
     with pytest.raises(NotImplementedError):
-        fs.score(hidden, weight, [0, 1, 2], top_k=[5] * b)
+        fs.score(hidden, weight, [0, 1, 2], top_logprobs=2)
     with pytest.raises(ValueError, match="integer CUDA tensor"):
         fs.score(hidden, weight, torch.tensor([True, False, True], device=dev))
     # Device-resident ids are not checked on the host: out of range scores NaN, in range as from a list.

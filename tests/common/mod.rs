@@ -233,6 +233,21 @@ pub fn far_tail_setup(v: usize, b: usize, logit_gap: f32) -> (Vec<bf16>, Vec<bf1
     crafted_lm_head(v, b, FAR_TAIL_D, |r| if r == 0 { 0.0 } else { -logit_gap })
 }
 
+/// Rows the truncation certificate cannot decide, for the exact fallback's tests: 8 rows of `V`
+/// = 4000 exact logits (a [`crafted_lm_head`] of width 8), nearly flat (the nucleus at p = 0.99
+/// holds thousands of tokens, more than the certified path keeps) or tied (logits on a coarse grid,
+/// so top-k's boundary is a tie of many tokens), and the per-row top-p / top-k that send most of
+/// them there: `(name, hidden, weight, params)`, `params` at T = 1, seed 5.
+pub fn fallback_rows() -> Vec<(&'static str, Vec<bf16>, Vec<bf16>, flashsampling::SamplingParams)> {
+    let (v, b) = (4000usize, 8usize);
+    let params = flashsampling::SamplingParams::new(1.0, 5)
+        .with_top_p(vec![0.99, 0.99, 0.995, 0.9, 1.0, 0.99, 0.95, 0.999])
+        .with_top_k(vec![0, 100, 0, 0, 64, 0, 500, 3]);
+    let flat = crafted_lm_head(v, b, 8, |i| ((i * 7919) % 1000) as f32 * 1e-3);
+    let ties = crafted_lm_head(v, b, 8, |i| ((i * 7919) % 5) as f32 * 0.5);
+    vec![("flat", flat.0, flat.1, params.clone()), ("ties", ties.0, ties.1, params)]
+}
+
 /// An LM head with exact logits: `b` hidden rows `[1, 0, …, 0]` and `v` weight rows
 /// `[logit(i), 0, …, 0]` (bf16-rounded) of width `d`, so row `i`'s logit is `logit(i)` in every batch row.
 pub fn crafted_lm_head(v: usize, b: usize, d: usize, logit: impl Fn(usize) -> f32) -> (Vec<bf16>, Vec<bf16>) {

@@ -10,10 +10,10 @@ use cudarc::driver::{
 use cudarc::nvrtc::Ptx;
 use flashsampling_kernels::config::{
     ADJUST_ENTRY, ADJUST_THREADS, BLOCK_V, EXPAND_ENTRY, EXPAND_THREADS, Epilogue, FALLBACK_GATHER_ENTRY,
-    FALLBACK_LOGITS_ENTRY, FALLBACK_LOGITS_VARIANT, FALLBACK_SAMPLE_ENTRY, FUSED_VARIANTS, Family, FusedVariant,
-    KernelSet, MAX_DIM, Module, REDUCE_BLOCK_ENTRY, REDUCE_BLOCK_SMEM, REDUCE_BLOCK_THREADS, TMA_T_VOCAB_ALIGN,
-    TmaLayout, TruncateStep, portable_module_has, sm_number, tma_hidden, tma_weight_rows, tma_weight_tiles,
-    tma_weight_tiles_t, variant_for_batch,
+    FALLBACK_LOGITS_ENTRY, FALLBACK_LOGITS_VARIANT, FALLBACK_SAMPLE_ENTRY, FALLBACK_SAMPLE_SCORED_ENTRY,
+    FUSED_VARIANTS, Family, FusedVariant, KernelSet, MAX_DIM, Module, REDUCE_BLOCK_ENTRY, REDUCE_BLOCK_SMEM,
+    REDUCE_BLOCK_THREADS, TMA_T_VOCAB_ALIGN, TRUNCATE_SCORED_ENTRY, TmaLayout, TruncateStep, portable_module_has,
+    sm_number, tma_hidden, tma_weight_rows, tma_weight_tiles, tma_weight_tiles_t, variant_for_batch,
 };
 use flashsampling_kernels::launch::LaunchPlan;
 use flashsampling_kernels::logits::Adjustment;

@@ -118,6 +118,9 @@ pub(super) struct Kernels {
     pub(super) fallback_gather: CudaFunction,
     pub(super) fallback_logits: LoadedEntry,
     pub(super) fallback_sample: CudaFunction,
+    /// A scoring call's truncation step and fallback sampler (`truncate_rows_scored`,
+    /// `fallback_sample_scored`: the given tokens scored over the kept sets).
+    pub(super) scored: (CudaFunction, CudaFunction),
     /// The portable module (its other entries, e.g. the ranks' merge, are looked up by `tp`).
     pub(super) portable: Arc<CudaModule>,
     /// What the portable and (when loaded) the Hopper module run ([`GpuBackend::module_code`]).
@@ -182,6 +185,7 @@ impl Kernels {
                 lv.smem_bytes(Epilogue::Sample),
             )?,
             fallback_sample: module.load_function(FALLBACK_SAMPLE_ENTRY)?,
+            scored: (module.load_function(TRUNCATE_SCORED_ENTRY)?, module.load_function(FALLBACK_SAMPLE_SCORED_ENTRY)?),
             portable: module,
             module_code: (portable_code, hopper_code),
             fused,

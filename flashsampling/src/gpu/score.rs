@@ -59,16 +59,33 @@ impl<'a> ScoreOutputs<'a> {
     }
 }
 
-/// The controls a GPU scoring call takes: everything but truncation and top log-probabilities
-/// (their kept sets come from the truncation step, which does not score given tokens yet).
-fn check_score_controls(params: &SamplingParams, v: usize) -> Result<()> {
-    if params.truncates(v) || params.top_logprobs > 0 {
+/// The controls a GPU scoring call takes: everything but top log-probabilities (and their ranks),
+/// and over vocab shards (`sharded`) everything but truncation too (the ranks' exchange carries no
+/// kept set for a given token).
+fn check_score_controls(params: &SamplingParams, v: usize, sharded: bool) -> Result<()> {
+    if params.top_logprobs > 0 {
         return Err(Error::Unsupported {
-            control: "scoring given tokens with top-k / top-p / min-p or top log-probabilities",
+            control: "scoring given tokens with top log-probabilities (and their ranks)",
             path: "on the GPU backend (the CPU backend scores them)",
         });
     }
+    if sharded && params.truncates(v) {
+        return Err(Error::Unsupported {
+            control: "scoring given tokens with top-k / top-p / min-p",
+            path: "over vocab shards (one GPU and the CPU backend score them)",
+        });
+    }
     Ok(())
+}
+
+/// Most bytes of fallback logits (`[rows, V]` f32, [`GpuBackend::score_device`]'s truncation
+/// buffers) one launch of a truncating scoring call may need: a longer call is split into launches
+/// of [`truncated_score_rows`] rows, so its memory stays O(rows), never O(rows · V).
+pub(crate) const TRUNCATED_SCORE_LOGITS_BYTES: usize = 256 << 20;
+
+/// Rows per launch of a truncating scoring call over a `v`-token head (at least one).
+pub(crate) fn truncated_score_rows(v: usize) -> usize {
+    (TRUNCATED_SCORE_LOGITS_BYTES / (4 * v.max(1))).max(1)
 }
 
 /// `params` as a scoring launch runs them: one sample per row, both log-probabilities.
@@ -87,9 +104,12 @@ impl GpuBackend {
     /// scores NaN (it is not read: nothing checks device-resident tokens on the host); so does a
     /// row with a NaN logit; in a row where nothing is allowed every token's processed
     /// log-probability is `−∞` (the host API refuses both rows, as sampling does). The definitions
-    /// are [`Scores`]';
-    /// truncating controls and top log-probabilities are [`Error::Unsupported`] here. Not capturable
-    /// into a CUDA graph ([`Error::Capture`]: the per-row parameters are uploaded from the host).
+    /// are [`Scores`]'. With top-k / top-p / min-p the pass is the truncating one: each row's token
+    /// is scored over the kept set that sampling certifies or, where it cannot, that the exact
+    /// fallback finds (a call of more than [`truncated_score_rows`] rows runs as launches of that
+    /// many, so the fallback's logits stay within 256 MiB); top log-probabilities are
+    /// [`Error::Unsupported`] here. Not capturable into a CUDA graph ([`Error::Capture`]: the
+    /// per-row parameters are uploaded from the host).
     ///
     /// # Errors
     /// Sampling's validation ([`Self::sample_device_masked`]); `tokens` or an output shorter than
@@ -106,28 +126,54 @@ impl GpuBackend {
         out: &mut DeviceSamples,
         scores: &mut ScoreOutputs<'_>,
     ) -> Result<()> {
-        self.check_score_call(params, (hidden.rows, weight.rows), tokens, scores)?;
+        self.check_score_call(params, (hidden.rows, weight.rows), tokens, scores, false)?;
         let p = scoring_params(params);
-        let (targets, _guards) = self.score_targets(tokens, scores);
         let whole = VocabRange { offset: 0, vocab: weight.rows };
-        self.sample_device_in(hidden, weight, &p, mask, out, whole, None, None, None, Some(targets))
+        let (b, d, v) = (hidden.rows, hidden.cols, weight.rows);
+        let chunk = truncated_score_rows(v);
+        if !p.truncates(v) || b <= chunk {
+            let (targets, _guards) = self.score_targets(tokens, scores);
+            return self.sample_device_in(hidden, weight, &p, mask, out, whole, None, None, None, Some(targets));
+        }
+        // A long truncating call: launches of `chunk` rows, each row with its own parameters (its
+        // noise key, controls and mask row), so each scores what the whole call would. The whole
+        // call is validated first, so a bad input enqueues nothing.
+        self.validate_call(hidden, weight, &p, mask, whole)?;
+        let words = v.div_ceil(32);
+        for r0 in (0..b).step_by(chunk) {
+            let rows = r0..b.min(r0 + chunk);
+            let h = DeviceMatrix { data: hidden.data.slice(rows.start * d..rows.end * d), rows: rows.len(), cols: d };
+            let m = mask.map(|m| m.slice(rows.start * words..rows.end * words));
+            let t = tokens.slice(rows.clone());
+            let mut part = ScoreOutputs {
+                logprobs: scores.logprobs.slice_mut(rows.clone()),
+                raw_logprobs: scores.raw_logprobs.slice_mut(rows.clone()),
+                logsumexp: scores.logsumexp.slice_mut(rows.clone()),
+                raw_logsumexp: scores.raw_logsumexp.slice_mut(rows.clone()),
+            };
+            let (targets, _guards) = self.score_targets(&t, &mut part);
+            let pr = p.rows(rows);
+            self.sample_device_in(&h, weight, &pr, m.as_ref(), out, whole, None, None, None, Some(targets))?;
+        }
+        Ok(())
     }
 
-    /// The checks of a scoring call with `b` rows over `v` weight rows, before anything is taken or
-    /// enqueued: not in a capture, controls the GPU scores, one token and at least one output entry
-    /// per row, buffers of this context.
+    /// The checks of a scoring call with `b` rows over `v` weight rows (`sharded`: a vocab-parallel
+    /// rank's), before anything is taken or enqueued: not in a capture, controls the GPU scores,
+    /// one token and at least one output entry per row, buffers of this context.
     pub(crate) fn check_score_call(
         &self,
         params: &SamplingParams,
         (b, v): (usize, usize),
         tokens: &CudaView<'_, u32>,
         scores: &ScoreOutputs<'_>,
+        sharded: bool,
     ) -> Result<()> {
         // Before any cudarc pointer is taken (its event waits would break a capture).
         if self.capturing()? {
             return Err(Error::Capture { reason: capture::SCORING });
         }
-        check_score_controls(params, v)?;
+        check_score_controls(params, v, sharded)?;
         if tokens.len() != b {
             return Err(Error::LengthMismatch { buffer: "tokens to score", expected: b, actual: tokens.len() });
         }
@@ -217,38 +263,66 @@ impl GpuBackend {
             params,
         )?;
         check_tokens(tokens, shape.b, shape.v)?;
-        check_score_controls(params, shape.v)?;
+        check_score_controls(params, shape.v, false)?;
         let h = self.stream.clone_htod(hidden.data)?;
         let w = self.stream.clone_htod(weight.data)?;
         let t = self.stream.clone_htod(tokens)?;
-        let b = shape.b;
-        let mut out = self.alloc_samples(b, shape.v)?;
+        let (b, d, v) = (shape.b, hidden.cols, shape.v);
+        // A truncating call runs in launches of at most `chunk` rows (as `score_device` splits it),
+        // here one `score_device` call each, so that each launch's samples are read before the next.
+        let truncating = params.truncates(v);
+        let chunk = if truncating { truncated_score_rows(v).min(b) } else { b };
+        let mut out = self.alloc_samples(chunk, v)?;
         let mut buf = self.stream.alloc_zeros::<f32>(4 * b)?;
+        let mut samples = Samples::plain(Vec::with_capacity(b), Vec::with_capacity(b));
+        let (mut logprobs, mut raw_logprobs, mut fell) = (Vec::with_capacity(b), Vec::with_capacity(b), Vec::new());
         {
-            let mut scores = ScoreOutputs::rows_of(buf.as_view_mut(), b)?;
-            self.score_device(
-                &DeviceMatrix { data: h.as_view(), rows: hidden.rows, cols: hidden.cols },
-                &DeviceMatrix { data: w.as_view(), rows: weight.rows, cols: weight.cols },
-                params,
-                &t.as_view(),
-                None,
-                &mut out,
-                &mut scores,
-            )?;
+            let mut all = ScoreOutputs::rows_of(buf.as_view_mut(), b)?;
+            let weight_dev = DeviceMatrix { data: w.as_view(), rows: weight.rows, cols: weight.cols };
+            for r0 in (0..b).step_by(chunk) {
+                let rows = r0..b.min(r0 + chunk);
+                let n = rows.len();
+                let cut;
+                let pr = if n == b {
+                    params
+                } else {
+                    cut = params.rows(rows.clone());
+                    &cut
+                };
+                let mut part = ScoreOutputs {
+                    logprobs: all.logprobs.slice_mut(rows.clone()),
+                    raw_logprobs: all.raw_logprobs.slice_mut(rows.clone()),
+                    logsumexp: all.logsumexp.slice_mut(rows.clone()),
+                    raw_logsumexp: all.raw_logsumexp.slice_mut(rows.clone()),
+                };
+                self.score_device(
+                    &DeviceMatrix { data: h.slice(rows.start * d..rows.end * d), rows: n, cols: d },
+                    &weight_dev,
+                    pr,
+                    &t.slice(rows.clone()),
+                    None,
+                    &mut out,
+                    &mut part,
+                )?;
+                // The pass's samples, from the buffers' own outputs (the accessors show none after a
+                // scoring call, but the fallback's flags).
+                let get = |v: Option<&CudaSlice<f32>>| -> Result<Vec<f32>> {
+                    Ok(self.stream.clone_dtoh(&v.expect("a log-probability launch's buffers").slice(..n))?)
+                };
+                samples.tokens.extend(self.stream.clone_dtoh(&out.tokens.slice(..n))?);
+                samples.scores.extend(self.stream.clone_dtoh(&out.scores.slice(..n))?);
+                logprobs.extend(get(out.logprobs.as_ref())?);
+                raw_logprobs.extend(get(out.raw_logprobs.as_ref())?);
+                if let Some(flags) = out.truncation_fallback() {
+                    fell.extend(self.stream.clone_dtoh(&flags)?.into_iter().map(|f| f != 0));
+                }
+            }
         }
-        // The pass's samples, from the buffers' own outputs (the accessors show none after a
-        // scoring call); the log-sum-exps are the scores'.
-        let get = |v: Option<&CudaSlice<f32>>| -> Result<Vec<f32>> {
-            Ok(self.stream.clone_dtoh(&v.expect("a log-probability launch's buffers").slice(..b))?)
-        };
         let all = self.stream.clone_dtoh(&buf)?;
-        let mut samples = Samples::plain(
-            self.stream.clone_dtoh(&out.tokens.slice(..b))?,
-            self.stream.clone_dtoh(&out.scores.slice(..b))?,
-        );
-        samples.logprobs = Some(get(out.logprobs.as_ref())?);
-        samples.raw_logprobs = Some(get(out.raw_logprobs.as_ref())?);
+        (samples.logprobs, samples.raw_logprobs) = (Some(logprobs), Some(raw_logprobs));
+        // The log-sum-exps are the scores' (the kept sets' where rows truncate).
         samples.logsumexp = Some(all[2 * b..3 * b].to_vec());
+        samples.truncation_fallback = truncating.then_some(fell);
         // A row sampling refuses is this call's error too.
         check_samples_of(&samples, 1, hidden, &[weight.data])?;
         let scores = Scores {

@@ -293,6 +293,15 @@ impl GpuBackend {
         let raw_logprobs = if wants { o.raw_logprobs } else { 0 };
         let null = std::ptr::null_mut();
         let fused = if wants { fused } else { FusedParams { logprobs: null, raw_logprobs: null, ..fused } };
+        // A scoring call (given tokens: `fused.targets`) has its rows' log-sum-exps in its scores,
+        // where the step's reduction writes them (`launch_fused`): the step, the walk and the fallback
+        // read and overwrite them there, so the processed one ends as the kept set's.
+        let scoring = !fused.targets.is_null();
+        let mut outputs = o.addresses();
+        let mut raw_lse = t.raw_lse;
+        if scoring {
+            (outputs[3], raw_lse) = (fused.logsumexp as u64, fused.raw_logsumexp as u64);
+        }
         let p = ByValue(TruncateParams {
             reduce: fused,
             gathered: t.gathered as *mut u16,
@@ -302,11 +311,14 @@ impl GpuBackend {
             hidden: hidden as *const u16,
             weight: weight as *const u16,
             raw_logprobs: raw_logprobs as *mut f32,
-            raw_logsumexp: t.raw_lse as *const f32,
+            raw_logsumexp: raw_lse as *const f32,
             units: units as u32,
             top,
-            ..truncate_params(&t, o.addresses(), row_params, (rows, n, v, d), elem)
+            ..truncate_params(&t, outputs, row_params, (rows, n, v, d), elem)
         });
+        // A scoring call's step scores its given tokens too (over the whole row in its reduction, then
+        // over each certified kept set), at the unpaired step's bound.
+        let step = if scoring { &self.k.scored.0 } else { self.truncate_step(rows) };
         // SAFETY: written by the fused launch just before on this stream: the top lists (`rows ×
         // units`), the candidates and masses (`fused`'s, reduced by the step itself into the plain
         // tokens, scores, log-probabilities and log-sum-exps, `rows` each, and the raw log-sum-exps);
@@ -315,8 +327,9 @@ impl GpuBackend {
         // of `elem`, 16-byte aligned (validated); the adjustments as in the fused launch; the top
         // outputs `rows × MAX_TOP_N ≥ requests × n` entries (`n ≤ MAX_TOP_N`, validated). With
         // programmatic stream serialization (`GpuOptions::dependent_launch`) each of the three kernels
-        // below waits (`griddepcontrol.wait`) for the one before it before any memory access.
-        unsafe { self.launch_after(self.truncate_step(rows), truncate_cfg(rows), &p) }?;
+        // below waits (`griddepcontrol.wait`) for the one before it before any memory access. A
+        // scoring call's given tokens and their outputs hold `rows` entries (`check_score_call`).
+        unsafe { self.launch_after(step, truncate_cfg(rows), &p) }?;
         let f = ByValue(FallbackParams {
             hidden: hidden as *const u16,
             weight: weight as *const u16,
@@ -324,19 +337,24 @@ impl GpuBackend {
             adj_offsets: offsets as *const u32,
             adjusted: results as *const AdjustedToken,
             raw_logprobs: raw_logprobs as *mut f32,
-            raw_logsumexp: t.raw_lse as *const f32,
+            raw_logsumexp: raw_lse as *const f32,
             mask_words: if mask != 0 { v.div_ceil(32) as u32 } else { 0 },
             softcap: params.softcap.unwrap_or(0.0),
             top,
-            ..fallback_params(&t, o.addresses(), row_params, (v, d, n), elem)
+            targets: fused.targets,
+            target_logprobs: fused.target_logprobs,
+            target_raw_logprobs: fused.target_raw_logprobs,
+            ..fallback_params(&t, outputs, row_params, (v, d, n), elem)
         });
         // SAFETY: the list (count and rows < B·n) and the listed rows' hidden states in `gathered`
         // are written by the truncation step before, on this stream; `gathered` holds `rows × D`
         // elements, 16-byte aligned, `D % 8 == 0` (validated); the weight `V × D` elements of
         // `elem`; the logits `rows × V` floats.
         unsafe { self.launch_fallback_logits(&f, (rows, false), (d, v), t.logits) }?;
-        // SAFETY: as above; the mask (non-null) holds B × ceil(V/32) words, the outputs `rows`.
-        unsafe { self.launch_after(&self.k.fallback_sample, fallback_sample_cfg(rows), &f) }?;
+        let sampler = if scoring { &self.k.scored.1 } else { &self.k.fallback_sample };
+        // SAFETY: as above; the mask (non-null) holds B × ceil(V/32) words, the outputs `rows`
+        // (a scoring call's given tokens and their outputs too).
+        unsafe { self.launch_after(sampler, fallback_sample_cfg(rows), &f) }?;
         Ok(())
     }
 
@@ -744,6 +762,9 @@ fn fallback_params(
         softcap: 0.0,
         elem,
         top: TopOutputs::OFF,
+        targets: std::ptr::null(),
+        target_logprobs: std::ptr::null_mut(),
+        target_raw_logprobs: std::ptr::null_mut(),
     }
 }
 

@@ -303,7 +303,7 @@ impl TpRank {
         out: &mut DeviceSamples,
         scores: &mut ScoreOutputs<'_>,
     ) -> Result<()> {
-        self.gpu.check_score_call(params, (hidden.rows, self.layout.vocab), tokens, scores)?;
+        self.gpu.check_score_call(params, (hidden.rows, self.layout.vocab), tokens, scores, true)?;
         let p = scoring_params(params);
         let gpu = self.gpu.clone();
         let (targets, _guards) = gpu.score_targets(tokens, scores);

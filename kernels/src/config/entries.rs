@@ -71,6 +71,10 @@ impl TruncateStep {
     }
 }
 
+/// PTX entry point of the truncation step of a call that scores given tokens (portable module;
+/// [`TruncateStep::Alone`]'s body and launch bound, the given tokens scored over each certified kept
+/// set: `device::truncate::truncate_rows_scored`).
+pub const TRUNCATE_SCORED_ENTRY: &str = "truncate_rows_scored";
 /// Threads per block of the truncation step (one block per sample row; its entries carry this
 /// bound, so ptxas keeps a block's registers within the multiprocessor's 64 K).
 pub const TRUNCATE_THREADS: u32 = 512;
@@ -99,6 +103,9 @@ pub const FALLBACK_LOGITS_VARIANT: FusedVariant = MMA_SYNC_N64;
 /// PTX entry point of the fallback's sampler (portable module): exact threshold search over one
 /// row's materialized logits per block (`params::FallbackParams`).
 pub const FALLBACK_SAMPLE_ENTRY: &str = "fallback_sample";
+/// PTX entry point of the fallback's sampler of a call that scores given tokens (portable module;
+/// `fallback_sample`'s body and launch bound, the given tokens scored over each row's kept set).
+pub const FALLBACK_SAMPLE_SCORED_ENTRY: &str = "fallback_sample_scored";
 /// Threads per block of `fallback_sample` (its entry carries this bound, so ptxas keeps a block's
 /// registers within the multiprocessor's 64 K).
 pub const FALLBACK_SAMPLE_THREADS: u32 = 512;
@@ -205,7 +212,9 @@ pub fn entry_points_for(portable_sm: u32) -> impl Iterator<Item = (&'static str,
             (FALLBACK_GATHER_ENTRY, Module::Portable, None),
             (FALLBACK_LOGITS_ENTRY, Module::Portable, EntryBound::unpinned(FALLBACK_LOGITS_VARIANT.max_threads())),
             (FALLBACK_SAMPLE_ENTRY, Module::Portable, EntryBound::unpinned(Some(FALLBACK_SAMPLE_THREADS))),
+            (FALLBACK_SAMPLE_SCORED_ENTRY, Module::Portable, EntryBound::unpinned(Some(FALLBACK_SAMPLE_THREADS))),
         ])
         .chain(TruncateStep::ALL.map(|t| (t.entry(), Module::Portable, Some(t.bound()))))
+        .chain([(TRUNCATE_SCORED_ENTRY, Module::Portable, Some(TruncateStep::Alone.bound()))])
         .chain(TEST_ENTRIES.iter().map(|&e| (e, Module::Test, None)))
 }

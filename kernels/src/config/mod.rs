@@ -163,7 +163,7 @@ mod tests {
         for (i, (e, _, _)) in all.iter().enumerate() {
             assert!(all[..i].iter().all(|(f, _, _)| f != e), "{e} listed twice");
         }
-        assert_eq!(all.len(), Epilogue::ALL.len() * FUSED_VARIANTS.len() + 9 + TEST_ENTRIES.len());
+        assert_eq!(all.len(), Epilogue::ALL.len() * FUSED_VARIANTS.len() + 11 + TEST_ENTRIES.len());
         // Sixteen boxes of 8 rows, 4 apart, cover a 128-row tile's 32 Philox groups.
         assert_eq!(TMA_WEIGHT_BOXES * TMA_WEIGHT_BOX_ROWS, BLOCK_V);
         assert_eq!(TMA_WEIGHT_ROW_STEP * TMA_WEIGHT_BOX_ROWS, WARP_TILE_V);

@@ -72,6 +72,30 @@ const FIXED: f32 = (1u64 << 40) as f32;
 /// shared memory.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn fallback_sample(p: FallbackParams) {
+    // SAFETY: the caller's contract, the same as the body's.
+    unsafe { sample_listed::<false>(p) }
+}
+
+/// [`fallback_sample`] for a call that scores given tokens ([`FallbackParams::targets`],
+/// non-null): a listed row that it samples also scores its given token over the kept set it finds
+/// (`z / T − lse_kept` with the row's processed logit, the arithmetic of its sampled token's, or
+/// `−∞` where the cut removes it), and takes its sample's raw log-probability when the token is
+/// that sample. A token at or past V keeps the reduction's NaN.
+///
+/// # Safety
+/// As [`fallback_sample`], and `targets` and their outputs hold B entries.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn fallback_sample_scored(p: FallbackParams) {
+    // SAFETY: the caller's contract, the same as the body's.
+    unsafe { sample_listed::<true>(p) }
+}
+
+/// The body of [`fallback_sample`] (`SCORE`: [`fallback_sample_scored`]).
+///
+/// # Safety
+/// As [`fallback_sample`] (with `SCORE`, as [`fallback_sample_scored`]).
+#[inline(always)]
+unsafe fn sample_listed<const SCORE: bool>(p: FallbackParams) {
     // Launched with programmatic stream serialization after `fallback_logits` (or plainly after the
     // unfused sampler's GEMM): wait for it before anything is read or written.
     griddepcontrol_wait();
@@ -167,6 +191,21 @@ pub unsafe extern "ptx-kernel" fn fallback_sample(p: FallbackParams) {
     }
     // SAFETY: every thread; b < B; z as above; c is the block's sample.
     unsafe { write_row(&p, b, z, (c, lse_kept), transform, tid) };
+    if SCORE && tid == 0 {
+        // SAFETY: b < B: `targets` and their outputs hold entry b; a target below V is inside z;
+        // thread 0 wrote the sample's raw log-probability in `write_row` (program order).
+        unsafe {
+            let target = *p.targets.add(b as usize);
+            if target < v {
+                let x = *z.add(target as usize);
+                *p.target_logprobs.add(b as usize) =
+                    if cut.keeps(x) { log_prob(transform.scaled(x), lse_kept) } else { f32::NEG_INFINITY };
+                if target == c.token() && !p.raw_logprobs.is_null() {
+                    *p.target_raw_logprobs.add(b as usize) = *p.raw_logprobs.add(b as usize);
+                }
+            }
+        }
+    }
 }
 
 /// A row's kept set, found exactly over its processed logits: every token with `x ≥ tm` (min-p)

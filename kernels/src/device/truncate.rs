@@ -623,7 +623,7 @@ unsafe fn list_row(p: &TruncateParams, b: u32, flags: u32, tid: u32, word: u32) 
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn truncate_rows(p: TruncateParams) {
     // SAFETY: the caller's contract, the same as the body's.
-    unsafe { truncate_row(p) }
+    unsafe { truncate_row::<false>(p) }
 }
 
 /// [`truncate_rows`] built with room for two blocks per multiprocessor
@@ -634,16 +634,31 @@ pub unsafe extern "ptx-kernel" fn truncate_rows(p: TruncateParams) {
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn truncate_rows_paired(p: TruncateParams) {
     // SAFETY: the caller's contract, the same as the body's.
-    unsafe { truncate_row(p) }
+    unsafe { truncate_row::<false>(p) }
 }
 
-/// The body of both truncation-step entries (their launch bounds differ:
-/// [`TruncateStep`](crate::config::TruncateStep)).
+/// [`truncate_rows`] for a call that scores given tokens ([`TruncateParams::reduce`]'s
+/// `targets`, non-null): step 0 also scores each row's given token as `reduce_rows` does (its raw
+/// log-probability, and its processed one over the whole row), and a certified truncating row then
+/// rescores it over its kept set ([`score_kept`]); an uncertain row's is the fallback's
+/// (`fallback_sample_scored`). Built with [`truncate_rows`]' launch bound
+/// ([`TruncateStep::Alone`](crate::config::TruncateStep::Alone)).
 ///
 /// # Safety
-/// As [`truncate_rows`].
+/// As [`truncate_rows`], and the reduction's `targets` and their outputs hold B entries.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn truncate_rows_scored(p: TruncateParams) {
+    // SAFETY: the caller's contract, the same as the body's.
+    unsafe { truncate_row::<true>(p) }
+}
+
+/// The body of the truncation-step entries (their launch bounds differ:
+/// [`TruncateStep`](crate::config::TruncateStep); `SCORE`: [`truncate_rows_scored`]).
+///
+/// # Safety
+/// As [`truncate_rows`] (with `SCORE`, as [`truncate_rows_scored`]).
 #[inline(always)]
-unsafe fn truncate_row(p: TruncateParams) {
+unsafe fn truncate_row<const SCORE: bool>(p: TruncateParams) {
     // Launched with programmatic stream serialization: the fallback's launches may be scheduled
     // now; nothing is read or written before the kernel before it (the fused one; `reduce_rows` or
     // the exchange's merge over ranks) is done.
@@ -663,7 +678,7 @@ unsafe fn truncate_row(p: TruncateParams) {
         // REDUCE_BLOCK_THREADS), b < B, after the wait; the entries area is free until the
         // collection; the barrier makes thread 0's outputs visible to the block and frees the area.
         unsafe {
-            reduce_row_block::<false>(&p.reduce, b, tid, smem);
+            reduce_row_block::<SCORE>(&p.reduce, b, tid, smem);
             _syncthreads();
         }
     }
@@ -777,6 +792,11 @@ unsafe fn truncate_row(p: TruncateParams) {
             // SAFETY: every thread of the block (the outcome is block-uniform); the kept entries are
             // sorted and visible; the warps' slots are free.
             unsafe { sample_kept(&p, b, (&row, token, lse), (count, mass), (tid, slots)) };
+            if SCORE {
+                // SAFETY: every thread of the block; the kept entries are still sorted and visible;
+                // thread 0 wrote the row's sample and its raw log-probability in `sample_kept`.
+                unsafe { score_kept(&p, b, (row.transform, lse), (count, mass), tid) };
+            }
         }
         _ => {}
     }
@@ -978,6 +998,52 @@ unsafe fn sample_kept(
         if lane == 0 {
             // SAFETY: b < B.
             unsafe { *p.raw_logprobs.add(b as usize) = log_prob(y, *p.raw_logsumexp.add(b as usize)) };
+        }
+    }
+}
+
+/// A scoring step's certified truncating row ([`truncate_rows_scored`]): its given token's
+/// processed log-probability over the kept set — `z / T − lse_kept` with the value of its kept
+/// entry, the arithmetic [`sample_kept`] gives a sampled one, or `−∞` when it is not among the
+/// `count` kept entries (the kept set is exactly that prefix: every entry at or above the last
+/// one's value) — and, when it is the row's (new) sample, the raw log-probability `sample_kept`
+/// wrote for it. A token at or past V keeps the reduction's NaN.
+///
+/// # Safety
+/// Every thread of the block calls it once, after [`sample_kept`] (thread 0 wrote the row's token
+/// and raw log-probability there); the `count ≤ MAX_KEPT ≤ TRUNCATE_THREADS` sorted entries are
+/// visible; `b < B`; the reduction's `targets` and their outputs hold B entries.
+#[inline(always)]
+unsafe fn score_kept(
+    p: &TruncateParams,
+    b: u32,
+    (transform, lse): (crate::Transform, f32),
+    (count, mass): (u32, f32),
+    tid: u32,
+) {
+    let r = &p.reduce;
+    // SAFETY: b < B (a block-uniform load).
+    let target = unsafe { *r.targets.add(b as usize) };
+    if target >= p.v {
+        return; // block-uniform
+    }
+    if tid == 0 {
+        // SAFETY: b < B. Removed unless an entry below says otherwise (after the barrier).
+        unsafe {
+            *r.target_logprobs.add(b as usize) = f32::NEG_INFINITY;
+            if *p.tokens.add(b as usize) == target && !p.raw_logprobs.is_null() {
+                *r.target_raw_logprobs.add(b as usize) = *p.raw_logprobs.add(b as usize);
+            }
+        }
+    }
+    // SAFETY: block-uniform barrier: thread 0's store comes before the one below.
+    unsafe { _syncthreads() };
+    if tid < count {
+        // SAFETY: tid < count: a sorted entry.
+        let (z, i) = unsafe { load_entry(tid) };
+        if i == target {
+            // SAFETY: b < B; one entry per token, so one thread at most.
+            unsafe { *r.target_logprobs.add(b as usize) = log_prob(transform.scaled(z), kept_lse(lse, mass)) };
         }
     }
 }
