@@ -64,7 +64,7 @@ impl Handoff {
     /// # Safety
     /// `4q + 4 ≤ acc`; the writer's side of the protocol (before [`Self::publish`]).
     #[inline(always)]
-    pub(super) unsafe fn store(self, q: u32, x: [f32; 4]) {
+    unsafe fn store(self, q: u32, x: [f32; 4]) {
         // SAFETY: inside the slot (contract); 16-byte aligned (allocation and layout).
         unsafe { (self.at.add((4 * SLOT_THREADS * q) as usize) as *mut [f32; 4]).write(x) };
     }
@@ -74,7 +74,7 @@ impl Handoff {
     /// # Safety
     /// Once per writer thread, after its stores.
     #[inline(always)]
-    pub(super) unsafe fn publish(self) {
+    unsafe fn publish(self) {
         fence_acq_rel_gpu();
         // SAFETY: the slot's counter (contract).
         unsafe { atom_global_add_u32(self.flag, 1) };
@@ -85,7 +85,7 @@ impl Handoff {
     /// # Safety
     /// A reader thread, before its loads; the slot's writers run (see the module on progress).
     #[inline(always)]
-    pub(super) unsafe fn wait(self) {
+    unsafe fn wait(self) {
         // SAFETY: the slot's counter (contract).
         while unsafe { ld_acquire_gpu_global_u32(self.flag) } < SLOT_THREADS {}
     }
@@ -95,16 +95,14 @@ impl Handoff {
     /// # Safety
     /// After [`Self::wait`]; `4q + 4 ≤ acc`.
     #[inline(always)]
-    pub(super) unsafe fn load(self, q: u32) -> [f32; 4] {
+    unsafe fn load(self, q: u32) -> [f32; 4] {
         // SAFETY: inside the slot, 16-byte aligned (contract).
         let w = unsafe { ld_global_cg_v4_u32(self.at.add((4 * SLOT_THREADS * q) as usize) as *const u32) };
         w.map(f32::from_bits)
     }
 
     /// The writer's side: stores the thread's `groups` float groups (`group(q)`: floats `4q .. 4q + 4`),
-    /// then publishes them. (The portable TMA kernels use it; the `wgmma` consumer still spells the
-    /// same steps out: moving it here compiles the sm_90a module to other bytes, with the same
-    /// instruction counts, which waits for the next refresh of the shipped cubins.)
+    /// then publishes them.
     ///
     /// # Safety
     /// Once per writer thread; `4·groups ≤ acc`.
@@ -140,7 +138,7 @@ impl Handoff {
     /// # Safety
     /// Once per reader thread, after its loads.
     #[inline(always)]
-    pub(super) unsafe fn release(self) {
+    unsafe fn release(self) {
         // SAFETY: the slot's counter (contract).
         unsafe {
             if atom_global_add_u32(self.flag, 1) + 1 == 2 * SLOT_THREADS {

@@ -114,39 +114,31 @@ impl<T: WgmmaShape, const LP: bool, const TOP: bool> Consumer for WeightA<'_, T,
         // The head's tile is the last of the range below: boundary = this range.
         // SAFETY: a handoff launch (the caller's contract); the block's range is > 0 (it has a head).
         let slot = unsafe { self.slot(self.handoff.0) };
-        let half = T::N / 2;
-        for h in 0..2 {
-            for q in 0..half / 4 {
-                let i = (4 * q) as usize;
-                let x = [T::at(&acc[h], i), T::at(&acc[h], i + 1), T::at(&acc[h], i + 2), T::at(&acc[h], i + 3)];
-                // SAFETY: float group h·N/8 + q < N/4 of the thread's 2·(N/2).
-                unsafe { slot.store(h as u32 * (half / 4) + q, x) };
-            }
-        }
-        // SAFETY: once, after this thread's stores.
-        unsafe { slot.publish() };
+        // Group q: floats 4q' .. 4q' + 4 of half h (q = h·N/8 + q').
+        let groups = T::N / 8;
+        let at = |q: u32| {
+            let (h, i) = ((q / groups) as usize, (4 * (q % groups)) as usize);
+            [T::at(&acc[h], i), T::at(&acc[h], i + 1), T::at(&acc[h], i + 2), T::at(&acc[h], i + 3)]
+        };
+        // SAFETY: once; the thread's 2·(N/2) floats are N/4 groups.
+        unsafe { slot.hand_over(2 * groups, at) };
     }
     #[inline(always)]
     unsafe fn resume(&self) -> Self::Acc {
         // The tail's tile is the first (head) of the range above: boundary = this range + 1.
         // SAFETY: a handoff launch; the block has a tail, so a range above.
         let slot = unsafe { self.slot(self.handoff.0 + 1) };
-        // SAFETY: the writer is the block of the range above, which runs its head first.
-        unsafe { slot.wait() };
         let mut acc = Self::ZERO;
-        let half = T::N / 2;
-        for h in 0..2 {
-            for q in 0..half / 4 {
-                // SAFETY: after the wait; inside the thread's floats, as in `hand_off`.
-                let x = unsafe { slot.load(h as u32 * (half / 4) + q) };
-                let i = (4 * q) as usize;
-                for (e, x) in x.into_iter().enumerate() {
-                    T::set(&mut acc[h], i + e, x);
-                }
+        let groups = T::N / 8;
+        let put = |q: u32, x: [f32; 4]| {
+            let (h, i) = ((q / groups) as usize, (4 * (q % groups)) as usize);
+            for (e, x) in x.into_iter().enumerate() {
+                T::set(&mut acc[h], i + e, x);
             }
-        }
-        // SAFETY: once, after this thread's loads.
-        unsafe { slot.release() };
+        };
+        // SAFETY: once; the groups of `hand_off`; the writer is the block of the range above, which
+        // runs its head first.
+        unsafe { slot.take_over(2 * groups, put) };
         acc
     }
 }
