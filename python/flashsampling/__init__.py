@@ -479,7 +479,9 @@ def score(hidden, weight, tokens, temperature=1.0, *, temperatures=None, top_k=N
     (``log softmax(logits)[token]``), ``logsumexp`` (processed, NaN when greedy) and ``raw_logsumexp``. With
     ``top_logprobs`` = k > 0 also ``top_logprobs`` (each row's top k as ``sample`` gives them: int32 tokens and
     float32 log-probabilities ``[B, k]``, -1 / NaN padded) and ``ranks`` (int32 ``[B]``: the token's place in that
-    order, 1 = first). Scoring the tokens a call sampled gives exactly the log-probabilities it reported.
+    order, 1 = first). Scoring the tokens a call sampled gives exactly the log-probabilities it reported (on the GPU
+    under top-k / top-p / min-p the raw ones within f32 rounding where truncation changed the sample: scoring draws
+    with its own keys).
 
     With PyTorch CUDA tensors the GPU backend scores in its fused pass, on the current stream, without waiting:
     the four results are float32 CUDA tensors ``[B]`` (views of one ``[4, B]`` tensor), ``top_logprobs`` and

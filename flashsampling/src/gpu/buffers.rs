@@ -315,14 +315,14 @@ impl DeviceSamples {
             && self.tensor_maps.len() * 8 >= size_of::<TensorMaps>()
     }
 
-    /// Records a call of `rows` sample rows (`n` per request) that wrote these outputs by other
-    /// means than the fused launch (a rank's merge).
     /// Marks the last call's results as written elsewhere (a scoring call's: the accessors give
     /// none).
     pub(crate) fn set_results_elsewhere(&mut self) {
         self.results_elsewhere = true;
     }
 
+    /// Records a call of `rows` sample rows (`n` per request) that wrote these outputs by other
+    /// means than the fused launch (a rank's merge).
     pub(crate) fn set_call(&mut self, rows: usize, n: usize, logprobs: bool) {
         self.results_elsewhere = false;
         self.b = rows;

@@ -102,19 +102,24 @@ impl GpuBackend {
     /// pass draws one sample per row, which it does not keep: `out` holds no results after this
     /// call, as after [`Self::sample_device_into`]; `out` is its scratch). A token at or past V
     /// scores NaN (it is not read: nothing checks device-resident tokens on the host); so does a
-    /// row with a NaN logit; in a row where nothing is allowed every token's processed
-    /// log-probability is `−∞` (the host API refuses both rows, as sampling does). The definitions
-    /// are [`Scores`]'. With top-k / top-p / min-p the pass is the truncating one: each row's token
-    /// is scored over the kept set that sampling certifies or, where it cannot, that the exact
-    /// fallback finds (a call of more than [`truncated_score_rows`] rows runs as launches of that
-    /// many, so the fallback's logits stay within 256 MiB); top log-probabilities are
+    /// row with a NaN logit in a call that does not truncate (in one that does, its values are
+    /// unspecified); in a row where nothing is allowed every token's processed log-probability is
+    /// `−∞` (the host API refuses both rows, as sampling does). The definitions are [`Scores`]'.
+    /// With top-k / top-p / min-p the pass is the truncating one: each row's token is scored over
+    /// the kept set that sampling certifies or, where it cannot, that the exact fallback finds (a
+    /// call of more than [`truncated_score_rows`] rows runs as launches of that many, so the
+    /// fallback's logits stay within 256 MiB). There a token that a sampling call with the same
+    /// keys drew as a new (truncated) sample scores that call's raw log-probability bit for bit;
+    /// any other token's raw log-probability comes from the row's reduction (another summation
+    /// order than a truncated sample's: equal within f32 rounding). Top log-probabilities are
     /// [`Error::Unsupported`] here. Not capturable into a CUDA graph ([`Error::Capture`]: the
     /// per-row parameters are uploaded from the host).
     ///
     /// # Errors
     /// Sampling's validation ([`Self::sample_device_masked`]); `tokens` or an output shorter than
     /// `B` ([`Error::LengthMismatch`]) or of another context ([`Error::ForeignBuffer`]); all before
-    /// anything is enqueued.
+    /// anything is enqueued. (A launch error past the first launch of a split call leaves the
+    /// launches before it enqueued.)
     #[allow(clippy::too_many_arguments)]
     pub fn score_device<T: Element>(
         &self,
@@ -313,8 +318,10 @@ impl GpuBackend {
                 samples.scores.extend(self.stream.clone_dtoh(&out.scores.slice(..n))?);
                 logprobs.extend(get(out.logprobs.as_ref())?);
                 raw_logprobs.extend(get(out.raw_logprobs.as_ref())?);
-                if let Some(flags) = out.truncation_fallback() {
-                    fell.extend(self.stream.clone_dtoh(&flags)?.into_iter().map(|f| f != 0));
+                match out.truncation_fallback() {
+                    Some(flags) => fell.extend(self.stream.clone_dtoh(&flags)?.into_iter().map(|f| f != 0)),
+                    // A launch whose rows all keep everything takes the plain log-probability pass.
+                    None => fell.extend(std::iter::repeat_n(false, n)),
                 }
             }
         }
