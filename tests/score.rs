@@ -277,7 +277,7 @@ fn the_rows_of_a_call_sample_and_score_what_the_whole_call_does() {
     let whole = cpu.sample_scored(h, w, &params).unwrap();
     let scores = cpu.score(h, w, &params, &tokens).unwrap();
     for range in [0..9, 9..10, 10..23] {
-        let part = params.rows(range.clone());
+        let part = params.rows(range.clone()).unwrap();
         let hp = Matrix::new(&hidden[range.start * d..range.end * d], range.len(), d);
         let got = cpu.sample_scored(hp, w, &part).unwrap();
         assert_eq!(got.tokens, whole.tokens[range.clone()], "rows {range:?}: tokens");
@@ -287,5 +287,14 @@ fn the_rows_of_a_call_sample_and_score_what_the_whole_call_does() {
         assert_eq!(bits(&s.logsumexp), bits(&scores.logsumexp[range.clone()]), "rows {range:?}: log-sum-exps");
     }
     // Without per-row streams the default (row index) is made explicit: a part's first row keeps stream 9.
-    assert_eq!(SamplingParams::new(1.0, 0).rows(9..11).streams, Some(vec![9, 10]));
+    assert_eq!(SamplingParams::new(1.0, 0).rows(9..11).unwrap().streams, Some(vec![9, 10]));
+    // Rows past a per-row list, the mask or the adjustments, or a reversed range: typed errors.
+    let past = params.rows(20..24);
+    assert!(matches!(past, Err(Error::LengthMismatch { buffer: "positions", expected: 24, actual: 23 })), "{past:?}");
+    let reversed = std::ops::Range { start: 5, end: 3 };
+    assert!(matches!(params.rows(reversed), Err(Error::LengthMismatch { buffer: "row range (start ≤ end)", .. })));
+    let only_mask = SamplingParams::new(1.0, 0).with_allowed(random_mask(2, v, 0.5, 1));
+    assert!(matches!(only_mask.rows(1..3), Err(Error::LengthMismatch { expected: 3, actual: 2, .. })));
+    let only_adjust = SamplingParams::new(1.0, 0).with_adjustments(random_adjustments(2, v, 3, 2));
+    assert!(matches!(only_adjust.rows(0..3), Err(Error::LengthMismatch { actual: 2, .. })));
 }

@@ -233,14 +233,17 @@ impl SamplingParams {
     /// use flashsampling::SamplingParams;
     ///
     /// let p = SamplingParams::new(0.8, 7).with_top_p(vec![0.9, 1.0, 0.5]);
-    /// let tail = p.rows(1..3);
+    /// let tail = p.rows(1..3)?;
     /// assert_eq!((tail.streams, tail.top_p), (Some(vec![1, 2]), Some(vec![1.0, 0.5])));
+    /// assert!(p.rows(2..4).is_err()); // top-p has 3 rows
+    /// # Ok::<(), flashsampling::Error>(())
     /// ```
     ///
-    /// # Panics
-    /// If `range` is not inside every per-row list (a call the API validates for `B ≥ range.end`
-    /// rows has them all).
-    pub fn rows(&self, range: std::ops::Range<usize>) -> Self {
+    /// # Errors
+    /// [`Error::LengthMismatch`] when `range` is not inside every per-row list, the mask's rows or
+    /// the adjustments' offsets (or is reversed), before anything is copied.
+    pub fn rows(&self, range: std::ops::Range<usize>) -> Result<Self> {
+        self.check_rows(&range)?;
         let cut = |v: &Option<Vec<f32>>| v.as_ref().map(|v| v[range.clone()].to_vec());
         let allowed = self.allowed.as_ref().map(|m| crate::controls::TokenMask {
             words: m.words[range.start * m.words_per_row..range.end * m.words_per_row].to_vec(),
@@ -255,7 +258,7 @@ impl SamplingParams {
             }
         });
         // Field by field (no clone of the whole call's lists or mask).
-        Self {
+        Ok(Self {
             temperature: self.temperature,
             seed: self.seed,
             streams: Some(range.clone().map(|r| self.stream(r).expect("validated")).collect()),
@@ -273,7 +276,41 @@ impl SamplingParams {
             min_p: cut(&self.min_p),
             top_logprobs: self.top_logprobs,
             top_logprobs_raw: self.top_logprobs_raw,
+        })
+    }
+
+    /// That every per-row part of these parameters has rows `range` ([`Self::rows`]' errors).
+    fn check_rows(&self, range: &std::ops::Range<usize>) -> Result<()> {
+        let end = range.end;
+        let short = |buffer: &'static str, actual: usize| Error::LengthMismatch { buffer, expected: end, actual };
+        if range.start > end {
+            return Err(short("row range (start ≤ end)", range.start));
         }
+        let lists = [
+            ("streams", self.streams.as_ref().map(Vec::len)),
+            ("positions", self.positions.as_ref().map(Vec::len)),
+            ("temperatures", self.temperatures.as_ref().map(Vec::len)),
+            ("seeds", self.seeds.as_ref().map(Vec::len)),
+            ("top_k", self.top_k.as_ref().map(Vec::len)),
+            ("top_p", self.top_p.as_ref().map(Vec::len)),
+            ("min_p", self.min_p.as_ref().map(Vec::len)),
+            ("allowed-token mask (rows)", self.allowed.as_ref().map(|m| m.words.len() / m.words_per_row.max(1))),
+        ];
+        for (buffer, len) in lists {
+            if let Some(len) = len.filter(|&l| l < end) {
+                return Err(short(buffer, len));
+            }
+        }
+        if let Some(a) = &self.adjustments {
+            let rows = a.offsets.len().saturating_sub(1);
+            let (first, last) = (a.offsets.get(range.start), a.offsets.get(end));
+            let fits =
+                matches!((first, last), (Some(f), Some(l)) if f <= l && *l <= a.tokens.len().min(a.adjustments.len()));
+            if !fits {
+                return Err(short("adjustment offsets (rows, in range of the tokens)", rows));
+            }
+        }
+        Ok(())
     }
 
     /// Whether any row truncates its distribution (top-k, top-p or min-p on) for a vocabulary of `v`.

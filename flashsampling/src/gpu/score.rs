@@ -57,6 +57,19 @@ impl<'a> ScoreOutputs<'a> {
         let mut row = || rows.next().expect("four rows of B");
         Ok(Self { logprobs: row(), raw_logprobs: row(), logsumexp: row(), raw_logsumexp: row() })
     }
+
+    /// Entries `rows` of the four outputs (the outputs of those rows of a split call).
+    ///
+    /// # Panics
+    /// If `rows` is not inside every output (a checked call's row ranges are).
+    pub(crate) fn rows(&mut self, rows: std::ops::Range<usize>) -> ScoreOutputs<'_> {
+        ScoreOutputs {
+            logprobs: self.logprobs.slice_mut(rows.clone()),
+            raw_logprobs: self.raw_logprobs.slice_mut(rows.clone()),
+            logsumexp: self.logsumexp.slice_mut(rows.clone()),
+            raw_logsumexp: self.raw_logsumexp.slice_mut(rows),
+        }
+    }
 }
 
 /// The controls a GPU scoring call takes: everything but top log-probabilities (and their ranks),
@@ -150,14 +163,9 @@ impl GpuBackend {
             let h = DeviceMatrix { data: hidden.data.slice(rows.start * d..rows.end * d), rows: rows.len(), cols: d };
             let m = mask.map(|m| m.slice(rows.start * words..rows.end * words));
             let t = tokens.slice(rows.clone());
-            let mut part = ScoreOutputs {
-                logprobs: scores.logprobs.slice_mut(rows.clone()),
-                raw_logprobs: scores.raw_logprobs.slice_mut(rows.clone()),
-                logsumexp: scores.logsumexp.slice_mut(rows.clone()),
-                raw_logsumexp: scores.raw_logsumexp.slice_mut(rows.clone()),
-            };
+            let mut part = scores.rows(rows.clone());
             let (targets, _guards) = self.score_targets(&t, &mut part);
-            let pr = p.rows(rows);
+            let pr = p.rows(rows)?;
             self.sample_device_in(&h, weight, &pr, m.as_ref(), out, whole, None, None, None, Some(targets))?;
         }
         Ok(())
@@ -291,15 +299,10 @@ impl GpuBackend {
                 let pr = if n == b {
                     params
                 } else {
-                    cut = params.rows(rows.clone());
+                    cut = params.rows(rows.clone())?;
                     &cut
                 };
-                let mut part = ScoreOutputs {
-                    logprobs: all.logprobs.slice_mut(rows.clone()),
-                    raw_logprobs: all.raw_logprobs.slice_mut(rows.clone()),
-                    logsumexp: all.logsumexp.slice_mut(rows.clone()),
-                    raw_logsumexp: all.raw_logsumexp.slice_mut(rows.clone()),
-                };
+                let mut part = all.rows(rows.clone());
                 self.score_device(
                     &DeviceMatrix { data: h.slice(rows.start * d..rows.end * d), rows: n, cols: d },
                     &weight_dev,
