@@ -54,7 +54,11 @@
 //!   `logsoftmax_gather` (one online log-sum-exp pass per row, the token gathered) and against the
 //!   GEMM alone; the logits the unfused path materializes (B·V·4 bytes) against ours (none); the
 //!   largest |difference| of the two log-probabilities. Writes `score.csv`. Takes `--shape`,
-//!   `--batches`.
+//!   `--batches`, and `--score-top K`: also ours with the rows' top K log-probabilities and the given
+//!   tokens' ranks (the truncating pass; a rank the truncation step's prefix does not decide is
+//!   counted by the fallback over the row's materialized logits), for the random tokens (ranked deep:
+//!   nearly every row counted there, the worst case) and for each row's argmax (rank 1, decided by
+//!   the step: the best case; on a random head even a row's T = 1 sample ranks anywhere).
 //! - `--verify`: instead of the baselines, time speculative verification (issue 52) of R requests
 //!   with K drafts each (default R ∈ {1, 8, 16, 32, 64} × K ∈ {1, 4, 8}): ours (one fused call over
 //!   the R·(K + 1) rows with per-row positions: the target's keyed samples, which `speculative::verify`
@@ -80,7 +84,7 @@ use flashsampling::baselines::{Baselines, gemm_bf16_f32};
 use flashsampling::kernels::config::{Epilogue, Family};
 use flashsampling::synthetic::SplitMix64;
 use flashsampling::timing::{EventTimer, Stats};
-use flashsampling::{DeviceMatrix, GpuBackend, SamplingParams, ScoreOutputs};
+use flashsampling::{DeviceMatrix, GpuBackend, SamplingParams, ScoreOutputs, ScoreTop};
 use report::Row;
 
 const DATA_SEED: u64 = 0xBE7C_0001;
@@ -97,8 +101,9 @@ struct Args {
     variants: bool,
     controls: bool,
     truncation: bool,
-    /// `--score`: scoring given tokens at prefill sizes.
+    /// `--score`: scoring given tokens at prefill sizes; `--score-top K`: also with top lists and ranks.
     score: bool,
+    score_top: u32,
     /// `--verify`: speculative verification against the rejection sampler; `--ks`: its K list.
     verify: bool,
     ks: Vec<usize>,
@@ -146,6 +151,7 @@ fn args() -> Args {
         controls: false,
         truncation: false,
         score: false,
+        score_top: 0,
         verify: false,
         ks: vec![1, 4, 8],
         heavy_rows: false,
@@ -162,6 +168,7 @@ fn args() -> Args {
             "--controls" => a.controls = true,
             "--truncation" => a.truncation = true,
             "--score" => a.score = true,
+            "--score-top" => a.score_top = it.next().expect("--score-top K").parse().expect("--score-top: an integer"),
             "--verify" => a.verify = true,
             "--ks" => {
                 a.ks = it.next().expect("--ks 1,4,8").split(',').map(|k| k.parse().expect("--ks: integers")).collect()
@@ -657,10 +664,17 @@ fn score(gpu: &GpuBackend, timer: &EventTimer, a: &Args) -> R<()> {
     let batches = a.batches.clone().unwrap_or_else(|| vec![1024, 4096, 16384, 32768]);
     let bmax = *batches.iter().max().unwrap();
     let runs = a.runs;
+    let k = a.score_top;
     let mut table = String::from(
-        "| config | rows | ours ms | GEMM + log-softmax + gather ms (×ours) | GEMM alone ms (ours ×) | logits GB (unfused) | max abs Δ log-prob |\n|---|---|---|---|---|---|---|\n",
+        "| config | rows | ours ms | GEMM + log-softmax + gather ms (×ours) | GEMM alone ms (ours ×) | logits GB (unfused) | max abs Δ log-prob |",
     );
-    let mut csv = String::from("config,d,v,b,ours_ms,unfused_ms,gemm_ms,logits_bytes,max_abs_diff\n");
+    if k > 0 {
+        table += &format!(" ours + top {k} and ranks, argmax tokens ms (× ours) | random tokens ms (× ours) |");
+    }
+    table += if k > 0 { "\n|---|---|---|---|---|---|---|---|---|\n" } else { "\n|---|---|---|---|---|---|---|\n" };
+    let mut csv = String::from(
+        "config,d,v,b,ours_ms,unfused_ms,gemm_ms,logits_bytes,max_abs_diff,top_k,top_argmax_ms,top_random_ms\n",
+    );
     for (config, d, v) in a.configs() {
         if v % 4 != 0 {
             eprintln!("{config}: V % 4 != 0: no unfused baseline (its kernel reads 16-byte rows)");
@@ -683,6 +697,29 @@ fn score(gpu: &GpuBackend, timer: &EventTimer, a: &Args) -> R<()> {
                     .time(&stream, 3, runs, || gpu.score_device(&hm, &wm, &params, &tv, None, &mut out, &mut scores))?
             };
             let ours_lp = stream.clone_dtoh(&buf.slice(b..2 * b))?;
+            // With top lists and ranks: each row's argmax (rank 1), then the random tokens.
+            let mut tops = [f64::NAN; 2];
+            if k > 0 {
+                let topped = params.clone().with_top_logprobs(k, false);
+                gpu.sample_device(&hm, &wm, &SamplingParams::new(0.0, 7), &mut out)?;
+                let argmax = stream.clone_dtoh(&out.tokens())?;
+                let argmax = stream.clone_htod(&argmax)?;
+                let (mut tt, mut tl, mut ranks) = (
+                    stream.alloc_zeros::<u32>(b * k as usize)?,
+                    stream.alloc_zeros::<f32>(b * k as usize)?,
+                    stream.alloc_zeros::<u32>(b)?,
+                );
+                for (slot, given) in tops.iter_mut().zip([argmax.as_view(), t_dev.slice(..b)]) {
+                    let top =
+                        ScoreTop { tokens: tt.as_view_mut(), logprobs: tl.as_view_mut(), ranks: ranks.as_view_mut() };
+                    let mut scores = ScoreOutputs::rows_of(buf.as_view_mut(), b)?.with_top(top);
+                    *slot = timer
+                        .time(&stream, 1, runs, || {
+                            gpu.score_device(&hm, &wm, &topped, &given, None, &mut out, &mut scores)
+                        })?
+                        .median;
+                }
+            }
             drop((out, buf));
             let mut buf = base.alloc_logits(b, v)?;
             let mut lp: CudaSlice<f32> = stream.alloc_zeros(b)?;
@@ -697,10 +734,10 @@ fn score(gpu: &GpuBackend, timer: &EventTimer, a: &Args) -> R<()> {
             let diff = ours_lp.iter().zip(&base_lp).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
             let logits_bytes = (b * v * 4) as f64;
             csv += &format!(
-                "{config},{d},{v},{b},{:.5},{:.5},{:.5},{logits_bytes:.0},{diff:e}\n",
-                ours.median, unfused.median, gemm.median
+                "{config},{d},{v},{b},{:.5},{:.5},{:.5},{logits_bytes:.0},{diff:e},{k},{:.5},{:.5}\n",
+                ours.median, unfused.median, gemm.median, tops[0], tops[1]
             );
-            let line = format!(
+            let mut line = format!(
                 "| {config} | {b} | {:.3} | {:.3} ({:.2}) | {:.3} ({:.2}) | {:.2} | {diff:.1e} |",
                 ours.median,
                 unfused.median,
@@ -709,6 +746,10 @@ fn score(gpu: &GpuBackend, timer: &EventTimer, a: &Args) -> R<()> {
                 ours.median / gemm.median,
                 logits_bytes / 1e9
             );
+            if k > 0 {
+                let r = |t: f64| format!(" {t:.3} ({:.2}) |", t / ours.median);
+                line += &(r(tops[0]) + &r(tops[1]));
+            }
             eprintln!("{line}");
             table += &line;
             table.push('\n');

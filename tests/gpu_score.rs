@@ -12,7 +12,7 @@ use common::*;
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode, CUstreamCaptureStatus};
 use flashsampling::params::LogProbs;
 use flashsampling::score::Scores;
-use flashsampling::{CpuBackend, DeviceMatrix, Error, Matrix, SamplingParams, ScoreOutputs};
+use flashsampling::{CpuBackend, DeviceMatrix, Error, Matrix, SamplingParams, ScoreOutputs, ScoreTop};
 use half::bf16;
 
 /// The controls the GPU scores: plain, per-row temperatures (greedy rows too), per-row seeds, soft-cap,
@@ -114,7 +114,27 @@ fn assert_scores_close(what: &str, g: &Scores, c: &Scores) {
     close("raw log-probabilities", &g.raw_logprobs, &c.raw_logprobs, 1e-4, 1e-6);
     close("log-sum-exps", &g.logsumexp, &c.logsumexp, 0.0, 1e-5);
     close("raw log-sum-exps", &g.raw_logsumexp, &c.raw_logsumexp, 0.0, 1e-5);
-    assert_eq!((&g.top_logprobs, &g.ranks), (&None, &None), "{what}: no top lists on the GPU");
+    // Top lists: the same tokens in the same order, their log-probabilities as the given token's
+    // (the tolerance of their row's log-sum-exp: the processed one, or the raw one when a row's
+    // list is raw, told by its first entry: −lse there is the raw one's); the ranks exactly.
+    assert_eq!(g.top_logprobs.is_some(), c.top_logprobs.is_some(), "{what}: top lists");
+    assert_eq!(g.ranks, c.ranks, "{what}: the given tokens' ranks");
+    if let (Some(gt), Some(ct)) = (&g.top_logprobs, &c.top_logprobs) {
+        assert_eq!(gt.len(), ct.len(), "{what}: top lists' rows");
+        for (r, (a, b)) in gt.iter().zip(ct).enumerate() {
+            let tokens = |l: &[(u32, f32)]| l.iter().map(|e| e.0).collect::<Vec<_>>();
+            assert_eq!(tokens(a), tokens(b), "{what}: row {r}'s top tokens");
+            let lse = [c.logsumexp[r], c.raw_logsumexp[r]].map(|l| if l.is_finite() { (l as f64).abs() } else { 0.0 });
+            for (&(t, x), &(_, y)) in a.iter().zip(b) {
+                if !y.is_finite() {
+                    assert_eq!(x.to_bits(), y.to_bits(), "{what}: row {r} top token {t}: GPU {x} CPU {y}");
+                    continue;
+                }
+                let tol = 1e-4 + 1e-6 * (y as f64).abs() + 5e-7 * lse[0].max(lse[1]);
+                assert!(((x - y) as f64).abs() <= tol, "{what}: row {r} top token {t}: GPU {x} CPU {y} ({tol:e})");
+            }
+        }
+    }
 }
 
 #[test]
@@ -267,7 +287,6 @@ fn bad_input_is_a_typed_error_and_device_tokens_past_v_score_nan() {
     assert!(matches!(gpu.score(h, w, &p, &[0, 1]), Err(Error::LengthMismatch { expected: 3, actual: 2, .. })));
     assert!(matches!(gpu.score(h, w, &p, &[0, 100, 1]), Err(Error::TokenOutOfRange { row: 1, token: 100, v: 100 })));
     assert!(matches!(gpu.score(h, w, &SamplingParams::new(-1.0, 0), &[0; 3]), Err(Error::InvalidTemperature(_))));
-    assert!(matches!(gpu.score(h, w, &p.clone().with_top_logprobs(2, false), &[0; 3]), Err(Error::Unsupported { .. })));
     // Top-k 5 of uniform rows keeps them whole (the k-th value's ties are kept), as on the CPU; of
     // rows with logits −i/16 (exact), tokens 0 … 4.
     let k5 = p.clone().with_top_k(vec![5; b]);
@@ -308,6 +327,37 @@ fn bad_input_is_a_typed_error_and_device_tokens_past_v_score_nan() {
     assert!(all[1].is_nan() && all[2].is_nan() && all[b + 1].is_nan() && all[b + 2].is_nan(), "{all:?}");
     assert!((all[0] - 0.01f32.ln()).abs() < 1e-5, "uniform rows, top-p 0.5 keeps them whole (ties): {all:?}");
     {
+        // Top log-probabilities: the ranks of tokens past V are 0; their outputs are the caller's, and
+        // a call that asks them without them (or gives them unasked) is a typed error.
+        let (mut tt, mut tl, mut ranks) = (
+            s.alloc_zeros::<u32>(2 * b).unwrap(),
+            s.alloc_zeros::<f32>(2 * b).unwrap(),
+            s.alloc_zeros::<u32>(b).unwrap(),
+        );
+        let top2 = p.clone().with_top_logprobs(2, false);
+        let mut scores = ScoreOutputs::rows_of(buf.as_view_mut(), b).unwrap();
+        let e = gpu.score_device(&hm, &wm, &top2, &tokens.as_view(), None, &mut out, &mut scores).unwrap_err();
+        assert!(matches!(e, Error::OutputMismatch { asked: true, .. }), "{e:?}");
+        let top = ScoreTop { tokens: tt.as_view_mut(), logprobs: tl.as_view_mut(), ranks: ranks.as_view_mut() };
+        let mut scores = scores.with_top(top);
+        let e = gpu.score_device(&hm, &wm, &p, &tokens.as_view(), None, &mut out, &mut scores).unwrap_err();
+        assert!(matches!(e, Error::OutputMismatch { asked: false, .. }), "{e:?}");
+        let e = gpu.score_device(
+            &hm,
+            &wm,
+            &p.clone().with_top_logprobs(3, false),
+            &tokens.as_view(),
+            None,
+            &mut out,
+            &mut scores,
+        );
+        assert!(matches!(e, Err(Error::LengthMismatch { expected: 9, actual: 6, .. })), "{e:?}");
+        gpu.score_device(&hm, &wm, &top2, &tokens.as_view(), None, &mut out, &mut scores).unwrap();
+        // Uniform rows: token 7 comes after the 7 tokens below it; tokens 0 and 1 head the lists.
+        assert_eq!(s.clone_dtoh(&ranks).unwrap(), [8, 0, 0]);
+        assert_eq!(s.clone_dtoh(&tt).unwrap(), [0, 1, 0, 1, 0, 1]);
+    }
+    {
         // A buffer that is not [4, B] is a typed error.
         let e = ScoreOutputs::rows_of(buf.slice_mut(..4 * b - 1), b).unwrap_err();
         assert!(matches!(e, Error::LengthMismatch { expected: 12, actual: 11, .. }), "{e:?}");
@@ -333,8 +383,13 @@ fn bad_input_is_a_typed_error_and_device_tokens_past_v_score_nan() {
         let mut views = big.as_view_mut();
         let (lp, mut rest) = views.split_at_mut(b);
         let (raw, lse) = rest.split_at_mut(b);
-        let mut short_out =
-            ScoreOutputs { logprobs: lp, raw_logprobs: raw, logsumexp: lse, raw_logsumexp: small.as_view_mut() };
+        let mut short_out = ScoreOutputs {
+            logprobs: lp,
+            raw_logprobs: raw,
+            logsumexp: lse,
+            raw_logsumexp: small.as_view_mut(),
+            top: None,
+        };
         let e = gpu.score_device(&hm, &wm, &p, &tokens.as_view(), None, &mut out, &mut short_out).unwrap_err();
         assert!(matches!(e, Error::LengthMismatch { expected: 3, actual: 2, .. }), "{e:?}");
     }
@@ -346,6 +401,60 @@ fn bad_input_is_a_typed_error_and_device_tokens_past_v_score_nan() {
     assert!(lp[1].is_nan() && lp[2].is_nan() && raw[1].is_nan() && raw[2].is_nan(), "{lp:?} {raw:?}");
     for lse in [&all[2 * b..3 * b], &all[3 * b..]] {
         assert!(lse.iter().all(|&x| (x - 100f32.ln()).abs() < 1e-5), "{lse:?}");
+    }
+}
+
+#[test]
+fn top_logprobs_and_ranks_of_given_tokens_match_the_cpu() {
+    let test = "top_logprobs_and_ranks_of_given_tokens_match_the_cpu";
+    let Some(mut gpu) = gpu_or_skip(test) else { return };
+    let cpu = CpuBackend::new();
+    for &(b, d, v) in &[(5usize, 64usize, 1000usize), (37, 64, 3001), (70, 128, 5008)] {
+        let (hidden, weight) = exact_head(b, d, v, 1.5, 0x52_7000 ^ (b * 31 + v) as u64);
+        let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
+        // Every control with processed and raw lists: ranks from the truncation step's sorted prefix
+        // where it decides them, else from the fallback's count (greedy rows' other tokens, tokens
+        // below the prefix, raw lists of a call that changes logits).
+        let cases = all_cases(b, v).into_iter().flat_map(|(name, params)| {
+            [
+                (name, "processed top 20", params.clone().with_top_logprobs(20, false)),
+                (name, "raw top 7", params.with_top_logprobs(7, true)),
+            ]
+        });
+        let (mut calls, mut ranked) = (0, 0);
+        for (name, top, params) in cases {
+            let sampled = cpu.sample(h, w, &params).unwrap();
+            for (k, tokens) in token_sets(&sampled, v, &params, 5).iter().enumerate() {
+                let want = cpu.score(h, w, &params, tokens).unwrap();
+                // Every fused variant on the smallest head (they write the lists the step reads).
+                let mut variants = if b == 5 { gpu.fused_variants() } else { vec![] };
+                variants.retain(|e| e.supports_vocab(v as u32));
+                for entry in variants.iter().map(Some).chain([None]) {
+                    gpu.set_fused_variant(entry.copied()).unwrap();
+                    let got = gpu.score(h, w, &params, tokens).unwrap();
+                    let at = format!("{name}, {top}, B={b} D={d} V={v}, tokens {k}, {entry:?}");
+                    assert_scores_close(&at, &got, &want);
+                    calls += 1;
+                }
+                ranked += want.ranks.as_ref().map_or(0, |r| r.iter().filter(|&&r| r > 20).count());
+            }
+        }
+        gpu.set_fused_variant(None).unwrap();
+        visible(&format!("GPU top lists and ranks == CPU: B={b:>3} D={d} V={v:>5}, {calls} calls"));
+        assert!(ranked > 0, "no given token ranked past the lists");
+    }
+    // `sample_and_score`'s samples carry the lists too: those of the sampling call.
+    let (b, d, v) = (12, 64, 2000);
+    let (hidden, weight) = exact_head(b, d, v, 1.5, 0x52_7001);
+    let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
+    for (name, params) in all_cases(b, v) {
+        let params = params.with_top_logprobs(4, false);
+        let tokens: Vec<u32> = (0..b as u32).map(|r| 97 * r % v as u32).collect();
+        let (samples, scores) = gpu.sample_and_score(h, w, &params, &tokens).unwrap();
+        let want = gpu.sample_scored(h, w, &params).unwrap();
+        assert_eq!(samples.tokens, want.tokens, "{name}");
+        assert_eq!(samples.top_logprobs, want.top_logprobs, "{name}: the samples' top lists");
+        assert_eq!(scores.top_logprobs, want.top_logprobs, "{name}: the scores' top lists");
     }
 }
 
@@ -362,6 +471,13 @@ fn truncating_scores_match_the_cpu_where_rows_take_the_fallback_and_over_split_l
         let sampled = cpu.sample(h, w, &params).unwrap();
         let (mut fell, mut boundary) = (0, 0);
         for (k, tokens) in token_sets(&sampled, v, &params, 8).iter().enumerate() {
+            // Every other token set with top log-probabilities and ranks (the fallback's, on these
+            // rows), processed and raw by turns; they change no sample.
+            let params = match k % 4 {
+                1 => params.clone().with_top_logprobs(5, false),
+                3 => params.clone().with_top_logprobs(3, true),
+                _ => params.clone(),
+            };
             let (samples, got) = gpu.sample_and_score(h, w, &params, tokens).unwrap();
             fell += samples.truncation_fallback.unwrap().iter().filter(|&&f| f).count();
             let want = cpu.score(h, w, &params, tokens).unwrap();
@@ -378,8 +494,8 @@ fn truncating_scores_match_the_cpu_where_rows_take_the_fallback_and_over_split_l
                     raw_logprobs: vec![s.raw_logprobs[r]],
                     logsumexp: vec![s.logsumexp[r]],
                     raw_logsumexp: vec![s.raw_logsumexp[r]],
-                    top_logprobs: None,
-                    ranks: None,
+                    top_logprobs: s.top_logprobs.as_ref().map(|t| vec![t[r].clone()]),
+                    ranks: s.ranks.as_ref().map(|k| vec![k[r]]),
                 };
                 assert_scores_close(&format!("{what} rows, tokens {k}, row {r}"), &row(&got), &row(&want));
             }

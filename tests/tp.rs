@@ -921,6 +921,7 @@ fn scoring_over_two_ranks_on_one_gpu_equals_one_gpu() {
                                     raw_logprobs: raw,
                                     logsumexp: lse,
                                     raw_logsumexp: raw_lse,
+                                    top: None,
                                 };
                                 let hm = DeviceMatrix { data: hd.as_view(), rows: b, cols: d };
                                 let wm = DeviceMatrix { data: wd.as_view(), rows: l.rows, cols: d };

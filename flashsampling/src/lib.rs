@@ -59,7 +59,9 @@ pub use flashsampling_kernels as kernels;
 pub use flashsampling_kernels::config::{Epilogue, FusedVariant, MAX_DIM, TruncateStep};
 pub use flashsampling_kernels::logits::Adjustment;
 pub use flashsampling_kernels::{INVALID_INDEX, stream_id};
-pub use gpu::{DeviceMatrix, DeviceOutputs, DeviceSamples, GpuBackend, ModuleCode, ScoreOutputs, gpu_available};
+pub use gpu::{
+    DeviceMatrix, DeviceOutputs, DeviceSamples, GpuBackend, ModuleCode, ScoreOutputs, ScoreTop, gpu_available,
+};
 #[cfg(feature = "internals")]
 pub use modules::PTX_TEST;
 pub use modules::{
@@ -269,7 +271,7 @@ impl Sampler {
     }
 
     /// The log-probabilities of one given token per row ([`CpuBackend::score`], [`score::Scores`]);
-    /// on the GPU ([`GpuBackend::score`]) without truncating controls or top log-probabilities.
+    /// on the GPU ([`GpuBackend::score`]).
     pub fn score<T: params::Element>(
         &self,
         hidden: Matrix<'_, T>,

@@ -2,7 +2,7 @@
 //! prompt log-probabilities, the reference policy's log-probabilities in RL training, perplexity —
 //! under the same definitions as sampling, without a `[rows, V]` logits buffer in the caller's
 //! hands. [`crate::CpuBackend::score`] computes them, and [`crate::GpuBackend::score`] in the fused
-//! pass (without truncating controls or top log-probabilities there).
+//! pass (its truncating pass for top-k / top-p / min-p and top log-probabilities).
 
 use crate::error::{Error, Result};
 

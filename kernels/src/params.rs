@@ -544,6 +544,14 @@ pub struct TruncateParams {
     pub ranks: u32,
     /// See `ranks` (units; unused with one rank).
     pub rank_stride: u32,
+    /// Out (or null): a scoring call's ranks of its given tokens `[B]` when it asks top
+    /// log-probabilities, written by the scoring entries (`truncate_rows_scored`,
+    /// `fallback_sample_scored`) only: each row's token's place in [`Self::top`]'s order over every
+    /// token (1 = first: one plus the tokens with a larger logit, or an equal one at a lower index;
+    /// a token the controls remove ranks after every kept one, among them by index); 0 for a token
+    /// at or past V. The step writes those its sorted prefix decides and lists the others for the
+    /// fallback.
+    pub target_ranks: *mut u32,
 }
 
 /// Which distribution a call's top log-probabilities describe, and where the kernels find them
@@ -593,7 +601,10 @@ impl TopOutputs {
 pub const MAX_TOP_N: u32 = 64;
 
 /// A fallback list entry's flag: the row's sample stands (the truncation step decided it, or the
-/// row does not truncate); the fallback only selects its top log-probabilities.
+/// row does not truncate); the fallback only selects its top log-probabilities (flagged
+/// [`FALLBACK_TOP`]) and, in a scoring call with ranks, counts its given
+/// token's rank ([`FallbackParams::target_ranks`]: every listed row's; a row listed with neither a
+/// sample to draw nor top entries to select is there for its rank).
 pub const FALLBACK_KEEPS_SAMPLE: u32 = 1 << 31;
 /// A fallback list entry's flag: the fallback selects the row's top log-probabilities (the
 /// truncation step could not).
@@ -666,6 +677,9 @@ pub struct FallbackParams {
     /// Out: the given tokens' raw log-probabilities `[B]` (with `targets`; written only where the
     /// given token is the row's new sample, as the sampled token's: bit for bit the sampling call's).
     pub target_raw_logprobs: *mut f32,
+    /// Out (or null): the given tokens' ranks `[B]`, as [`TruncateParams::target_ranks`]: every
+    /// listed row's (`fallback_sample_scored`).
+    pub target_ranks: *mut u32,
 }
 
 /// Parameters of `fallback_logits`: the listed rows' raw logits by the portable `mma.sync` mainloop

@@ -484,10 +484,12 @@ def score(hidden, weight, tokens, temperature=1.0, *, temperatures=None, top_k=N
     with its own keys).
 
     With PyTorch CUDA tensors the GPU backend scores in its fused pass, on the current stream, without waiting:
-    the four results are float32 CUDA tensors ``[B]`` (views of one ``[4, B]`` tensor), ``top_logprobs`` and
-    ``ranks`` None; ``tokens`` may be an integer CUDA tensor ``[B]`` (not checked on the host: an id outside
-    ``0 .. V - 1`` scores NaN) or a list (checked). Top log-probabilities raise NotImplementedError there
-    (top-k / top-p / min-p are scored over each row's kept set, as sampling certifies or its fallback finds it); a call inside a CUDA-graph capture raises RuntimeError (scoring is not capturable,
+    the four results are float32 CUDA tensors ``[B]`` (views of one ``[4, B]`` tensor), with ``top_logprobs`` =
+    k > 0 ``top_logprobs`` a pair of CUDA tensors (int32 tokens and float32 log-probabilities ``[B, k]``, -1 / NaN
+    padded) and ``ranks`` an int32 CUDA tensor ``[B]`` (0 for an id outside the vocabulary), else both None;
+    ``tokens`` may be an integer CUDA tensor ``[B]`` (not checked on the host: an id outside ``0 .. V - 1``
+    scores NaN) or a list (checked). Top-k / top-p / min-p are scored over each row's kept set, as sampling
+    certifies or its fallback finds it; a call inside a CUDA-graph capture raises RuntimeError (scoring is not capturable,
     and a scoring call between a ``sample`` warm-up and its capture may make that capture refuse)."""
     if _is_torch_cuda(hidden) or _is_torch_cuda(weight):
         adjust = (logit_bias, repetition_penalty, frequency_penalty, presence_penalty, prompt_tokens, output_tokens)
@@ -605,14 +607,20 @@ def _score_cuda_tensors(hidden, weight, tokens, temperature, temperatures, top_k
         toks = tokens.to(device=device, dtype=torch.int64).clamp(-1, 2**31 - 1).to(torch.int32).contiguous()
         mask = _device_mask_words(torch, allowed, b, v, device) if device_mask else None
         out = torch.empty((4, b), dtype=torch.float32, device=device)
+        top = None
+        if k > 0:
+            top = (torch.empty((b, k), dtype=torch.int32, device=device),
+                   torch.empty((b, k), dtype=torch.float32, device=device),
+                   torch.empty(b, dtype=torch.int32, device=device))
         controls = _controls(b, temperature, 0, None, 0, temperatures, None, 1, "off", top_k, top_p, min_p, softcap,
                              k, top_logprobs_raw, mask_words, penalties)
         _score_cuda(ordinal, torch.cuda.current_stream(ordinal).cuda_stream, hidden.data_ptr(), b, d,
                     weight.data_ptr(), v, wd, toks.data_ptr(), out.data_ptr(), controls,
                     f16=hidden.dtype == torch.float16, mask_ptr=None if mask is None else mask.data_ptr(),
-                    mask_len=0 if mask is None else mask.numel())
+                    mask_len=0 if mask is None else mask.numel(),
+                    top_ptrs=None if top is None else tuple(t.data_ptr() for t in top))
     return {"logprobs": out[0], "raw_logprobs": out[1], "logsumexp": out[2], "raw_logsumexp": out[3],
-            "top_logprobs": None, "ranks": None}
+            "top_logprobs": None if top is None else (top[0], top[1]), "ranks": None if top is None else top[2]}
 
 
 def sample_cuda(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample=0, positions=None, temperatures=None,

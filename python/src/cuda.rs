@@ -34,7 +34,7 @@ use cudarc::driver::sys::{self, CUdevice_attribute};
 use cudarc::driver::{CudaSlice, CudaStream, CudaView};
 use flashsampling::params::LogProbs;
 use flashsampling::{
-    DeviceMatrix, DeviceOutputs, DeviceSamples, Element, Error, GpuBackend, SamplingParams, ScoreOutputs,
+    DeviceMatrix, DeviceOutputs, DeviceSamples, Element, Error, GpuBackend, SamplingParams, ScoreOutputs, ScoreTop,
 };
 use half::{bf16, f16};
 use pyo3::exceptions::PyValueError;
@@ -377,13 +377,15 @@ pub fn sample_cuda(
 /// (`GpuBackend::score_device`): `tokens_ptr` is an int32 CUDA tensor of `b` token ids (ids at or
 /// past V, or negative, score NaN), `out_ptr` a float32 CUDA tensor `[4, b]` that receives the
 /// processed log-probabilities, the raw ones, the processed log-sum-exps and the raw ones, in that
-/// order. The other arguments are [`sample_cuda`]'s (`controls` without keys, `n` or
-/// log-probability options: they do not matter here). Truncating controls and top
-/// log-probabilities raise `NotImplementedError`. Returns without waiting for the GPU.
+/// order. With top log-probabilities (`controls`' `top_logprobs` = k > 0), `top_ptrs` are the
+/// CUDA tensors that receive them: int32 tokens `[b, k]` (-1 past a row's last entry), float32
+/// log-probabilities `[b, k]` and int32 ranks `[b]` of the given tokens (0 for an id outside the
+/// vocabulary). The other arguments are [`sample_cuda`]'s (`controls` without keys, `n` or
+/// log-probability options: they do not matter here). Returns without waiting for the GPU.
 #[pyfunction]
 #[pyo3(signature = (
     ordinal, torch_stream, hidden_ptr, b, hidden_d, weight_ptr, v, weight_d, tokens_ptr, out_ptr, controls, *,
-    f16=false, mask_ptr=None, mask_len=0
+    f16=false, mask_ptr=None, mask_len=0, top_ptrs=None
 ))]
 #[allow(clippy::too_many_arguments)]
 pub fn score_cuda(
@@ -402,6 +404,7 @@ pub fn score_cuda(
     f16: bool,
     mask_ptr: Option<u64>,
     mask_len: usize,
+    top_ptrs: Option<(u64, u64, u64)>,
 ) -> PyResult<()> {
     flashsampling::params::check_inputs(
         (b, hidden_d, b.saturating_mul(hidden_d)),
@@ -412,13 +415,15 @@ pub fn score_cuda(
     let hidden_len = elements("hidden states", b, hidden_d)?;
     let weight_len = elements("LM-head weight", v, weight_d)?;
     let out_len = elements("scores", 4, b)?;
+    let top_len = elements("top log-probabilities", b, params.top_logprobs as usize)?;
     py.detach(|| {
         with_device(ordinal, |dev| {
             // SAFETY: as in `sample_cuda`.
             let (stream, on_torch) = unsafe { dev.on_torch(torch_stream, (b, v)) }?;
             // SAFETY: `data_ptr()` of contiguous CUDA tensors of this device that Python made for this
             // call on PyTorch's current stream and holds during it: `b` int32 tokens (read as u32),
-            // `[4, b]` float32 outputs (only written), the mask's `mask_len` int32 words (read), the
+            // `[4, b]` float32 outputs (only written), with `top_ptrs` `[b, k]` int32 and float32
+            // and `[b]` int32 outputs (only written), the mask's `mask_len` int32 words (read), the
             // operands' elements of the dtype `f16` says; the work is on that stream, which reuses
             // their memory only after it.
             unsafe {
@@ -426,7 +431,18 @@ pub fn score_cuda(
                 let mut out = Borrowed::<f32>::new(&stream, out_ptr, out_len);
                 let mask = mask_ptr.map(|ptr| Borrowed::<u32>::new(&stream, ptr, mask_len));
                 let mask = mask.as_ref().map(|m| m.as_view());
+                let mut top = top_ptrs.map(|(t, l, r)| {
+                    (
+                        Borrowed::<u32>::new(&stream, t, top_len),
+                        Borrowed::<f32>::new(&stream, l, top_len),
+                        Borrowed::<u32>::new(&stream, r, b),
+                    )
+                });
                 let mut scores = ScoreOutputs::rows_of(out.as_view_mut(), b)?;
+                if let Some((t, l, r)) = top.as_mut() {
+                    let (tokens, logprobs, ranks) = (t.as_view_mut(), l.as_view_mut(), r.as_view_mut());
+                    scores = scores.with_top(ScoreTop { tokens, logprobs, ranks });
+                }
                 let operands = ((hidden_ptr, hidden_len, b, hidden_d), (weight_ptr, weight_len, v, weight_d));
                 let call = (&tokens.as_view(), mask.as_ref());
                 if f16 {

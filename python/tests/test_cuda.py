@@ -715,6 +715,16 @@ def test_score_on_the_gpu_matches_the_sampled_tokens_and_the_cpu_path(dev):
     got = fs.score(xh, xw, s.tokens, **trunc)
     for key, want in (("logprobs", s.logprobs), ("raw_logprobs", s.raw_logprobs), ("logsumexp", s.logsumexp)):
         assert torch.equal(got[key].view(torch.int32), want.view(torch.int32)), key
+    # Top log-probabilities and the given tokens' ranks, processed and raw, as on the CPU path.
+    for raw in (False, True):
+        on_gpu = fs.score(xh, xw, tokens.to(dev), top_logprobs=6, top_logprobs_raw=raw, **trunc)
+        on_host = fs.score(xh.cpu(), xw.cpu(), tokens.tolist(), top_logprobs=6, top_logprobs_raw=raw, **trunc)
+        assert on_gpu["ranks"].dtype == torch.int32 and on_gpu["ranks"].device == xh.device
+        assert np.array_equal(on_gpu["ranks"].cpu().numpy(), on_host["ranks"]), (raw, on_gpu["ranks"], on_host["ranks"])
+        (gt, gl), (ct, cl) = on_gpu["top_logprobs"], on_host["top_logprobs"]
+        assert np.array_equal(gt.cpu().numpy(), ct), raw
+        gl = gl.cpu().numpy()
+        assert np.array_equal(np.isnan(gl), np.isnan(cl)) and np.allclose(gl[~np.isnan(cl)], cl[~np.isnan(cl)], atol=1e-4)
 
 
 def test_score_on_the_gpu_checks_its_input(dev):
@@ -724,11 +734,13 @@ def test_score_on_the_gpu_checks_its_input(dev):
         fs.score(hidden, weight, [0, 1])
     with pytest.raises(ValueError, match="0 .. 99"):
         fs.score(hidden, weight, [0, 100, 1])
-    with pytest.raises(NotImplementedError):
-        fs.score(hidden, weight, [0, 1, 2], top_logprobs=2)
     with pytest.raises(ValueError, match="integer CUDA tensor"):
         fs.score(hidden, weight, torch.tensor([True, False, True], device=dev))
-    # Device-resident ids are not checked on the host: out of range scores NaN, in range as from a list.
+    # Device-resident ids are not checked on the host: out of range scores NaN (rank 0), in range as from a
+    # list.
+    top = fs.score(hidden, weight, torch.tensor([7, 100, -1], device=dev), top_logprobs=2)
+    assert top["ranks"][1:].tolist() == [0, 0] and top["ranks"][0] >= 1
+    assert top["ranks"][0] == fs.score(hidden.cpu(), weight.cpu(), [7, 0, 0], top_logprobs=2)["ranks"][0]
     out = fs.score(hidden, weight, torch.tensor([7, 100, -1], device=dev))
     ref = fs.score(hidden, weight, [7, 0, 0])
     assert torch.isnan(out["logprobs"][1:]).all() and torch.isnan(out["raw_logprobs"][1:]).all()

@@ -51,7 +51,7 @@ use module::*;
 pub use options::GpuOptions;
 use outputs::Destinations;
 pub use outputs::DeviceOutputs;
-pub use score::ScoreOutputs;
+pub use score::{ScoreOutputs, ScoreTop};
 pub(crate) use score::{ScoreTargets, scoring_params};
 use truncate::TruncationBuffers;
 pub(crate) use validate::check_rank_truncation;
@@ -172,6 +172,23 @@ fn optional_address<'a, T>(view: Option<&'a CudaView<'_, T>>, stream: &'a CudaSt
         Some((ptr, guard)) => (ptr, Some(guard)),
         None => (0, None),
     }
+}
+
+/// Top log-probabilities as the kernels write them (`[rows, k]` tokens and log-probabilities) per
+/// row, each list up to its last entry (`INVALID_INDEX` ends it).
+fn top_lists(tokens: &[u32], logprobs: &[f32], k: usize) -> crate::TopLogprobs {
+    let per = k.max(1);
+    tokens
+        .chunks(per)
+        .zip(logprobs.chunks(per))
+        .map(|(t, l)| {
+            t.iter()
+                .zip(l)
+                .take_while(|(t, _)| **t != flashsampling_kernels::INVALID_INDEX)
+                .map(|(&t, &l)| (t, l))
+                .collect()
+        })
+        .collect()
 }
 
 /// The compute capability the embedded portable PTX was built for (`FLASHSAMPLING_SM`; 0 if its
@@ -572,20 +589,7 @@ impl GpuBackend {
             return Ok(None);
         };
         let (tokens, logprobs) = (self.stream.clone_dtoh(&tokens)?, self.stream.clone_dtoh(&logprobs)?);
-        let per = out.top_n.max(1);
-        Ok(Some(
-            tokens
-                .chunks(per)
-                .zip(logprobs.chunks(per))
-                .map(|(t, l)| {
-                    t.iter()
-                        .zip(l)
-                        .take_while(|(t, _)| **t != flashsampling_kernels::INVALID_INDEX)
-                        .map(|(&t, &l)| (t, l))
-                        .collect()
-                })
-                .collect(),
-        ))
+        Ok(Some(top_lists(&tokens, &logprobs, out.top_n)))
     }
 
     /// Samples on device buffers: one launch of the fused kernel on [`Self::stream`] (two with
@@ -965,7 +969,15 @@ impl GpuBackend {
                     ]
                 });
                 let scored = targets.iter().flat_map(|t| {
-                    [(t.logprobs, rows), (t.raw_logprobs, rows), (t.logsumexp, rows), (t.raw_logsumexp, rows)]
+                    [
+                        (t.logprobs, rows),
+                        (t.raw_logprobs, rows),
+                        (t.logsumexp, rows),
+                        (t.raw_logsumexp, rows),
+                        (t.top_tokens, top),
+                        (t.top_logprobs, top),
+                        (t.ranks, rows),
+                    ]
                 });
                 for (address, entries) in given.chain(scored).filter(|&(a, _)| a != 0) {
                     // SAFETY: each given caller output holds at least `entries` 4-byte entries

@@ -14,7 +14,9 @@ use crate::score::{Scores, check_tokens};
 
 /// The device addresses of a scoring call's given tokens and outputs (read into
 /// [`FusedParams::targets`] and the fields after it; `logsumexp` and `raw_logsumexp` into
-/// [`FusedParams::logsumexp`] and [`FusedParams::raw_logsumexp`]).
+/// [`FusedParams::logsumexp`] and [`FusedParams::raw_logsumexp`]; the top outputs and ranks, 0
+/// without top log-probabilities, into the truncation step's and the fallback's
+/// [`flashsampling_kernels::params::TopOutputs`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct ScoreTargets {
     pub(crate) tokens: u64,
@@ -22,6 +24,9 @@ pub(crate) struct ScoreTargets {
     pub(crate) raw_logprobs: u64,
     pub(crate) logsumexp: u64,
     pub(crate) raw_logsumexp: u64,
+    pub(crate) top_tokens: u64,
+    pub(crate) top_logprobs: u64,
+    pub(crate) ranks: u64,
 }
 
 /// Device buffers of the caller that a scoring call ([`GpuBackend::score_device`]) writes its
@@ -37,6 +42,23 @@ pub struct ScoreOutputs<'a> {
     pub logsumexp: CudaViewMut<'a, f32>,
     /// Each row's log-sum-exp of the raw logits.
     pub raw_logsumexp: CudaViewMut<'a, f32>,
+    /// With [`SamplingParams::top_logprobs`] = `k > 0` (and only then): each row's top
+    /// log-probabilities and its given token's rank.
+    pub top: Option<ScoreTop<'a>>,
+}
+
+/// Device buffers of the caller for a scoring call's top log-probabilities
+/// ([`SamplingParams::top_logprobs`] = `k`): definitions as [`Scores::top_logprobs`] and
+/// [`Scores::ranks`].
+#[derive(Debug)]
+pub struct ScoreTop<'a> {
+    /// Each row's `k` most likely tokens, `[B, k]` row-major (`INVALID_INDEX` past a row's last).
+    pub tokens: CudaViewMut<'a, u32>,
+    /// Their log-probabilities, `[B, k]` (NaN past a row's last entry).
+    pub logprobs: CudaViewMut<'a, f32>,
+    /// Each row's given token's rank in that order over every token (1 = first), `[B]`; 0 for a
+    /// token at or past V.
+    pub ranks: CudaViewMut<'a, u32>,
 }
 
 impl<'a> ScoreOutputs<'a> {
@@ -55,31 +77,42 @@ impl<'a> ScoreOutputs<'a> {
         }
         let mut rows = buf.chunks_exact_mut(b);
         let mut row = || rows.next().expect("four rows of B");
-        Ok(Self { logprobs: row(), raw_logprobs: row(), logsumexp: row(), raw_logsumexp: row() })
+        Ok(Self { logprobs: row(), raw_logprobs: row(), logsumexp: row(), raw_logsumexp: row(), top: None })
     }
 
-    /// Entries `rows` of the four outputs (the outputs of those rows of a split call).
+    /// These outputs with `top` ([`Self::top`]) for a call with top log-probabilities.
+    pub fn with_top(self, top: ScoreTop<'a>) -> Self {
+        Self { top: Some(top), ..self }
+    }
+
+    /// Entries `rows` of the outputs (the outputs of those rows of a split call; `k` top entries a
+    /// row).
     ///
     /// # Panics
     /// If `rows` is not inside every output (a checked call's row ranges are).
-    pub(crate) fn rows(&mut self, rows: std::ops::Range<usize>) -> ScoreOutputs<'_> {
+    pub(crate) fn rows(&mut self, rows: std::ops::Range<usize>, k: usize) -> ScoreOutputs<'_> {
         ScoreOutputs {
             logprobs: self.logprobs.slice_mut(rows.clone()),
             raw_logprobs: self.raw_logprobs.slice_mut(rows.clone()),
             logsumexp: self.logsumexp.slice_mut(rows.clone()),
-            raw_logsumexp: self.raw_logsumexp.slice_mut(rows),
+            raw_logsumexp: self.raw_logsumexp.slice_mut(rows.clone()),
+            top: self.top.as_mut().map(|t| ScoreTop {
+                tokens: t.tokens.slice_mut(rows.start * k..rows.end * k),
+                logprobs: t.logprobs.slice_mut(rows.start * k..rows.end * k),
+                ranks: t.ranks.slice_mut(rows),
+            }),
         }
     }
 }
 
-/// The controls a GPU scoring call takes: everything but top log-probabilities (and their ranks),
-/// and over vocab shards (`sharded`) everything but truncation too (the ranks' exchange carries no
-/// kept set for a given token).
+/// The controls a GPU scoring call takes: every one on one GPU; over vocab shards (`sharded`)
+/// neither top log-probabilities nor truncation (the ranks' exchange carries no rank or kept set
+/// for a given token).
 fn check_score_controls(params: &SamplingParams, v: usize, sharded: bool) -> Result<()> {
-    if params.top_logprobs > 0 {
+    if sharded && params.top_logprobs > 0 {
         return Err(Error::Unsupported {
             control: "scoring given tokens with top log-probabilities (and their ranks)",
-            path: "on the GPU backend (the CPU backend scores them)",
+            path: "over vocab shards (one GPU and the CPU backend score them)",
         });
     }
     if sharded && params.truncates(v) {
@@ -99,6 +132,12 @@ pub(crate) const TRUNCATED_SCORE_LOGITS_BYTES: usize = 256 << 20;
 /// Rows per launch of a truncating scoring call over a `v`-token head (at least one).
 pub(crate) fn truncated_score_rows(v: usize) -> usize {
     (TRUNCATED_SCORE_LOGITS_BYTES / (4 * v.max(1))).max(1)
+}
+
+/// Whether a scoring call over a `v`-token head runs the truncating pass, whose fallback may
+/// materialize any row's logits: top-k / top-p / min-p, or top log-probabilities (and ranks).
+fn scores_through_fallback(params: &SamplingParams, v: usize) -> bool {
+    params.truncates(v) || params.top_logprobs > 0
 }
 
 /// `params` as a scoring launch runs them: one sample per row, both log-probabilities.
@@ -124,9 +163,13 @@ impl GpuBackend {
     /// fallback's logits stay within 256 MiB). There a token that a sampling call with the same
     /// keys drew as a new (truncated) sample scores that call's raw log-probability bit for bit;
     /// any other token's raw log-probability comes from the row's reduction (another summation
-    /// order than a truncated sample's: equal within f32 rounding). Top log-probabilities are
-    /// [`Error::Unsupported`] here. Not capturable into a CUDA graph ([`Error::Capture`]: the
-    /// per-row parameters are uploaded from the host).
+    /// order than a truncated sample's: equal within f32 rounding). With top log-probabilities
+    /// (`top_logprobs = k > 0`: `scores.top` holds `[B, k]` lists and `[B]` ranks, else
+    /// [`Error::OutputMismatch`]) the pass is the truncating one too: the lists are sampling's, and
+    /// each given token's rank comes from the truncation step's sorted prefix where it holds every
+    /// token before it, else from the fallback's count over the row (0 for a token at or past V).
+    /// Not capturable into a CUDA graph ([`Error::Capture`]: the per-row parameters are uploaded
+    /// from the host).
     ///
     /// # Errors
     /// Sampling's validation ([`Self::sample_device_masked`]); `tokens` or an output shorter than
@@ -149,7 +192,7 @@ impl GpuBackend {
         let whole = VocabRange { offset: 0, vocab: weight.rows };
         let (b, d, v) = (hidden.rows, hidden.cols, weight.rows);
         let chunk = truncated_score_rows(v);
-        if !p.truncates(v) || b <= chunk {
+        if !scores_through_fallback(&p, v) || b <= chunk {
             let (targets, _guards) = self.score_targets(tokens, scores);
             return self.sample_device_in(hidden, weight, &p, mask, out, whole, None, None, None, Some(targets));
         }
@@ -163,7 +206,7 @@ impl GpuBackend {
             let h = DeviceMatrix { data: hidden.data.slice(rows.start * d..rows.end * d), rows: rows.len(), cols: d };
             let m = mask.map(|m| m.slice(rows.start * words..rows.end * words));
             let t = tokens.slice(rows.clone());
-            let mut part = scores.rows(rows.clone());
+            let mut part = scores.rows(rows.clone(), p.top_logprobs as usize);
             let (targets, _guards) = self.score_targets(&t, &mut part);
             let pr = p.rows(rows)?;
             self.sample_device_in(&h, weight, &pr, m.as_ref(), out, whole, None, None, None, Some(targets))?;
@@ -171,9 +214,9 @@ impl GpuBackend {
         Ok(())
     }
 
-    /// The checks of a scoring call with `b` rows over `v` weight rows (`sharded`: a vocab-parallel
-    /// rank's), before anything is taken or enqueued: not in a capture, controls the GPU scores,
-    /// one token and at least one output entry per row, buffers of this context.
+    /// The checks of a scoring call with `b` rows over `v` vocabulary entries (`sharded`: a
+    /// vocab-parallel rank's), before anything is taken or enqueued: not in a capture, controls the
+    /// GPU scores, one token and at least one output entry per row, buffers of this context.
     pub(crate) fn check_score_call(
         &self,
         params: &SamplingParams,
@@ -192,6 +235,23 @@ impl GpuBackend {
         }
         if !same_context(tokens.stream().context(), &self.k.ctx) {
             return Err(Error::ForeignBuffer { buffer: "tokens to score" });
+        }
+        let k = params.top_logprobs as usize;
+        if scores.top.is_some() != (k > 0) {
+            return Err(Error::OutputMismatch { output: "score top log-probabilities", asked: k > 0 });
+        }
+        if let Some(top) = &scores.top {
+            let lengths = [(top.tokens.len(), b * k), (top.logprobs.len(), b * k), (top.ranks.len(), b)];
+            let contexts = [top.tokens.stream(), top.logprobs.stream(), top.ranks.stream()];
+            let names = ["score top tokens", "score top logprobs", "score ranks"];
+            for ((name, (len, want)), stream) in names.into_iter().zip(lengths).zip(contexts) {
+                if len < want {
+                    return Err(Error::LengthMismatch { buffer: name, expected: want, actual: len });
+                }
+                if !same_context(stream.context(), &self.k.ctx) {
+                    return Err(Error::ForeignBuffer { buffer: name });
+                }
+            }
         }
         for (name, o) in [
             ("score logprobs", &scores.logprobs),
@@ -215,13 +275,24 @@ impl GpuBackend {
         &'a self,
         tokens: &'a CudaView<'_, u32>,
         scores: &'a mut ScoreOutputs<'_>,
-    ) -> (ScoreTargets, [SyncOnDrop<'a>; 5]) {
+    ) -> (ScoreTargets, Vec<SyncOnDrop<'a>>) {
         let (tokens, g0) = device_address(tokens, &self.stream);
         let (logprobs, g1) = scores.logprobs.device_ptr_mut(&self.stream);
         let (raw_logprobs, g2) = scores.raw_logprobs.device_ptr_mut(&self.stream);
         let (logsumexp, g3) = scores.logsumexp.device_ptr_mut(&self.stream);
         let (raw_logsumexp, g4) = scores.raw_logsumexp.device_ptr_mut(&self.stream);
-        (ScoreTargets { tokens, logprobs, raw_logprobs, logsumexp, raw_logsumexp }, [g0, g1, g2, g3, g4])
+        let mut guards = vec![g0, g1, g2, g3, g4];
+        let (mut top_tokens, mut top_logprobs, mut ranks) = (0, 0, 0);
+        if let Some(top) = scores.top.as_mut() {
+            let (t, g5) = top.tokens.device_ptr_mut(&self.stream);
+            let (l, g6) = top.logprobs.device_ptr_mut(&self.stream);
+            let (r, g7) = top.ranks.device_ptr_mut(&self.stream);
+            (top_tokens, top_logprobs, ranks) = (t, l, r);
+            guards.extend([g5, g6, g7]);
+        }
+        let targets =
+            ScoreTargets { tokens, logprobs, raw_logprobs, logsumexp, raw_logsumexp, top_tokens, top_logprobs, ranks };
+        (targets, guards)
     }
 
     /// Per row of `hidden`, the log-probabilities of `tokens[row]` under `params`' controls and the
@@ -281,16 +352,30 @@ impl GpuBackend {
         let w = self.stream.clone_htod(weight.data)?;
         let t = self.stream.clone_htod(tokens)?;
         let (b, d, v) = (shape.b, hidden.cols, shape.v);
-        // A truncating call runs in launches of at most `chunk` rows (as `score_device` splits it),
-        // here one `score_device` call each, so that each launch's samples are read before the next.
+        // A truncating call (or one with top log-probabilities) runs in launches of at most `chunk`
+        // rows (as `score_device` splits it), here one `score_device` call each, so that each
+        // launch's samples are read before the next.
         let truncating = params.truncates(v);
-        let chunk = if truncating { truncated_score_rows(v).min(b) } else { b };
+        let chunk = if scores_through_fallback(params, v) { truncated_score_rows(v).min(b) } else { b };
         let mut out = self.alloc_samples(chunk, v)?;
         let mut buf = self.stream.alloc_zeros::<f32>(4 * b)?;
+        let k = params.top_logprobs as usize;
+        let mut top = match k {
+            0 => None,
+            _ => Some((
+                self.stream.alloc_zeros::<u32>(b * k)?,
+                self.stream.alloc_zeros::<f32>(b * k)?,
+                self.stream.alloc_zeros::<u32>(b)?,
+            )),
+        };
         let mut samples = Samples::plain(Vec::with_capacity(b), Vec::with_capacity(b));
         let (mut logprobs, mut raw_logprobs, mut fell) = (Vec::with_capacity(b), Vec::with_capacity(b), Vec::new());
         {
             let mut all = ScoreOutputs::rows_of(buf.as_view_mut(), b)?;
+            if let Some((tokens, logprobs, ranks)) = top.as_mut() {
+                let (tokens, logprobs, ranks) = (tokens.as_view_mut(), logprobs.as_view_mut(), ranks.as_view_mut());
+                all = all.with_top(ScoreTop { tokens, logprobs, ranks });
+            }
             let weight_dev = DeviceMatrix { data: w.as_view(), rows: weight.rows, cols: weight.cols };
             for r0 in (0..b).step_by(chunk) {
                 let rows = r0..b.min(r0 + chunk);
@@ -302,7 +387,7 @@ impl GpuBackend {
                     cut = params.rows(rows.clone())?;
                     &cut
                 };
-                let mut part = all.rows(rows.clone());
+                let mut part = all.rows(rows.clone(), k);
                 self.score_device(
                     &DeviceMatrix { data: h.slice(rows.start * d..rows.end * d), rows: n, cols: d },
                     &weight_dev,
@@ -329,10 +414,19 @@ impl GpuBackend {
             }
         }
         let all = self.stream.clone_dtoh(&buf)?;
+        let (top_logprobs, ranks) = match &top {
+            None => (None, None),
+            Some((tokens, logprobs, ranks)) => {
+                let (tokens, logprobs) = (self.stream.clone_dtoh(tokens)?, self.stream.clone_dtoh(logprobs)?);
+                (Some(top_lists(&tokens, &logprobs, k)), Some(self.stream.clone_dtoh(ranks)?))
+            }
+        };
         (samples.logprobs, samples.raw_logprobs) = (Some(logprobs), Some(raw_logprobs));
         // The log-sum-exps are the scores' (the kept sets' where rows truncate).
         samples.logsumexp = Some(all[2 * b..3 * b].to_vec());
         samples.truncation_fallback = truncating.then_some(fell);
+        // Its top log-probabilities are the scores' (one sample per row).
+        samples.top_logprobs = top_logprobs.clone();
         // A row sampling refuses is this call's error too.
         check_samples_of(&samples, 1, hidden, &[weight.data])?;
         let scores = Scores {
@@ -340,9 +434,32 @@ impl GpuBackend {
             raw_logprobs: all[b..2 * b].to_vec(),
             logsumexp: all[2 * b..3 * b].to_vec(),
             raw_logsumexp: all[3 * b..].to_vec(),
-            top_logprobs: None,
-            ranks: None,
+            top_logprobs,
+            ranks,
         };
         Ok((samples, scores))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_gpu_scores_every_control_and_vocab_shards_refuse_truncation_and_top_lists() {
+        let v = 1000;
+        let base = SamplingParams::new(0.8, 1);
+        let top = base.clone().with_top_logprobs(5, true);
+        let trunc = base.clone().with_top_k(vec![4]);
+        for p in [&base, &top, &trunc] {
+            assert!(check_score_controls(p, v, false).is_ok());
+        }
+        assert!(check_score_controls(&base, v, true).is_ok());
+        for p in [&top, &trunc] {
+            assert!(matches!(check_score_controls(p, v, true), Err(Error::Unsupported { .. })));
+        }
+        // Both run the truncating pass, whose fallback may materialize a row: split into launches.
+        assert!(scores_through_fallback(&top, v) && scores_through_fallback(&trunc, v));
+        assert!(!scores_through_fallback(&base, v));
     }
 }

@@ -284,6 +284,11 @@ impl GpuBackend {
             // Caller-owned top outputs (`sample_device_into`), `[B, k]` like the own ones.
             (top.tokens, top.logprobs) = (d.top_tokens as *mut u32, d.top_logprobs as *mut f32);
         }
+        let mut ranks = 0;
+        if let Some(t) = out.targets.filter(|t| t.top_tokens != 0) {
+            // A scoring call's (`score_device`): its top lists and its given tokens' ranks.
+            (top.tokens, top.logprobs, ranks) = (t.top_tokens as *mut u32, t.top_logprobs as *mut f32, t.ranks);
+        }
         let o = out.output_ptrs(&self.stream, true);
         let (offsets, results) = adjusted.unwrap_or((0, 0));
         // A call without log-probabilities computes no token's logit for them: not the plain
@@ -314,6 +319,7 @@ impl GpuBackend {
             raw_logsumexp: raw_lse as *const f32,
             units: units as u32,
             top,
+            target_ranks: ranks as *mut u32,
             ..truncate_params(&t, outputs, row_params, (rows, n, v, d), elem)
         });
         // A scoring call's step scores its given tokens too (over the whole row in its reduction, then
@@ -344,6 +350,7 @@ impl GpuBackend {
             targets: fused.targets,
             target_logprobs: fused.target_logprobs,
             target_raw_logprobs: fused.target_raw_logprobs,
+            target_ranks: ranks as *mut u32,
             ..fallback_params(&t, outputs, row_params, (v, d, n), elem)
         });
         // SAFETY: the list (count and rows < B·n) and the listed rows' hidden states in `gathered`
@@ -725,6 +732,7 @@ fn truncate_params(
         export: std::ptr::null_mut(),
         ranks: 1,
         rank_stride: 0,
+        target_ranks: std::ptr::null_mut(),
     }
 }
 
@@ -765,6 +773,7 @@ fn fallback_params(
         targets: std::ptr::null(),
         target_logprobs: std::ptr::null_mut(),
         target_raw_logprobs: std::ptr::null_mut(),
+        target_ranks: std::ptr::null_mut(),
     }
 }
 

@@ -73,21 +73,100 @@ const FIXED: f32 = (1u64 << 40) as f32;
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn fallback_sample(p: FallbackParams) {
     // SAFETY: the caller's contract, the same as the body's.
-    unsafe { sample_listed::<false>(p) }
+    unsafe { sample_listed::<false>(p) };
 }
 
 /// [`fallback_sample`] for a call that scores given tokens ([`FallbackParams::targets`],
 /// non-null): a listed row that it samples also scores its given token over the kept set it finds
 /// (`z / T − lse_kept` with the row's processed logit, the arithmetic of its sampled token's, or
 /// `−∞` where the cut removes it), and takes its sample's raw log-probability when the token is
-/// that sample. A token at or past V keeps the reduction's NaN.
+/// that sample. A token at or past V keeps the reduction's NaN. With ranks
+/// ([`FallbackParams::target_ranks`], non-null) every listed row also ranks its given token over
+/// its whole row ([`rank_listed`]: the raw logits before the body processes them in place, or the
+/// processed ones after it): the truncation step lists the rows whose rank its sorted prefix
+/// cannot decide.
 ///
 /// # Safety
-/// As [`fallback_sample`], and `targets` and their outputs hold B entries.
+/// As [`fallback_sample`], and `targets` and their outputs (`target_ranks` too, when not null)
+/// hold B entries.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn fallback_sample_scored(p: FallbackParams) {
+    // Nothing is read before `fallback_logits` is done (the body's wait, again, is then a no-op).
+    griddepcontrol_wait();
+    // The raw rank before the body processes the row in place, the processed one after it with the
+    // row's cut. (No branch here: around the body, one would have it inlined twice.)
+    // SAFETY: the caller's contract; every thread of the block.
+    unsafe { rank_listed(&p, true, None) };
     // SAFETY: the caller's contract, the same as the body's.
-    unsafe { sample_listed::<true>(p) }
+    let cut = unsafe { sample_listed::<true>(p) };
+    // SAFETY: as above; the body processed the row's logits in place and found its cut (when it
+    // returns one).
+    unsafe { rank_listed(&p, false, cut) };
+}
+
+/// A scoring fallback's rank of its listed row's given token ([`FallbackParams::target_ranks`])
+/// over every token of the row, in the top log-probabilities' order, when the call asks ranks and
+/// `raw` is that order's (else it returns at once): with `raw`, of its raw logits (before
+/// [`sample_listed`] processes them in place); else, with the row's `cut` ([`sample_listed`]'s,
+/// after it; none: no rank), of its processed ones, the tokens the cut removes at `−∞` (a greedy
+/// row's all kept: it does not truncate). One plus the
+/// tokens with a larger value, or an equal one (or one a NaN leaves unordered) at a lower index —
+/// the CPU's `partial_cmp` order; 0 for a token at or past V.
+///
+/// # Safety
+/// Every thread of the block; the list, the rows and their logits as [`fallback_sample`] reads
+/// them (the logits raw without a cut, processed in place with the row's cut); `targets` and
+/// `target_ranks` hold B entries.
+#[inline(never)]
+unsafe fn rank_listed(p: &FallbackParams, raw: bool, cut: Option<KeptCut>) {
+    let raw_order = p.top.source != TopSource::Processed;
+    if p.target_ranks.is_null() || raw != raw_order || !raw && cut.is_none() {
+        return; // block-uniform
+    }
+    // SAFETY: special-register reads; the list's count.
+    let (tid, s, count) = unsafe { (_thread_idx_x(), _block_idx_x(), *p.list) };
+    if s >= count {
+        return; // block-uniform
+    }
+    let v = p.v;
+    // SAFETY: s < count ≤ B: a listed row b < B; slot s of `[count, V]`; the targets hold entry b.
+    let (b, row, z, target) = unsafe {
+        let b = *p.list.add(1 + s as usize) & FALLBACK_ROW;
+        (b, *p.rows.add(b as usize), p.logits.add(s as usize * v as usize), *p.targets.add(b as usize))
+    };
+    // SAFETY: block-uniform barrier: the body's writes of the logits and its shared memory are done.
+    unsafe { _syncthreads() };
+    let cut = cut.filter(|_| !row.transform.is_greedy());
+    let value = |x: f32| match cut {
+        Some(c) if !c.keeps(x) => f32::NEG_INFINITY,
+        _ => x,
+    };
+    let rank = if target < v {
+        // SAFETY: target < V: inside the row.
+        let x = value(unsafe { *z.add(target as usize) });
+        let mut before = 0u64;
+        // SAFETY: z holds V floats.
+        unsafe {
+            for_each(z, v, tid, |i, y| {
+                let y = value(y);
+                if y > x || (!(y < x) && i < target) {
+                    before += 1;
+                }
+            })
+        };
+        // SAFETY: every thread (`target` is block-uniform).
+        1 + unsafe { block_sum_u64::<WARPS>(before, tid) } as u32
+    } else {
+        0
+    };
+    // SAFETY: b < B; block-uniform barrier: every read of the logits and the reduction's slots is
+    // done before the body processes the row in place (`raw`) or the block ends.
+    unsafe {
+        if tid == 0 {
+            *p.target_ranks.add(b as usize) = rank;
+        }
+        _syncthreads();
+    }
 }
 
 /// The body of [`fallback_sample`] (`SCORE`: [`fallback_sample_scored`]).
@@ -95,14 +174,14 @@ pub unsafe extern "ptx-kernel" fn fallback_sample_scored(p: FallbackParams) {
 /// # Safety
 /// As [`fallback_sample`] (with `SCORE`, as [`fallback_sample_scored`]).
 #[inline(always)]
-unsafe fn sample_listed<const SCORE: bool>(p: FallbackParams) {
+unsafe fn sample_listed<const SCORE: bool>(p: FallbackParams) -> Option<KeptCut> {
     // Launched with programmatic stream serialization after `fallback_logits` (or plainly after the
     // unfused sampler's GEMM): wait for it before anything is read or written.
     griddepcontrol_wait();
     // SAFETY: special-register reads; the list's count.
     let (tid, s, count) = unsafe { (_thread_idx_x(), _block_idx_x(), *p.list) };
     if s >= count {
-        return; // block-uniform
+        return None; // block-uniform
     }
     let n = p.samples.max(1);
     let v = p.v;
@@ -130,7 +209,7 @@ unsafe fn sample_listed<const SCORE: bool>(p: FallbackParams) {
             _syncthreads(); // every read of the logits is done before they change below
         }
         if keeps_sample {
-            return; // block-uniform
+            return None; // block-uniform
         }
     }
     // The row's raw logits turned into processed ones in place: the logit pipeline
@@ -187,7 +266,7 @@ unsafe fn sample_listed<const SCORE: bool>(p: FallbackParams) {
         }
     }
     if keeps_sample {
-        return; // block-uniform
+        return Some(cut); // block-uniform
     }
     // SAFETY: every thread; b < B; z as above; c is the block's sample.
     unsafe { write_row(&p, b, z, (c, lse_kept), transform, tid) };
@@ -206,6 +285,7 @@ unsafe fn sample_listed<const SCORE: bool>(p: FallbackParams) {
             }
         }
     }
+    Some(cut)
 }
 
 /// A row's kept set, found exactly over its processed logits: every token with `x ≥ tm` (min-p)

@@ -71,7 +71,7 @@ const LIST_WORD: u32 = STEP_WORD + 3;
 /// Entries the walk reads at most: it decides (or gives up) before taking entry `MAX_KEPT`.
 const WALK_ENTRIES: u32 = MAX_KEPT as u32 + 1;
 use crate::logmass::log_prob;
-const _: () = assert!(TRUNCATE_SMEM == CONTROL_AT + 64 && 4 * (KEPT_WORD + 1) <= 64);
+const _: () = assert!(TRUNCATE_SMEM == CONTROL_AT + 64 && 4 * (RANK_WORD + 2) <= 64);
 // The row's reduction ([`reduce_row_block`]) runs in the entries area, with its threads.
 const _: () = assert!(REDUCE_BLOCK_SMEM <= MASSES_AT && REDUCE_BLOCK_THREADS <= TRUNCATE_THREADS);
 const _: () = assert!(TRUNCATE_CAPACITY.is_power_of_two() && TRUNCATE_CAPACITY >= 64);
@@ -124,6 +124,9 @@ const _: () = assert!(WARP_SORT <= 64 && MAX_TOP_N <= WARP_SORT);
 /// in its bin; then the compaction's counter.
 const SELECT_WORD: u32 = LIST_WORD + 1;
 const KEPT_WORD: u32 = SELECT_WORD + 3;
+/// Control words of a scoring step's rank ([`rank_in_prefix`]): the given token's place in the
+/// sorted entries plus one (0: not among them), then the entries at a lower index.
+const RANK_WORD: u32 = KEPT_WORD + 1;
 /// Collected entries per thread (the selection holds them in registers).
 const PER_THREAD: usize = (TRUNCATE_CAPACITY / TRUNCATE_THREADS) as usize;
 
@@ -721,15 +724,24 @@ unsafe fn truncate_row<const SCORE: bool>(p: TruncateParams) {
             // SAFETY: b < B.
             unsafe { *flag = 0 };
         }
-        if top == TopPlan::Fallback {
+        // A scoring step's rank: a greedy row's token is first when it is the row's argmax (the
+        // plain token); any other goes to the fallback's count (as does a raw list's rank).
+        // SAFETY: b < B: the targets and ranks hold entry b.
+        let rank_listed = SCORE && !p.target_ranks.is_null() && !unsafe { rank_direct(&p, b, top, tid) };
+        if top == TopPlan::Fallback || rank_listed {
+            let flags = if top == TopPlan::Fallback { FALLBACK_TOP } else { 0 } | FALLBACK_KEEPS_SAMPLE;
             // SAFETY: every thread (block-uniform branch), once.
-            unsafe { list_row(&p, b, FALLBACK_TOP | FALLBACK_KEEPS_SAMPLE, tid, control + 4 * LIST_WORD) };
+            unsafe { list_row(&p, b, flags, tid, control + 4 * LIST_WORD) };
         }
         return; // block-uniform
     }
     if tid < ROUNDS {
         // SAFETY: the rounds' counters, zeroed before the barrier below.
         unsafe { st_shared_u32(control + 4 * tid, 0) };
+    }
+    if SCORE && tid < 2 {
+        // SAFETY: the rank's control words, zeroed before the barrier below (nothing else uses them).
+        unsafe { st_shared_u32(control + 4 * (RANK_WORD + tid), 0) };
     }
     let units = RowUnits {
         // SAFETY: row b's units (of rank 0) are inside `tops`.
@@ -802,7 +814,9 @@ unsafe fn truncate_row<const SCORE: bool>(p: TruncateParams) {
     }
     // 6. The top log-probabilities from the prefix, the row's flag, and its listing for the fallback.
     // SAFETY: every thread of the block (the outcome and the top plan are block-uniform); b < B.
-    unsafe { finish_row(&p, (b, request), top, (collected, theta, outcome), (transform, lse), (tid, control)) };
+    unsafe {
+        finish_row::<SCORE>(&p, (b, request), top, (collected, theta, outcome), (transform, lse), (tid, control))
+    };
 }
 
 /// Step 1 of [`truncate_row`]: the largest bound `β` of the row's units over every rank (eight loads
@@ -1133,6 +1147,85 @@ unsafe fn walk_kept(
     }
 }
 
+/// A scoring step's rank of row `b`'s given token ([`TruncateParams::target_ranks`]) where no sorted prefix
+/// is read (a row that neither truncates nor lists top entries from it): a token at or past V is 0;
+/// a greedy row's token is 1 when it is the row's plain token (its lowest-index argmax). Returns
+/// whether it wrote the rank (else the fallback counts it).
+///
+/// # Safety
+/// `b < B`; the targets and ranks hold entry `b`.
+#[inline(always)]
+unsafe fn rank_direct(p: &TruncateParams, b: u32, top: TopPlan, tid: u32) -> bool {
+    // SAFETY: b < B (a block-uniform load).
+    let target = unsafe { *p.reduce.targets.add(b as usize) };
+    let rank = match top {
+        _ if target >= p.v => 0,
+        TopPlan::Direct { token } if token == target => 1,
+        _ => return false,
+    };
+    if tid == 0 {
+        // SAFETY: b < B.
+        unsafe { *p.target_ranks.add(b as usize) = rank };
+    }
+    true
+}
+
+/// A scoring step's rank of row `b`'s given token ([`TruncateParams::target_ranks`]) from the first `n`
+/// sorted entries, which hold every token that comes before it in the order when it is among
+/// them: its place there plus one. When it is not, and every token outside them is `−∞`
+/// (`rest_removed`: a certified row's kept set, or a prefix collected down to `−∞`), it comes after
+/// all `n` and the tokens outside them at a lower index: `1 + n + t − (entries below t)`. Else
+/// nothing is written. Returns whether the rank was written (a token at or past V: 0).
+///
+/// # Safety
+/// Every thread of the block calls it once with the same arguments; the `n` sorted entries are
+/// visible; the rank's control words ([`RANK_WORD`]) were zeroed before a barrier and not used
+/// since; `b < B`; the targets and ranks hold entry `b`. Its one barrier comes before its reads of
+/// the rank's words (a later use of them needs one more).
+#[inline(always)]
+unsafe fn rank_in_prefix(
+    p: &TruncateParams,
+    b: u32,
+    (n, rest_removed): (u32, bool),
+    (tid, control): (u32, u32),
+) -> bool {
+    // SAFETY: b < B (a block-uniform load).
+    let target = unsafe { *p.reduce.targets.add(b as usize) };
+    let (place, below) = (control + 4 * RANK_WORD, control + 4 * (RANK_WORD + 1));
+    let mut mine = 0;
+    let mut j = tid;
+    while j < n {
+        // SAFETY: j < n: a sorted entry.
+        let i = unsafe { load_entry(j) }.1;
+        if i == target {
+            // SAFETY: the rank's control word; one entry per token: one thread at most.
+            unsafe { st_shared_u32(place, j + 1) };
+        }
+        mine += (i < target) as u32;
+        j += TRUNCATE_THREADS;
+    }
+    // SAFETY: the rank's control words; every thread, block-uniform barrier: every add and the
+    // place are visible after it.
+    let (place, below) = unsafe {
+        if mine > 0 {
+            red_shared_add_u32(below, mine);
+        }
+        _syncthreads();
+        (ld_shared_u32(place), ld_shared_u32(below))
+    };
+    let rank = match () {
+        _ if target >= p.v => 0,
+        _ if place > 0 => place,
+        _ if rest_removed => 1 + n + target - below,
+        _ => return false,
+    };
+    if tid == 0 {
+        // SAFETY: b < B.
+        unsafe { *p.target_ranks.add(b as usize) = rank };
+    }
+    true
+}
+
 /// Step 6 of [`truncate_row`]: the top log-probabilities from the sorted prefix (a certified row's
 /// kept entries, or the first `n` entries of a row that does not truncate when the prefix holds
 /// them: at least `n` entries, or every live token), the row's fallback flag, and its listing for
@@ -1142,7 +1235,7 @@ unsafe fn walk_kept(
 /// Every thread of the block calls it once with the same arguments; the sorted entries are visible;
 /// `b < B`, `request = b / n`; the list's control word at `control` is free.
 #[inline(always)]
-unsafe fn finish_row(
+unsafe fn finish_row<const SCORE: bool>(
     p: &TruncateParams,
     (b, request): (u32, u32),
     top: TopPlan,
@@ -1175,7 +1268,25 @@ unsafe fn finish_row(
         // SAFETY: b < B.
         unsafe { *p.flags.add(b as usize) = sample_in_fallback as u32 };
     }
-    if sample_in_fallback || top_in_fallback {
+    // A scoring step's rank, where the sorted prefix decides it (a row whose sample goes to the
+    // fallback is ranked there).
+    let mut rank_in_fallback = false;
+    if SCORE && !p.target_ranks.is_null() && !sample_in_fallback {
+        // The sorted entries that hold every token before the given one, when it is among them, and
+        // whether every token outside them is `−∞` (then it ranks after them, by index).
+        let prefix = match (collected, top, outcome) {
+            (Some(_), TopPlan::Prefix { raw: false }, Some(Step::Kept { count, .. })) => Some((count, true)),
+            (Some(n), TopPlan::Prefix { .. }, _) => Some((n, theta == f32::NEG_INFINITY)),
+            _ => None,
+        };
+        rank_in_fallback = match prefix {
+            // SAFETY: every thread (block-uniform); the n sorted entries are visible; the rank's
+            // control words were zeroed before the bound's barrier; b < B.
+            Some((n, rest_removed)) => !unsafe { rank_in_prefix(p, b, (n, rest_removed), (tid, control)) },
+            None => true,
+        };
+    }
+    if sample_in_fallback || top_in_fallback || rank_in_fallback {
         let flags =
             if top_in_fallback { FALLBACK_TOP } else { 0 } | if sample_in_fallback { 0 } else { FALLBACK_KEEPS_SAMPLE };
         // SAFETY: every thread (block-uniform: the outcome and the top plan are), once; the control
