@@ -14,9 +14,9 @@ use crate::score::{Scores, check_tokens};
 
 /// The device addresses of a scoring call's given tokens and outputs (read into
 /// [`FusedParams::targets`] and the fields after it; `logsumexp` and `raw_logsumexp` into
-/// [`FusedParams::logsumexp`] and [`FusedParams::raw_logsumexp`]; the top outputs and ranks, 0
-/// without top log-probabilities, into the truncation step's and the fallback's
-/// [`flashsampling_kernels::params::TopOutputs`]).
+/// [`FusedParams::logsumexp`] and [`FusedParams::raw_logsumexp`]; the top outputs, 0 without top
+/// log-probabilities, into the truncation step's and the fallback's
+/// [`flashsampling_kernels::params::TopOutputs`], and the ranks into their `target_ranks`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct ScoreTargets {
     pub(crate) tokens: u64,
@@ -240,29 +240,25 @@ impl GpuBackend {
         if scores.top.is_some() != (k > 0) {
             return Err(Error::OutputMismatch { output: "score top log-probabilities", asked: k > 0 });
         }
+        // Each output: (name, its length, the entries the call writes, its stream).
+        let mut outputs = vec![
+            ("score logprobs", scores.logprobs.len(), b, scores.logprobs.stream()),
+            ("score raw_logprobs", scores.raw_logprobs.len(), b, scores.raw_logprobs.stream()),
+            ("score logsumexp", scores.logsumexp.len(), b, scores.logsumexp.stream()),
+            ("score raw_logsumexp", scores.raw_logsumexp.len(), b, scores.raw_logsumexp.stream()),
+        ];
         if let Some(top) = &scores.top {
-            let lengths = [(top.tokens.len(), b * k), (top.logprobs.len(), b * k), (top.ranks.len(), b)];
-            let contexts = [top.tokens.stream(), top.logprobs.stream(), top.ranks.stream()];
-            let names = ["score top tokens", "score top logprobs", "score ranks"];
-            for ((name, (len, want)), stream) in names.into_iter().zip(lengths).zip(contexts) {
-                if len < want {
-                    return Err(Error::LengthMismatch { buffer: name, expected: want, actual: len });
-                }
-                if !same_context(stream.context(), &self.k.ctx) {
-                    return Err(Error::ForeignBuffer { buffer: name });
-                }
-            }
+            outputs.extend([
+                ("score top tokens", top.tokens.len(), b * k, top.tokens.stream()),
+                ("score top logprobs", top.logprobs.len(), b * k, top.logprobs.stream()),
+                ("score ranks", top.ranks.len(), b, top.ranks.stream()),
+            ]);
         }
-        for (name, o) in [
-            ("score logprobs", &scores.logprobs),
-            ("score raw_logprobs", &scores.raw_logprobs),
-            ("score logsumexp", &scores.logsumexp),
-            ("score raw_logsumexp", &scores.raw_logsumexp),
-        ] {
-            if o.len() < b {
-                return Err(Error::LengthMismatch { buffer: name, expected: b, actual: o.len() });
+        for (name, len, want, stream) in outputs {
+            if len < want {
+                return Err(Error::LengthMismatch { buffer: name, expected: want, actual: len });
             }
-            if !same_context(o.stream().context(), &self.k.ctx) {
+            if !same_context(stream.context(), &self.k.ctx) {
                 return Err(Error::ForeignBuffer { buffer: name });
             }
         }

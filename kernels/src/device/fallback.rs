@@ -109,9 +109,9 @@ pub unsafe extern "ptx-kernel" fn fallback_sample_scored(p: FallbackParams) {
 /// `raw` is that order's (else it returns at once): with `raw`, of its raw logits (before
 /// [`sample_listed`] processes them in place); else, with the row's `cut` ([`sample_listed`]'s,
 /// after it; none: no rank), of its processed ones, the tokens the cut removes at `−∞` (a greedy
-/// row's all kept: it does not truncate). One plus the
-/// tokens with a larger value, or an equal one (or one a NaN leaves unordered) at a lower index —
-/// the CPU's `partial_cmp` order; 0 for a token at or past V.
+/// row's all kept: it does not truncate). One plus the tokens with a larger value, or an equal one
+/// (or one a NaN leaves unordered) at a lower index — the CPU's `partial_cmp` order; 0 for a token
+/// at or past V.
 ///
 /// # Safety
 /// Every thread of the block; the list, the rows and their logits as [`fallback_sample`] reads

@@ -1147,10 +1147,10 @@ unsafe fn walk_kept(
     }
 }
 
-/// A scoring step's rank of row `b`'s given token ([`TruncateParams::target_ranks`]) where no sorted prefix
-/// is read (a row that neither truncates nor lists top entries from it): a token at or past V is 0;
-/// a greedy row's token is 1 when it is the row's plain token (its lowest-index argmax). Returns
-/// whether it wrote the rank (else the fallback counts it).
+/// A scoring step's rank of row `b`'s given token ([`TruncateParams::target_ranks`]) where no
+/// sorted prefix is read (a row that neither truncates nor lists top entries from it): a token at
+/// or past V is 0; a greedy row's token is 1 when it is the row's plain token (its lowest-index
+/// argmax). Returns whether it wrote the rank (else the fallback counts it).
 ///
 /// # Safety
 /// `b < B`; the targets and ranks hold entry `b`.
@@ -1170,9 +1170,9 @@ unsafe fn rank_direct(p: &TruncateParams, b: u32, top: TopPlan, tid: u32) -> boo
     true
 }
 
-/// A scoring step's rank of row `b`'s given token ([`TruncateParams::target_ranks`]) from the first `n`
-/// sorted entries, which hold every token that comes before it in the order when it is among
-/// them: its place there plus one. When it is not, and every token outside them is `−∞`
+/// A scoring step's rank of row `b`'s given token ([`TruncateParams::target_ranks`]) from the
+/// first `n` sorted entries, which hold every token that comes before it in the order when it is
+/// among them: its place there plus one. When it is not, and every token outside them is `−∞`
 /// (`rest_removed`: a certified row's kept set, or a prefix collected down to `−∞`), it comes after
 /// all `n` and the tokens outside them at a lower index: `1 + n + t − (entries below t)`. Else
 /// nothing is written. Returns whether the rank was written (a token at or past V: 0).
