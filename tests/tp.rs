@@ -618,6 +618,71 @@ fn ranks_in_threads(join: Join) {
     assert_eq!(tokens[1], whole, "{join:?}: rank 1");
 }
 
+#[test]
+fn many_fallback_rows_over_two_ranks_draw_the_one_gpu_tokens() {
+    // The truncation step lists the rows it leaves to the fallback in the order its blocks arrive
+    // (an atomic counter), which differs between ranks; the ranks' fallback exchanges their logits
+    // slot by slot, so each rank puts its list in row order first. Hundreds of listed rows make the
+    // two orders differ: both ranks (in threads on one GPU, through the in-process all-gather) must
+    // draw one GPU's tokens and log-probabilities.
+    let Some(one) = gpu_or_skip("many_fallback_rows_over_two_ranks_draw_the_one_gpu_tokens") else { return };
+    let (b, d, v) = (1024usize, 64usize, 20_003usize);
+    let ls = ShardLayout::even(v, d, 2, 128).unwrap();
+    let padded = ls[1].offset + ls[1].rows;
+    let (hidden, weight) = padded_head(b, d, v, padded, 0x7A_0003);
+    // Top-p near 1 on a flat head: the merged lists cannot certify most rows.
+    let params = SamplingParams::new(1.0, 0x5A)
+        .with_streams((0..b as u64).collect())
+        .with_top_p((0..b).map(|r| [0.9999, 0.999, 0.99][r % 3]).collect())
+        .with_logprobs(LogProbs::Processed);
+    let want = one.sample_scored(Matrix::new(&hidden, b, d), Matrix::new(&weight[..v * d], v, d), &params).unwrap();
+    let fell = want.truncation_fallback.as_ref().unwrap().iter().filter(|&&f| f).count();
+    assert!(fell >= b / 2, "{fell} of {b} rows in the fallback");
+    let shared: &'static GatherShared = Box::leak(Box::new(GatherShared::new(2)));
+    let id = CommId::from_hex(&"00".repeat(128)).unwrap();
+    let got: Vec<(Vec<u32>, Vec<f32>)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..2)
+            .map(|r| {
+                let (hidden, weight, params, l, id) = (&hidden, &weight, &params, ls[r], &id);
+                s.spawn(move || {
+                    let (mut rank, _) = join_rank(Join::InProcess(shared), r, id, l);
+                    let stream = rank.gpu().stream().clone();
+                    let hd = stream.clone_htod(hidden).unwrap();
+                    let wd = stream.clone_htod(&weight[l.offset * d..(l.offset + l.rows) * d]).unwrap();
+                    let mut out = rank.gpu().alloc_samples(b, l.rows).unwrap();
+                    let hm = DeviceMatrix { data: hd.as_view(), rows: b, cols: d };
+                    let wm = DeviceMatrix { data: wd.as_view(), rows: l.rows, cols: d };
+                    rank.sample_device(&hm, &wm, params, None, &mut out).unwrap();
+                    rank.synchronize().unwrap();
+                    let logprobs = stream.clone_dtoh(&out.logprobs().unwrap()).unwrap();
+                    (stream.clone_dtoh(&out.tokens()).unwrap(), logprobs)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (r, (tokens, logprobs)) in got.iter().enumerate() {
+        let wrong: Vec<usize> = (0..b).filter(|&i| tokens[i] != want.tokens[i]).collect();
+        assert!(
+            wrong.is_empty(),
+            "rank {r}: {} of {b} tokens differ from one GPU's, first rows {:?}",
+            wrong.len(),
+            &wrong[..wrong.len().min(8)]
+        );
+        let want_lp = want.logprobs.as_ref().unwrap();
+        for i in 0..b {
+            assert!(
+                (logprobs[i] - want_lp[i]).abs() <= 1e-4 + 1e-6 * want_lp[i].abs(),
+                "rank {r}, row {i}: log-probability {} vs {}",
+                logprobs[i],
+                want_lp[i]
+            );
+        }
+    }
+    assert_eq!(bits(&got[0].1), bits(&got[1].1), "the ranks' log-probabilities agree bit for bit");
+    visible(&format!("{fell} of {b} rows through the fallback over two ranks == one GPU"));
+}
+
 /// Rank `r` of two on GPU `r`, joined as `join` says; with `Join::Borrowed` also the raw
 /// communicator to destroy after the rank.
 fn join_rank(join: Join, r: usize, id: &CommId, l: ShardLayout) -> (TpRank, Option<cudarc::nccl::sys::ncclComm_t>) {

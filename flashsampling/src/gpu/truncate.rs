@@ -22,8 +22,8 @@ use flashsampling_kernels::config::{
     TRUNCATE_SMEM, TRUNCATE_THREADS, TruncateStep,
 };
 use flashsampling_kernels::params::{
-    AdjustedToken, ElementType, FallbackLogitsParams, FallbackParams, FusedParams, MAX_TOP_N, RowParams, TopOutputs,
-    TopSource, TruncateParams,
+    AdjustedToken, ElementType, FALLBACK_ROW, FallbackLogitsParams, FallbackParams, FusedParams, MAX_TOP_N, RowParams,
+    TopOutputs, TopSource, TruncateParams,
 };
 use flashsampling_kernels::truncate::{RANK_UNITS, StoredTop, Truncation};
 
@@ -532,6 +532,34 @@ impl GpuBackend {
         Ok(self.stream.clone_dtoh(&tr.list.slice(..1))?[0] as usize)
     }
 
+    /// Puts the `count` rows the last truncation step listed for the fallback in row order (a read
+    /// from the device and, where they were not, a write back). The step gives each listed row the
+    /// slot its block took from an atomic counter, in the order the blocks got there: one GPU's
+    /// fallback does not care, but a tensor-parallel rank's pairs its slot `s` of logits with every
+    /// other rank's slot `s`, so every rank must hold the same row there.
+    pub(crate) fn order_fallback_list(&self, out: &mut DeviceSamples, count: usize) -> Result<()> {
+        let tr = out.truncation.as_mut().expect("a truncating call allocated them");
+        let mut rows = self.stream.clone_dtoh(&tr.list.slice(1..1 + count))?;
+        if in_row_order(&mut rows) {
+            return Ok(());
+        }
+        self.stream.memcpy_htod(&rows, &mut tr.list.slice_mut(1..1 + count))?;
+        Ok(())
+    }
+}
+
+/// Sorts fallback list entries (a row in the [`FALLBACK_ROW`] bits, flags above) by row; whether
+/// they already were in that order.
+fn in_row_order(entries: &mut [u32]) -> bool {
+    let row = |e: &u32| e & FALLBACK_ROW;
+    if entries.is_sorted_by_key(row) {
+        return true;
+    }
+    entries.sort_unstable_by_key(row);
+    false
+}
+
+impl GpuBackend {
     /// A tensor-parallel rank's part of the fallback: the listed rows' raw logits over the shard
     /// into `local` (`[count, v]`, `v` the shard's scored rows; room for every sample row), for the
     /// exchange.
@@ -789,4 +817,23 @@ fn top_source(params: &SamplingParams, masks_or_adjusts: bool) -> (u32, TopSourc
         (_, true, true) => TopSource::RawInFallback,
     };
     (params.top_logprobs, source)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flashsampling_kernels::params::{FALLBACK_KEEPS_SAMPLE, FALLBACK_TOP};
+
+    #[test]
+    fn fallback_lists_are_put_in_row_order_with_their_flags() {
+        // The order two ranks' steps may list the same rows in (their blocks arrive differently).
+        let mut a = vec![7 | FALLBACK_TOP, 2, 9 | FALLBACK_KEEPS_SAMPLE, 0, 3 | FALLBACK_TOP | FALLBACK_KEEPS_SAMPLE];
+        let mut b = vec![0, 3 | FALLBACK_TOP | FALLBACK_KEEPS_SAMPLE, 9 | FALLBACK_KEEPS_SAMPLE, 7 | FALLBACK_TOP, 2];
+        assert!(!in_row_order(&mut a) && !in_row_order(&mut b));
+        assert_eq!(a, b, "every rank holds the same row in every slot");
+        assert_eq!(a, [0, 2, 3 | FALLBACK_TOP | FALLBACK_KEEPS_SAMPLE, 7 | FALLBACK_TOP, 9 | FALLBACK_KEEPS_SAMPLE]);
+        // Already in order (flags do not count): nothing to write back.
+        assert!(in_row_order(&mut a));
+        assert!(in_row_order(&mut [1 | FALLBACK_KEEPS_SAMPLE, 4]) && in_row_order(&mut []));
+    }
 }

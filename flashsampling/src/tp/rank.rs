@@ -530,8 +530,11 @@ impl TpRank {
         self.layouts.iter().map(|l| l.rows.min(l.vocab.saturating_sub(l.offset))).max().unwrap_or(0)
     }
 
-    /// This rank's part of the fallback of `count` rows: their raw logits over its shard.
+    /// This rank's part of the fallback of `count` rows: their raw logits over its shard, slot by
+    /// slot in row order (every rank's step lists the same rows, each in the order its blocks
+    /// arrived; the exchange pairs the ranks' slots).
     pub(super) fn fallback_local(&mut self, count: usize, out: &mut DeviceSamples) -> Result<()> {
+        self.gpu.order_fallback_list(out, count)?;
         let (cols, vocab) = (self.fallback_columns(), self.layout.vocab);
         if self.fallback.as_ref().is_none_or(|f| f.rows < count) {
             let stream = self.gpu.stream();
