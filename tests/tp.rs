@@ -922,13 +922,83 @@ fn any_layout_and_control_over_ranks_gives_the_one_device_result() {
     assert!(compared >= 16, "{compared} compared");
 }
 
+/// `TpRank::score_device` of `tokens` under `params` on two ranks (`ls`) in threads on one GPU
+/// through the in-process all-gather: each rank's `[4, B]` scores (processed and raw
+/// log-probabilities, processed and raw log-sum-exps), or its error.
+fn scores_on_two_ranks(
+    (hidden, weight, d): (&[bf16], &[bf16], usize),
+    ls: &[ShardLayout],
+    params: &SamplingParams,
+    tokens: &[u32],
+) -> Vec<Result<Vec<f32>, Error>> {
+    let b = tokens.len();
+    let shared: &'static GatherShared = Box::leak(Box::new(GatherShared::new(2)));
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..2)
+            .map(|r| {
+                let l = ls[r];
+                s.spawn(move || {
+                    let (mut rank, _) =
+                        join_rank(Join::InProcess(shared), r, &CommId::from_hex(&"00".repeat(128)).unwrap(), l);
+                    let stream = rank.gpu().stream().clone();
+                    let hd = stream.clone_htod(hidden).unwrap();
+                    let wd = stream.clone_htod(&weight[l.offset * d..(l.offset + l.rows) * d]).unwrap();
+                    let td = stream.clone_htod(tokens).unwrap();
+                    let mut out = rank.gpu().alloc_samples(b, l.rows).unwrap();
+                    let mut buf = stream.alloc_zeros::<f32>(4 * b).unwrap();
+                    let result = {
+                        let mut scores = flashsampling::ScoreOutputs::rows_of(buf.as_view_mut(), b).unwrap();
+                        let hm = DeviceMatrix { data: hd.as_view(), rows: b, cols: d };
+                        let wm = DeviceMatrix { data: wd.as_view(), rows: l.rows, cols: d };
+                        rank.score_device(&hm, &wm, params, &td.as_view(), None, &mut out, &mut scores)
+                    };
+                    result.and_then(|()| rank.synchronize()).map(|()| stream.clone_dtoh(&buf).unwrap())
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+/// Asserts two ranks' scores (`got`, each `[4, B]`) agree bit for bit and equal one GPU's (`want`)
+/// within 1e-4 (+ 1e-6 relative) on log-probabilities and 1e-5 relative on log-sum-exps, `−∞` and
+/// NaN exactly.
+fn assert_rank_scores(at: &str, got: &[Vec<f32>], want: &flashsampling::score::Scores, tokens: &[u32]) {
+    let b = tokens.len();
+    let differ: Vec<usize> = (0..4 * b).filter(|&i| got[0][i].to_bits() != got[1][i].to_bits()).collect();
+    assert!(
+        differ.is_empty(),
+        "{at}: the ranks differ at {} of {} entries ([4, B]; B = {b}), first {:?}",
+        differ.len(),
+        4 * b,
+        differ.iter().take(8).map(|&i| (i / b, i % b, got[0][i], got[1][i])).collect::<Vec<_>>()
+    );
+    let fields = [
+        ("log-probabilities", &want.logprobs, 1e-4f32, 1e-6f32),
+        ("raw log-probabilities", &want.raw_logprobs, 1e-4, 1e-6),
+        ("log-sum-exps", &want.logsumexp, 0.0, 1e-5),
+        ("raw log-sum-exps", &want.raw_logsumexp, 0.0, 1e-5),
+    ];
+    for (f, (what, want, abs, rel)) in fields.iter().enumerate() {
+        for (i, (&x, &y)) in got[0][f * b..(f + 1) * b].iter().zip(want.iter()).enumerate() {
+            let at = format!("{at}, {what}[{i}]: ranks {x}, one GPU {y} (token {})", tokens[i]);
+            if y.is_nan() || y.is_infinite() {
+                assert_eq!(x.to_bits(), y.to_bits(), "{at}");
+            } else {
+                assert!((x - y).abs() <= abs + rel * y.abs(), "{at}");
+            }
+        }
+    }
+}
+
 #[test]
 fn scoring_over_two_ranks_on_one_gpu_equals_one_gpu() {
     // Issue 52: `TpRank::score_device` over two shards (even, padded: the padding rows hold the largest
     // logits), ranks in threads on one GPU through the in-process all-gather: every rank's scores
     // equal the one-GPU call's (`GpuBackend::score`) within 1e-4 (+ 1e-6 relative) on log-probabilities
     // and 1e-5 relative on log-sum-exps, −∞ and NaN exactly, the two ranks bit for bit each other's;
-    // tokens of both shards, masked, adjusted and greedy rows.
+    // tokens of both shards, masked, adjusted and greedy rows; with top-k / top-p / min-p each token
+    // scored over the kept set the step over the merged lists certifies or the ranks' fallback finds.
     let Some(one) = gpu_or_skip("scoring_over_two_ranks_on_one_gpu_equals_one_gpu") else { return };
     let (b, d, v) = (16usize, 256usize, 20_003usize);
     let ls = ShardLayout::even(v, d, 2, 128).unwrap();
@@ -936,6 +1006,12 @@ fn scoring_over_two_ranks_on_one_gpu_equals_one_gpu() {
     let (hidden, weight) = padded_head(b, d, v, padded, 0x7A_52);
     let temps: Vec<f32> = (0..b).map(|r| [0.7, 0.0, 1.0, 1.6][r % 4]).collect();
     let base = SamplingParams::new(1.0, 0x52).with_streams((0..b as u64).collect());
+    let trunc = base
+        .clone()
+        .with_temperatures(temps.clone())
+        .with_top_k((0..b).map(|r| [5, 0, 40, 1][r % 4]).collect())
+        .with_top_p((0..b).map(|r| [0.9, 1.0, 0.5][r % 3]).collect())
+        .with_min_p((0..b).map(|r| [0.0, 0.05][r % 2]).collect());
     let cases = [
         ("plain", base.clone()),
         ("per-row T (greedy rows)", base.clone().with_temperatures(temps.clone())),
@@ -947,6 +1023,8 @@ fn scoring_over_two_ranks_on_one_gpu_equals_one_gpu() {
                 .with_softcap(20.0)
                 .with_adjustments(cross_shard_adjustments(b, v)),
         ),
+        ("top-k / top-p / min-p", trunc.clone()),
+        ("top-k / top-p / min-p + mask", trunc.with_allowed(half_mask(b, v, 13))),
     ];
     let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight[..v * d], v, d));
     let mut rng = TestRng::new(0x52_7A);
@@ -962,62 +1040,47 @@ fn scoring_over_two_ranks_on_one_gpu_equals_one_gpu() {
         ];
         for (k, tokens) in sets.iter().enumerate() {
             let want = one.score(h, w, params, tokens).unwrap();
-            let shared: &'static GatherShared = Box::leak(Box::new(GatherShared::new(2)));
-            let got: Vec<Vec<f32>> = std::thread::scope(|s| {
-                let handles: Vec<_> = (0..2)
-                    .map(|r| {
-                        let (hidden, weight, l) = (&hidden, &weight, ls[r]);
-                        s.spawn(move || {
-                            let (mut rank, _) =
-                                join_rank(Join::InProcess(shared), r, &CommId::from_hex(&"00".repeat(128)).unwrap(), l);
-                            let stream = rank.gpu().stream().clone();
-                            let hd = stream.clone_htod(hidden).unwrap();
-                            let wd = stream.clone_htod(&weight[l.offset * d..(l.offset + l.rows) * d]).unwrap();
-                            let td = stream.clone_htod(tokens).unwrap();
-                            let mut out = rank.gpu().alloc_samples(b, l.rows).unwrap();
-                            let mut buf = stream.alloc_zeros::<f32>(4 * b).unwrap();
-                            {
-                                let mut views = buf.as_view_mut();
-                                let (lp, mut rest) = views.split_at_mut(b);
-                                let (raw, mut rest) = rest.split_at_mut(b);
-                                let (lse, raw_lse) = rest.split_at_mut(b);
-                                let mut scores = flashsampling::ScoreOutputs {
-                                    logprobs: lp,
-                                    raw_logprobs: raw,
-                                    logsumexp: lse,
-                                    raw_logsumexp: raw_lse,
-                                    top: None,
-                                };
-                                let hm = DeviceMatrix { data: hd.as_view(), rows: b, cols: d };
-                                let wm = DeviceMatrix { data: wd.as_view(), rows: l.rows, cols: d };
-                                rank.score_device(&hm, &wm, params, &td.as_view(), None, &mut out, &mut scores)
-                                    .unwrap();
-                            }
-                            rank.synchronize().unwrap();
-                            stream.clone_dtoh(&buf).unwrap()
-                        })
-                    })
-                    .collect();
-                handles.into_iter().map(|h| h.join().unwrap()).collect()
-            });
-            assert_eq!(bits(&got[0]), bits(&got[1]), "{name}, tokens {k}: the ranks agree bit for bit");
-            let fields = [
-                ("log-probabilities", &want.logprobs, 1e-4f32, 1e-6f32),
-                ("raw log-probabilities", &want.raw_logprobs, 1e-4, 1e-6),
-                ("log-sum-exps", &want.logsumexp, 0.0, 1e-5),
-                ("raw log-sum-exps", &want.raw_logsumexp, 0.0, 1e-5),
-            ];
-            for (f, (what, want, abs, rel)) in fields.iter().enumerate() {
-                for (i, (&x, &y)) in got[0][f * b..(f + 1) * b].iter().zip(want.iter()).enumerate() {
-                    let at = format!("{name}, tokens {k}, {what}[{i}]: ranks {x}, one GPU {y} (token {})", tokens[i]);
-                    if y.is_nan() || y.is_infinite() {
-                        assert_eq!(x.to_bits(), y.to_bits(), "{at}");
-                    } else {
-                        assert!((x - y).abs() <= abs + rel * y.abs(), "{at}");
-                    }
-                }
-            }
+            let got: Vec<Vec<f32>> = scores_on_two_ranks((&hidden, &weight, d), &ls, params, tokens)
+                .into_iter()
+                .map(Result::unwrap)
+                .collect();
+            assert_rank_scores(&format!("{name}, tokens {k}"), &got, &want, tokens);
         }
         visible(&format!("scoring over two ranks on one GPU == one GPU: {name}"));
     }
+}
+
+#[test]
+fn truncating_scores_over_two_ranks_split_long_calls_and_refuse_what_ranks_cannot_score() {
+    // A truncating scoring call of more rows than one launch's fallback logits hold
+    // (`truncated_score_rows`: 3355 at V = 20,003) runs as two launches on every rank, whose
+    // exchanges pair up; top log-probabilities, and a soft-cap with truncation (a scoring call has raw
+    // log-probabilities: finding 22), are `Unsupported` on every rank before anything is enqueued.
+    let Some(one) = gpu_or_skip("truncating_scores_over_two_ranks_split_long_calls_and_refuse_what_ranks_cannot_score")
+    else {
+        return;
+    };
+    let (b, d, v) = (3400usize, 64usize, 20_003usize);
+    let ls = ShardLayout::even(v, d, 2, 128).unwrap();
+    let padded = ls[1].offset + ls[1].rows;
+    let (hidden, weight) = padded_head(b, d, v, padded, 0x7A_53);
+    let params = SamplingParams::new(0.9, 0x53)
+        .with_streams((0..b as u64).collect())
+        .with_top_p((0..b).map(|r| [0.9, 1.0, 0.6][r % 3]).collect())
+        .with_top_k((0..b).map(|r| [0, 50, 7, 0][r % 4]).collect());
+    let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight[..v * d], v, d));
+    let mut rng = TestRng::new(0x53);
+    let tokens: Vec<u32> = (0..b).map(|_| (rng.next_u64() % v as u64) as u32).collect();
+    let want = one.score(h, w, &params, &tokens).unwrap();
+    let got: Vec<Vec<f32>> =
+        scores_on_two_ranks((&hidden, &weight, d), &ls, &params, &tokens).into_iter().map(Result::unwrap).collect();
+    assert_rank_scores(&format!("{b} rows (two launches)"), &got, &want, &tokens);
+    let few = &tokens[..8];
+    let (h8, w8) = (&hidden[..8 * d], &weight[..]);
+    for bad in [params.rows(0..8).unwrap().with_top_logprobs(3, false), params.rows(0..8).unwrap().with_softcap(5.0)] {
+        for r in scores_on_two_ranks((h8, w8, d), &ls, &bad, few) {
+            assert!(matches!(r, Err(Error::Unsupported { .. })), "{r:?}");
+        }
+    }
+    visible(&format!("truncating scores over two ranks on one GPU == one GPU: {b} rows in two launches; refusals"));
 }

@@ -105,19 +105,14 @@ impl<'a> ScoreOutputs<'a> {
     }
 }
 
-/// The controls a GPU scoring call takes: every one on one GPU; over vocab shards (`sharded`)
-/// neither top log-probabilities nor truncation (the ranks' exchange carries no rank or kept set
-/// for a given token).
-fn check_score_controls(params: &SamplingParams, v: usize, sharded: bool) -> Result<()> {
+/// The controls a GPU scoring call takes: every one on one GPU; over vocab shards (`sharded`) all
+/// but top log-probabilities (the ranks' exchange carries no rank for a given token), with
+/// truncation's own limits there (`check_rank_truncation`: no adjustments, no soft-cap with raw
+/// log-probabilities, which a scoring call always has).
+fn check_score_controls(params: &SamplingParams, sharded: bool) -> Result<()> {
     if sharded && params.top_logprobs > 0 {
         return Err(Error::Unsupported {
             control: "scoring given tokens with top log-probabilities (and their ranks)",
-            path: "over vocab shards (one GPU and the CPU backend score them)",
-        });
-    }
-    if sharded && params.truncates(v) {
-        return Err(Error::Unsupported {
-            control: "scoring given tokens with top-k / top-p / min-p",
             path: "over vocab shards (one GPU and the CPU backend score them)",
         });
     }
@@ -136,7 +131,7 @@ pub(crate) fn truncated_score_rows(v: usize) -> usize {
 
 /// Whether a scoring call over a `v`-token head runs the truncating pass, whose fallback may
 /// materialize any row's logits: top-k / top-p / min-p, or top log-probabilities (and ranks).
-fn scores_through_fallback(params: &SamplingParams, v: usize) -> bool {
+pub(crate) fn scores_through_fallback(params: &SamplingParams, v: usize) -> bool {
     params.truncates(v) || params.top_logprobs > 0
 }
 
@@ -187,7 +182,7 @@ impl GpuBackend {
         out: &mut DeviceSamples,
         scores: &mut ScoreOutputs<'_>,
     ) -> Result<()> {
-        self.check_score_call(params, (hidden.rows, weight.rows), tokens, scores, false)?;
+        self.check_score_call(params, hidden.rows, tokens, scores, false)?;
         let p = scoring_params(params);
         let whole = VocabRange { offset: 0, vocab: weight.rows };
         let (b, d, v) = (hidden.rows, hidden.cols, weight.rows);
@@ -214,13 +209,13 @@ impl GpuBackend {
         Ok(())
     }
 
-    /// The checks of a scoring call with `b` rows over `v` vocabulary entries (`sharded`: a
-    /// vocab-parallel rank's), before anything is taken or enqueued: not in a capture, controls the
-    /// GPU scores, one token and at least one output entry per row, buffers of this context.
+    /// The checks of a scoring call with `b` rows (`sharded`: a vocab-parallel rank's), before
+    /// anything is taken or enqueued: not in a capture, controls the GPU scores, one token and at
+    /// least one output entry per row, buffers of this context.
     pub(crate) fn check_score_call(
         &self,
         params: &SamplingParams,
-        (b, v): (usize, usize),
+        b: usize,
         tokens: &CudaView<'_, u32>,
         scores: &ScoreOutputs<'_>,
         sharded: bool,
@@ -229,7 +224,7 @@ impl GpuBackend {
         if self.capturing()? {
             return Err(Error::Capture { reason: capture::SCORING });
         }
-        check_score_controls(params, v, sharded)?;
+        check_score_controls(params, sharded)?;
         if tokens.len() != b {
             return Err(Error::LengthMismatch { buffer: "tokens to score", expected: b, actual: tokens.len() });
         }
@@ -343,7 +338,7 @@ impl GpuBackend {
             params,
         )?;
         check_tokens(tokens, shape.b, shape.v)?;
-        check_score_controls(params, shape.v, false)?;
+        check_score_controls(params, false)?;
         let h = self.stream.clone_htod(hidden.data)?;
         let w = self.stream.clone_htod(weight.data)?;
         let t = self.stream.clone_htod(tokens)?;
@@ -442,18 +437,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn one_gpu_scores_every_control_and_vocab_shards_refuse_truncation_and_top_lists() {
+    fn one_gpu_scores_every_control_and_vocab_shards_refuse_top_lists() {
         let v = 1000;
         let base = SamplingParams::new(0.8, 1);
         let top = base.clone().with_top_logprobs(5, true);
         let trunc = base.clone().with_top_k(vec![4]);
         for p in [&base, &top, &trunc] {
-            assert!(check_score_controls(p, v, false).is_ok());
+            assert!(check_score_controls(p, false).is_ok());
         }
-        assert!(check_score_controls(&base, v, true).is_ok());
-        for p in [&top, &trunc] {
-            assert!(matches!(check_score_controls(p, v, true), Err(Error::Unsupported { .. })));
+        for p in [&base, &trunc] {
+            assert!(check_score_controls(p, true).is_ok());
         }
+        assert!(matches!(check_score_controls(&top, true), Err(Error::Unsupported { .. })));
         // Both run the truncating pass, whose fallback may materialize a row: split into launches.
         assert!(scores_through_fallback(&top, v) && scores_through_fallback(&trunc, v));
         assert!(!scores_through_fallback(&base, v));

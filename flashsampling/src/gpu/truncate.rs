@@ -27,7 +27,7 @@ use flashsampling_kernels::params::{
 };
 use flashsampling_kernels::truncate::{RANK_UNITS, StoredTop, Truncation};
 
-use super::{ByValue, DeviceSamples, GpuBackend};
+use super::{ByValue, DeviceSamples, GpuBackend, ScoreTargets};
 use crate::error::{Error, Result};
 use crate::params::{LogProbs, SamplingParams};
 
@@ -423,8 +423,8 @@ impl GpuBackend {
     }
 
     /// A tensor-parallel rank's truncation step before the exchange: each sample row's list of the
-    /// shard into the exchange buffer after its `[6, rows]` result words (`staging`): [`RANK_UNITS`]
-    /// units, the shard's [`flashsampling_kernels::truncate::RANK_TOP`] largest processed logits and
+    /// shard into the exchange buffer after its result words (`staging`; [`rank_list_words`] per
+    /// row): [`RANK_UNITS`] units, the shard's [`flashsampling_kernels::truncate::RANK_TOP`] largest processed logits and
     /// the bound of the rest. Keeps in the truncation buffers what the steps after the exchange need.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn launch_truncation_export(
@@ -446,10 +446,11 @@ impl GpuBackend {
         tr.rank = Some(RankLaunch { operands, d, v, vocab, softcap: params.softcap.unwrap_or(0.0), top });
         let t = tr.ptrs(&self.stream);
         let field = |k: u64| staging + 4 * k * rows as u64;
+        let lists = rank_list_words(out.targets.is_some()) as u64;
         let p = ByValue(TruncateParams {
             tops: t.tops as *const StoredTop,
             units: units as u32,
-            export: field(6) as *mut StoredTop,
+            export: field(lists) as *mut StoredTop,
             // Which rows the step after the exchange takes top entries from (nothing is written).
             top: TopOutputs { n: top.0, source: top.1, ..TopOutputs::OFF },
             ..truncate_params(&t, [field(0), field(1), field(2), field(4)], row_params, (rows, n, vocab, d), operands.3)
@@ -457,7 +458,7 @@ impl GpuBackend {
         // SAFETY: written by the fused launch and `reduce_rows` just before on this stream: the top
         // lists (`rows × units`) and the plain tokens and log-sum-exps in the exchange buffer (read
         // only in this mode); the row parameters hold `rows`, the truncation the requests; the
-        // exchange buffer holds `6·rows` words and then `rows × RANK_UNITS` units.
+        // exchange buffer holds `lists · rows` words and then `rows × RANK_UNITS` units.
         unsafe { self.launch_after(self.truncate_step(rows), truncate_cfg(rows), &p) }
     }
 
@@ -496,32 +497,38 @@ impl GpuBackend {
 
     /// A tensor-parallel rank's truncation step after the exchange, over every rank's lists
     /// (`gathered`: `ranks` blocks of `[rows, RANK_UNITS]` units, `rank_stride` units apart), with
-    /// the merged tokens, scores and log-sum-exps already in `out`: certified rows are sampled, the
-    /// others listed for the fallback (the host reads their count: [`Self::fallback_count`]).
+    /// the merged tokens, scores and log-sum-exps already in `out` (a scoring call's, `targets`: its
+    /// log-sum-exps and given tokens' log-probabilities in its scores, which the scoring step
+    /// rescores over each certified kept set): certified rows are sampled, the others listed for the
+    /// fallback (the host reads their count: [`Self::fallback_count`]).
     pub(crate) fn launch_truncation_merge(
         &self,
         out: &mut DeviceSamples,
         gathered: u64,
         (ranks, rank_stride): (usize, usize),
+        targets: Option<ScoreTargets>,
     ) -> Result<()> {
-        self.rank_step(out, |t, (outputs, raw), row_params, rank, (rows, n)| {
+        self.rank_step(out, |t, (mut outputs, raw), row_params, rank, (rows, n)| {
+            let (reduce, raw_lse) = rank_scoring(targets, &mut outputs, t.raw_lse);
             let p = ByValue(TruncateParams {
+                reduce,
                 tops: gathered as *const StoredTop,
                 units: RANK_UNITS as u32,
                 ranks: ranks as u32,
                 rank_stride: rank_stride as u32,
                 raw_logprobs: raw as *mut f32,
-                raw_logsumexp: t.raw_lse as *const f32,
+                raw_logsumexp: raw_lse as *const f32,
                 top: t.top_outputs(rank.top),
                 ..truncate_params(t, outputs, row_params, (rows, n, rank.vocab, rank.d), rank.operands.3)
             });
+            let step = if targets.is_some() { &self.k.scored.0 } else { self.truncate_step(rows) };
             // SAFETY: `gathered` holds `ranks` blocks of `rows × RANK_UNITS` units `rank_stride`
             // apart (the all-gather and the merge before on this stream, which also wrote the merged
             // raw log-sum-exps); the outputs, row parameters, truncation, flags and list as for the
             // one-GPU step (the list's count zeroed before the fused launch); no adjustments; no
             // weight (null: a changed token's raw logit is its processed one, the call has no
-            // soft-cap).
-            unsafe { self.launch_after(self.truncate_step(rows), truncate_cfg(rows), &p) }
+            // soft-cap); a scoring call's given tokens and outputs hold `rows` entries (checked).
+            unsafe { self.launch_after(step, truncate_cfg(rows), &p) }
         })
     }
 
@@ -580,14 +587,24 @@ impl GpuBackend {
     }
 
     /// The rest of a tensor-parallel rank's fallback: the listed rows sampled from their whole raw
-    /// logits `full` (`[count, vocab]`, assembled from every rank's), as on one GPU.
-    pub(crate) fn launch_rank_fallback_sample(&self, out: &mut DeviceSamples, full: u64) -> Result<()> {
-        self.rank_step(out, |t, (outputs, raw), row_params, rank, (rows, n)| {
+    /// logits `full` (`[count, vocab]`, assembled from every rank's), as on one GPU (a scoring
+    /// call's, `targets`, scoring each given token over the cut it finds).
+    pub(crate) fn launch_rank_fallback_sample(
+        &self,
+        out: &mut DeviceSamples,
+        full: u64,
+        targets: Option<ScoreTargets>,
+    ) -> Result<()> {
+        self.rank_step(out, |t, (mut outputs, raw), row_params, rank, (rows, n)| {
             let (_, _, mask, elem) = rank.operands;
+            let (reduce, raw_lse) = rank_scoring(targets, &mut outputs, t.raw_lse);
             let f = ByValue(FallbackParams {
                 logits: full as *mut f32,
                 raw_logprobs: raw as *mut f32,
-                raw_logsumexp: t.raw_lse as *const f32,
+                raw_logsumexp: raw_lse as *const f32,
+                targets: reduce.targets,
+                target_logprobs: reduce.target_logprobs,
+                target_raw_logprobs: reduce.target_raw_logprobs,
                 top: t.top_outputs(rank.top),
                 mask: mask as *const u32,
                 mask_words: if mask != 0 { rank.vocab.div_ceil(32) as u32 } else { 0 },
@@ -597,9 +614,39 @@ impl GpuBackend {
             // SAFETY: the list and `full` (`count × vocab` floats of the listed rows) were written
             // before on this stream; the mask (non-null: the launch's, B × ceil(vocab/32) words); the
             // outputs and the merged raw log-sum-exps `rows`; no adjustments; no weight (null: hidden
-            // states and weight are not read; the sampled token's raw logit is its processed one).
-            unsafe { self.launch_after(&self.k.fallback_sample, fallback_sample_cfg(rows), &f) }
+            // states and weight are not read; the sampled token's raw logit is its processed one); a
+            // scoring call's given tokens and outputs hold `rows` entries (checked).
+            let sampler = if targets.is_some() { &self.k.scored.1 } else { &self.k.fallback_sample };
+            unsafe { self.launch_after(sampler, fallback_sample_cfg(rows), &f) }
         })
+    }
+}
+
+/// Words per row before a tensor-parallel rank's lists in its exchange buffer: its per-row results
+/// (six words; a scoring call's eight, padded to whole six-word units so that every rank's block is
+/// whole units apart).
+pub(crate) const fn rank_list_words(scoring: bool) -> usize {
+    if scoring { 12 } else { 6 }
+}
+
+/// What a rank's steps after the exchange take from a scoring call (`targets`): the given tokens
+/// and their outputs as a reduction-less [`FusedParams`] (null `candidates`: the merge reduced the
+/// rows), and the log-sum-exps where the merge wrote them (the scores': `outputs[3]` becomes the
+/// processed one's, and the returned raw one replaces `raw_lse`). Without a scoring call:
+/// [`FusedParams::NONE`] and `raw_lse`.
+fn rank_scoring(targets: Option<ScoreTargets>, outputs: &mut [u64; 4], raw_lse: u64) -> (FusedParams, u64) {
+    match targets {
+        None => (FusedParams::NONE, raw_lse),
+        Some(t) => {
+            outputs[3] = t.logsumexp;
+            let reduce = FusedParams {
+                targets: t.tokens as *const u32,
+                target_logprobs: t.logprobs as *mut f32,
+                target_raw_logprobs: t.raw_logprobs as *mut f32,
+                ..FusedParams::NONE
+            };
+            (reduce, t.raw_logsumexp)
+        }
     }
 }
 

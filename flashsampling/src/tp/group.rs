@@ -163,7 +163,7 @@ impl TpGroup {
         let mut comms: Vec<&mut Box<dyn Collective>> = self.ranks.iter_mut().map(|r| &mut r.comm).collect();
         wait_ready(&mut comms, deadline, "the fallback's exchange", timeout)?;
         for (rank, out) in self.ranks.iter_mut().zip(outs.iter_mut()) {
-            rank.fallback_finish(count, out)?;
+            rank.fallback_finish(count, out, None)?;
         }
         Ok(())
     }

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::ScoreOutputs;
-use crate::gpu::{ScoreTargets, scoring_params};
+use crate::gpu::{ScoreTargets, rank_list_words, scores_through_fallback, scoring_params, truncated_score_rows};
 
 /// Words per row and rank in the exchange: tokens, scores, and with log-probabilities the processed
 /// and raw log-probabilities and log-sum-exps.
@@ -76,10 +76,18 @@ pub(super) struct CallShape {
 }
 
 impl CallShape {
-    /// 32-bit words each rank sends: `K` per row, and with truncation each row's
-    /// [`RANK_UNITS`] six-word units.
+    /// 32-bit words each rank sends: `K` per row, and with truncation (`K` padded to whole
+    /// six-word units: [`rank_list_words`]) each row's [`RANK_UNITS`] six-word units.
     pub(super) fn words(&self) -> usize {
-        self.rows * if self.truncating { WORDS_LOGPROBS * (1 + RANK_UNITS) } else { self.k }
+        match self.truncating {
+            true => self.rows * (self.lists() + WORDS_LOGPROBS * RANK_UNITS),
+            false => self.rows * self.k,
+        }
+    }
+
+    /// Words per row before a truncating call's lists ([`rank_list_words`]).
+    pub(super) fn lists(&self) -> usize {
+        rank_list_words(self.targets.is_some())
     }
 }
 
@@ -289,9 +297,12 @@ impl TpRank {
     /// `scores` get the whole head's (the given token's shard's values rescaled to the merged
     /// log-sum-exps: within 1e-4 of one GPU's, as the log-probabilities of sampling over ranks are).
     /// Every rank calls it with the same hidden states, parameters and tokens; wait with
-    /// [`Self::synchronize`]. `out` is the call's scratch and holds no results afterwards. Truncating
-    /// controls and top log-probabilities are [`Error::Unsupported`]; a token at or past V scores
-    /// NaN.
+    /// [`Self::synchronize`]. `out` is the call's scratch and holds no results afterwards. With
+    /// top-k / top-p / min-p (truncation's limits over ranks: [`Self::sample_device`]'s) each token
+    /// is scored over the kept set the step over the merged lists certifies or the ranks' fallback
+    /// finds, and a call of more rows than 256 MiB of fallback logits runs as launches of that many
+    /// (every rank splits it alike). Top log-probabilities are [`Error::Unsupported`]; a token at or
+    /// past V scores NaN.
     #[allow(clippy::too_many_arguments)]
     pub fn score_device<T: Element>(
         &mut self,
@@ -303,14 +314,38 @@ impl TpRank {
         out: &mut DeviceSamples,
         scores: &mut ScoreOutputs<'_>,
     ) -> Result<()> {
-        self.gpu.check_score_call(params, (hidden.rows, self.layout.vocab), tokens, scores, true)?;
+        self.gpu.check_score_call(params, hidden.rows, tokens, scores, true)?;
         let p = scoring_params(params);
         let gpu = self.gpu.clone();
-        let (targets, _guards) = gpu.score_targets(tokens, scores);
-        let call = self.launch_local(hidden, weight, &p, mask, out, Some(targets))?;
-        let result = self.exchange(&call, out);
-        out.set_results_elsewhere();
-        result
+        let (b, d, vocab) = (hidden.rows, hidden.cols, self.layout.vocab);
+        // A truncating call runs in launches of at most `chunk` rows, as on one GPU, each row with its
+        // own parameters: every rank splits the same call the same way, so the exchanges pair up.
+        let chunk = match scores_through_fallback(&p, vocab) {
+            true => truncated_score_rows(vocab),
+            false => b,
+        };
+        if b > chunk {
+            // The whole call's checks first (the same on every rank), so a bad input enqueues nothing.
+            self.check_truncation(&p)?;
+            let range = VocabRange { offset: self.layout.offset, vocab };
+            gpu.validate_launch(hidden, weight, &p, mask, range)?;
+        }
+        let words = vocab.div_ceil(32);
+        for r0 in (0..b).step_by(chunk) {
+            let rows = r0..b.min(r0 + chunk);
+            let whole = rows.len() == b;
+            let h = DeviceMatrix { data: hidden.data.slice(rows.start * d..rows.end * d), rows: rows.len(), cols: d };
+            let m = mask.map(|m| m.slice(rows.start * words..rows.end * words));
+            let t = tokens.slice(rows.clone());
+            let mut part = scores.rows(rows.clone(), 0);
+            let (targets, _guards) = gpu.score_targets(&t, &mut part);
+            let pr = if whole { p.clone() } else { p.rows(rows)? };
+            let call = self.launch_local(&h, weight, &pr, m.as_ref(), out, Some(targets))?;
+            let result = self.exchange(&call, out);
+            out.set_results_elsewhere();
+            result?;
+        }
+        Ok(())
     }
 
     /// The exchange of a staged call: the all-gather (once the communicator has taken it: it is
@@ -337,7 +372,7 @@ impl TpRank {
             self.enqueue_fallback_exchange(count)?;
             let deadline = Instant::now() + self.timeout;
             wait_ready(&mut [&mut self.comm], deadline, "the fallback's exchange", self.timeout)?;
-            self.fallback_finish(count, out)?;
+            self.fallback_finish(count, out, call.targets)?;
         }
         Ok(())
     }
@@ -508,10 +543,10 @@ impl TpRank {
         unsafe { stream.launch_builder(&self.merge).arg(&p).launch(cfg) }?;
         drop(outs);
         if call.truncating {
-            // Every rank's lists follow its `[6, rows]` words: units of six words.
-            let tops = g + 4 * (WORDS_LOGPROBS * call.rows) as u64;
+            // Every rank's lists follow its result words (`[lists, rows]`): units of six words.
+            let tops = g + 4 * (call.lists() * call.rows) as u64;
             let stride = call.words() / WORDS_LOGPROBS;
-            self.gpu.launch_truncation_merge(out, tops, (self.world, stride))?;
+            self.gpu.launch_truncation_merge(out, tops, (self.world, stride), call.targets)?;
         }
         self.done.record(&stream)?;
         Ok(())
@@ -570,8 +605,13 @@ impl TpRank {
     }
 
     /// The fallback's rows assembled (each rank's columns copied to their global place) and
-    /// sampled, as on one GPU.
-    pub(super) fn fallback_finish(&mut self, count: usize, out: &mut DeviceSamples) -> Result<()> {
+    /// sampled, as on one GPU (a scoring call's, `targets`, scored too).
+    pub(super) fn fallback_finish(
+        &mut self,
+        count: usize,
+        out: &mut DeviceSamples,
+        targets: Option<ScoreTargets>,
+    ) -> Result<()> {
         let stream = self.gpu.stream().clone();
         let cols = self.fallback_columns();
         let vocab = self.layout.vocab;
@@ -604,7 +644,7 @@ impl TpRank {
             // rank's context, on its stream.
             unsafe { cu::cuMemcpy2DAsync_v2(&copy, stream.cu_stream()) }.result()?;
         }
-        self.gpu.launch_rank_fallback_sample(out, full)?;
+        self.gpu.launch_rank_fallback_sample(out, full, targets)?;
         self.done.record(&stream)?;
         Ok(())
     }
