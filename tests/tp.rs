@@ -922,16 +922,25 @@ fn any_layout_and_control_over_ranks_gives_the_one_device_result() {
     assert!(compared >= 16, "{compared} compared");
 }
 
+/// One rank's scoring results: `[4, B]` scores (processed and raw log-probabilities, processed and
+/// raw log-sum-exps) and, with top log-probabilities (`k`), the `[B, k]` lists' tokens and
+/// log-probabilities and the `[B]` ranks.
+#[derive(Debug, PartialEq)]
+struct RankScores {
+    scores: Vec<f32>,
+    top: Option<(Vec<u32>, Vec<f32>, Vec<u32>)>,
+}
+
 /// `TpRank::score_device` of `tokens` under `params` on two ranks (`ls`) in threads on one GPU
-/// through the in-process all-gather: each rank's `[4, B]` scores (processed and raw
-/// log-probabilities, processed and raw log-sum-exps), or its error.
+/// through the in-process all-gather: each rank's results (its top outputs filled with all-ones
+/// bytes first, as `GpuBackend::score` fills its own), or its error.
 fn scores_on_two_ranks(
     (hidden, weight, d): (&[bf16], &[bf16], usize),
     ls: &[ShardLayout],
     params: &SamplingParams,
     tokens: &[u32],
-) -> Vec<Result<Vec<f32>, Error>> {
-    let b = tokens.len();
+) -> Vec<Result<RankScores, Error>> {
+    let (b, k) = (tokens.len(), params.top_logprobs as usize);
     let shared: &'static GatherShared = Box::leak(Box::new(GatherShared::new(2)));
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..2)
@@ -946,13 +955,30 @@ fn scores_on_two_ranks(
                     let td = stream.clone_htod(tokens).unwrap();
                     let mut out = rank.gpu().alloc_samples(b, l.rows).unwrap();
                     let mut buf = stream.alloc_zeros::<f32>(4 * b).unwrap();
+                    let mut tt = stream.clone_htod(&vec![u32::MAX; b * k.max(1)]).unwrap();
+                    let mut tl = stream.clone_htod(&vec![f32::from_bits(u32::MAX); b * k.max(1)]).unwrap();
+                    let mut ranks = stream.clone_htod(&vec![u32::MAX; b]).unwrap();
                     let result = {
                         let mut scores = flashsampling::ScoreOutputs::rows_of(buf.as_view_mut(), b).unwrap();
+                        if k > 0 {
+                            let top = flashsampling::ScoreTop {
+                                tokens: tt.as_view_mut(),
+                                logprobs: tl.as_view_mut(),
+                                ranks: ranks.as_view_mut(),
+                            };
+                            scores = scores.with_top(top);
+                        }
                         let hm = DeviceMatrix { data: hd.as_view(), rows: b, cols: d };
                         let wm = DeviceMatrix { data: wd.as_view(), rows: l.rows, cols: d };
                         rank.score_device(&hm, &wm, params, &td.as_view(), None, &mut out, &mut scores)
                     };
-                    result.and_then(|()| rank.synchronize()).map(|()| stream.clone_dtoh(&buf).unwrap())
+                    result.and_then(|()| rank.synchronize()).map(|()| RankScores {
+                        scores: stream.clone_dtoh(&buf).unwrap(),
+                        top: (k > 0).then(|| {
+                            let lists = (stream.clone_dtoh(&tt).unwrap(), stream.clone_dtoh(&tl).unwrap());
+                            (lists.0, lists.1, stream.clone_dtoh(&ranks).unwrap())
+                        }),
+                    })
                 })
             })
             .collect();
@@ -960,18 +986,20 @@ fn scores_on_two_ranks(
     })
 }
 
-/// Asserts two ranks' scores (`got`, each `[4, B]`) agree bit for bit and equal one GPU's (`want`)
-/// within 1e-4 (+ 1e-6 relative) on log-probabilities and 1e-5 relative on log-sum-exps, `−∞` and
-/// NaN exactly.
-fn assert_rank_scores(at: &str, got: &[Vec<f32>], want: &flashsampling::score::Scores, tokens: &[u32]) {
+/// Asserts two ranks' results (`got`) agree bit for bit and equal one GPU's (`want`): scores within
+/// 1e-4 (+ 1e-6 relative) on log-probabilities and 1e-5 relative on log-sum-exps, `−∞` and NaN
+/// exactly; top lists token for token, their log-probabilities within the same tolerance (plus
+/// their row's log-sum-exp's rounding), the ranks exactly.
+fn assert_rank_scores(at: &str, got: &[RankScores], want: &flashsampling::score::Scores, tokens: &[u32]) {
     let b = tokens.len();
-    let differ: Vec<usize> = (0..4 * b).filter(|&i| got[0][i].to_bits() != got[1][i].to_bits()).collect();
+    let (g0, g1) = (&got[0].scores, &got[1].scores);
+    let differ: Vec<usize> = (0..4 * b).filter(|&i| g0[i].to_bits() != g1[i].to_bits()).collect();
     assert!(
         differ.is_empty(),
         "{at}: the ranks differ at {} of {} entries ([4, B]; B = {b}), first {:?}",
         differ.len(),
         4 * b,
-        differ.iter().take(8).map(|&i| (i / b, i % b, got[0][i], got[1][i])).collect::<Vec<_>>()
+        differ.iter().take(8).map(|&i| (i / b, i % b, g0[i], g1[i])).collect::<Vec<_>>()
     );
     let fields = [
         ("log-probabilities", &want.logprobs, 1e-4f32, 1e-6f32),
@@ -980,13 +1008,48 @@ fn assert_rank_scores(at: &str, got: &[Vec<f32>], want: &flashsampling::score::S
         ("raw log-sum-exps", &want.raw_logsumexp, 0.0, 1e-5),
     ];
     for (f, (what, want, abs, rel)) in fields.iter().enumerate() {
-        for (i, (&x, &y)) in got[0][f * b..(f + 1) * b].iter().zip(want.iter()).enumerate() {
+        for (i, (&x, &y)) in g0[f * b..(f + 1) * b].iter().zip(want.iter()).enumerate() {
             let at = format!("{at}, {what}[{i}]: ranks {x}, one GPU {y} (token {})", tokens[i]);
             if y.is_nan() || y.is_infinite() {
                 assert_eq!(x.to_bits(), y.to_bits(), "{at}");
             } else {
                 assert!((x - y).abs() <= abs + rel * y.abs(), "{at}");
             }
+        }
+    }
+    let (t0, t1) = (got[0].top.as_ref(), got[1].top.as_ref());
+    assert_eq!(t0.is_some(), want.ranks.is_some(), "{at}: top lists and ranks exactly when asked for");
+    let (Some((tt, tl, ranks)), Some(want_lists), Some(want_ranks)) = (t0, &want.top_logprobs, &want.ranks) else {
+        return;
+    };
+    let (tt1, tl1, ranks1) = t1.expect("both ranks have top lists");
+    assert!(
+        tt == tt1 && bits(tl) == bits(tl1) && ranks == ranks1,
+        "{at}: the ranks' top lists and ranks agree bit for bit"
+    );
+    let ranked: Vec<usize> = (0..b).filter(|&i| ranks[i] != want_ranks[i]).collect();
+    assert!(
+        ranked.is_empty(),
+        "{at}: {} ranks differ from one GPU's, first (row, ranks, one GPU) {:?}",
+        ranked.len(),
+        ranked.iter().take(8).map(|&i| (i, ranks[i], want_ranks[i])).collect::<Vec<_>>()
+    );
+    let k = tt.len() / b;
+    for (r, want_list) in want_lists.iter().enumerate() {
+        let row: Vec<(u32, f32)> = (0..k)
+            .map(|j| (tt[r * k + j], tl[r * k + j]))
+            .take_while(|e| e.0 != flashsampling::kernels::INVALID_INDEX)
+            .collect();
+        let tokens_of = |l: &[(u32, f32)]| l.iter().map(|e| e.0).collect::<Vec<_>>();
+        assert_eq!(tokens_of(&row), tokens_of(want_list), "{at}: row {r}'s top tokens");
+        let lse = [want.logsumexp[r], want.raw_logsumexp[r]].map(|l| if l.is_finite() { l.abs() } else { 0.0 });
+        for (&(t, x), &(_, y)) in row.iter().zip(want_list) {
+            if !y.is_finite() {
+                assert_eq!(x.to_bits(), y.to_bits(), "{at}: row {r} top token {t}: ranks {x}, one GPU {y}");
+                continue;
+            }
+            let tol = 1e-4 + 1e-6 * y.abs() + 5e-7 * lse[0].max(lse[1]);
+            assert!((x - y).abs() <= tol, "{at}: row {r} top token {t}: ranks {x}, one GPU {y} ({tol:e})");
         }
     }
 }
@@ -998,7 +1061,8 @@ fn scoring_over_two_ranks_on_one_gpu_equals_one_gpu() {
     // equal the one-GPU call's (`GpuBackend::score`) within 1e-4 (+ 1e-6 relative) on log-probabilities
     // and 1e-5 relative on log-sum-exps, −∞ and NaN exactly, the two ranks bit for bit each other's;
     // tokens of both shards, masked, adjusted and greedy rows; with top-k / top-p / min-p each token
-    // scored over the kept set the step over the merged lists certifies or the ranks' fallback finds.
+    // scored over the kept set the step over the merged lists certifies or the ranks' fallback finds;
+    // with top log-probabilities (processed and raw) the lists token for token and the ranks exactly.
     let Some(one) = gpu_or_skip("scoring_over_two_ranks_on_one_gpu_equals_one_gpu") else { return };
     let (b, d, v) = (16usize, 256usize, 20_003usize);
     let ls = ShardLayout::even(v, d, 2, 128).unwrap();
@@ -1018,13 +1082,25 @@ fn scoring_over_two_ranks_on_one_gpu_equals_one_gpu() {
         (
             "mask + soft-cap + adjustments",
             base.clone()
-                .with_temperatures(temps)
+                .with_temperatures(temps.clone())
                 .with_allowed(half_mask(b, v, 12))
                 .with_softcap(20.0)
                 .with_adjustments(cross_shard_adjustments(b, v)),
         ),
         ("top-k / top-p / min-p", trunc.clone()),
-        ("top-k / top-p / min-p + mask", trunc.with_allowed(half_mask(b, v, 13))),
+        ("top-k / top-p / min-p + mask", trunc.clone().with_allowed(half_mask(b, v, 13))),
+        ("top 5 + top-k / top-p / min-p", trunc.with_top_logprobs(5, false)),
+        (
+            "raw top 3, per-row T (greedy rows)",
+            base.clone().with_temperatures(temps.clone()).with_top_logprobs(3, true),
+        ),
+        (
+            "top 4 + mask + soft-cap",
+            base.with_temperatures(temps)
+                .with_allowed(half_mask(b, v, 14))
+                .with_softcap(20.0)
+                .with_top_logprobs(4, false),
+        ),
     ];
     let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight[..v * d], v, d));
     let mut rng = TestRng::new(0x52_7A);
@@ -1040,7 +1116,7 @@ fn scoring_over_two_ranks_on_one_gpu_equals_one_gpu() {
         ];
         for (k, tokens) in sets.iter().enumerate() {
             let want = one.score(h, w, params, tokens).unwrap();
-            let got: Vec<Vec<f32>> = scores_on_two_ranks((&hidden, &weight, d), &ls, params, tokens)
+            let got: Vec<RankScores> = scores_on_two_ranks((&hidden, &weight, d), &ls, params, tokens)
                 .into_iter()
                 .map(Result::unwrap)
                 .collect();
@@ -1053,9 +1129,10 @@ fn scoring_over_two_ranks_on_one_gpu_equals_one_gpu() {
 #[test]
 fn truncating_scores_over_two_ranks_split_long_calls_and_refuse_what_ranks_cannot_score() {
     // A truncating scoring call of more rows than one launch's fallback logits hold
-    // (`truncated_score_rows`: 3355 at V = 20,003) runs as two launches on every rank, whose
-    // exchanges pair up; top log-probabilities, and a soft-cap with truncation (a scoring call has raw
-    // log-probabilities: finding 22), are `Unsupported` on every rank before anything is enqueued.
+    // (`truncated_score_rows`: 3,354 at V = 20,003) runs as two launches on every rank, whose
+    // exchanges pair up, with and without top lists (random tokens: most ranks counted in the ranks'
+    // fallback); a soft-cap with truncation (a scoring call has raw log-probabilities: finding 22) and
+    // sparse adjustments with top lists are `Unsupported` on every rank before anything is enqueued.
     let Some(one) = gpu_or_skip("truncating_scores_over_two_ranks_split_long_calls_and_refuse_what_ranks_cannot_score")
     else {
         return;
@@ -1071,16 +1148,23 @@ fn truncating_scores_over_two_ranks_split_long_calls_and_refuse_what_ranks_canno
     let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight[..v * d], v, d));
     let mut rng = TestRng::new(0x53);
     let tokens: Vec<u32> = (0..b).map(|_| (rng.next_u64() % v as u64) as u32).collect();
-    let want = one.score(h, w, &params, &tokens).unwrap();
-    let got: Vec<Vec<f32>> =
-        scores_on_two_ranks((&hidden, &weight, d), &ls, &params, &tokens).into_iter().map(Result::unwrap).collect();
-    assert_rank_scores(&format!("{b} rows (two launches)"), &got, &want, &tokens);
+    for params in [params.clone(), params.clone().with_top_logprobs(4, false)] {
+        let want = one.score(h, w, &params, &tokens).unwrap();
+        let got: Vec<RankScores> =
+            scores_on_two_ranks((&hidden, &weight, d), &ls, &params, &tokens).into_iter().map(Result::unwrap).collect();
+        let top = params.top_logprobs;
+        assert_rank_scores(&format!("{b} rows (two launches), top {top}"), &got, &want, &tokens);
+    }
     let few = &tokens[..8];
     let (h8, w8) = (&hidden[..8 * d], &weight[..]);
-    for bad in [params.rows(0..8).unwrap().with_top_logprobs(3, false), params.rows(0..8).unwrap().with_softcap(5.0)] {
+    let adjusted =
+        params.rows(0..8).unwrap().with_top_logprobs(3, false).with_adjustments(cross_shard_adjustments(8, v));
+    for bad in [adjusted, params.rows(0..8).unwrap().with_softcap(5.0)] {
         for r in scores_on_two_ranks((h8, w8, d), &ls, &bad, few) {
             assert!(matches!(r, Err(Error::Unsupported { .. })), "{r:?}");
         }
     }
-    visible(&format!("truncating scores over two ranks on one GPU == one GPU: {b} rows in two launches; refusals"));
+    visible(&format!(
+        "truncating scores over two ranks on one GPU == one GPU: {b} rows in two launches, with top lists too; refusals"
+    ));
 }

@@ -105,20 +105,6 @@ impl<'a> ScoreOutputs<'a> {
     }
 }
 
-/// The controls a GPU scoring call takes: every one on one GPU; over vocab shards (`sharded`) all
-/// but top log-probabilities (the ranks' exchange carries no rank for a given token), with
-/// truncation's own limits there (`check_rank_truncation`: no adjustments, no soft-cap with raw
-/// log-probabilities, which a scoring call always has).
-fn check_score_controls(params: &SamplingParams, sharded: bool) -> Result<()> {
-    if sharded && params.top_logprobs > 0 {
-        return Err(Error::Unsupported {
-            control: "scoring given tokens with top log-probabilities (and their ranks)",
-            path: "over vocab shards (one GPU and the CPU backend score them)",
-        });
-    }
-    Ok(())
-}
-
 /// Most bytes of fallback logits (`[rows, V]` f32, [`GpuBackend::score_device`]'s truncation
 /// buffers) one launch of a truncating scoring call may need: a longer call is split into launches
 /// of [`truncated_score_rows`] rows, so its memory stays O(rows), never O(rows · V).
@@ -182,7 +168,7 @@ impl GpuBackend {
         out: &mut DeviceSamples,
         scores: &mut ScoreOutputs<'_>,
     ) -> Result<()> {
-        self.check_score_call(params, hidden.rows, tokens, scores, false)?;
+        self.check_score_call(params, hidden.rows, tokens, scores)?;
         let p = scoring_params(params);
         let whole = VocabRange { offset: 0, vocab: weight.rows };
         let (b, d, v) = (hidden.rows, hidden.cols, weight.rows);
@@ -209,22 +195,20 @@ impl GpuBackend {
         Ok(())
     }
 
-    /// The checks of a scoring call with `b` rows (`sharded`: a vocab-parallel rank's), before
-    /// anything is taken or enqueued: not in a capture, controls the GPU scores, one token and at
-    /// least one output entry per row, buffers of this context.
+    /// The checks of a scoring call with `b` rows (one GPU's or a vocab-parallel rank's), before
+    /// anything is taken or enqueued: not in a capture, one token and at least one output entry per
+    /// row (top lists and ranks exactly when asked for), buffers of this context.
     pub(crate) fn check_score_call(
         &self,
         params: &SamplingParams,
         b: usize,
         tokens: &CudaView<'_, u32>,
         scores: &ScoreOutputs<'_>,
-        sharded: bool,
     ) -> Result<()> {
         // Before any cudarc pointer is taken (its event waits would break a capture).
         if self.capturing()? {
             return Err(Error::Capture { reason: capture::SCORING });
         }
-        check_score_controls(params, sharded)?;
         if tokens.len() != b {
             return Err(Error::LengthMismatch { buffer: "tokens to score", expected: b, actual: tokens.len() });
         }
@@ -338,7 +322,6 @@ impl GpuBackend {
             params,
         )?;
         check_tokens(tokens, shape.b, shape.v)?;
-        check_score_controls(params, false)?;
         let h = self.stream.clone_htod(hidden.data)?;
         let w = self.stream.clone_htod(weight.data)?;
         let t = self.stream.clone_htod(tokens)?;
@@ -437,20 +420,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn one_gpu_scores_every_control_and_vocab_shards_refuse_top_lists() {
+    fn truncation_and_top_lists_score_through_the_fallback_in_launches_of_256_mib() {
         let v = 1000;
         let base = SamplingParams::new(0.8, 1);
         let top = base.clone().with_top_logprobs(5, true);
         let trunc = base.clone().with_top_k(vec![4]);
-        for p in [&base, &top, &trunc] {
-            assert!(check_score_controls(p, false).is_ok());
-        }
-        for p in [&base, &trunc] {
-            assert!(check_score_controls(p, true).is_ok());
-        }
-        assert!(matches!(check_score_controls(&top, true), Err(Error::Unsupported { .. })));
         // Both run the truncating pass, whose fallback may materialize a row: split into launches.
         assert!(scores_through_fallback(&top, v) && scores_through_fallback(&trunc, v));
         assert!(!scores_through_fallback(&base, v));
+        assert_eq!(truncated_score_rows(151_936), 441);
+        assert_eq!(truncated_score_rows(20_003), 3354);
+        assert_eq!(truncated_score_rows(usize::MAX), 1);
     }
 }

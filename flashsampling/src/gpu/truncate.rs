@@ -509,16 +509,17 @@ impl GpuBackend {
         targets: Option<ScoreTargets>,
     ) -> Result<()> {
         self.rank_step(out, |t, (mut outputs, raw), row_params, rank, (rows, n)| {
-            let (reduce, raw_lse) = rank_scoring(targets, &mut outputs, t.raw_lse);
+            let s = rank_scoring(targets, &mut outputs, t.raw_lse, t.top_outputs(rank.top));
             let p = ByValue(TruncateParams {
-                reduce,
+                reduce: s.reduce,
                 tops: gathered as *const StoredTop,
                 units: RANK_UNITS as u32,
                 ranks: ranks as u32,
                 rank_stride: rank_stride as u32,
                 raw_logprobs: raw as *mut f32,
-                raw_logsumexp: raw_lse as *const f32,
-                top: t.top_outputs(rank.top),
+                raw_logsumexp: s.raw_lse as *const f32,
+                top: s.top,
+                target_ranks: s.ranks,
                 ..truncate_params(t, outputs, row_params, (rows, n, rank.vocab, rank.d), rank.operands.3)
             });
             let step = if targets.is_some() { &self.k.scored.0 } else { self.truncate_step(rows) };
@@ -527,7 +528,8 @@ impl GpuBackend {
             // raw log-sum-exps); the outputs, row parameters, truncation, flags and list as for the
             // one-GPU step (the list's count zeroed before the fused launch); no adjustments; no
             // weight (null: a changed token's raw logit is its processed one, the call has no
-            // soft-cap); a scoring call's given tokens and outputs hold `rows` entries (checked).
+            // soft-cap); a scoring call's given tokens and outputs hold `rows` entries, its top
+            // lists `rows × top_logprobs` (checked).
             unsafe { self.launch_after(step, truncate_cfg(rows), &p) }
         })
     }
@@ -597,15 +599,16 @@ impl GpuBackend {
     ) -> Result<()> {
         self.rank_step(out, |t, (mut outputs, raw), row_params, rank, (rows, n)| {
             let (_, _, mask, elem) = rank.operands;
-            let (reduce, raw_lse) = rank_scoring(targets, &mut outputs, t.raw_lse);
+            let s = rank_scoring(targets, &mut outputs, t.raw_lse, t.top_outputs(rank.top));
             let f = ByValue(FallbackParams {
                 logits: full as *mut f32,
                 raw_logprobs: raw as *mut f32,
-                raw_logsumexp: raw_lse as *const f32,
-                targets: reduce.targets,
-                target_logprobs: reduce.target_logprobs,
-                target_raw_logprobs: reduce.target_raw_logprobs,
-                top: t.top_outputs(rank.top),
+                raw_logsumexp: s.raw_lse as *const f32,
+                targets: s.reduce.targets,
+                target_logprobs: s.reduce.target_logprobs,
+                target_raw_logprobs: s.reduce.target_raw_logprobs,
+                target_ranks: s.ranks,
+                top: s.top,
                 mask: mask as *const u32,
                 mask_words: if mask != 0 { rank.vocab.div_ceil(32) as u32 } else { 0 },
                 softcap: rank.softcap,
@@ -615,7 +618,8 @@ impl GpuBackend {
             // before on this stream; the mask (non-null: the launch's, B × ceil(vocab/32) words); the
             // outputs and the merged raw log-sum-exps `rows`; no adjustments; no weight (null: hidden
             // states and weight are not read; the sampled token's raw logit is its processed one); a
-            // scoring call's given tokens and outputs hold `rows` entries (checked).
+            // scoring call's given tokens and outputs hold `rows` entries, its top lists `rows ×
+            // top_logprobs` (checked).
             let sampler = if targets.is_some() { &self.k.scored.1 } else { &self.k.fallback_sample };
             unsafe { self.launch_after(sampler, fallback_sample_cfg(rows), &f) }
         })
@@ -629,25 +633,38 @@ pub(crate) const fn rank_list_words(scoring: bool) -> usize {
     if scoring { 12 } else { 6 }
 }
 
-/// What a rank's steps after the exchange take from a scoring call (`targets`): the given tokens
+/// What a rank's steps after the exchange take from a call: for a scoring one, its given tokens
 /// and their outputs as a reduction-less [`FusedParams`] (null `candidates`: the merge reduced the
-/// rows), and the log-sum-exps where the merge wrote them (the scores': `outputs[3]` becomes the
-/// processed one's, and the returned raw one replaces `raw_lse`). Without a scoring call:
-/// [`FusedParams::NONE`] and `raw_lse`.
-fn rank_scoring(targets: Option<ScoreTargets>, outputs: &mut [u64; 4], raw_lse: u64) -> (FusedParams, u64) {
-    match targets {
-        None => (FusedParams::NONE, raw_lse),
-        Some(t) => {
-            outputs[3] = t.logsumexp;
-            let reduce = FusedParams {
-                targets: t.tokens as *const u32,
-                target_logprobs: t.logprobs as *mut f32,
-                target_raw_logprobs: t.raw_logprobs as *mut f32,
-                ..FusedParams::NONE
-            };
-            (reduce, t.raw_logsumexp)
-        }
-    }
+/// rows), the log-sum-exps where the merge wrote them (the scores'), and with top log-probabilities
+/// its own top lists and ranks; else none of it.
+struct RankScoring {
+    reduce: FusedParams,
+    /// The merged raw log-sum-exps.
+    raw_lse: u64,
+    top: TopOutputs,
+    /// The given tokens' ranks (null: none asked for).
+    ranks: *mut u32,
+}
+
+/// [`RankScoring`] of a call (`targets`: a scoring one's) whose steps would otherwise write
+/// `outputs` (`outputs[3]` becomes the scores' processed log-sum-exps), read the raw log-sum-exps
+/// at `raw_lse` and write top lists to `top`.
+fn rank_scoring(targets: Option<ScoreTargets>, outputs: &mut [u64; 4], raw_lse: u64, top: TopOutputs) -> RankScoring {
+    let Some(t) = targets else {
+        return RankScoring { reduce: FusedParams::NONE, raw_lse, top, ranks: std::ptr::null_mut() };
+    };
+    outputs[3] = t.logsumexp;
+    let reduce = FusedParams {
+        targets: t.tokens as *const u32,
+        target_logprobs: t.logprobs as *mut f32,
+        target_raw_logprobs: t.raw_logprobs as *mut f32,
+        ..FusedParams::NONE
+    };
+    let top = match t.top_tokens {
+        0 => top,
+        _ => TopOutputs { tokens: t.top_tokens as *mut u32, logprobs: t.top_logprobs as *mut f32, ..top },
+    };
+    RankScoring { reduce, raw_lse: t.raw_logsumexp, top, ranks: t.ranks as *mut u32 }
 }
 
 impl GpuBackend {

@@ -300,9 +300,12 @@ impl TpRank {
     /// [`Self::synchronize`]. `out` is the call's scratch and holds no results afterwards. With
     /// top-k / top-p / min-p (truncation's limits over ranks: [`Self::sample_device`]'s) each token
     /// is scored over the kept set the step over the merged lists certifies or the ranks' fallback
-    /// finds, and a call of more rows than 256 MiB of fallback logits runs as launches of that many
-    /// (every rank splits it alike). Top log-probabilities are [`Error::Unsupported`]; a token at or
-    /// past V scores NaN.
+    /// finds. With top log-probabilities (`scores.top`) every rank gets the lists of the whole head
+    /// (sampling's over ranks) and each token's rank, from the step over the merged lists where
+    /// their sorted prefix holds every token before it, else from the ranks' fallback, which counts
+    /// it over the assembled row. Either way a call of more rows than 256 MiB of fallback logits
+    /// runs as launches of that many (every rank splits it alike). A token at or past V scores NaN
+    /// (rank 0).
     #[allow(clippy::too_many_arguments)]
     pub fn score_device<T: Element>(
         &mut self,
@@ -314,7 +317,7 @@ impl TpRank {
         out: &mut DeviceSamples,
         scores: &mut ScoreOutputs<'_>,
     ) -> Result<()> {
-        self.gpu.check_score_call(params, hidden.rows, tokens, scores, true)?;
+        self.gpu.check_score_call(params, hidden.rows, tokens, scores)?;
         let p = scoring_params(params);
         let gpu = self.gpu.clone();
         let (b, d, vocab) = (hidden.rows, hidden.cols, self.layout.vocab);
@@ -337,7 +340,7 @@ impl TpRank {
             let h = DeviceMatrix { data: hidden.data.slice(rows.start * d..rows.end * d), rows: rows.len(), cols: d };
             let m = mask.map(|m| m.slice(rows.start * words..rows.end * words));
             let t = tokens.slice(rows.clone());
-            let mut part = scores.rows(rows.clone(), 0);
+            let mut part = scores.rows(rows.clone(), p.top_logprobs as usize);
             let (targets, _guards) = gpu.score_targets(&t, &mut part);
             let pr = if whole { p.clone() } else { p.rows(rows)? };
             let call = self.launch_local(&h, weight, &pr, m.as_ref(), out, Some(targets))?;
