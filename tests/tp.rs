@@ -638,28 +638,11 @@ fn many_fallback_rows_over_two_ranks_draw_the_one_gpu_tokens() {
     let want = one.sample_scored(Matrix::new(&hidden, b, d), Matrix::new(&weight[..v * d], v, d), &params).unwrap();
     let fell = want.truncation_fallback.as_ref().unwrap().iter().filter(|&&f| f).count();
     assert!(fell >= b / 2, "{fell} of {b} rows in the fallback");
-    let shared: &'static GatherShared = Box::leak(Box::new(GatherShared::new(2)));
-    let id = CommId::from_hex(&"00".repeat(128)).unwrap();
-    let got: Vec<(Vec<u32>, Vec<f32>)> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..2)
-            .map(|r| {
-                let (hidden, weight, params, l, id) = (&hidden, &weight, &params, ls[r], &id);
-                s.spawn(move || {
-                    let (mut rank, _) = join_rank(Join::InProcess(shared), r, id, l);
-                    let stream = rank.gpu().stream().clone();
-                    let hd = stream.clone_htod(hidden).unwrap();
-                    let wd = stream.clone_htod(&weight[l.offset * d..(l.offset + l.rows) * d]).unwrap();
-                    let mut out = rank.gpu().alloc_samples(b, l.rows).unwrap();
-                    let hm = DeviceMatrix { data: hd.as_view(), rows: b, cols: d };
-                    let wm = DeviceMatrix { data: wd.as_view(), rows: l.rows, cols: d };
-                    rank.sample_device(&hm, &wm, params, None, &mut out).unwrap();
-                    rank.synchronize().unwrap();
-                    let logprobs = stream.clone_dtoh(&out.logprobs().unwrap()).unwrap();
-                    (stream.clone_dtoh(&out.tokens()).unwrap(), logprobs)
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    let got = on_two_ranks((&hidden, &weight, d), &ls, |rank, (hm, wm), out| {
+        rank.sample_device(hm, wm, &params, None, out).unwrap();
+        rank.synchronize().unwrap();
+        let stream = rank.gpu().stream();
+        (stream.clone_dtoh(&out.tokens()).unwrap(), stream.clone_dtoh(&out.logprobs().unwrap()).unwrap())
     });
     for (r, (tokens, logprobs)) in got.iter().enumerate() {
         let wrong: Vec<usize> = (0..b).filter(|&i| tokens[i] != want.tokens[i]).collect();
@@ -681,6 +664,38 @@ fn many_fallback_rows_over_two_ranks_draw_the_one_gpu_tokens() {
     }
     assert_eq!(bits(&got[0].1), bits(&got[1].1), "the ranks' log-probabilities agree bit for bit");
     visible(&format!("{fell} of {b} rows through the fallback over two ranks == one GPU"));
+}
+
+/// `call` on each of two ranks (`ls`) in threads on one GPU, joined through one in-process
+/// all-gather, with `hidden` (`[B, d]`) and the rank's shard of `weight` on its stream and sample
+/// buffers for B rows: each rank's result.
+fn on_two_ranks<R: Send>(
+    (hidden, weight, d): (&[bf16], &[bf16], usize),
+    ls: &[ShardLayout],
+    call: impl Fn(&mut TpRank, (&DeviceMatrix<'_, bf16>, &DeviceMatrix<'_, bf16>), &mut flashsampling::DeviceSamples) -> R
+    + Sync,
+) -> Vec<R> {
+    let b = hidden.len() / d;
+    let shared: &'static GatherShared = Box::leak(Box::new(GatherShared::new(2)));
+    let id = CommId::from_hex(&"00".repeat(128)).unwrap();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..2)
+            .map(|r| {
+                let (l, id, call) = (ls[r], &id, &call);
+                s.spawn(move || {
+                    let (mut rank, _) = join_rank(Join::InProcess(shared), r, id, l);
+                    let stream = rank.gpu().stream().clone();
+                    let hd = stream.clone_htod(hidden).unwrap();
+                    let wd = stream.clone_htod(&weight[l.offset * d..(l.offset + l.rows) * d]).unwrap();
+                    let mut out = rank.gpu().alloc_samples(b, l.rows).unwrap();
+                    let hm = DeviceMatrix { data: hd.as_view(), rows: b, cols: d };
+                    let wm = DeviceMatrix { data: wd.as_view(), rows: l.rows, cols: d };
+                    call(&mut rank, (&hm, &wm), &mut out)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
 }
 
 /// Rank `r` of two on GPU `r`, joined as `join` says; with `Join::Borrowed` also the raw
@@ -935,54 +950,38 @@ struct RankScores {
 /// through the in-process all-gather: each rank's results (its top outputs filled with all-ones
 /// bytes first, as `GpuBackend::score` fills its own), or its error.
 fn scores_on_two_ranks(
-    (hidden, weight, d): (&[bf16], &[bf16], usize),
+    head: (&[bf16], &[bf16], usize),
     ls: &[ShardLayout],
     params: &SamplingParams,
     tokens: &[u32],
 ) -> Vec<Result<RankScores, Error>> {
     let (b, k) = (tokens.len(), params.top_logprobs as usize);
-    let shared: &'static GatherShared = Box::leak(Box::new(GatherShared::new(2)));
-    std::thread::scope(|s| {
-        let handles: Vec<_> = (0..2)
-            .map(|r| {
-                let l = ls[r];
-                s.spawn(move || {
-                    let (mut rank, _) =
-                        join_rank(Join::InProcess(shared), r, &CommId::from_hex(&"00".repeat(128)).unwrap(), l);
-                    let stream = rank.gpu().stream().clone();
-                    let hd = stream.clone_htod(hidden).unwrap();
-                    let wd = stream.clone_htod(&weight[l.offset * d..(l.offset + l.rows) * d]).unwrap();
-                    let td = stream.clone_htod(tokens).unwrap();
-                    let mut out = rank.gpu().alloc_samples(b, l.rows).unwrap();
-                    let mut buf = stream.alloc_zeros::<f32>(4 * b).unwrap();
-                    let mut tt = stream.clone_htod(&vec![u32::MAX; b * k.max(1)]).unwrap();
-                    let mut tl = stream.clone_htod(&vec![f32::from_bits(u32::MAX); b * k.max(1)]).unwrap();
-                    let mut ranks = stream.clone_htod(&vec![u32::MAX; b]).unwrap();
-                    let result = {
-                        let mut scores = flashsampling::ScoreOutputs::rows_of(buf.as_view_mut(), b).unwrap();
-                        if k > 0 {
-                            let top = flashsampling::ScoreTop {
-                                tokens: tt.as_view_mut(),
-                                logprobs: tl.as_view_mut(),
-                                ranks: ranks.as_view_mut(),
-                            };
-                            scores = scores.with_top(top);
-                        }
-                        let hm = DeviceMatrix { data: hd.as_view(), rows: b, cols: d };
-                        let wm = DeviceMatrix { data: wd.as_view(), rows: l.rows, cols: d };
-                        rank.score_device(&hm, &wm, params, &td.as_view(), None, &mut out, &mut scores)
-                    };
-                    result.and_then(|()| rank.synchronize()).map(|()| RankScores {
-                        scores: stream.clone_dtoh(&buf).unwrap(),
-                        top: (k > 0).then(|| {
-                            let lists = (stream.clone_dtoh(&tt).unwrap(), stream.clone_dtoh(&tl).unwrap());
-                            (lists.0, lists.1, stream.clone_dtoh(&ranks).unwrap())
-                        }),
-                    })
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    on_two_ranks(head, ls, |rank, (hm, wm), out| {
+        let stream = rank.gpu().stream().clone();
+        let td = stream.clone_htod(tokens).unwrap();
+        let mut buf = stream.alloc_zeros::<f32>(4 * b).unwrap();
+        let mut tt = stream.clone_htod(&vec![u32::MAX; b * k.max(1)]).unwrap();
+        let mut tl = stream.clone_htod(&vec![f32::from_bits(u32::MAX); b * k.max(1)]).unwrap();
+        let mut ranks = stream.clone_htod(&vec![u32::MAX; b]).unwrap();
+        let result = {
+            let mut scores = flashsampling::ScoreOutputs::rows_of(buf.as_view_mut(), b).unwrap();
+            if k > 0 {
+                let top = flashsampling::ScoreTop {
+                    tokens: tt.as_view_mut(),
+                    logprobs: tl.as_view_mut(),
+                    ranks: ranks.as_view_mut(),
+                };
+                scores = scores.with_top(top);
+            }
+            rank.score_device(hm, wm, params, &td.as_view(), None, out, &mut scores)
+        };
+        result.and_then(|()| rank.synchronize()).map(|()| RankScores {
+            scores: stream.clone_dtoh(&buf).unwrap(),
+            top: (k > 0).then(|| {
+                let lists = (stream.clone_dtoh(&tt).unwrap(), stream.clone_dtoh(&tl).unwrap());
+                (lists.0, lists.1, stream.clone_dtoh(&ranks).unwrap())
+            }),
+        })
     })
 }
 
