@@ -72,9 +72,25 @@ impl Transform {
         }
     }
 
-    /// Whether this is greedy decoding (argmax of the logits; the noise is not drawn).
+    /// The transform of a row that is scored and not sampled (`GpuBackend::score_device`): the
+    /// temperature's `1/T` for the log-probabilities, and no noise (its argmax is never used). A
+    /// greedy temperature stays greedy.
+    #[inline]
+    pub fn noiseless(t: f32) -> Self {
+        Self { noise_scale: 0.0, ..Self::from_temperature(t) }
+    }
+
+    /// Whether this is greedy decoding (`1/T = +∞`: the argmax of the logits, log-probability 0,
+    /// no processed distribution; the noise is not drawn).
     #[inline(always)]
     pub fn is_greedy(&self) -> bool {
+        self.inv_temperature == f32::INFINITY
+    }
+
+    /// Whether the epilogue draws no noise: greedy decoding, or a row that is only scored
+    /// ([`Self::noiseless`]), whose argmax of the logits nothing reads.
+    #[inline(always)]
+    pub fn draws_no_noise(&self) -> bool {
         self.noise_scale == 0.0
     }
 
@@ -182,7 +198,7 @@ pub fn update_groups_above<const G: usize>(
     transform: &Transform,
 ) {
     const { assert!(G >= 1 && G <= MAX_GROUPS) };
-    if transform.is_greedy() {
+    if transform.draws_no_noise() {
         for_each!(Q < G, {
             for_each!(J < 4, {
                 let v = v0 + stride * Q as u32 + J as u32;
@@ -268,7 +284,7 @@ pub fn update_group4_unpruned(
     noise: &RowNoise,
     transform: &Transform,
 ) {
-    let g = if transform.is_greedy() { [0.0; 4] } else { noise.gumbel4(v0 >> 2) };
+    let g = if transform.draws_no_noise() { [0.0; 4] } else { noise.gumbel4(v0 >> 2) };
     let mut j = 0;
     while j < 4 {
         let v = v0 + j as u32;
@@ -306,7 +322,7 @@ pub fn update_tile(cand: &mut Candidate, logits: &[f32], v0: u32, vocab: u32, no
     while i < logits.len() && (v0 + i as u32) % 4 != 0 {
         let v = v0 + i as u32;
         if v < vocab {
-            let g = if transform.is_greedy() { 0.0 } else { noise.gumbel_at(v) };
+            let g = if transform.draws_no_noise() { 0.0 } else { noise.gumbel_at(v) };
             cand.update(transform.score(logits[i], g), v);
         }
         i += 1;
@@ -329,7 +345,7 @@ pub fn update_tile(cand: &mut Candidate, logits: &[f32], v0: u32, vocab: u32, no
     while i < logits.len() {
         let v = v0 + i as u32;
         if v < vocab {
-            let g = if transform.is_greedy() { 0.0 } else { noise.gumbel_at(v) };
+            let g = if transform.draws_no_noise() { 0.0 } else { noise.gumbel_at(v) };
             cand.update(transform.score(logits[i], g), v);
         }
         i += 1;
@@ -591,6 +607,30 @@ mod tests {
         // not scored as 0 (which would beat the negative logits).
         update_group4(&mut c, [-3.0, -1.0, -2.0, 9.0], 0, 3, &noise, &t);
         assert_eq!(c, Candidate { score: -1.0, index: 1 });
+    }
+
+    #[test]
+    fn scored_rows_draw_no_noise_but_keep_their_temperature() {
+        // `Transform::noiseless`: a scoring call's row keeps 1/T for its log-probabilities (it is not
+        // greedy) and takes the argmax of its logits (scaled by min(1/T, 1)) without drawing noise.
+        let noise = RowNoise { seed: 5, stream: 2, sample: 0 };
+        for t in [0.5f32, 1.0, 2.0] {
+            let (plain, scored) = (Transform::from_temperature(t), Transform::noiseless(t));
+            assert!(!scored.is_greedy() && scored.draws_no_noise() && !plain.draws_no_noise());
+            assert_eq!(scored.inv_temperature.to_bits(), plain.inv_temperature.to_bits(), "T = {t}");
+            assert_eq!(scored.scaled(3.0).to_bits(), plain.scaled(3.0).to_bits());
+            let logits: Vec<f32> = (0..37).map(|i| ((i * 7919) % 37) as f32 * 0.25 - 4.0).collect();
+            let best = (0..37).max_by(|&a, &b| logits[a].total_cmp(&logits[b]).then(b.cmp(&a))).unwrap();
+            let mut c = Candidate::EMPTY;
+            update_tile(&mut c, &logits, 0, 37, &noise, &scored);
+            assert_eq!(c, Candidate { score: logits[best] * scored.logit_scale(), index: best as u32 }, "T = {t}");
+        }
+        // A greedy temperature stays greedy.
+        for t in [0.0f32, 1e-40] {
+            let (plain, scored) = (Transform::from_temperature(t), Transform::noiseless(t));
+            assert_eq!(scored, plain);
+            assert!(scored.is_greedy() && scored.draws_no_noise());
+        }
     }
 
     fn winner(logits: &[f32], t: f32) -> Candidate {

@@ -81,12 +81,13 @@ pub fn row_params_words(params: &SamplingParams, b: usize) -> Result<Vec<u64>> {
         ..SamplingParams::new(1.0, 0)
     };
     crate::params::validate((b, 8, 8 * b), (1, 8, 8), &keys)?;
-    GpuBackend::row_words(&keys, b)
+    GpuBackend::row_words(&keys, b, false)
 }
 
 impl GpuBackend {
-    /// The per-row parameters of a validated call, `[B·n]`, as upload words.
-    pub(super) fn row_words(params: &SamplingParams, b: usize) -> Result<Vec<u64>> {
+    /// The per-row parameters of a validated call, `[B·n]`, as upload words (`noiseless`: a scoring
+    /// call's rows, which draw no noise: [`Transform::noiseless`]).
+    pub(super) fn row_words(params: &SamplingParams, b: usize, noiseless: bool) -> Result<Vec<u64>> {
         let mut words = Vec::with_capacity(4 * b * params.n as usize);
         for r in 0..b {
             let lengths = || Error::LengthMismatch {
@@ -96,7 +97,8 @@ impl GpuBackend {
             };
             let noise = params.row_noise(r).ok_or_else(lengths)?;
             // `validate` checked the per-row temperatures (finite, ≥ 0) and the lists' lengths.
-            let transform = Transform::from_temperature(params.row_temperature(r).ok_or_else(lengths)?);
+            let t = params.row_temperature(r).ok_or_else(lengths)?;
+            let transform = if noiseless { Transform::noiseless(t) } else { Transform::from_temperature(t) };
             for j in 0..params.n {
                 words.extend(row_words(RowParams {
                     seed: noise.seed,

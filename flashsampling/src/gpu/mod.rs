@@ -936,7 +936,12 @@ impl GpuBackend {
         }
         let words = match device_rows {
             Some(_) => RowWords::Device(rows_ptr),
-            None => RowWords::Host(Self::row_words(params, shape.b)?),
+            // A scoring call's rows that no truncation step samples from draw no noise (nothing
+            // reads their argmax; the log-probabilities do not depend on it).
+            None => {
+                let noiseless = targets.is_some_and(|t| !t.draws) && epilogue != Epilogue::Truncate;
+                RowWords::Host(Self::row_words(params, shape.b, noiseless)?)
+            }
         };
         out.b = rows;
         out.n = n;

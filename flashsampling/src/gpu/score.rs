@@ -27,6 +27,9 @@ pub(crate) struct ScoreTargets {
     pub(crate) top_tokens: u64,
     pub(crate) top_logprobs: u64,
     pub(crate) ranks: u64,
+    /// Whether the pass's samples are read ([`GpuBackend::sample_and_score`]'s); else the rows of a
+    /// pass without truncation draw no noise.
+    pub(crate) draws: bool,
 }
 
 /// Device buffers of the caller that a scoring call ([`GpuBackend::score_device`]) writes its
@@ -168,6 +171,23 @@ impl GpuBackend {
         out: &mut DeviceSamples,
         scores: &mut ScoreOutputs<'_>,
     ) -> Result<()> {
+        self.score_device_in(hidden, weight, params, tokens, mask, out, scores, false)
+    }
+
+    /// [`Self::score_device`]; `draws`: the pass's samples are read (a pass without truncation
+    /// otherwise draws no noise: [`flashsampling_kernels::Transform::noiseless`]).
+    #[allow(clippy::too_many_arguments)]
+    fn score_device_in<T: Element>(
+        &self,
+        hidden: &DeviceMatrix<'_, T>,
+        weight: &DeviceMatrix<'_, T>,
+        params: &SamplingParams,
+        tokens: &CudaView<'_, u32>,
+        mask: Option<&CudaView<'_, u32>>,
+        out: &mut DeviceSamples,
+        scores: &mut ScoreOutputs<'_>,
+        draws: bool,
+    ) -> Result<()> {
         self.check_score_call(params, hidden.rows, tokens, scores)?;
         let p = scoring_params(params);
         let whole = VocabRange { offset: 0, vocab: weight.rows };
@@ -175,6 +195,7 @@ impl GpuBackend {
         let chunk = truncated_score_rows(v);
         if !scores_through_fallback(&p, v) || b <= chunk {
             let (targets, _guards) = self.score_targets(tokens, scores);
+            let targets = ScoreTargets { draws, ..targets };
             return self.sample_device_in(hidden, weight, &p, mask, out, whole, None, None, None, Some(targets));
         }
         // A long truncating call: launches of `chunk` rows, each row with its own parameters (its
@@ -189,6 +210,7 @@ impl GpuBackend {
             let t = tokens.slice(rows.clone());
             let mut part = scores.rows(rows.clone(), p.top_logprobs as usize);
             let (targets, _guards) = self.score_targets(&t, &mut part);
+            let targets = ScoreTargets { draws, ..targets };
             let pr = p.rows(rows)?;
             self.sample_device_in(&h, weight, &pr, m.as_ref(), out, whole, None, None, None, Some(targets))?;
         }
@@ -265,8 +287,17 @@ impl GpuBackend {
             (top_tokens, top_logprobs, ranks) = (t, l, r);
             guards.extend([g5, g6, g7]);
         }
-        let targets =
-            ScoreTargets { tokens, logprobs, raw_logprobs, logsumexp, raw_logsumexp, top_tokens, top_logprobs, ranks };
+        let targets = ScoreTargets {
+            tokens,
+            logprobs,
+            raw_logprobs,
+            logsumexp,
+            raw_logsumexp,
+            top_tokens,
+            top_logprobs,
+            ranks,
+            draws: false,
+        };
         (targets, guards)
     }
 
@@ -282,7 +313,7 @@ impl GpuBackend {
         params: &SamplingParams,
         tokens: &[u32],
     ) -> Result<Scores> {
-        Ok(self.score_host(hidden, weight, params, tokens)?.1)
+        Ok(self.score_host(hidden, weight, params, tokens, false)?.1)
     }
 
     /// Samples as [`Self::sample_scored`] does and scores `tokens` as [`Self::score`] does, in one
@@ -298,7 +329,7 @@ impl GpuBackend {
             let scores = self.score(hidden, weight, params, tokens)?;
             return Ok((self.sample_scored(hidden, weight, params)?, scores));
         }
-        let (mut samples, scores) = self.score_host(hidden, weight, params, tokens)?;
+        let (mut samples, scores) = self.score_host(hidden, weight, params, tokens, true)?;
         // The pass computed both log-probabilities: keep what `params` asks for.
         match params.logprobs {
             LogProbs::Off => (samples.logprobs, samples.raw_logprobs, samples.logsumexp) = (None, None, None),
@@ -308,13 +339,15 @@ impl GpuBackend {
         Ok((samples, scores))
     }
 
-    /// The scoring pass with host buffers: its samples (`n = 1`, both log-probabilities) and scores.
+    /// The scoring pass with host buffers: its samples (`n = 1`, both log-probabilities; drawn with
+    /// the call's noise when `draws`, else the argmax of a pass without truncation) and scores.
     fn score_host<T: Element>(
         &self,
         hidden: Matrix<'_, T>,
         weight: Matrix<'_, T>,
         params: &SamplingParams,
         tokens: &[u32],
+        draws: bool,
     ) -> Result<(Samples, Scores)> {
         let (shape, _) = validate(
             (hidden.rows, hidden.cols, hidden.data.len()),
@@ -362,7 +395,7 @@ impl GpuBackend {
                     &cut
                 };
                 let mut part = all.rows(rows.clone(), k);
-                self.score_device(
+                self.score_device_in(
                     &DeviceMatrix { data: h.slice(rows.start * d..rows.end * d), rows: n, cols: d },
                     &weight_dev,
                     pr,
@@ -370,6 +403,7 @@ impl GpuBackend {
                     None,
                     &mut out,
                     &mut part,
+                    draws,
                 )?;
                 // The pass's samples, from the buffers' own outputs (the accessors show none after a
                 // scoring call, but the fallback's flags).

@@ -699,7 +699,7 @@ impl GpuBackend {
             *out = self.alloc_samples(b, 1)?;
         }
         self.ensure_truncation(out, b, 1, (1, 8))?;
-        let words = Self::row_words(params, b)?;
+        let words = Self::row_words(params, b, false)?;
         if words != out.uploaded_rows {
             self.stream.memcpy_htod(&words, &mut out.rows.slice_mut(..4 * b))?;
             out.uploaded_rows = words;

@@ -62,7 +62,7 @@ pub unsafe extern "ptx-kernel" fn adjust_tokens(p: AdjustParams) {
         let tr = row.transform;
         let greedy = tr.is_greedy();
         let out = if mine {
-            let g = if greedy { 0.0 } else { row.noise().gumbel_at(t) };
+            let g = if tr.draws_no_noise() { 0.0 } else { row.noise().gumbel_at(t) };
             let scaled = if greedy || !allowed { f32::NEG_INFINITY } else { tr.scaled(z) };
             AdjustedToken { score: tr.score(z, g), token: t, scaled, z }
         } else {
