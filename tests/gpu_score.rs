@@ -21,6 +21,8 @@ fn cases(b: usize, v: usize) -> Vec<(&'static str, SamplingParams)> {
     let base = SamplingParams::new(0.8, 11).with_streams((0..b as u64).map(|r| 5 * r + 1).collect());
     vec![
         ("plain", base.clone()),
+        // Every row at T = 1 and nothing changes a logit: a scoring pass computes one log-mass.
+        ("T = 1", SamplingParams { temperature: 1.0, ..base.clone() }),
         ("temperatures", base.clone().with_temperatures(mixed_temperatures(b))),
         ("seeds", base.clone().with_seeds((0..b as u64).map(|r| r ^ 0x5EED).collect())),
         ("softcap", base.clone().with_softcap(1.5)),

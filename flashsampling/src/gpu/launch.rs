@@ -434,6 +434,20 @@ impl GpuBackend {
         {
             lp_ptrs[2] = 0;
         }
+        // A scoring launch whose samples nothing reads, with processed logits equal to the raw ones
+        // (every row at T = 1, no soft-cap, mask or adjustment), computes one log-mass: null
+        // `raw_logprobs` (the sampled tokens' raw log-probabilities, unread), and the reduction takes
+        // the processed mass as the raw one (`FusedParams::targets`). The same bits: the two masses
+        // sum the same values in the same order.
+        let targets = out.targets;
+        if launch.epilogue == Epilogue::LogProbs
+            && targets.is_some_and(|t| !t.draws)
+            && mask == 0
+            && adjusted.is_none()
+            && super::score::processed_is_raw(params, shape.b)
+        {
+            lp_ptrs[2] = 0;
+        }
         // A one-GPU truncation launch writes the raw log-sum-exps (through the step's reduction) only
         // when something reads them: raw log-probabilities or raw top log-probabilities. Without
         // them the truncation kernels skip the raw log-mass (`FusedParams::raw_logsumexp` null).
@@ -444,7 +458,6 @@ impl GpuBackend {
         // A scoring call writes the rows' log-sum-exps into its scores, and the given tokens'
         // log-probabilities there too; a rank's, into words 6 and 7 of its exchange (`[8, rows]`),
         // which the merge of the ranks reads.
-        let targets = out.targets;
         let target_outputs = match (targets, ranged.staging) {
             (Some(t), None) => {
                 (lp_ptrs[3], lp_ptrs[4]) = (t.logsumexp, t.raw_logsumexp);

@@ -124,6 +124,16 @@ pub(crate) fn scores_through_fallback(params: &SamplingParams, v: usize) -> bool
     params.truncates(v) || params.top_logprobs > 0
 }
 
+/// Whether every one of a call's `b` rows has processed logits equal to its raw ones: T = 1 (not
+/// greedy), no soft-cap, mask or sparse adjustment. A scoring pass over such rows computes one
+/// log-mass (the launch's device mask, if any, is checked beside this).
+pub(crate) fn processed_is_raw(params: &SamplingParams, b: usize) -> bool {
+    params.softcap.is_none()
+        && params.allowed.is_none()
+        && params.adjustments.as_ref().is_none_or(|a| a.tokens.is_empty())
+        && (0..b).all(|r| params.row_temperature(r) == Some(1.0))
+}
+
 /// `params` as a scoring launch runs them: one sample per row, both log-probabilities.
 pub(crate) fn scoring_params(params: &SamplingParams) -> SamplingParams {
     let mut p = params.clone();
@@ -465,5 +475,23 @@ mod tests {
         assert_eq!(truncated_score_rows(151_936), 441);
         assert_eq!(truncated_score_rows(20_003), 3354);
         assert_eq!(truncated_score_rows(usize::MAX), 1);
+    }
+
+    #[test]
+    fn only_rows_at_t_1_with_nothing_changing_a_logit_score_in_one_mass() {
+        let b = 3;
+        let t1 = SamplingParams::new(1.0, 7);
+        assert!(processed_is_raw(&t1, b));
+        assert!(processed_is_raw(&t1.clone().with_temperatures(vec![1.0; b]), b));
+        let mask = crate::controls::TokenMask::all(b, 64);
+        for (what, p) in [
+            ("T = 0.8", SamplingParams::new(0.8, 7)),
+            ("greedy", SamplingParams::new(0.0, 7)),
+            ("one row at T = 1.0001", t1.clone().with_temperatures(vec![1.0, 1.0001, 1.0])),
+            ("soft-cap", t1.clone().with_softcap(30.0)),
+            ("mask", t1.clone().with_allowed(mask)),
+        ] {
+            assert!(!processed_is_raw(&p, b), "{what}");
+        }
     }
 }

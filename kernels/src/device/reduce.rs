@@ -304,6 +304,11 @@ pub(super) unsafe fn reduce_row_block<const SCORE: bool>(p: &FusedParams, b: u32
         c = c.merge(Candidate { score: f32::from_bits(cw[0]), index: cw[1] });
         mass = merge_mass(mass, mass_of_words(mw));
     }
+    if SCORE && !p.targets.is_null() && p.raw_logprobs.is_null() {
+        // A scoring launch whose processed logits are its raw ones (`FusedParams::targets`): the
+        // fused pass skipped the raw log-mass, which is the processed one.
+        mass.raw = mass.processed;
+    }
     let token = c.token();
     let mut y = 0.0f32;
     // The token's logit only for its log-probabilities (a truncation step whose call asks none
