@@ -488,7 +488,7 @@ mod tests {
             ("T = 0.8", SamplingParams::new(0.8, 7)),
             ("greedy", SamplingParams::new(0.0, 7)),
             ("one row at T = 1.0001", t1.clone().with_temperatures(vec![1.0, 1.0001, 1.0])),
-            ("soft-cap", t1.clone().with_softcap(30.0)),
+            ("soft-cap", SamplingParams { softcap: Some(30.0), ..t1.clone() }),
             ("mask", t1.clone().with_allowed(mask)),
         ] {
             assert!(!processed_is_raw(&p, b), "{what}");
