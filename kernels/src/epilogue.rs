@@ -37,6 +37,7 @@ pub const MIN_SAMPLING_TEMPERATURE: f32 = f32::MIN_POSITIVE;
 /// | `T ≥ 1` | `fl(1/T)` ≤ 1 | 1 | `y · fl(1/T) + g` |
 /// | `MIN_SAMPLING_TEMPERATURE ≤ T < 1` | 1 | `T` | `y + T · g` (= `T · (y/T + g)`) |
 /// | `T = 0` or `0 < T < MIN_SAMPLING_TEMPERATURE` | 1 | 0 (greedy, no noise) | `y` |
+/// | a scored row ([`Transform::noiseless`]), `T > 0` | `min(fl(1/T), 1)` | 0 (no noise) | `y · s` |
 ///
 /// So a finite logit always gives a finite score (`|y · s| ≤ |y|` and `|g · n| < 2¹⁰³`, and a sum
 /// below `f32::MAX + 2¹⁰³` rounds to at most `f32::MAX`), `±∞` gives `±∞` and NaN gives NaN. The
@@ -53,7 +54,8 @@ pub struct Transform {
     /// `fl(1/T)` (`+∞` when greedy, `T = 0` included); the logit scale is `min(inv_temperature, 1)`.
     /// The benchmark baselines read it as `1/T`.
     pub inv_temperature: f32,
-    /// The noise scale `n`: 1 for `T ≥ 1`, `T` below, 0 for greedy decoding (no noise drawn).
+    /// The noise scale `n`: 1 for `T ≥ 1`, `T` below, 0 for greedy decoding and for a scored row
+    /// ([`Self::noiseless`]): no noise drawn.
     pub noise_scale: f32,
 }
 
@@ -73,8 +75,9 @@ impl Transform {
     }
 
     /// The transform of a row that is scored and not sampled (`GpuBackend::score_device`): the
-    /// temperature's `1/T` for the log-probabilities, and no noise (its argmax is never used). A
-    /// greedy temperature stays greedy.
+    /// temperature's `1/T` for the log-probabilities, and no noise (its candidate, the argmax of
+    /// `y · min(1/T, 1)`, is the scoring pass's scratch: no sample is returned). A greedy
+    /// temperature stays greedy.
     #[inline]
     pub fn noiseless(t: f32) -> Self {
         Self { noise_scale: 0.0, ..Self::from_temperature(t) }
@@ -101,7 +104,8 @@ impl Transform {
     }
 
     /// The perturbed score `y · s + g · n` of one logit given its noise (the epilogue passes noise 0
-    /// when greedy, so the score is the logit; a `-0.0` logit scores `+0.0`, which ranks the same).
+    /// when it draws none: greedy, where the score is the logit, or a scored row, `y · s`; a `-0.0`
+    /// logit scores `+0.0`, which ranks the same).
     /// Two multiplies and an add, no select: the same cost as the former select + multiply + add.
     #[inline(always)]
     pub fn score(&self, logit: f32, noise: f32) -> f32 {

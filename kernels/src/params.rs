@@ -168,11 +168,13 @@ pub struct FusedParams {
     /// reader of a slot resets it).
     pub handoff_flags: *mut u32,
     /// Scoring given tokens (issue 52; read by `reduce_rows` only, null otherwise): each row's given
-    /// token `[B]` (global vocab index; one outside `v_offset .. v_end` scores NaN). A one-GPU
-    /// log-probability launch with `samples` = 1 and `raw_logsumexp` given. With null
-    /// `raw_logprobs` its processed logits are its raw ones (every row at T = 1, no soft-cap, mask
-    /// or adjustment: the host's choice): the fused pass skips the raw log-mass and the reduction
-    /// takes the processed one for it.
+    /// token `[B]` (global vocab index; one outside `v_offset .. v_end` scores NaN). A
+    /// log-probability launch (one GPU's, or a rank's into its exchange) with `samples` = 1 and
+    /// `raw_logsumexp` given. With null `raw_logprobs` its processed logits are its raw ones (every
+    /// row at T = 1, no soft-cap, mask or adjustment: the host's choice): the fused pass skips the
+    /// raw log-mass and the reduction takes the processed one for it (the sampled tokens' raw
+    /// log-probabilities, a rank's exchange word 3 included, are then not written: nothing reads
+    /// them).
     pub targets: *const u32,
     /// With `targets`: each row's given token's log-probability under the processed distribution
     /// (as [`Self::logprobs`] defines it for a sampled token; `−∞` for a token the controls remove;

@@ -438,7 +438,8 @@ impl GpuBackend {
         // (every row at T = 1, no soft-cap, mask or adjustment), computes one log-mass: null
         // `raw_logprobs` (the sampled tokens' raw log-probabilities, unread), and the reduction takes
         // the processed mass as the raw one (`FusedParams::targets`). The same bits: the two masses
-        // sum the same values in the same order.
+        // sum the same values in the same order. (A rank's launch too: its exchange word 3, the
+        // sampled token's raw log-probability, is then unwritten and nothing reads its merge.)
         let targets = out.targets;
         if launch.epilogue == Epilogue::LogProbs
             && targets.is_some_and(|t| !t.draws)

@@ -87,8 +87,9 @@ impl AdjRows {
 /// `0` for a greedy row), its raw one `y − lse_raw`, and the row's log-sum-exp of `z / T` (NaN for a
 /// greedy row). A row without a token (`valid` false) gets NaN everywhere. Null `logprobs` (a
 /// truncation step whose call asks for no log-probabilities; `y` is then not computed): the
-/// log-sum-exps alone. Null `raw_logprobs` (a one-GPU log-probability call without raw ones, whose
-/// kernels skipped the raw log-mass): no raw log-probability.
+/// log-sum-exps alone. Null `raw_logprobs` (a one-GPU log-probability call without raw ones, or a
+/// scoring launch whose processed logits are its raw ones; either way the fused kernels skipped the
+/// raw log-mass, which the scoring launch took from the processed one): no raw log-probability.
 ///
 /// # Safety
 /// `b < B`; `p` is a log-probability launch (its outputs hold B entries; `raw_logprobs` null or
