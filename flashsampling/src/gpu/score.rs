@@ -145,16 +145,17 @@ impl GpuBackend {
     /// Scores one given token per row on the device: `tokens[r]` (`B` entries, global vocab
     /// indices) under `params`' controls, into the caller's `scores` ([`ScoreOutputs`]), enqueued on
     /// this handle's stream, no synchronization. `params.n` and `params.logprobs` do not matter (the
-    /// pass draws one sample per row, which it does not keep: `out` holds no results after this
-    /// call, as after [`Self::sample_device_into`]; `out` is its scratch). A token at or past V
+    /// pass keeps no sample: without a truncation step it draws no noise at all, and where every row
+    /// is at T = 1 with nothing applied it sums one log-mass for both distributions; `out` holds no
+    /// results after this call, as after [`Self::sample_device_into`]; `out` is its scratch). A token at or past V
     /// scores NaN (it is not read: nothing checks device-resident tokens on the host); so does a
     /// row with a NaN logit in a call that does not truncate (in one that does, its values are
     /// unspecified); in a row where nothing is allowed every token's processed log-probability is
     /// `−∞` (the host API refuses both rows, as sampling does). The definitions are [`Scores`]'.
     /// With top-k / top-p / min-p the pass is the truncating one: each row's token is scored over
     /// the kept set that sampling certifies or, where it cannot, that the exact fallback finds (a
-    /// call of more than [`truncated_score_rows`] rows runs as launches of that many, so the
-    /// fallback's logits stay within 256 MiB). There a token that a sampling call with the same
+    /// call of more rows than 256 MiB of f32 logits hold, 441 at V = 151,936, runs as launches of
+    /// that many, so the fallback's logits stay within 256 MiB). There a token that a sampling call with the same
     /// keys drew as a new (truncated) sample scores that call's raw log-probability bit for bit;
     /// any other token's raw log-probability comes from the row's reduction (another summation
     /// order than a truncated sample's: equal within f32 rounding). With top log-probabilities
