@@ -52,7 +52,7 @@ pub use options::GpuOptions;
 use outputs::Destinations;
 pub use outputs::DeviceOutputs;
 pub use score::{ScoreOutputs, ScoreTop};
-pub(crate) use score::{ScoreTargets, scores_through_fallback, scoring_params, truncated_score_rows};
+pub(crate) use score::{ScoreTargets, score_launch_rows, scoring_params};
 use truncate::TruncationBuffers;
 pub(crate) use truncate::rank_list_words;
 pub(crate) use validate::check_rank_truncation;

@@ -124,6 +124,12 @@ pub(crate) fn scores_through_fallback(params: &SamplingParams, v: usize) -> bool
     params.truncates(v) || params.top_logprobs > 0
 }
 
+/// Rows per launch of a scoring call of `b` rows over a `v`-token head: all of them, or for a call
+/// through the fallback [`truncated_score_rows`] (every rank of a vocab-parallel call splits alike).
+pub(crate) fn score_launch_rows(params: &SamplingParams, v: usize, b: usize) -> usize {
+    if scores_through_fallback(params, v) { truncated_score_rows(v) } else { b }
+}
+
 /// Whether every one of a call's `b` rows has processed logits equal to its raw ones: T = 1 (not
 /// greedy), no soft-cap, mask or sparse adjustment. A scoring pass over such rows computes one
 /// log-mass (the launch's device mask, if any, is checked beside this).
@@ -202,18 +208,45 @@ impl GpuBackend {
         self.check_score_call(params, hidden.rows, tokens, scores)?;
         let p = scoring_params(params);
         let whole = VocabRange { offset: 0, vocab: weight.rows };
-        let (b, d, v) = (hidden.rows, hidden.cols, weight.rows);
-        let chunk = truncated_score_rows(v);
-        if !scores_through_fallback(&p, v) || b <= chunk {
-            let (targets, _guards) = self.score_targets(tokens, scores);
-            let targets = ScoreTargets { draws, ..targets };
-            return self.sample_device_in(hidden, weight, &p, mask, out, whole, None, None, None, Some(targets));
+        if hidden.rows > score_launch_rows(&p, weight.rows, hidden.rows) {
+            // A long truncating call is validated whole first, so a bad input enqueues nothing.
+            self.validate_call(hidden, weight, &p, mask, whole)?;
         }
-        // A long truncating call: launches of `chunk` rows, each row with its own parameters (its
-        // noise key, controls and mask row), so each scores what the whole call would. The whole
-        // call is validated first, so a bad input enqueues nothing.
-        self.validate_call(hidden, weight, &p, mask, whole)?;
-        let words = v.div_ceil(32);
+        self.score_in_launches((hidden, &p, tokens, mask), scores, (weight.rows, draws), |h, pr, m, targets| {
+            self.sample_device_in(h, weight, pr, m, out, whole, None, None, None, Some(targets))
+        })
+    }
+
+    /// Runs a scoring call (`p`: [`scoring_params`]'s) over a `vocab`-entry head as
+    /// [`score_launch_rows`] splits it: `launch(hidden, params, mask, targets)` once with the whole
+    /// call, or once per launch of a long truncating call with those rows' hidden states, parameters
+    /// ([`SamplingParams::rows`]: each row keeps its noise key, controls and mask row, so each
+    /// scores what the whole call would), mask rows, tokens and outputs. `draws`:
+    /// [`ScoreTargets::draws`]. The caller validated the whole call.
+    pub(crate) fn score_in_launches<T: Element>(
+        &self,
+        (hidden, p, tokens, mask): (
+            &DeviceMatrix<'_, T>,
+            &SamplingParams,
+            &CudaView<'_, u32>,
+            Option<&CudaView<'_, u32>>,
+        ),
+        scores: &mut ScoreOutputs<'_>,
+        (vocab, draws): (usize, bool),
+        mut launch: impl FnMut(
+            &DeviceMatrix<'_, T>,
+            &SamplingParams,
+            Option<&CudaView<'_, u32>>,
+            ScoreTargets,
+        ) -> Result<()>,
+    ) -> Result<()> {
+        let (b, d) = (hidden.rows, hidden.cols);
+        let chunk = score_launch_rows(p, vocab, b);
+        if b <= chunk {
+            let (targets, _guards) = self.score_targets(tokens, scores);
+            return launch(hidden, p, mask, ScoreTargets { draws, ..targets });
+        }
+        let words = vocab.div_ceil(32);
         for r0 in (0..b).step_by(chunk) {
             let rows = r0..b.min(r0 + chunk);
             let h = DeviceMatrix { data: hidden.data.slice(rows.start * d..rows.end * d), rows: rows.len(), cols: d };
@@ -221,9 +254,7 @@ impl GpuBackend {
             let t = tokens.slice(rows.clone());
             let mut part = scores.rows(rows.clone(), p.top_logprobs as usize);
             let (targets, _guards) = self.score_targets(&t, &mut part);
-            let targets = ScoreTargets { draws, ..targets };
-            let pr = p.rows(rows)?;
-            self.sample_device_in(&h, weight, &pr, m.as_ref(), out, whole, None, None, None, Some(targets))?;
+            launch(&h, &p.rows(rows)?, m.as_ref(), ScoreTargets { draws, ..targets })?;
         }
         Ok(())
     }
@@ -374,7 +405,7 @@ impl GpuBackend {
         // rows (as `score_device` splits it), here one `score_device` call each, so that each
         // launch's samples are read before the next.
         let truncating = params.truncates(v);
-        let chunk = if scores_through_fallback(params, v) { truncated_score_rows(v).min(b) } else { b };
+        let chunk = score_launch_rows(params, v, b).min(b);
         let mut out = self.alloc_samples(chunk, v)?;
         let mut buf = self.stream.alloc_zeros::<f32>(4 * b)?;
         let k = params.top_logprobs as usize;

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::ScoreOutputs;
-use crate::gpu::{ScoreTargets, rank_list_words, scores_through_fallback, scoring_params, truncated_score_rows};
+use crate::gpu::{ScoreTargets, rank_list_words, score_launch_rows, scoring_params};
 
 /// Words per row and rank in the exchange: tokens, scores, and with log-probabilities the processed
 /// and raw log-probabilities and log-sum-exps.
@@ -320,35 +320,21 @@ impl TpRank {
         self.gpu.check_score_call(params, hidden.rows, tokens, scores)?;
         let p = scoring_params(params);
         let gpu = self.gpu.clone();
-        let (b, d, vocab) = (hidden.rows, hidden.cols, self.layout.vocab);
-        // A truncating call runs in launches of at most `chunk` rows, as on one GPU, each row with its
-        // own parameters: every rank splits the same call the same way, so the exchanges pair up.
-        let chunk = match scores_through_fallback(&p, vocab) {
-            true => truncated_score_rows(vocab),
-            false => b,
-        };
-        if b > chunk {
-            // The whole call's checks first (the same on every rank), so a bad input enqueues nothing.
+        let vocab = self.layout.vocab;
+        // A long truncating call runs in launches as on one GPU: every rank splits the same call the
+        // same way, so the exchanges pair up. Its checks come first (the same on every rank), so a
+        // bad input enqueues nothing.
+        if hidden.rows > score_launch_rows(&p, vocab, hidden.rows) {
             self.check_truncation(&p)?;
             let range = VocabRange { offset: self.layout.offset, vocab };
             gpu.validate_launch(hidden, weight, &p, mask, range)?;
         }
-        let words = vocab.div_ceil(32);
-        for r0 in (0..b).step_by(chunk) {
-            let rows = r0..b.min(r0 + chunk);
-            let whole = rows.len() == b;
-            let h = DeviceMatrix { data: hidden.data.slice(rows.start * d..rows.end * d), rows: rows.len(), cols: d };
-            let m = mask.map(|m| m.slice(rows.start * words..rows.end * words));
-            let t = tokens.slice(rows.clone());
-            let mut part = scores.rows(rows.clone(), p.top_logprobs as usize);
-            let (targets, _guards) = gpu.score_targets(&t, &mut part);
-            let pr = if whole { p.clone() } else { p.rows(rows)? };
-            let call = self.launch_local(&h, weight, &pr, m.as_ref(), out, Some(targets))?;
+        gpu.score_in_launches((hidden, &p, tokens, mask), scores, (vocab, false), |h, pr, m, targets| {
+            let call = self.launch_local(h, weight, pr, m, out, Some(targets))?;
             let result = self.exchange(&call, out);
             out.set_results_elsewhere();
-            result?;
-        }
-        Ok(())
+            result
+        })
     }
 
     /// The exchange of a staged call: the all-gather (once the communicator has taken it: it is
