@@ -301,10 +301,13 @@ impl GpuBackend {
 
     /// The fused-kernel variant a call with `b` rows, hidden size `d`, vocab size `v` and
     /// `epilogue` launches (`Epilogue::Sample` without log-probabilities and truncation; `LogProbs`
-    /// with log-probabilities; `Truncate` with top-k / top-p / min-p).
+    /// with log-probabilities; `Truncate` with top-k / top-p / min-p). A forced variant
+    /// ([`Self::set_fused_variant`]) without a kernel for `epilogue` (the portable `tma_mma_n64t` and
+    /// `tma_mma_n128` have no truncation kernel) leaves that epilogue to the choice by batch size.
     pub fn fused_variant_for(&self, b: usize, d: usize, v: usize, epilogue: Epilogue) -> FusedVariant {
         let shape = (b as u32, d.min(u32::MAX as usize) as u32, v as u32);
-        self.variant_override.copied().unwrap_or(variant_for_batch(shape, epilogue, self.kernel_set(), self.k.sm_count))
+        let forced = self.variant_override.copied().filter(|f| f.has_epilogue(epilogue));
+        forced.unwrap_or(variant_for_batch(shape, epilogue, self.kernel_set(), self.k.sm_count))
     }
 
     /// The fused kernels this GPU chooses from: the sm_90a ones where that module is loaded

@@ -23,20 +23,24 @@ impl LoadedEntry {
     }
 }
 
-/// One loaded fused-kernel variant: its plain and its log-probability kernel.
+/// One loaded fused-kernel variant: its plain, log-probability and (where it has one) truncation
+/// kernel.
 pub(super) struct LoadedVariant {
     pub(super) variant: &'static FusedVariant,
     pub(super) sample: LoadedEntry,
     pub(super) logprobs: LoadedEntry,
-    pub(super) truncate: LoadedEntry,
+    pub(super) truncate: Option<LoadedEntry>,
 }
 
 impl LoadedVariant {
+    /// The kernel with epilogue `e`. A launch's variant always has it: `variant_for_batch` picks
+    /// only variants with the call's epilogue, and a forced variant applies only to the epilogues it
+    /// has (`GpuBackend::fused_variant_for`).
     pub(super) fn entry(&self, e: Epilogue) -> &LoadedEntry {
         match e {
             Epilogue::Sample => &self.sample,
             Epilogue::LogProbs => &self.logprobs,
-            Epilogue::Truncate => &self.truncate,
+            Epilogue::Truncate => self.truncate.as_ref().expect("a launch's variant has its epilogue's kernel"),
         }
     }
 }
@@ -157,14 +161,14 @@ impl Kernels {
                     (Module::Hopper, None) => return Ok(None),
                     (Module::Test, _) => unreachable!("no fused kernel is in the test module"),
                 };
-                let load = |e: Epilogue| {
-                    LoadedEntry::load(module, variant.entry_for(e), variant.threads(), variant.smem_bytes(e))
+                let load = |entry: &str, e: Epilogue| {
+                    LoadedEntry::load(module, entry, variant.threads(), variant.smem_bytes(e))
                 };
                 Ok(Some(LoadedVariant {
                     variant,
-                    sample: load(Epilogue::Sample)?,
-                    logprobs: load(Epilogue::LogProbs)?,
-                    truncate: load(Epilogue::Truncate)?,
+                    sample: load(variant.entry, Epilogue::Sample)?,
+                    logprobs: load(variant.entry_logprobs, Epilogue::LogProbs)?,
+                    truncate: variant.entry_truncate.map(|entry| load(entry, Epilogue::Truncate)).transpose()?,
                 }))
             })
             .collect::<Result<Vec<_>>>()?;

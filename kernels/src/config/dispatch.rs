@@ -27,12 +27,17 @@ use super::*;
 ///   Hidden-as-A needs `v % 16 == 0`, else `tma_n64` and `tma_n64x2`.
 /// - Portable, sm_90 PTX (every GPU but compute capability 9.0 with the sm_90a module: Blackwell
 ///   through the JIT; a Hopper GPU with `portable_only`): the portable TMA family, 16 rows up to 16,
-///   32 up to 32, then 64-row batch tiles (`tma_mma_n64`; beyond 64 rows several tiles). Same-call
-///   sweep on an H100 (`benchmarks/2026-12-05-h100-portable-tma-family/call2`, ms / read floor):
-///   1.04–1.05 × at B ≤ 16 against the block-staging kernels' 1.10–1.13 ×, 1.08–1.15 × at B = 64
-///   against 1.23–1.31 ×, 1.52–1.56 × at B = 128 against 2.04–2.09 ×, 3.0–3.1 × at B = 256 against
-///   3.8–3.9 × (Qwen3-8B's and Llama-3-70B's heads). At B = 33–64, `tma_mma_n64` and two tiles of
-///   `tma_mma_n32` took 1.16 and 1.15 × on Qwen3-8B, 1.08 and 1.13 × on Llama-3-70B.
+///   32 up to 32; at 33–64 rows `tma_mma_n64t` (64 batch rows a warp, the two consumers taking turns
+///   on 64-row tiles) for log-probabilities, and for plain calls up to D = [`TMA_MMA_TURNS_MAX_D`],
+///   else `tma_mma_n64` (64-row tiles the consumers split, 32 rows a warp); beyond 64 rows
+///   `tma_mma_n128` (128-row tiles the consumers split, 64 rows a warp) where it pads no more rows
+///   than `tma_mma_n64`, else `tma_mma_n64` (129–192 rows, 321–384, …). Truncation beyond 32 rows
+///   always `tma_mma_n64`: the 64-rows-a-warp variants have no truncation kernel (a lane's 16 top
+///   lists spilled 9.5 KiB and top-k / top-p took 2.2 × `tma_mma_n64_tk`'s time at B = 64).
+///   Same-call sweeps in `benchmarks/2026-12-06-portable-wide-consumers` (H100: calls 1–2; H200:
+///   calls 4–5; Qwen3-8B's and Llama-3-70B's heads, docs/findings/48): `n128` 0.73–0.95 × `n64`'s
+///   time at B = 96–128 and 0.87–0.98 × at 224–256, `n64` 0.77–0.90 × `n128`'s at 160–192; with
+///   log-probabilities `n128` 0.74–0.77 × at 128–256, scoring 1k–4k rows 0.68–0.74 × (H200).
 /// - Portable built below sm_90 (`FLASHSAMPLING_SM=sm_80`: no TMA): the block-staging `mma.sync`
 ///   kernels, 16, 32, 64 or 128-row batch tiles by B.
 ///
@@ -73,6 +78,10 @@ pub const fn variant_for_batch(
         match b {
             0..=16 => TMA_MMA_N16,
             17..=32 => TMA_MMA_N32,
+            _ if matches!(epilogue, Epilogue::Truncate) => TMA_MMA_N64,
+            33..=64 if matches!(epilogue, Epilogue::LogProbs) || d <= TMA_MMA_TURNS_MAX_D => TMA_MMA_N64T,
+            33..=64 => TMA_MMA_N64,
+            _ if TMA_MMA_N128.padded_rows(b) <= TMA_MMA_N64.padded_rows(b) => TMA_MMA_N128,
             _ => TMA_MMA_N64,
         }
     } else {
@@ -84,6 +93,14 @@ pub const fn variant_for_batch(
         }
     }
 }
+
+/// Largest hidden size at which the portable `tma_mma_n64t` (the consumers taking turns on 64-row
+/// tiles) is chosen for a plain call of 33–64 rows ([`variant_for_batch`]): at D = 4096 it took
+/// 0.94–1.00 × the time of `tma_mma_n64` (H100 and H200), at D = 8192 1.03–1.12 × on the H200 (0.99–1.01
+/// × on the H100), where a tile's epilogue weighs half as much against its mainloop. Calls with
+/// log-probabilities take it at any D (0.86–0.92 × at D = 4096, 0.99–1.01 × at 8192;
+/// `benchmarks/2026-12-06-portable-wide-consumers`).
+pub const TMA_MMA_TURNS_MAX_D: u32 = 4096;
 
 /// The fused kernels a GPU runs, which [`variant_for_batch`] chooses from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

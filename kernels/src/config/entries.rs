@@ -202,7 +202,7 @@ pub fn entry_points_for(portable_sm: u32) -> impl Iterator<Item = (&'static str,
         .filter(move |v| portable_module_has(v, portable_sm))
         .flat_map(|v| {
             let bound = v.max_threads().map(|threads| EntryBound { threads, pinned: v.moves_registers() });
-            Epilogue::ALL.map(|e| (v.entry_for(e), v.module(), bound))
+            Epilogue::ALL.into_iter().filter_map(move |e| Some((v.entry_for(e)?, v.module(), bound)))
         })
         .chain([
             (EXPAND_ENTRY, Module::Portable, None),

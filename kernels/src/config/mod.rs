@@ -13,7 +13,7 @@
 //! | [`Family::MmaSync`] | `mma.sync.m16n8k16`, weight = A, `cp.async` block staging | portable (sm_90 PTX by default: any GPU from the H100 on, others through the driver's JIT; `FLASHSAMPLING_SM=sm_80` builds it for the A100) | a portable module built below sm_90 ([`KernelSet::PortableBlock`]); the truncation fallback's logits |
 //! | [`Family::WgmmaWeightA`] | `wgmma.m64nNk16`, weight = A, TMA producer warp + 2 consumer warpgroups | sm_90a | B ≤ 64 (and > 64 when `V % 16 ≠ 0`) |
 //! | [`Family::WgmmaHiddenA`] | `wgmma.m64n256k16`, hidden = A, same producer and consumers | sm_90a | B > 64 (from 33 where its vocab ranges are no longer), `V % 16 == 0` |
-//! | [`Family::TmaMmaSync`] | `mma.sync.m16n8k16` from `ldmatrix`, weight = A, the same TMA producer warp + consumers of 4 warps | portable, sm_90 PTX (any GPU from the H100 on, Blackwell through the JIT) | where the sm_90a module does not load ([`KernelSet::Portable`]) |
+//! | [`Family::TmaMmaSync`] | `mma.sync.m16n8k16` from `ldmatrix`, weight = A, the same TMA producer warp + consumers of 4 warps | portable, sm_90 PTX (any GPU from the H100 on, Blackwell through the JIT) | where the sm_90a module does not load ([`KernelSet::Portable`]); `tma_mma_n64t` and `tma_mma_n128` (64 batch rows a warp) have no truncation kernel |
 //!
 //! Each family's thread mapping is documented in its kernel file (`device/fused/`). Within a family
 //! (and one MMA shape) every variant computes each logit with the same MMAs in the same order, so
@@ -119,7 +119,9 @@ mod tests {
             assert_eq!(v.merge_bytes(Epilogue::LogProbs) % 16, 0, "{}", v.entry);
             assert_eq!(v.lane_state_bytes(Epilogue::Sample), 0);
             assert_eq!(v.entry_logprobs.strip_suffix("_lp"), Some(v.entry));
-            assert_eq!(v.entry_truncate.strip_suffix("_tk"), Some(v.entry));
+            if let Some(tk) = v.entry_truncate {
+                assert_eq!(tk.strip_suffix("_tk"), Some(v.entry));
+            }
             assert!(FUSED_VARIANTS[..i].iter().all(|w| w.entry != v.entry), "{} listed twice", v.entry);
             assert_eq!(FusedVariant::by_name(v.entry), Some(*v));
             assert!(v.is_named(v.entry) && !v.is_named("fused_sample"));
@@ -163,7 +165,9 @@ mod tests {
         for (i, (e, _, _)) in all.iter().enumerate() {
             assert!(all[..i].iter().all(|(f, _, _)| f != e), "{e} listed twice");
         }
-        assert_eq!(all.len(), Epilogue::ALL.len() * FUSED_VARIANTS.len() + 11 + TEST_ENTRIES.len());
+        let kernels: usize =
+            FUSED_VARIANTS.iter().map(|v| Epilogue::ALL.iter().filter(|&&e| v.has_epilogue(e)).count()).sum();
+        assert_eq!(all.len(), kernels + 11 + TEST_ENTRIES.len());
         // Sixteen boxes of 8 rows, 4 apart, cover a 128-row tile's 32 Philox groups.
         assert_eq!(TMA_WEIGHT_BOXES * TMA_WEIGHT_BOX_ROWS, BLOCK_V);
         assert_eq!(TMA_WEIGHT_ROW_STEP * TMA_WEIGHT_BOX_ROWS, WARP_TILE_V);
@@ -289,8 +293,9 @@ mod tests {
             assert_eq!(kept, v.family != Family::TmaMmaSync, "{}", v.entry);
             assert!(portable_module_has(&v, 90) && portable_module_has(&v, 100));
             for e in Epilogue::ALL {
-                assert_eq!(at_80.contains(&v.entry_for(e)), kept, "{}", v.entry_for(e));
-                assert!(at_90.contains(&v.entry_for(e)));
+                let Some(entry) = v.entry_for(e) else { continue };
+                assert_eq!(at_80.contains(&entry), kept, "{entry}");
+                assert!(at_90.contains(&entry));
             }
         }
     }
@@ -317,9 +322,10 @@ mod tests {
     fn every_variant_is_chosen_somewhere() {
         let mut chosen = std::vec::Vec::new();
         for b in 1..=512 {
-            for v in [1000, 128_256, 151_936, 151_937] {
+            for (v, e) in [1000, 128_256, 151_936, 151_937].into_iter().flat_map(|v| Epilogue::ALL.map(|e| (v, e))) {
                 for set in KernelSet::ALL {
-                    let f = variant_for_batch((b, 4096, v), Epilogue::Sample, set, 132);
+                    let f = variant_for_batch((b, 4096, v), e, set, 132);
+                    assert!(f.has_epilogue(e), "{set:?} B = {b}: {} has no {e:?} kernel", f.entry);
                     // Each set chooses among its own kernels.
                     let family_ok = match set {
                         KernelSet::Hopper => f.module() == Module::Hopper,
@@ -327,16 +333,48 @@ mod tests {
                         KernelSet::PortableBlock => f.family == Family::MmaSync,
                     };
                     assert!(family_ok, "{set:?} B = {b}: {}", f.entry);
-                    chosen.push(f);
+                    chosen.push((f, e));
                 }
             }
         }
+        // Every kernel (variant and epilogue) is chosen for some call.
         for v in FUSED_VARIANTS {
-            assert!(chosen.contains(&v), "{} is never chosen", v.entry);
+            for e in Epilogue::ALL.into_iter().filter(|&e| v.has_epilogue(e)) {
+                assert!(chosen.contains(&(v, e)), "{} ({e:?}) is never chosen", v.entry);
+            }
         }
         assert_eq!(KernelSet::of(true, 90), KernelSet::Hopper);
         assert_eq!((KernelSet::of(false, 90), KernelSet::of(false, 100)), (KernelSet::Portable, KernelSet::Portable));
         assert_eq!(KernelSet::of(false, 80), KernelSet::PortableBlock);
+    }
+
+    #[test]
+    fn the_portable_set_takes_64_rows_a_warp_where_they_were_measured_faster() {
+        let pick = |b: u32, d: u32, e: Epilogue| variant_for_batch((b, d, 151_936), e, KernelSet::Portable, 132);
+        for e in Epilogue::ALL {
+            assert_eq!(pick(16, 4096, e), TMA_MMA_N16);
+            assert_eq!(pick(32, 8192, e), TMA_MMA_N32);
+        }
+        // 33–64 rows: the consumers take turns on 64-row tiles with log-probabilities, and for plain
+        // calls up to D = 4096; truncation always splits 64-row tiles (no NB = 8 truncation kernel).
+        for b in [33, 48, 64] {
+            assert_eq!(pick(b, 4096, Epilogue::Sample), TMA_MMA_N64T);
+            assert_eq!(pick(b, 8192, Epilogue::Sample), TMA_MMA_N64);
+            assert_eq!(pick(b, 8192, Epilogue::LogProbs), TMA_MMA_N64T);
+            assert_eq!(pick(b, 4096, Epilogue::Truncate), TMA_MMA_N64);
+        }
+        // Beyond: 128-row tiles where they pad no more rows than 64-row ones.
+        for (b, want) in [(65, TMA_MMA_N128), (128, TMA_MMA_N128), (129, TMA_MMA_N64), (192, TMA_MMA_N64)] {
+            assert_eq!(pick(b, 4096, Epilogue::Sample), want, "B = {b}");
+            assert_eq!(pick(b, 8192, Epilogue::LogProbs), want, "B = {b}");
+        }
+        for (b, want) in [(193, TMA_MMA_N128), (256, TMA_MMA_N128), (320, TMA_MMA_N64), (4096, TMA_MMA_N128)] {
+            assert_eq!(pick(b, 4096, Epilogue::LogProbs), want, "B = {b}");
+        }
+        assert_eq!(pick(4096, 4096, Epilogue::Truncate), TMA_MMA_N64);
+        assert!(!TMA_MMA_N64T.has_epilogue(Epilogue::Truncate) && !TMA_MMA_N128.has_epilogue(Epilogue::Truncate));
+        // Their masses (16 a lane) are in shared memory, with fewer stages for the log-probability kernels.
+        assert_eq!((TMA_MMA_N64T.lane_masses(), TMA_MMA_N128.lane_masses(), TMA_MMA_N64.lane_masses()), (16, 16, 0));
     }
 
     #[test]
@@ -347,11 +385,12 @@ mod tests {
         let ranges = |f: FusedVariant, b: u32, v: u32| f.n_vranges(132, 1, f.batch_tiles(b), v);
         for b in 1..=2048 {
             for v in [1000, 32_768, 128_256, 151_936, 151_937] {
-                for e in Epilogue::ALL {
-                    let any = ranges(variant_for_batch((b, u32::MAX, v), e, KernelSet::Hopper, 132), b, v);
-                    for d in [64, 2048, 4096, TMAT_TURNS_MAX_D, TMAT_TURNS_MAX_D + 1, 16384] {
-                        let this = ranges(variant_for_batch((b, d, v), e, KernelSet::Hopper, 132), b, v);
-                        assert!(any >= this, "B = {b}, D = {d}, V = {v}, {e:?}: {any} < {this} ranges");
+                for (e, set) in Epilogue::ALL.into_iter().flat_map(|e| KernelSet::ALL.map(|s| (e, s))) {
+                    let any = ranges(variant_for_batch((b, u32::MAX, v), e, set, 132), b, v);
+                    let ds = [64, 2048, 4096, TMAT_TURNS_MAX_D, TMAT_TURNS_MAX_D + 1, TMA_MMA_TURNS_MAX_D + 1, 16384];
+                    for d in ds {
+                        let this = ranges(variant_for_batch((b, d, v), e, set, 132), b, v);
+                        assert!(any >= this, "B = {b}, D = {d}, V = {v}, {e:?}, {set:?}: {any} < {this} ranges");
                     }
                 }
             }

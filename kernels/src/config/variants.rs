@@ -101,8 +101,9 @@ pub struct FusedVariant {
     pub entry: &'static str,
     /// PTX entry point of the log-probability kernel ([`Epilogue::LogProbs`]).
     pub entry_logprobs: &'static str,
-    /// PTX entry point of the truncation kernel ([`Epilogue::Truncate`]).
-    pub entry_truncate: &'static str,
+    /// PTX entry point of the truncation kernel ([`Epilogue::Truncate`]), or `None` for a variant
+    /// without one ([`variant_for_batch`] never picks it for a truncating call).
+    pub entry_truncate: Option<&'static str>,
     /// Mainloop, producer and fragment layout.
     pub family: Family,
     /// `NB`: 8-row N tiles per warp (`mma.sync`, both families: a warp covers `8·NB` batch rows) or
@@ -124,7 +125,7 @@ pub struct FusedVariant {
 pub const MMA_SYNC_N16: FusedVariant = FusedVariant {
     entry: "fused_sample_block_nb2",
     entry_logprobs: "fused_sample_block_nb2_lp",
-    entry_truncate: "fused_sample_block_nb2_tk",
+    entry_truncate: Some("fused_sample_block_nb2_tk"),
     family: Family::MmaSync,
     n_tiles: 2,
     warps_b: 1,
@@ -135,7 +136,7 @@ pub const MMA_SYNC_N16: FusedVariant = FusedVariant {
 pub const MMA_SYNC_N32: FusedVariant = FusedVariant {
     entry: "fused_sample_block_nb4_s3",
     entry_logprobs: "fused_sample_block_nb4_s3_lp",
-    entry_truncate: "fused_sample_block_nb4_s3_tk",
+    entry_truncate: Some("fused_sample_block_nb4_s3_tk"),
     family: Family::MmaSync,
     n_tiles: 4,
     warps_b: 1,
@@ -146,7 +147,7 @@ pub const MMA_SYNC_N32: FusedVariant = FusedVariant {
 pub const MMA_SYNC_N64: FusedVariant = FusedVariant {
     entry: "fused_sample_block_nb4x2",
     entry_logprobs: "fused_sample_block_nb4x2_lp",
-    entry_truncate: "fused_sample_block_nb4x2_tk",
+    entry_truncate: Some("fused_sample_block_nb4x2_tk"),
     family: Family::MmaSync,
     n_tiles: 4,
     warps_b: 2,
@@ -157,7 +158,7 @@ pub const MMA_SYNC_N64: FusedVariant = FusedVariant {
 pub const MMA_SYNC_N128: FusedVariant = FusedVariant {
     entry: "fused_sample_block_nb4x4",
     entry_logprobs: "fused_sample_block_nb4x4_lp",
-    entry_truncate: "fused_sample_block_nb4x4_tk",
+    entry_truncate: Some("fused_sample_block_nb4x4_tk"),
     family: Family::MmaSync,
     n_tiles: 4,
     warps_b: 4,
@@ -168,7 +169,7 @@ pub const MMA_SYNC_N128: FusedVariant = FusedVariant {
 pub const TMA_N16: FusedVariant = FusedVariant {
     entry: "fused_sample_wgmma_tma_n16",
     entry_logprobs: "fused_sample_wgmma_tma_n16_lp",
-    entry_truncate: "fused_sample_wgmma_tma_n16_tk",
+    entry_truncate: Some("fused_sample_wgmma_tma_n16_tk"),
     family: Family::WgmmaWeightA,
     n_tiles: 2,
     warps_b: 1,
@@ -179,7 +180,7 @@ pub const TMA_N16: FusedVariant = FusedVariant {
 pub const TMA_N32: FusedVariant = FusedVariant {
     entry: "fused_sample_wgmma_tma_n32",
     entry_logprobs: "fused_sample_wgmma_tma_n32_lp",
-    entry_truncate: "fused_sample_wgmma_tma_n32_tk",
+    entry_truncate: Some("fused_sample_wgmma_tma_n32_tk"),
     family: Family::WgmmaWeightA,
     n_tiles: 4,
     warps_b: 1,
@@ -190,7 +191,7 @@ pub const TMA_N32: FusedVariant = FusedVariant {
 pub const TMA_N64: FusedVariant = FusedVariant {
     entry: "fused_sample_wgmma_tma_n64",
     entry_logprobs: "fused_sample_wgmma_tma_n64_lp",
-    entry_truncate: "fused_sample_wgmma_tma_n64_tk",
+    entry_truncate: Some("fused_sample_wgmma_tma_n64_tk"),
     family: Family::WgmmaWeightA,
     n_tiles: 8,
     warps_b: 1,
@@ -201,7 +202,7 @@ pub const TMA_N64: FusedVariant = FusedVariant {
 pub const TMA_N64X2: FusedVariant = FusedVariant {
     entry: "fused_sample_wgmma_tma_n64x2",
     entry_logprobs: "fused_sample_wgmma_tma_n64x2_lp",
-    entry_truncate: "fused_sample_wgmma_tma_n64x2_tk",
+    entry_truncate: Some("fused_sample_wgmma_tma_n64x2_tk"),
     family: Family::WgmmaWeightA,
     n_tiles: 8,
     warps_b: 2,
@@ -212,7 +213,7 @@ pub const TMA_N64X2: FusedVariant = FusedVariant {
 pub const TMAT_N64: FusedVariant = FusedVariant {
     entry: "fused_sample_wgmma_tmat_n64",
     entry_logprobs: "fused_sample_wgmma_tmat_n64_lp",
-    entry_truncate: "fused_sample_wgmma_tmat_n64_tk",
+    entry_truncate: Some("fused_sample_wgmma_tmat_n64_tk"),
     family: Family::WgmmaHiddenA,
     n_tiles: 8,
     warps_b: 1,
@@ -223,7 +224,7 @@ pub const TMAT_N64: FusedVariant = FusedVariant {
 pub const TMAT_N64X2: FusedVariant = FusedVariant {
     entry: "fused_sample_wgmma_tmat_n64x2",
     entry_logprobs: "fused_sample_wgmma_tmat_n64x2_lp",
-    entry_truncate: "fused_sample_wgmma_tmat_n64x2_tk",
+    entry_truncate: Some("fused_sample_wgmma_tmat_n64x2_tk"),
     family: Family::WgmmaHiddenA,
     n_tiles: 8,
     warps_b: 2,
@@ -235,7 +236,7 @@ pub const TMAT_N64X2: FusedVariant = FusedVariant {
 pub const TMA_MMA_N16: FusedVariant = FusedVariant {
     entry: "fused_sample_mma_tma_n16",
     entry_logprobs: "fused_sample_mma_tma_n16_lp",
-    entry_truncate: "fused_sample_mma_tma_n16_tk",
+    entry_truncate: Some("fused_sample_mma_tma_n16_tk"),
     family: Family::TmaMmaSync,
     n_tiles: 2,
     warps_b: 1,
@@ -246,29 +247,56 @@ pub const TMA_MMA_N16: FusedVariant = FusedVariant {
 pub const TMA_MMA_N32: FusedVariant = FusedVariant {
     entry: "fused_sample_mma_tma_n32",
     entry_logprobs: "fused_sample_mma_tma_n32_lp",
-    entry_truncate: "fused_sample_mma_tma_n32_tk",
+    entry_truncate: Some("fused_sample_mma_tma_n32_tk"),
     family: Family::TmaMmaSync,
     n_tiles: 4,
     warps_b: 1,
     stages: 10,
     stages_lp: 10,
 };
-/// Portable TMA, beyond 32 rows: two consumers splitting 64-row batch tiles (32 rows each). (A
-/// 128-row tile of two consumers × 64 rows kept its 64 accumulators per lane in local memory: 2.9 ×
-/// the floor at B = 1, docs/findings/43.)
+/// Portable TMA, beyond 32 rows where the 64-row-a-warp variants would pad more rows (129–192, …)
+/// and for truncation: two consumers splitting 64-row batch tiles (32 rows each).
 pub const TMA_MMA_N64: FusedVariant = FusedVariant {
     entry: "fused_sample_mma_tma_n64",
     entry_logprobs: "fused_sample_mma_tma_n64_lp",
-    entry_truncate: "fused_sample_mma_tma_n64_tk",
+    entry_truncate: Some("fused_sample_mma_tma_n64_tk"),
     family: Family::TmaMmaSync,
     n_tiles: 4,
     warps_b: 2,
     stages: 8,
     stages_lp: 8,
 };
+/// Portable TMA, 33–64 rows: 64-row batch tiles of one consumer, two consumers of 4 warps taking
+/// turns on the tiles, each warp 32 vocab rows × 64 batch rows (`NB = 8`: the columns' epilogue in
+/// two passes of selects, `fragment::mma_sync_tile_wide`; the log-probability kernel keeps the 16
+/// columns' masses in 64 KiB of shared memory, with 6 stages). No truncation kernel (its lanes' 16
+/// top lists spilled 9.5 KiB; docs/findings/48).
+pub const TMA_MMA_N64T: FusedVariant = FusedVariant {
+    entry: "fused_sample_mma_tma_n64t",
+    entry_logprobs: "fused_sample_mma_tma_n64t_lp",
+    entry_truncate: None,
+    family: Family::TmaMmaSync,
+    n_tiles: 8,
+    warps_b: 1,
+    stages: 8,
+    stages_lp: 6,
+};
+/// Portable TMA, beyond 64 rows where it pads no more rows than [`TMA_MMA_N64`]: 128-row batch
+/// tiles the two consumers split, each warp 32 vocab rows × 64 batch rows (`NB = 8`; the
+/// log-probability kernel 4 stages, its masses in shared memory). No truncation kernel.
+pub const TMA_MMA_N128: FusedVariant = FusedVariant {
+    entry: "fused_sample_mma_tma_n128",
+    entry_logprobs: "fused_sample_mma_tma_n128_lp",
+    entry_truncate: None,
+    family: Family::TmaMmaSync,
+    n_tiles: 8,
+    warps_b: 2,
+    stages: 6,
+    stages_lp: 4,
+};
 /// Every fused-kernel variant the library launches (each chosen by [`variant_for_batch`] for some
 /// [`KernelSet`]).
-pub const FUSED_VARIANTS: [FusedVariant; 13] = [
+pub const FUSED_VARIANTS: [FusedVariant; 15] = [
     MMA_SYNC_N16,
     MMA_SYNC_N32,
     MMA_SYNC_N64,
@@ -282,6 +310,8 @@ pub const FUSED_VARIANTS: [FusedVariant; 13] = [
     TMA_MMA_N16,
     TMA_MMA_N32,
     TMA_MMA_N64,
+    TMA_MMA_N64T,
+    TMA_MMA_N128,
 ];
 
 impl core::fmt::Display for FusedVariant {
@@ -316,13 +346,26 @@ impl FusedVariant {
     pub const fn is_named(&self, name: &str) -> bool {
         str_eq(self.entry, name)
     }
-    /// The entry point of the kernel with epilogue `e`.
+    /// The entry point of the kernel with epilogue `e` (`None`: the variant has no such kernel).
     #[inline]
-    pub const fn entry_for(&self, e: Epilogue) -> &'static str {
+    pub const fn entry_for(&self, e: Epilogue) -> Option<&'static str> {
         match e {
-            Epilogue::Sample => self.entry,
-            Epilogue::LogProbs => self.entry_logprobs,
+            Epilogue::Sample => Some(self.entry),
+            Epilogue::LogProbs => Some(self.entry_logprobs),
             Epilogue::Truncate => self.entry_truncate,
+        }
+    }
+    /// Whether the variant has a kernel with epilogue `e` ([`Self::entry_for`]).
+    #[inline]
+    pub const fn has_epilogue(&self, e: Epilogue) -> bool {
+        self.entry_for(e).is_some()
+    }
+    /// Whether `name` is the entry point of the variant's kernel with epilogue `e` (the device entry
+    /// points assert it at compile time).
+    pub const fn is_entry(&self, e: Epilogue, name: &str) -> bool {
+        match self.entry_for(e) {
+            Some(entry) => str_eq(entry, name),
+            None => false,
         }
     }
     /// The PTX module the kernel is compiled into.
@@ -457,14 +500,16 @@ impl FusedVariant {
     pub const fn stages_for(&self, e: Epilogue) -> u32 {
         if e.has_logprobs() { self.stages_lp } else { self.stages }
     }
-    /// Row masses ([`crate::params::RowMass`]) a consumer lane of a `wgmma` kernel keeps for its
-    /// batch rows: one per batch column of the weight-as-A layout (`N / 4`), one per batch row of the
-    /// hidden-as-A layout (2); none in the `mma.sync` kernels (both families), whose masses stay in
-    /// registers.
+    /// Row masses ([`crate::params::RowMass`]) a consumer lane keeps in shared memory for its batch
+    /// rows: in a `wgmma` kernel one per batch column of the weight-as-A layout (`N / 4`), one per
+    /// batch row of the hidden-as-A layout (2); in a portable TMA kernel of 64 batch rows per warp one
+    /// per column (`2·NB` = 16); none in the other `mma.sync` kernels, whose masses stay in registers.
     #[inline]
     pub const fn lane_masses(&self) -> u32 {
         match self.family {
-            Family::MmaSync | Family::TmaMmaSync => 0,
+            Family::MmaSync => 0,
+            Family::TmaMmaSync if self.n_tiles > 4 => 2 * self.n_tiles,
+            Family::TmaMmaSync => 0,
             Family::WgmmaWeightA => 2 * self.n_tiles,
             Family::WgmmaHiddenA => 2,
         }

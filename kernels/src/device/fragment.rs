@@ -13,6 +13,7 @@
 //! | adapter | MMA | a lane holds, per tile |
 //! |---|---|---|
 //! | [`mma_sync_tile`] | `mma.sync.m16n8k16`, weight = A | 4 vocab rows × `2·NB` batch columns `8·(i/2) + 2·quad + i%2` |
+//! | [`mma_sync_tile_wide`] | the same at `NB = 8` (portable TMA kernels; masses in shared memory) | the same, 16 columns |
 //! | [`store_logits_columns`] | the same, for the fallback's logits (stored, not sampled) | the same |
 //! | [`weight_a_tile`] | `wgmma.m64nNk16`, weight = A | 4 vocab rows × `N / 4` batch columns, same numbering |
 //! | [`hidden_a_tile`] | `wgmma.m64n256k16`, hidden = A | 2 batch rows × 16 Philox groups `16J + 4q ..` |
@@ -196,6 +197,73 @@ fn mma_sync_tile_with<const NB: usize, const LP: bool, const TOP: bool, const SC
                 (mass, top),
             );
         }
+    }
+}
+
+/// [`mma_sync_tile_with`] for a lane of 16 columns (`NB = 8`: 64 batch rows per warp), with the
+/// row masses in shared memory ([`SharedMasses`], as the `wgmma` kernels keep theirs): the columns
+/// run as two passes of 8 unrolled columns (pass `r`: columns `8r ..`, N tiles `4r ..`) in a rolled
+/// loop, picking accumulators and candidates with selects between the two compile-time indices each
+/// can have. [`mma_sync_tile_with`]'s real loop over the columns indexes them with the column: with
+/// 64 accumulators LLVM then kept them in local memory, in the mainloop too (docs/findings/43); and
+/// 16 masses in registers beside them spilled 2.9 KiB in the `_lp` kernels (168 registers: the
+/// most a 288-thread block gets).
+#[inline(always)]
+fn mma_sync_tile_passes<const NB: usize, const LP: bool, const TOP: bool, const SC: bool, const MK: bool>(
+    p: &FusedParams,
+    (b0, quad): (u32, u32),
+    v0: u32,
+    acc: &Accumulators<NB>,
+    cands: &mut [Candidate; 16],
+    (masses, tops): (SharedMasses, &mut [TopList<LANE_TOP>; 16]),
+) {
+    // (`% NB`: the indices of an `NB ≤ 4` instantiation, never called, stay in bounds.)
+    // An opaque trip count keeps the loop rolled (one copy of the 8 columns' epilogue).
+    let passes = mov_b32(2);
+    let mut r = 0;
+    while r < passes {
+        let second = r != 0;
+        unrolled!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
+            // Column 8r + I: N tile 4r + I / 2, element I % 2 of the MMA's column pair.
+            let (nt, c) = (I / 2, I % 2);
+            let b = b0 + 8 * (4 * r + nt as u32) + 2 * quad + c as u32;
+            if b < p.b {
+                // Lane row j = 2·mt + h is MMA row group + 8h of M tile mt (`column_logits`).
+                let pick = |mt: usize, h: usize| {
+                    if second { acc[mt][(nt + 4) % NB][2 * h + c] } else { acc[mt][nt % NB][2 * h + c] }
+                };
+                let logits = [pick(0, 0), pick(0, 1), pick(1, 0), pick(1, 1)];
+                let mut cand = if second { cands[I + 8] } else { cands[I] };
+                // SAFETY: column 8r + I < 16 = the lane's masses (`FusedVariant::lane_masses`).
+                let mut mass = if LP { unsafe { masses.get(8 * r + I as u32) } } else { RowMass::EMPTY };
+                let mut top = if !TOP { TopList::EMPTY } else if second { tops[I + 8] } else { tops[I] };
+                lane_epilogue::<LP, TOP, SC, MK, LANE_TOP, 1>(
+                    p,
+                    row_params(p, b),
+                    (v0, 0),
+                    [logits],
+                    (&mut cand, f32::NEG_INFINITY),
+                    (&mut mass, &mut top),
+                );
+                if second {
+                    cands[I + 8] = cand;
+                } else {
+                    cands[I] = cand;
+                }
+                if LP {
+                    // SAFETY: as for the load.
+                    unsafe { masses.set(8 * r + I as u32, mass) };
+                }
+                if TOP {
+                    if second {
+                        tops[I + 8] = top;
+                    } else {
+                        tops[I] = top;
+                    }
+                }
+            }
+        });
+        r += 1;
     }
 }
 
@@ -462,6 +530,20 @@ pub(super) fn mma_sync_tile<const NB: usize, const LP: bool, const TOP: bool>(
     state: (&mut [RowMass; 16], &mut [TopList<LANE_TOP>; 16]),
 ) {
     controls_dispatch!(p, mma_sync_tile_with::<NB, LP, TOP>(p, lane, v0, acc, cands, state))
+}
+
+/// [`mma_sync_tile_passes`] for this launch's controls: the `NB = 8` lanes of the portable TMA
+/// kernels, masses in shared memory.
+#[inline(always)]
+pub(super) fn mma_sync_tile_wide<const NB: usize, const LP: bool, const TOP: bool>(
+    p: &FusedParams,
+    lane: (u32, u32),
+    v0: u32,
+    acc: &Accumulators<NB>,
+    cands: &mut [Candidate; 16],
+    state: (SharedMasses, &mut [TopList<LANE_TOP>; 16]),
+) {
+    controls_dispatch!(p, mma_sync_tile_passes::<NB, LP, TOP>(p, lane, v0, acc, cands, state))
 }
 
 /// [`weight_a_tile_with`] for this launch's controls.

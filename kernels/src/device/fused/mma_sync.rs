@@ -30,7 +30,7 @@
 use crate::candidate::Candidate;
 use crate::config::{
     BLOCK_V, Epilogue, FALLBACK_LOGITS_VARIANT, Family, FusedVariant, MMA_SYNC_N16, MMA_SYNC_N32, MMA_SYNC_N64,
-    MMA_SYNC_N128, str_eq,
+    MMA_SYNC_N128,
 };
 use crate::device::fragment;
 use crate::device::mainloop::MmaSyncMainloop;
@@ -125,7 +125,7 @@ macro_rules! entry {
         pub unsafe extern "ptx-kernel" fn $name(p: FusedParams) {
             const V: FusedVariant = $variant;
             const {
-                assert!(str_eq(V.entry_for($epilogue), stringify!($name)) && matches!(V.family, Family::MmaSync))
+                assert!(V.is_entry($epilogue, stringify!($name)) && matches!(V.family, Family::MmaSync))
             };
             // SAFETY: forwarded launch contract.
             unsafe {

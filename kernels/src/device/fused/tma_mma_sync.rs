@@ -28,6 +28,11 @@
 //!   one's epilogue runs while the other's MMAs keep the tensor cores busy), 8·NB batch rows;
 //!   `warps_b = 2`: the two consumers split a `16·NB`-row batch tile, consumer `c` on rows
 //!   `8·NB·c ..`, each reading every stage.
+//! - **Lane state**: `NB ≤ 4` (n16, n32, n64) keeps the candidates and row masses of its `2·NB`
+//!   columns in registers ([`fragment::mma_sync_tile`]); `NB = 8` (n64t, n128: 64 batch rows a warp,
+//!   64 accumulators a lane at the 168 registers of a 288-thread block) walks its 16 columns in two
+//!   passes of selects and keeps the masses in shared memory ([`fragment::mma_sync_tile_wide`],
+//!   [`FusedVariant::lane_masses`]), and has no truncation kernel.
 //! - **Ranges**: whole tiles, or (plain and log-probability kernels, where the host balances them)
 //!   stage-balanced ranges whose cut tile's accumulators pass from the block above to the block
 //!   below (`device::handoff`, one slot per consumer slot, its 128 threads' `8·NB` floats each), as
@@ -42,12 +47,12 @@
 use crate::candidate::Candidate;
 use crate::config::{
     BLOCK_V, Epilogue, Family, FusedVariant, M_TILES_PER_WARP, ROWS_PER_LANE, SlabLane, TMA_MMA_N16, TMA_MMA_N32,
-    TMA_MMA_N64, WARP_TILE_V, WARPS_PER_BLOCK, str_eq,
+    TMA_MMA_N64, TMA_MMA_N64T, TMA_MMA_N128, WARP_TILE_V, WARPS_PER_BLOCK,
 };
 use crate::device::fragment;
 use crate::device::handoff::Handoff;
 use crate::device::mainloop::{Accumulators, Consumer, consume, mma_stage_slab};
-use crate::device::merge::MergeArea;
+use crate::device::merge::{MergeArea, SharedMasses};
 use crate::device::pipeline::{Pipeline, Ring};
 use crate::device::producer::produce_tma;
 use crate::device::ptx::bar_warp_sync;
@@ -68,7 +73,10 @@ struct SlabWarp<'a, const NB: usize, const LP: bool, const TOP: bool> {
     /// Offset of the lane's Philox group in a tile: `32w + 4g`.
     v_lane: u32,
     cands: &'a mut [Candidate; 16],
+    /// The lane's row masses: in registers up to `NB = 4`, in shared memory at `NB = 8`
+    /// ([`FusedVariant::lane_masses`]).
     masses: &'a mut [RowMass; 16],
+    shared: SharedMasses,
     tops: &'a mut [TopList<LANE_TOP>; 16],
     /// The handoff slots of the block's range boundaries (stage-balanced ranges): (vocab range,
     /// consumer slot, consumer thread 0..128).
@@ -108,7 +116,19 @@ impl<const NB: usize, const LP: bool, const TOP: bool> Consumer for SlabWarp<'_,
     fn epilogue(&mut self, tile: u32, acc: &Self::Acc) {
         if self.active {
             let v0 = tile * BLOCK_V + self.v_lane;
-            fragment::mma_sync_tile::<NB, LP, TOP>(self.p, self.b0_quad, v0, acc, self.cands, (self.masses, self.tops));
+            if NB <= 4 {
+                fragment::mma_sync_tile::<NB, LP, TOP>(
+                    self.p,
+                    self.b0_quad,
+                    v0,
+                    acc,
+                    self.cands,
+                    (self.masses, self.tops),
+                );
+            } else {
+                let state = (self.shared, &mut *self.tops);
+                fragment::mma_sync_tile_wide::<NB, LP, TOP>(self.p, self.b0_quad, v0, acc, self.cands, state);
+            }
         }
     }
     #[inline(always)]
@@ -187,6 +207,9 @@ unsafe fn body<const NB: usize, const S: u32, const WB: u32, const LP: bool, con
         let (c, w) = ((t.warp - 1) / WARPS_PER_BLOCK, (t.warp - 1) % WARPS_PER_BLOCK);
         let h0 = if turns { 0 } else { c * 8 * NB as u32 }; // the consumer's first row of the batch tile
         let b0 = work.b_first + h0;
+        // SAFETY: the log-probability kernels' launches reserve the masses at NB = 8
+        // (`FusedVariant::smem_bytes`), 16 per lane; a consumer's tid − 32 < 256.
+        let shared = unsafe { SharedMasses::for_lane::<LP>(v.merge_bytes(e), t.tid - 32, v.lane_masses()) };
         let mut warp = SlabWarp::<NB, LP, TOP> {
             p: &p,
             ring: pipe.ring,
@@ -196,6 +219,7 @@ unsafe fn body<const NB: usize, const S: u32, const WB: u32, const LP: bool, con
             v_lane: w * WARP_TILE_V + ROWS_PER_LANE as u32 * t.group,
             cands: &mut cands,
             masses: &mut masses,
+            shared,
             tops: &mut tops,
             handoff: (work.vrange, if turns { 0 } else { c }, (t.tid - 32) % 128),
         };
@@ -206,7 +230,19 @@ unsafe fn body<const NB: usize, const S: u32, const WB: u32, const LP: bool, con
         // SAFETY: the whole warp is here (warp-uniform branch); inside the merge area.
         unsafe {
             let lanes = (t.group, t.quad);
-            fragment::put_columns::<16, LP, false>(area, contributor, h0, lanes, (&cands, |i| masses[i]), 2 * NB);
+            if NB <= 4 {
+                fragment::put_columns::<16, LP, false>(area, contributor, h0, lanes, (&cands, |i| masses[i]), 2 * NB);
+            } else {
+                // (Column i < 16, the lane's masses, read only with LP.)
+                fragment::put_columns::<16, LP, true>(
+                    area,
+                    contributor,
+                    h0,
+                    lanes,
+                    (&cands, |i| shared.get(i as u32)),
+                    2 * NB,
+                );
+            }
             if TOP && active {
                 fragment::put_tops_columns::<16>(&p, &work, (contributor, h0), lanes, &tops, 2 * NB);
             }
@@ -218,9 +254,13 @@ unsafe fn body<const NB: usize, const S: u32, const WB: u32, const LP: bool, con
 
 macro_rules! entry {
     ($name:ident, $name_lp:ident, $name_tk:ident, $variant:expr) => {
+        entry!($name, $name_lp, $variant);
+        entry!(@one $name_tk, $variant, Epilogue::Truncate, true, true);
+    };
+    // A variant without a truncation kernel (`entry_truncate: None`).
+    ($name:ident, $name_lp:ident, $variant:expr) => {
         entry!(@one $name, $variant, Epilogue::Sample, false, false);
         entry!(@one $name_lp, $variant, Epilogue::LogProbs, true, false);
-        entry!(@one $name_tk, $variant, Epilogue::Truncate, true, true);
     };
     (@one $name:ident, $variant:expr, $epilogue:expr, $lp:literal, $top:literal) => {
         #[doc = concat!("The fused kernel `", stringify!($variant), "` (`mma.sync` on the TMA pipeline, portable module), epilogue `", stringify!($epilogue), "`.")]
@@ -231,7 +271,7 @@ macro_rules! entry {
         pub unsafe extern "ptx-kernel" fn $name(p: FusedParams) {
             const V: FusedVariant = $variant;
             const {
-                assert!(str_eq(V.entry_for($epilogue), stringify!($name)) && matches!(V.family, Family::TmaMmaSync));
+                assert!(V.is_entry($epilogue, stringify!($name)) && matches!(V.family, Family::TmaMmaSync));
                 assert!(V.threads() == 32 * (1 + WARPS_PER_BLOCK * V.consumers()));
             };
             // SAFETY: forwarded launch contract.
@@ -242,3 +282,7 @@ macro_rules! entry {
 entry!(fused_sample_mma_tma_n16, fused_sample_mma_tma_n16_lp, fused_sample_mma_tma_n16_tk, TMA_MMA_N16);
 entry!(fused_sample_mma_tma_n32, fused_sample_mma_tma_n32_lp, fused_sample_mma_tma_n32_tk, TMA_MMA_N32);
 entry!(fused_sample_mma_tma_n64, fused_sample_mma_tma_n64_lp, fused_sample_mma_tma_n64_tk, TMA_MMA_N64);
+// No truncation kernels at NB = 8: the lanes' 16 top lists spilled 9.5 KiB at the 168 registers of a
+// 288-thread block, and top-k / top-p took 2.2 × `tma_mma_n64_tk`'s time at B = 64 (docs/findings/48).
+entry!(fused_sample_mma_tma_n64t, fused_sample_mma_tma_n64t_lp, TMA_MMA_N64T);
+entry!(fused_sample_mma_tma_n128, fused_sample_mma_tma_n128_lp, TMA_MMA_N128);

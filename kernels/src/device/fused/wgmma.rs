@@ -40,7 +40,7 @@
 use core::marker::PhantomData;
 
 use crate::candidate::Candidate;
-use crate::config::{BLOCK_V, Epilogue, Family, FusedVariant, TMA_N16, TMA_N32, TMA_N64, TMA_N64X2, WS_WARPS, str_eq};
+use crate::config::{BLOCK_V, Epilogue, Family, FusedVariant, TMA_N16, TMA_N32, TMA_N64, TMA_N64X2, WS_WARPS};
 use crate::device::fragment;
 use crate::device::handoff::Handoff;
 use crate::device::mainloop::{Consumer, N16, N32, N64, WgmmaShape, consume, mma_stage_weight_a};
@@ -260,7 +260,7 @@ macro_rules! entry {
         pub unsafe extern "ptx-kernel" fn $name(p: FusedParams) {
             const V: FusedVariant = $variant;
             const {
-                assert!(str_eq(V.entry_for($epilogue), stringify!($name)) && matches!(V.family, Family::WgmmaWeightA));
+                assert!(V.is_entry($epilogue, stringify!($name)) && matches!(V.family, Family::WgmmaWeightA));
                 assert!(V.threads() == 32 * WS_WARPS && 8 * V.n_tiles == <$shape as WgmmaShape>::N);
             };
             // SAFETY: forwarded launch contract.

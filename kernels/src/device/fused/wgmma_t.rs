@@ -37,7 +37,7 @@
 //! skipped by the lane epilogue.
 
 use crate::candidate::Candidate;
-use crate::config::{Epilogue, Family, FusedVariant, TMA_T_TILE_V, TMAT_N64, TMAT_N64X2, WS_WARPS, str_eq};
+use crate::config::{Epilogue, Family, FusedVariant, TMA_T_TILE_V, TMAT_N64, TMAT_N64X2, WS_WARPS};
 use crate::device::fragment;
 use crate::device::mainloop::{Consumer, consume, mma_stage_hidden_a};
 use crate::device::merge::{MergeArea, SharedMasses};
@@ -187,7 +187,7 @@ macro_rules! entry {
         pub unsafe extern "ptx-kernel" fn $name(p: FusedParams) {
             const V: FusedVariant = $variant;
             const {
-                assert!(str_eq(V.entry_for($epilogue), stringify!($name)) && matches!(V.family, Family::WgmmaHiddenA));
+                assert!(V.is_entry($epilogue, stringify!($name)) && matches!(V.family, Family::WgmmaHiddenA));
                 assert!(V.threads() == 32 * WS_WARPS && V.n_tiles == 8 && V.moves_registers());
             };
             // SAFETY: forwarded launch contract.
