@@ -9,6 +9,7 @@
 
 use super::*;
 use cudarc::driver::CudaViewMut;
+use flashsampling_kernels::params::TopOutputs;
 
 use crate::score::{Scores, check_tokens};
 
@@ -30,6 +31,19 @@ pub(crate) struct ScoreTargets {
     /// Whether the pass's samples are read ([`GpuBackend::sample_and_score`]'s); else the rows of a
     /// pass without truncation draw no noise.
     pub(crate) draws: bool,
+}
+
+impl ScoreTargets {
+    /// Where a truncation step or fallback of this call writes its top lists and the given tokens'
+    /// ranks: with top log-probabilities the call's own `[B, k]` lists in place of `top`'s and its
+    /// ranks, else `top` and no ranks (0). The one-GPU truncation launch and a tensor-parallel
+    /// rank's both take them from here.
+    pub(crate) fn top_and_ranks(&self, top: TopOutputs) -> (TopOutputs, u64) {
+        if self.top_tokens == 0 {
+            return (top, 0);
+        }
+        (TopOutputs { tokens: self.top_tokens as *mut u32, logprobs: self.top_logprobs as *mut f32, ..top }, self.ranks)
+    }
 }
 
 /// Device buffers of the caller that a scoring call ([`GpuBackend::score_device`]) writes its
@@ -494,6 +508,30 @@ impl GpuBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use flashsampling_kernels::params::TopSource;
+
+    #[test]
+    fn a_scoring_call_with_top_lists_writes_its_own_lists_and_ranks() {
+        let sampling =
+            TopOutputs { tokens: 0x100 as *mut u32, logprobs: 0x200 as *mut f32, n: 5, source: TopSource::Processed };
+        let none = ScoreTargets {
+            tokens: 1,
+            logprobs: 2,
+            raw_logprobs: 3,
+            logsumexp: 4,
+            raw_logsumexp: 5,
+            top_tokens: 0,
+            top_logprobs: 0,
+            ranks: 0,
+            draws: false,
+        };
+        let (top, ranks) = none.top_and_ranks(sampling);
+        assert_eq!((top.tokens as u64, top.logprobs as u64, ranks), (0x100, 0x200, 0));
+        let with = ScoreTargets { top_tokens: 0x300, top_logprobs: 0x400, ranks: 0x500, ..none };
+        let (top, ranks) = with.top_and_ranks(sampling);
+        assert_eq!((top.tokens as u64, top.logprobs as u64, ranks), (0x300, 0x400, 0x500));
+        assert_eq!((top.n, top.source), (5, TopSource::Processed), "the count and source stay the call's");
+    }
 
     #[test]
     fn truncation_and_top_lists_score_through_the_fallback_in_launches_of_256_mib() {

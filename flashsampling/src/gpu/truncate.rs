@@ -284,11 +284,8 @@ impl GpuBackend {
             // Caller-owned top outputs (`sample_device_into`), `[B, k]` like the own ones.
             (top.tokens, top.logprobs) = (d.top_tokens as *mut u32, d.top_logprobs as *mut f32);
         }
-        let mut ranks = 0;
-        if let Some(t) = out.targets.filter(|t| t.top_tokens != 0) {
-            // A scoring call's (`score_device`): its top lists and its given tokens' ranks.
-            (top.tokens, top.logprobs, ranks) = (t.top_tokens as *mut u32, t.top_logprobs as *mut f32, t.ranks);
-        }
+        // A scoring call's (`score_device`): its top lists and its given tokens' ranks.
+        let (top, ranks) = out.targets.map_or((top, 0), |t| t.top_and_ranks(top));
         let o = out.output_ptrs(&self.stream, true);
         let (offsets, results) = adjusted.unwrap_or((0, 0));
         // A call without log-probabilities computes no token's logit for them: not the plain
@@ -660,11 +657,8 @@ fn rank_scoring(targets: Option<ScoreTargets>, outputs: &mut [u64; 4], raw_lse: 
         target_raw_logprobs: t.raw_logprobs as *mut f32,
         ..FusedParams::NONE
     };
-    let top = match t.top_tokens {
-        0 => top,
-        _ => TopOutputs { tokens: t.top_tokens as *mut u32, logprobs: t.top_logprobs as *mut f32, ..top },
-    };
-    RankScoring { reduce, raw_lse: t.raw_logsumexp, top, ranks: t.ranks as *mut u32 }
+    let (top, ranks) = t.top_and_ranks(top);
+    RankScoring { reduce, raw_lse: t.raw_logsumexp, top, ranks: ranks as *mut u32 }
 }
 
 impl GpuBackend {
