@@ -113,6 +113,8 @@ mod tests {
 
     #[test]
     fn every_embedded_module_decodes() {
+        // (`mut` only for the test module, which a build without `internals` does not embed.)
+        #[cfg_attr(not(feature = "internals"), allow(unused_mut))]
         let mut all = vec![PTX, PTX_SM90A, CUBIN, CUBIN_SM90A];
         #[cfg(feature = "internals")]
         all.push(PTX_TEST);
