@@ -215,9 +215,11 @@ fn mma_sync_tile_passes<const NB: usize, const LP: bool, const TOP: bool, const 
     v0: u32,
     acc: &Accumulators<NB>,
     cands: &mut [Candidate; 16],
-    (masses, tops): (SharedMasses, &mut [TopList<LANE_TOP>; 16]),
+    masses: SharedMasses,
 ) {
-    // (`% NB`: the indices of an `NB ≤ 4` instantiation, never called, stay in bounds.)
+    // No truncation kernel has 16 columns a lane (their top lists spilled 9.5 KiB, docs/findings/48):
+    // `TOP` only in the never-called `NB ≤ 4` instantiations, whose indices `% NB` keeps in bounds.
+    const { assert!(!TOP || NB <= 4) };
     // An opaque trip count keeps the loop rolled (one copy of the 8 columns' epilogue).
     let passes = mov_b32(2);
     let mut r = 0;
@@ -236,7 +238,7 @@ fn mma_sync_tile_passes<const NB: usize, const LP: bool, const TOP: bool, const 
                 let mut cand = if second { cands[I + 8] } else { cands[I] };
                 // SAFETY: column 8r + I < 16 = the lane's masses (`FusedVariant::lane_masses`).
                 let mut mass = if LP { unsafe { masses.get(8 * r + I as u32) } } else { RowMass::EMPTY };
-                let mut top = if !TOP { TopList::EMPTY } else if second { tops[I + 8] } else { tops[I] };
+                let mut top = TopList::EMPTY;
                 lane_epilogue::<LP, TOP, SC, MK, LANE_TOP, 1>(
                     p,
                     row_params(p, b),
@@ -253,13 +255,6 @@ fn mma_sync_tile_passes<const NB: usize, const LP: bool, const TOP: bool, const 
                 if LP {
                     // SAFETY: as for the load.
                     unsafe { masses.set(8 * r + I as u32, mass) };
-                }
-                if TOP {
-                    if second {
-                        tops[I + 8] = top;
-                    } else {
-                        tops[I] = top;
-                    }
                 }
             }
         });
@@ -541,9 +536,9 @@ pub(super) fn mma_sync_tile_wide<const NB: usize, const LP: bool, const TOP: boo
     v0: u32,
     acc: &Accumulators<NB>,
     cands: &mut [Candidate; 16],
-    state: (SharedMasses, &mut [TopList<LANE_TOP>; 16]),
+    masses: SharedMasses,
 ) {
-    controls_dispatch!(p, mma_sync_tile_passes::<NB, LP, TOP>(p, lane, v0, acc, cands, state))
+    controls_dispatch!(p, mma_sync_tile_passes::<NB, LP, TOP>(p, lane, v0, acc, cands, masses))
 }
 
 /// [`weight_a_tile_with`] for this launch's controls.

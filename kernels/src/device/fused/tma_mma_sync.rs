@@ -126,8 +126,7 @@ impl<const NB: usize, const LP: bool, const TOP: bool> Consumer for SlabWarp<'_,
                     (self.masses, self.tops),
                 );
             } else {
-                let state = (self.shared, &mut *self.tops);
-                fragment::mma_sync_tile_wide::<NB, LP, TOP>(self.p, self.b0_quad, v0, acc, self.cands, state);
+                fragment::mma_sync_tile_wide::<NB, LP, TOP>(self.p, self.b0_quad, v0, acc, self.cands, self.shared);
             }
         }
     }
