@@ -9,7 +9,7 @@ use cudarc::driver::{
 };
 use cudarc::nvrtc::Ptx;
 use flashsampling_kernels::config::{
-    ADJUST_ENTRY, ADJUST_THREADS, BLOCK_V, EXPAND_ENTRY, EXPAND_THREADS, Epilogue, FALLBACK_GATHER_ENTRY,
+    ADJUST_ENTRY, ADJUST_THREADS, BLOCK_V, D_ALIGN, EXPAND_ENTRY, EXPAND_THREADS, Epilogue, FALLBACK_GATHER_ENTRY,
     FALLBACK_LOGITS_ENTRY, FALLBACK_LOGITS_VARIANT, FALLBACK_SAMPLE_ENTRY, FALLBACK_SAMPLE_SCORED_ENTRY,
     FUSED_VARIANTS, Family, FusedVariant, KernelSet, MAX_DIM, Module, REDUCE_BLOCK_ENTRY, REDUCE_BLOCK_SMEM,
     REDUCE_BLOCK_THREADS, TMA_T_VOCAB_ALIGN, TRUNCATE_SCORED_ENTRY, TmaLayout, TruncateStep, portable_module_has,
@@ -136,8 +136,8 @@ pub struct GpuBackend {
     /// Measurement override of the truncation step's entry ([`GpuOptions::truncate_step`] or
     /// `paired`; [`TruncateStep::for_rows`] otherwise); samples do not depend on it.
     truncate_step_override: Option<TruncateStep>,
-    /// Variant forced for every batch size ([`GpuOptions::fused_variant`] or
-    /// [`GpuBackend::set_fused_variant`]); samples do not depend on it.
+    /// Variant forced for every batch size and every epilogue it has ([`GpuOptions::fused_variant`]
+    /// or [`GpuBackend::set_fused_variant`]); samples do not depend on it.
     variant_override: Option<&'static FusedVariant>,
     /// Stage-balanced vocab ranges forced on or off ([`GpuOptions::stage_balance`], or
     /// [`GpuBackend::set_stage_balance`]); samples do not depend on it.
@@ -260,9 +260,10 @@ impl GpuBackend {
 
     /// Forces `variant` for every batch size, or restores the choice by batch size (`None`). For
     /// tuning and tests: every variant samples the same distribution from the same noise (the
-    /// variants of one family and MMA shape bit-identically). [`GpuOptions::fused_variant`]
-    /// sets it at construction; an error when this GPU
-    /// does not run the variant.
+    /// variants of one family and MMA shape bit-identically). A call whose epilogue the variant
+    /// has no kernel for (truncation on `tma_mma_n64t`, `tma_mma_n128`) keeps the choice by batch
+    /// size. [`GpuOptions::fused_variant`] sets it at construction; an error when this GPU does not
+    /// run the variant.
     pub fn set_fused_variant(&mut self, variant: Option<FusedVariant>) -> Result<()> {
         self.variant_override = match variant {
             // The loaded variant's entry of the table (this GPU runs it).
@@ -451,9 +452,11 @@ impl GpuBackend {
     /// ([`Error::EmptyBatch`], [`Error::EmptyVocab`], [`Error::TooLarge`]); a device out of memory is
     /// [`Error::Driver`] with [`Error::is_out_of_memory`].
     ///
-    /// The kernel beyond 64 rows also depends on the hidden size, which this does not know: the
-    /// candidates are sized for the launch with the most vocab ranges of any hidden size, so a call
-    /// of up to `b` rows and vocab `v` never allocates again.
+    /// The kernel also depends on the hidden size (beyond 64 rows with the sm_90a module, at 33–64
+    /// rows with the portable one), which this does not know: the candidates are sized for the
+    /// launch with the most vocab ranges of any hidden size, and the stage-balanced handoff slots
+    /// for the larger of the launches at the smallest and the largest hidden size, so a call of up
+    /// to `b` rows and vocab `v` never allocates again.
     pub fn alloc_samples(&self, b: usize, v: usize) -> Result<DeviceSamples> {
         self.alloc_for(b, v, Epilogue::Sample)
     }
@@ -480,6 +483,19 @@ impl GpuBackend {
             }
         }
         let launch = self.launch_plan(b, d, v, vocab.max(v), epilogue);
+        // Without D, the handoff slots also of the launch at the smallest D: the portable choice at
+        // 33–64 rows depends on D (`TMA_MMA_TURNS_MAX_D`), and its two variants' slots differ (8·NB
+        // floats a thread); their vocab ranges do not.
+        let handoff = match d {
+            ANY_D => {
+                let small = self.launch_plan(b, D_ALIGN as usize, v, vocab.max(v), epilogue);
+                (
+                    launch.handoff_floats().max(small.handoff_floats()),
+                    launch.handoff_counters().max(small.handoff_counters()),
+                )
+            }
+            _ => (launch.handoff_floats(), launch.handoff_counters()),
+        };
         let too_large =
             Error::TooLarge { what: "candidates (B × vocab ranges)", value: usize::MAX, max: isize::MAX as usize / 8 };
         let n_cands = launch.candidates().ok_or(too_large)?;
@@ -506,11 +522,8 @@ impl GpuBackend {
                     adj: None,
                     adjusted: None,
                     truncation: None,
-                    handoff: if launch.balanced {
-                        Some((
-                            home.alloc::<f32>(launch.handoff_floats())?,
-                            home.alloc_zeros::<u32>(launch.handoff_counters())?,
-                        ))
+                    handoff: if handoff.1 > 0 {
+                        Some((home.alloc::<f32>(handoff.0)?, home.alloc_zeros::<u32>(handoff.1)?))
                     } else {
                         None
                     },

@@ -38,7 +38,9 @@ pub struct GpuOptions {
     /// [`Error::InvalidOption`]); `None`: the kernel's occupancy (`FLASHSAMPLING_BLOCKS_PER_SM`).
     pub blocks_per_sm: Option<u32>,
     /// Force one fused-kernel variant for every batch size (an error at construction where the GPU
-    /// does not run it); `None`: the choice by batch size (`FLASHSAMPLING_FUSED_VARIANT=<entry>`).
+    /// does not run it; a call whose epilogue it has no kernel for, a truncating call on
+    /// `tma_mma_n64t` or `tma_mma_n128`, keeps the choice by batch size); `None`: the choice by
+    /// batch size (`FLASHSAMPLING_FUSED_VARIANT=<entry>`).
     pub fused_variant: Option<FusedVariant>,
 }
 

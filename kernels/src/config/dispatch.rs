@@ -31,7 +31,7 @@ use super::*;
 ///   on 64-row tiles) for log-probabilities, and for plain calls up to D = [`TMA_MMA_TURNS_MAX_D`],
 ///   else `tma_mma_n64` (64-row tiles the consumers split, 32 rows a warp); beyond 64 rows
 ///   `tma_mma_n128` (128-row tiles the consumers split, 64 rows a warp) where it pads no more rows
-///   than `tma_mma_n64`, else `tma_mma_n64` (129–192 rows, 321–384, …). Truncation beyond 32 rows
+///   than `tma_mma_n64`, else `tma_mma_n64` (129–192 rows, 257–320, …). Truncation beyond 32 rows
 ///   always `tma_mma_n64`: the 64-rows-a-warp variants have no truncation kernel (a lane's 16 top
 ///   lists spilled 9.5 KiB and top-k / top-p took 2.2 × `tma_mma_n64_tk`'s time at B = 64).
 ///   Same-call sweeps in `benchmarks/2026-12-06-portable-wide-consumers` (H100: calls 1–2; H200:

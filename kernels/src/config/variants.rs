@@ -514,8 +514,9 @@ impl FusedVariant {
             Family::WgmmaHiddenA => 2,
         }
     }
-    /// Bytes of the lanes' row masses in shared memory (`wgmma` log-probability and truncation
-    /// kernels), after the merge area: mass `i` of consumer thread `t` (0..256) at
+    /// Bytes of the lanes' row masses in shared memory ([`Self::lane_masses`]: the `wgmma`
+    /// log-probability and truncation kernels, the portable TMA `_lp` kernels at `NB = 8`), after
+    /// the merge area: mass `i` of consumer thread `t` (0..256) at
     /// `16·(i·256 + t)`. In registers, the masses of 16 batch columns pushed the N = 64 kernels
     /// into 2.8 KiB of spills (docs/findings/17); in shared memory they cost a load and a store per
     /// column and tile and keep the order of every sum, so the log-probabilities stay bit-identical.

@@ -60,7 +60,8 @@ impl MergeArea {
     }
 }
 
-/// The lanes' row masses in shared memory (the `wgmma` log-probability and truncation kernels,
+/// The lanes' row masses in shared memory (the `wgmma` log-probability and truncation kernels and
+/// the portable TMA log-probability kernels of 64 batch rows a warp,
 /// [`FusedVariant::lane_state_bytes`](crate::config::FusedVariant::lane_state_bytes)): mass `i` of
 /// consumer thread `t` at `16·(i·CONSUMER_THREADS + t)` after the merge area, so the 32 lanes of a
 /// warp touch 512 consecutive bytes (no bank conflict beyond the four phases of a 16-byte access).
