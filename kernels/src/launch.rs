@@ -103,7 +103,34 @@ impl LaunchPlan {
 mod tests {
     extern crate std;
     use super::*;
-    use crate::config::{FUSED_VARIANTS, MAX_DIM};
+    use crate::config::{
+        D_ALIGN, FUSED_VARIANTS, KernelSet, MAX_DIM, TMA_MMA_TURNS_MAX_D, TMAT_TURNS_MAX_D, variant_for_batch,
+    };
+
+    #[test]
+    fn the_handoff_slots_for_an_unknown_hidden_size_cover_every_hidden_size() {
+        // `GpuBackend::alloc_samples` knows no D: it sizes the stage-balanced handoff slots by the
+        // larger of the launches at the largest and the smallest D (one block per multiprocessor),
+        // which must cover the launch of any D (the portable choice at 33–64 rows depends on D, and
+        // `tma_mma_n64t`'s slots are twice `tma_mma_n64`'s).
+        for b in 1..=2048 {
+            for v in [1000, 32_768, 128_256, 151_936, 151_937] {
+                for (e, set) in Epilogue::ALL.into_iter().flat_map(|e| KernelSet::ALL.map(|s| (e, s))) {
+                    let slots = |d: u32| {
+                        let plan =
+                            LaunchPlan::new(variant_for_batch((b, d, v), e, set, 132), e, (b, v), (132, 1), None);
+                        (plan.handoff_floats(), plan.handoff_counters())
+                    };
+                    let (big, small) = (slots(u32::MAX), slots(D_ALIGN));
+                    let any = (big.0.max(small.0), big.1.max(small.1));
+                    for d in [64, 2048, 4096, TMAT_TURNS_MAX_D, TMAT_TURNS_MAX_D + 1, TMA_MMA_TURNS_MAX_D + 1, 16384] {
+                        let this = slots(d);
+                        assert!(any.0 >= this.0 && any.1 >= this.1, "B = {b}, D = {d}, V = {v}, {e:?}, {set:?}");
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn every_plan_is_a_persistent_grid_with_buffers_for_its_rows() {
