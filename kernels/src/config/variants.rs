@@ -342,9 +342,9 @@ impl FusedVariant {
     pub fn by_name(name: &str) -> Option<FusedVariant> {
         FUSED_VARIANTS.iter().copied().find(|v| v.entry == name)
     }
-    /// Whether the entry point is `name` (the device entry points assert it at compile time).
+    /// Whether the plain kernel's entry point is `name` ([`Self::is_entry`] with [`Epilogue::Sample`]).
     pub const fn is_named(&self, name: &str) -> bool {
-        str_eq(self.entry, name)
+        self.is_entry(Epilogue::Sample, name)
     }
     /// The entry point of the kernel with epilogue `e` (`None`: the variant has no such kernel).
     #[inline]
