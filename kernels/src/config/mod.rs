@@ -117,7 +117,20 @@ mod tests {
             }
             // The masses (16-byte words) start 16-byte aligned after the merge area.
             assert_eq!(v.merge_bytes(Epilogue::LogProbs) % 16, 0, "{}", v.entry);
-            assert_eq!(v.lane_state_bytes(Epilogue::Sample), 0);
+            // Only the plain kernels of 64 batch rows a warp keep lane state (their candidates).
+            assert_eq!(v.lane_state_bytes(Epilogue::Sample), 8 * CONSUMER_THREADS * v.lane_cands(Epilogue::Sample));
+            assert_eq!(v.lane_cands(Epilogue::Truncate), 0);
+            for e in [Epilogue::Sample, Epilogue::LogProbs] {
+                // The candidates (8-byte words) end where the ring's prefix ends, after the masses.
+                let cands_end = v.lane_cands_offset(e) + 8 * CONSUMER_THREADS * v.lane_cands(e);
+                assert_eq!(cands_end, v.prefix_bytes(e), "{} ({e:?})", v.entry);
+                assert!(
+                    v.lane_cands_offset(e)
+                        >= v.merge_bytes(e)
+                            + if e.has_logprobs() { 16 * CONSUMER_THREADS * v.lane_masses() } else { 0 }
+                );
+                assert_eq!(v.lane_cands(e) != 0, v.family == Family::TmaMmaSync && v.n_tiles == 8, "{}", v.entry);
+            }
             assert_eq!(v.entry_logprobs.strip_suffix("_lp"), Some(v.entry));
             if let Some(tk) = v.entry_truncate {
                 assert_eq!(tk.strip_suffix("_tk"), Some(v.entry));

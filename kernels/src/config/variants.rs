@@ -268,9 +268,10 @@ pub const TMA_MMA_N64: FusedVariant = FusedVariant {
 };
 /// Portable TMA, 33–64 rows: 64-row batch tiles of one consumer, two consumers of 4 warps taking
 /// turns on the tiles, each warp 32 vocab rows × 64 batch rows (`NB = 8`: the columns' epilogue in
-/// two passes of selects, `fragment::mma_sync_tile_wide`; the log-probability kernel keeps the 16
-/// columns' masses in 64 KiB of shared memory, with 6 stages). No truncation kernel (its lanes' 16
-/// top lists spilled 9.5 KiB; docs/findings/48).
+/// two passes of selects, `fragment::mma_sync_tile_wide`). The lanes' 16 candidates live in 32 KiB
+/// of shared memory ([`FusedVariant::lane_cands`]: 7 stages), and in the log-probability kernel
+/// their 16 masses in 64 KiB more (4 stages). No truncation kernel (its lanes' 16 top lists
+/// spilled 9.5 KiB; docs/findings/48).
 pub const TMA_MMA_N64T: FusedVariant = FusedVariant {
     entry: "fused_sample_mma_tma_n64t",
     entry_logprobs: "fused_sample_mma_tma_n64t_lp",
@@ -278,12 +279,13 @@ pub const TMA_MMA_N64T: FusedVariant = FusedVariant {
     family: Family::TmaMmaSync,
     n_tiles: 8,
     warps_b: 1,
-    stages: 8,
-    stages_lp: 6,
+    stages: 7,
+    stages_lp: 4,
 };
 /// Portable TMA, beyond 64 rows where it pads no more rows than [`TMA_MMA_N64`]: 128-row batch
-/// tiles the two consumers split, each warp 32 vocab rows × 64 batch rows (`NB = 8`; the
-/// log-probability kernel 4 stages, its masses in shared memory). No truncation kernel.
+/// tiles the two consumers split, each warp 32 vocab rows × 64 batch rows (`NB = 8`; candidates in
+/// shared memory: 5 stages; with the masses too, the log-probability kernel 3). No truncation
+/// kernel.
 pub const TMA_MMA_N128: FusedVariant = FusedVariant {
     entry: "fused_sample_mma_tma_n128",
     entry_logprobs: "fused_sample_mma_tma_n128_lp",
@@ -291,8 +293,8 @@ pub const TMA_MMA_N128: FusedVariant = FusedVariant {
     family: Family::TmaMmaSync,
     n_tiles: 8,
     warps_b: 2,
-    stages: 6,
-    stages_lp: 4,
+    stages: 5,
+    stages_lp: 3,
 };
 /// Every fused-kernel variant the library launches (each chosen by [`variant_for_batch`] for some
 /// [`KernelSet`]).
@@ -520,9 +522,29 @@ impl FusedVariant {
     /// `16·(i·256 + t)`. In registers, the masses of 16 batch columns pushed the N = 64 kernels
     /// into 2.8 KiB of spills (docs/findings/17); in shared memory they cost a load and a store per
     /// column and tile and keep the order of every sum, so the log-probabilities stay bit-identical.
+    ///
+    /// Then the lanes' candidates ([`Self::lane_cands`]): candidate `i` of consumer thread `t` at
+    /// `8·(i·256 + t)` after the masses.
     #[inline]
     pub const fn lane_state_bytes(&self, e: Epilogue) -> u32 {
-        if e.has_logprobs() { 16 * CONSUMER_THREADS * self.lane_masses() } else { 0 }
+        self.lane_cands_offset(e) - self.merge_bytes(e) + 8 * CONSUMER_THREADS * self.lane_cands(e)
+    }
+    /// Candidates a consumer lane keeps in shared memory with epilogue `e`: in the portable TMA
+    /// kernels of 64 batch rows a warp one per column (`2·NB` = 16: beside 64 accumulators, 32 more
+    /// words in registers left the `mma.sync` mainloop reloading spilled words at every stage,
+    /// docs/findings/50); none elsewhere (registers).
+    #[inline]
+    pub const fn lane_cands(&self, e: Epilogue) -> u32 {
+        match (self.family, e) {
+            (Family::TmaMmaSync, Epilogue::Sample | Epilogue::LogProbs) if self.n_tiles > 4 => 2 * self.n_tiles,
+            _ => 0,
+        }
+    }
+    /// Where the lanes' candidates ([`Self::lane_cands`]) start in the dynamic shared memory: after
+    /// the merge area and the masses.
+    #[inline]
+    pub const fn lane_cands_offset(&self, e: Epilogue) -> u32 {
+        self.merge_bytes(e) + if e.has_logprobs() { 16 * CONSUMER_THREADS * self.lane_masses() } else { 0 }
     }
     /// Bytes before the ring: the merge area ([`Self::merge_bytes`]) and the lanes' row masses
     /// ([`Self::lane_state_bytes`]).

@@ -23,7 +23,7 @@
 
 use super::collective::exp;
 use super::mainloop::{Accumulators, WgmmaShape};
-use super::merge::{MergeArea, SharedMasses, put_merged, put_merged_mass};
+use super::merge::{MergeArea, SharedCands, SharedMasses, put_merged, put_merged_mass};
 use super::ptx::{mov_b32, shfl_sync_bfly_b32};
 use super::rows::{RowRef, row_params};
 use crate::candidate::Candidate;
@@ -201,20 +201,21 @@ fn mma_sync_tile_with<const NB: usize, const LP: bool, const TOP: bool, const SC
 }
 
 /// [`mma_sync_tile_with`] for a lane of 16 columns (`NB = 8`: 64 batch rows per warp), with the
-/// row masses in shared memory ([`SharedMasses`], as the `wgmma` kernels keep theirs): the columns
-/// run as two passes of 8 unrolled columns (pass `r`: columns `8r ..`, N tiles `4r ..`) in a rolled
-/// loop, picking accumulators and candidates with selects between the two compile-time indices each
-/// can have. [`mma_sync_tile_with`]'s real loop over the columns indexes them with the column: with
-/// 64 accumulators LLVM then kept them in local memory, in the mainloop too (docs/findings/43); and
-/// 16 masses in registers beside them spilled 2.9 KiB in the `_lp` kernels (168 registers: the
-/// most a 288-thread block gets).
+/// candidates and row masses in shared memory ([`SharedCands`], [`SharedMasses`]): the columns run
+/// as two passes of 8 unrolled columns (pass `r`: columns `8r ..`, N tiles `4r ..`) in a rolled
+/// loop, picking accumulators with selects between the two compile-time indices each can have.
+/// [`mma_sync_tile_with`]'s real loop over the columns indexes them with the column: with 64
+/// accumulators LLVM then kept them in local memory, in the mainloop too (docs/findings/43). 16
+/// masses in registers beside them spilled 2.9 KiB in the `_lp` kernels, and 16 candidates
+/// 80–150 bytes that the mainloop reloaded at every stage (168 registers: the most a 288-thread
+/// block gets; docs/findings/50).
 #[inline(always)]
 fn mma_sync_tile_passes<const NB: usize, const LP: bool, const TOP: bool, const SC: bool, const MK: bool>(
     p: &FusedParams,
     (b0, quad): (u32, u32),
     v0: u32,
     acc: &Accumulators<NB>,
-    cands: &mut [Candidate; 16],
+    cands: SharedCands,
     masses: SharedMasses,
 ) {
     // No truncation kernel has 16 columns a lane (their top lists spilled 9.5 KiB, docs/findings/48):
@@ -235,7 +236,8 @@ fn mma_sync_tile_passes<const NB: usize, const LP: bool, const TOP: bool, const 
                     if second { acc[mt][(nt + 4) % NB][2 * h + c] } else { acc[mt][nt % NB][2 * h + c] }
                 };
                 let logits = [pick(0, 0), pick(0, 1), pick(1, 0), pick(1, 1)];
-                let mut cand = if second { cands[I + 8] } else { cands[I] };
+                // SAFETY: column 8r + I < 16 = the lane's candidates (`FusedVariant::lane_cands`).
+                let mut cand = unsafe { cands.get(8 * r + I as u32) };
                 // SAFETY: column 8r + I < 16 = the lane's masses (`FusedVariant::lane_masses`).
                 let mut mass = if LP { unsafe { masses.get(8 * r + I as u32) } } else { RowMass::EMPTY };
                 let mut top = TopList::EMPTY;
@@ -247,11 +249,8 @@ fn mma_sync_tile_passes<const NB: usize, const LP: bool, const TOP: bool, const 
                     (&mut cand, f32::NEG_INFINITY),
                     (&mut mass, &mut top),
                 );
-                if second {
-                    cands[I + 8] = cand;
-                } else {
-                    cands[I] = cand;
-                }
+                // SAFETY: as for the load.
+                unsafe { cands.set(8 * r + I as u32, cand) };
                 if LP {
                     // SAFETY: as for the load.
                     unsafe { masses.set(8 * r + I as u32, mass) };
@@ -528,14 +527,14 @@ pub(super) fn mma_sync_tile<const NB: usize, const LP: bool, const TOP: bool>(
 }
 
 /// [`mma_sync_tile_passes`] for this launch's controls: the `NB = 8` lanes of the portable TMA
-/// kernels, masses in shared memory.
+/// kernels, candidates and masses in shared memory.
 #[inline(always)]
 pub(super) fn mma_sync_tile_wide<const NB: usize, const LP: bool, const TOP: bool>(
     p: &FusedParams,
     lane: (u32, u32),
     v0: u32,
     acc: &Accumulators<NB>,
-    cands: &mut [Candidate; 16],
+    cands: SharedCands,
     masses: SharedMasses,
 ) {
     controls_dispatch!(p, mma_sync_tile_passes::<NB, LP, TOP>(p, lane, v0, acc, cands, masses))

@@ -60,6 +60,63 @@ impl MergeArea {
     }
 }
 
+/// The lanes' candidates in shared memory (the portable TMA kernels of 64 batch rows a warp,
+/// [`FusedVariant::lane_cands`](crate::config::FusedVariant::lane_cands)): candidate `i` of consumer
+/// thread `t` at `8·(i·CONSUMER_THREADS + t)` from `offset` bytes into the dynamic shared memory, so
+/// a warp's 32 lanes touch 256 consecutive bytes. Beside 64 accumulators a lane, 16 candidates in
+/// registers (32 words) left the mainloop too few registers at the 168 a 288-thread block gets: it
+/// reloaded spilled words and recomputed fragment addresses at the top of every stage. Each thread
+/// reads and writes only its own candidates: no barrier.
+#[derive(Clone, Copy)]
+pub(super) struct SharedCands {
+    at: u32,
+}
+
+impl SharedCands {
+    /// Consumer thread `consumer_tid`'s `n` candidates from `offset` bytes into the dynamic shared
+    /// memory, emptied.
+    ///
+    /// # Safety
+    /// The launch reserved `8·CONSUMER_THREADS·n` bytes there
+    /// ([`FusedVariant::lane_state_bytes`](crate::config::FusedVariant::lane_state_bytes));
+    /// `consumer_tid < CONSUMER_THREADS`.
+    #[inline(always)]
+    pub(super) unsafe fn for_lane(offset: u32, consumer_tid: u32, n: u32) -> Self {
+        let cands = SharedCands { at: mov_u32_dynamic_smem() + offset + 8 * consumer_tid };
+        for i in 0..n {
+            // SAFETY: i < n (the caller's contract).
+            unsafe { cands.set(i, Candidate::EMPTY) };
+        }
+        cands
+    }
+
+    #[inline(always)]
+    fn slot(self, i: u32) -> u32 {
+        self.at + 8 * CONSUMER_THREADS * i
+    }
+
+    /// Candidate `i`.
+    ///
+    /// # Safety
+    /// `i < n` of [`SharedCands::for_lane`], whose contract holds.
+    #[inline(always)]
+    pub(super) unsafe fn get(self, i: u32) -> Candidate {
+        // SAFETY: inside the candidates' area (the caller's contract).
+        let [score, index] = unsafe { ld_shared_v2_u32(self.slot(i)) };
+        Candidate { score: f32::from_bits(score), index }
+    }
+
+    /// Stores candidate `i`.
+    ///
+    /// # Safety
+    /// As [`SharedCands::get`].
+    #[inline(always)]
+    pub(super) unsafe fn set(self, i: u32, c: Candidate) {
+        // SAFETY: inside the candidates' area (the caller's contract).
+        unsafe { st_shared_v2_u32(self.slot(i), [c.score.to_bits(), c.index]) };
+    }
+}
+
 /// The lanes' row masses in shared memory (the `wgmma` log-probability and truncation kernels and
 /// the portable TMA log-probability kernels of 64 batch rows a warp,
 /// [`FusedVariant::lane_state_bytes`](crate::config::FusedVariant::lane_state_bytes)): mass `i` of

@@ -31,8 +31,10 @@
 //! - **Lane state**: `NB ≤ 4` (n16, n32, n64) keeps the candidates and row masses of its `2·NB`
 //!   columns in registers ([`fragment::mma_sync_tile`]); `NB = 8` (n64t, n128: 64 batch rows a warp,
 //!   64 accumulators a lane at the 168 registers of a 288-thread block) walks its 16 columns in two
-//!   passes of selects and keeps the masses in shared memory ([`fragment::mma_sync_tile_wide`],
-//!   [`FusedVariant::lane_masses`]), and has no truncation kernel.
+//!   passes of selects and keeps the candidates and masses in shared memory
+//!   ([`fragment::mma_sync_tile_wide`], [`FusedVariant::lane_cands`], [`FusedVariant::lane_masses`]:
+//!   in registers they left the mainloop reloading spilled words at every stage), and has no
+//!   truncation kernel.
 //! - **Ranges**: whole tiles, or (plain and log-probability kernels, where the host balances them)
 //!   stage-balanced ranges whose cut tile's accumulators pass from the block above to the block
 //!   below (`device::handoff`, one slot per consumer slot, its 128 threads' `8·NB` floats each), as
@@ -52,7 +54,7 @@ use crate::config::{
 use crate::device::fragment;
 use crate::device::handoff::Handoff;
 use crate::device::mainloop::{Accumulators, Consumer, consume, mma_stage_slab};
-use crate::device::merge::{MergeArea, SharedMasses};
+use crate::device::merge::{MergeArea, SharedCands, SharedMasses};
 use crate::device::pipeline::{Pipeline, Ring};
 use crate::device::producer::produce_tma;
 use crate::device::ptx::bar_warp_sync;
@@ -72,7 +74,10 @@ struct SlabWarp<'a, const NB: usize, const LP: bool, const TOP: bool> {
     b0_quad: (u32, u32),
     /// Offset of the lane's Philox group in a tile: `32w + 4g`.
     v_lane: u32,
+    /// The lane's candidates: in registers up to `NB = 4`, in shared memory at `NB = 8`
+    /// ([`FusedVariant::lane_cands`]; `shared_cands`, `cands` then only their copy for the merge).
     cands: &'a mut [Candidate; 16],
+    shared_cands: SharedCands,
     /// The lane's row masses: in registers up to `NB = 4`, in shared memory at `NB = 8`
     /// ([`FusedVariant::lane_masses`]).
     masses: &'a mut [RowMass; 16],
@@ -126,7 +131,14 @@ impl<const NB: usize, const LP: bool, const TOP: bool> Consumer for SlabWarp<'_,
                     (self.masses, self.tops),
                 );
             } else {
-                fragment::mma_sync_tile_wide::<NB, LP, TOP>(self.p, self.b0_quad, v0, acc, self.cands, self.shared);
+                fragment::mma_sync_tile_wide::<NB, LP, TOP>(
+                    self.p,
+                    self.b0_quad,
+                    v0,
+                    acc,
+                    self.shared_cands,
+                    self.shared,
+                );
             }
         }
     }
@@ -209,6 +221,9 @@ unsafe fn body<const NB: usize, const S: u32, const WB: u32, const LP: bool, con
         // SAFETY: the log-probability kernels' launches reserve the masses at NB = 8
         // (`FusedVariant::smem_bytes`), 16 per lane; a consumer's tid − 32 < 256.
         let shared = unsafe { SharedMasses::for_lane::<LP>(v.merge_bytes(e), t.tid - 32, v.lane_masses()) };
+        // SAFETY: the launch reserves them at NB = 8 (`FusedVariant::smem_bytes`; the entries assert
+        // it), 16 per lane, and only NB = 8 touches them; a consumer's tid − 32 < 256.
+        let shared_cands = unsafe { SharedCands::for_lane(v.lane_cands_offset(e), t.tid - 32, v.lane_cands(e)) };
         let mut warp = SlabWarp::<NB, LP, TOP> {
             p: &p,
             ring: pipe.ring,
@@ -217,6 +232,7 @@ unsafe fn body<const NB: usize, const S: u32, const WB: u32, const LP: bool, con
             b0_quad: (b0, t.quad),
             v_lane: w * WARP_TILE_V + ROWS_PER_LANE as u32 * t.group,
             cands: &mut cands,
+            shared_cands,
             masses: &mut masses,
             shared,
             tops: &mut tops,
@@ -225,6 +241,12 @@ unsafe fn body<const NB: usize, const S: u32, const WB: u32, const LP: bool, con
         let active = warp.active;
         // SAFETY: the consumer's 4 warps, each converged; forwarded launch contract.
         unsafe { consume::<_, S>(&mut warp, pipe, c, !turns, t.tid) };
+        if NB > 4 {
+            for (i, c) in cands.iter_mut().enumerate() {
+                // SAFETY: i < 16 = the lane's candidates (`FusedVariant::lane_cands` at NB = 8).
+                *c = unsafe { shared_cands.get(i as u32) };
+            }
+        }
         let contributor = if turns { WARPS_PER_BLOCK * c + w } else { w };
         // SAFETY: the whole warp is here (warp-uniform branch); inside the merge area.
         unsafe {
@@ -272,6 +294,8 @@ macro_rules! entry {
             const {
                 assert!(V.is_entry($epilogue, stringify!($name)) && matches!(V.family, Family::TmaMmaSync));
                 assert!(V.threads() == 32 * (1 + WARPS_PER_BLOCK * V.consumers()));
+                // 16 columns a lane: their candidates in shared memory (`SharedCands`).
+                assert!(V.n_tiles <= 4 || V.lane_cands($epilogue) == 16);
             };
             // SAFETY: forwarded launch contract.
             unsafe { body::<{ V.n_tiles as usize }, { V.stages_for($epilogue) }, { V.warps_b }, $lp, $top>(p, V) }
