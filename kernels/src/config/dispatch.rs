@@ -26,10 +26,11 @@ use super::*;
 ///   (`tmat_n64` or `tmat_n64x2` by how the rows fill their batch tiles: [`hidden_as_a_beyond_64`]).
 ///   Hidden-as-A needs `v % 16 == 0`, else `tma_n64` and `tma_n64x2`.
 /// - Portable, sm_90 PTX (every GPU but compute capability 9.0 with the sm_90a module: Blackwell
-///   through the JIT; a Hopper GPU with `portable_only`): the portable TMA family, 16 rows up to 16,
-///   32 up to 32; at 33–64 rows `tma_mma_n64t` (64 batch rows a warp, the two consumers taking turns
-///   on 64-row tiles) for log-probabilities, and for plain calls up to D = [`TMA_MMA_TURNS_MAX_D`],
-///   else `tma_mma_n64` (64-row tiles the consumers split, 32 rows a warp); beyond 64 rows
+///   through the JIT; a Hopper GPU with `portable_only`): the portable TMA family. Up to 64 rows
+///   and D = [`TMA_MMA_TURNS_MAX_D`] `tma_mma_n64t` (64 batch rows a warp, the two consumers taking
+///   turns on 64-row tiles), plain and with log-probabilities; at larger D 16 rows up to 16, 32 up
+///   to 32, and at 33–64 rows `tma_mma_n64t` for log-probabilities, else `tma_mma_n64` (64-row
+///   tiles the consumers split, 32 rows a warp); truncation 16, 32, then `tma_mma_n64`. Beyond 64 rows
 ///   `tma_mma_n128` (128-row tiles the consumers split, 64 rows a warp) where it pads no more rows
 ///   than `tma_mma_n64`, else `tma_mma_n64` (129–192 rows, 257–320, …). Truncation beyond 32 rows
 ///   always `tma_mma_n64`: the 64-rows-a-warp variants have no truncation kernel (a lane's 16 top
@@ -37,7 +38,11 @@ use super::*;
 ///   Same-call sweeps in `benchmarks/2026-12-06-portable-wide-consumers` (H100: calls 1–2; H200:
 ///   calls 4–5; Qwen3-8B's and Llama-3-70B's heads, docs/findings/48): `n128` 0.73–0.95 × `n64`'s
 ///   time at B = 96–128 and 0.87–0.98 × at 224–256, `n64` 0.77–0.90 × `n128`'s at 160–192; with
-///   log-probabilities `n128` 0.74–0.77 × at 128–256, scoring 1k–4k rows 0.68–0.74 × (H200).
+///   log-probabilities `n128` 0.74–0.77 × at 128–256, scoring 1k–4k rows 0.68–0.74 × (H200). Since
+///   its candidates live in shared memory (docs/findings/50) `n64t` took 0.96–0.99 × the time of
+///   `n16` / `n32` at 1–32 rows and D = 4096 (H100, `benchmarks/2026-12-06-mma-sync-ceiling` call 6;
+///   with log-probabilities 0.95–1.00 ×), 0.98–1.00 × at D = 8192 (0.98 × with log-probabilities at
+///   17–32, where `n32` keeps them so that its log-probability kernel is chosen somewhere).
 /// - Portable built below sm_90 (`FLASHSAMPLING_SM=sm_80`: no TMA): the block-staging `mma.sync`
 ///   kernels, 16, 32, 64 or 128-row batch tiles by B.
 ///
@@ -75,11 +80,13 @@ pub const fn variant_for_batch(
             _ => TMA_N64X2,
         }
     } else if let KernelSet::Portable = kernels {
+        let truncate = matches!(epilogue, Epilogue::Truncate);
         match b {
+            0..=64 if !truncate && d <= TMA_MMA_TURNS_MAX_D => TMA_MMA_N64T,
             0..=16 => TMA_MMA_N16,
             17..=32 => TMA_MMA_N32,
-            _ if matches!(epilogue, Epilogue::Truncate) => TMA_MMA_N64,
-            33..=64 if matches!(epilogue, Epilogue::LogProbs) || d <= TMA_MMA_TURNS_MAX_D => TMA_MMA_N64T,
+            _ if truncate => TMA_MMA_N64,
+            33..=64 if matches!(epilogue, Epilogue::LogProbs) => TMA_MMA_N64T,
             33..=64 => TMA_MMA_N64,
             _ if TMA_MMA_N128.padded_rows(b) <= TMA_MMA_N64.padded_rows(b) => TMA_MMA_N128,
             _ => TMA_MMA_N64,
@@ -95,11 +102,12 @@ pub const fn variant_for_batch(
 }
 
 /// Largest hidden size at which the portable `tma_mma_n64t` (the consumers taking turns on 64-row
-/// tiles) is chosen for a plain call of 33–64 rows ([`variant_for_batch`]): at D = 4096 it took
-/// 0.94–1.00 × the time of `tma_mma_n64` (H100 and H200), at D = 8192 1.03–1.12 × on the H200 (0.99–1.01
-/// × on the H100), where a tile's epilogue weighs half as much against its mainloop. Calls with
-/// log-probabilities take it at any D (0.86–0.92 × at D = 4096, 0.99–1.01 × at 8192;
-/// `benchmarks/2026-12-06-portable-wide-consumers`).
+/// tiles) is chosen for every call of up to 64 rows but truncation ([`variant_for_batch`]): at
+/// D = 4096 it took 0.94–1.00 × the time of `tma_mma_n64` at 33–64 rows (H100 and H200) and, since
+/// docs/findings/50, 0.96–0.99 × that of `n16` / `n32` at 1–32 (H100); at D = 8192 1.03–1.12 × `n64`'s
+/// on the H200 (0.99–1.01 × on the H100, `benchmarks/2026-12-06-portable-wide-consumers`), where a
+/// tile's epilogue weighs half as much against its mainloop. Calls of 33–64 rows with
+/// log-probabilities take it at any D (0.86–0.92 × at D = 4096, 0.99–1.01 × at 8192).
 pub const TMA_MMA_TURNS_MAX_D: u32 = 4096;
 
 /// The fused kernels a GPU runs, which [`variant_for_batch`] chooses from.

@@ -334,10 +334,11 @@ mod tests {
     #[test]
     fn every_variant_is_chosen_somewhere() {
         let mut chosen = std::vec::Vec::new();
-        for b in 1..=512 {
+        // Hidden sizes on both sides of the choices' D thresholds (Qwen3-8B's and Llama-3-70B's).
+        for (b, d) in (1..=512).flat_map(|b| [4096, 8192].map(|d| (b, d))) {
             for (v, e) in [1000, 128_256, 151_936, 151_937].into_iter().flat_map(|v| Epilogue::ALL.map(|e| (v, e))) {
                 for set in KernelSet::ALL {
-                    let f = variant_for_batch((b, 4096, v), e, set, 132);
+                    let f = variant_for_batch((b, d, v), e, set, 132);
                     assert!(f.has_epilogue(e), "{set:?} B = {b}: {} has no {e:?} kernel", f.entry);
                     // Each set chooses among its own kernels.
                     let family_ok = match set {
@@ -364,10 +365,18 @@ mod tests {
     #[test]
     fn the_portable_set_takes_64_rows_a_warp_where_they_were_measured_faster() {
         let pick = |b: u32, d: u32, e: Epilogue| variant_for_batch((b, d, 151_936), e, KernelSet::Portable, 132);
+        // Up to 64 rows and D = 4096 the consumers take turns on 64-row tiles (docs/findings/50);
+        // above, 16 and 32 rows as before; truncation always (no NB = 8 truncation kernel).
+        for b in [1, 16, 17, 32] {
+            assert_eq!(pick(b, 4096, Epilogue::Sample), TMA_MMA_N64T, "B = {b}");
+            assert_eq!(pick(b, 4096, Epilogue::LogProbs), TMA_MMA_N64T, "B = {b}");
+        }
         for e in Epilogue::ALL {
-            assert_eq!(pick(16, 4096, e), TMA_MMA_N16);
+            assert_eq!(pick(16, 8192, e), TMA_MMA_N16);
             assert_eq!(pick(32, 8192, e), TMA_MMA_N32);
         }
+        assert_eq!(pick(16, 4096, Epilogue::Truncate), TMA_MMA_N16);
+        assert_eq!(pick(32, 4096, Epilogue::Truncate), TMA_MMA_N32);
         // 33–64 rows: the consumers take turns on 64-row tiles with log-probabilities, and for plain
         // calls up to D = 4096; truncation always splits 64-row tiles (no NB = 8 truncation kernel).
         for b in [33, 48, 64] {
