@@ -111,8 +111,8 @@ mod tests {
     fn the_handoff_slots_for_an_unknown_hidden_size_cover_every_hidden_size() {
         // `GpuBackend::alloc_samples` knows no D: it sizes the stage-balanced handoff slots by the
         // larger of the launches at the largest and the smallest D (one block per multiprocessor),
-        // which must cover the launch of any D (the portable choice at 33–64 rows depends on D, and
-        // `tma_mma_n64t`'s slots are twice `tma_mma_n64`'s).
+        // which must cover the launch of any D (the portable choice up to 64 rows depends on D, and
+        // `tma_mma_n64t`'s slots are twice `tma_mma_n64`'s, four times `tma_mma_n16`'s).
         for b in 1..=2048 {
             for v in [1000, 32_768, 128_256, 151_936, 151_937] {
                 for (e, set) in Epilogue::ALL.into_iter().flat_map(|e| KernelSet::ALL.map(|s| (e, s))) {

@@ -452,7 +452,7 @@ impl GpuBackend {
     /// ([`Error::EmptyBatch`], [`Error::EmptyVocab`], [`Error::TooLarge`]); a device out of memory is
     /// [`Error::Driver`] with [`Error::is_out_of_memory`].
     ///
-    /// The kernel also depends on the hidden size (beyond 64 rows with the sm_90a module, at 33–64
+    /// The kernel also depends on the hidden size (beyond 64 rows with the sm_90a module, up to 64
     /// rows with the portable one), which this does not know: the candidates are sized for the
     /// launch with the most vocab ranges of any hidden size, and the stage-balanced handoff slots
     /// for the larger of the launches at the smallest and the largest hidden size, so a call of up
@@ -483,8 +483,8 @@ impl GpuBackend {
             }
         }
         let launch = self.launch_plan(b, d, v, vocab.max(v), epilogue);
-        // Without D, the handoff slots also of the launch at the smallest D: the portable choice at
-        // 33–64 rows depends on D (`TMA_MMA_TURNS_MAX_D`), and its two variants' slots differ (8·NB
+        // Without D, the handoff slots also of the launch at the smallest D: the portable choice up
+        // to 64 rows depends on D (`TMA_MMA_TURNS_MAX_D`), and its two variants' slots differ (8·NB
         // floats a thread); their vocab ranges do not.
         let handoff = match d {
             ANY_D => {

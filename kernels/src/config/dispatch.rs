@@ -42,7 +42,9 @@ use super::*;
 ///   its candidates live in shared memory (docs/findings/50) `n64t` took 0.96–0.99 × the time of
 ///   `n16` / `n32` at 1–32 rows and D = 4096 (H100, `benchmarks/2026-12-06-mma-sync-ceiling` call 6;
 ///   with log-probabilities 0.95–1.00 ×), 0.98–1.00 × at D = 8192 (0.98 × with log-probabilities at
-///   17–32, where `n32` keeps them so that its log-probability kernel is chosen somewhere).
+///   17–32, where `n32` keeps them so that its log-probability kernel is chosen somewhere): above
+///   D = 4096 the 1–32-row choice is a policy that keeps `n16` and `n32` in use, not a measured
+///   optimum.
 /// - Portable built below sm_90 (`FLASHSAMPLING_SM=sm_80`: no TMA): the block-staging `mma.sync`
 ///   kernels, 16, 32, 64 or 128-row batch tiles by B.
 ///

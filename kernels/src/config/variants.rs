@@ -232,7 +232,8 @@ pub const TMAT_N64X2: FusedVariant = FusedVariant {
     stages_lp: 4,
 };
 
-/// Portable TMA, up to 16 rows: two consumers of 4 warps taking turns on the tiles, 16 batch rows.
+/// Portable TMA, up to 16 rows where D > 4096 or with truncation (`variant_for_batch`): two
+/// consumers of 4 warps taking turns on the tiles, 16 batch rows.
 pub const TMA_MMA_N16: FusedVariant = FusedVariant {
     entry: "fused_sample_mma_tma_n16",
     entry_logprobs: "fused_sample_mma_tma_n16_lp",
@@ -243,7 +244,8 @@ pub const TMA_MMA_N16: FusedVariant = FusedVariant {
     stages: 10,
     stages_lp: 10,
 };
-/// Portable TMA, up to 32 rows: two consumers taking turns, 32 batch rows.
+/// Portable TMA, up to 32 rows where D > 4096 or with truncation: two consumers taking turns, 32
+/// batch rows.
 pub const TMA_MMA_N32: FusedVariant = FusedVariant {
     entry: "fused_sample_mma_tma_n32",
     entry_logprobs: "fused_sample_mma_tma_n32_lp",
@@ -266,7 +268,8 @@ pub const TMA_MMA_N64: FusedVariant = FusedVariant {
     stages: 8,
     stages_lp: 8,
 };
-/// Portable TMA, 33–64 rows: 64-row batch tiles of one consumer, two consumers of 4 warps taking
+/// Portable TMA, up to 64 rows (all but truncation up to D = 4096; log-probabilities at 33–64 rows
+/// beyond): 64-row batch tiles of one consumer, two consumers of 4 warps taking
 /// turns on the tiles, each warp 32 vocab rows × 64 batch rows (`NB = 8`: the columns' epilogue in
 /// two passes of selects, `fragment::mma_sync_tile_wide`). The lanes' 16 candidates live in 32 KiB
 /// of shared memory ([`FusedVariant::lane_cands`]: 7 stages), and in the log-probability kernel
@@ -516,8 +519,8 @@ impl FusedVariant {
             Family::WgmmaHiddenA => 2,
         }
     }
-    /// Bytes of the lanes' row masses in shared memory ([`Self::lane_masses`]: the `wgmma`
-    /// log-probability and truncation kernels, the portable TMA `_lp` kernels at `NB = 8`), after
+    /// Bytes of the lanes' state in shared memory: their row masses ([`Self::lane_masses`]: the
+    /// `wgmma` log-probability and truncation kernels, the portable TMA `_lp` kernels at `NB = 8`), after
     /// the merge area: mass `i` of consumer thread `t` (0..256) at
     /// `16·(i·256 + t)`. In registers, the masses of 16 batch columns pushed the N = 64 kernels
     /// into 2.8 KiB of spills (docs/findings/17); in shared memory they cost a load and a store per
@@ -546,13 +549,13 @@ impl FusedVariant {
     pub const fn lane_cands_offset(&self, e: Epilogue) -> u32 {
         self.merge_bytes(e) + if e.has_logprobs() { 16 * CONSUMER_THREADS * self.lane_masses() } else { 0 }
     }
-    /// Bytes before the ring: the merge area ([`Self::merge_bytes`]) and the lanes' row masses
-    /// ([`Self::lane_state_bytes`]).
+    /// Bytes before the ring: the merge area ([`Self::merge_bytes`]) and the lanes' row masses and
+    /// candidates ([`Self::lane_state_bytes`]).
     #[inline]
     pub const fn prefix_bytes(&self, e: Epilogue) -> u32 {
         self.merge_bytes(e) + self.lane_state_bytes(e)
     }
-    /// Dynamic shared memory: the merge area and the lanes' row masses ([`Self::prefix_bytes`]),
+    /// Dynamic shared memory: the merge area and the lanes' state ([`Self::prefix_bytes`]),
     /// then (the TMA kernels) 1024 bytes of slack for the ring's 1024-byte alignment and the 8-byte barriers
     /// (full and empty per slot, two turns), then the ring of [`Self::stages_for`] stages.
     #[inline]

@@ -13,7 +13,7 @@
 //! | adapter | MMA | a lane holds, per tile |
 //! |---|---|---|
 //! | [`mma_sync_tile`] | `mma.sync.m16n8k16`, weight = A | 4 vocab rows × `2·NB` batch columns `8·(i/2) + 2·quad + i%2` |
-//! | [`mma_sync_tile_wide`] | the same at `NB = 8` (portable TMA kernels; masses in shared memory) | the same, 16 columns |
+//! | [`mma_sync_tile_wide`] | the same at `NB = 8` (portable TMA kernels; candidates and masses in shared memory) | the same, 16 columns |
 //! | [`store_logits_columns`] | the same, for the fallback's logits (stored, not sampled) | the same |
 //! | [`weight_a_tile`] | `wgmma.m64nNk16`, weight = A | 4 vocab rows × `N / 4` batch columns, same numbering |
 //! | [`hidden_a_tile`] | `wgmma.m64n256k16`, hidden = A | 2 batch rows × 16 Philox groups `16J + 4q ..` |
@@ -221,6 +221,11 @@ fn mma_sync_tile_passes<const NB: usize, const LP: bool, const TOP: bool, const 
     // No truncation kernel has 16 columns a lane (their top lists spilled 9.5 KiB, docs/findings/48):
     // `TOP` only in the never-called `NB ≤ 4` instantiations, whose indices `% NB` keeps in bounds.
     const { assert!(!TOP || NB <= 4) };
+    // Only lanes of 16 columns have candidates in shared memory (`FusedVariant::lane_cands`): the
+    // `NB ≤ 4` instantiations (the other branch of `SlabWarp::epilogue`, never taken) do nothing.
+    if NB != 8 {
+        return;
+    }
     // An opaque trip count keeps the loop rolled (one copy of the 8 columns' epilogue).
     let passes = mov_b32(2);
     let mut r = 0;

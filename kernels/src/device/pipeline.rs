@@ -160,7 +160,7 @@ pub(super) struct Pipeline {
 }
 
 impl Pipeline {
-    /// Places the barriers after the block merge's area and the lanes' row masses (`prefix_bytes`,
+    /// Places the barriers after the block merge's area and the lanes' state (`prefix_bytes`,
     /// `FusedVariant::prefix_bytes`) and the ring (`w_rows` weight
     /// and `block_b` hidden rows per slot) after them, and initializes the barriers: `full` expects
     /// one arrival (the TMA producer's, with the stage's bytes), `empty` the 4 warps of one consumer

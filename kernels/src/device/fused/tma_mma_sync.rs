@@ -242,9 +242,9 @@ unsafe fn body<const NB: usize, const S: u32, const WB: u32, const LP: bool, con
         // SAFETY: the consumer's 4 warps, each converged; forwarded launch contract.
         unsafe { consume::<_, S>(&mut warp, pipe, c, !turns, t.tid) };
         if NB > 4 {
-            for (i, c) in cands.iter_mut().enumerate() {
+            for (i, cand) in cands.iter_mut().enumerate() {
                 // SAFETY: i < 16 = the lane's candidates (`FusedVariant::lane_cands` at NB = 8).
-                *c = unsafe { shared_cands.get(i as u32) };
+                *cand = unsafe { shared_cands.get(i as u32) };
             }
         }
         let contributor = if turns { WARPS_PER_BLOCK * c + w } else { w };
