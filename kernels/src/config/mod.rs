@@ -124,11 +124,7 @@ mod tests {
                 // The candidates (8-byte words) end where the ring's prefix ends, after the masses.
                 let cands_end = v.lane_cands_offset(e) + 8 * CONSUMER_THREADS * v.lane_cands(e);
                 assert_eq!(cands_end, v.prefix_bytes(e), "{} ({e:?})", v.entry);
-                assert!(
-                    v.lane_cands_offset(e)
-                        >= v.merge_bytes(e)
-                            + if e.has_logprobs() { 16 * CONSUMER_THREADS * v.lane_masses() } else { 0 }
-                );
+                assert!(v.lane_cands_offset(e) >= v.merge_bytes(e) + v.lane_masses_bytes(e));
                 assert_eq!(v.lane_cands(e) != 0, v.family == Family::TmaMmaSync && v.n_tiles == 8, "{}", v.entry);
             }
             assert_eq!(v.entry_logprobs.strip_suffix("_lp"), Some(v.entry));

@@ -519,18 +519,22 @@ impl FusedVariant {
             Family::WgmmaHiddenA => 2,
         }
     }
-    /// Bytes of the lanes' state in shared memory: their row masses ([`Self::lane_masses`]: the
-    /// `wgmma` log-probability and truncation kernels, the portable TMA `_lp` kernels at `NB = 8`), after
-    /// the merge area: mass `i` of consumer thread `t` (0..256) at
-    /// `16·(i·256 + t)`. In registers, the masses of 16 batch columns pushed the N = 64 kernels
-    /// into 2.8 KiB of spills (docs/findings/17); in shared memory they cost a load and a store per
-    /// column and tile and keep the order of every sum, so the log-probabilities stay bit-identical.
-    ///
-    /// Then the lanes' candidates ([`Self::lane_cands`]): candidate `i` of consumer thread `t` at
-    /// `8·(i·256 + t)` after the masses.
+    /// Bytes of the lanes' row masses in shared memory with epilogue `e` ([`Self::lane_masses`]: the
+    /// `wgmma` log-probability and truncation kernels, the portable TMA `_lp` kernels at `NB = 8`),
+    /// after the merge area: mass `i` of consumer thread `t` (0..256) at `16·(i·256 + t)`. In
+    /// registers, the masses of 16 batch columns pushed the N = 64 kernels into 2.8 KiB of spills
+    /// (docs/findings/17); in shared memory they cost a load and a store per column and tile and keep
+    /// the order of every sum, so the log-probabilities stay bit-identical.
+    #[inline]
+    pub const fn lane_masses_bytes(&self, e: Epilogue) -> u32 {
+        if e.has_logprobs() { 16 * CONSUMER_THREADS * self.lane_masses() } else { 0 }
+    }
+    /// Bytes of the lanes' state in shared memory: their row masses ([`Self::lane_masses_bytes`]),
+    /// then their candidates ([`Self::lane_cands`]: candidate `i` of consumer thread `t` at
+    /// `8·(i·256 + t)` after the masses).
     #[inline]
     pub const fn lane_state_bytes(&self, e: Epilogue) -> u32 {
-        self.lane_cands_offset(e) - self.merge_bytes(e) + 8 * CONSUMER_THREADS * self.lane_cands(e)
+        self.lane_masses_bytes(e) + 8 * CONSUMER_THREADS * self.lane_cands(e)
     }
     /// Candidates a consumer lane keeps in shared memory with epilogue `e`: in the portable TMA
     /// kernels of 64 batch rows a warp one per column (`2·NB` = 16: beside 64 accumulators, 32 more
@@ -547,7 +551,7 @@ impl FusedVariant {
     /// the merge area and the masses.
     #[inline]
     pub const fn lane_cands_offset(&self, e: Epilogue) -> u32 {
-        self.merge_bytes(e) + if e.has_logprobs() { 16 * CONSUMER_THREADS * self.lane_masses() } else { 0 }
+        self.merge_bytes(e) + self.lane_masses_bytes(e)
     }
     /// Bytes before the ring: the merge area ([`Self::merge_bytes`]) and the lanes' row masses and
     /// candidates ([`Self::lane_state_bytes`]).
