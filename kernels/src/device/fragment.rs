@@ -172,7 +172,9 @@ fn column_logits<const NB: usize>(acc: &Accumulators<NB>, i: u32) -> [f32; ROWS_
 /// B), its four vocab rows from `v0`.
 ///
 /// One heavy iteration (Philox + logs) per column: a real loop, so `column_logits` picks the
-/// column's logits with constant indices, keeping `acc` in registers.
+/// column's logits with constant indices, keeping `acc` in registers. Each column's screen skips
+/// against the best candidate of the 8 lanes holding it ([`column_floor`]): the whole warp calls
+/// this, converged.
 #[inline(always)]
 fn mma_sync_tile_with<const NB: usize, const LP: bool, const TOP: bool, const SC: bool, const MK: bool>(
     p: &FusedParams,
@@ -185,6 +187,9 @@ fn mma_sync_tile_with<const NB: usize, const LP: bool, const TOP: bool, const SC
     for i in 0..2 * NB as u32 {
         // Accumulator element `e` (+2 for MMA row group+8) is batch column 2·quad + e of N tile nt.
         let b = b0 + 8 * (i / 2) + 2 * quad + i % 2;
+        // The column's floor ([`column_floor`]); every lane shuffles, its column below B or not.
+        // SAFETY: the whole warp, converged (the callers' contract); the trip count is uniform.
+        let floor = unsafe { column_floor(cands[i as usize].score) };
         if b < p.b {
             let logits = column_logits::<NB>(acc, i);
             let (cand, mass, top) = (&mut cands[i as usize], &mut masses[i as usize], &mut tops[i as usize]);
@@ -193,7 +198,7 @@ fn mma_sync_tile_with<const NB: usize, const LP: bool, const TOP: bool, const SC
                 row_params(p, b),
                 (v0, 0),
                 [logits],
-                (cand, f32::NEG_INFINITY),
+                (cand, floor),
                 (mass, top),
             );
         }
@@ -235,14 +240,17 @@ fn mma_sync_tile_passes<const NB: usize, const LP: bool, const TOP: bool, const 
             // Column 8r + I: N tile 4r + I / 2, element I % 2 of the MMA's column pair.
             let (nt, c) = (I / 2, I % 2);
             let b = b0 + 8 * (4 * r + nt as u32) + 2 * quad + c as u32;
+            // SAFETY: column 8r + I < 16 = the lane's candidates (`FusedVariant::lane_cands`).
+            let mut cand = unsafe { cands.get(8 * r + I as u32) };
+            // The column's floor ([`column_floor`]); every lane shuffles, its column below B or not.
+            // SAFETY: the whole warp, converged (the callers' contract); the passes are uniform.
+            let floor = unsafe { column_floor(cand.score) };
             if b < p.b {
                 // Lane row j = 2·mt + h is MMA row group + 8h of M tile mt (`column_logits`).
                 let pick = |mt: usize, h: usize| {
                     if second { acc[mt][(nt + 4) % NB][2 * h + c] } else { acc[mt][nt % NB][2 * h + c] }
                 };
                 let logits = [pick(0, 0), pick(0, 1), pick(1, 0), pick(1, 1)];
-                // SAFETY: column 8r + I < 16 = the lane's candidates (`FusedVariant::lane_cands`).
-                let mut cand = unsafe { cands.get(8 * r + I as u32) };
                 // SAFETY: column 8r + I < 16 = the lane's masses (`FusedVariant::lane_masses`).
                 let mut mass = if LP { unsafe { masses.get(8 * r + I as u32) } } else { RowMass::EMPTY };
                 let mut top = TopList::EMPTY;
@@ -251,7 +259,7 @@ fn mma_sync_tile_passes<const NB: usize, const LP: bool, const TOP: bool, const 
                     row_params(p, b),
                     (v0, 0),
                     [logits],
-                    (&mut cand, f32::NEG_INFINITY),
+                    (&mut cand, floor),
                     (&mut mass, &mut top),
                 );
                 // SAFETY: as for the load.
@@ -348,7 +356,7 @@ fn weight_a_tile_with<
                 // can be the row's sample, so the screen skips against it too (`update_groups_above`).
                 // SAFETY: the whole warp calls the epilogue converged (`consume`, after its aligned
                 // wgmma wait); the column index is warp-uniform, so every lane shuffles here.
-                let floor = unsafe { lanes_best(cand.score, [4, 8, 16]) };
+                let floor = unsafe { column_floor(cand.score) };
                 if b < p.b {
                     let a = 4 * (I / 2) + c;
                     let logits = [pick(0, a), pick(0, a + 2), pick(1, a), pick(1, a + 2)];
@@ -394,6 +402,20 @@ fn weight_a_tile_with<
             }
         });
     }
+}
+
+/// The screen floor of an `mma.sync` lane's batch column: the best candidate score of the 8 lanes
+/// holding it (lanes `quad`, `quad + 4`, …, `quad + 28`: MMA row groups `0..8`, other vocab rows of
+/// the same column), as the weight-as-A `wgmma` kernels take it (docs/findings/28). An entry whose
+/// noise bound is strictly below another lane's candidate cannot be the row's sample, so the screen
+/// skips it with the tokens unchanged, and fewer entries draw their noise (docs/findings/51).
+///
+/// # Safety
+/// The whole warp, converged.
+#[inline(always)]
+unsafe fn column_floor(score: f32) -> f32 {
+    // SAFETY: forwarded contract.
+    unsafe { lanes_best(score, [4, 8, 16]) }
 }
 
 /// The largest `score` of the lanes that differ from this one only in the bits of `masks` (a
@@ -518,7 +540,8 @@ fn hidden_a_tile_with<const LP: bool, const TOP: bool, const SC: bool, const MK:
     }
 }
 
-/// [`mma_sync_tile_with`] for this launch's controls.
+/// [`mma_sync_tile_with`] for this launch's controls (the whole warp, converged: the column floors'
+/// shuffles).
 #[inline(always)]
 pub(super) fn mma_sync_tile<const NB: usize, const LP: bool, const TOP: bool>(
     p: &FusedParams,
@@ -532,7 +555,8 @@ pub(super) fn mma_sync_tile<const NB: usize, const LP: bool, const TOP: bool>(
 }
 
 /// [`mma_sync_tile_passes`] for this launch's controls: the `NB = 8` lanes of the portable TMA
-/// kernels, candidates and masses in shared memory.
+/// kernels, candidates and masses in shared memory (the whole warp, converged: the column floors'
+/// shuffles).
 #[inline(always)]
 pub(super) fn mma_sync_tile_wide<const NB: usize, const LP: bool, const TOP: bool>(
     p: &FusedParams,
