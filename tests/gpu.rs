@@ -745,14 +745,14 @@ fn stage_balanced_ranges_draw_what_whole_tiles_draw_bit_for_bit() {
     gpu.set_fused_variant(None).unwrap();
 }
 
-/// A producer kernel for the caller's-stream test: every thread first waits until `ns`
-/// nanoseconds have passed on the global timer since it started, then copies word `i` of `src`
-/// to `dst` (`n` words). Hand-written PTX, loaded through the driver's JIT.
+/// A producer kernel for the caller's-stream test: every thread first waits until `cycles` cycles
+/// of its multiprocessor's clock (`%clock64`) have passed since it started, then copies word `i` of
+/// `src` to `dst` (`n` words). Hand-written PTX, loaded through the driver's JIT.
 const PRODUCER_PTX: &str = r#"
 .version 7.0
 .target sm_70
 .address_size 64
-.visible .entry slow_copy(.param .u64 src, .param .u64 dst, .param .u32 n, .param .u64 ns)
+.visible .entry slow_copy(.param .u64 src, .param .u64 dst, .param .u32 n, .param .u64 cycles)
 {
     .reg .pred %p<3>;
     .reg .b32 %r<8>;
@@ -760,10 +760,10 @@ const PRODUCER_PTX: &str = r#"
     ld.param.u64 %rd1, [src];
     ld.param.u64 %rd2, [dst];
     ld.param.u32 %r1, [n];
-    ld.param.u64 %rd3, [ns];
-    mov.u64 %rd4, %globaltimer;
+    ld.param.u64 %rd3, [cycles];
+    mov.u64 %rd4, %clock64;
 WAIT:
-    mov.u64 %rd5, %globaltimer;
+    mov.u64 %rd5, %clock64;
     sub.u64 %rd6, %rd5, %rd4;
     setp.lt.u64 %p1, %rd6, %rd3;
     @%p1 bra WAIT;
@@ -789,13 +789,17 @@ fn the_callers_stream_orders_a_call_after_its_producer_with_no_host_sync() {
     let name = "the_callers_stream_orders_a_call_after_its_producer_with_no_host_sync";
     let Some(gpu) = gpu_or_skip(name) else { return };
     // Issue 51.2: a handle on the caller's stream enqueues there, after the caller's producer
-    // kernel (which writes the hidden states only after spinning for `SPIN_NS`), without waiting
+    // kernel (which writes the hidden states only after spinning for `SPIN_CYCLES`), without waiting
     // on the host: the call returns while the producer still runs, and its tokens are those of
     // the produced hidden states, not of the zeros the buffer held before. "While the producer
     // still runs" is read off an event recorded after the producer, not off the host's clock: the
     // other tests of this binary run in parallel threads, and their module loads held this thread
     // past 100 ms in a call that did not wait (call 2 of benchmarks/2026-12-06-mma-sync-ceiling).
-    const SPIN_NS: u64 = 1_000_000_000;
+    // The spin counts its multiprocessor's cycles (`%clock64`, which only moves forward), not
+    // `%globaltimer`, which the driver may set: a round of a full run once found the producer done
+    // 0.9 ms after its launch (call 6 of benchmarks/2026-12-06-smem-ring-probe). At most 2 GHz:
+    // at least a second.
+    const SPIN_CYCLES: u64 = 2_000_000_000;
     let ctx = gpu.context().clone();
     let module = ctx.load_module(cudarc::nvrtc::Ptx::from_src(PRODUCER_PTX)).unwrap();
     let slow_copy = module.load_function("slow_copy").unwrap();
@@ -831,7 +835,7 @@ fn the_callers_stream_orders_a_call_after_its_producer_with_no_host_sync() {
     for round in 0..3 {
         caller.memset_zeros(&mut h_dev).unwrap();
         let mut launch = caller.launch_builder(&slow_copy);
-        launch.arg(&src).arg(&mut h_dev).arg(&words).arg(&SPIN_NS);
+        launch.arg(&src).arg(&mut h_dev).arg(&words).arg(&SPIN_CYCLES);
         // SAFETY: `src` and `h_dev` hold `words` u32 words each (b·d bf16); the kernel reads
         // `src` and writes `h_dev` only below `n`.
         unsafe { launch.launch(cfg) }.unwrap();
