@@ -797,8 +797,8 @@ fn the_callers_stream_orders_a_call_after_its_producer_with_no_host_sync() {
     // past 100 ms in a call that did not wait (call 2 of benchmarks/2026-12-06-mma-sync-ceiling).
     // The spin counts its multiprocessor's cycles (`%clock64`, which only moves forward), not
     // `%globaltimer`, which the driver may set: a round of a full run once found the producer done
-    // 0.9 ms after its launch (call 6 of benchmarks/2026-12-06-smem-ring-probe). At most 2 GHz:
-    // at least a second.
+    // 0.9 ms after its launch (call 6 of benchmarks/2026-12-06-smem-ring-probe). A second at 2 GHz;
+    // far longer than the test needs at any clock.
     const SPIN_CYCLES: u64 = 2_000_000_000;
     let ctx = gpu.context().clone();
     let module = ctx.load_module(cudarc::nvrtc::Ptx::from_src(PRODUCER_PTX)).unwrap();

@@ -150,8 +150,9 @@ pub fn update_group4(
 ///
 /// This unit's candidate may then miss entries, but only entries that lose to that other candidate,
 /// so the row's merged candidate is the one of [`update_group4_unpruned`] bit for bit. Ties cannot be
-/// lost: an entry is skipped only when even its bound is strictly below the floor. A NaN floor skips
-/// nothing (`x < NaN` is false); a NaN candidate keeps winning (only a NaN replaces it).
+/// lost: an entry is skipped only when even its bound is strictly below the floor. A NaN floor adds
+/// nothing (`f32::max` ignores it: the screen is against the candidate alone); a NaN candidate keeps
+/// winning (only a NaN replaces it).
 #[inline(always)]
 pub fn update_group4_above(
     cand: &mut Candidate,

@@ -404,11 +404,11 @@ fn weight_a_tile_with<
     }
 }
 
-/// The screen floor of an `mma.sync` lane's batch column: the best candidate score of the 8 lanes
-/// holding it (lanes `quad`, `quad + 4`, …, `quad + 28`: MMA row groups `0..8`, other vocab rows of
-/// the same column), as the weight-as-A `wgmma` kernels take it (docs/findings/28). An entry whose
+/// The screen floor of a weight-as-A lane's batch column (`mma.sync` and `wgmma`): the best candidate
+/// score of the 8 lanes holding it (lanes `quad`, `quad + 4`, …, `quad + 28`: MMA row groups `0..8`,
+/// other vocab rows of the same column; docs/findings/28 for `wgmma`, 51 for `mma.sync`). An entry whose
 /// noise bound is strictly below another lane's candidate cannot be the row's sample, so the screen
-/// skips it with the tokens unchanged, and fewer entries draw their noise (docs/findings/51).
+/// skips it with the tokens unchanged, and fewer entries draw their noise.
 ///
 /// # Safety
 /// The whole warp, converged.
