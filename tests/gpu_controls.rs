@@ -342,3 +342,65 @@ fn a_positive_infinite_logit_takes_all_the_mass_on_the_gpu() {
         }
     });
 }
+
+#[test]
+fn large_portable_batches_run_the_gemm_fed_kernel_and_match_the_cpu_bit_for_bit() {
+    // Issue 55: from GEMM_LOGITS_MIN_ROWS rows the portable path (every GPU without the sm_90a
+    // module) lets cuBLAS write the logits and samples them with the one lane epilogue. On exact
+    // logits every control must give the CPU's tokens and scores bit for bit, across five 64-row
+    // batch tiles (the last one part full) and a V that is not a multiple of 4 (padded row pitch,
+    // a part-filled last Philox group).
+    use flashsampling::kernels::config::{Epilogue, GEMM_LOGITS, GEMM_LOGITS_MIN_ROWS};
+    let test = "large_portable_batches_run_the_gemm_fed_kernel_and_match_the_cpu_bit_for_bit";
+    let Some(gpu) = gpu_or_skip(test) else { return };
+    let (b, d, v) = (300usize, 64usize, 3001usize);
+    assert!(b >= GEMM_LOGITS_MIN_ROWS as usize && b % 64 != 0);
+    if gpu.fused_variant_for(b, d, v, Epilogue::Sample) != GEMM_LOGITS {
+        visible(&format!(
+            "SKIP {test}: B = {b} does not run the GEMM-fed kernel here (the sm_90a module is loaded, or libcublas \
+             is missing; FLASHSAMPLING_PORTABLE=1 runs the portable path)"
+        ));
+        return;
+    }
+    for e in [Epilogue::LogProbs, Epilogue::Truncate] {
+        assert_eq!(gpu.fused_variant_for(b, d, v, e), GEMM_LOGITS, "{e:?}");
+    }
+    // Below the threshold the fused kernels run.
+    let below = GEMM_LOGITS_MIN_ROWS as usize - 1;
+    assert_ne!(gpu.fused_variant_for(below, d, v, Epilogue::Sample), GEMM_LOGITS);
+    let cpu = CpuBackend::new();
+    let (hidden, weight) = exact_head(b, d, v, 1.5, 0xC0_6E33);
+    let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
+    let base = SamplingParams::new(0.9, 29).with_streams((0..b as u64).map(|r| 5 * r + 3).collect());
+    // Log-probabilities at T ≥ 0.35 (and greedy rows): at T = 1e-3 these logits (std 1.5) scale to
+    // ~10³, where an f32 log-probability of a near tie is ~1e-4 from the CPU's f64 one in any kernel
+    // (a first run here: row 36, −0.69336 against −0.69315). Tiny temperatures are checked on
+    // tokens and scores, bit for bit.
+    let temps: Vec<f32> = (0..b).map(|r| [0.7, 0.0, 1.0, 1.8, 0.35, 2.5][r % 6]).collect();
+    let cases = [
+        ("plain", base.clone()),
+        ("mixed temperatures (1e-3 too)", base.clone().with_temperatures(mixed_temperatures(b))),
+        ("temperatures + log-probs", base.clone().with_temperatures(temps).with_logprobs(LogProbs::ProcessedAndRaw)),
+        (
+            "mask + soft-cap + adjustments + n = 2",
+            base.clone()
+                .with_allowed(random_mask(b, v, 0.3, 41))
+                .with_softcap(1.5)
+                .with_adjustments(random_adjustments(b, v, 12, 42))
+                .with_samples_per_row(2),
+        ),
+        (
+            "top-k + top-p + log-probs",
+            base.clone()
+                .with_top_k((0..b as u32).map(|r| 1 + r % 50).collect())
+                .with_top_p((0..b).map(|r| [1.0, 0.9, 0.5][r % 3]).collect())
+                .with_logprobs(LogProbs::ProcessedAndRaw),
+        ),
+    ];
+    for (name, params) in &cases {
+        let c = cpu.sample_scored(h, w, params).unwrap();
+        let g = gpu.sample_scored(h, w, params).unwrap();
+        assert_same(&format!("{name}, B={b} D={d} V={v}, {GEMM_LOGITS}"), &g, &c);
+    }
+    visible(&format!("{GEMM_LOGITS} == CPU bit for bit: B={b} D={d} V={v}, {} cases", cases.len()));
+}

@@ -76,7 +76,7 @@ fn ptx_assembles_for_sm_90_within_spill_budgets() {
             TRUNCATE_SPILL_BUDGET
         } else if s.contains("_lp ") {
             LOGPROBS_SPILL_BUDGET
-        } else if s.contains("fused_sample") {
+        } else if s.contains("fused_sample") || s.contains("gemm_logits_sample") {
             PLAIN_SPILL_BUDGET
         } else {
             continue;

@@ -3,7 +3,7 @@
 //! multiprocessors and the kernel's occupancy) and read by the host's allocation, its check that
 //! reused buffers fit, and the launch itself.
 
-use crate::config::{Epilogue, FusedVariant};
+use crate::config::{Epilogue, FusedVariant, gemm_logits_ld};
 
 /// One fused launch, planned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -14,6 +14,8 @@ pub struct LaunchPlan {
     pub epilogue: Epilogue,
     /// Sample rows (`B·n`).
     pub rows: u32,
+    /// Weight rows (the head's, or a vocab shard's).
+    pub v: u32,
     /// Batch tiles.
     pub n_btiles: u32,
     /// Vocab ranges = candidates per row (persistent grid: `n_btiles · n_vranges ≤ SMs · per_sm`).
@@ -41,7 +43,7 @@ impl LaunchPlan {
             None => variant.balances_stages(epilogue, tiles, n_vranges, n_btiles),
             Some(on) => on && variant.can_balance_stages(epilogue, tiles, n_vranges, n_btiles),
         };
-        Self { variant, epilogue, rows, n_btiles, n_vranges, balanced }
+        Self { variant, epilogue, rows, v, n_btiles, n_vranges, balanced }
     }
 
     /// Blocks of the grid: every (batch tile, vocab range).
@@ -57,6 +59,14 @@ impl LaunchPlan {
     /// Bytes of dynamic shared memory per block.
     pub const fn smem_bytes(&self) -> u32 {
         self.variant.smem_bytes(self.epilogue)
+    }
+
+    /// Floats of the logits a GEMM-fed launch reads (`rows × gemm_logits_ld(v)`, [`GemmLogitsParams`]);
+    /// 0 for the other variants.
+    ///
+    /// [`GemmLogitsParams`]: crate::params::GemmLogitsParams
+    pub const fn gemm_logits_floats(&self) -> usize {
+        if self.variant.reads_gemm_logits() { self.rows as usize * gemm_logits_ld(self.v) as usize } else { 0 }
     }
 
     /// Candidates the launch writes (`rows × n_vranges`, 8 bytes each; `None` past `isize::MAX / 16`).
@@ -106,6 +116,25 @@ mod tests {
     use crate::config::{
         D_ALIGN, FUSED_VARIANTS, KernelSet, MAX_DIM, TMA_MMA_TURNS_MAX_D, TMAT_TURNS_MAX_D, variant_for_batch,
     };
+
+    #[test]
+    fn only_gemm_fed_launches_need_logits_and_they_cover_every_row_at_an_aligned_pitch() {
+        use crate::config::{GEMM_LOGITS, gemm_logits_ld};
+        for v in [1, 3, 4, 1001, 3001, 128_256, 151_936, MAX_DIM] {
+            let ld = gemm_logits_ld(v);
+            assert!(ld >= v && ld % 4 == 0 && ld - v < 4, "V = {v}: ld {ld}");
+            for rows in [1, 129, 300, 2048] {
+                for e in Epilogue::ALL {
+                    let plan = LaunchPlan::new(GEMM_LOGITS, e, (rows, v), (132, 2), None);
+                    assert_eq!(plan.gemm_logits_floats(), rows as usize * ld as usize);
+                    assert!(!plan.balanced);
+                    for other in FUSED_VARIANTS.iter().filter(|f| !f.reads_gemm_logits()) {
+                        assert_eq!(LaunchPlan::new(*other, e, (rows, v), (132, 1), None).gemm_logits_floats(), 0);
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn the_handoff_slots_for_an_unknown_hidden_size_cover_every_hidden_size() {

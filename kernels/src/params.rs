@@ -703,6 +703,26 @@ pub struct FallbackLogitsParams {
     pub logits: *mut f32,
 }
 
+/// Parameters of the GEMM-fed kernels ([`Family::GemmLogits`](crate::config::Family::GemmLogits)):
+/// the launch's fused parameters and the logits a GEMM wrote before it on the same stream.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct GemmLogitsParams {
+    /// Everything of the fused launch but the operands: `hidden` and `weight` are not read (the
+    /// logits replace them), `d` is informative; rows, controls, outputs, `b`, `v`, `n_vranges` as
+    /// in any fused launch.
+    pub fused: FusedParams,
+    /// The launch's raw logits, `[b, ld]` f32 row-major (row `r`'s logit of vocab row `i < v` at
+    /// `r·ld + i`), 16-byte aligned.
+    pub logits: *const f32,
+    /// Row pitch of `logits` in floats: `v` rounded up to a multiple of 4
+    /// ([`gemm_logits_ld`](crate::config::gemm_logits_ld)), so a lane's four vocab rows are one
+    /// aligned 16-byte load.
+    pub ld: u32,
+    /// Padding (zero).
+    pub _pad: u32,
+}
+
 /// The launch's logit pipeline ([`LogitPipeline`]), from the fields of its parameters: the one
 /// constructor every device site calls, so a new launch-wide transform is a field of these structs
 /// and of the pipeline, and no device file changes.

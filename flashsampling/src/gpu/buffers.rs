@@ -82,6 +82,9 @@ pub struct DeviceSamples {
     /// Stage-balanced launches: the handoff slots (`FusedParams::handoff`) and their counters
     /// (zeroed at allocation; every launch leaves them zero, as the arrival counters).
     pub(super) handoff: Option<(CudaSlice<f32>, CudaSlice<u32>)>,
+    /// GEMM-fed launches ([`LaunchPlan::gemm_logits_floats`]): the GEMM's f32 logits and its cuBLAS
+    /// workspace (`gemm::WORKSPACE_BYTES`).
+    pub(super) gemm: Option<(CudaSlice<f32>, CudaSlice<u8>)>,
     /// Whether the last call truncated (its fallback flags are valid).
     pub(super) has_truncation: bool,
     /// Top log-probabilities per request of the last call (0: none asked).
@@ -304,9 +307,14 @@ impl DeviceSamples {
                 .handoff
                 .as_ref()
                 .is_some_and(|(h, c)| h.len() >= launch.handoff_floats() && c.len() >= launch.handoff_counters());
+        let gemm_fits = match launch.gemm_logits_floats() {
+            0 => true,
+            n => self.gemm.as_ref().is_some_and(|(l, w)| l.len() >= n && w.len() >= super::gemm::WORKSPACE_BYTES),
+        };
         same_context(self.tokens.context(), ctx)
             && masses_fit
             && handoff_fits
+            && gemm_fits
             && n_cands.is_some_and(|n| self.candidates.len() >= n)
             && self.counters.len() >= launch.n_btiles as usize
             && self.rows.len() >= 4 * b

@@ -508,16 +508,41 @@ impl GpuBackend {
             block_dim: (launch.threads(), 1, 1),
             shared_mem_bytes: launch.smem_bytes(),
         };
-        // SAFETY: shapes validated above; hidden (B·n rows: the caller's or the expanded copy) and
-        // weight hold rows·D and V·D elements of `elem` and are 16-byte aligned; the row parameters, tokens and
-        // scores hold `rows` entries, candidates rows·n_vranges, counters ≥ n_btiles zeros (each
-        // launch leaves them zero); a mask (non-null) holds B·ceil(V/32) words, every request index
-        // < B; a log-probability launch's masses hold rows·n_vranges and its outputs `rows` entries;
-        // the grid matches `FusedParams`; a TMA variant's tensor maps (256-byte aligned
-        // allocation) describe exactly these buffers and shapes; a stage-balanced launch
-        // (one batch tile, every block resident) has its handoff slots (`fits`: 2 · n_vranges ·
-        // 128 · N floats) and their zero counters (each launch leaves them zero).
-        unsafe { self.stream.launch_builder(&entry.func).arg(&p).launch(cfg) }?;
+        if variant.reads_gemm_logits() {
+            // The GEMM-fed kernels: cuBLAS writes the logits on this stream, then the kernel reads
+            // them with this launch's parameters.
+            let gemm = self.k.gemm.as_ref().expect("a GEMM-fed variant is loaded only with cuBLAS");
+            let (logits, workspace) = out.gemm.as_mut().expect("the buffers fit the launch (checked before)");
+            let (logits, _l) = logits.device_ptr_mut(&self.stream);
+            let (workspace, _w) = workspace.device_ptr_mut(&self.stream);
+            let ld = gemm_logits_ld(shape.v as u32);
+            // SAFETY: hidden (rows × D) and weight (V × D) as for the fused launch; the logits hold
+            // rows × ld floats and the workspace WORKSPACE_BYTES (`fits`), this backend's buffers,
+            // used on this stream only.
+            unsafe {
+                gemm.logits(
+                    &self.stream,
+                    (hidden, weight, ranged.elem),
+                    (rows, shape.d, shape.v, ld as usize),
+                    (logits, workspace),
+                )?
+            };
+            let g = ByValue(GemmLogitsParams { fused: p.0, logits: logits as *const f32, ld, _pad: 0 });
+            // SAFETY: as for a fused launch (the same parameters and grid) after the GEMM that wrote
+            // the logits on this stream: rows × ld floats, 256-byte aligned, ld % 4 == 0, ld ≥ V.
+            unsafe { self.stream.launch_builder(&entry.func).arg(&g).launch(cfg) }?;
+        } else {
+            // SAFETY: shapes validated above; hidden (B·n rows: the caller's or the expanded copy) and
+            // weight hold rows·D and V·D elements of `elem` and are 16-byte aligned; the row parameters, tokens and
+            // scores hold `rows` entries, candidates rows·n_vranges, counters ≥ n_btiles zeros (each
+            // launch leaves them zero); a mask (non-null) holds B·ceil(V/32) words, every request index
+            // < B; a log-probability launch's masses hold rows·n_vranges and its outputs `rows` entries;
+            // the grid matches `FusedParams`; a TMA variant's tensor maps (256-byte aligned
+            // allocation) describe exactly these buffers and shapes; a stage-balanced launch
+            // (one batch tile, every block resident) has its handoff slots (`fits`: 2 · n_vranges ·
+            // 128 · N floats) and their zero counters (each launch leaves them zero).
+            unsafe { self.stream.launch_builder(&entry.func).arg(&p).launch(cfg) }?;
+        }
         let reduced_by_step = launch.epilogue == Epilogue::Truncate && ranged.staging.is_none();
         if lp && !reduced_by_step {
             // The log-probability kernels (and a rank's truncation kernel) leave their rows'

@@ -12,14 +12,15 @@ use flashsampling_kernels::config::{
     ADJUST_ENTRY, ADJUST_THREADS, BLOCK_V, D_ALIGN, EXPAND_ENTRY, EXPAND_THREADS, Epilogue, FALLBACK_GATHER_ENTRY,
     FALLBACK_LOGITS_ENTRY, FALLBACK_LOGITS_VARIANT, FALLBACK_SAMPLE_ENTRY, FALLBACK_SAMPLE_SCORED_ENTRY,
     FUSED_VARIANTS, Family, FusedVariant, KernelSet, MAX_DIM, Module, REDUCE_BLOCK_ENTRY, REDUCE_BLOCK_SMEM,
-    REDUCE_BLOCK_THREADS, TMA_T_VOCAB_ALIGN, TRUNCATE_SCORED_ENTRY, TmaLayout, TruncateStep, portable_module_has,
-    sm_number, tma_hidden, tma_weight_rows, tma_weight_tiles, tma_weight_tiles_t, variant_for_batch,
+    REDUCE_BLOCK_THREADS, TMA_T_VOCAB_ALIGN, TRUNCATE_SCORED_ENTRY, TmaLayout, TruncateStep, gemm_logits_ld,
+    portable_module_has, sm_number, tma_hidden, tma_weight_rows, tma_weight_tiles, tma_weight_tiles_t,
+    variant_for_call,
 };
 use flashsampling_kernels::launch::LaunchPlan;
 use flashsampling_kernels::logits::Adjustment;
 use flashsampling_kernels::params::{
-    AdjustParams, AdjustedToken, ExpandParams, FusedParams, LogitsParams, MergeRanksParams, NoiseTestParams,
-    ReduceParams, RowMass, RowParams, TensorMap, TensorMaps,
+    AdjustParams, AdjustedToken, ExpandParams, FusedParams, GemmLogitsParams, LogitsParams, MergeRanksParams,
+    NoiseTestParams, ReduceParams, RowMass, RowParams, TensorMap, TensorMaps,
 };
 use flashsampling_kernels::{Candidate, Transform};
 use half::bf16;
@@ -31,6 +32,7 @@ use crate::{Samples, check_samples_of};
 
 mod buffers;
 mod capture;
+mod gemm;
 mod launch;
 mod module;
 mod options;
@@ -44,6 +46,7 @@ mod validate;
 use buffers::*;
 pub use buffers::{DeviceMatrix, DeviceSamples};
 use capture::Setup;
+use gemm::Gemm;
 pub use launch::row_params_words;
 use launch::*;
 pub use module::ModuleCode;
@@ -77,6 +80,8 @@ unsafe impl DeviceRepr for ByValue<ExpandParams> {}
 unsafe impl DeviceRepr for ByValue<MergeRanksParams> {}
 // SAFETY: as above.
 unsafe impl DeviceRepr for ByValue<AdjustParams> {}
+// SAFETY: as above (a `FusedParams`, a device address and two integers).
+unsafe impl DeviceRepr for ByValue<GemmLogitsParams> {}
 
 /// A [`RowParams`] as the four 64-bit words of its `#[repr(C)]` layout (seed, stream, transform,
 /// sample and request), for the upload.
@@ -308,7 +313,7 @@ impl GpuBackend {
     pub fn fused_variant_for(&self, b: usize, d: usize, v: usize, epilogue: Epilogue) -> FusedVariant {
         let shape = (b as u32, d.min(u32::MAX as usize) as u32, v as u32);
         let forced = self.variant_override.copied().filter(|f| f.has_epilogue(epilogue));
-        forced.unwrap_or(variant_for_batch(shape, epilogue, self.kernel_set(), self.k.sm_count))
+        forced.unwrap_or(variant_for_call(shape, epilogue, self.kernel_set(), self.k.sm_count, self.k.gemm.is_some()))
     }
 
     /// The fused kernels this GPU chooses from: the sm_90a ones where that module is loaded
@@ -457,6 +462,12 @@ impl GpuBackend {
     /// launch with the most vocab ranges of any hidden size, and the stage-balanced handoff slots
     /// for the larger of the launches at the smallest and the largest hidden size, so a call of up
     /// to `b` rows and vocab `v` never allocates again.
+    ///
+    /// Where the portable kernels run with cuBLAS, from [`GEMM_LOGITS_MIN_ROWS`] rows the buffers
+    /// also hold the GEMM-fed launch's f32 logits (`b × v × 4` bytes, `v` rounded up to a multiple
+    /// of 4: 155 MB at 256 rows of a 151 936-token head) and a 32 MiB cuBLAS workspace.
+    ///
+    /// [`GEMM_LOGITS_MIN_ROWS`]: flashsampling_kernels::config::GEMM_LOGITS_MIN_ROWS
     pub fn alloc_samples(&self, b: usize, v: usize) -> Result<DeviceSamples> {
         self.alloc_for(b, v, Epilogue::Sample)
     }
@@ -526,6 +537,12 @@ impl GpuBackend {
                         Some((home.alloc::<f32>(handoff.0)?, home.alloc_zeros::<u32>(handoff.1)?))
                     } else {
                         None
+                    },
+                    // A GEMM-fed launch's logits (written by its GEMM before they are read) and
+                    // cuBLAS workspace.
+                    gemm: match launch.gemm_logits_floats() {
+                        0 => None,
+                        n => Some((home.alloc::<f32>(n)?, home.alloc::<u8>(gemm::WORKSPACE_BYTES)?)),
                     },
                     has_truncation: false,
                     top_n: 0,

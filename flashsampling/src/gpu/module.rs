@@ -129,6 +129,9 @@ pub(super) struct Kernels {
     pub(super) portable: Arc<CudaModule>,
     /// What the portable and (when loaded) the Hopper module run ([`GpuBackend::module_code`]).
     pub(super) module_code: (ModuleCode, Option<ModuleCode>),
+    /// cuBLAS for the GEMM-fed kernels (`gemm`): where the portable kernels run and libcublas
+    /// loads; `None` elsewhere (the calls keep the fused kernels).
+    pub(super) gemm: Option<Gemm>,
 }
 
 impl Kernels {
@@ -147,6 +150,8 @@ impl Kernels {
             if cc == (9, 0) && !portable_only { load_module(&ctx, &PTX_SM90A, &CUBIN_SM90A, cc, jit)? } else { None };
         let hopper_code = loaded_sm90a.as_ref().map(|(_, code)| *code);
         let module_sm90a = loaded_sm90a.map(|(m, _)| m);
+        // Only the portable kernel set chooses the GEMM-fed kernels (`variant_for_call`).
+        let gemm = if module_sm90a.is_none() { Gemm::new(&home) } else { None };
         // The persistent grid fills every multiprocessor to the occupancy its registers allow.
         let fused = FUSED_VARIANTS
             .iter()
@@ -156,6 +161,8 @@ impl Kernels {
                     (Module::Portable, _) if !portable_module_has(variant, portable_sm()) => {
                         return Ok(None);
                     }
+                    // The GEMM-fed kernels only with cuBLAS to feed them.
+                    (Module::Portable, _) if variant.reads_gemm_logits() && gemm.is_none() => return Ok(None),
                     (Module::Portable, _) => &module,
                     (Module::Hopper, Some(m)) => m,
                     (Module::Hopper, None) => return Ok(None),
@@ -174,6 +181,7 @@ impl Kernels {
             .collect::<Result<Vec<_>>>()?;
         let lv = FALLBACK_LOGITS_VARIANT;
         Ok(Self {
+            gemm,
             expand: module.load_function(EXPAND_ENTRY)?,
             adjust: module.load_function(ADJUST_ENTRY)?,
             reduce_rows: module.load_function(REDUCE_BLOCK_ENTRY)?,

@@ -103,6 +103,42 @@ pub const fn variant_for_batch(
     }
 }
 
+/// The variant the host launches for a call: [`variant_for_batch`]'s fused kernel, or on the portable
+/// module ([`KernelSet::Portable`], [`KernelSet::PortableBlock`]: every GPU without the sm_90a
+/// kernels) from [`GEMM_LOGITS_MIN_ROWS`] rows on [`GEMM_LOGITS`] where the host has a GEMM
+/// library (`gemm`: cuBLAS loaded) — the batches where the portable `mma.sync` mainloop is
+/// compute-bound and the GEMM library runs the GPU's own matrix instructions.
+#[inline]
+pub const fn variant_for_call(
+    shape: (u32, u32, u32),
+    epilogue: Epilogue,
+    kernels: KernelSet,
+    sm_count: u32,
+    gemm: bool,
+) -> FusedVariant {
+    let portable = matches!(kernels, KernelSet::Portable | KernelSet::PortableBlock);
+    if gemm && portable && shape.0 >= GEMM_LOGITS_MIN_ROWS {
+        GEMM_LOGITS
+    } else {
+        variant_for_batch(shape, epilogue, kernels, sm_count)
+    }
+}
+
+/// Rows from which a portable call runs [`GEMM_LOGITS`] ([`variant_for_call`]): the first batch the
+/// fused kernels pad to more than one 128-row tile. Same-call sweeps on an H100 (the portable module,
+/// `benchmarks/2026-12-06-gemm-fed-portable-kernels`, calls 2–3; Qwen3-8B / Llama-3-70B): at 128 rows
+/// `tma_mma_n128` took 0.54 / 0.85 ms against the GEMM-fed 0.60 / 0.90, at 192 `tma_mma_n64` 0.90 / 1.43
+/// against 0.66 / 0.95, at 256 `n128` 0.99 / 1.60 against 0.74 / 1.13, at 512 1.92 / 3.10 against 1.30 /
+/// 1.96: the fused kernels' time steps with each 64- or 128-row tile, the GEMM's grows with the rows.
+pub const GEMM_LOGITS_MIN_ROWS: u32 = 129;
+
+/// Row pitch (floats) of the logits a [`GEMM_LOGITS`] launch reads for vocab size `v`: `v` rounded up
+/// to a multiple of 4, so each lane's Philox group of four is one aligned 16-byte load.
+#[inline]
+pub const fn gemm_logits_ld(v: u32) -> u32 {
+    v.div_ceil(4) * 4
+}
+
 /// Largest hidden size at which the portable `tma_mma_n64t` (the consumers taking turns on 64-row
 /// tiles) is chosen for every call of up to 64 rows but truncation ([`variant_for_batch`]): at
 /// D = 4096 it took 0.94–1.00 × the time of `tma_mma_n64` at 33–64 rows (H100 and H200) and, since

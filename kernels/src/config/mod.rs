@@ -6,7 +6,8 @@
 //! batch width, stages) from which the host derives its launch (threads, shared memory, grid) and
 //! the build derives its PTX module ([`FusedVariant::module`]) and thread bound
 //! ([`FusedVariant::max_threads`]). [`FUSED_VARIANTS`] lists the kernels the library launches;
-//! [`variant_for_batch`] picks one per batch size. Four families, one mainloop each:
+//! [`variant_for_call`] picks one per call (the fused kernels by batch size, [`variant_for_batch`]).
+//! Five families, one mainloop each (the GEMM-fed one's is the host's cuBLAS GEMM):
 //!
 //! | family | MMA | module | chosen |
 //! |---|---|---|---|
@@ -14,6 +15,7 @@
 //! | [`Family::WgmmaWeightA`] | `wgmma.m64nNk16`, weight = A, TMA producer warp + 2 consumer warpgroups | sm_90a | B ≤ 64 (and > 64 when `V % 16 ≠ 0`) |
 //! | [`Family::WgmmaHiddenA`] | `wgmma.m64n256k16`, hidden = A, same producer and consumers | sm_90a | B > 64 (from 33 where its vocab ranges are no longer), `V % 16 == 0` |
 //! | [`Family::TmaMmaSync`] | `mma.sync.m16n8k16` from `ldmatrix`, weight = A, the same TMA producer warp + consumers of 4 warps | portable, sm_90 PTX (any GPU from the H100 on, Blackwell through the JIT) | where the sm_90a module does not load ([`KernelSet::Portable`]); `tma_mma_n64t` and `tma_mma_n128` (64 batch rows a warp) have no truncation kernel |
+//! | [`Family::GemmLogits`] | none in the kernel: cuBLAS writes the f32 logits, the kernel loads them in [`Family::MmaSync`]'s lane layout | portable | where the portable kernels run, libcublas loads, and B ≥ [`GEMM_LOGITS_MIN_ROWS`] (the `mma.sync` mainloops are compute-bound there) |
 //!
 //! Each family's thread mapping is documented in its kernel file (`device/fused/`). Within a family
 //! (and one MMA shape) every variant computes each logit with the same MMAs in the same order, so
@@ -111,7 +113,11 @@ mod tests {
                 // The reduction's flag (8 bytes) reuses the merge area.
                 assert!(v.merge_bytes(e) >= 8);
             }
-            assert!(v.stages_lp <= v.stages && v.stages_lp >= 3, "{}", v.entry);
+            if v.family == Family::GemmLogits {
+                assert_eq!((v.stages, v.stages_lp), (0, 0), "{}: no pipeline", v.entry);
+            } else {
+                assert!(v.stages_lp <= v.stages && v.stages_lp >= 3, "{}", v.entry);
+            }
             if v.family == Family::MmaSync {
                 assert_eq!(v.stages_lp, v.stages, "{}", v.entry);
             }
@@ -150,6 +156,19 @@ mod tests {
                     assert!(v.n_tiles % 2 == 0 && 8 * v.n_tiles <= 64, "{}", v.entry);
                     assert!(v.warps_b == 1 || v.warps_b == 2, "{}", v.entry);
                     assert!(v.block_b() <= 256, "{}", v.entry);
+                }
+                Family::GemmLogits => {
+                    // The block-staging kernels' block and lane layout, its merge area only.
+                    assert_eq!(v.module(), Module::Portable);
+                    assert!(!v.uses_tma() && !v.needs_sm90() && !v.moves_registers() && v.reads_gemm_logits());
+                    assert_eq!(v.threads(), 128 * v.warps_b);
+                    assert_eq!(v.max_threads(), Some(GEMM_LOGITS_BLOCKS_PER_SM * v.threads()));
+                    assert!(v.max_threads().unwrap() <= 1024);
+                    assert!(v.warps_b <= 4 && 8 * v.n_tiles <= 32, "{}", v.entry);
+                    for e in Epilogue::ALL {
+                        assert_eq!(v.smem_bytes(e), v.merge_bytes(e), "{} ({e:?})", v.entry);
+                        assert!(!v.can_balance_stages(e, 1000, 10, 1));
+                    }
                 }
                 Family::WgmmaWeightA | Family::WgmmaHiddenA => {
                     assert_eq!(v.module(), Module::Hopper);
@@ -333,16 +352,22 @@ mod tests {
         // Hidden sizes on both sides of the choices' D thresholds (Qwen3-8B's and Llama-3-70B's).
         for (b, d) in (1..=512).flat_map(|b| [4096, 8192].map(|d| (b, d))) {
             for (v, e) in [1000, 128_256, 151_936, 151_937].into_iter().flat_map(|v| Epilogue::ALL.map(|e| (v, e))) {
-                for set in KernelSet::ALL {
-                    let f = variant_for_batch((b, d, v), e, set, 132);
+                for (set, gemm) in KernelSet::ALL.into_iter().flat_map(|s| [(s, false), (s, true)]) {
+                    let f = variant_for_call((b, d, v), e, set, 132, gemm);
                     assert!(f.has_epilogue(e), "{set:?} B = {b}: {} has no {e:?} kernel", f.entry);
-                    // Each set chooses among its own kernels.
+                    // Each set chooses among its own kernels; the portable ones the GEMM-fed kernel
+                    // from GEMM_LOGITS_MIN_ROWS rows where a GEMM library is loaded, and only there.
+                    let gemm_fed = gemm && set != KernelSet::Hopper && b >= GEMM_LOGITS_MIN_ROWS;
                     let family_ok = match set {
+                        _ if gemm_fed => f == GEMM_LOGITS,
                         KernelSet::Hopper => f.module() == Module::Hopper,
                         KernelSet::Portable => f.family == Family::TmaMmaSync,
                         KernelSet::PortableBlock => f.family == Family::MmaSync,
                     };
-                    assert!(family_ok, "{set:?} B = {b}: {}", f.entry);
+                    assert!(family_ok, "{set:?} (GEMM {gemm}) B = {b}: {}", f.entry);
+                    if !gemm_fed {
+                        assert_eq!(f, variant_for_batch((b, d, v), e, set, 132));
+                    }
                     chosen.push((f, e));
                 }
             }

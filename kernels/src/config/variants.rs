@@ -33,6 +33,15 @@ pub enum Family {
     /// consumers split a `8·NB·warps_b`-row batch tile. Needs the launch's tensor maps. See
     /// `device::fused::tma_mma_sync`.
     TmaMmaSync,
+    /// No mainloop: a GEMM (cuBLAS, launched by the host on the same stream) writes the call's raw
+    /// f32 logits `[rows, ld]` first, and the kernel loads each tile's logits into the
+    /// block-staging `mma.sync` accumulator layout ([`Family::MmaSync`]'s: `4·warps_b` warps, lane
+    /// `(group, quad)` holding four vocab rows of `2·NB` batch columns) and runs the same lane epilogue,
+    /// block merge and reduction. For batches where the portable family's `mma.sync` mainloop is
+    /// compute-bound and the GEMM library reaches the tensor cores' rate (its native instructions on
+    /// any GPU); needs `ld · rows · 4` bytes of logits. Loads on every GPU the portable module does.
+    /// See `device::fused::gemm_logits`.
+    GemmLogits,
 }
 
 /// The PTX module a kernel is compiled into (each a separate `.ptx` the host embeds).
@@ -106,14 +115,16 @@ pub struct FusedVariant {
     pub entry_truncate: Option<&'static str>,
     /// Mainloop, producer and fragment layout.
     pub family: Family,
-    /// `NB`: 8-row N tiles per warp (`mma.sync`, both families: a warp covers `8·NB` batch rows) or
-    /// per consumer warpgroup (`wgmma`: `N = 8·NB`).
+    /// `NB`: 8-row N tiles per warp (`mma.sync`, both families, and the GEMM-fed kernels' layout: a
+    /// warp covers `8·NB` batch rows) or per consumer warpgroup (`wgmma`: `N = 8·NB`).
     pub n_tiles: u32,
-    /// [`Family::MmaSync`]: warps splitting the batch (each `8·NB` rows; 4 more split the vocab).
+    /// [`Family::MmaSync`] and [`Family::GemmLogits`]: warps splitting the batch (each `8·NB` rows;
+    /// 4 more split the vocab).
     /// `wgmma` and [`Family::TmaMmaSync`]: 1 = the two consumers take turns on the tiles, 2 = they
     /// split the batch tile.
     pub warps_b: u32,
-    /// Pipeline depth (`stages − 1` stages in flight while one is multiplied).
+    /// Pipeline depth (`stages − 1` stages in flight while one is multiplied); 0 in the GEMM-fed
+    /// kernels, which have no pipeline.
     pub stages: u32,
     /// Pipeline depth of the log-probability and truncation kernels ([`FusedVariant::stages_for`]):
     /// in the `wgmma` kernels their lanes' row masses take shared memory
@@ -299,9 +310,28 @@ pub const TMA_MMA_N128: FusedVariant = FusedVariant {
     stages: 5,
     stages_lp: 3,
 };
-/// Every fused-kernel variant the library launches (each chosen by [`variant_for_batch`] for some
+/// Portable, GEMM-fed ([`Family::GemmLogits`]): 8 warps over 64-row batch tiles (two batch slots of
+/// 32 rows, [`MMA_SYNC_N64`]'s block and lane layout), the logits from a GEMM before it.
+pub const GEMM_LOGITS: FusedVariant = FusedVariant {
+    entry: "gemm_logits_sample",
+    entry_logprobs: "gemm_logits_sample_lp",
+    entry_truncate: Some("gemm_logits_sample_tk"),
+    family: Family::GemmLogits,
+    n_tiles: 4,
+    warps_b: 2,
+    stages: 0,
+    stages_lp: 0,
+};
+/// Resident blocks per multiprocessor the GEMM-fed kernels' registers are budgeted for
+/// ([`FusedVariant::max_threads`]): 128 registers a thread (116–228 bytes of spill stores). With
+/// one block (180–194 registers, no spills) and with 16 rows a warp at three blocks (85 registers,
+/// 460–468 bytes) the same-call sweeps on an H100 were within ±8% either way
+/// (`benchmarks/2026-12-06-gemm-fed-portable-kernels`, calls 2–3; 16 rows a warp 0.97 × at 136–160
+/// rows, 1.02–1.05 × at 256–512).
+pub const GEMM_LOGITS_BLOCKS_PER_SM: u32 = 2;
+/// Every fused-kernel variant the library launches (each chosen by [`variant_for_call`] for some
 /// [`KernelSet`]).
-pub const FUSED_VARIANTS: [FusedVariant; 15] = [
+pub const FUSED_VARIANTS: [FusedVariant; 16] = [
     MMA_SYNC_N16,
     MMA_SYNC_N32,
     MMA_SYNC_N64,
@@ -317,6 +347,7 @@ pub const FUSED_VARIANTS: [FusedVariant; 15] = [
     TMA_MMA_N64,
     TMA_MMA_N64T,
     TMA_MMA_N128,
+    GEMM_LOGITS,
 ];
 
 impl core::fmt::Display for FusedVariant {
@@ -377,7 +408,7 @@ impl FusedVariant {
     #[inline]
     pub const fn module(&self) -> Module {
         match self.family {
-            Family::MmaSync | Family::TmaMmaSync => Module::Portable,
+            Family::MmaSync | Family::TmaMmaSync | Family::GemmLogits => Module::Portable,
             Family::WgmmaWeightA | Family::WgmmaHiddenA => Module::Hopper,
         }
     }
@@ -385,7 +416,7 @@ impl FusedVariant {
     #[inline]
     pub const fn warps(&self) -> u32 {
         match self.family {
-            Family::MmaSync => WARPS_PER_BLOCK * self.warps_b,
+            Family::MmaSync | Family::GemmLogits => WARPS_PER_BLOCK * self.warps_b,
             Family::WgmmaWeightA | Family::WgmmaHiddenA => WS_WARPS,
             // The producer warp and the consumers' warps.
             Family::TmaMmaSync => 1 + WARPS_PER_BLOCK * self.consumers(),
@@ -397,7 +428,7 @@ impl FusedVariant {
     #[inline]
     pub const fn consumers(&self) -> u32 {
         match self.family {
-            Family::MmaSync => 0,
+            Family::MmaSync | Family::GemmLogits => 0,
             Family::WgmmaWeightA | Family::WgmmaHiddenA | Family::TmaMmaSync => 2,
         }
     }
@@ -415,9 +446,15 @@ impl FusedVariant {
     /// The thread bound the link step writes into the PTX entry (`.maxntid`), so ptxas budgets
     /// registers for at least one block of that size per multiprocessor (a block of 512 threads
     /// cannot launch with more than 128 registers per thread: `CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES`).
+    /// The GEMM-fed kernels bound [`GEMM_LOGITS_BLOCKS_PER_SM`] blocks' threads, so that ptxas
+    /// leaves registers for that many resident blocks (their loads and epilogue need warps, not
+    /// registers).
     #[inline]
     pub const fn max_threads(&self) -> Option<u32> {
-        Some(self.threads())
+        match self.family {
+            Family::GemmLogits => Some(GEMM_LOGITS_BLOCKS_PER_SM * self.threads()),
+            _ => Some(self.threads()),
+        }
     }
     /// Whether the kernel's warpgroups move registers (`setmaxnreg`: the producer warpgroup gives
     /// its share to the consumers): the hidden-as-A kernels (128 accumulators per thread) and the
@@ -428,10 +465,16 @@ impl FusedVariant {
     #[inline]
     pub const fn moves_registers(&self) -> bool {
         match self.family {
-            Family::MmaSync | Family::TmaMmaSync => false,
+            Family::MmaSync | Family::TmaMmaSync | Family::GemmLogits => false,
             Family::WgmmaWeightA => 8 * self.n_tiles == 64,
             Family::WgmmaHiddenA => true,
         }
+    }
+    /// Whether the kernel reads logits a GEMM wrote before it ([`Family::GemmLogits`]) instead of
+    /// multiplying: the host runs the GEMM and passes [`crate::params::GemmLogitsParams`].
+    #[inline]
+    pub const fn reads_gemm_logits(&self) -> bool {
+        matches!(self.family, Family::GemmLogits)
     }
     /// Whether the kernel copies with TMA and so needs the launch's tensor maps.
     #[inline]
@@ -459,7 +502,7 @@ impl FusedVariant {
     #[inline]
     pub const fn tile_v(&self) -> u32 {
         match self.family {
-            Family::MmaSync | Family::WgmmaWeightA | Family::TmaMmaSync => BLOCK_V,
+            Family::MmaSync | Family::WgmmaWeightA | Family::TmaMmaSync | Family::GemmLogits => BLOCK_V,
             Family::WgmmaHiddenA => TMA_T_TILE_V,
         }
     }
@@ -474,7 +517,7 @@ impl FusedVariant {
     pub const fn merge_contributors(&self) -> u32 {
         match self.family {
             // The 4 warps that split each 128-row tile.
-            Family::MmaSync => WARPS_PER_BLOCK,
+            Family::MmaSync | Family::GemmLogits => WARPS_PER_BLOCK,
             // The consumers' warps: all 8 when taking turns, the 4 of each consumer when splitting.
             Family::WgmmaWeightA | Family::TmaMmaSync => 8 / self.warps_b,
             // The consumers: both when taking turns, one per row when splitting.
@@ -488,7 +531,9 @@ impl FusedVariant {
     #[inline]
     pub const fn top_units(&self) -> u32 {
         match self.family {
-            Family::MmaSync | Family::WgmmaWeightA | Family::TmaMmaSync => 8 * self.merge_contributors(),
+            Family::MmaSync | Family::WgmmaWeightA | Family::TmaMmaSync | Family::GemmLogits => {
+                8 * self.merge_contributors()
+            }
             Family::WgmmaHiddenA => 16 * self.merge_contributors(),
         }
     }
@@ -512,7 +557,7 @@ impl FusedVariant {
     #[inline]
     pub const fn lane_masses(&self) -> u32 {
         match self.family {
-            Family::MmaSync => 0,
+            Family::MmaSync | Family::GemmLogits => 0,
             Family::TmaMmaSync if self.n_tiles > 4 => 2 * self.n_tiles,
             Family::TmaMmaSync => 0,
             Family::WgmmaWeightA => 2 * self.n_tiles,
@@ -559,14 +604,16 @@ impl FusedVariant {
     pub const fn prefix_bytes(&self, e: Epilogue) -> u32 {
         self.merge_bytes(e) + self.lane_state_bytes(e)
     }
-    /// Dynamic shared memory: the merge area and the lanes' state ([`Self::prefix_bytes`]),
-    /// then (the TMA kernels) 1024 bytes of slack for the ring's 1024-byte alignment and the 8-byte barriers
+    /// Dynamic shared memory: the merge area and the lanes' state ([`Self::prefix_bytes`]; the
+    /// GEMM-fed kernels nothing more), then (the TMA kernels) 1024 bytes of slack for the ring's 1024-byte alignment and the 8-byte barriers
     /// (full and empty per slot, two turns), then the ring of [`Self::stages_for`] stages.
     #[inline]
     pub const fn smem_bytes(&self, e: Epilogue) -> u32 {
         let stages = self.stages_for(e);
         match self.family {
             Family::MmaSync => self.prefix_bytes(e) + stages * self.stage_bytes(),
+            // No ring: the merge area only.
+            Family::GemmLogits => self.prefix_bytes(e),
             Family::WgmmaWeightA | Family::WgmmaHiddenA | Family::TmaMmaSync => {
                 1024 + self.prefix_bytes(e) + 8 * (2 * stages + 2) + stages * self.stage_bytes()
             }

@@ -15,6 +15,7 @@
 //! | [`mma_sync_tile`] | `mma.sync.m16n8k16`, weight = A | 4 vocab rows × `2·NB` batch columns `8·(i/2) + 2·quad + i%2` |
 //! | [`mma_sync_tile_wide`] | the same at `NB = 8` (portable TMA kernels; candidates and masses in shared memory) | the same, 16 columns |
 //! | [`store_logits_columns`] | the same, for the fallback's logits (stored, not sampled) | the same |
+//! | [`load_logits_columns`] | none: a GEMM's logits loaded into that layout (the GEMM-fed kernels), then [`mma_sync_tile`] | the same |
 //! | [`weight_a_tile`] | `wgmma.m64nNk16`, weight = A | 4 vocab rows × `N / 4` batch columns, same numbering |
 //! | [`hidden_a_tile`] | `wgmma.m64n256k16`, hidden = A | 2 batch rows × 16 Philox groups `16J + 4q ..` |
 //!
@@ -301,6 +302,55 @@ pub(super) unsafe fn store_logits_columns<const NB: usize>(
             }
         }
     }
+}
+
+/// The inverse of [`store_logits_columns`] for the GEMM-fed kernels (`fused/gemm_logits.rs`): the
+/// lane's accumulators of one tile, [`mma_sync_tile`]'s layout, loaded from a GEMM's logits — for
+/// each of its batch columns `b < rows` (row `b0 + 8·(i/2) + 2·quad + i%2`) the four vocab rows from
+/// `v0` at `logits[b·ld + v0 ..]`, one 16-byte load where all four are below `v`, else those below
+/// `v` one at a time and 0 beyond (the lane epilogue skips rows at or past V). Columns at or past
+/// `rows` are left 0 (the epilogue skips them too).
+///
+/// # Safety
+/// `logits` is a 16-byte aligned global address of `rows × ld` floats not written during the
+/// kernel; `ld % 4 == 0`, `ld ≥ v`, `v0 % 4 == 0`.
+#[inline(always)]
+pub(super) unsafe fn load_logits_columns<const NB: usize>(
+    (logits, ld, rows, v): (*const f32, u32, u32, u32),
+    (b0, quad): (u32, u32),
+    v0: u32,
+) -> Accumulators<NB> {
+    let mut acc = [[[0.0f32; 4]; NB]; crate::config::M_TILES_PER_WARP];
+    unrolled!(I in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] {
+        if I < 2 * NB {
+            // (`% NB` keeps the dead `I ≥ 2·NB` instantiations' indices in bounds.)
+            let (nt, e) = ((I / 2) % NB, I % 2);
+            let b = b0 + 8 * nt as u32 + 2 * quad + e as u32;
+            if b < rows {
+                let row = b as usize * ld as usize;
+                let y = if v0 + 4 <= v {
+                    // SAFETY: b < rows and v0 + 4 ≤ v ≤ ld: inside the logits; 16-byte aligned (the
+                    // base, ld and v0 are; the caller's contract), read-only during the kernel.
+                    unsafe { super::ptx::ld_global_nc_v4_f32(logits.add(row + v0 as usize)) }
+                } else {
+                    let mut y = [0.0f32; 4];
+                    for (j, yj) in y.iter_mut().enumerate() {
+                        if v0 + (j as u32) < v {
+                            // SAFETY: b < rows, v0 + j < v ≤ ld: inside the logits.
+                            *yj = unsafe { *logits.add(row + v0 as usize + j) };
+                        }
+                    }
+                    y
+                };
+                // Lane row j (vocab row v0 + j) is MMA row group + 8·(j % 2) of M tile j / 2
+                // ([`column_logits`]).
+                for (j, &yj) in y.iter().enumerate() {
+                    acc[j / 2][nt][2 * (j % 2) + e] = yj;
+                }
+            }
+        }
+    });
+    acc
 }
 
 /// Weight-as-A `wgmma` tile: the lane's four vocab rows from `v0`, for each of its `N / 4` batch

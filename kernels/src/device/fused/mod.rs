@@ -2,6 +2,7 @@
 //! producer, mainloop, fragment adapter, block merge, reduction) into a kernel body and instantiates
 //! it once per variant of [`crate::config::FUSED_VARIANTS`]. No family file imports another.
 
+mod gemm_logits;
 mod mma_sync;
 mod tma_mma_sync;
 mod wgmma;
