@@ -465,9 +465,11 @@ impl GpuBackend {
     ///
     /// Where the portable kernels run with cuBLAS, from [`GEMM_LOGITS_MIN_ROWS`] rows the buffers
     /// also hold the GEMM-fed launch's f32 logits (`b × v × 4` bytes, `v` rounded up to a multiple
-    /// of 4: 155 MB at 256 rows of a 151 936-token head) and a 32 MiB cuBLAS workspace.
+    /// of 4: 155 MB at 256 rows of a 151 936-token head; at most [`GEMM_LOGITS_MAX_BYTES`], beyond
+    /// which the fused kernels run) and a 32 MiB cuBLAS workspace.
     ///
     /// [`GEMM_LOGITS_MIN_ROWS`]: flashsampling_kernels::config::GEMM_LOGITS_MIN_ROWS
+    /// [`GEMM_LOGITS_MAX_BYTES`]: flashsampling_kernels::config::GEMM_LOGITS_MAX_BYTES
     pub fn alloc_samples(&self, b: usize, v: usize) -> Result<DeviceSamples> {
         self.alloc_for(b, v, Epilogue::Sample)
     }

@@ -107,7 +107,9 @@ pub const fn variant_for_batch(
 /// module ([`KernelSet::Portable`], [`KernelSet::PortableBlock`]: every GPU without the sm_90a
 /// kernels) from [`GEMM_LOGITS_MIN_ROWS`] rows on [`GEMM_LOGITS`] where the host has a GEMM
 /// library (`gemm`: cuBLAS loaded) — the batches where the portable `mma.sync` mainloop is
-/// compute-bound and the GEMM library runs the GPU's own matrix instructions.
+/// compute-bound and the GEMM library runs the GPU's own matrix instructions — as long as the
+/// logits it materializes take at most [`GEMM_LOGITS_MAX_BYTES`] (larger calls, e.g. scoring a long
+/// prefill, keep the fused kernels and their O(rows) memory).
 #[inline]
 pub const fn variant_for_call(
     shape: (u32, u32, u32),
@@ -117,7 +119,8 @@ pub const fn variant_for_call(
     gemm: bool,
 ) -> FusedVariant {
     let portable = matches!(kernels, KernelSet::Portable | KernelSet::PortableBlock);
-    if gemm && portable && shape.0 >= GEMM_LOGITS_MIN_ROWS {
+    let logits_bytes = shape.0 as u64 * gemm_logits_ld(shape.2) as u64 * 4;
+    if gemm && portable && shape.0 >= GEMM_LOGITS_MIN_ROWS && logits_bytes <= GEMM_LOGITS_MAX_BYTES {
         GEMM_LOGITS
     } else {
         variant_for_batch(shape, epilogue, kernels, sm_count)
@@ -131,6 +134,10 @@ pub const fn variant_for_call(
 /// against 0.66 / 0.95, at 256 `n128` 0.99 / 1.60 against 0.74 / 1.13, at 512 1.92 / 3.10 against 1.30 /
 /// 1.96: the fused kernels' time steps with each 64- or 128-row tile, the GEMM's grows with the rows.
 pub const GEMM_LOGITS_MIN_ROWS: u32 = 129;
+
+/// Largest logits buffer (bytes) a [`GEMM_LOGITS`] launch may take ([`variant_for_call`]): 512 MiB,
+/// 883 rows of a 151 936-token head.
+pub const GEMM_LOGITS_MAX_BYTES: u64 = 512 << 20;
 
 /// Row pitch (floats) of the logits a [`GEMM_LOGITS`] launch reads for vocab size `v`: `v` rounded up
 /// to a multiple of 4, so each lane's Philox group of four is one aligned 16-byte load.

@@ -357,7 +357,10 @@ mod tests {
                     assert!(f.has_epilogue(e), "{set:?} B = {b}: {} has no {e:?} kernel", f.entry);
                     // Each set chooses among its own kernels; the portable ones the GEMM-fed kernel
                     // from GEMM_LOGITS_MIN_ROWS rows where a GEMM library is loaded, and only there.
-                    let gemm_fed = gemm && set != KernelSet::Hopper && b >= GEMM_LOGITS_MIN_ROWS;
+                    let gemm_fed = gemm
+                        && set != KernelSet::Hopper
+                        && b >= GEMM_LOGITS_MIN_ROWS
+                        && b as u64 * gemm_logits_ld(v) as u64 * 4 <= GEMM_LOGITS_MAX_BYTES;
                     let family_ok = match set {
                         _ if gemm_fed => f == GEMM_LOGITS,
                         KernelSet::Hopper => f.module() == Module::Hopper,
@@ -377,6 +380,13 @@ mod tests {
             for e in Epilogue::ALL.into_iter().filter(|&e| v.has_epilogue(e)) {
                 assert!(chosen.contains(&(v, e)), "{} ({e:?}) is never chosen", v.entry);
             }
+        }
+        // A long prefill's logits would outgrow GEMM_LOGITS_MAX_BYTES: the fused kernels keep it.
+        for set in [KernelSet::Portable, KernelSet::PortableBlock] {
+            let e = Epilogue::LogProbs;
+            assert_eq!(variant_for_call((883, 4096, 151_936), e, set, 132, true), GEMM_LOGITS);
+            assert_ne!(variant_for_call((884, 4096, 151_936), e, set, 132, true), GEMM_LOGITS);
+            assert_ne!(variant_for_call((32_768, 4096, 151_936), e, set, 132, true), GEMM_LOGITS);
         }
         assert_eq!(KernelSet::of(true, 90), KernelSet::Hopper);
         assert_eq!((KernelSet::of(false, 90), KernelSet::of(false, 100)), (KernelSet::Portable, KernelSet::Portable));
