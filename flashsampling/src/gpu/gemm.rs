@@ -7,8 +7,9 @@
 //! ([`Gemm::new`]); without it the choice keeps the fused kernels ([`variant_for_call`]). Each
 //! [`DeviceSamples`](super::DeviceSamples) that plans a GEMM-fed launch owns its logits and its
 //! cuBLAS workspace ([`WORKSPACE_BYTES`]), so calls on different streams never share one, nothing is
-//! allocated while a graph is captured, and the GEMM's algorithm (which cuBLAS picks by workspace
-//! size) is the same for every call: its logits are bit-identical from call to call.
+//! allocated while a graph is captured, and the GEMM's algorithm (which cuBLAS picks by shape and
+//! workspace size) is the same for every call of the same shape: its logits are bit-identical from
+//! such call to call. Vocab shards never run it (`GpuBackend::launch_plan`).
 //!
 //! [`Family::GemmLogits`]: flashsampling_kernels::config::Family::GemmLogits
 //! [`variant_for_call`]: flashsampling_kernels::config::variant_for_call

@@ -11,10 +11,10 @@ use cudarc::nvrtc::Ptx;
 use flashsampling_kernels::config::{
     ADJUST_ENTRY, ADJUST_THREADS, BLOCK_V, D_ALIGN, EXPAND_ENTRY, EXPAND_THREADS, Epilogue, FALLBACK_GATHER_ENTRY,
     FALLBACK_LOGITS_ENTRY, FALLBACK_LOGITS_VARIANT, FALLBACK_SAMPLE_ENTRY, FALLBACK_SAMPLE_SCORED_ENTRY,
-    FUSED_VARIANTS, Family, FusedVariant, KernelSet, MAX_DIM, Module, REDUCE_BLOCK_ENTRY, REDUCE_BLOCK_SMEM,
-    REDUCE_BLOCK_THREADS, TMA_T_VOCAB_ALIGN, TRUNCATE_SCORED_ENTRY, TmaLayout, TruncateStep, gemm_logits_ld,
-    portable_module_has, sm_number, tma_hidden, tma_weight_rows, tma_weight_tiles, tma_weight_tiles_t,
-    variant_for_call,
+    FUSED_VARIANTS, Family, FusedVariant, GEMM_LOGITS_MAX_BYTES, KernelSet, MAX_DIM, Module, REDUCE_BLOCK_ENTRY,
+    REDUCE_BLOCK_SMEM, REDUCE_BLOCK_THREADS, TMA_T_VOCAB_ALIGN, TRUNCATE_SCORED_ENTRY, TmaLayout, TruncateStep,
+    gemm_logits_ld, portable_module_has, sm_number, tma_hidden, tma_weight_rows, tma_weight_tiles, tma_weight_tiles_t,
+    variant_for_batch, variant_for_call,
 };
 use flashsampling_kernels::launch::LaunchPlan;
 use flashsampling_kernels::logits::Adjustment;
@@ -442,8 +442,22 @@ impl GpuBackend {
     /// whole head) and epilogue `epilogue`: the variant is the one the
     /// whole head would get (so a vocab shard sums its logits like the one-GPU call and its samples
     /// are bit-identical), unless it cannot run `v` rows (hidden-as-A kernels need `v % 16 == 0`).
+    /// A shard (`v < vocab`) never runs the GEMM-fed kernels: cuBLAS may pick another algorithm (and
+    /// sum order) for a shard's rows than for the whole head's, and a rank's logits would be
+    /// allocated per call; it runs the fused kernel of [`variant_for_batch`] instead, whose logits a
+    /// forced one-GPU call ([`Self::set_fused_variant`]) reproduces bit for bit.
     fn launch_plan(&self, b: usize, d: usize, v: usize, vocab: usize, epilogue: Epilogue) -> LaunchPlan {
         let whole = self.fused_variant_for(b, d, vocab, epilogue);
+        let whole = if v < vocab && whole.reads_gemm_logits() {
+            variant_for_batch(
+                (b as u32, d.min(u32::MAX as usize) as u32, vocab as u32),
+                epilogue,
+                self.kernel_set(),
+                self.k.sm_count,
+            )
+        } else {
+            whole
+        };
         let variant = if whole.supports_vocab(v as u32) { whole } else { self.fused_variant_for(b, d, v, epilogue) };
         let loaded = self.loaded(variant).expect("only loaded variants are chosen");
         let per_sm = self.blocks_per_sm_override.unwrap_or(loaded.entry(epilogue).per_sm);
@@ -496,6 +510,16 @@ impl GpuBackend {
             }
         }
         let launch = self.launch_plan(b, d, v, vocab.max(v), epilogue);
+        // The GEMM-fed logits also of the largest call of up to `b` rows that runs that kernel (a call
+        // of more rows than `GEMM_LOGITS_MAX_BYTES` allows keeps the fused kernels, fewer rows do
+        // not), so a smaller call never allocates again.
+        let gemm_floats = {
+            let ld = gemm_logits_ld(v as u32) as u64;
+            let cap = (GEMM_LOGITS_MAX_BYTES / (4 * ld)).min(b as u64) as usize;
+            let capped =
+                if cap > 0 { self.launch_plan(cap, d, v, vocab.max(v), epilogue).gemm_logits_floats() } else { 0 };
+            launch.gemm_logits_floats().max(capped)
+        };
         // Without D, the handoff slots also of the launch at the smallest D: the portable choice up
         // to 64 rows depends on D (`TMA_MMA_TURNS_MAX_D`), and its two variants' slots differ (8·NB
         // floats a thread); their vocab ranges do not.
@@ -542,7 +566,7 @@ impl GpuBackend {
                     },
                     // A GEMM-fed launch's logits (written by its GEMM before they are read) and
                     // cuBLAS workspace.
-                    gemm: match launch.gemm_logits_floats() {
+                    gemm: match gemm_floats {
                         0 => None,
                         n => Some((home.alloc::<f32>(n)?, home.alloc::<u8>(gemm::WORKSPACE_BYTES)?)),
                     },

@@ -5,7 +5,11 @@
 //!
 //! Memory is O(rows): the pass keeps `n_vranges` candidates and masses per row, and its persistent
 //! grid has `n_btiles · n_vranges` blocks at most, so a long prefill has one vocab range per row;
-//! no `[rows, V]` logits exist anywhere.
+//! no `[rows, V]` logits exist, except on the portable path's GEMM-fed kernels (129 rows or more
+//! whose logits take at most `GEMM_LOGITS_MAX_BYTES`, `config::variant_for_call`), which hold them
+//! in the call's buffers. A token sampled by a call of B·n rows scores that call's log-probabilities
+//! bit for bit when both calls run the same kernel family (the GEMM-fed kernels' logits are
+//! cuBLAS's sums for that call's shape).
 
 use super::*;
 use cudarc::driver::CudaViewMut;

@@ -8,7 +8,9 @@
 //! (8 bytes), plus four floats with log-probabilities — never the logits — and every rank merges the
 //! gathered results in rank order ([`flashsampling_kernels::ranks`], the `merge_ranks` kernel). Every
 //! rank ends with the same tokens on its device, bit-identical to the one-GPU call with the same
-//! seeds, streams and sample indices.
+//! seeds, streams and sample indices. (On the portable path from 129 rows a one-GPU call runs the
+//! GEMM-fed kernels, whose logits are cuBLAS's sums; ranks keep the fused kernels, so there the
+//! ranks equal the one-GPU call with that fused kernel forced, and its default up to f32 near-ties.)
 //!
 //! **Top-k / top-p / min-p** (issue 13's certificate, over ranks): each rank's truncation step ends
 //! early and exports, per sample row, its shard's [`RANK_TOP`](flashsampling_kernels::truncate::RANK_TOP)

@@ -15,7 +15,7 @@
 //! | [`Family::WgmmaWeightA`] | `wgmma.m64nNk16`, weight = A, TMA producer warp + 2 consumer warpgroups | sm_90a | B ≤ 64 (and > 64 when `V % 16 ≠ 0`) |
 //! | [`Family::WgmmaHiddenA`] | `wgmma.m64n256k16`, hidden = A, same producer and consumers | sm_90a | B > 64 (from 33 where its vocab ranges are no longer), `V % 16 == 0` |
 //! | [`Family::TmaMmaSync`] | `mma.sync.m16n8k16` from `ldmatrix`, weight = A, the same TMA producer warp + consumers of 4 warps | portable, sm_90 PTX (any GPU from the H100 on, Blackwell through the JIT) | where the sm_90a module does not load ([`KernelSet::Portable`]); `tma_mma_n64t` and `tma_mma_n128` (64 batch rows a warp) have no truncation kernel |
-//! | [`Family::GemmLogits`] | none in the kernel: cuBLAS writes the f32 logits, the kernel loads them in [`Family::MmaSync`]'s lane layout | portable | where the portable kernels run, libcublas loads, and B ≥ [`GEMM_LOGITS_MIN_ROWS`] (the `mma.sync` mainloops are compute-bound there) |
+//! | [`Family::GemmLogits`] | none in the kernel: cuBLAS writes the f32 logits, the kernel loads them in [`Family::MmaSync`]'s lane layout | portable | where the portable kernels run, libcublas loads, B ≥ [`GEMM_LOGITS_MIN_ROWS`] (the `mma.sync` mainloops are compute-bound there) and the logits take at most [`GEMM_LOGITS_MAX_BYTES`]; never on a vocab shard |
 //!
 //! Each family's thread mapping is documented in its kernel file (`device/fused/`). Within a family
 //! (and one MMA shape) every variant computes each logit with the same MMAs in the same order, so
