@@ -11,10 +11,10 @@ use cudarc::nvrtc::Ptx;
 use flashsampling_kernels::config::{
     ADJUST_ENTRY, ADJUST_THREADS, BLOCK_V, D_ALIGN, EXPAND_ENTRY, EXPAND_THREADS, Epilogue, FALLBACK_GATHER_ENTRY,
     FALLBACK_LOGITS_ENTRY, FALLBACK_LOGITS_VARIANT, FALLBACK_SAMPLE_ENTRY, FALLBACK_SAMPLE_SCORED_ENTRY,
-    FUSED_VARIANTS, Family, FusedVariant, GEMM_LOGITS_MAX_BYTES, KernelSet, MAX_DIM, Module, REDUCE_BLOCK_ENTRY,
-    REDUCE_BLOCK_SMEM, REDUCE_BLOCK_THREADS, TMA_T_VOCAB_ALIGN, TRUNCATE_SCORED_ENTRY, TmaLayout, TruncateStep,
-    gemm_logits_ld, portable_module_has, sm_number, tma_hidden, tma_weight_rows, tma_weight_tiles, tma_weight_tiles_t,
-    variant_for_batch, variant_for_call,
+    FUSED_VARIANTS, Family, FusedVariant, KernelSet, MAX_DIM, Module, REDUCE_BLOCK_ENTRY, REDUCE_BLOCK_SMEM,
+    REDUCE_BLOCK_THREADS, TMA_T_VOCAB_ALIGN, TRUNCATE_SCORED_ENTRY, TmaLayout, TruncateStep, gemm_logits_ld,
+    gemm_logits_max_rows, portable_module_has, sm_number, tma_hidden, tma_weight_rows, tma_weight_tiles,
+    tma_weight_tiles_t, variant_for_batch, variant_for_call,
 };
 use flashsampling_kernels::launch::LaunchPlan;
 use flashsampling_kernels::logits::Adjustment;
@@ -513,12 +513,10 @@ impl GpuBackend {
         // The GEMM-fed logits also of the largest call of up to `b` rows that runs that kernel (a call
         // of more rows than `GEMM_LOGITS_MAX_BYTES` allows keeps the fused kernels, fewer rows do
         // not), so a smaller call never allocates again.
-        let gemm_floats = {
-            let ld = gemm_logits_ld(v as u32) as u64;
-            let cap = (GEMM_LOGITS_MAX_BYTES / (4 * ld)).min(b as u64) as usize;
-            let capped =
-                if cap > 0 { self.launch_plan(cap, d, v, vocab.max(v), epilogue).gemm_logits_floats() } else { 0 };
-            launch.gemm_logits_floats().max(capped)
+        // (At most `b` rows: where the launch at `b` is GEMM-fed, that launch.)
+        let gemm_floats = match (gemm_logits_max_rows(v as u32) as usize).min(b) {
+            0 => 0,
+            cap => self.launch_plan(cap, d, v, vocab.max(v), epilogue).gemm_logits_floats(),
         };
         // Without D, the handoff slots also of the launch at the smallest D: the portable choice up
         // to 64 rows depends on D (`TMA_MMA_TURNS_MAX_D`), and its two variants' slots differ (8·NB

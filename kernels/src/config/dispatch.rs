@@ -119,8 +119,7 @@ pub const fn variant_for_call(
     gemm: bool,
 ) -> FusedVariant {
     let portable = matches!(kernels, KernelSet::Portable | KernelSet::PortableBlock);
-    let logits_bytes = shape.0 as u64 * gemm_logits_ld(shape.2) as u64 * 4;
-    if gemm && portable && shape.0 >= GEMM_LOGITS_MIN_ROWS && logits_bytes <= GEMM_LOGITS_MAX_BYTES {
+    if gemm && portable && shape.0 >= GEMM_LOGITS_MIN_ROWS && shape.0 <= gemm_logits_max_rows(shape.2) {
         GEMM_LOGITS
     } else {
         variant_for_batch(shape, epilogue, kernels, sm_count)
@@ -138,6 +137,13 @@ pub const GEMM_LOGITS_MIN_ROWS: u32 = 129;
 /// Largest logits buffer (bytes) a [`GEMM_LOGITS`] launch may take ([`variant_for_call`]): 512 MiB,
 /// 883 rows of a 151 936-token head.
 pub const GEMM_LOGITS_MAX_BYTES: u64 = 512 << 20;
+
+/// The most rows whose logits of vocab size `v` fit [`GEMM_LOGITS_MAX_BYTES`] (883 at V = 151 936).
+#[inline]
+pub const fn gemm_logits_max_rows(v: u32) -> u32 {
+    let rows = GEMM_LOGITS_MAX_BYTES / (4 * gemm_logits_ld(v) as u64);
+    if rows > u32::MAX as u64 { u32::MAX } else { rows as u32 }
+}
 
 /// Row pitch (floats) of the logits a [`GEMM_LOGITS`] launch reads for vocab size `v`: `v` rounded up
 /// to a multiple of 4, so each lane's Philox group of four is one aligned 16-byte load.

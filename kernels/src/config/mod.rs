@@ -361,6 +361,10 @@ mod tests {
                         && set != KernelSet::Hopper
                         && b >= GEMM_LOGITS_MIN_ROWS
                         && b as u64 * gemm_logits_ld(v) as u64 * 4 <= GEMM_LOGITS_MAX_BYTES;
+                    assert_eq!(
+                        b <= gemm_logits_max_rows(v),
+                        b as u64 * gemm_logits_ld(v) as u64 * 4 <= GEMM_LOGITS_MAX_BYTES
+                    );
                     let family_ok = match set {
                         _ if gemm_fed => f == GEMM_LOGITS,
                         KernelSet::Hopper => f.module() == Module::Hopper,
@@ -382,6 +386,7 @@ mod tests {
             }
         }
         // A long prefill's logits would outgrow GEMM_LOGITS_MAX_BYTES: the fused kernels keep it.
+        assert_eq!(gemm_logits_max_rows(151_936), 883);
         for set in [KernelSet::Portable, KernelSet::PortableBlock] {
             let e = Epilogue::LogProbs;
             assert_eq!(variant_for_call((883, 4096, 151_936), e, set, 132, true), GEMM_LOGITS);
