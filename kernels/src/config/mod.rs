@@ -15,7 +15,7 @@
 //! | [`Family::WgmmaWeightA`] | `wgmma.m64nNk16`, weight = A, TMA producer warp + 2 consumer warpgroups | sm_90a | B ≤ 64 (and > 64 when `V % 16 ≠ 0`) |
 //! | [`Family::WgmmaHiddenA`] | `wgmma.m64n256k16`, hidden = A, same producer and consumers | sm_90a | B > 64 (from 33 where its vocab ranges are no longer), `V % 16 == 0` |
 //! | [`Family::TmaMmaSync`] | `mma.sync.m16n8k16` from `ldmatrix`, weight = A, the same TMA producer warp + consumers of 4 warps | portable, sm_90 PTX (any GPU from the H100 on, Blackwell through the JIT) | where the sm_90a module does not load ([`KernelSet::Portable`]); `tma_mma_n64t` and `tma_mma_n128` (64 batch rows a warp) have no truncation kernel |
-//! | [`Family::GemmLogits`] | none in the kernel: cuBLAS writes the f32 logits, the kernel loads them in [`Family::MmaSync`]'s lane layout | portable | where the portable kernels run, libcublas loads, B ≥ [`GEMM_LOGITS_MIN_ROWS`] (the `mma.sync` mainloops are compute-bound there) and the logits take at most [`GEMM_LOGITS_MAX_BYTES`]; never on a vocab shard |
+//! | [`Family::GemmLogits`] | none in the kernel: cuBLAS writes the f32 logits, the kernel loads them a warp per batch row | portable | where the portable kernels run, libcublas loads, B ≥ [`GEMM_LOGITS_MIN_ROWS`] (the `mma.sync` mainloops are compute-bound there) and the logits take at most [`GEMM_LOGITS_MAX_BYTES`]; never on a vocab shard |
 //!
 //! Each family's thread mapping is documented in its kernel file (`device/fused/`). Within a family
 //! (and one MMA shape) every variant computes each logit with the same MMAs in the same order, so
@@ -158,13 +158,14 @@ mod tests {
                     assert!(v.block_b() <= 256, "{}", v.entry);
                 }
                 Family::GemmLogits => {
-                    // The block-staging kernels' block and lane layout, its merge area only.
+                    // A warp per batch row (one contributor, its 32 lanes' top lists), the merge area only.
                     assert_eq!(v.module(), Module::Portable);
                     assert!(!v.uses_tma() && !v.needs_sm90() && !v.moves_registers() && v.reads_gemm_logits());
                     assert_eq!(v.threads(), 128 * v.warps_b);
                     assert_eq!(v.max_threads(), Some(GEMM_LOGITS_BLOCKS_PER_SM * v.threads()));
                     assert!(v.max_threads().unwrap() <= 1024);
-                    assert!(v.warps_b <= 4 && 8 * v.n_tiles <= 32, "{}", v.entry);
+                    assert!(v.warps_b <= 4 && v.block_b() % v.warps() == 0, "{}", v.entry);
+                    assert_eq!((v.merge_contributors(), v.top_units()), (1, 32), "{}", v.entry);
                     for e in Epilogue::ALL {
                         assert_eq!(v.smem_bytes(e), v.merge_bytes(e), "{} ({e:?})", v.entry);
                         assert!(!v.can_balance_stages(e, 1000, 10, 1));

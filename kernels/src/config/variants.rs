@@ -34,10 +34,9 @@ pub enum Family {
     /// `device::fused::tma_mma_sync`.
     TmaMmaSync,
     /// No mainloop: a GEMM (cuBLAS, launched by the host on the same stream) writes the call's raw
-    /// f32 logits `[rows, ld]` first, and the kernel loads each tile's logits into the
-    /// block-staging `mma.sync` accumulator layout ([`Family::MmaSync`]'s: `4·warps_b` warps, lane
-    /// `(group, quad)` holding four vocab rows of `2·NB` batch columns) and runs the same lane epilogue,
-    /// block merge and reduction. For batches where the portable family's `mma.sync` mainloop is
+    /// f32 logits `[rows, ld]` first, and the kernel's warps load them a batch row at a time (a warp
+    /// per row, a lane per Philox group of each 128-row tile) and run the same lane epilogue, block
+    /// merge and reduction. For batches where the portable family's `mma.sync` mainloop is
     /// compute-bound and the GEMM library reaches the tensor cores' rate (its native instructions on
     /// any GPU); needs `ld · rows · 4` bytes of logits. Loads on every GPU the portable module does.
     /// See `device::fused::gemm_logits`.
@@ -115,11 +114,12 @@ pub struct FusedVariant {
     pub entry_truncate: Option<&'static str>,
     /// Mainloop, producer and fragment layout.
     pub family: Family,
-    /// `NB`: 8-row N tiles per warp (`mma.sync`, both families, and the GEMM-fed kernels' layout: a
-    /// warp covers `8·NB` batch rows) or per consumer warpgroup (`wgmma`: `N = 8·NB`).
+    /// `NB`: 8-row N tiles per warp (`mma.sync`, both families: a warp covers `8·NB` batch rows) or
+    /// per consumer warpgroup (`wgmma`: `N = 8·NB`). [`Family::GemmLogits`]: sizes the block only
+    /// ([`Self::block_b`] = `8·NB·warps_b` rows).
     pub n_tiles: u32,
-    /// [`Family::MmaSync`] and [`Family::GemmLogits`]: warps splitting the batch (each `8·NB` rows;
-    /// 4 more split the vocab).
+    /// [`Family::MmaSync`]: warps splitting the batch (each `8·NB` rows; 4 more split the vocab).
+    /// [`Family::GemmLogits`]: `4·warps_b` warps, each scoring whole rows.
     /// `wgmma` and [`Family::TmaMmaSync`]: 1 = the two consumers take turns on the tiles, 2 = they
     /// split the batch tile.
     pub warps_b: u32,
@@ -310,24 +310,22 @@ pub const TMA_MMA_N128: FusedVariant = FusedVariant {
     stages: 5,
     stages_lp: 3,
 };
-/// Portable, GEMM-fed ([`Family::GemmLogits`]): 8 warps over 64-row batch tiles (two batch slots of
-/// 32 rows, [`MMA_SYNC_N64`]'s block and lane layout), the logits from a GEMM before it.
+/// Portable, GEMM-fed ([`Family::GemmLogits`]): 8 warps over 32-row batch tiles, each batch row
+/// scored whole by one warp (4 rows a warp), the logits from a GEMM before it. (`n_tiles` and
+/// `warps_b` only size the block here: `8·n_tiles·warps_b` rows, `4·warps_b` warps.)
 pub const GEMM_LOGITS: FusedVariant = FusedVariant {
     entry: "gemm_logits_sample",
     entry_logprobs: "gemm_logits_sample_lp",
     entry_truncate: Some("gemm_logits_sample_tk"),
     family: Family::GemmLogits,
-    n_tiles: 4,
+    n_tiles: 2,
     warps_b: 2,
     stages: 0,
     stages_lp: 0,
 };
 /// Resident blocks per multiprocessor the GEMM-fed kernels' registers are budgeted for
-/// ([`FusedVariant::max_threads`]): 128 registers a thread (116–228 bytes of spill stores). With
-/// one block (180–194 registers, no spills) and with 16 rows a warp at three blocks (85 registers,
-/// 460–468 bytes) the same-call sweeps on an H100 were within ±8% either way
-/// (`benchmarks/2026-12-06-gemm-fed-portable-kernels`, calls 2–3; 16 rows a warp 0.97 × at 136–160
-/// rows, 1.02–1.05 × at 256–512).
+/// ([`FusedVariant::max_threads`]): 64 registers a thread, so that 32 warps a multiprocessor hide
+/// the loads' latency.
 pub const GEMM_LOGITS_BLOCKS_PER_SM: u32 = 2;
 /// Every fused-kernel variant the library launches (each chosen by [`variant_for_call`] for some
 /// [`KernelSet`]).
@@ -517,7 +515,9 @@ impl FusedVariant {
     pub const fn merge_contributors(&self) -> u32 {
         match self.family {
             // The 4 warps that split each 128-row tile.
-            Family::MmaSync | Family::GemmLogits => WARPS_PER_BLOCK,
+            Family::MmaSync => WARPS_PER_BLOCK,
+            // The one warp that scores the row.
+            Family::GemmLogits => 1,
             // The consumers' warps: all 8 when taking turns, the 4 of each consumer when splitting.
             Family::WgmmaWeightA | Family::TmaMmaSync => 8 / self.warps_b,
             // The consumers: both when taking turns, one per row when splitting.
@@ -525,15 +525,16 @@ impl FusedVariant {
         }
     }
     /// Top-list units per batch row of a block in the truncation kernels: the lanes that score the
-    /// row with different vocab rows (`device::fragment::put_tops_columns`, `put_tops_rows`) — the
-    /// 8 lane groups of each contributing warp (column layouts), the 4 lanes of a group (hidden-as-A),
-    /// each of whose lists is stored as 4 units (`truncate::LANE_TOP_WIDE`).
+    /// row with different vocab rows (`device::fragment::put_tops_columns`, `put_tops_rows`,
+    /// `put_tops_row`) — the 8 lane groups of each contributing warp (column layouts), the 4 lanes of a
+    /// group (hidden-as-A), each of whose lists is stored as 4 units (`truncate::LANE_TOP_WIDE`), the
+    /// 32 lanes of the row's warp (GEMM-fed).
     #[inline]
     pub const fn top_units(&self) -> u32 {
         match self.family {
-            Family::MmaSync | Family::WgmmaWeightA | Family::TmaMmaSync | Family::GemmLogits => {
-                8 * self.merge_contributors()
-            }
+            Family::MmaSync | Family::WgmmaWeightA | Family::TmaMmaSync => 8 * self.merge_contributors(),
+            // The 32 lanes of the row's warp (`device::fragment::put_tops_row`).
+            Family::GemmLogits => 32,
             Family::WgmmaHiddenA => 16 * self.merge_contributors(),
         }
     }

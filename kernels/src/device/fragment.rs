@@ -15,7 +15,7 @@
 //! | [`mma_sync_tile`] | `mma.sync.m16n8k16`, weight = A | 4 vocab rows × `2·NB` batch columns `8·(i/2) + 2·quad + i%2` |
 //! | [`mma_sync_tile_wide`] | the same at `NB = 8` (portable TMA kernels; candidates and masses in shared memory) | the same, 16 columns |
 //! | [`store_logits_columns`] | the same, for the fallback's logits (stored, not sampled) | the same |
-//! | [`load_logits_columns`] | none: a GEMM's logits loaded into that layout (the GEMM-fed kernels), then [`mma_sync_tile`] | the same |
+//! | [`logits_row`] | none: a GEMM's logits, loaded from memory (the GEMM-fed kernels) | one batch row (the warp's), the Philox group `128·tile + 4·lane ..` of each tile |
 //! | [`weight_a_tile`] | `wgmma.m64nNk16`, weight = A | 4 vocab rows × `N / 4` batch columns, same numbering |
 //! | [`hidden_a_tile`] | `wgmma.m64n256k16`, hidden = A | 2 batch rows × 16 Philox groups `16J + 4q ..` |
 //!
@@ -304,53 +304,93 @@ pub(super) unsafe fn store_logits_columns<const NB: usize>(
     }
 }
 
-/// The inverse of [`store_logits_columns`] for the GEMM-fed kernels (`fused/gemm_logits.rs`): the
-/// lane's accumulators of one tile, [`mma_sync_tile`]'s layout, loaded from a GEMM's logits — for
-/// each of its batch columns `b < rows` (row `b0 + 8·(i/2) + 2·quad + i%2`) the four vocab rows from
-/// `v0` at `logits[b·ld + v0 ..]`, one 16-byte load where all four are below `v`, else those below
-/// `v` one at a time and 0 beyond (the lane epilogue skips rows at or past V). Columns at or past
-/// `rows` are left 0 (the epilogue skips them too).
+/// Philox groups a lane of a GEMM-fed row takes in one [`lane_epilogue`] call ([`logits_row`]): one
+/// 16-byte load from each of this many consecutive tiles, screened together.
+pub(super) const ROW_GROUPS: usize = 2;
+
+/// The four logits of vocab rows `v0 .. v0 + 4` of a GEMM's logits row `row` (`v` of them valid):
+/// one 16-byte load where all four are below `v`, else those below `v` one at a time and 0 beyond
+/// (the lane epilogue skips rows at or past V).
 ///
 /// # Safety
-/// `logits` is a 16-byte aligned global address of `rows × ld` floats not written during the
-/// kernel; `ld % 4 == 0`, `ld ≥ v`, `v0 % 4 == 0`.
+/// `row` is a 16-byte aligned global address of `ld ≥ v` floats (`ld % 4 == 0`) not written during
+/// the kernel; `v0 % 4 == 0`.
 #[inline(always)]
-pub(super) unsafe fn load_logits_columns<const NB: usize>(
-    (logits, ld, rows, v): (*const f32, u32, u32, u32),
-    (b0, quad): (u32, u32),
-    v0: u32,
-) -> Accumulators<NB> {
-    let mut acc = [[[0.0f32; 4]; NB]; crate::config::M_TILES_PER_WARP];
-    unrolled!(I in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] {
-        if I < 2 * NB {
-            // (`% NB` keeps the dead `I ≥ 2·NB` instantiations' indices in bounds.)
-            let (nt, e) = ((I / 2) % NB, I % 2);
-            let b = b0 + 8 * nt as u32 + 2 * quad + e as u32;
-            if b < rows {
-                let row = b as usize * ld as usize;
-                let y = if v0 + 4 <= v {
-                    // SAFETY: b < rows and v0 + 4 ≤ v ≤ ld: inside the logits; 16-byte aligned (the
-                    // base, ld and v0 are; the caller's contract), read-only during the kernel.
-                    unsafe { super::ptx::ld_global_nc_v4_f32(logits.add(row + v0 as usize)) }
-                } else {
-                    let mut y = [0.0f32; 4];
-                    for (j, yj) in y.iter_mut().enumerate() {
-                        if v0 + (j as u32) < v {
-                            // SAFETY: b < rows, v0 + j < v ≤ ld: inside the logits.
-                            *yj = unsafe { *logits.add(row + v0 as usize + j) };
-                        }
-                    }
-                    y
-                };
-                // Lane row j (vocab row v0 + j) is MMA row group + 8·(j % 2) of M tile j / 2
-                // ([`column_logits`]).
-                for (j, &yj) in y.iter().enumerate() {
-                    acc[j / 2][nt][2 * (j % 2) + e] = yj;
-                }
+unsafe fn load_logits_group(row: *const f32, v: u32, v0: u32) -> [f32; 4] {
+    if v0 + 4 <= v {
+        // SAFETY: v0 + 4 ≤ v ≤ ld: inside the row; 16-byte aligned (the row and v0 are), read-only
+        // during the kernel (the caller's contract).
+        unsafe { super::ptx::ld_global_nc_v4_f32(row.add(v0 as usize)) }
+    } else {
+        let mut y = [0.0f32; 4];
+        for (j, yj) in y.iter_mut().enumerate() {
+            if v0 + (j as u32) < v {
+                // SAFETY: v0 + j < v ≤ ld: inside the row.
+                *yj = unsafe { *row.add(v0 as usize + j) };
             }
         }
-    });
-    acc
+        y
+    }
+}
+
+/// A GEMM-fed row, scored whole by one warp (`fused/gemm_logits.rs`): batch row `b`'s logits at
+/// `row`, the block's vocab tiles `[first, end)`; lane `lane` takes the Philox group `128·tile +
+/// 4·lane ..` of every tile, [`ROW_GROUPS`] tiles a call (stride 128: ascending, as the top list
+/// needs), the range's last few one at a time. Each call's screen skips against the best candidate
+/// of the warp's 32 lanes (all on this row) before it ([`lanes_best`]), so after the first call
+/// of a row few entries draw their noise.
+///
+/// # Safety
+/// The whole warp, converged (`b` and the tiles are warp-uniform); `b < B`; `row` as for
+/// [`load_logits_group`], holding row `b`'s `p.v` logits.
+#[inline(always)]
+unsafe fn logits_row_with<const LP: bool, const TOP: bool, const SC: bool, const MK: bool>(
+    p: &FusedParams,
+    b: u32,
+    (row, lane): (*const f32, u32),
+    (first, end): (u32, u32),
+    cand: &mut Candidate,
+    (mass, top): (&mut RowMass, &mut TopList<LANE_TOP>),
+) {
+    let params = row_params(p, b);
+    let tile_v = crate::config::BLOCK_V;
+    // SAFETY: `row`'s contract; 128·tile + 4·lane is a multiple of 4.
+    let load = |tile: u32| unsafe { load_logits_group(row, p.v, tile * tile_v + 4 * lane) };
+    const ALL: [u32; 5] = [1, 2, 4, 8, 16];
+    let mut tile = first;
+    while tile + ROW_GROUPS as u32 <= end {
+        let mut y = [[0.0f32; 4]; ROW_GROUPS];
+        unrolled!(Q in [0, 1, 2, 3, 4, 5, 6, 7] {
+            if Q < ROW_GROUPS {
+                y[Q] = load(tile + Q as u32);
+            }
+        });
+        // SAFETY: the whole warp, converged (the caller's contract; uniform trip counts).
+        let floor = unsafe { lanes_best(cand.score, ALL) };
+        lane_epilogue::<LP, TOP, SC, MK, LANE_TOP, ROW_GROUPS>(
+            p,
+            params,
+            (tile * tile_v + 4 * lane, tile_v),
+            y,
+            (cand, floor),
+            (mass, top),
+        );
+        tile += ROW_GROUPS as u32;
+    }
+    while tile < end {
+        let y = load(tile);
+        // SAFETY: as above.
+        let floor = unsafe { lanes_best(cand.score, ALL) };
+        lane_epilogue::<LP, TOP, SC, MK, LANE_TOP, 1>(
+            p,
+            params,
+            (tile * tile_v + 4 * lane, 0),
+            [y],
+            (cand, floor),
+            (mass, top),
+        );
+        tile += 1;
+    }
 }
 
 /// Weight-as-A `wgmma` tile: the lane's four vocab rows from `v0`, for each of its `N / 4` batch
@@ -654,6 +694,23 @@ pub(super) fn hidden_a_tile<const LP: bool, const TOP: bool>(
     controls_dispatch!(p, hidden_a_tile_with::<LP, TOP>(p, b, tile, q, acc, cands, state))
 }
 
+/// [`logits_row_with`] for this launch's controls (one uniform branch per row).
+///
+/// # Safety
+/// As [`logits_row_with`].
+#[inline(always)]
+pub(super) unsafe fn logits_row<const LP: bool, const TOP: bool>(
+    p: &FusedParams,
+    b: u32,
+    row: (*const f32, u32),
+    tiles: (u32, u32),
+    cand: &mut Candidate,
+    state: (&mut RowMass, &mut TopList<LANE_TOP>),
+) {
+    // SAFETY: forwarded contract.
+    unsafe { controls_dispatch!(p, logits_row_with::<LP, TOP>(p, b, row, tiles, cand, state)) }
+}
+
 /// Block merge, step 1, for the column layouts of [`mma_sync_tile`] and [`weight_a_tile`]: the
 /// lane's candidate `I < columns` (batch column `8·(I/2) + 2·quad + I%2`; `columns` = `N / 4`, at
 /// most 16, a compile-time constant after inlining) is merged over the eight lane groups (shuffles
@@ -726,6 +783,23 @@ pub(super) unsafe fn put_rows<const LP: bool>(
     }
 }
 
+/// Block merge, step 1, for [`logits_row`]: block row `row`'s candidate (and with `LP` its log-mass)
+/// merged over the warp's 32 lanes and stored by lane 0 at `[0][row]` (the row's one contributor).
+///
+/// # Safety
+/// As [`put_columns`].
+#[inline(always)]
+pub(super) unsafe fn put_row_warp<const LP: bool>(
+    area: MergeArea,
+    row: u32,
+    lane: u32,
+    cand: Candidate,
+    mass: RowMass,
+) {
+    // SAFETY: forwarded contract.
+    unsafe { put_merged::<_, LP>(area, 0, row, (cand, || mass), [1, 2, 4, 8, 16], lane == 0) };
+}
+
 /// The truncation kernels' top lists, column layouts ([`mma_sync_tile`], [`weight_a_tile`]): the
 /// lane's list `I < columns` (batch column `8·(I/2) + 2·quad + I%2` from block row `row0`) is
 /// written to unit `contributor·8 + group` of its (row, vocab range) in `p.tops`.
@@ -772,6 +846,23 @@ pub(super) unsafe fn put_tops_rows(
             unsafe { put_top(p, work, work.b_first + rows[e], unit, tops[e].part::<LANE_TOP>(j)) };
         }
     }
+}
+
+/// The truncation kernels' top lists, [`logits_row`]: lane `lane`'s list of row `b` is unit `lane` of
+/// its (row, vocab range).
+///
+/// # Safety
+/// As [`put_tops_columns`], with `lane < top_units`.
+#[inline(always)]
+pub(super) unsafe fn put_tops_row(
+    p: &FusedParams,
+    work: &super::schedule::BlockWork,
+    b: u32,
+    lane: u32,
+    top: TopList<LANE_TOP>,
+) {
+    // SAFETY: forwarded contract.
+    unsafe { put_top(p, work, b, lane, top) };
 }
 
 /// Stores `list` as row `b`'s unit `unit` of this block's vocab range (rows at or past B: nothing).

@@ -1,6 +1,6 @@
 //! The GEMM-fed kernels ([`Family::GemmLogits`], portable module): the host's GEMM (cuBLAS, on the
 //! same stream just before) writes the call's raw f32 logits, and these kernels sample them — the
-//! same lane epilogue ([`fragment::mma_sync_tile`]: the one logit pipeline, the screen, the keyed
+//! same lane epilogue ([`fragment::logits_row`]: the one logit pipeline, the screen, the keyed
 //! noise, log-masses and top lists), block merge and reduction as every fused kernel, with no
 //! mainloop. Chosen on the portable module for large batches ([`variant_for_call`]), where the
 //! `mma.sync` mainloop is compute-bound and the GEMM library runs the GPU's own matrix instructions
@@ -8,16 +8,20 @@
 //!
 //! # Parameters
 //! [`GemmLogitsParams`] by value: the launch's [`FusedParams`](crate::params::FusedParams) and the logits `[b, ld]`; launch with
-//! `grid = n_vranges · n_btiles` blocks of [`FusedVariant::threads`] (`128·WB`) threads and
+//! `grid = n_vranges · n_btiles` blocks of [`FusedVariant::threads`] threads and
 //! [`FusedVariant::smem_bytes`] bytes of dynamic shared memory (the merge area).
 //!
 //! # Thread mapping
-//! The block-staging `mma.sync` kernels' (`fused/mma_sync.rs`): `4·WB` warps; block tile `BLOCK_V =
-//! 128` vocab rows × `BLOCK_B = 8·NB·WB` batch rows; warp `warp` takes the 32 vocab rows `32·(warp /
-//! WB) ..` of each tile and the batch rows `8·NB·(warp % WB) ..`; lane `(group, quad)` loads
-//! ([`fragment::load_logits_columns`]) and scores the four vocab rows `32·(warp / WB) + 4·group ..`
-//! (one Philox group) of each tile for its batch columns `8·nt + 2·quad + e`. Each tile's loads are
-//! issued before the previous tile's epilogue runs.
+//! A warp scores whole batch rows: warp `w` of the block's `THREADS / 32` takes block rows `w, w +
+//! THREADS / 32, …` of its `BLOCK_B` (rows past B skipped, warp-uniform), and for each the block's
+//! vocab tiles (`BLOCK_V = 128` rows each; [`fragment::logits_row`]): lane `lane` loads and scores
+//! the Philox group `128·tile + 4·lane ..` of every tile (the warp reads 512 contiguous bytes of the
+//! row per tile), [`fragment::ROW_GROUPS`] tiles per screen. The warp's lanes then merge the row
+//! ([`fragment::put_row_warp`]: the row's one contributor; top lists: unit `lane`).
+//!
+//! One candidate (and one log-mass, one top list) a lane, not one per batch column as in the
+//! `mma.sync` layout, and the row's parameters loaded once per row: registers for several blocks a
+//! multiprocessor ([`GEMM_LOGITS_BLOCKS_PER_SM`]), whose warps hide the loads' latency.
 //!
 //! Samples equal every fused kernel's for the same logits: the noise is keyed by global vocab index
 //! and row, never by tile. The logits themselves are the GEMM's sums, whose order (unlike the
@@ -26,83 +30,60 @@
 //! [`variant_for_call`]: crate::config::variant_for_call
 
 use crate::candidate::Candidate;
-use crate::config::{BLOCK_V, Epilogue, Family, FusedVariant, GEMM_LOGITS, ROWS_PER_LANE, WARP_TILE_V};
+#[cfg(doc)]
+use crate::config::GEMM_LOGITS_BLOCKS_PER_SM;
+use crate::config::{BLOCK_V, Epilogue, Family, FusedVariant, GEMM_LOGITS};
 use crate::device::fragment;
 use crate::device::merge::MergeArea;
 use crate::device::schedule::{BlockWork, Thread};
 use crate::params::{GemmLogitsParams, RowMass};
-use crate::truncate::{LANE_TOP, TopList};
+use crate::truncate::TopList;
 
-/// The kernel body for `4·WB` warps of `8·NB` batch rows (`THREADS = 128·WB`, `BLOCK_B = 8·NB·WB`).
+/// The kernel body for `THREADS / 32` warps over `BLOCK_B` batch rows.
 ///
 /// # Safety
 /// Launched as documented in the module after the GEMM that wrote `p.logits` (`p.fused.b × p.ld`
 /// floats, 16-byte aligned, `p.ld % 4 == 0`, `p.ld ≥ p.fused.v`), with `p.fused` validated by the
 /// host as for any fused launch.
 #[inline(always)]
-unsafe fn body<
-    const NB: usize,
-    const WB: u32,
-    const THREADS: u32,
-    const BLOCK_B: u32,
-    const LP: bool,
-    const TOP: bool,
->(
-    p: GemmLogitsParams,
-) {
+unsafe fn body<const THREADS: u32, const BLOCK_B: u32, const LP: bool, const TOP: bool>(p: GemmLogitsParams) {
     const { assert!(LP || !TOP) };
     let f = &p.fused;
     let t = Thread::this();
     let work = BlockWork::of_this_block(f, BLOCK_B, BLOCK_V);
-    let (warp_b, warp_v) = (t.warp % WB, t.warp / WB);
-    let b0 = work.b_first + warp_b * 8 * NB as u32; // this warp's first batch row
-    let active = b0 < f.b; // warp-uniform: this warp has batch rows to score
-    let v_lane = warp_v * WARP_TILE_V + ROWS_PER_LANE as u32 * t.group;
-    let source = (p.logits, p.ld, f.b, f.v);
-    let lane = (b0, t.quad);
-    let mut cands = [Candidate::EMPTY; 16];
-    let mut masses = [RowMass::EMPTY; 16]; // read and written only with LP
-    let mut tops = [TopList::<LANE_TOP>::EMPTY; 16]; // read and written only with TOP
-    if active {
-        let mut tile = work.first;
-        // SAFETY: the launch contract (`logits`, `ld`); v0 % 4 == 0.
-        let mut next = unsafe { fragment::load_logits_columns::<NB>(source, lane, tile * BLOCK_V + v_lane) };
-        while tile < work.end {
-            let acc = next;
-            if tile + 1 < work.end {
-                // SAFETY: as above.
-                next = unsafe { fragment::load_logits_columns::<NB>(source, lane, (tile + 1) * BLOCK_V + v_lane) };
-            }
-            // The whole warp, converged (warp-uniform `active` and trip count): the column floors shuffle.
-            fragment::mma_sync_tile::<NB, LP, TOP>(
-                f,
-                lane,
-                tile * BLOCK_V + v_lane,
-                &acc,
-                &mut cands,
-                (&mut masses, &mut tops),
-            );
-            tile += 1;
-        }
-    }
     let area = MergeArea::new(BLOCK_B, GEMM_LOGITS.merge_contributors());
-    // SAFETY: every thread of the block reaches the block merge and the final reduction; warp `w`
-    // contributes vocab rows `w / WB` for batch rows `8·NB·(w % WB) ..` of the block.
-    unsafe {
-        let lanes = (t.group, t.quad);
-        fragment::put_columns::<16, LP, false>(
-            area,
-            warp_v,
-            warp_b * 8 * NB as u32,
-            lanes,
-            (&cands, |i| masses[i]),
-            2 * NB,
-        );
-        if TOP && active {
-            fragment::put_tops_columns::<16>(f, &work, (warp_v, warp_b * 8 * NB as u32), lanes, &tops, 2 * NB);
+    let mut r = t.warp; // warp-uniform
+    while r < BLOCK_B {
+        let b = work.b_first + r;
+        let mut cand = Candidate::EMPTY;
+        let mut mass = RowMass::EMPTY; // read and written only with LP
+        let mut top = TopList::EMPTY; // read and written only with TOP
+        if b < f.b {
+            // SAFETY: b < B: row b of the logits (the launch contract: 16-byte aligned, as ld % 4 == 0);
+            // the whole warp is here, converged (b and the tiles are warp-uniform).
+            unsafe {
+                let row = p.logits.add(b as usize * p.ld as usize);
+                fragment::logits_row::<LP, TOP>(
+                    f,
+                    b,
+                    (row, t.lane),
+                    (work.first, work.end),
+                    &mut cand,
+                    (&mut mass, &mut top),
+                );
+            }
         }
-        super::finish_block::<LP>(area, f, t.tid, THREADS, work);
+        // SAFETY: the whole warp calls it for block row r < BLOCK_B (inside the merge area).
+        unsafe { fragment::put_row_warp::<LP>(area, r, t.lane, cand, mass) };
+        if TOP {
+            // SAFETY: a truncation launch (TOP); unit lane < 32 = top_units; rows past B store nothing.
+            unsafe { fragment::put_tops_row(f, &work, b, t.lane, top) };
+        }
+        r += THREADS / 32;
     }
+    // SAFETY: every thread of the block reaches the block merge and the final reduction, after its
+    // rows' `put_row_warp` calls.
+    unsafe { super::finish_block::<LP>(area, f, t.tid, THREADS, work) };
 }
 
 macro_rules! entry {
@@ -117,7 +98,7 @@ macro_rules! entry {
             const V: FusedVariant = GEMM_LOGITS;
             const { assert!(V.is_entry($epilogue, stringify!($name)) && matches!(V.family, Family::GemmLogits)) };
             // SAFETY: forwarded launch contract.
-            unsafe { body::<{ V.n_tiles as usize }, { V.warps_b }, { V.threads() }, { V.block_b() }, $lp, $top>(p) }
+            unsafe { body::<{ V.threads() }, { V.block_b() }, $lp, $top>(p) }
         }
     };
 }
