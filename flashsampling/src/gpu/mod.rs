@@ -510,13 +510,16 @@ impl GpuBackend {
             }
         }
         let launch = self.launch_plan(b, d, v, vocab.max(v), epilogue);
-        // The GEMM-fed logits also of the largest call of up to `b` rows that runs that kernel (a call
-        // of more rows than `GEMM_LOGITS_MAX_BYTES` allows keeps the fused kernels, fewer rows do
-        // not), so a smaller call never allocates again.
-        // (At most `b` rows: where the launch at `b` is GEMM-fed, that launch.)
+        // The GEMM-fed logits of the launch at `b` rows, and also of the largest call of up to `b` rows
+        // that the choice runs there (a call of more rows than `GEMM_LOGITS_MAX_BYTES` allows keeps
+        // the fused kernels, fewer rows do not), so a smaller call never allocates again. The launch
+        // at `b` itself counts where the GEMM-fed variant is forced (`set_fused_variant`): then every
+        // call runs it, beyond the cap too.
         let gemm_floats = match (gemm_logits_max_rows(v as u32) as usize).min(b) {
-            0 => 0,
-            cap => self.launch_plan(cap, d, v, vocab.max(v), epilogue).gemm_logits_floats(),
+            0 => launch.gemm_logits_floats(),
+            cap => launch
+                .gemm_logits_floats()
+                .max(self.launch_plan(cap, d, v, vocab.max(v), epilogue).gemm_logits_floats()),
         };
         // Without D, the handoff slots also of the launch at the smallest D: the portable choice up
         // to 64 rows depends on D (`TMA_MMA_TURNS_MAX_D`), and its two variants' slots differ (8·NB
@@ -986,6 +989,14 @@ impl GpuBackend {
         // fresh set, sized by the same launch shape (zeroed counters, invalid tokens).
         if !out.fits(&launch, &self.k.ctx) {
             *out = self.alloc_for_in(rows, shape.d, shape.v, range.vocab, epilogue)?;
+            // Sized by this launch's own plan; should a sizing rule ever miss a buffer, a typed error
+            // here rather than a launch past its end.
+            if !out.fits(&launch, &self.k.ctx) {
+                return Err(Error::Unsupported {
+                    control: "a launch whose buffers the allocation rules do not cover",
+                    path: "on the GPU backend",
+                });
+            }
         }
         if epilogue == Epilogue::Truncate {
             let units = launch.n_vranges as usize * variant.top_units() as usize;
