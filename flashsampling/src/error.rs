@@ -147,7 +147,8 @@ pub enum Error {
     /// A control not available on this path yet: on the GPU backend, top log-probabilities (the CPU
     /// backend has them); over vocab shards, what the path cannot exchange (`shard_candidates`
     /// without log-probabilities; truncation in the rank-local steps and in tensor parallelism, top
-    /// log-probabilities anywhere).
+    /// log-probabilities anywhere); on the GPU backend also a launch its buffer sizing would not cover
+    /// (a guard: it is returned instead of a launch past the end of a buffer).
     #[error("{control} is not available {path} yet")]
     Unsupported {
         /// The control.

@@ -268,7 +268,9 @@ impl GpuBackend {
     /// variants of one family and MMA shape bit-identically). A call whose epilogue the variant
     /// has no kernel for (truncation on `tma_mma_n64t`, `tma_mma_n128`) keeps the choice by batch
     /// size. [`GpuOptions::fused_variant`] sets it at construction; an error when this GPU does not
-    /// run the variant.
+    /// run the variant. The GEMM-fed variant forced runs every call through cuBLAS's logits, whose
+    /// buffers then take `rows × V × 4` bytes whatever the rows (the choice keeps them within
+    /// `GEMM_LOGITS_MAX_BYTES`).
     pub fn set_fused_variant(&mut self, variant: Option<FusedVariant>) -> Result<()> {
         self.variant_override = match variant {
             // The loaded variant's entry of the table (this GPU runs it).
@@ -480,7 +482,8 @@ impl GpuBackend {
     /// Where the portable kernels run with cuBLAS, from [`GEMM_LOGITS_MIN_ROWS`] rows the buffers
     /// also hold the GEMM-fed launch's f32 logits (`b × v × 4` bytes, `v` rounded up to a multiple
     /// of 4: 155 MB at 256 rows of a 151 936-token head; at most [`GEMM_LOGITS_MAX_BYTES`], beyond
-    /// which the fused kernels run) and a 32 MiB cuBLAS workspace.
+    /// which the fused kernels run, unless the GEMM-fed variant is forced: then `b` rows' worth) and
+    /// a 32 MiB cuBLAS workspace.
     ///
     /// [`GEMM_LOGITS_MIN_ROWS`]: flashsampling_kernels::config::GEMM_LOGITS_MIN_ROWS
     /// [`GEMM_LOGITS_MAX_BYTES`]: flashsampling_kernels::config::GEMM_LOGITS_MAX_BYTES
@@ -993,7 +996,7 @@ impl GpuBackend {
             // here rather than a launch past its end.
             if !out.fits(&launch, &self.k.ctx) {
                 return Err(Error::Unsupported {
-                    control: "a launch whose buffers the allocation rules do not cover",
+                    control: "a launch shape the buffer sizing does not cover",
                     path: "on the GPU backend",
                 });
             }

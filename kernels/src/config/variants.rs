@@ -324,8 +324,10 @@ pub const GEMM_LOGITS: FusedVariant = FusedVariant {
     stages_lp: 0,
 };
 /// Resident blocks per multiprocessor the GEMM-fed kernels' registers are budgeted for
-/// ([`FusedVariant::max_threads`]): 64 registers a thread, so that 32 warps a multiprocessor hide
-/// the loads' latency.
+/// ([`FusedVariant::max_threads`]): 128 registers a thread (120 / 108 / 116 used, no spills), 16 warps
+/// a multiprocessor. Three blocks (80 registers, 104–764 bytes of spills) and four tiles a screen
+/// were up to 8% and 11% slower at 136–512 rows on an H100 (one point of the ten 1% faster;
+/// docs/findings/53).
 pub const GEMM_LOGITS_BLOCKS_PER_SM: u32 = 2;
 /// Every fused-kernel variant the library launches (each chosen by [`variant_for_call`] for some
 /// [`KernelSet`]).

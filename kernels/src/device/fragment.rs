@@ -7,8 +7,8 @@
 //! kernels (`LP`), updates the row's [`RowMass`]. A per-row control is therefore written once: in
 //! [`lane_epilogue`] and the no_std core.
 //!
-//! They also hand the lane's candidates to the block merge ([`put_columns`], [`put_rows`]) with the
-//! shuffle masks that join the lanes holding the same batch row.
+//! They also hand the lane's candidates to the block merge ([`put_columns`], [`put_rows`],
+//! [`put_row_warp`]) with the shuffle masks that join the lanes holding the same batch row.
 //!
 //! | adapter | MMA | a lane holds, per tile |
 //! |---|---|---|
@@ -48,7 +48,8 @@ use crate::truncate::{LANE_TOP, LANE_TOP_WIDE, StoredTop, TopList};
 ///
 /// The column adapters pass one group (`G = 1`: a lane holds four vocab rows of a batch column),
 /// the hidden-as-A adapter eight in the plain kernels (`G = 8`, stride 16: the lane's groups of one
-/// batch row in a pass) and one at a time in the `_lp` and `_tk` kernels (fewer live registers).
+/// batch row in a pass) and one at a time in the `_lp` and `_tk` kernels (fewer live registers), the
+/// GEMM-fed row adapter [`ROW_GROUPS`] (stride 128: one group of each of that many tiles).
 #[inline(always)]
 pub(super) fn lane_epilogue<
     const LP: bool,
@@ -336,9 +337,9 @@ unsafe fn load_logits_group(row: *const f32, v: u32, v0: u32) -> [f32; 4] {
 /// A GEMM-fed row, scored whole by one warp (`fused/gemm_logits.rs`): batch row `b`'s logits at
 /// `row`, the block's vocab tiles `[first, end)`; lane `lane` takes the Philox group `128·tile +
 /// 4·lane ..` of every tile, [`ROW_GROUPS`] tiles a call (stride 128: ascending, as the top list
-/// needs), the range's last few one at a time. Each call's screen skips against the best candidate
-/// of the warp's 32 lanes (all on this row) before it ([`lanes_best`]), so after the first call
-/// of a row few entries draw their noise.
+/// needs), the range's remaining tiles (fewer than [`ROW_GROUPS`]) one at a time. Each call's
+/// screen skips against the best candidate of the warp's 32 lanes (all on this row) before it
+/// ([`lanes_best`]), so after the first call of a row few entries draw their noise.
 ///
 /// # Safety
 /// The whole warp, converged (`b` and the tiles are warp-uniform); `b < B`; `row` as for
@@ -511,7 +512,8 @@ unsafe fn column_floor(score: f32) -> f32 {
 /// The largest `score` of the lanes that differ from this one only in the bits of `masks` (a
 /// butterfly max; NaN ignored unless all are NaN): `[1, 2]` the lane's quad (lanes `4g .. 4g + 4`,
 /// the hidden-as-A layout's batch row), `[4, 8, 16]` the 8 lanes `q, q + 4, …, q + 28` (`q = lane %
-/// 4`) that hold the lane's batch columns in the weight-as-A layout.
+/// 4`) that hold the lane's batch columns in the weight-as-A layout, `[1, 2, 4, 8, 16]` the whole warp
+/// (the GEMM-fed row layout: all on one batch row).
 ///
 /// # Safety
 /// All 32 lanes of the warp call it together (converged).

@@ -1,6 +1,6 @@
 //! The GEMM-fed kernels ([`Family::GemmLogits`], portable module): the host's GEMM (cuBLAS, on the
 //! same stream just before) writes the call's raw f32 logits, and these kernels sample them — the
-//! same lane epilogue ([`fragment::logits_row`]: the one logit pipeline, the screen, the keyed
+//! same lane epilogue (through [`fragment::logits_row`]: the one logit pipeline, the screen, the keyed
 //! noise, log-masses and top lists), block merge and reduction as every fused kernel, with no
 //! mainloop. Chosen on the portable module for large batches ([`variant_for_call`]), where the
 //! `mma.sync` mainloop is compute-bound and the GEMM library runs the GPU's own matrix instructions
