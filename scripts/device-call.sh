@@ -1,7 +1,9 @@
 # The shared part of a device call's script (benchmarks/*/callN.sh since session 40), sourced from the repository
 # root on the device machine after setting C, the carried call folder:
 #
-#   C=gpurun/e4 . scripts/device-call.sh
+#   C=gpurun/e4
+#   BUDGET=300            # optional: no step starts past this many seconds (default 520)
+#   . scripts/device-call.sh
 #   machine; run LABEL TIMEOUT COMMAND...; ...; finish
 #
 # It unpacks $C/bins.tar.xz (the stripped binaries built here) into $C/bin ($B), keeps NCCL's NVLink multicast off,
