@@ -14,7 +14,7 @@ use flashsampling_kernels::config::{
     FUSED_VARIANTS, Family, FusedVariant, KernelSet, MAX_DIM, Module, REDUCE_BLOCK_ENTRY, REDUCE_BLOCK_SMEM,
     REDUCE_BLOCK_THREADS, TMA_T_VOCAB_ALIGN, TRUNCATE_SCORED_ENTRY, TmaLayout, TruncateStep, gemm_logits_ld,
     gemm_logits_max_rows, portable_module_has, sm_number, tma_hidden, tma_weight_rows, tma_weight_tiles,
-    tma_weight_tiles_t, variant_for_batch, variant_for_call,
+    tma_weight_tiles_t, variant_for_call,
 };
 use flashsampling_kernels::launch::LaunchPlan;
 use flashsampling_kernels::logits::Adjustment;
@@ -313,9 +313,17 @@ impl GpuBackend {
     /// ([`Self::set_fused_variant`]) without a kernel for `epilogue` (the portable `tma_mma_n64t` and
     /// `tma_mma_n128` have no truncation kernel) leaves that epilogue to the choice by batch size.
     pub fn fused_variant_for(&self, b: usize, d: usize, v: usize, epilogue: Epilogue) -> FusedVariant {
+        self.variant_for(b, d, v, epilogue, true)
+    }
+
+    /// [`Self::fused_variant_for`], with the GEMM-fed kernels allowed (`gemm`) or not (a vocab
+    /// shard: neither chosen nor forced there, see [`Self::launch_plan`]).
+    fn variant_for(&self, b: usize, d: usize, v: usize, epilogue: Epilogue, gemm: bool) -> FusedVariant {
         let shape = (b as u32, d.min(u32::MAX as usize) as u32, v as u32);
-        let forced = self.variant_override.copied().filter(|f| f.has_epilogue(epilogue));
-        forced.unwrap_or(variant_for_call(shape, epilogue, self.kernel_set(), self.k.sm_count, self.k.gemm.is_some()))
+        let forced =
+            self.variant_override.copied().filter(|f| f.has_epilogue(epilogue) && (gemm || !f.reads_gemm_logits()));
+        let gemm = gemm && self.k.gemm.is_some();
+        forced.unwrap_or(variant_for_call(shape, epilogue, self.kernel_set(), self.k.sm_count, gemm))
     }
 
     /// The fused kernels this GPU chooses from: the sm_90a ones where that module is loaded
@@ -446,21 +454,14 @@ impl GpuBackend {
     /// are bit-identical), unless it cannot run `v` rows (hidden-as-A kernels need `v % 16 == 0`).
     /// A shard (`v < vocab`) never runs the GEMM-fed kernels: cuBLAS may pick another algorithm (and
     /// sum order) for a shard's rows than for the whole head's, and a rank's logits would be
-    /// allocated per call; it runs the fused kernel of [`variant_for_batch`] instead, whose logits a
+    /// allocated per call; it runs the fused kernel of
+    /// [`variant_for_batch`](flashsampling_kernels::config::variant_for_batch) instead, whose logits a
     /// forced one-GPU call ([`Self::set_fused_variant`]) reproduces bit for bit.
     fn launch_plan(&self, b: usize, d: usize, v: usize, vocab: usize, epilogue: Epilogue) -> LaunchPlan {
-        let whole = self.fused_variant_for(b, d, vocab, epilogue);
-        let whole = if v < vocab && whole.reads_gemm_logits() {
-            variant_for_batch(
-                (b as u32, d.min(u32::MAX as usize) as u32, vocab as u32),
-                epilogue,
-                self.kernel_set(),
-                self.k.sm_count,
-            )
-        } else {
-            whole
-        };
-        let variant = if whole.supports_vocab(v as u32) { whole } else { self.fused_variant_for(b, d, v, epilogue) };
+        let whole_head = v == vocab;
+        let whole = self.variant_for(b, d, vocab, epilogue, whole_head);
+        let variant =
+            if whole.supports_vocab(v as u32) { whole } else { self.variant_for(b, d, v, epilogue, whole_head) };
         let loaded = self.loaded(variant).expect("only loaded variants are chosen");
         let per_sm = self.blocks_per_sm_override.unwrap_or(loaded.entry(epilogue).per_sm);
         LaunchPlan::new(variant, epilogue, (b as u32, v as u32), (self.k.sm_count, per_sm), self.stage_balance_override)

@@ -528,14 +528,14 @@ impl FusedVariant {
     }
     /// Top-list units per batch row of a block in the truncation kernels: the lanes that score the
     /// row with different vocab rows (`device::fragment::put_tops_columns`, `put_tops_rows`,
-    /// `put_tops_row`) — the 8 lane groups of each contributing warp (column layouts), the 4 lanes of a
+    /// `put_top`) — the 8 lane groups of each contributing warp (column layouts), the 4 lanes of a
     /// group (hidden-as-A), each of whose lists is stored as 4 units (`truncate::LANE_TOP_WIDE`), the
     /// 32 lanes of the row's warp (GEMM-fed).
     #[inline]
     pub const fn top_units(&self) -> u32 {
         match self.family {
             Family::MmaSync | Family::WgmmaWeightA | Family::TmaMmaSync => 8 * self.merge_contributors(),
-            // The 32 lanes of the row's warp (`device::fragment::put_tops_row`).
+            // The 32 lanes of the row's warp (`device::fragment::put_top`, unit = lane).
             Family::GemmLogits => 32,
             Family::WgmmaHiddenA => 16 * self.merge_contributors(),
         }

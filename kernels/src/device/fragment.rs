@@ -850,29 +850,19 @@ pub(super) unsafe fn put_tops_rows(
     }
 }
 
-/// The truncation kernels' top lists, [`logits_row`]: lane `lane`'s list of row `b` is unit `lane` of
-/// its (row, vocab range).
+/// Stores `list` as row `b`'s unit `unit` of this block's vocab range (rows at or past B: nothing).
+/// [`logits_row`]'s lanes call it directly: lane `lane`'s list of its row is unit `lane`.
 ///
 /// # Safety
-/// As [`put_tops_columns`], with `lane < top_units`.
+/// As [`put_tops_columns`] (`unit < top_units`).
 #[inline(always)]
-pub(super) unsafe fn put_tops_row(
+pub(super) unsafe fn put_top(
     p: &FusedParams,
     work: &super::schedule::BlockWork,
     b: u32,
-    lane: u32,
-    top: TopList<LANE_TOP>,
+    unit: u32,
+    list: TopList<LANE_TOP>,
 ) {
-    // SAFETY: forwarded contract.
-    unsafe { put_top(p, work, b, lane, top) };
-}
-
-/// Stores `list` as row `b`'s unit `unit` of this block's vocab range (rows at or past B: nothing).
-///
-/// # Safety
-/// As [`put_tops_columns`].
-#[inline(always)]
-unsafe fn put_top(p: &FusedParams, work: &super::schedule::BlockWork, b: u32, unit: u32, list: TopList<LANE_TOP>) {
     if b < p.b {
         let at = (b as usize * p.n_vranges as usize + work.vrange as usize) * p.top_units as usize + unit as usize;
         // SAFETY: b < B, vrange < n_vranges, unit < top_units: inside `tops` (the caller's contract).

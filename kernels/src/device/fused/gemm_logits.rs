@@ -17,7 +17,7 @@
 //! vocab tiles (`BLOCK_V = 128` rows each; [`fragment::logits_row`]): lane `lane` loads and scores
 //! the Philox group `128·tile + 4·lane ..` of every tile (the warp reads 512 contiguous bytes of the
 //! row per tile), [`fragment::ROW_GROUPS`] tiles per screen. The warp's lanes then merge the row
-//! ([`fragment::put_row_warp`]: the row's one contributor; top lists: unit `lane`).
+//! ([`fragment::put_row_warp`]: the row's one contributor; top lists: unit `lane`, [`fragment::put_top`]).
 //!
 //! One candidate (and one log-mass, one top list) a lane, not one per batch column as in the
 //! `mma.sync` layout, and the row's parameters loaded once per row: registers for several blocks a
@@ -77,7 +77,7 @@ unsafe fn body<const THREADS: u32, const BLOCK_B: u32, const LP: bool, const TOP
         unsafe { fragment::put_row_warp::<LP>(area, r, t.lane, cand, mass) };
         if TOP {
             // SAFETY: a truncation launch (TOP); unit lane < 32 = top_units; rows past B store nothing.
-            unsafe { fragment::put_tops_row(f, &work, b, t.lane, top) };
+            unsafe { fragment::put_top(f, &work, b, t.lane, top) };
         }
         r += THREADS / 32;
     }
