@@ -10,7 +10,11 @@
 //! 4. cuBLAS GEMM + this crate's Gumbel-max kernel over the logits (+ candidate reduction);
 //! 5. a 2 GiB device-to-device copy and a 2 GiB read-only stream (HBM bandwidth: the faster of the two →
 //!    HBM floor = weight bytes / bandwidth; on the H200 the read-only stream, ~5% above the copy rate)
-//!    and an 8192³ bf16 cuBLAS GEMM (tensor-core rate → compute floor).
+//!    and an 8192³ bf16 cuBLAS GEMM (tensor-core rate → compute floor);
+//! 6. the read-only stream of each config's own weight bytes, timed in the same loop as ours
+//!    (alternate runs): the `/read` column is the median of the per-run ratios ours ÷ read, a floor
+//!    that drifts with ours (clocks, temperature, neighbours) where `/floor` uses the bandwidth
+//!    measured once at the start.
 //!
 //! Prints a table last, writes `target/flashsampling-bench/{results.csv, results.json, plot-*.svg}`
 //! (one plot per config).
@@ -222,9 +226,9 @@ fn main() -> R<()> {
     let read_src: CudaSlice<u8> = stream.alloc_zeros(copy_bytes)?;
     let blocks = 8 * gpu.sm_count();
     let mut read_out: CudaSlice<u32> = stream.alloc_zeros(blocks as usize)?;
-    let read = timer.time(&stream, 3, 20, || base.stream_read(&read_src, &mut read_out, blocks))?;
+    let read = timer.time(&stream, 3, 20, || base.stream_read(&read_src.as_view(), &mut read_out, blocks))?;
     let read_rate = copy_bytes as f64 / (read.median * 1e-3); // bytes/s
-    drop((read_src, read_out));
+    drop(read_src);
     // The HBM floor's bandwidth: the faster of the two ways to stream the weights.
     let bandwidth = copy_rate.max(read_rate);
     eprintln!(
@@ -296,7 +300,16 @@ fn main() -> R<()> {
             let sample = SamplingParams::new(1.0, 7);
             let greedy = SamplingParams::greedy();
             let mut out = gpu.alloc_samples(b, v)?;
-            let ours = timer.time(&stream, 10, runs, || gpu.sample_device(&hm, &wm, &sample, &mut out))?;
+            // Ours interleaved with a read-only stream of the same weight bytes (alternate runs): the
+            // `/read` column, a floor taken beside each measurement, which the GPU's drift over the
+            // run (clocks, temperature, a neighbour's load) moves with ours.
+            let (ours, weight_read, ours_over_read) = timer.time_paired(
+                &stream,
+                10,
+                runs,
+                || gpu.sample_device(&hm, &wm, &sample, &mut out),
+                || base.stream_read(&wm.data, &mut read_out, blocks),
+            )?;
             let ours_tokens = stream.clone_dtoh(&out.tokens())?;
             let mut out_g = gpu.alloc_samples(b, v)?;
             let ours_greedy = timer.time(&stream, 10, runs, || gpu.sample_device(&hm, &wm, &greedy, &mut out_g))?;
@@ -325,6 +338,7 @@ fn main() -> R<()> {
                 gemm_multinomial: t3(mult),
                 gemm_gumbel: t3(gum),
                 hbm_floor: weight_bytes / bandwidth * 1e3,
+                read: Some((weight_read.median, ours_over_read.median)),
                 compute_floor: 2.0 * (b * d * v) as f64 / tc_rate * 1e3,
                 agree,
             };

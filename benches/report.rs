@@ -24,19 +24,23 @@ pub struct Row {
     pub gemm_gumbel: (f64, f64, f64),
     /// HBM floor: weight bytes / measured HBM bandwidth (the faster of a copy and a read-only stream).
     pub hbm_floor: f64,
+    /// The read-only stream of this config's weight bytes, timed interleaved with `ours` (alternate
+    /// runs, `EventTimer::time_paired`): its median (ms) and the median of the per-run ratios ours ÷
+    /// read. `None` in a CSV written before it was measured (`--replot`).
+    pub read: Option<(f64, f64)>,
     /// Compute floor: 2·B·D·V / measured bf16 GEMM rate.
     pub compute_floor: f64,
     /// Rows where ours and the Gumbel-over-logits baseline drew the same token (same noise).
     pub agree: usize,
 }
 
-pub const CSV_HEADER: &str = "config,D,V,B,ours_ms,ours_min_ms,ours_max_ms,ours_greedy_ms,gemm_ms,gemm_min_ms,gemm_max_ms,gemm_multinomial_ms,gemm_multinomial_min_ms,gemm_multinomial_max_ms,gemm_gumbel_ms,gemm_gumbel_min_ms,gemm_gumbel_max_ms,hbm_floor_ms,compute_floor_ms,agree_rows";
+pub const CSV_HEADER: &str = "config,D,V,B,ours_ms,ours_min_ms,ours_max_ms,ours_greedy_ms,gemm_ms,gemm_min_ms,gemm_max_ms,gemm_multinomial_ms,gemm_multinomial_min_ms,gemm_multinomial_max_ms,gemm_gumbel_ms,gemm_gumbel_min_ms,gemm_gumbel_max_ms,hbm_floor_ms,compute_floor_ms,agree_rows,weight_read_ms,ours_over_read";
 
 impl Row {
     pub fn csv(&self) -> String {
         let t = |x: (f64, f64, f64)| format!("{:.5},{:.5},{:.5}", x.0, x.1, x.2);
         format!(
-            "{},{},{},{},{},{:.5},{},{},{},{:.5},{:.5},{}",
+            "{},{},{},{},{},{:.5},{},{},{},{:.5},{:.5},{},{}",
             self.config,
             self.d,
             self.v,
@@ -48,13 +52,19 @@ impl Row {
             t(self.gemm_gumbel),
             self.hbm_floor,
             self.compute_floor,
-            self.agree
+            self.agree,
+            match self.read {
+                Some((ms, ratio)) => format!("{ms:.5},{ratio:.4}"),
+                None => ",".into(),
+            }
         )
     }
 
+    /// A row of `results.csv`: 22 fields (the last two empty without the paired read), or the 20 of
+    /// a CSV from before it.
     pub fn from_csv(line: &str) -> Option<Row> {
         let f: Vec<&str> = line.split(',').collect();
-        if f.len() != 20 {
+        if f.len() != 20 && f.len() != 22 {
             return None;
         }
         let n = |i: usize| f[i].parse::<f64>().ok();
@@ -72,13 +82,14 @@ impl Row {
             hbm_floor: n(17)?,
             compute_floor: n(18)?,
             agree: f[19].parse().ok()?,
+            read: if f.len() == 22 && !f[20].is_empty() { Some((n(20)?, n(21)?)) } else { None },
         })
     }
 
     fn json(&self) -> String {
         let t = |x: (f64, f64, f64)| format!("{{\"median\": {:.5}, \"min\": {:.5}, \"max\": {:.5}}}", x.0, x.1, x.2);
         format!(
-            "{{\"config\": \"{}\", \"D\": {}, \"V\": {}, \"B\": {}, \"ours\": {}, \"ours_greedy_median\": {:.5}, \"gemm\": {}, \"gemm_multinomial\": {}, \"gemm_gumbel\": {}, \"hbm_floor\": {:.5}, \"compute_floor\": {:.5}, \"agree_rows\": {}}}",
+            "{{\"config\": \"{}\", \"D\": {}, \"V\": {}, \"B\": {}, \"ours\": {}, \"ours_greedy_median\": {:.5}, \"gemm\": {}, \"gemm_multinomial\": {}, \"gemm_gumbel\": {}, \"hbm_floor\": {:.5}, \"compute_floor\": {:.5}, \"agree_rows\": {}, \"weight_read\": {}}}",
             self.config,
             self.d,
             self.v,
@@ -90,7 +101,11 @@ impl Row {
             t(self.gemm_gumbel),
             self.hbm_floor,
             self.compute_floor,
-            self.agree
+            self.agree,
+            match self.read {
+                Some((ms, ratio)) => format!("{{\"median\": {ms:.5}, \"ours_over_read\": {ratio:.4}}}"),
+                None => "null".into(),
+            }
         )
     }
 }
@@ -100,13 +115,14 @@ pub fn table(rows: &[Row]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{:<14} {:>4} | {:>8} {:>8} {:>8} | {:>7} {:>8} | {:>7} {:>9} {:>8} | {:>6} {:>6} | {:>6}",
+        "{:<14} {:>4} | {:>8} {:>8} {:>8} | {:>7} {:>6} {:>8} | {:>7} {:>9} {:>8} | {:>6} {:>6} | {:>6}",
         "config",
         "B",
         "ours ms",
         "min",
         "max",
         "/floor",
+        "/read",
         "/GEMM",
         "GEMM ms",
         "GEMM+mult",
@@ -119,13 +135,14 @@ pub fn table(rows: &[Row]) -> String {
         let floor = r.hbm_floor.max(r.compute_floor);
         let _ = writeln!(
             s,
-            "{:<14} {:>4} | {:>8.4} {:>8.4} {:>8.4} | {:>7.3} {:>8.3} | {:>7.4} {:>9.4} {:>8.4} | {:>6.2} {:>6.2} | {:>5.1}%",
+            "{:<14} {:>4} | {:>8.4} {:>8.4} {:>8.4} | {:>7.3} {:>6} {:>8.3} | {:>7.4} {:>9.4} {:>8.4} | {:>6.2} {:>6.2} | {:>5.1}%",
             r.config,
             r.b,
             r.ours.0,
             r.ours.1,
             r.ours.2,
             r.ours.0 / floor,
+            r.read.map_or("-".into(), |(_, ratio)| format!("{ratio:.3}")),
             r.ours.0 / r.gemm.0,
             r.gemm.0,
             r.gemm_multinomial.0,

@@ -112,8 +112,9 @@ impl Baselines {
 
     /// Reads `src` once (the read-only streaming kernel: 16-byte loads, four in flight per thread,
     /// `blocks` blocks), folding it into one word per block of `out` (at least `blocks` words).
-    /// `src` is used in whole 16-byte chunks.
-    pub fn stream_read(&self, src: &CudaSlice<u8>, out: &mut CudaSlice<u32>, blocks: u32) -> Result<()> {
+    /// `src` (any element type: a buffer of bytes, or an LM head's weight) is used in whole 16-byte
+    /// chunks and must start 16-byte aligned.
+    pub fn stream_read<T>(&self, src: &CudaView<'_, T>, out: &mut CudaSlice<u32>, blocks: u32) -> Result<()> {
         if out.len() < blocks as usize || blocks == 0 {
             return Err(Error::LengthMismatch {
                 buffer: "stream_read output",
@@ -122,19 +123,22 @@ impl Baselines {
             });
         }
         let (s, _s) = src.device_ptr(&self.stream);
+        if s % 16 != 0 {
+            return Err(Error::Misaligned { buffer: "stream_read source", address: s, alignment: 16 });
+        }
         let (o, _o) = out.device_ptr_mut(&self.stream);
         let p = ByValue(StreamReadParams {
             src: s as *const [u32; 4],
             out: o as *mut u32,
-            chunks: (src.len() / 16) as u64,
+            chunks: (src.len() * size_of::<T>() / 16) as u64,
         });
         let cfg = LaunchConfig {
             grid_dim: (blocks, 1, 1),
             block_dim: (STREAM_READ_THREADS, 1, 1),
             shared_mem_bytes: 8 * STREAM_READ_THREADS / 32,
         };
-        // SAFETY: `src` holds `chunks` 16-byte chunks (a cudarc allocation: 256-byte aligned), `out`
-        // `blocks` words; both this stream's.
+        // SAFETY: `src` holds `chunks` whole 16-byte chunks from a 16-byte-aligned start (checked
+        // above), `out` `blocks` words; both this stream's.
         unsafe { self.stream.launch_builder(&self.stream_read).arg(&p).launch(cfg) }?;
         Ok(())
     }

@@ -57,12 +57,51 @@ impl EventTimer {
         stream.synchronize()?;
         let mut times = Vec::with_capacity(runs);
         for _ in 0..runs.max(1) {
-            self.start.record(stream)?;
-            f()?;
-            self.stop.record(stream)?;
-            self.stop.synchronize()?;
-            times.push(self.start.elapsed_ms(&self.stop)? as f64);
+            times.push(self.once(stream, &mut f)?);
         }
         Ok(Stats::of(times))
+    }
+
+    /// Times `f` against a baseline `g` in one interleaved loop: both `warmup` times untimed, then
+    /// `runs` rounds of one timed run each, the two in alternating order (`f` first in even rounds),
+    /// so that a slow drift of the GPU (clocks, temperature, a neighbour's load) weighs on both
+    /// alike. Returns the stats of `f`, of `g`, and of the per-round ratio `f ÷ g` (whose median is
+    /// the comparison to quote: it does not mix a fast moment of one with a slow one of the other).
+    pub fn time_paired(
+        &self,
+        stream: &CudaStream,
+        warmup: usize,
+        runs: usize,
+        mut f: impl FnMut() -> Result<()>,
+        mut g: impl FnMut() -> Result<()>,
+    ) -> Result<(Stats, Stats, Stats)> {
+        for _ in 0..warmup {
+            f()?;
+            g()?;
+        }
+        stream.synchronize()?;
+        let n = runs.max(1);
+        let (mut tf, mut tg, mut ratio) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+        for round in 0..n {
+            let (a, b) = if round % 2 == 0 {
+                (self.once(stream, &mut f)?, self.once(stream, &mut g)?)
+            } else {
+                let b = self.once(stream, &mut g)?;
+                (self.once(stream, &mut f)?, b)
+            };
+            tf.push(a);
+            tg.push(b);
+            ratio.push(a / b);
+        }
+        Ok((Stats::of(tf), Stats::of(tg), Stats::of(ratio)))
+    }
+
+    /// One run of `f` bracketed by the events (ms); waits for it.
+    fn once(&self, stream: &CudaStream, f: &mut impl FnMut() -> Result<()>) -> Result<f64> {
+        self.start.record(stream)?;
+        f()?;
+        self.stop.record(stream)?;
+        self.stop.synchronize()?;
+        Ok(self.start.elapsed_ms(&self.stop)? as f64)
     }
 }
