@@ -12,7 +12,8 @@
 //!    HBM floor = weight bytes / bandwidth; on the H200 the read-only stream, ~5% above the copy rate)
 //!    and an 8192³ bf16 cuBLAS GEMM (tensor-core rate → compute floor);
 //! 6. the read-only stream of each config's own weight bytes, timed in the same loop as ours
-//!    (alternate runs): the `/read` column is the median of the per-run ratios ours ÷ read, a floor
+//!    (alternate runs, each after an untimed read of 4 × L2 of other bytes, so neither finds the
+//!    weight in L2): the `/read` column is the median of the per-run ratios ours ÷ read, a floor
 //!    that drifts with ours (clocks, temperature, neighbours) where `/floor` uses the bandwidth
 //!    measured once at the start.
 //!
@@ -192,7 +193,14 @@ type R<T> = Result<T, Box<dyn std::error::Error>>;
 fn main() -> R<()> {
     let a = args();
     if let Some(csv) = &a.replot {
-        let rows: Vec<Row> = std::fs::read_to_string(csv)?.lines().skip(1).filter_map(Row::from_csv).collect();
+        let text = std::fs::read_to_string(csv)?;
+        let mut rows = Vec::new();
+        for (i, line) in text.lines().enumerate().skip(1).filter(|(_, l)| !l.trim().is_empty()) {
+            match Row::from_csv(line) {
+                Some(r) => rows.push(r),
+                None => eprintln!("--replot: line {} of {} is not a results row; skipped", i + 1, csv.display()),
+            }
+        }
         for p in report::write_files(&a.out, &rows, "{\"replot\": true}")? {
             println!("wrote {}", p.display());
         }
@@ -229,6 +237,10 @@ fn main() -> R<()> {
     let read = timer.time(&stream, 3, 20, || base.stream_read(&read_src.as_view(), &mut read_out, blocks))?;
     let read_rate = copy_bytes as f64 / (read.median * 1e-3); // bytes/s
     drop(read_src);
+    // The main table's L2 flush before each timed run: a buffer of 4 × L2 (at least 64 MiB).
+    let l2 = gpu.context().attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)?;
+    let flush: CudaSlice<u8> = stream.alloc_zeros((4 * l2.max(0) as usize).max(64 << 20))?;
+    let mut flush_out: CudaSlice<u32> = stream.alloc_zeros(blocks as usize)?;
     // The HBM floor's bandwidth: the faster of the two ways to stream the weights.
     let bandwidth = copy_rate.max(read_rate);
     eprintln!(
@@ -302,11 +314,13 @@ fn main() -> R<()> {
             let mut out = gpu.alloc_samples(b, v)?;
             // Ours interleaved with a read-only stream of the same weight bytes (alternate runs): the
             // `/read` column, a floor taken beside each measurement, which the GPU's drift over the
-            // run (clocks, temperature, a neighbour's load) moves with ours.
+            // run (clocks, temperature, a neighbour's load) moves with ours. Before each timed run,
+            // untimed, a read of 4 × L2 of other bytes: neither side finds the weight's lines the
+            // other left in L2 (ours loads it evict-first, the read does not).
             let (ours, weight_read, ours_over_read) = timer.time_paired(
                 &stream,
-                10,
-                runs,
+                (10, runs),
+                || base.stream_read(&flush.as_view(), &mut flush_out, blocks),
                 || gpu.sample_device(&hm, &wm, &sample, &mut out),
                 || base.stream_read(&wm.data, &mut read_out, blocks),
             )?;

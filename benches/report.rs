@@ -60,8 +60,8 @@ impl Row {
         )
     }
 
-    /// A row of `results.csv`: 22 fields (the last two empty without the paired read), or the 20 of
-    /// a CSV from before it.
+    /// A row of `results.csv`: 22 fields (the last two both empty without the paired read), or the 20
+    /// of a CSV from before it; `None` for anything else.
     pub fn from_csv(line: &str) -> Option<Row> {
         let f: Vec<&str> = line.split(',').collect();
         if f.len() != 20 && f.len() != 22 {
@@ -82,7 +82,7 @@ impl Row {
             hbm_floor: n(17)?,
             compute_floor: n(18)?,
             agree: f[19].parse().ok()?,
-            read: if f.len() == 22 && !f[20].is_empty() { Some((n(20)?, n(21)?)) } else { None },
+            read: if f.len() == 20 || (f[20].is_empty() && f[21].is_empty()) { None } else { Some((n(20)?, n(21)?)) },
         })
     }
 

@@ -65,13 +65,15 @@ impl EventTimer {
     /// Times `f` against a baseline `g` in one interleaved loop: both `warmup` times untimed, then
     /// `runs` rounds of one timed run each, the two in alternating order (`f` first in even rounds),
     /// so that a slow drift of the GPU (clocks, temperature, a neighbour's load) weighs on both
-    /// alike. Returns the stats of `f`, of `g`, and of the per-round ratio `f ÷ g` (whose median is
-    /// the comparison to quote: it does not mix a fast moment of one with a slow one of the other).
+    /// alike. `prep` runs before every timed run, on the stream ahead of the start event (so outside
+    /// the timing): e.g. a read of a buffer larger than L2, so that neither side finds what the other
+    /// left there. Returns the stats of `f`, of `g`, and of the per-round ratio `f ÷ g` (whose median
+    /// is the comparison to quote: it does not mix a fast moment of one with a slow one of the other).
     pub fn time_paired(
         &self,
         stream: &CudaStream,
-        warmup: usize,
-        runs: usize,
+        (warmup, runs): (usize, usize),
+        mut prep: impl FnMut() -> Result<()>,
         mut f: impl FnMut() -> Result<()>,
         mut g: impl FnMut() -> Result<()>,
     ) -> Result<(Stats, Stats, Stats)> {
@@ -82,12 +84,17 @@ impl EventTimer {
         stream.synchronize()?;
         let n = runs.max(1);
         let (mut tf, mut tg, mut ratio) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+        let mut timed = |h: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
+            prep()?;
+            self.once(stream, h)
+        };
         for round in 0..n {
             let (a, b) = if round % 2 == 0 {
-                (self.once(stream, &mut f)?, self.once(stream, &mut g)?)
+                let a = timed(&mut f)?;
+                (a, timed(&mut g)?)
             } else {
-                let b = self.once(stream, &mut g)?;
-                (self.once(stream, &mut f)?, b)
+                let b = timed(&mut g)?;
+                (timed(&mut f)?, b)
             };
             tf.push(a);
             tg.push(b);
@@ -97,7 +104,7 @@ impl EventTimer {
     }
 
     /// One run of `f` bracketed by the events (ms); waits for it.
-    fn once(&self, stream: &CudaStream, f: &mut impl FnMut() -> Result<()>) -> Result<f64> {
+    fn once(&self, stream: &CudaStream, f: &mut dyn FnMut() -> Result<()>) -> Result<f64> {
         self.start.record(stream)?;
         f()?;
         self.stop.record(stream)?;
