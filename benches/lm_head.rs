@@ -12,10 +12,13 @@
 //!    HBM floor = weight bytes / bandwidth; on the H200 the read-only stream, ~5% above the copy rate)
 //!    and an 8192³ bf16 cuBLAS GEMM (tensor-core rate → compute floor);
 //! 6. the read-only stream of each config's own weight bytes, timed in the same loop as ours
-//!    (alternate runs, each after an untimed read of 4 × L2 of other bytes, so neither finds the
-//!    weight in L2): the `/read` column is the median of the per-run ratios ours ÷ read, a floor
-//!    that drifts with ours (clocks, temperature, neighbours) where `/floor` uses the bandwidth
+//!    (alternate runs): the `/read` column is the median of the per-run ratios ours ÷ read, a floor
+//!    that drifts with ours (a neighbour's load, temperature) where `/floor` uses the bandwidth
 //!    measured once at the start.
+//!
+//! Every timed run of 1–4 and 6 follows an untimed read of 4 × L2 of other bytes, as a decode
+//! step's layers would between two LM-head calls: no run finds in L2 the weight lines or logits a
+//! run before it left there, nor pays for writing those logits back.
 //!
 //! Prints a table last, writes `target/flashsampling-bench/{results.csv, results.json, plot-*.svg}`
 //! (one plot per config).
@@ -312,29 +315,34 @@ fn main() -> R<()> {
             let sample = SamplingParams::new(1.0, 7);
             let greedy = SamplingParams::greedy();
             let mut out = gpu.alloc_samples(b, v)?;
+            // Every timed run below follows an untimed read of 4 × L2 of other bytes (`flush_l2`), as a
+            // decode step's layers would between two LM-head calls: no run finds the weight's lines or
+            // the logits a run before it left in L2, nor pays for writing the latter back.
+            let mut flush_l2 = || base.stream_read(&flush.as_view(), &mut flush_out, blocks);
             // Ours interleaved with a read-only stream of the same weight bytes (alternate runs): the
-            // `/read` column, a floor taken beside each measurement, which the GPU's drift over the
-            // run (clocks, temperature, a neighbour's load) moves with ours. Before each timed run,
-            // untimed, a read of 4 × L2 of other bytes: neither side finds the weight's lines the
-            // other left in L2 (ours loads it evict-first, the read does not).
+            // `/read` column, a floor taken beside each measurement, which a drift of the memory
+            // system over the run (a neighbour's load, temperature) moves with ours.
             let (ours, weight_read, ours_over_read) = timer.time_paired(
                 &stream,
                 (10, runs),
-                || base.stream_read(&flush.as_view(), &mut flush_out, blocks),
+                &mut flush_l2,
                 || gpu.sample_device(&hm, &wm, &sample, &mut out),
                 || base.stream_read(&wm.data, &mut read_out, blocks),
             )?;
             let ours_tokens = stream.clone_dtoh(&out.tokens())?;
             let mut out_g = gpu.alloc_samples(b, v)?;
-            let ours_greedy = timer.time(&stream, 10, runs, || gpu.sample_device(&hm, &wm, &greedy, &mut out_g))?;
+            let ours_greedy = timer.time_prepped(&stream, (10, runs), &mut flush_l2, || {
+                gpu.sample_device(&hm, &wm, &greedy, &mut out_g)
+            })?;
             // Logits and probabilities, [B, vb] f32 each.
             let mut buf = base.alloc(b, vb, &sample)?;
-            let gemm = timer.time(&stream, 10, runs, || base.gemm(&hm.data, &wb, d, &mut buf))?;
-            let mult = timer.time(&stream, 10, runs, || {
+            let gemm =
+                timer.time_prepped(&stream, (10, runs), &mut flush_l2, || base.gemm(&hm.data, &wb, d, &mut buf))?;
+            let mult = timer.time_prepped(&stream, (10, runs), &mut flush_l2, || {
                 base.gemm(&hm.data, &wb, d, &mut buf)?;
                 base.softmax_multinomial(&mut buf, &sample)
             })?;
-            let gum = timer.time(&stream, 10, runs, || {
+            let gum = timer.time_prepped(&stream, (10, runs), &mut flush_l2, || {
                 base.gemm(&hm.data, &wb, d, &mut buf)?;
                 base.gumbel_over_logits(&mut buf, &sample)
             })?;

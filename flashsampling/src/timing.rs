@@ -49,14 +49,27 @@ impl EventTimer {
         stream: &CudaStream,
         warmup: usize,
         runs: usize,
+        f: impl FnMut() -> Result<()>,
+    ) -> Result<Stats> {
+        self.time_prepped(stream, (warmup, runs), || Ok(()), f)
+    }
+
+    /// [`Self::time`] with `prep` run before every timed run, on the stream ahead of the start event
+    /// (so outside the timing), as in [`Self::time_paired`].
+    pub fn time_prepped(
+        &self,
+        stream: &CudaStream,
+        (warmup, runs): (usize, usize),
+        mut prep: impl FnMut() -> Result<()>,
         mut f: impl FnMut() -> Result<()>,
     ) -> Result<Stats> {
         for _ in 0..warmup {
             f()?;
         }
         stream.synchronize()?;
-        let mut times = Vec::with_capacity(runs);
+        let mut times = Vec::with_capacity(runs.max(1));
         for _ in 0..runs.max(1) {
+            prep()?;
             times.push(self.once(stream, &mut f)?);
         }
         Ok(Stats::of(times))
