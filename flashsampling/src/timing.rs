@@ -69,8 +69,7 @@ impl EventTimer {
         stream.synchronize()?;
         let mut times = Vec::with_capacity(runs.max(1));
         for _ in 0..runs.max(1) {
-            prep()?;
-            times.push(self.once(stream, &mut f)?);
+            times.push(self.once(stream, &mut prep, &mut f)?);
         }
         Ok(Stats::of(times))
     }
@@ -97,17 +96,13 @@ impl EventTimer {
         stream.synchronize()?;
         let n = runs.max(1);
         let (mut tf, mut tg, mut ratio) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
-        let mut timed = |h: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
-            prep()?;
-            self.once(stream, h)
-        };
         for round in 0..n {
             let (a, b) = if round % 2 == 0 {
-                let a = timed(&mut f)?;
-                (a, timed(&mut g)?)
+                let a = self.once(stream, &mut prep, &mut f)?;
+                (a, self.once(stream, &mut prep, &mut g)?)
             } else {
-                let b = timed(&mut g)?;
-                (timed(&mut f)?, b)
+                let b = self.once(stream, &mut prep, &mut g)?;
+                (self.once(stream, &mut prep, &mut f)?, b)
             };
             tf.push(a);
             tg.push(b);
@@ -116,8 +111,14 @@ impl EventTimer {
         Ok((Stats::of(tf), Stats::of(tg), Stats::of(ratio)))
     }
 
-    /// One run of `f` bracketed by the events (ms); waits for it.
-    fn once(&self, stream: &CudaStream, f: &mut dyn FnMut() -> Result<()>) -> Result<f64> {
+    /// `prep` untimed, then one run of `f` bracketed by the events (ms); waits for it.
+    fn once(
+        &self,
+        stream: &CudaStream,
+        prep: &mut dyn FnMut() -> Result<()>,
+        f: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<f64> {
+        prep()?;
         self.start.record(stream)?;
         f()?;
         self.stop.record(stream)?;
