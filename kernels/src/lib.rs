@@ -11,7 +11,8 @@
 //! | [`epilogue`] | logit transform (temperature) and the tile epilogue |
 //! | [`candidate`] | the per-tile state: `update` and associative `merge` |
 //! | [`logits`] | per-row logit processing before the temperature: soft-cap, sparse adjustments, the allowed-token mask |
-//! | [`logmass`] | online log-sum-exp state (softmax baseline today; fused log-probs next) |
+//! | [`logmass`] | online log-sum-exp state (the log-probability kernels, the rank merge) |
+//! | [`exactmass`] | exact log-sum-exp state: integer bins at absolute places, the same bits for any grouping of the vocab |
 //! | [`config`] | tile sizes, the typed kernel variants (family, PTX module, thread bound) and their choice per batch size, shared with the host |
 //! | [`params`] | kernel parameter structs, passed by value |
 //! | [`truncate`] | top-k / top-p / min-p: per-unit top lists, the certificate, the kept set |
@@ -24,6 +25,7 @@
 pub mod candidate;
 pub mod config;
 pub mod epilogue;
+pub mod exactmass;
 pub mod launch;
 pub mod logits;
 pub mod logmass;
