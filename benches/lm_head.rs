@@ -43,7 +43,8 @@
 //!   soft-capping, `n = 8` samples per row, sparse adjustments (32 penalized tokens per row), all of
 //!   them together, and the plain call on f16 operands; prints a table of medians and ratios to the
 //!   plain call and writes `controls.csv`. Takes `--shape`, `--batches`, and `--modes a,b` (only
-//!   those modes besides the plain call: `temps`, `logprobs`, `temps+logprobs`, `top20`, `mask`,
+//!   those modes besides the plain call: `temps`, `logprobs`, `exact` (log-probabilities on the
+//!   exact log-sum-exp path, `SamplingParams::exact_logsumexp`), `temps+logprobs`, `top20`, `mask`,
 //!   `softcap`, `n=8`, `adjust`, `all`, `f16`).
 //! - `--truncation`: instead of the baselines, time top-k (50) + top-p (0.9) per row in the fused
 //!   call (the certificate path, its fallback when needed) against the plain fused call and against
@@ -484,8 +485,20 @@ fn controls(gpu: &GpuBackend, timer: &EventTimer, a: &Args, bandwidth: f64) -> R
     let batches = a.batches.clone().unwrap_or_else(|| vec![1, 8, 16, 32, 64, 128, 256]);
     let bmax = *batches.iter().max().unwrap();
     let runs = a.runs;
-    const MODES: [&str; 11] =
-        ["plain", "temps", "logprobs", "temps+logprobs", "top20", "mask", "softcap", "n=8", "adjust", "all", "f16"];
+    const MODES: [&str; 12] = [
+        "plain",
+        "temps",
+        "logprobs",
+        "exact",
+        "temps+logprobs",
+        "top20",
+        "mask",
+        "softcap",
+        "n=8",
+        "adjust",
+        "all",
+        "f16",
+    ];
     if let Some(m) = a.modes.iter().find(|m| !MODES.contains(&m.as_str())) {
         return Err(format!("--modes: no mode {m:?} (modes: {})", MODES.join(", ")).into());
     }
@@ -522,6 +535,7 @@ fn controls(gpu: &GpuBackend, timer: &EventTimer, a: &Args, bandwidth: f64) -> R
             let plain = SamplingParams::new(1.0, 7);
             let tp = plain.clone().with_temperatures(temps.clone());
             let lp = plain.clone().with_logprobs(LogProbs::Processed);
+            let exact = lp.clone().with_exact_logsumexp(true);
             let tl = tp.clone().with_logprobs(LogProbs::Processed);
             let top20 = tl.clone().with_top_logprobs(20, false);
             let cap = plain.clone().with_softcap(30.0);
@@ -544,10 +558,11 @@ fn controls(gpu: &GpuBackend, timer: &EventTimer, a: &Args, bandwidth: f64) -> R
             }
             let adjusted = plain.clone().with_adjustments(adj.clone());
             let all = tl.clone().with_softcap(30.0).with_samples_per_row(8).with_adjustments(adj);
-            let cases: [(&str, &SamplingParams, bool); 10] = [
+            let cases: [(&str, &SamplingParams, bool); 11] = [
                 ("plain", &plain, false),
                 ("temps", &tp, false),
                 ("logprobs", &lp, false),
+                ("exact", &exact, false),
                 ("temps+logprobs", &tl, false),
                 ("top20", &top20, false),
                 ("mask", &plain, true),

@@ -88,57 +88,6 @@ fn token_sets(sampled: &[u32], v: usize, params: &SamplingParams, seed: u64) -> 
     sets
 }
 
-/// GPU == CPU scores: log-probabilities within 1e-4 (both `−∞` for a removed token), log-sum-exps
-/// within 1e-5 relative (both NaN for a greedy row).
-fn assert_scores_close(what: &str, g: &Scores, c: &Scores) {
-    // `z / T − lse` in f32 resolves the larger of the two operands' ulps: at T = 0.001 a row's
-    // log-sum-exp is in the thousands (ulp 2.4e-4) even where the log-probability is near 0, so each
-    // log-probability's tolerance also has 4 ulps (5e-7 relative) of its row's log-sum-exp.
-    let lse_of = |i: usize, name: &str| {
-        let l = if name.starts_with("raw") { c.raw_logsumexp[i] } else { c.logsumexp[i] };
-        if l.is_finite() { 5e-7 * (l as f64).abs() } else { 0.0 }
-    };
-    let close = |name: &str, a: &[f32], b: &[f32], abs: f64, rel: f64| {
-        assert_eq!(a.len(), b.len(), "{what}: {name} length");
-        for (i, (&x, &y)) in a.iter().zip(b).enumerate() {
-            if y.is_nan() || y.is_infinite() {
-                assert_eq!(x.to_bits(), y.to_bits(), "{what}: {name}[{i}] GPU {x} CPU {y}");
-                continue;
-            }
-            let scale = if name.contains("log-probabilities") { lse_of(i, name) } else { 0.0 };
-            let tol = abs + rel * (y as f64).abs() + scale;
-            assert!(((x - y) as f64).abs() <= tol, "{what}: {name}[{i}] GPU {x} CPU {y} (tolerance {tol:e})");
-        }
-    };
-    // A given token's log-probability can be far from 0 (−2195 at T = 0.001): there f32 resolves
-    // 2.4e-4, so the tolerance is 1e-4 plus 1e-6 relative (8 ulps).
-    close("log-probabilities", &g.logprobs, &c.logprobs, 1e-4, 1e-6);
-    close("raw log-probabilities", &g.raw_logprobs, &c.raw_logprobs, 1e-4, 1e-6);
-    close("log-sum-exps", &g.logsumexp, &c.logsumexp, 0.0, 1e-5);
-    close("raw log-sum-exps", &g.raw_logsumexp, &c.raw_logsumexp, 0.0, 1e-5);
-    // Top lists: the same tokens in the same order, their log-probabilities as the given token's
-    // (the tolerance of their row's log-sum-exp: the processed one, or the raw one when a row's
-    // list is raw, told by its first entry: −lse there is the raw one's); the ranks exactly.
-    assert_eq!(g.top_logprobs.is_some(), c.top_logprobs.is_some(), "{what}: top lists");
-    assert_eq!(g.ranks, c.ranks, "{what}: the given tokens' ranks");
-    if let (Some(gt), Some(ct)) = (&g.top_logprobs, &c.top_logprobs) {
-        assert_eq!(gt.len(), ct.len(), "{what}: top lists' rows");
-        for (r, (a, b)) in gt.iter().zip(ct).enumerate() {
-            let tokens = |l: &[(u32, f32)]| l.iter().map(|e| e.0).collect::<Vec<_>>();
-            assert_eq!(tokens(a), tokens(b), "{what}: row {r}'s top tokens");
-            let lse = [c.logsumexp[r], c.raw_logsumexp[r]].map(|l| if l.is_finite() { (l as f64).abs() } else { 0.0 });
-            for (&(t, x), &(_, y)) in a.iter().zip(b) {
-                if !y.is_finite() {
-                    assert_eq!(x.to_bits(), y.to_bits(), "{what}: row {r} top token {t}: GPU {x} CPU {y}");
-                    continue;
-                }
-                let tol = 1e-4 + 1e-6 * (y as f64).abs() + 5e-7 * lse[0].max(lse[1]);
-                assert!(((x - y) as f64).abs() <= tol, "{what}: row {r} top token {t}: GPU {x} CPU {y} ({tol:e})");
-            }
-        }
-    }
-}
-
 #[test]
 fn gpu_scores_match_the_cpu_on_every_control_and_variant() {
     let test = "gpu_scores_match_the_cpu_on_every_control_and_variant";

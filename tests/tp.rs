@@ -1126,6 +1126,92 @@ fn scoring_over_two_ranks_on_one_gpu_equals_one_gpu() {
 }
 
 #[test]
+fn exact_log_sum_exps_over_two_ranks_equal_one_gpu_bit_for_bit() {
+    // Issue 52 (`SamplingParams::exact_logsumexp`): two ranks in threads on one GPU through the
+    // in-process all-gather, shards split evenly (padded) and unevenly (an offset that is a multiple
+    // of 4 but not of 128), sample with log-probabilities and score given tokens: tokens, scores,
+    // log-probabilities, raw log-probabilities and log-sum-exps equal the one-GPU exact call's bit
+    // for bit, with per-row temperatures (greedy rows), a mask, a soft-cap and adjustments across
+    // the shards. A truncating exact call over shards is a typed error.
+    let Some(one) = gpu_or_skip("exact_log_sum_exps_over_two_ranks_equal_one_gpu_bit_for_bit") else { return };
+    let (b, d, v) = (24usize, 256usize, 20_003usize);
+    let even = ShardLayout::even(v, d, 2, 128).unwrap();
+    let padded = even[1].offset + even[1].rows;
+    let (hidden, weight) = padded_head(b, d, v, padded, 0x7A_E4);
+    let uneven = layouts(&[7_204, v], v, d);
+    let temps: Vec<f32> = (0..b).map(|r| [0.7, 0.0, 1.0, 1.6, 1e-3][r % 5]).collect();
+    let base = SamplingParams::new(0.9, 0xE4)
+        .with_streams((0..b as u64).collect())
+        .with_exact_logsumexp(true)
+        .with_logprobs(LogProbs::ProcessedAndRaw);
+    let cases = [
+        ("plain", base.clone()),
+        ("per-row T (greedy rows)", base.clone().with_temperatures(temps.clone())),
+        (
+            "mask + soft-cap + adjustments",
+            base.clone()
+                .with_temperatures(temps)
+                .with_allowed(half_mask(b, v, 0xE4))
+                .with_softcap(20.0)
+                .with_adjustments(cross_shard_adjustments(b, v)),
+        ),
+    ];
+    let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight[..v * d], v, d));
+    for (lname, ls) in [("even", &even), ("uneven", &uneven)] {
+        for (name, params) in &cases {
+            let at = format!("{lname} shards, {name}");
+            let want = one.sample_scored(h, w, params).unwrap();
+            let got = on_two_ranks((&hidden, &weight, d), ls, |rank, (hm, wm), out| {
+                rank.sample_device(hm, wm, params, None, out).unwrap();
+                rank.synchronize().unwrap();
+                let stream = rank.gpu().stream().clone();
+                let get = |x: Option<cudarc::driver::CudaView<'_, f32>>| stream.clone_dtoh(&x.unwrap()).unwrap();
+                (
+                    stream.clone_dtoh(&out.tokens()).unwrap(),
+                    [get(out.logprobs()), get(out.raw_logprobs()), get(out.logsumexp())],
+                )
+            });
+            for (r, (tokens, lps)) in got.iter().enumerate() {
+                assert_eq!(tokens, &want.tokens, "{at}: rank {r}'s tokens");
+                let wants = [&want.logprobs, &want.raw_logprobs, &want.logsumexp].map(|x| bits(x.as_ref().unwrap()));
+                for (k, what) in ["log-probabilities", "raw log-probabilities", "log-sum-exps"].iter().enumerate() {
+                    assert_eq!(bits(&lps[k]), wants[k], "{at}: rank {r}'s {what}");
+                }
+            }
+            // Scores of the sampled tokens and of a token of each shard.
+            for (k, tokens) in [
+                want.tokens.clone(),
+                (0..b).map(|r| (r * 131 % ls[1].offset) as u32).collect(),
+                (0..b).map(|r| (ls[1].offset + r * 977 % (v - ls[1].offset)) as u32).collect(),
+            ]
+            .iter()
+            .enumerate()
+            {
+                let want = one.score(h, w, params, tokens).unwrap();
+                let got = scores_on_two_ranks((&hidden, &weight, d), ls, params, tokens);
+                for (r, got) in got.into_iter().enumerate() {
+                    let got = got.unwrap().scores;
+                    let fields = [&want.logprobs, &want.raw_logprobs, &want.logsumexp, &want.raw_logsumexp];
+                    for (f, want) in fields.iter().enumerate() {
+                        assert_eq!(
+                            bits(&got[f * b..(f + 1) * b]),
+                            bits(want),
+                            "{at}, tokens {k}: rank {r}'s field {f}"
+                        );
+                    }
+                }
+            }
+            visible(&format!("exact log-sum-exps over two ranks == one GPU bit for bit: {at}"));
+        }
+    }
+    let truncating = base.with_top_k(vec![5; b]);
+    let refused = scores_on_two_ranks((&hidden, &weight, d), &even, &truncating, &vec![0; b]);
+    for r in refused {
+        assert!(matches!(r, Err(Error::Unsupported { .. })), "a truncating exact call over shards: {r:?}");
+    }
+}
+
+#[test]
 fn truncating_scores_over_two_ranks_split_long_calls_and_refuse_what_ranks_cannot_score() {
     // A truncating scoring call of more rows than one launch's fallback logits hold
     // (`truncated_score_rows`: 3,354 at V = 20,003) runs as two launches on every rank, whose

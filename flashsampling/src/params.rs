@@ -62,6 +62,19 @@ pub struct SamplingParams {
     pub top_logprobs: u32,
     /// `top_logprobs` of the raw distribution (`softmax(logits)`, nothing applied) instead.
     pub top_logprobs_raw: bool,
+    /// Exact log-sum-exps (GPU): each row's log-sum-exps are summed in integer bins at absolute
+    /// binary places ([`flashsampling_kernels::exactmass`]), so every log-probability and
+    /// log-sum-exp of the call is the same bits whatever splits the vocabulary — the blocks of one
+    /// GPU or the ranks of a tensor-parallel group ([`crate::tp`]): a sharded call equals the
+    /// one-GPU call bit for bit. The call then runs the exact path: its logits are materialized
+    /// (one `mma.sync` pass over the weight, `B × V` f32 in the call's buffers), sampled and scored
+    /// by the GEMM-fed kernels and summed exactly per row; tokens are the same as on the default
+    /// path except at f32 near-ties of the logits; the call runs the GEMM-fed kernels whatever
+    /// variant is forced ([`crate::GpuBackend::set_fused_variant`]). Off by default (the fused
+    /// log-probabilities are then within ~1e-6 of these, and their last bits follow the partition).
+    /// No effect on a call that reads no log-sum-exp (no log-probabilities, top log-probabilities or
+    /// given tokens); the CPU backend ignores it (its sums are f64).
+    pub exact_logsumexp: bool,
 }
 
 /// Most tokens [`SamplingParams::top_logprobs`] returns per row.
@@ -120,6 +133,7 @@ impl SamplingParams {
             min_p: None,
             top_logprobs: 0,
             top_logprobs_raw: false,
+            exact_logsumexp: false,
         }
     }
 
@@ -214,6 +228,19 @@ impl SamplingParams {
         self
     }
 
+    /// Sets [`Self::exact_logsumexp`].
+    pub fn with_exact_logsumexp(mut self, on: bool) -> Self {
+        self.exact_logsumexp = on;
+        self
+    }
+
+    /// Whether a GPU call with these parameters runs the exact log-sum-exp path: with
+    /// [`Self::exact_logsumexp`] where something reads a log-sum-exp — log-probabilities, top
+    /// log-probabilities, or given tokens (`scoring`). A call that only truncates keeps the fused pass.
+    pub(crate) fn runs_exact(&self, scoring: bool) -> bool {
+        self.exact_logsumexp && (self.logprobs != LogProbs::Off || self.top_logprobs > 0 || scoring)
+    }
+
     /// Row `row`'s truncation: (top-k, top-p, min-p), each at its "off" value where not set.
     pub fn row_truncation(&self, row: usize) -> (u32, f32, f32) {
         let get = |v: &Option<Vec<f32>>, off: f32| v.as_ref().and_then(|v| v.get(row).copied()).unwrap_or(off);
@@ -276,6 +303,7 @@ impl SamplingParams {
             min_p: cut(&self.min_p),
             top_logprobs: self.top_logprobs,
             top_logprobs_raw: self.top_logprobs_raw,
+            exact_logsumexp: self.exact_logsumexp,
         })
     }
 

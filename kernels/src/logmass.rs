@@ -85,6 +85,45 @@ pub fn log_prob(x: f32, lse: f32) -> f32 {
     if x == f32::INFINITY && lse == x { 0.0 } else { x - lse }
 }
 
+/// A row's token's outputs from its logits and the row's log-sum-exps `(lse, lse_raw)`: (processed
+/// log-probability, raw log-probability, the processed log-sum-exp as reported). `x` is the token's
+/// processed logit over the temperature, `y` its raw logit. Without a token (`valid` false): NaN
+/// and NaN; a greedy row (no processed distribution): 0 and a NaN log-sum-exp. The one definition
+/// `reduce_rows` and the exact path's rank merge both write.
+#[inline(always)]
+pub fn token_log_probs(valid: bool, greedy: bool, (x, y): (f32, f32), (lse, lse_raw): (f32, f32)) -> (f32, f32, f32) {
+    if !valid {
+        (f32::NAN, f32::NAN, if greedy { f32::NAN } else { lse })
+    } else {
+        let lp = if greedy { 0.0 } else { log_prob(x, lse) };
+        (lp, log_prob(y, lse_raw), if greedy { f32::NAN } else { lse })
+    }
+}
+
+/// A row's given token's (processed, raw) log-probabilities from its logits `(xt, yt)` (as
+/// [`token_log_probs`]' `x`, `y`; `xt = −∞` where the controls remove it) and the row's
+/// log-sum-exps: `−∞` for a removed token (also where nothing is allowed and `lse` is `−∞`); for a
+/// greedy row 0 when it is the row's token (`is_token`), else `−∞`; NaN for both when the row has
+/// a NaN (`nan`: its candidate's score or `yt`). The one definition `reduce_rows` and the exact
+/// path's rank merge both write.
+#[inline(always)]
+pub fn target_log_probs(
+    (nan, greedy, is_token): (bool, bool, bool),
+    (xt, yt): (f32, f32),
+    (lse, lse_raw): (f32, f32),
+) -> (f32, f32) {
+    if nan || yt.is_nan() {
+        return (f32::NAN, f32::NAN);
+    }
+    let lp = match greedy {
+        false if xt == f32::NEG_INFINITY => f32::NEG_INFINITY,
+        false => log_prob(xt, lse),
+        true if is_token => 0.0,
+        true => f32::NEG_INFINITY,
+    };
+    (lp, log_prob(yt, lse_raw))
+}
+
 /// e^x on the host (`core` has no `exp`): a range-reduced degree-6 polynomial (relative error below
 /// 1e-6 on the range the tests use).
 #[cfg(not(target_arch = "nvptx64"))]

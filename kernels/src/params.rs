@@ -3,6 +3,7 @@
 
 use crate::candidate::Candidate;
 use crate::epilogue::Transform;
+use crate::exactmass::ExactMass;
 use crate::logmass::LogMass;
 use crate::truncate::{StoredTop, Truncation};
 
@@ -182,6 +183,45 @@ pub struct FusedParams {
     pub target_logprobs: *mut f32,
     /// With `targets`: each row's given token's raw log-probability (`log softmax(y)[t]`), `[B]`.
     pub target_raw_logprobs: *mut f32,
+    /// Each row's exact log-masses `[B]` ([`RowExact`], written by `exact_mass_rows` after a
+    /// GEMM-fed log-probability launch, `SamplingParams::exact_logsumexp` on the host), from which
+    /// the reduction takes the row's log-sum-exps instead of the merged [`RowMass`]es; null: from
+    /// the masses.
+    pub exact: *mut RowExact,
+}
+
+/// A row's exact-path record (`SamplingParams::exact_logsumexp` on the host): its exact log-masses
+/// ([`ExactMass`]: integer bins, the same bits for any grouping of the vocabulary) — of the
+/// processed logits over the temperature (empty for a greedy row) and of the raw logits, over every
+/// vocab row of the launch and, in the processed one, its adjusted tokens (`exact_mass_rows`) — and
+/// the logits its log-probabilities subtract the log-sum-exps from (`reduce_rows`): what a
+/// tensor-parallel rank exchanges so that the ranks' merge computes the one-GPU bits.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RowExact {
+    /// Of `z / T` over the allowed tokens.
+    pub processed: ExactMass,
+    /// Of the raw logits `y` over every token.
+    pub raw: ExactMass,
+    /// The row's token's processed logit over the temperature (`z / T`, its adjusted `z` where an
+    /// adjusted token won) and raw logit `y`; NaN without a token.
+    pub token: [f32; 2],
+    /// A scoring launch's given token's processed logit over the temperature (`−∞` where the
+    /// controls remove it) and raw logit; NaN where the launch's rows do not hold it.
+    pub target: [f32; 2],
+}
+
+impl RowExact {
+    /// Nothing seen, no logits.
+    pub const EMPTY: Self =
+        Self { processed: ExactMass::EMPTY, raw: ExactMass::EMPTY, token: [f32::NAN; 2], target: [f32::NAN; 2] };
+
+    /// `self` with its masses combined with `other`'s (exact: any grouping gives the same bits);
+    /// the logits stay `self`'s.
+    #[inline(always)]
+    pub fn merge_masses(self, other: Self) -> Self {
+        Self { processed: self.processed.merge(other.processed), raw: self.raw.merge(other.raw), ..self }
+    }
 }
 
 impl FusedParams {
@@ -223,6 +263,7 @@ impl FusedParams {
         targets: core::ptr::null(),
         target_logprobs: core::ptr::null_mut(),
         target_raw_logprobs: core::ptr::null_mut(),
+        exact: core::ptr::null_mut(),
     };
 }
 
@@ -309,6 +350,12 @@ pub struct MergeRanksParams {
     pub target_logprobs: *mut f32,
     /// Output with `K = 8`: the given tokens' raw log-probabilities `[B]`.
     pub target_raw_logprobs: *mut f32,
+    /// `merge_ranks_exact` (the exact path, `SamplingParams::exact_logsumexp` on the host): where
+    /// each rank's `B` [`RowExact`] records start in its block of `gathered`, in words (a multiple of
+    /// 4, at least `K·B`); `merge_ranks` reads no record (0).
+    pub exact_at: u32,
+    /// Padding (zero).
+    pub _pad: u32,
 }
 
 /// One adjusted token's result for one sample row (the `adjust_tokens` kernel's output): its
@@ -699,8 +746,16 @@ pub struct FallbackLogitsParams {
     pub fused: FusedParams,
     /// The rows: `[0]` their count, then the sample rows (only the count is read).
     pub list: *const u32,
-    /// Out: the listed rows' raw logits, `[count, v]`, f32.
+    /// Out: the listed rows' raw logits, `[count, ld]`, f32 (row `s`'s logit of vocab row `i < v`
+    /// at `s·ld + i`).
     pub logits: *mut f32,
+    /// Row pitch of `logits` in floats, `≥ v`: `v` for the fallback, [`gemm_logits_ld`] for the
+    /// GEMM-fed kernels that read them (`SamplingParams::exact_logsumexp` on the host).
+    ///
+    /// [`gemm_logits_ld`]: crate::config::gemm_logits_ld
+    pub ld: u32,
+    /// Padding (zero).
+    pub _pad: u32,
 }
 
 /// Parameters of the GEMM-fed kernels ([`Family::GemmLogits`](crate::config::Family::GemmLogits)):

@@ -10,7 +10,8 @@
 //! in-memory simulation of ranks.
 
 use crate::candidate::{Candidate, INVALID_INDEX};
-use crate::logmass::{LogMass, log_prob};
+use crate::logmass::{LogMass, log_prob, target_log_probs, token_log_probs};
+use crate::params::RowExact;
 
 /// One rank's result for one row: what the ranks exchange.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -151,6 +152,56 @@ pub fn merge_target(
     (processed, log_prob(logit(t.raw_logprob, shard.raw_logsumexp), global.raw_logsumexp))
 }
 
+/// The exact path's merge of a row ([`RowExact`], issue 52): the ranks' rows (token and score;
+/// log-probabilities whose `logsumexp` is NaN for a greedy row) with their records (each shard's
+/// exact log-masses and its token's logits), in any order. The token is the candidate merge, as in
+/// [`merge_rank_row`]; the log-sum-exps are those of the merged exact masses (`log2` the backend's
+/// `log₂` on `[1, 2)`, [`crate::exactmass::ExactMass::lse_with`]), and the log-probabilities the
+/// winner's logits minus them ([`token_log_probs`]): the arithmetic `reduce_rows` does on one GPU
+/// over the same values, so the same bits. Returns the merged row and the merged masses.
+#[inline(always)]
+pub fn merge_exact_rank_row(
+    rows: impl Iterator<Item = (RankRow, RowExact)>,
+    log2: impl Fn(f32) -> f32 + Copy,
+) -> (RankRow, RowExact) {
+    let mut best = Candidate::EMPTY;
+    let mut winner = RowExact::EMPTY;
+    let mut masses = RowExact::EMPTY;
+    let mut greedy = false;
+    for (r, e) in rows {
+        let c = r.candidate();
+        if c.beats(best) {
+            best = c;
+            winner = e;
+        }
+        greedy |= r.logprobs.is_some_and(|l| l.logsumexp.is_nan());
+        masses = masses.merge_masses(e);
+    }
+    let lses = (masses.processed.lse_with(log2), masses.raw.lse_with(log2));
+    let token = best.token();
+    let valid = token != INVALID_INDEX;
+    let logits = if valid { (winner.token[0], winner.token[1]) } else { (f32::NAN, f32::NAN) };
+    let (logprob, raw_logprob, logsumexp) = token_log_probs(valid, greedy, logits, lses);
+    let logprobs = RankLogProbs { logprob, raw_logprob, logsumexp, raw_logsumexp: lses.1 };
+    (RankRow { token, score: best.score, logprobs: Some(logprobs) }, masses)
+}
+
+/// The exact path's given-token scores of a row: from the record of the rank whose rows hold
+/// `target` (its raw logit not NaN) and the merge `merged` ([`merge_exact_rank_row`]'s row), by
+/// [`target_log_probs`], as `reduce_rows` scores it on one GPU. NaN for both where no rank holds it.
+#[inline(always)]
+pub fn merge_exact_target(records: impl Iterator<Item = RowExact>, merged: &RankRow, target: u32) -> (f32, f32) {
+    let Some(l) = merged.logprobs else { return (f32::NAN, f32::NAN) };
+    let mut own = (f32::NAN, f32::NAN);
+    for e in records {
+        if !e.target[1].is_nan() {
+            own = (e.target[0], e.target[1]);
+        }
+    }
+    let flags = (merged.score.is_nan(), l.logsumexp.is_nan(), target == merged.token);
+    target_log_probs(flags, own, (l.logsumexp, l.raw_logsumexp))
+}
+
 #[cfg(test)]
 mod tests {
     extern crate std;
@@ -249,5 +300,75 @@ mod tests {
         let rows =
             [(g0.logprobs.unwrap(), outside), (g1.logprobs.unwrap(), RankTarget { logprob: 0.0, raw_logprob: -2.3 })];
         assert_eq!(merge_target(rows.into_iter(), &gm, 40).0, 0.0);
+    }
+
+    #[test]
+    fn the_exact_merge_of_shards_is_the_whole_rows_arithmetic_bit_for_bit() {
+        // A row of 2,003 values split into shards at multiples of 4 (as ranks are): each shard's
+        // exact masses, its winner (the largest value: a greedy-like candidate, noise aside) and its
+        // record; the merge gives what `token_log_probs` / `target_log_probs` give over the whole
+        // row's masses, bit for bit, for every split, in any rank order; greedy rows and a target in
+        // either shard too.
+        let ex2 = |x: f32| x.exp2();
+        let log2 = |x: f32| x.log2();
+        let v = 2003usize;
+        let raw: std::vec::Vec<f32> = (0..v).map(|i| ((i * 7919 % 1000) as f32 / 97.0).sin() * 6.0).collect();
+        let processed: std::vec::Vec<f32> = raw.iter().map(|&y| y / 0.7).collect();
+        let group = |xs: &[f32], g: usize| {
+            core::array::from_fn::<f32, 4, _>(|j| xs.get(4 * g + j).copied().unwrap_or(f32::NEG_INFINITY))
+        };
+        let masses = |range: core::ops::Range<usize>| {
+            let mut m = RowExact::EMPTY;
+            for g in range.start / 4..range.end.div_ceil(4) {
+                m.processed.add_group(group(&processed, g), ex2);
+                m.raw.add_group(group(&raw, g), ex2);
+            }
+            m
+        };
+        let best =
+            |range: core::ops::Range<usize>| range.max_by(|&a, &b| raw[a].total_cmp(&raw[b]).then(b.cmp(&a))).unwrap();
+        let whole = masses(0..v);
+        let lses = (whole.processed.lse_with(log2), whole.raw.lse_with(log2));
+        let top = best(0..v);
+        let target = 1234usize;
+        for greedy in [false, true] {
+            let want = token_log_probs(true, greedy, (processed[top], raw[top]), lses);
+            let want_t = target_log_probs((false, greedy, target == top), (processed[target], raw[target]), lses);
+            for cut in [4usize, 1000, 1232, 1236, 2000] {
+                let parts = [0..cut, cut..v];
+                let mut rows = std::vec::Vec::new();
+                for r in parts.clone() {
+                    let w = best(r.clone());
+                    let mut e = masses(r.clone());
+                    e.token = [processed[w], raw[w]];
+                    e.target = if r.contains(&target) { [processed[target], raw[target]] } else { [f32::NAN; 2] };
+                    let lse = if greedy { f32::NAN } else { e.processed.lse_with(log2) };
+                    let l = RankLogProbs { logprob: 0.0, raw_logprob: 0.0, logsumexp: lse, raw_logsumexp: 0.0 };
+                    rows.push((RankRow { token: w as u32, score: raw[w], logprobs: Some(l) }, e));
+                }
+                for order in [[0usize, 1], [1, 0]] {
+                    let (m, merged) = merge_exact_rank_row(order.iter().map(|&i| rows[i]), log2);
+                    assert_eq!(merged.processed, whole.processed, "cut {cut}");
+                    assert_eq!(merged.raw, whole.raw, "cut {cut}");
+                    let l = m.logprobs.unwrap();
+                    assert_eq!(m.token, top as u32, "cut {cut}");
+                    let got = (l.logprob.to_bits(), l.raw_logprob.to_bits(), l.logsumexp.to_bits());
+                    assert_eq!(
+                        got,
+                        (want.0.to_bits(), want.1.to_bits(), want.2.to_bits()),
+                        "cut {cut}, greedy {greedy}"
+                    );
+                    assert_eq!(l.raw_logsumexp.to_bits(), lses.1.to_bits());
+                    let t = merge_exact_target(order.iter().map(|&i| rows[i].1), &m, target as u32);
+                    assert_eq!((t.0.to_bits(), t.1.to_bits()), (want_t.0.to_bits(), want_t.1.to_bits()), "cut {cut}");
+                }
+            }
+        }
+        // The record the ranks exchange: 16 words, 8-byte aligned (the host's `EXACT_RECORD_WORDS`).
+        assert_eq!((core::mem::size_of::<RowExact>(), core::mem::align_of::<RowExact>()), (64, 8));
+        // No rank holds the target: NaN.
+        let (m, _) =
+            merge_exact_rank_row([(RankRow { token: 0, score: 1.0, logprobs: None }, masses(0..8))].into_iter(), log2);
+        assert!(merge_exact_target([RowExact::EMPTY].into_iter(), &m, 5).0.is_nan());
     }
 }

@@ -78,6 +78,7 @@ class SamplingParams:
     presence_penalty: Any = None
     prompt_tokens: Any = None
     output_tokens: Any = None
+    exact_logsumexp: Any = False
 
 
 _CONTROLS = [f.name for f in dataclasses.fields(SamplingParams)]
@@ -214,7 +215,7 @@ def _float(x, name):
 
 
 def _controls(b, temperature, seed, streams, sample, temperatures, seeds, n, logprobs, top_k, top_p, min_p,
-              softcap, top_logprobs, top_logprobs_raw, mask_words, penalties, positions=None):
+              softcap, top_logprobs, top_logprobs_raw, mask_words, penalties, positions=None, exact_logsumexp=False):
     """The ``controls`` dict of the native calls (their ``ControlArgs``: one key per control). Integer
     controls must be integers (``_int``), per-row integer lists too (the native side refuses floats)."""
     return dict(
@@ -223,7 +224,7 @@ def _controls(b, temperature, seed, streams, sample, temperatures, seeds, n, log
         logprobs=logprobs, top_k=_list(top_k), top_p=_list(top_p), min_p=_list(min_p),
         softcap=None if softcap is None else _float(softcap, "softcap"),
         top_logprobs=_int(top_logprobs, "top_logprobs"), top_logprobs_raw=bool(top_logprobs_raw),
-        mask_words=mask_words, positions=_list(positions), **penalties,
+        exact_logsumexp=bool(exact_logsumexp), mask_words=mask_words, positions=_list(positions), **penalties,
     )
 
 
@@ -369,7 +370,7 @@ def _cpu_tensor_to_numpy(x):
 def sample(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample=0, positions=None, temperatures=None,
            seeds=None,
            n=1, logprobs="off", top_k=None, top_p=None, min_p=None, softcap=None, top_logprobs=0,
-           top_logprobs_raw=False, allowed=None, logit_bias=None, repetition_penalty=None, frequency_penalty=None,
+           top_logprobs_raw=False, exact_logsumexp=False, allowed=None, logit_bias=None, repetition_penalty=None, frequency_penalty=None,
            presence_penalty=None, prompt_tokens=None, output_tokens=None, threads=None, params=None):
     """Tokens drawn from softmax(hidden @ weight.T / T), one per row (``[B]``) or ``n`` per row (``[B, n]``), as a
     ``Samples`` (``.tokens``, ``.scores``, and the log-probabilities asked for).
@@ -387,6 +388,9 @@ def sample(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample=0, p
     lists are B lists (arrays, tensors) of ids, or None entries. Bias first, then the repetition penalty,
     then frequency and presence. ``logprobs`` is "off", "processed" or "processed_and_raw";
     ``top_logprobs`` asks for each row's most likely tokens (see ``Samples`` for what comes back).
+    ``exact_logsumexp`` (GPU) sums each row's log-sum-exps exactly, in integer bins, so log-probabilities are the
+    same bits however the vocabulary is split (tensor-parallel ranks included) and whatever batch a row is in; the
+    call then materializes its ``[B, V]`` float32 logits (the CPU backend's sums are float64 and ignore it).
     ``params`` (a ``SamplingParams``) gives the controls as one value instead of keywords.
 
     NumPy arrays (and CPU tensors) run on the CPU backend and give NumPy arrays. PyTorch CUDA tensors run on the
@@ -406,7 +410,8 @@ def sample(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample=0, p
     penalties = _penalties(b, logit_bias, repetition_penalty, frequency_penalty, presence_penalty, prompt_tokens,
                            output_tokens)
     controls = _controls(b, temperature, seed, streams, sample, temperatures, seeds, n, logprobs, top_k, top_p, min_p,
-                         softcap, top_logprobs, top_logprobs_raw, mask_words, penalties, positions=positions)
+                         softcap, top_logprobs, top_logprobs_raw, mask_words, penalties, positions=positions,
+                         exact_logsumexp=exact_logsumexp)
     out = _sample_cpu(h.reshape(-1), b, d, w.reshape(-1), v, wd, controls, threads=threads, f16=f16)
     shape = (b,) if n == 1 else (b, n)
 
@@ -470,7 +475,7 @@ def _cpu_operands(hidden, weight):
 
 
 def score(hidden, weight, tokens, temperature=1.0, *, temperatures=None, top_k=None, top_p=None, min_p=None,
-          softcap=None, top_logprobs=0, top_logprobs_raw=False, allowed=None, logit_bias=None, repetition_penalty=None,
+          softcap=None, top_logprobs=0, top_logprobs_raw=False, exact_logsumexp=False, allowed=None, logit_bias=None, repetition_penalty=None,
           frequency_penalty=None, presence_penalty=None, prompt_tokens=None, output_tokens=None, threads=None):
     """The log-probabilities of one given token per row (the Rust library's ``CpuBackend::score``), under the
     controls ``sample`` takes (same keywords and definitions; noise keys do not matter). Returns a dict of float32
@@ -494,7 +499,7 @@ def score(hidden, weight, tokens, temperature=1.0, *, temperatures=None, top_k=N
     if _is_torch_cuda(hidden) or _is_torch_cuda(weight):
         adjust = (logit_bias, repetition_penalty, frequency_penalty, presence_penalty, prompt_tokens, output_tokens)
         return _score_cuda_tensors(hidden, weight, tokens, temperature, temperatures, top_k, top_p, min_p, softcap,
-                                   top_logprobs, top_logprobs_raw, allowed, adjust)
+                                   top_logprobs, top_logprobs_raw, allowed, adjust, exact_logsumexp)
     h, w, f16 = _cpu_operands(hidden, weight)
     (b, d), (v, wd) = h.shape, w.shape
     toks = [_int(t, "tokens") for t in _list(tokens)]
@@ -506,7 +511,7 @@ def score(hidden, weight, tokens, temperature=1.0, *, temperatures=None, top_k=N
                            output_tokens)
     k = _int(top_logprobs, "top_logprobs")
     controls = _controls(b, temperature, 0, None, 0, temperatures, None, 1, "off", top_k, top_p, min_p, softcap, k,
-                         top_logprobs_raw, _mask_words(allowed, b, v), penalties)
+                         top_logprobs_raw, _mask_words(allowed, b, v), penalties, exact_logsumexp=exact_logsumexp)
     out = _sample_cpu(h.reshape(-1), b, d, w.reshape(-1), v, wd, controls, threads=threads, f16=f16,
                       score_tokens=toks)
     res = {key: np.asarray(out[key], dtype=np.float32) for key in ("logprobs", "raw_logprobs", "logsumexp",
@@ -576,7 +581,7 @@ def _cuda_operands(torch, hidden, weight):
 
 
 def _score_cuda_tensors(hidden, weight, tokens, temperature, temperatures, top_k, top_p, min_p, softcap,
-                        top_logprobs, top_logprobs_raw, allowed, adjust):
+                        top_logprobs, top_logprobs_raw, allowed, adjust, exact_logsumexp):
     """``score`` on PyTorch CUDA tensors (the GPU backend's fused pass, on the current stream)."""
     import torch
     hidden, weight, ordinal = _cuda_operands(torch, hidden, weight)
@@ -613,7 +618,7 @@ def _score_cuda_tensors(hidden, weight, tokens, temperature, temperatures, top_k
                    torch.empty((b, k), dtype=torch.float32, device=device),
                    torch.empty(b, dtype=torch.int32, device=device))
         controls = _controls(b, temperature, 0, None, 0, temperatures, None, 1, "off", top_k, top_p, min_p, softcap,
-                             k, top_logprobs_raw, mask_words, penalties)
+                             k, top_logprobs_raw, mask_words, penalties, exact_logsumexp=exact_logsumexp)
         _score_cuda(ordinal, torch.cuda.current_stream(ordinal).cuda_stream, hidden.data_ptr(), b, d,
                     weight.data_ptr(), v, wd, toks.data_ptr(), out.data_ptr(), controls,
                     f16=hidden.dtype == torch.float16, mask_ptr=None if mask is None else mask.data_ptr(),
@@ -625,8 +630,9 @@ def _score_cuda_tensors(hidden, weight, tokens, temperature, temperatures, top_k
 
 def sample_cuda(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample=0, positions=None, temperatures=None,
                 seeds=None, n=1, logprobs="off", top_k=None, top_p=None, min_p=None, softcap=None,
-                top_logprobs=0, top_logprobs_raw=False, allowed=None, logit_bias=None, repetition_penalty=None,
-                frequency_penalty=None, presence_penalty=None, prompt_tokens=None, output_tokens=None, params=None):
+                top_logprobs=0, top_logprobs_raw=False, exact_logsumexp=False, allowed=None, logit_bias=None,
+                repetition_penalty=None, frequency_penalty=None, presence_penalty=None, prompt_tokens=None,
+                output_tokens=None, params=None):
     """``sample`` on PyTorch CUDA tensors: the fused GPU kernel, on the tensors' device.
 
     ``hidden`` ``[B, D]`` (or ``[D]``) and ``weight`` ``[V, D]``: CUDA tensors on one device, both
@@ -684,7 +690,8 @@ def sample_cuda(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample
             # The keys are in `rows`, built on the device; the native side reads the other controls.
             temperature, seed, streams, sample, positions, temperatures, seeds = 1.0, 0, None, 0, None, None, None
         controls = _controls(b, temperature, seed, streams, sample, temperatures, seeds, n, logprobs, top_k, top_p,
-                             min_p, softcap, top_logprobs, top_logprobs_raw, mask_words, penalties, positions=positions)
+                             min_p, softcap, top_logprobs, top_logprobs_raw, mask_words, penalties, positions=positions,
+                             exact_logsumexp=exact_logsumexp)
         _sample_cuda(
             ordinal, torch.cuda.current_stream(ordinal).cuda_stream, hidden.data_ptr(), b, d,
             weight.data_ptr(), v, wd, tokens.data_ptr(), scores.data_ptr(), tokens.numel(), controls,

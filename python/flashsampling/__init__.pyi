@@ -73,6 +73,7 @@ class SamplingParams:
     presence_penalty: float | _Floats | None
     prompt_tokens: Sequence[_Ints] | None
     output_tokens: Sequence[_Ints] | None
+    exact_logsumexp: bool
     def __init__(
         self,
         temperature: float = 1.0,
@@ -97,6 +98,7 @@ class SamplingParams:
         presence_penalty: float | _Floats | None = None,
         prompt_tokens: Sequence[_Ints] | None = None,
         output_tokens: Sequence[_Ints] | None = None,
+        exact_logsumexp: bool = False,
     ) -> None: ...
 
 def bf16_bits(x: Any) -> npt.NDArray[np.uint16]: ...
@@ -119,6 +121,7 @@ def sample(
     softcap: float | None = None,
     top_logprobs: int = 0,
     top_logprobs_raw: bool = False,
+    exact_logsumexp: bool = False,
     allowed: _Array | None = None,
     logit_bias: Sequence[dict[int, float]] | None = None,
     repetition_penalty: float | _Floats | None = None,
@@ -150,6 +153,7 @@ def sample_cuda(
     softcap: float | None = None,
     top_logprobs: int = 0,
     top_logprobs_raw: bool = False,
+    exact_logsumexp: bool = False,
     allowed: Any | None = None,
     logit_bias: Sequence[dict[int, float]] | None = None,
     repetition_penalty: float | _Floats | None = None,
@@ -174,6 +178,7 @@ def score(
     softcap: float | None = None,
     top_logprobs: int = 0,
     top_logprobs_raw: bool = False,
+    exact_logsumexp: bool = False,
     allowed: Any | None = None,
     logit_bias: Sequence[dict[int, float]] | None = None,
     repetition_penalty: float | _Floats | None = None,

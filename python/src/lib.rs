@@ -64,6 +64,8 @@ struct ControlArgs {
     top_logprobs: u32,
     #[pyo3(default)]
     top_logprobs_raw: bool,
+    #[pyo3(default)]
+    exact_logsumexp: bool,
     /// `[b, ceil(v / 32)]` allowed-token words from the host.
     #[pyo3(default)]
     mask_words: Option<Vec<u32>>,
@@ -84,7 +86,7 @@ struct ControlArgs {
 }
 
 /// The keys [`ControlArgs`] takes.
-const CONTROL_KEYS: [&str; 22] = [
+const CONTROL_KEYS: [&str; 23] = [
     "temperature",
     "seed",
     "streams",
@@ -100,6 +102,7 @@ const CONTROL_KEYS: [&str; 22] = [
     "softcap",
     "top_logprobs",
     "top_logprobs_raw",
+    "exact_logsumexp",
     "mask_words",
     "logit_bias",
     "repetition_penalty",
@@ -148,6 +151,7 @@ impl ControlArgs {
         params.softcap = self.softcap;
         params.top_logprobs = self.top_logprobs;
         params.top_logprobs_raw = self.top_logprobs_raw;
+        params.exact_logsumexp = self.exact_logsumexp;
         params.logprobs = match self.logprobs.as_str() {
             "off" => LogProbs::Off,
             "processed" => LogProbs::Processed,

@@ -350,6 +350,23 @@ def test_the_native_call_checks_shapes_before_it_builds_rows():
     assert len(out["tokens"]) == 1
 
 
+def test_exact_logsumexp_is_a_control_the_cpu_path_accepts_and_ignores():
+    # The CPU backend's sums are f64: exact_logsumexp (a GPU path) changes nothing there, as a keyword or in params.
+    hidden, weight = lm_head(6, 32, 90, 53)
+    out = fs.sample(hidden, weight, seed=9, logprobs="processed_and_raw", temperatures=[0.7, 0.0, 1.3, 1.0, 0.5, 2.0])
+    for kw in (dict(exact_logsumexp=True),
+               dict(params=fs.SamplingParams(seed=9, logprobs="processed_and_raw", exact_logsumexp=True,
+                                             temperatures=[0.7, 0.0, 1.3, 1.0, 0.5, 2.0]))):
+        call = kw if "params" in kw else dict(kw, seed=9, logprobs="processed_and_raw",
+                                               temperatures=[0.7, 0.0, 1.3, 1.0, 0.5, 2.0])
+        again = fs.sample(hidden, weight, **call)
+        for key in ("tokens", "logprobs", "raw_logprobs", "logsumexp"):
+            assert np.array_equal(np.asarray(getattr(again, key)).view(np.uint32),
+                                  np.asarray(getattr(out, key)).view(np.uint32)), key
+    s = fs.score(hidden, weight, out.tokens, exact_logsumexp=True)
+    assert np.array_equal(s["raw_logprobs"].view(np.uint32), fs.score(hidden, weight, out.tokens)["raw_logprobs"].view(np.uint32))
+
+
 def test_score_gives_the_sampled_tokens_logprobs_and_matches_numpy():
     hidden, weight = lm_head(6, 32, 90, 52)
     ctl = dict(temperatures=[0.7, 0.0, 1.3, 1.0, 0.5, 2.0], top_k=[0, 0, 20, 5, 0, 0], softcap=6.0,

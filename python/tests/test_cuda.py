@@ -727,6 +727,33 @@ def test_score_on_the_gpu_matches_the_sampled_tokens_and_the_cpu_path(dev):
         assert np.array_equal(np.isnan(gl), np.isnan(cl)) and np.allclose(gl[~np.isnan(cl)], cl[~np.isnan(cl)], atol=1e-4)
 
 
+def test_exact_logsumexp_on_the_gpu_scores_what_it_samples_and_does_not_depend_on_the_batch(dev):
+    # Issue 52: exact_logsumexp=True sums each row's log-sum-exps in integer bins: the sampled tokens score their
+    # reported log-probabilities bit for bit, a row scored alone gives the bits it gets in the batch, and the values
+    # agree with the CPU path (exact logits) and with the default GPU path.
+    b, d, v = 9, 128, 1001
+    xh, xw = lm_head(b, d, v, seed=54, dev=dev, integer=True)
+    temps = [0.7, 1.0, 0.0, 1.6, 1.0, 0.4, 1.0, 2.0, 0.9]
+    kw = dict(temperatures=temps, softcap=3.0, exact_logsumexp=True)
+    s = fs.sample(xh, xw, seed=4, logprobs="processed_and_raw", **kw)
+    got = fs.score(xh, xw, s.tokens, **kw)
+    for key, want in (("logprobs", s.logprobs), ("raw_logprobs", s.raw_logprobs), ("logsumexp", s.logsumexp)):
+        assert torch.equal(got[key].view(torch.int32), want.view(torch.int32)), key
+    for r in (0, 3, 8):
+        one = fs.score(xh[r:r + 1], xw, s.tokens[r:r + 1], temperatures=temps[r:r + 1], softcap=3.0,
+                       exact_logsumexp=True)
+        for key in ("logprobs", "raw_logprobs", "logsumexp", "raw_logsumexp"):
+            assert torch.equal(one[key].view(torch.int32), got[key][r:r + 1].view(torch.int32)), (r, key)
+    on_host = fs.score(xh.cpu(), xw.cpu(), s.tokens.tolist(), temperatures=temps, softcap=3.0)
+    default = fs.score(xh, xw, s.tokens, temperatures=temps, softcap=3.0)
+    for key in ("logprobs", "raw_logprobs", "logsumexp", "raw_logsumexp"):
+        a, want, fused = got[key].cpu().numpy(), on_host[key], default[key].cpu().numpy()
+        assert np.array_equal(np.isnan(a), np.isnan(want)), key
+        finite = np.isfinite(want)
+        assert np.allclose(a[finite], want[finite], rtol=1e-5, atol=1e-4), (key, a, want)
+        assert np.allclose(a[finite], fused[finite], rtol=1e-6, atol=1e-5), (key, a, fused)
+
+
 def test_score_on_the_gpu_checks_its_input(dev):
     b, d, v = 3, 64, 100
     hidden, weight = lm_head(b, d, v, seed=54, dev=dev)

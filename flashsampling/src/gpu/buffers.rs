@@ -68,6 +68,10 @@ pub struct DeviceSamples {
     pub(super) logprobs: Option<CudaSlice<f32>>,
     pub(super) raw_logprobs: Option<CudaSlice<f32>>,
     pub(super) logsumexp: Option<CudaSlice<f32>>,
+    /// Exact log-sum-exp launches ([`crate::SamplingParams::exact_logsumexp`]): the rows' count for
+    /// `fallback_logits` (word 0 of [`EXACT_WORDS_AT`]), then each row's
+    /// [`flashsampling_kernels::params::RowExact`] ([`EXACT_RECORD_WORDS`] words).
+    pub(super) exact: Option<CudaSlice<u32>>,
     /// A call's allowed-token mask uploaded from the host.
     pub(super) mask: Option<CudaSlice<u32>>,
     /// The hidden states of a call with several samples per row, `[B·n, D]` (16-bit elements of
@@ -290,8 +294,10 @@ impl DeviceSamples {
 
     /// Whether the buffers serve the planned launch `launch` (its rows, candidates, masses, counters and
     /// handoff slots) on the context `ctx`.
-    pub(super) fn fits(&self, launch: &LaunchPlan, ctx: &CudaContext) -> bool {
+    pub(super) fn fits(&self, launch: &LaunchPlan, exact: bool, ctx: &CudaContext) -> bool {
         let b = launch.rows as usize;
+        let exact_fits =
+            !exact || self.exact.as_ref().is_some_and(|e| e.len() >= EXACT_WORDS_AT + EXACT_RECORD_WORDS * b);
         let n_cands = launch.candidates();
         let masses_fit = match launch.epilogue {
             Epilogue::Sample => true,
@@ -313,6 +319,7 @@ impl DeviceSamples {
         };
         same_context(self.tokens.context(), ctx)
             && masses_fit
+            && exact_fits
             && handoff_fits
             && gemm_fits
             && n_cands.is_some_and(|n| self.candidates.len() >= n)

@@ -338,7 +338,7 @@ impl GpuBackend {
         ranged: Ranged,
         adjusted: Option<(u64, u64)>,
     ) -> Result<FusedParams> {
-        let loaded = self.loaded(launch.variant).expect("only loaded variants are chosen");
+        let loaded = self.launchable(launch.variant).expect("only loaded variants are chosen");
         let entry = loaded.entry(launch.epilogue);
         let variant = launch.variant;
         let rows = out.b;
@@ -365,6 +365,16 @@ impl GpuBackend {
             }
         }
         let lp = launch.epilogue.has_logprobs();
+        // The exact log-sum-exp path: the GEMM-fed kernels over `fallback_logits`' logits, then
+        // `exact_mass_rows` (`launch_plan` chose the GEMM-fed variant for it).
+        let exact = lp && params.runs_exact(out.targets.is_some());
+        let (exact_base, _x) = match (&mut out.exact, exact) {
+            (Some(e), true) => {
+                let (ptr, guard) = e.device_ptr_mut(&self.stream);
+                (ptr, Some(guard)) // this backend's buffer, on its stream only
+            }
+            _ => (0, None),
+        };
         let (tops, raw_lse) = match (&mut out.truncation, launch.epilogue) {
             (Some(t), Epilogue::Truncate) => {
                 let (tops, _t) = t.tops.device_ptr_mut(&self.stream);
@@ -502,6 +512,15 @@ impl GpuBackend {
             targets: targets.map_or(0, |t| t.tokens) as *const u32,
             target_logprobs: target_outputs.0 as *mut f32,
             target_raw_logprobs: target_outputs.1 as *mut f32,
+            exact: match (exact, ranged.staging) {
+                (false, _) => std::ptr::null_mut(),
+                (true, None) => (exact_base + 4 * EXACT_WORDS_AT as u64) as *mut RowExact,
+                // A rank's records go to its exchange, after its result words.
+                (true, Some(base)) => {
+                    let k = if targets.is_some() { 8 } else { 6 };
+                    (base + 4 * exact_records_at(rows, k) as u64) as *mut RowExact
+                }
+            },
         });
         let cfg = LaunchConfig {
             grid_dim: (launch.grid(), 1, 1),
@@ -509,28 +528,52 @@ impl GpuBackend {
             shared_mem_bytes: launch.smem_bytes(),
         };
         if variant.reads_gemm_logits() {
-            // The GEMM-fed kernels: cuBLAS writes the logits on this stream, then the kernel reads
-            // them with this launch's parameters.
-            let gemm = self.k.gemm.as_ref().expect("a GEMM-fed variant is loaded only with cuBLAS");
+            // The GEMM-fed kernels: cuBLAS (or on the exact path `fallback_logits`) writes the
+            // logits on this stream, then the kernel reads them with this launch's parameters.
             let (logits, workspace) = out.gemm.as_mut().expect("the buffers fit the launch (checked before)");
             let (logits, _l) = logits.device_ptr_mut(&self.stream);
             let (workspace, _w) = workspace.device_ptr_mut(&self.stream);
             let ld = gemm_logits_ld(shape.v as u32);
-            // SAFETY: hidden (rows × D) and weight (V × D) as for the fused launch; the logits hold
-            // rows × ld floats and the workspace WORKSPACE_BYTES (`fits`), this backend's buffers,
-            // used on this stream only.
-            unsafe {
-                gemm.logits(
-                    &self.stream,
-                    (hidden, weight, ranged.elem),
-                    (rows, shape.d, shape.v, ld as usize),
-                    (logits, workspace),
-                )?
-            };
+            if exact {
+                // SAFETY: hidden (rows × D) and weight (V × D) as for the fused launch, D % 8 == 0;
+                // the logits hold rows × ld floats; the count word is ours, on this stream.
+                unsafe {
+                    self.launch_exact_logits(
+                        (hidden, weight, ranged.elem),
+                        (rows, shape.d, shape.v),
+                        (exact_base, logits, ld),
+                    )
+                }?;
+            } else {
+                let gemm =
+                    self.k.gemm.as_ref().expect("off the exact path, a GEMM-fed variant is chosen only with cuBLAS");
+                // SAFETY: hidden (rows × D) and weight (V × D) as for the fused launch; the logits hold
+                // rows × ld floats and the workspace WORKSPACE_BYTES (`fits`), this backend's buffers,
+                // used on this stream only.
+                unsafe {
+                    gemm.logits(
+                        &self.stream,
+                        (hidden, weight, ranged.elem),
+                        (rows, shape.d, shape.v, ld as usize),
+                        (logits, workspace),
+                    )?
+                };
+            }
             let g = ByValue(GemmLogitsParams { fused: p.0, logits: logits as *const f32, ld, _pad: 0 });
             // SAFETY: as for a fused launch (the same parameters and grid) after the GEMM that wrote
             // the logits on this stream: rows × ld floats, 256-byte aligned, ld % 4 == 0, ld ≥ V.
             unsafe { self.stream.launch_builder(&entry.func).arg(&g).launch(cfg) }?;
+            if exact {
+                let cfg = LaunchConfig {
+                    grid_dim: (rows as u32, 1, 1),
+                    block_dim: (EXACT_MASS_THREADS, 1, 1),
+                    shared_mem_bytes: EXACT_MASS_SMEM,
+                };
+                // SAFETY: the GEMM-fed launch's parameters, after it on this stream (the kernel waits
+                // for it before reading): its logits (rows × ld floats), row parameters, mask and
+                // adjusted tokens; `exact` holds `rows` entries (`fits`); one block per row.
+                unsafe { self.launch_after(&self.k.exact.1, cfg, &g) }?;
+            }
         } else {
             // SAFETY: shapes validated above; hidden (B·n rows: the caller's or the expanded copy) and
             // weight hold rows·D and V·D elements of `elem` and are 16-byte aligned; the row parameters, tokens and
@@ -556,8 +599,74 @@ impl GpuBackend {
             // candidates and masses (rows·n_vranges each) it reads; one block per row (`rows` =
             // B·n), with the entry's threads and shared memory; the kernel waits
             // (`griddepcontrol.wait`) for the fused kernel before it reads anything.
-            unsafe { self.launch_after(&self.k.reduce_rows, cfg, &p) }?;
+            let reduce = if exact { &self.k.exact.2 } else { &self.k.reduce_rows };
+            unsafe { self.launch_after(reduce, cfg, &p) }?;
         }
         Ok(p.0)
+    }
+
+    /// The exact path's logits: its count word at `count` (set here), then [`Self::launch_store_logits`]
+    /// over the call's `rows` hidden states.
+    ///
+    /// # Safety
+    /// `hidden` holds `rows × d` and `weight` `v × d` elements of `elem`, 16-byte aligned, `d % 8
+    /// == 0`; `count` is a word and `logits` `rows × ld` floats (`ld ≥ v`) of this backend's, used
+    /// on this stream only.
+    unsafe fn launch_exact_logits(
+        &self,
+        operands: (u64, u64, ElementType),
+        (rows, d, v): (usize, usize, usize),
+        (count, logits, ld): (u64, u64, u32),
+    ) -> Result<()> {
+        // SAFETY: `count` is one word of ours (the caller's contract), on this stream.
+        unsafe { sys::cuMemsetD32Async(count, rows as u32, 1, self.stream.cu_stream()) }.result()?;
+        // SAFETY: the caller's contract; the count was set just before on this stream.
+        unsafe { self.launch_store_logits(operands, (rows, d, v), (count, logits, ld)) }
+    }
+
+    /// `fallback_logits` (after the kernel before it: it waits for it): `logits[r·ld + i]` for the
+    /// first `list[0]` of `rows` hidden-state rows and every vocab row `i < v` of the weight — the
+    /// `mma.sync` mainloop's sums, whose bits depend only on the row and the vocab row. The exact
+    /// fallback's logits and the exact path's.
+    ///
+    /// # Safety
+    /// `list[0]` (≤ `rows`) was written before on this stream; `hidden` holds `rows × d` and
+    /// `weight` `v × d` elements of `elem`, 16-byte aligned, `d % 8 == 0`; `logits` holds `rows ×
+    /// ld` floats, `ld ≥ v`; the kernel reads no other pointer of `fused` (null) and its blocks past
+    /// the count return at once.
+    pub(super) unsafe fn launch_store_logits(
+        &self,
+        (hidden, weight, elem): (u64, u64, ElementType),
+        (rows, d, v): (usize, usize, usize),
+        (list, logits, ld): (u64, u64, u32),
+    ) -> Result<()> {
+        let lv = FALLBACK_LOGITS_VARIANT;
+        let n_btiles = lv.batch_tiles(rows as u32);
+        let n_vranges = lv.n_vranges(self.k.sm_count, self.k.fallback_logits.per_sm, n_btiles, v as u32);
+        let l = ByValue(FallbackLogitsParams {
+            fused: FusedParams {
+                hidden: hidden as *const u16,
+                weight: weight as *const u16,
+                b: rows as u32,
+                d: d as u32,
+                v: v as u32,
+                v_end: v as u32,
+                n_vranges,
+                tma_whole_tiles: v as u32 / BLOCK_V,
+                elem,
+                ..FusedParams::NONE
+            },
+            list: list as *const u32,
+            logits: logits as *mut f32,
+            ld,
+            _pad: 0,
+        });
+        let cfg = LaunchConfig {
+            grid_dim: (n_vranges * n_btiles, 1, 1),
+            block_dim: (lv.threads(), 1, 1),
+            shared_mem_bytes: lv.smem_bytes(Epilogue::Sample),
+        };
+        // SAFETY: the caller's contract (operands, count, logits); the launch shape is the variant's.
+        unsafe { self.launch_after(&self.k.fallback_logits.func, cfg, &l) }
     }
 }

@@ -9,18 +9,19 @@ use cudarc::driver::{
 };
 use cudarc::nvrtc::Ptx;
 use flashsampling_kernels::config::{
-    ADJUST_ENTRY, ADJUST_THREADS, BLOCK_V, D_ALIGN, EXPAND_ENTRY, EXPAND_THREADS, Epilogue, FALLBACK_GATHER_ENTRY,
-    FALLBACK_LOGITS_ENTRY, FALLBACK_LOGITS_VARIANT, FALLBACK_SAMPLE_ENTRY, FALLBACK_SAMPLE_SCORED_ENTRY,
-    FUSED_VARIANTS, Family, FusedVariant, KernelSet, MAX_DIM, Module, REDUCE_BLOCK_ENTRY, REDUCE_BLOCK_SMEM,
-    REDUCE_BLOCK_THREADS, TMA_T_VOCAB_ALIGN, TRUNCATE_SCORED_ENTRY, TmaLayout, TruncateStep, gemm_logits_ld,
-    gemm_logits_max_rows, portable_module_has, sm_number, tma_hidden, tma_weight_rows, tma_weight_tiles,
-    tma_weight_tiles_t, variant_for_call,
+    ADJUST_ENTRY, ADJUST_THREADS, BLOCK_V, D_ALIGN, EXACT_MASS_ENTRY, EXACT_MASS_SMEM, EXACT_MASS_THREADS,
+    EXPAND_ENTRY, EXPAND_THREADS, Epilogue, FALLBACK_GATHER_ENTRY, FALLBACK_LOGITS_ENTRY, FALLBACK_LOGITS_VARIANT,
+    FALLBACK_SAMPLE_ENTRY, FALLBACK_SAMPLE_SCORED_ENTRY, FUSED_VARIANTS, Family, FusedVariant, GEMM_LOGITS, KernelSet,
+    MAX_DIM, Module, REDUCE_BLOCK_ENTRY, REDUCE_BLOCK_SMEM, REDUCE_BLOCK_THREADS, REDUCE_EXACT_ENTRY,
+    TMA_T_VOCAB_ALIGN, TRUNCATE_SCORED_ENTRY, TmaLayout, TruncateStep, gemm_logits_ld, gemm_logits_max_rows,
+    portable_module_has, sm_number, tma_hidden, tma_weight_rows, tma_weight_tiles, tma_weight_tiles_t,
+    variant_for_call,
 };
 use flashsampling_kernels::launch::LaunchPlan;
 use flashsampling_kernels::logits::Adjustment;
 use flashsampling_kernels::params::{
-    AdjustParams, AdjustedToken, ExpandParams, FusedParams, GemmLogitsParams, LogitsParams, MergeRanksParams,
-    NoiseTestParams, ReduceParams, RowMass, RowParams, TensorMap, TensorMaps,
+    AdjustParams, AdjustedToken, ExpandParams, FallbackLogitsParams, FusedParams, GemmLogitsParams, LogitsParams,
+    MergeRanksParams, NoiseTestParams, ReduceParams, RowExact, RowMass, RowParams, TensorMap, TensorMaps,
 };
 use flashsampling_kernels::{Candidate, Transform};
 use half::bf16;
@@ -58,6 +59,7 @@ pub use score::{ScoreOutputs, ScoreTop};
 pub(crate) use score::{ScoreTargets, score_launch_rows, scoring_params};
 use truncate::TruncationBuffers;
 pub(crate) use truncate::rank_list_words;
+
 pub(crate) use validate::check_rank_truncation;
 use validate::*;
 
@@ -118,6 +120,19 @@ pub(crate) struct Ranged {
 /// the kernel choice's largest-D arm, whose launches have the most vocab ranges of any D
 /// (`config::tests::the_launch_for_an_unknown_hidden_size_needs_the_largest_buffers`).
 const ANY_D: usize = u32::MAX as usize;
+
+/// Words before the rows' exact log-masses in [`DeviceSamples::exact`]: the rows' count, padded so
+/// the `RowExact`s (8-byte fields) start 16-byte aligned.
+const EXACT_WORDS_AT: usize = 4;
+
+/// Words of a [`RowExact`] record.
+pub(crate) const EXACT_RECORD_WORDS: usize = size_of::<RowExact>() / 4;
+
+/// Where a tensor-parallel rank's exact-path records start in its exchange block, in words: after
+/// its `[k, rows]` result words, rounded up to 16 bytes.
+pub(crate) fn exact_records_at(rows: usize, k: usize) -> usize {
+    (k * rows).div_ceil(4) * 4
+}
 
 /// The CUDA backend: one device's loaded kernels (shared by every clone, see
 /// [`GpuBackend::on_stream`]), the stream its launches go to and its tuning ([`GpuOptions`]).
@@ -258,6 +273,13 @@ impl GpuBackend {
         self.k.fused[i].as_ref()
     }
 
+    /// [`Self::loaded`], or for the GEMM-fed variant the exact path's copy, loaded without cuBLAS
+    /// too (the variant a launch plan names: [`Self::launch_plan`] chooses the GEMM-fed kernels
+    /// without cuBLAS only on the exact path).
+    fn launchable(&self, variant: FusedVariant) -> Option<&LoadedVariant> {
+        self.loaded(variant).or_else(|| (variant == GEMM_LOGITS).then_some(&self.k.exact.0))
+    }
+
     fn unknown_variant(&self, name: &str) -> Error {
         let known: Vec<&str> = self.fused_variants().iter().map(|v| v.entry).collect();
         Error::UnknownVariant(name.into(), known.join(", "))
@@ -296,7 +318,7 @@ impl GpuBackend {
     /// stage-balanced vocab ranges (tests, benchmarks).
     #[doc(hidden)]
     pub fn balances_stages_for(&self, b: usize, d: usize, v: usize, epilogue: Epilogue) -> bool {
-        self.launch_plan(b, d, v, v, epilogue).balanced
+        self.launch_plan(b, d, v, v, (epilogue, false)).balanced
     }
 
     /// Forces the truncation step's entry ([`TruncateStep`]; `None`: [`TruncateStep::for_rows`]
@@ -457,12 +479,27 @@ impl GpuBackend {
     /// allocated per call; it runs the fused kernel of
     /// [`variant_for_batch`](flashsampling_kernels::config::variant_for_batch) instead, whose logits a
     /// forced one-GPU call ([`Self::set_fused_variant`]) reproduces bit for bit.
-    fn launch_plan(&self, b: usize, d: usize, v: usize, vocab: usize, epilogue: Epilogue) -> LaunchPlan {
+    ///
+    /// On the exact log-sum-exp path (`exact`, a launch with log-probabilities:
+    /// [`SamplingParams::exact_logsumexp`]) every launch, a shard's too, runs the GEMM-fed kernels
+    /// over `fallback_logits`' logits, which are the same bits for a row and vocab row however the
+    /// vocabulary is split.
+    fn launch_plan(
+        &self,
+        b: usize,
+        d: usize,
+        v: usize,
+        vocab: usize,
+        (epilogue, exact): (Epilogue, bool),
+    ) -> LaunchPlan {
         let whole_head = v == vocab;
-        let whole = self.variant_for(b, d, vocab, epilogue, whole_head);
-        let variant =
-            if whole.supports_vocab(v as u32) { whole } else { self.variant_for(b, d, v, epilogue, whole_head) };
-        let loaded = self.loaded(variant).expect("only loaded variants are chosen");
+        let variant = if exact && epilogue.has_logprobs() {
+            GEMM_LOGITS
+        } else {
+            let whole = self.variant_for(b, d, vocab, epilogue, whole_head);
+            if whole.supports_vocab(v as u32) { whole } else { self.variant_for(b, d, v, epilogue, whole_head) }
+        };
+        let loaded = self.launchable(variant).expect("only loaded variants are chosen");
         let per_sm = self.blocks_per_sm_override.unwrap_or(loaded.entry(epilogue).per_sm);
         LaunchPlan::new(variant, epilogue, (b as u32, v as u32), (self.k.sm_count, per_sm), self.stage_balance_override)
     }
@@ -495,12 +532,19 @@ impl GpuBackend {
     /// [`Self::alloc_samples`] for `b` sample rows (`B·n`) and kernels with epilogue `epilogue` (the
     /// log-probability buffers with [`Epilogue::LogProbs`]).
     fn alloc_for(&self, b: usize, v: usize, epilogue: Epilogue) -> Result<DeviceSamples> {
-        self.alloc_for_in(b, ANY_D, v, v, epilogue)
+        self.alloc_for_in(b, ANY_D, v, v, (epilogue, false))
     }
 
     /// [`Self::alloc_for`] for hidden size `d` ([`ANY_D`]: not known) and `v` weight rows of a
     /// `vocab`-entry head (the launch [`Self::launch_plan`] makes).
-    fn alloc_for_in(&self, b: usize, d: usize, v: usize, vocab: usize, epilogue: Epilogue) -> Result<DeviceSamples> {
+    fn alloc_for_in(
+        &self,
+        b: usize,
+        d: usize,
+        v: usize,
+        vocab: usize,
+        (epilogue, exact): (Epilogue, bool),
+    ) -> Result<DeviceSamples> {
         if b == 0 {
             return Err(Error::EmptyBatch);
         }
@@ -513,7 +557,7 @@ impl GpuBackend {
                 return Err(Error::TooLarge { what, value, max });
             }
         }
-        let launch = self.launch_plan(b, d, v, vocab.max(v), epilogue);
+        let launch = self.launch_plan(b, d, v, vocab.max(v), (epilogue, exact));
         // The GEMM-fed logits of the launch at `b` rows, and also of the largest call of up to `b` rows
         // that the choice runs there (a call of more rows than `GEMM_LOGITS_MAX_BYTES` allows keeps
         // the fused kernels, fewer rows do not), so a smaller call never allocates again. The launch
@@ -523,14 +567,14 @@ impl GpuBackend {
             0 => launch.gemm_logits_floats(),
             cap => launch
                 .gemm_logits_floats()
-                .max(self.launch_plan(cap, d, v, vocab.max(v), epilogue).gemm_logits_floats()),
+                .max(self.launch_plan(cap, d, v, vocab.max(v), (epilogue, exact)).gemm_logits_floats()),
         };
         // Without D, the handoff slots also of the launch at the smallest D: the portable choice up
         // to 64 rows depends on D (`TMA_MMA_TURNS_MAX_D`), and its two variants' slots differ (8·NB
         // floats a thread); their vocab ranges do not.
         let handoff = match d {
             ANY_D => {
-                let small = self.launch_plan(b, D_ALIGN as usize, v, vocab.max(v), epilogue);
+                let small = self.launch_plan(b, D_ALIGN as usize, v, vocab.max(v), (epilogue, exact));
                 (
                     launch.handoff_floats().max(small.handoff_floats()),
                     launch.handoff_counters().max(small.handoff_counters()),
@@ -556,6 +600,13 @@ impl GpuBackend {
                     tokens: home.alloc::<u32>(b)?,
                     scores: home.alloc::<f32>(b)?,
                     masses: if lp { Some(home.alloc::<u64>(launch.mass_words().unwrap_or(0).max(2))?) } else { None },
+                    // The exact path's count word (`fallback_logits` reads the rows' count from
+                    // device memory), padded to 16 bytes, then the rows' `RowExact`s.
+                    exact: if lp && exact {
+                        Some(home.alloc::<u32>(EXACT_WORDS_AT + EXACT_RECORD_WORDS * b)?)
+                    } else {
+                        None
+                    },
                     logprobs: if lp { Some(home.alloc::<f32>(b)?) } else { None },
                     raw_logprobs: if lp { Some(home.alloc::<f32>(b)?) } else { None },
                     logsumexp: if lp { Some(home.alloc::<f32>(b)?) } else { None },
@@ -949,7 +1000,15 @@ impl GpuBackend {
                 check_rank_truncation(params, range.vocab)?;
             }
         }
-        let launch = self.launch_plan(rows, shape.d, shape.v, range.vocab, epilogue);
+        let exact = params.runs_exact(targets.is_some()) && epilogue.has_logprobs();
+        if exact && epilogue == Epilogue::Truncate {
+            // The truncation step reduces the rows with the fused pass's f32 masses.
+            return Err(Error::Unsupported {
+                control: "exact log-sum-exps with top-k / top-p / min-p or top log-probabilities",
+                path: "on the GPU backend yet",
+            });
+        }
+        let launch = self.launch_plan(rows, shape.d, shape.v, range.vocab, (epilogue, exact));
         let variant = launch.variant;
         if !variant.supports_vocab(shape.v as u32) {
             return Err(Error::UnsupportedVocab {
@@ -981,7 +1040,7 @@ impl GpuBackend {
             let key_hidden = if n > 1 { expanded.map_or(0, |e| e.device_ptr(&self.stream).0) } else { hidden_ptr };
             let key = TensorMapKey::of(launch, (key_hidden, weight_ptr, T::TYPE), shape);
             Setup {
-                realloc: !out.fits(&launch, &self.k.ctx),
+                realloc: !out.fits(&launch, exact, &self.k.ctx),
                 truncation_realloc,
                 expanded_realloc: n > 1 && expanded.is_none(),
                 tensor_maps: variant.uses_tma() && out.tensor_maps_for != Some(key),
@@ -991,11 +1050,11 @@ impl GpuBackend {
         }
         // Every buffer the launch touches must be large enough for it (and on this context): else a
         // fresh set, sized by the same launch shape (zeroed counters, invalid tokens).
-        if !out.fits(&launch, &self.k.ctx) {
-            *out = self.alloc_for_in(rows, shape.d, shape.v, range.vocab, epilogue)?;
+        if !out.fits(&launch, exact, &self.k.ctx) {
+            *out = self.alloc_for_in(rows, shape.d, shape.v, range.vocab, (epilogue, exact))?;
             // Sized by this launch's own plan; should a sizing rule ever miss a buffer, a typed error
             // here rather than a launch past its end.
-            if !out.fits(&launch, &self.k.ctx) {
+            if !out.fits(&launch, exact, &self.k.ctx) {
                 return Err(Error::Unsupported {
                     control: "a launch shape the buffer sizing does not cover",
                     path: "on the GPU backend",

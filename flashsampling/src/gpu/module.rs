@@ -125,6 +125,10 @@ pub(super) struct Kernels {
     /// A scoring call's truncation step and fallback sampler (`truncate_rows_scored`,
     /// `fallback_sample_scored`: the given tokens scored over the kept sets).
     pub(super) scored: (CudaFunction, CudaFunction),
+    /// The exact log-sum-exp path ([`crate::SamplingParams::exact_logsumexp`]): the GEMM-fed
+    /// kernels (loaded whether or not cuBLAS is: the path feeds them `fallback_logits`' logits),
+    /// `exact_mass_rows` and `reduce_rows_exact`.
+    pub(super) exact: (LoadedVariant, CudaFunction, CudaFunction),
     /// The portable module (its other entries, e.g. the ranks' merge, are looked up by `tp`).
     pub(super) portable: Arc<CudaModule>,
     /// What the portable and (when loaded) the Hopper module run ([`GpuBackend::module_code`]).
@@ -180,7 +184,20 @@ impl Kernels {
             })
             .collect::<Result<Vec<_>>>()?;
         let lv = FALLBACK_LOGITS_VARIANT;
+        let g = &GEMM_LOGITS;
+        let load = |entry: &str, e: Epilogue| LoadedEntry::load(&module, entry, g.threads(), g.smem_bytes(e));
+        let exact = (
+            LoadedVariant {
+                variant: g,
+                sample: load(g.entry, Epilogue::Sample)?,
+                logprobs: load(g.entry_logprobs, Epilogue::LogProbs)?,
+                truncate: g.entry_truncate.map(|entry| load(entry, Epilogue::Truncate)).transpose()?,
+            },
+            module.load_function(EXACT_MASS_ENTRY)?,
+            module.load_function(REDUCE_EXACT_ENTRY)?,
+        );
         Ok(Self {
+            exact,
             gemm,
             expand: module.load_function(EXPAND_ENTRY)?,
             adjust: module.load_function(ADJUST_ENTRY)?,

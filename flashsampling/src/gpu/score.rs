@@ -143,9 +143,18 @@ pub(crate) fn scores_through_fallback(params: &SamplingParams, v: usize) -> bool
 }
 
 /// Rows per launch of a scoring call of `b` rows over a `v`-token head: all of them, or for a call
-/// through the fallback [`truncated_score_rows`] (every rank of a vocab-parallel call splits alike).
+/// through the fallback [`truncated_score_rows`] (every rank of a vocab-parallel call splits alike);
+/// on the exact path ([`SamplingParams::exact_logsumexp`]) at most the rows whose materialized
+/// logits take [`GEMM_LOGITS_MAX_BYTES`] (883 of a 151,936-token head), so a long prefill's logits
+/// stay bounded.
+///
+/// [`GEMM_LOGITS_MAX_BYTES`]: flashsampling_kernels::config::GEMM_LOGITS_MAX_BYTES
 pub(crate) fn score_launch_rows(params: &SamplingParams, v: usize, b: usize) -> usize {
-    if scores_through_fallback(params, v) { truncated_score_rows(v) } else { b }
+    let rows = if scores_through_fallback(params, v) { truncated_score_rows(v) } else { b };
+    match params.exact_logsumexp {
+        true => rows.min(flashsampling_kernels::config::gemm_logits_max_rows(v as u32).max(1) as usize),
+        false => rows,
+    }
 }
 
 /// Whether every one of a call's `b` rows has processed logits equal to its raw ones: T = 1 (not

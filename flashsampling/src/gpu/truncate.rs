@@ -18,8 +18,8 @@
 use cudarc::driver::sys;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
 use flashsampling_kernels::config::{
-    BLOCK_V, Epilogue, FALLBACK_GATHER_THREADS, FALLBACK_LOGITS_VARIANT, FALLBACK_SAMPLE_SMEM, FALLBACK_SAMPLE_THREADS,
-    TRUNCATE_SMEM, TRUNCATE_THREADS, TruncateStep,
+    FALLBACK_GATHER_THREADS, FALLBACK_SAMPLE_SMEM, FALLBACK_SAMPLE_THREADS, TRUNCATE_SMEM, TRUNCATE_THREADS,
+    TruncateStep,
 };
 use flashsampling_kernels::params::{
     AdjustedToken, ElementType, FALLBACK_ROW, FallbackLogitsParams, FallbackParams, FusedParams, MAX_TOP_N, RowParams,
@@ -388,35 +388,16 @@ impl GpuBackend {
             // SAFETY: the caller's contract.
             unsafe { self.launch_after(&self.k.fallback_gather, cfg, f) }?;
         }
-        let lv = FALLBACK_LOGITS_VARIANT;
-        let n_btiles = lv.batch_tiles(rows as u32);
-        let n_vranges = lv.n_vranges(self.k.sm_count, self.k.fallback_logits.per_sm, n_btiles, v as u32);
-        let l = ByValue(FallbackLogitsParams {
-            fused: FusedParams {
-                hidden: f.0.gathered as *const u16,
-                weight: f.0.weight,
-                b: rows as u32,
-                d: d as u32,
-                v: v as u32,
-                v_end: v as u32,
-                n_vranges,
-                tma_whole_tiles: v as u32 / BLOCK_V,
-                elem: f.0.elem,
-                ..FusedParams::NONE
-            },
-            list: f.0.list,
-            logits: logits as *mut f32,
-        });
-        let cfg = LaunchConfig {
-            grid_dim: (n_vranges * n_btiles, 1, 1),
-            block_dim: (lv.threads(), 1, 1),
-            shared_mem_bytes: lv.smem_bytes(Epilogue::Sample),
-        };
         // SAFETY: the list's count and the gathered rows were written before, on this stream;
         // `gathered` holds `rows × d` and the weight `v × d` elements, 16-byte aligned; the logits
-        // `rows × v` floats; the kernel reads no other pointer of `fused` (null) and its blocks past
-        // the count return at once.
-        unsafe { self.launch_after(&self.k.fallback_logits.func, cfg, &l) }
+        // `rows × v` floats.
+        unsafe {
+            self.launch_store_logits(
+                (f.0.gathered as u64, f.0.weight as u64, f.0.elem),
+                (rows, d, v),
+                (f.0.list as u64, logits, v as u32),
+            )
+        }
     }
 
     /// A tensor-parallel rank's truncation step before the exchange: each sample row's list of the

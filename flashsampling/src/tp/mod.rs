@@ -64,7 +64,7 @@ use cudarc::driver::{
     sys as cu,
 };
 use cudarc::nccl::sys as nccl;
-use flashsampling_kernels::config::{MAX_DIM, MERGE_RANKS_ENTRY, MERGE_RANKS_THREADS};
+use flashsampling_kernels::config::{MAX_DIM, MERGE_RANKS_ENTRY, MERGE_RANKS_EXACT_ENTRY, MERGE_RANKS_THREADS};
 use flashsampling_kernels::params::MergeRanksParams;
 use flashsampling_kernels::truncate::RANK_UNITS;
 

@@ -3,7 +3,10 @@
 
 use super::*;
 use crate::ScoreOutputs;
-use crate::gpu::{ScoreTargets, rank_list_words, score_launch_rows, scoring_params};
+use crate::gpu::{
+    EXACT_RECORD_WORDS, ScoreTargets, exact_records_at, rank_list_words, score_launch_rows, scoring_params,
+};
+use flashsampling_kernels::params::RowExact;
 
 /// Words per row and rank in the exchange: tokens, scores, and with log-probabilities the processed
 /// and raw log-probabilities and log-sum-exps.
@@ -48,7 +51,8 @@ pub struct TpRank {
     pub(super) layouts: Vec<ShardLayout>,
     pub(super) exchange: Option<Exchange>,
     pub(super) fallback: Option<FallbackExchange>,
-    pub(super) merge: CudaFunction,
+    /// The ranks' merge kernels: `merge_ranks`, and on the exact log-sum-exp path `merge_ranks_exact`.
+    pub(super) merge: (CudaFunction, CudaFunction),
     pub(super) done: CudaEvent,
     pub(super) timeout: Duration,
 }
@@ -73,16 +77,26 @@ pub(super) struct CallShape {
     pub(super) truncating: bool,
     /// A scoring call's given tokens and outputs (issue 52; `k` = [`WORDS_SCORE`]).
     pub(super) targets: Option<ScoreTargets>,
+    /// The exact path ([`SamplingParams::exact_logsumexp`] with log-probabilities): after the `K`
+    /// words each row's exact-path record ([`flashsampling_kernels::params::RowExact`]).
+    pub(super) exact: bool,
 }
 
 impl CallShape {
     /// 32-bit words each rank sends: `K` per row, and with truncation (`K` padded to whole
-    /// six-word units: [`rank_list_words`]) each row's [`RANK_UNITS`] six-word units.
+    /// six-word units: [`rank_list_words`]) each row's [`RANK_UNITS`] six-word units; on the exact
+    /// path the rows' records after the `K` words ([`Self::exact_at`]).
     pub(super) fn words(&self) -> usize {
-        match self.truncating {
-            true => self.rows * (self.lists() + WORDS_LOGPROBS * RANK_UNITS),
-            false => self.rows * self.k,
+        match (self.truncating, self.exact) {
+            (true, _) => self.rows * (self.lists() + WORDS_LOGPROBS * RANK_UNITS),
+            (false, true) => self.exact_at() + EXACT_RECORD_WORDS * self.rows,
+            (false, false) => self.rows * self.k,
         }
+    }
+
+    /// Where the exact path's records start in a rank's words ([`exact_records_at`]).
+    pub(super) fn exact_at(&self) -> usize {
+        exact_records_at(self.rows, self.k)
     }
 
     /// Words per row before a truncating call's lists ([`rank_list_words`]).
@@ -175,7 +189,10 @@ impl TpRank {
         timeout: Duration,
     ) -> Result<Self> {
         // The backend's own portable module: not loaded (nor decoded) a second time.
-        let merge = gpu.portable_module().load_function(MERGE_RANKS_ENTRY)?;
+        let merge = (
+            gpu.portable_module().load_function(MERGE_RANKS_ENTRY)?,
+            gpu.portable_module().load_function(MERGE_RANKS_EXACT_ENTRY)?,
+        );
         let done = gpu.context().new_event(None)?;
         let layouts = vec![layout];
         Ok(Self { gpu, comm, rank, world, layout, layouts, exchange: None, fallback: None, merge, done, timeout })
@@ -410,7 +427,14 @@ impl TpRank {
             (None, true) => WORDS_PLAIN,
             (None, false) => WORDS_LOGPROBS,
         };
-        let call = CallShape { rows, k, truncating, targets };
+        let exact = params.runs_exact(targets.is_some()) && k >= WORDS_LOGPROBS;
+        if exact && truncating {
+            return Err(Error::Unsupported {
+                control: "exact log-sum-exps with top-k / top-p / min-p or top log-probabilities",
+                path: "on the GPU backend yet",
+            });
+        }
+        let call = CallShape { rows, k, truncating, targets, exact };
         if call.words() > u32::MAX as usize {
             return Err(Error::TooLarge {
                 what: "exchange words per rank",
@@ -442,6 +466,26 @@ impl TpRank {
                     cu::cuMemsetD32Async(base + 4 * (field * rows) as u64, *value, rows, self.gpu.stream().cu_stream())
                 }
                 .result()?;
+            }
+            if exact {
+                // Every row's record: empty masses, no logits.
+                let record: [u32; EXACT_RECORD_WORDS] = record_words(RowExact::EMPTY);
+                let at = base + 4 * call.exact_at() as u64;
+                for (w, value) in record.iter().enumerate() {
+                    // SAFETY: word `w` of each of the `rows` records (`EXACT_RECORD_WORDS` words
+                    // apart) inside the staging buffer (it holds `call.words()`), on this stream.
+                    unsafe {
+                        cu::cuMemsetD2D32Async(
+                            at + 4 * w as u64,
+                            4 * EXACT_RECORD_WORDS,
+                            *value,
+                            1,
+                            rows,
+                            self.gpu.stream().cu_stream(),
+                        )
+                    }
+                    .result()?;
+                }
             }
             out.set_call(rows, params.n as usize, k >= WORDS_LOGPROBS);
         } else {
@@ -519,6 +563,8 @@ impl TpRank {
             targets: t.map_or(0, |t| t.tokens) as *const u32,
             target_logprobs: t.map_or(0, |t| t.logprobs) as *mut f32,
             target_raw_logprobs: t.map_or(0, |t| t.raw_logprobs) as *mut f32,
+            exact_at: if call.exact { call.exact_at() as u32 } else { 0 },
+            _pad: 0,
         });
         let cfg = LaunchConfig {
             grid_dim: ((call.rows as u32).div_ceil(MERGE_RANKS_THREADS), 1, 1),
@@ -529,7 +575,10 @@ impl TpRank {
         // `rows` entries each (`out` was sized by the local launch), the log-probability ones when
         // K ≥ 6; a scoring call's tokens and outputs hold `rows` entries (checked by
         // `check_score_call`), guarded by its caller until after this launch.
-        unsafe { stream.launch_builder(&self.merge).arg(&p).launch(cfg) }?;
+        let merge = if call.exact { &self.merge.1 } else { &self.merge.0 };
+        // SAFETY: as above; on the exact path each rank's block holds `rows` records from
+        // `call.exact_at()` (`call.words()` counts them), 16-byte aligned.
+        unsafe { stream.launch_builder(merge).arg(&p).launch(cfg) }?;
         drop(outs);
         if call.truncating {
             // Every rank's lists follow its result words (`[lists, rows]`): units of six words.
@@ -666,7 +715,7 @@ impl TpRank {
     /// exchange. The results land in `out`'s tokens and scores.
     #[cfg(feature = "internals")]
     pub fn exchange_results(&mut self, tokens: u64, scores: u64, rows: usize, out: &mut DeviceSamples) -> Result<()> {
-        let call = CallShape { rows, k: WORDS_PLAIN, truncating: false, targets: None };
+        let call = CallShape { rows, k: WORDS_PLAIN, truncating: false, targets: None, exact: false };
         self.ensure_exchange(&call)?;
         self.gpu.enter(out)?;
         let stream = self.gpu.stream().clone();
@@ -693,9 +742,23 @@ impl TpRank {
             k: if logprobs { WORDS_LOGPROBS } else { WORDS_PLAIN },
             truncating: false,
             targets: None,
+            exact: false,
         };
         self.ensure_exchange(&call)?;
         self.gpu.enter(out)?;
         self.exchange(&call, out)
     }
+}
+
+/// A record's words, as the device reads them (`#[repr(C)]`, no padding: six-word masses, then
+/// four floats).
+fn record_words(r: RowExact) -> [u32; EXACT_RECORD_WORDS] {
+    let (p, q) = (r.processed.to_words(), r.raw.to_words());
+    let mut w = [0u32; EXACT_RECORD_WORDS];
+    w[..6].copy_from_slice(&p);
+    w[6..12].copy_from_slice(&q);
+    for (i, x) in r.token.iter().chain(&r.target).enumerate() {
+        w[12 + i] = x.to_bits();
+    }
+    w
 }

@@ -22,10 +22,19 @@ pub const MERGE_RANKS_ENTRY: &str = "merge_ranks";
 /// Threads per block of the vocab-parallel merge kernel (one row each).
 pub const MERGE_RANKS_THREADS: u32 = 128;
 
+/// PTX entry point of the vocab-parallel merge on the exact log-sum-exp path (portable module): the
+/// ranks' bins merged, each row's log-probabilities from the winner's logits
+/// (`params::MergeRanksParams::exact_at`, `crate::ranks::merge_exact_rank_row`).
+pub const MERGE_RANKS_EXACT_ENTRY: &str = "merge_ranks_exact";
+
 /// PTX entry point of the block-per-row reduction (portable module): launched after every
 /// log-probability and truncation fused kernel with its `params::FusedParams`, one block per sample
 /// row (`device::reduce`).
 pub const REDUCE_BLOCK_ENTRY: &str = "reduce_rows";
+/// PTX entry point of the block-per-row reduction on the exact log-sum-exp path (portable module):
+/// each row's log-sum-exps from its exact masses (`params::FusedParams::exact`), after
+/// `exact_mass_rows`; launched like `reduce_rows`.
+pub const REDUCE_EXACT_ENTRY: &str = "reduce_rows_exact";
 /// Threads per block of the block-per-row reduction.
 pub const REDUCE_BLOCK_THREADS: u32 = 256;
 /// Dynamic shared memory of the block-per-row reduction: per warp a candidate (8 bytes), a mass
@@ -177,6 +186,16 @@ pub fn entry_points() -> impl Iterator<Item = (&'static str, Module, Option<Entr
     entry_points_for(90)
 }
 
+/// PTX entry point of the exact log-masses (portable module): each row's processed and raw
+/// [`crate::exactmass::ExactMass`] over a call's materialized logits, for the exact log-sum-exp
+/// path (`params::GemmLogitsParams`, `FusedParams::exact`).
+pub const EXACT_MASS_ENTRY: &str = "exact_mass_rows";
+/// Threads per block of `exact_mass_rows` (one block per sample row).
+pub const EXACT_MASS_THREADS: u32 = 256;
+/// Dynamic shared memory of `exact_mass_rows`: one row's two [`crate::exactmass::ExactMass`]es
+/// (48 bytes) per warp.
+pub const EXACT_MASS_SMEM: u32 = 48 * (EXACT_MASS_THREADS / 32);
+
 /// The compute capability (`major · 10 + minor`) of a PTX target name `sm_XY`, or its arch- or
 /// family-specific `sm_XYa` / `sm_XYf` (`sm_90a` → 90); `None` for anything else.
 pub fn sm_number(target: &str) -> Option<u32> {
@@ -209,10 +228,13 @@ pub fn entry_points_for(portable_sm: u32) -> impl Iterator<Item = (&'static str,
             (MERGE_RANKS_ENTRY, Module::Portable, None),
             (ADJUST_ENTRY, Module::Portable, None),
             (REDUCE_BLOCK_ENTRY, Module::Portable, EntryBound::unpinned(Some(REDUCE_BLOCK_THREADS))),
+            (REDUCE_EXACT_ENTRY, Module::Portable, EntryBound::unpinned(Some(REDUCE_BLOCK_THREADS))),
+            (MERGE_RANKS_EXACT_ENTRY, Module::Portable, None),
             (FALLBACK_GATHER_ENTRY, Module::Portable, None),
             (FALLBACK_LOGITS_ENTRY, Module::Portable, EntryBound::unpinned(FALLBACK_LOGITS_VARIANT.max_threads())),
             (FALLBACK_SAMPLE_ENTRY, Module::Portable, EntryBound::unpinned(Some(FALLBACK_SAMPLE_THREADS))),
             (FALLBACK_SAMPLE_SCORED_ENTRY, Module::Portable, EntryBound::unpinned(Some(FALLBACK_SAMPLE_THREADS))),
+            (EXACT_MASS_ENTRY, Module::Portable, EntryBound::unpinned(Some(EXACT_MASS_THREADS))),
         ])
         .chain(TruncateStep::ALL.map(|t| (t.entry(), Module::Portable, Some(t.bound()))))
         .chain([(TRUNCATE_SCORED_ENTRY, Module::Portable, Some(TruncateStep::Alone.bound()))])

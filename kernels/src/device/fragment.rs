@@ -279,13 +279,13 @@ fn mma_sync_tile_passes<const NB: usize, const LP: bool, const TOP: bool, const 
 /// The fallback's logits (`truncate::fallback_logits`, no sampling), [`mma_sync_tile`]'s layout:
 /// for each of the lane's batch columns `b < count` (row `b0 + 8·(i/2) + 2·quad + i%2` of the
 /// gathered rows), its logits of the four vocab rows from `v0` (those below `v`) are stored to
-/// `logits[b·v + v0 ..]`.
+/// `logits[b·ld + v0 ..]`.
 ///
 /// # Safety
-/// `logits` holds `count × v` floats.
+/// `logits` holds `count × ld` floats, `ld ≥ v`.
 #[inline(always)]
 pub(super) unsafe fn store_logits_columns<const NB: usize>(
-    (logits, count, v): (*mut f32, u32, u32),
+    (logits, count, v, ld): (*mut f32, u32, u32, u32),
     (b0, quad): (u32, u32),
     v0: u32,
     acc: &Accumulators<NB>,
@@ -297,8 +297,8 @@ pub(super) unsafe fn store_logits_columns<const NB: usize>(
             for (j, &yj) in y.iter().enumerate() {
                 let vj = v0 + j as u32;
                 if vj < v {
-                    // SAFETY: b < count, vj < v: inside `[count, v]` (the caller's contract).
-                    unsafe { *logits.add(b as usize * v as usize + vj as usize) = yj };
+                    // SAFETY: b < count, vj < v ≤ ld: inside `[count, ld]` (the caller's contract).
+                    unsafe { *logits.add(b as usize * ld as usize + vj as usize) = yj };
                 }
             }
         }
@@ -317,7 +317,7 @@ pub(super) const ROW_GROUPS: usize = 2;
 /// `row` is a 16-byte aligned global address of `ld ≥ v` floats (`ld % 4 == 0`) not written during
 /// the kernel; `v0 % 4 == 0`.
 #[inline(always)]
-unsafe fn load_logits_group(row: *const f32, v: u32, v0: u32) -> [f32; 4] {
+pub(super) unsafe fn load_logits_group(row: *const f32, v: u32, v0: u32) -> [f32; 4] {
     if v0 + 4 <= v {
         // SAFETY: v0 + 4 ≤ v ≤ ld: inside the row; 16-byte aligned (the row and v0 are), read-only
         // during the kernel (the caller's contract).

@@ -18,6 +18,7 @@
 //! | `truncate` | top-k / top-p / min-p: the truncation step over the fused pass's top lists |
 //! | `fallback` | the truncation's exact fallback: gathered rows, their logits, an exact sampler |
 //! | `dot` | the warp dot product of the few logits recomputed outside the fused pass |
+//! | `exact` | the exact log-sum-exp path: each row's exact log-masses over a call's materialized logits |
 //! | `ranks` | the vocab-parallel merge of the ranks' gathered results (tensor parallelism) |
 //! | `baselines`, `test_kernels` | benchmark baselines and test kernels (their own PTX module) |
 //! | `ptx` | inline PTX: the only `asm!`, one instruction per function |
@@ -37,6 +38,7 @@ mod adjust;
 mod baselines;
 mod collective;
 mod dot;
+mod exact;
 mod fallback;
 mod fragment;
 mod fused;

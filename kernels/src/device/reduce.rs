@@ -16,12 +16,13 @@ use super::collective::{exp, ln, mass_of_words, mass_words, merge_butterfly, mer
 use super::dot::block_dot;
 use super::ptx::{
     atom_global_add_u32, fence_acq_rel_gpu, griddepcontrol_launch_dependents, griddepcontrol_wait, ld_global_cg_v2_u32,
-    ld_global_cg_v4_u32, ld_shared_v2_u32, ld_shared_v4_u32, mov_u32_dynamic_smem, st_shared_v2_u32, st_shared_v4_u32,
+    ld_global_cg_v4_u32, ld_shared_v2_u32, ld_shared_v4_u32, lg2_approx_f32, mov_u32_dynamic_smem, st_shared_v2_u32,
+    st_shared_v4_u32,
 };
 use super::rows::row_params;
 use crate::candidate::Candidate;
 use crate::config::{REDUCE_BLOCK_THREADS, REDUCE_ROWS_PER_BLOCK};
-use crate::logmass::log_prob;
+use crate::logmass::{target_log_probs, token_log_probs};
 use crate::params::{AdjustedToken, FusedParams, ReduceParams, RowMass};
 
 /// A sample row's adjusted tokens (sparse adjustments, `adjust_tokens`): entries `start .. end` of
@@ -95,16 +96,20 @@ impl AdjRows {
 /// `b < B`; `p` is a log-probability launch (its outputs hold B entries; `raw_logprobs` null or
 /// not, and null when `logprobs` is).
 #[inline(always)]
-unsafe fn write_logprobs(p: &FusedParams, b: u32, (cand, mass): (Candidate, RowMass), y: f32, adj: AdjRows) {
+unsafe fn write_logprobs<const EXACT: bool>(
+    p: &FusedParams,
+    b: u32,
+    (cand, (lse, lse_raw)): (Candidate, (f32, f32)),
+    y: f32,
+    adj: AdjRows,
+) {
     let token = cand.token();
     let valid = token != crate::INVALID_INDEX;
     let row = row_params(p, b);
-    // `+∞` when a `+∞` logit holds all the mass (whatever its sum became).
-    let (lse, lse_raw) = (mass.processed.lse_with(ln), mass.raw.lse_with(ln));
     let transform = row.transform();
     let greedy = transform.is_greedy();
-    let (lp, raw, lse) = if !valid {
-        (f32::NAN, f32::NAN, if greedy { f32::NAN } else { lse })
+    let logits = if !valid {
+        (f32::NAN, f32::NAN)
     } else {
         // The logit pipeline's soft-cap (the token was allowed: it won).
         let mut z = p.logit_pipeline().capped(y);
@@ -115,9 +120,13 @@ unsafe fn write_logprobs(p: &FusedParams, b: u32, (cand, mass): (Candidate, RowM
                 z = a.z;
             }
         }
-        let lp = if greedy { 0.0 } else { log_prob(transform.scaled(z), lse) };
-        (lp, log_prob(y, lse_raw), if greedy { f32::NAN } else { lse })
+        (transform.scaled(z), y)
     };
+    let (lp, raw, lse) = token_log_probs(valid, greedy, logits, (lse, lse_raw));
+    if EXACT {
+        // SAFETY: b < B: inside `exact` (the exact path's launch).
+        unsafe { (*p.exact.add(b as usize)).token = [logits.0, logits.1] };
+    }
     // SAFETY: b < B; the log-probability outputs hold B entries (`logprobs`, `raw_logprobs` and
     // `raw_logsumexp` when not null).
     unsafe {
@@ -250,7 +259,12 @@ pub(super) unsafe fn reduce_if_last(
 /// aligned), not used by the caller until after its next barrier. Outputs are written by thread 0:
 /// the caller's other threads see them after a barrier.
 #[inline(always)]
-pub(super) unsafe fn reduce_row_block<const SCORE: bool>(p: &FusedParams, b: u32, tid: u32, smem: u32) {
+pub(super) unsafe fn reduce_row_block<const SCORE: bool, const EXACT: bool>(
+    p: &FusedParams,
+    b: u32,
+    tid: u32,
+    smem: u32,
+) {
     const PARTS: u32 = REDUCE_BLOCK_THREADS;
     const W: u32 = PARTS / 32;
     let part = tid < PARTS; // warp-uniform
@@ -310,6 +324,18 @@ pub(super) unsafe fn reduce_row_block<const SCORE: bool>(p: &FusedParams, b: u32
         // fused pass skipped the raw log-mass, which is the processed one.
         mass.raw = mass.processed;
     }
+    // The row's log-sum-exps (`+∞` when a `+∞` logit holds all the mass, whatever its sum became):
+    // from the exact log-masses on the exact path (`FusedParams::exact`), else the merged masses.
+    // (Evaluated where thread 0 writes, after the dot products: fewer registers live across them.)
+    let lses = || {
+        if !EXACT {
+            (mass.processed.lse_with(ln), mass.raw.lse_with(ln))
+        } else {
+            // SAFETY: b < B: inside `exact`, written by `exact_mass_rows` before this launch.
+            let e = unsafe { *p.exact.add(b as usize) };
+            (e.processed.lse_with(lg2_approx_f32), e.raw.lse_with(lg2_approx_f32))
+        }
+    };
     let token = c.token();
     let mut y = 0.0f32;
     // The token's logit only for its log-probabilities (a truncation step whose call asks none
@@ -328,7 +354,7 @@ pub(super) unsafe fn reduce_row_block<const SCORE: bool>(p: &FusedParams, b: u32
         unsafe {
             *p.tokens.add(b as usize) = token;
             *p.scores.add(b as usize) = c.score;
-            write_logprobs(p, b, (c, mass), y, adj);
+            write_logprobs::<EXACT>(p, b, (c, lses()), y, adj);
         }
     }
     if SCORE && !p.targets.is_null() {
@@ -357,7 +383,7 @@ pub(super) unsafe fn reduce_row_block<const SCORE: bool>(p: &FusedParams, b: u32
         };
         if tid == 0 {
             // SAFETY: b < B: entry b of the target outputs.
-            unsafe { write_target_logprobs(p, b, target, (c, mass), yt, adj) };
+            unsafe { write_target_logprobs::<EXACT>(p, b, target, (c, lses()), yt, adj) };
         }
     }
 }
@@ -373,20 +399,21 @@ pub(super) unsafe fn reduce_row_block<const SCORE: bool>(p: &FusedParams, b: u32
 /// # Safety
 /// `b < B`; `p.targets`' outputs hold B entries; `p` is a one-GPU log-probability launch.
 #[inline(always)]
-unsafe fn write_target_logprobs(
+unsafe fn write_target_logprobs<const EXACT: bool>(
     p: &FusedParams,
     b: u32,
     target: u32,
-    (c, mass): (Candidate, RowMass),
+    (c, (lse, lse_raw)): (Candidate, (f32, f32)),
     yt: f32,
     adj: AdjRows,
 ) {
     let row = row_params(p, b);
     let transform = row.transform();
-    let (lse, lse_raw) = (mass.processed.lse_with(ln), mass.raw.lse_with(ln));
     let token = c.token();
-    let (lp, raw) = if c.score.is_nan() || yt.is_nan() {
-        (f32::NAN, f32::NAN)
+    // The given token's processed logit over the temperature (`−∞` where removed), where the
+    // launch's rows hold it (`yt` not NaN).
+    let xt = if yt.is_nan() {
+        f32::NAN
     } else {
         let pipe = p.logit_pipeline();
         // SAFETY: the mask row `request` holds mask_words words (target < v_end ≤ 32 · mask_words).
@@ -404,19 +431,17 @@ unsafe fn write_target_logprobs(
                 z = a.z;
             }
         }
-        let lp = match transform.is_greedy() {
-            // A removed token is `−∞` also where nothing is allowed (`lse` `−∞`: a shard's rows).
-            false if transform.scaled(z) == f32::NEG_INFINITY => f32::NEG_INFINITY,
-            false => log_prob(transform.scaled(z), lse),
-            true if target == token => 0.0,
-            true => f32::NEG_INFINITY,
-        };
-        (lp, log_prob(yt, lse_raw))
+        transform.scaled(z)
     };
-    // SAFETY: b < B (the caller's contract).
+    let flags = (c.score.is_nan(), transform.is_greedy(), target == token);
+    let (lp, raw) = target_log_probs(flags, (xt, yt), (lse, lse_raw));
+    // SAFETY: b < B (the caller's contract; `exact` holds B entries on the exact path).
     unsafe {
         *p.target_logprobs.add(b as usize) = lp;
         *p.target_raw_logprobs.add(b as usize) = raw;
+        if EXACT {
+            (*p.exact.add(b as usize)).target = [xt, yt];
+        }
     }
 }
 
@@ -447,6 +472,28 @@ pub(super) unsafe fn reduce_candidates(p: ReduceParams) {
 /// (on the same stream) the log-probability fused kernel with the same `p`.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn reduce_rows(p: FusedParams) {
+    // SAFETY: forwarded contract.
+    unsafe { reduce_rows_with::<false>(p) }
+}
+
+/// [`reduce_rows`] on the exact log-sum-exp path: each row's log-sum-exps from its exact masses
+/// (`p.exact`, which `exact_mass_rows` wrote), and its token's and given token's logits written
+/// beside them (what a tensor-parallel rank exchanges).
+///
+/// # Safety
+/// As [`reduce_rows`], after `exact_mass_rows` with the same `p` (`p.exact` holds `B` records).
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn reduce_rows_exact(p: FusedParams) {
+    // SAFETY: forwarded contract.
+    unsafe { reduce_rows_with::<true>(p) }
+}
+
+/// The body of [`reduce_rows`] and [`reduce_rows_exact`].
+///
+/// # Safety
+/// As theirs.
+#[inline(always)]
+unsafe fn reduce_rows_with<const EXACT: bool>(p: FusedParams) {
     // SAFETY: special-register reads.
     let (tid, b) = unsafe { (_thread_idx_x(), _block_idx_x()) };
     if b >= p.b {
@@ -459,5 +506,5 @@ pub unsafe extern "ptx-kernel" fn reduce_rows(p: FusedParams) {
     griddepcontrol_wait();
     // SAFETY: every thread of a REDUCE_BLOCK_THREADS-thread block, b < B, after the wait; the
     // launch's REDUCE_BLOCK_SMEM bytes of dynamic shared memory.
-    unsafe { reduce_row_block::<true>(&p, b, tid, mov_u32_dynamic_smem()) }
+    unsafe { reduce_row_block::<true, EXACT>(&p, b, tid, mov_u32_dynamic_smem()) }
 }

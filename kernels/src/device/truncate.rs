@@ -681,7 +681,7 @@ unsafe fn truncate_row<const SCORE: bool>(p: TruncateParams) {
         // REDUCE_BLOCK_THREADS), b < B, after the wait; the entries area is free until the
         // collection; the barrier makes thread 0's outputs visible to the block and frees the area.
         unsafe {
-            reduce_row_block::<SCORE>(&p.reduce, b, tid, smem);
+            reduce_row_block::<SCORE, false>(&p.reduce, b, tid, smem);
             _syncthreads();
         }
     }

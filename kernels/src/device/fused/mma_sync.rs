@@ -148,16 +148,20 @@ entry!(fused_sample_block_nb4_s3, fused_sample_block_nb4_s3_lp, fused_sample_blo
 entry!(fused_sample_block_nb4x2, fused_sample_block_nb4x2_lp, fused_sample_block_nb4x2_tk, MMA_SYNC_N64);
 entry!(fused_sample_block_nb4x4, fused_sample_block_nb4x4_lp, fused_sample_block_nb4x4_tk, MMA_SYNC_N128);
 
-// The family's store-logits entry: the exact fallback's raw logits (`device/fallback.rs` samples them).
+// The family's store-logits entry: the exact fallback's raw logits (`device/fallback.rs` samples
+// them), and a call's logits on the exact log-sum-exp path (the GEMM-fed kernels and
+// `device/exact.rs` read them): logits whose every bit is a function of its row and vocab row, as
+// over vocab shards the same bits are what that path needs.
 
-/// The fallback's raw logits on the tensor cores: `logits[s, v]` for every listed row `s` (see the
-/// module), the portable `mma.sync` mainloop of [`FALLBACK_LOGITS_VARIANT`] over the gathered rows:
-/// one read of the weight per 64 listed rows, in the fused kernels' pipeline, instead of CUDA-core
-/// dot products.
+/// Raw logits on the tensor cores: `logits[s, v]` for every listed row `s` (see the module), the
+/// portable `mma.sync` mainloop of [`FALLBACK_LOGITS_VARIANT`] over the gathered rows: one read of
+/// the weight per 64 listed rows, in the fused kernels' pipeline, instead of CUDA-core dot
+/// products. Each logit's sum runs over `D` in the mainloop's fixed order, whatever the launch's
+/// rows, vocab rows or grid.
 ///
 /// # Safety
 /// Launched as documented in the module after `fallback_gather` (`device/fallback.rs`) on the same stream; `p.fused` as
-/// [`FallbackLogitsParams`] states, `logits` holds `count · V` floats.
+/// [`FallbackLogitsParams`] states, `logits` holds `count · ld` floats (`ld ≥ V`).
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn fallback_logits(p: FallbackLogitsParams) {
     const V: FusedVariant = FALLBACK_LOGITS_VARIANT;
@@ -216,8 +220,8 @@ unsafe fn logits_body<
         let acc = unsafe { mainloop.tile::<NB>(f, active) };
         if active {
             let v0 = tile * BLOCK_V + w_row0;
-            // SAFETY: `logits` holds `count × V` floats (the launch contract).
-            unsafe { fragment::store_logits_columns::<NB>((p.logits, count, f.v), (b0, t.quad), v0, &acc) };
+            // SAFETY: `logits` holds `count × ld` floats, `ld ≥ V` (the launch contract).
+            unsafe { fragment::store_logits_columns::<NB>((p.logits, count, f.v, p.ld), (b0, t.quad), v0, &acc) };
         }
         tile += 1;
     }
