@@ -209,27 +209,7 @@ mod tests {
 
     use super::*;
 
-    /// A small deterministic generator (SplitMix64).
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
-        }
-        fn unit(&mut self) -> f64 {
-            (self.next() >> 11) as f64 / (1u64 << 53) as f64
-        }
-        fn below(&mut self, n: usize) -> usize {
-            (self.next() % n as u64) as usize
-        }
-        /// Roughly normal (sum of four uniforms, centred).
-        fn normal(&mut self) -> f64 {
-            (0..4).map(|_| self.unit()).sum::<f64>() * 1.7 - 3.4
-        }
-    }
+    use crate::test_rng::SplitMix64 as Rng;
 
     fn ex2(x: f32) -> f32 {
         x.exp2()

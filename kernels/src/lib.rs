@@ -36,6 +36,9 @@ pub mod ranks;
 pub mod schedule;
 pub mod truncate;
 
+#[cfg(test)]
+mod test_rng;
+
 #[cfg(target_arch = "nvptx64")]
 mod device;
 

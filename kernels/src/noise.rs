@@ -370,20 +370,7 @@ mod tests {
     use super::*;
     use std::vec::Vec;
 
-    /// SplitMix64, for test words.
-    struct Mix(u64);
-    impl Mix {
-        fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
-        }
-        fn word(&mut self) -> u32 {
-            (self.next() >> 32) as u32
-        }
-    }
+    use crate::test_rng::SplitMix64 as Mix;
 
     /// `t` of the construction in f64, before any f32 rounding.
     fn t_exact(x: u32, x2: u32) -> f64 {
