@@ -44,7 +44,8 @@
 //!   them together, and the plain call on f16 operands; prints a table of medians and ratios to the
 //!   plain call and writes `controls.csv`. Takes `--shape`, `--batches`, and `--modes a,b` (only
 //!   those modes besides the plain call: `temps`, `logprobs`, `exact` (log-probabilities on the
-//!   exact log-sum-exp path, `SamplingParams::exact_logsumexp`), `temps+logprobs`, `top20`, `mask`,
+//!   exact log-sum-exp path, `SamplingParams::exact_logsumexp`), `temps+logprobs`, `top20`,
+//!   `exact+top20` (`top20` on the exact path: every row through `fallback_sample_exact`), `mask`,
 //!   `softcap`, `n=8`, `adjust`, `all`, `f16`).
 //! - `--truncation`: instead of the baselines, time top-k (50) + top-p (0.9) per row in the fused
 //!   call (the certificate path, its fallback when needed) against the plain fused call and against
@@ -485,13 +486,14 @@ fn controls(gpu: &GpuBackend, timer: &EventTimer, a: &Args, bandwidth: f64) -> R
     let batches = a.batches.clone().unwrap_or_else(|| vec![1, 8, 16, 32, 64, 128, 256]);
     let bmax = *batches.iter().max().unwrap();
     let runs = a.runs;
-    const MODES: [&str; 12] = [
+    const MODES: [&str; 13] = [
         "plain",
         "temps",
         "logprobs",
         "exact",
         "temps+logprobs",
         "top20",
+        "exact+top20",
         "mask",
         "softcap",
         "n=8",
@@ -538,6 +540,7 @@ fn controls(gpu: &GpuBackend, timer: &EventTimer, a: &Args, bandwidth: f64) -> R
             let exact = lp.clone().with_exact_logsumexp(true);
             let tl = tp.clone().with_logprobs(LogProbs::Processed);
             let top20 = tl.clone().with_top_logprobs(20, false);
+            let exact_top20 = top20.clone().with_exact_logsumexp(true);
             let cap = plain.clone().with_softcap(30.0);
             let n8 = plain.clone().with_samples_per_row(8);
             // 32 adjusted tokens per row (a penalized history: repetition 1.2, frequency 0.3).
@@ -558,13 +561,14 @@ fn controls(gpu: &GpuBackend, timer: &EventTimer, a: &Args, bandwidth: f64) -> R
             }
             let adjusted = plain.clone().with_adjustments(adj.clone());
             let all = tl.clone().with_softcap(30.0).with_samples_per_row(8).with_adjustments(adj);
-            let cases: [(&str, &SamplingParams, bool); 11] = [
+            let cases: [(&str, &SamplingParams, bool); 12] = [
                 ("plain", &plain, false),
                 ("temps", &tp, false),
                 ("logprobs", &lp, false),
                 ("exact", &exact, false),
                 ("temps+logprobs", &tl, false),
                 ("top20", &top20, false),
+                ("exact+top20", &exact_top20, false),
                 ("mask", &plain, true),
                 ("softcap", &cap, false),
                 ("n=8", &n8, false),

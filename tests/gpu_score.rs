@@ -478,10 +478,10 @@ fn truncating_scores_match_the_cpu_where_rows_take_the_fallback_and_over_split_l
 /// The exact log-sum-exp path on one GPU (`SamplingParams::exact_logsumexp`; finding 55): a call's
 /// logits materialized by `fallback_logits`, sampled and scored by the GEMM-fed kernels, each row's
 /// log-sum-exps summed in integer bins (`exact_mass_rows`). Against the CPU backend on every control
-/// (`n` samples a row included; top-k / top-p / min-p refused), scoring the sampled token bit for
-/// bit, log-probabilities that do not depend on the batch a row is in, bounded launches for long
-/// scoring calls, and the default path within 1e-5 of it. The same calls over vocab shards:
-/// `tests/tp.rs`. (A module of this file, not a test binary of its own: CI links fewer.)
+/// (`n` samples a row included; top-k / top-p / min-p and top log-probabilities through the exact
+/// fallback), scoring the sampled token bit for bit, log-probabilities that do not depend on the batch a row
+/// is in, bounded launches for long scoring calls, and the default path within 1e-5 of it. The same calls
+/// over vocab shards: `tests/tp.rs`. (A module of this file, not a test binary of its own: CI links fewer.)
 mod exact {
     use super::*;
 
@@ -542,22 +542,128 @@ mod exact {
                     &cpu.score(h, w, &params, &others).unwrap(),
                 );
             }
-            // Not composed with truncation yet: a typed error before any launch.
+            // A truncating call that reads no log-sum-exp keeps the fused pass (the option has no effect;
+            // truncating calls that read one: `exact_truncating_calls_…`).
             let truncating = SamplingParams::new(0.8, 1).with_top_k(vec![5; b]).with_exact_logsumexp(true);
-            for lp in [LogProbs::Processed, LogProbs::Off] {
-                let p = truncating
-                    .clone()
-                    .with_logprobs(lp)
-                    .with_top_logprobs(if lp == LogProbs::Off { 3 } else { 0 }, false);
-                let err = gpu.sample_scored(h, w, &p).unwrap_err();
-                assert!(matches!(err, flashsampling::Error::Unsupported { .. }), "{err:?}");
-            }
-            assert!(matches!(gpu.score(h, w, &truncating, &vec![0; b]), Err(flashsampling::Error::Unsupported { .. })));
-            // A truncating call that reads no log-sum-exp keeps the fused pass (the option has no effect).
             let plain = truncating.clone().with_exact_logsumexp(false);
             assert_eq!(gpu.sample(h, w, &truncating).unwrap(), gpu.sample(h, w, &plain).unwrap(), "top-k alone");
             visible(&format!("exact path == CPU, scores its samples bit for bit: B={b:>3} D={d} V={v:>5}"));
         }
+    }
+
+    /// `params` with each request's truncation by `r % 3`: none (top-k 0, top-p 1, min-p 0), top-k
+    /// 20 with top-p 0.9, or top-p 0.7 with min-p 0.05.
+    fn truncated(params: SamplingParams, rows: std::ops::Range<usize>) -> SamplingParams {
+        params
+            .with_top_k(rows.clone().map(|r| [0, 20, 0][r % 3]).collect())
+            .with_top_p(rows.clone().map(|r| [1.0, 0.9, 0.7][r % 3]).collect())
+            .with_min_p(rows.map(|r| [0.0, 0.0, 0.05][r % 3]).collect())
+    }
+
+    /// `x`'s entries of request `r` (of `requests`): its `n` sample rows', or its one.
+    fn of_request(x: &[f32], r: usize, requests: usize) -> Vec<u32> {
+        let per = x.len() / requests;
+        bits(&x[r * per..(r + 1) * per])
+    }
+
+    #[test]
+    fn exact_truncating_calls_match_the_cpu_and_keep_untruncated_rows_bit_for_bit() {
+        // The exact path's truncating calls (top-k / top-p / min-p, top log-probabilities): every row
+        // through `fallback_sample_exact` (the raw logits materialized, the kept set found exactly, its
+        // log-sum-exp and the raw one summed in integer bins). Against the CPU on every control; a
+        // request that does not truncate has the bits of the same call without truncation (the exact
+        // path's GEMM-fed kernels: the same groups summed, the same dot product for its token's logit);
+        // scoring the samples gives their log-probabilities bit for bit; every row is the fallback's.
+        let test = "exact_truncating_calls_match_the_cpu_and_keep_untruncated_rows_bit_for_bit";
+        let Some(gpu) = gpu_or_skip(test) else { return };
+        let cpu = CpuBackend::new();
+        for &(b, d, v) in &[(6usize, 64usize, 1001usize), (37, 128, 3001)] {
+            let (hidden, weight) = exact_head(b, d, v, 1.5, 0xE5_0000 ^ (b * 31 + v) as u64);
+            let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
+            for (name, params) in cases(b, v) {
+                let at = format!("{name}, truncating, B={b} D={d} V={v}");
+                let n = params.n as usize;
+                let lp = params.clone().with_logprobs(LogProbs::ProcessedAndRaw);
+                let t = truncated(lp.clone(), 0..b);
+                let (g, c) = (gpu.sample_scored(h, w, &t).unwrap(), cpu.sample_scored(h, w, &t).unwrap());
+                assert_close_at_f32_resolution(&at, &g, &c, n);
+                assert_eq!(g.truncation_fallback, Some(vec![true; b * n]), "{at}: every row the fallback's");
+                // The requests without truncation: the bits of the call without it.
+                let u = gpu.sample_scored(h, w, &lp).unwrap();
+                for r in (0..b).filter(|r| r % 3 == 0) {
+                    assert_eq!(g.tokens[r * n..(r + 1) * n], u.tokens[r * n..(r + 1) * n], "{at}: request {r}");
+                    for (what, x, y) in [
+                        ("scores", Some(&g.scores), Some(&u.scores)),
+                        ("log-probabilities", g.logprobs.as_ref(), u.logprobs.as_ref()),
+                        ("raw log-probabilities", g.raw_logprobs.as_ref(), u.raw_logprobs.as_ref()),
+                        ("log-sum-exps", g.logsumexp.as_ref(), u.logsumexp.as_ref()),
+                    ] {
+                        let (x, y) = (x.unwrap(), y.unwrap());
+                        assert_eq!(of_request(x, r, b), of_request(y, r, b), "{at}: request {r}'s {what}");
+                    }
+                }
+                // Each request's first sample, scored under the same controls: its log-probabilities
+                // bit for bit.
+                let first = |x: &[f32]| x.iter().step_by(n).copied().collect::<Vec<f32>>();
+                let tokens: Vec<u32> = g.tokens.iter().step_by(n).copied().collect();
+                let scored = gpu.score(h, w, &truncated(params.clone(), 0..b), &tokens).unwrap();
+                assert_eq!(bits(&scored.logprobs), bits(&first(g.logprobs.as_ref().unwrap())), "{at}: scoring");
+                assert_eq!(bits(&scored.raw_logprobs), bits(&first(g.raw_logprobs.as_ref().unwrap())), "{at}: raw");
+                let others: Vec<u32> = tokens.iter().map(|&t| (t + 1) % v as u32).collect();
+                let p = truncated(params.clone(), 0..b);
+                assert_scores_close(
+                    &at,
+                    &gpu.score(h, w, &p, &others).unwrap(),
+                    &cpu.score(h, w, &p, &others).unwrap(),
+                );
+                // Top log-probabilities, processed and raw (no log-probabilities: the call still reads
+                // the log-sum-exps).
+                for raw in [false, true] {
+                    let p = truncated(params.clone(), 0..b).with_top_logprobs(4, raw);
+                    let (g, c) = (gpu.sample_scored(h, w, &p).unwrap(), cpu.sample_scored(h, w, &p).unwrap());
+                    assert_eq!(g.tokens, c.tokens, "{at}: tokens with top log-probabilities (raw {raw})");
+                    let (gt, ct) = (g.top_logprobs.unwrap(), c.top_logprobs.unwrap());
+                    for (r, (x, y)) in gt.iter().zip(&ct).enumerate() {
+                        let ids = |l: &Vec<(u32, f32)>| l.iter().map(|e| e.0).collect::<Vec<_>>();
+                        assert_eq!(ids(x), ids(y), "{at}: request {r}'s top tokens (raw {raw})");
+                        for (&(_, a), &(_, e)) in x.iter().zip(y) {
+                            let ok = if e.is_finite() { (a - e).abs() <= 1e-4 + 5e-7 * e.abs() } else { a == e };
+                            assert!(ok, "{at}: request {r}'s top log-probabilities (raw {raw}): GPU {a}, CPU {e}");
+                        }
+                    }
+                }
+            }
+            visible(&format!("exact truncating calls == CPU, untruncated rows bit for bit: B={b:>3} D={d} V={v:>5}"));
+        }
+        // A row's outputs are its own: alone or in a batch of 40, the same bits.
+        let (b, d, v) = (40usize, 256usize, 30_011usize);
+        let mut rng = TestRng::new(0xE5_BA7C);
+        let hidden = rng.normal_bf16(b * d, 1.0);
+        let weight = rng.normal_bf16(v * d, 3.0 / (d as f64).sqrt());
+        let temps = mixed_temperatures(b);
+        let params = |rows: std::ops::Range<usize>| {
+            let p = SamplingParams::new(1.0, 0xE5)
+                .with_streams(rows.clone().map(|r| r as u64).collect())
+                .with_temperatures(temps[rows.clone()].to_vec())
+                .with_logprobs(LogProbs::ProcessedAndRaw)
+                .with_exact_logsumexp(true);
+            truncated(p, rows)
+        };
+        let w = Matrix::new(&weight, v, d);
+        let all = gpu.sample_scored(Matrix::new(&hidden, b, d), w, &params(0..b)).unwrap();
+        for r in [0usize, 1, 2, 17, 39] {
+            let one = gpu.sample_scored(Matrix::new(&hidden[r * d..(r + 1) * d], 1, d), w, &params(r..r + 1)).unwrap();
+            assert_eq!(one.tokens[0], all.tokens[r], "row {r}'s token");
+            for (what, x, y) in [
+                ("log-probability", one.logprobs.as_ref(), all.logprobs.as_ref()),
+                ("raw log-probability", one.raw_logprobs.as_ref(), all.raw_logprobs.as_ref()),
+                ("log-sum-exp", one.logsumexp.as_ref(), all.logsumexp.as_ref()),
+            ] {
+                let (x, y) = (x.unwrap()[0], y.unwrap()[r]);
+                assert_eq!(x.to_bits(), y.to_bits(), "row {r}'s {what}: alone {x}, in the batch {y}");
+            }
+        }
+        visible("exact truncating calls: a row's bits alone and in a batch of 40");
     }
 
     #[test]

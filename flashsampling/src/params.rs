@@ -72,8 +72,12 @@ pub struct SamplingParams {
     /// path except at f32 near-ties of the logits; the call runs the GEMM-fed kernels whatever
     /// variant is forced ([`crate::GpuBackend::set_fused_variant`]). Off by default (the fused
     /// log-probabilities are then within ~1e-6 of these, and their last bits follow the partition).
-    /// No effect on a call that reads no log-sum-exp (no log-probabilities, top log-probabilities or
-    /// given tokens); the CPU backend ignores it (its sums are f64).
+    /// With top-k / top-p / min-p or top log-probabilities, a one-GPU call takes every row through the
+    /// exact fallback instead (its logits materialized, the kept set found exactly, the kept set's and
+    /// the raw log-sum-exps summed in the same bins): a request without truncation of its own gets
+    /// the bits of the call without it; over tensor-parallel ranks that is not built yet
+    /// (`Error::Unsupported`). No effect on a call that reads no log-sum-exp (no log-probabilities,
+    /// top log-probabilities or given tokens); the CPU backend ignores it (its sums are f64).
     pub exact_logsumexp: bool,
 }
 

@@ -390,7 +390,8 @@ def sample(hidden, weight, temperature=1.0, seed=0, *, streams=None, sample=0, p
     ``top_logprobs`` asks for each row's most likely tokens (see ``Samples`` for what comes back).
     ``exact_logsumexp`` (GPU) sums each row's log-sum-exps exactly, in integer bins, so log-probabilities are the
     same bits however the vocabulary is split (tensor-parallel ranks included) and whatever batch a row is in; the
-    call then materializes its ``[B, V]`` float32 logits (the CPU backend's sums are float64 and ignore it).
+    call then materializes its ``[B, V]`` float32 logits (with top-k / top-p / min-p or ``top_logprobs``, every row
+    goes through the exact fallback; not over ranks yet). The CPU backend's sums are float64 and ignore it.
     ``params`` (a ``SamplingParams``) gives the controls as one value instead of keywords.
 
     NumPy arrays (and CPU tensors) run on the CPU backend and give NumPy arrays. PyTorch CUDA tensors run on the

@@ -754,6 +754,35 @@ def test_exact_logsumexp_on_the_gpu_scores_what_it_samples_and_does_not_depend_o
         assert np.allclose(a[finite], fused[finite], rtol=1e-6, atol=1e-5), (key, a, fused)
 
 
+def test_exact_logsumexp_with_top_k_and_top_p_on_the_gpu(dev):
+    # Issue 52: with truncation every row goes through the exact fallback: a row that does not truncate has the
+    # bits of the call without truncation, the sampled tokens score their log-probabilities bit for bit, and the
+    # tokens and values agree with the CPU path (exact logits).
+    b, d, v = 9, 128, 1001
+    xh, xw = lm_head(b, d, v, seed=56, dev=dev, integer=True)
+    temps = [0.7, 1.0, 0.0, 1.6, 1.0, 0.4, 1.0, 2.0, 0.9]
+    top_k = [0, 20, 0, 0, 5, 0, 0, 50, 0]
+    top_p = [1.0, 1.0, 0.8, 1.0, 0.9, 1.0, 1.0, 0.95, 0.7]
+    kw = dict(temperatures=temps, top_k=top_k, top_p=top_p, exact_logsumexp=True)
+    s = fs.sample(xh, xw, seed=4, logprobs="processed_and_raw", **kw)
+    plain = fs.sample(xh, xw, seed=4, logprobs="processed_and_raw", temperatures=temps, exact_logsumexp=True)
+    for r in (0, 3, 5, 6):  # no truncation of their own
+        assert s.tokens[r] == plain.tokens[r], r
+        for key in ("logprobs", "raw_logprobs", "logsumexp"):
+            a, want = getattr(s, key)[r:r + 1], getattr(plain, key)[r:r + 1]
+            assert torch.equal(a.view(torch.int32), want.view(torch.int32)), (r, key)
+    got = fs.score(xh, xw, s.tokens, **kw)
+    for key, want in (("logprobs", s.logprobs), ("raw_logprobs", s.raw_logprobs), ("logsumexp", s.logsumexp)):
+        assert torch.equal(got[key].view(torch.int32), want.view(torch.int32)), key
+    host = on_cpu(xh, xw, seed=4, logprobs="processed_and_raw", temperatures=temps, top_k=top_k, top_p=top_p)
+    assert np.array_equal(s.tokens.cpu().numpy().astype(np.int32), host.tokens)
+    for key in ("logprobs", "raw_logprobs", "logsumexp"):
+        a, want = getattr(s, key).cpu().numpy(), getattr(host, key)
+        assert np.array_equal(np.isnan(a), np.isnan(want)), key
+        finite = np.isfinite(want)
+        assert np.allclose(a[finite], want[finite], rtol=1e-5, atol=1e-4), (key, a, want)
+
+
 def test_score_on_the_gpu_checks_its_input(dev):
     b, d, v = 3, 64, 100
     hidden, weight = lm_head(b, d, v, seed=54, dev=dev)

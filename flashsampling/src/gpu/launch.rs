@@ -228,6 +228,11 @@ impl GpuBackend {
         };
         if launch.epilogue == Epilogue::Truncate {
             self.prepare_truncation(params, shape.b, out)?;
+            if ranged.staging.is_none() && params.runs_exact(out.targets.is_some()) {
+                // The exact path's truncating call: no fused pass (`launch_exact_truncation`).
+                let operands = (hidden, weight, mask, ranged.elem);
+                return self.launch_exact_truncation(params, (shape.d, shape.v), operands, adjusted, out);
+            }
         }
         let fused = self.launch_fused(shape, params, (hidden, weight, mask), out, launch, ranged, adjusted)?;
         if launch.epilogue == Epilogue::Truncate {

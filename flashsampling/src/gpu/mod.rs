@@ -11,11 +11,11 @@ use cudarc::nvrtc::Ptx;
 use flashsampling_kernels::config::{
     ADJUST_ENTRY, ADJUST_THREADS, BLOCK_V, D_ALIGN, EXACT_MASS_ENTRY, EXACT_MASS_SMEM, EXACT_MASS_THREADS,
     EXPAND_ENTRY, EXPAND_THREADS, Epilogue, FALLBACK_GATHER_ENTRY, FALLBACK_LOGITS_ENTRY, FALLBACK_LOGITS_VARIANT,
-    FALLBACK_SAMPLE_ENTRY, FALLBACK_SAMPLE_SCORED_ENTRY, FUSED_VARIANTS, Family, FusedVariant, GEMM_LOGITS, KernelSet,
-    MAX_DIM, Module, REDUCE_BLOCK_ENTRY, REDUCE_BLOCK_SMEM, REDUCE_BLOCK_THREADS, REDUCE_EXACT_ENTRY,
-    TMA_T_VOCAB_ALIGN, TRUNCATE_SCORED_ENTRY, TmaLayout, TruncateStep, gemm_logits_ld, gemm_logits_max_rows,
-    portable_module_has, sm_number, tma_hidden, tma_weight_rows, tma_weight_tiles, tma_weight_tiles_t,
-    variant_for_call,
+    FALLBACK_SAMPLE_ENTRY, FALLBACK_SAMPLE_EXACT_ENTRY, FALLBACK_SAMPLE_SCORED_ENTRY, FUSED_VARIANTS, Family,
+    FusedVariant, GEMM_LOGITS, KernelSet, MAX_DIM, Module, REDUCE_BLOCK_ENTRY, REDUCE_BLOCK_SMEM, REDUCE_BLOCK_THREADS,
+    REDUCE_EXACT_ENTRY, TMA_T_VOCAB_ALIGN, TRUNCATE_SCORED_ENTRY, TmaLayout, TruncateStep, gemm_logits_ld,
+    gemm_logits_max_rows, portable_module_has, sm_number, tma_hidden, tma_weight_rows, tma_weight_tiles,
+    tma_weight_tiles_t, variant_for_call,
 };
 use flashsampling_kernels::launch::LaunchPlan;
 use flashsampling_kernels::logits::Adjustment;
@@ -1001,13 +1001,16 @@ impl GpuBackend {
             }
         }
         let exact = params.runs_exact(targets.is_some()) && epilogue.has_logprobs();
-        if exact && epilogue == Epilogue::Truncate {
-            // The truncation step reduces the rows with the fused pass's f32 masses.
+        if exact && epilogue == Epilogue::Truncate && staging.is_some() {
+            // A rank's truncation step reduces its rows with the fused pass's f32 masses.
             return Err(Error::Unsupported {
                 control: "exact log-sum-exps with top-k / top-p / min-p or top log-probabilities",
-                path: "on the GPU backend yet",
+                path: "over tensor-parallel ranks yet",
             });
         }
+        // The exact path's truncating call launches no fused kernel (`launch_exact_truncation`): its
+        // buffers are a truncating call's.
+        let exact = exact && epilogue != Epilogue::Truncate;
         let launch = self.launch_plan(rows, shape.d, shape.v, range.vocab, (epilogue, exact));
         let variant = launch.variant;
         if !variant.supports_vocab(shape.v as u32) {

@@ -125,6 +125,8 @@ pub(super) struct Kernels {
     /// A scoring call's truncation step and fallback sampler (`truncate_rows_scored`,
     /// `fallback_sample_scored`: the given tokens scored over the kept sets).
     pub(super) scored: (CudaFunction, CudaFunction),
+    /// The exact log-sum-exp path's truncating calls (`fallback_sample_exact`).
+    pub(super) fallback_exact: CudaFunction,
     /// The exact log-sum-exp path ([`crate::SamplingParams::exact_logsumexp`]): the GEMM-fed
     /// kernels (loaded whether or not cuBLAS is: the path feeds them `fallback_logits`' logits),
     /// `exact_mass_rows` and `reduce_rows_exact`.
@@ -214,6 +216,7 @@ impl Kernels {
                 lv.smem_bytes(Epilogue::Sample),
             )?,
             fallback_sample: module.load_function(FALLBACK_SAMPLE_ENTRY)?,
+            fallback_exact: module.load_function(FALLBACK_SAMPLE_EXACT_ENTRY)?,
             scored: (module.load_function(TRUNCATE_SCORED_ENTRY)?, module.load_function(FALLBACK_SAMPLE_SCORED_ENTRY)?),
             portable: module,
             module_code: (portable_code, hopper_code),

@@ -179,10 +179,10 @@ impl GpuBackend {
             rows.checked_mul(d).filter(|&n| n <= isize::MAX as usize / 2).ok_or(too_large("fallback rows"))?;
         // SAFETY: every buffer is written before it is read: the lists, flags and raw log-sum-exps by
         // the fused kernel and the truncation step, the top log-probabilities (the `n` slots of each
-        // request a call asks for) by the truncation step or the fallback, the truncation by its upload, the list's count by
-        // the memset before each truncation step, the gathered rows by the truncation step or `fallback_gather` (the
-        // listed ones only), the logits
-        // by `fallback_logits` (of the listed rows only; `fallback_sample` reads no others).
+        // request a call asks for) by the truncation step or the fallback, the truncation by its upload, the
+        // list's count by the memset before each truncation step, the gathered rows by the truncation step or
+        // `fallback_gather` (the listed ones only), the logits by `fallback_logits` (of the listed rows only;
+        // `fallback_sample` reads no others).
         out.truncation = Some(self.on_home(|home| {
             Ok(unsafe {
                 TruncationBuffers {
@@ -362,6 +362,95 @@ impl GpuBackend {
         Ok(())
     }
 
+    /// The exact log-sum-exp path's truncating call on one GPU (issue 52;
+    /// [`SamplingParams::exact_logsumexp`] with top-k / top-p / min-p or top log-probabilities): no
+    /// fused pass or truncation step; every sample row's raw logits by `fallback_logits` (each a
+    /// function of its row and vocab row alone), then `fallback_sample_exact` takes every row as
+    /// the fallback takes a listed one, with exact log-sum-exps (the row's count in the list, the
+    /// flags all set: every row is the fallback's). `hidden` is the launch's (`B·n` rows), `mask`
+    /// its mask (the adjusted tokens' bits cleared), `adjusted` its adjustments; the truncation
+    /// words were uploaded ([`Self::prepare_truncation`]).
+    pub(super) fn launch_exact_truncation(
+        &self,
+        params: &SamplingParams,
+        (d, v): (usize, usize),
+        (hidden, weight, mask, elem): (u64, u64, u64, ElementType),
+        adjusted: Option<(u64, u64)>,
+        out: &mut DeviceSamples,
+    ) -> Result<()> {
+        let (rows, n) = (out.b, out.n);
+        let row_params = {
+            let (ptr, _s) = out.rows.device_ptr(&self.stream);
+            ptr
+        };
+        let targets = out.targets;
+        let mut taken = out.truncation.take();
+        let tr = taken.as_mut().expect("allocated before the launch");
+        let result = (|| -> Result<()> {
+            let t = tr.ptrs(&self.stream);
+            let mut top = t.top_outputs(top_source(params, mask != 0 || adjusted.is_some()));
+            if let Some(d) = out.dst.filter(|d| d.top_tokens != 0) {
+                // Caller-owned top outputs (`sample_device_into`), `[B, k]` like the own ones.
+                (top.tokens, top.logprobs) = (d.top_tokens as *mut u32, d.top_logprobs as *mut f32);
+            }
+            let (top, ranks) = targets.map_or((top, 0), |t| t.top_and_ranks(top));
+            let o = out.output_ptrs(&self.stream, true);
+            // Without log-probabilities, no token's logit is computed (the log-sum-exps are written).
+            let wants = params.logprobs != LogProbs::Off;
+            let mut outputs = o.addresses();
+            if !wants {
+                outputs[2] = 0;
+            }
+            let raw_logprobs = if wants { o.raw_logprobs } else { 0 };
+            // A scoring call's log-sum-exps go to its scores.
+            let raw_lse = match targets {
+                Some(tg) => {
+                    outputs[3] = tg.logsumexp;
+                    tg.raw_logsumexp
+                }
+                None => t.raw_lse,
+            };
+            let (offsets, results) = adjusted.unwrap_or((0, 0));
+            let f = ByValue(FallbackParams {
+                hidden: hidden as *const u16,
+                weight: weight as *const u16,
+                mask: mask as *const u32,
+                adj_offsets: offsets as *const u32,
+                adjusted: results as *const AdjustedToken,
+                raw_logprobs: raw_logprobs as *mut f32,
+                raw_logsumexp: raw_lse as *const f32,
+                mask_words: if mask != 0 { v.div_ceil(32) as u32 } else { 0 },
+                softcap: params.softcap.unwrap_or(0.0),
+                top,
+                targets: targets.map_or(0, |t| t.tokens) as *const u32,
+                target_logprobs: targets.map_or(0, |t| t.logprobs) as *mut f32,
+                target_raw_logprobs: targets.map_or(0, |t| t.raw_logprobs) as *mut f32,
+                target_ranks: ranks as *mut u32,
+                ..fallback_params(&t, outputs, row_params, (v, d, n), elem)
+            });
+            // SAFETY: the list (`rows + 1` words) and the flags (`rows`) are ours, on this stream: every
+            // sample row is the fallback's, in order.
+            unsafe {
+                sys::cuMemsetD32Async(t.list, rows as u32, 1, self.stream.cu_stream()).result()?;
+                sys::cuMemsetD32Async(t.flags, 1, rows, self.stream.cu_stream()).result()?;
+            }
+            // SAFETY: hidden (`rows × d`) and weight (`v × d`) elements of `elem`, 16-byte aligned,
+            // `d % 8 == 0` (validated); the count was set just before on this stream; the logits hold
+            // `rows × v` floats (`ensure_truncation`).
+            unsafe { self.launch_store_logits((hidden, weight, elem), (rows, d, v), (t.list, t.logits, v as u32)) }?;
+            // SAFETY: after the logits on this stream (the kernel waits for them); the list's count is
+            // `rows`, one block each; the row parameters, outputs, raw log-sum-exps and flags hold
+            // `rows` entries, the truncation `rows / n`, the top outputs `rows × MAX_TOP_N`; the mask
+            // (non-null) `B × ceil(v/32)` words and the adjustments as in the adjusted tokens' launch;
+            // a scoring call's given tokens and outputs `rows` entries (`check_score_call`); hidden and
+            // weight as above.
+            unsafe { self.launch_after(&self.k.fallback_exact, fallback_sample_cfg(rows), &f) }?;
+            Ok(())
+        })();
+        out.truncation = taken;
+        result
+    }
+
     /// With `gather`, `fallback_gather` (the listed rows' hidden states into `f.gathered`), then
     /// `fallback_logits` into `logits` (`[count, v]` of the listed rows): each waits for the kernel
     /// before it. Without `gather`, the step that listed the rows copied them.
@@ -402,8 +491,9 @@ impl GpuBackend {
 
     /// A tensor-parallel rank's truncation step before the exchange: each sample row's list of the
     /// shard into the exchange buffer after its result words (`staging`; [`rank_list_words`] per
-    /// row): [`RANK_UNITS`] units, the shard's [`flashsampling_kernels::truncate::RANK_TOP`] largest processed logits and
-    /// the bound of the rest. Keeps in the truncation buffers what the steps after the exchange need.
+    /// row): [`RANK_UNITS`] units, the shard's [`flashsampling_kernels::truncate::RANK_TOP`] largest
+    /// processed logits and the bound of the rest. Keeps in the truncation buffers what the steps after the
+    /// exchange need.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn launch_truncation_export(
         &self,

@@ -431,7 +431,7 @@ impl TpRank {
         if exact && truncating {
             return Err(Error::Unsupported {
                 control: "exact log-sum-exps with top-k / top-p / min-p or top log-probabilities",
-                path: "on the GPU backend yet",
+                path: "over tensor-parallel ranks yet",
             });
         }
         let call = CallShape { rows, k, truncating, targets, exact };

@@ -115,6 +115,10 @@ pub const FALLBACK_SAMPLE_ENTRY: &str = "fallback_sample";
 /// PTX entry point of the fallback's sampler of a call that scores given tokens (portable module;
 /// `fallback_sample`'s body and launch bound, the given tokens scored over each row's kept set).
 pub const FALLBACK_SAMPLE_SCORED_ENTRY: &str = "fallback_sample_scored";
+/// PTX entry point of the exact log-sum-exp path's truncating calls (portable module;
+/// `fallback_sample_scored`'s body and launch bound over every sample row, the log-sum-exps exact
+/// and the tokens' logits the reduction's).
+pub const FALLBACK_SAMPLE_EXACT_ENTRY: &str = "fallback_sample_exact";
 /// Threads per block of `fallback_sample` (its entry carries this bound, so ptxas keeps a block's
 /// registers within the multiprocessor's 64 K).
 pub const FALLBACK_SAMPLE_THREADS: u32 = 512;
@@ -234,6 +238,7 @@ pub fn entry_points_for(portable_sm: u32) -> impl Iterator<Item = (&'static str,
             (FALLBACK_LOGITS_ENTRY, Module::Portable, EntryBound::unpinned(FALLBACK_LOGITS_VARIANT.max_threads())),
             (FALLBACK_SAMPLE_ENTRY, Module::Portable, EntryBound::unpinned(Some(FALLBACK_SAMPLE_THREADS))),
             (FALLBACK_SAMPLE_SCORED_ENTRY, Module::Portable, EntryBound::unpinned(Some(FALLBACK_SAMPLE_THREADS))),
+            (FALLBACK_SAMPLE_EXACT_ENTRY, Module::Portable, EntryBound::unpinned(Some(FALLBACK_SAMPLE_THREADS))),
             (EXACT_MASS_ENTRY, Module::Portable, EntryBound::unpinned(Some(EXACT_MASS_THREADS))),
         ])
         .chain(TruncateStep::ALL.map(|t| (t.entry(), Module::Portable, Some(t.bound()))))

@@ -196,7 +196,7 @@ mod tests {
         }
         let kernels: usize =
             FUSED_VARIANTS.iter().map(|v| Epilogue::ALL.iter().filter(|&&e| v.has_epilogue(e)).count()).sum();
-        assert_eq!(all.len(), kernels + 14 + TEST_ENTRIES.len());
+        assert_eq!(all.len(), kernels + 15 + TEST_ENTRIES.len());
         // Sixteen boxes of 8 rows, 4 apart, cover a 128-row tile's 32 Philox groups.
         assert_eq!(TMA_WEIGHT_BOXES * TMA_WEIGHT_BOX_ROWS, BLOCK_V);
         assert_eq!(TMA_WEIGHT_ROW_STEP * TMA_WEIGHT_BOX_ROWS, WARP_TILE_V);

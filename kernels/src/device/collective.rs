@@ -10,6 +10,7 @@ use super::ptx::{
     st_shared_u64, st_shared_v2_u32,
 };
 use crate::candidate::Candidate;
+use crate::exactmass::ExactMass;
 use crate::params::RowMass;
 
 /// e^x for the log-mass: `ex2.approx` of `x·log2(e)` (`−∞` → 0).
@@ -181,5 +182,39 @@ pub(super) unsafe fn block_best<const WARPS: u32>(c: Candidate, tid: u32) -> Can
             best = best.merge(Candidate { score: f32::from_bits(s), index: i });
         }
         best
+    }
+}
+
+/// The block's exact log-mass ([`ExactMass::merge`] of every thread's `m`; every thread gets it,
+/// the same bits whatever order the merges take).
+///
+/// # Safety
+/// As [`block_sum_u64`], with 24 bytes of shared memory a warp.
+#[inline(always)]
+pub(super) unsafe fn block_exact_mass<const WARPS: u32>(mut m: ExactMass, tid: u32) -> ExactMass {
+    for k in [1u32, 2, 4, 8, 16] {
+        // SAFETY: all lanes (the caller's contract).
+        let o = m.to_words().map(|x| unsafe { shfl_sync_bfly_b32(x, k) });
+        m = m.merge(ExactMass::from_words(o));
+    }
+    let base = mov_u32_dynamic_smem();
+    // SAFETY: as in `block_sum_u64`; WARPS slots of 24 bytes.
+    unsafe {
+        _syncthreads();
+        if tid % 32 == 0 {
+            let w = m.to_words();
+            let at = base + 24 * (tid / 32);
+            st_shared_v2_u32(at, [w[0], w[1]]);
+            st_shared_v2_u32(at + 8, [w[2], w[3]]);
+            st_shared_v2_u32(at + 16, [w[4], w[5]]);
+        }
+        _syncthreads();
+        let mut all = ExactMass::EMPTY;
+        for w in 0..WARPS {
+            let at = base + 24 * w;
+            let (a, b, c) = (ld_shared_v2_u32(at), ld_shared_v2_u32(at + 8), ld_shared_v2_u32(at + 16));
+            all = all.merge(ExactMass::from_words([a[0], a[1], b[0], b[1], c[0], c[1]]));
+        }
+        all
     }
 }

@@ -1,7 +1,9 @@
 //! The exact fallback of the truncation step (see `truncate`): the listed rows' hidden states
 //! gathered ([`fallback_gather`], over ranks), their logits materialized on the tensor cores
-//! (`fallback_logits`, an entry of the portable `mma.sync` family: `fused/mma_sync.rs`), and each row processed, truncated exactly and sampled with its own noise
-//! ([`fallback_sample`]). Also the benchmark's unfused top-k / top-p sampler over GEMM logits.
+//! (`fallback_logits`, an entry of the portable `mma.sync` family: `fused/mma_sync.rs`), and each
+//! row processed, truncated exactly and sampled with its own noise ([`fallback_sample`]). Also the
+//! benchmark's unfused top-k / top-p sampler over GEMM logits, and the exact log-sum-exp path's
+//! truncating calls ([`fallback_sample_exact`]: every row through the fallback).
 //!
 //! # Thread mapping
 //! - `fallback_gather`: one thread per 16-byte chunk of `B` rows; slot `s < count` copies row
@@ -13,18 +15,24 @@
 //! - `fallback_sample`: `grid = B` blocks of [`FALLBACK_SAMPLE_THREADS`] (= 512), block `s` takes the
 //!   `s`-th listed row (none: it returns); thread `t` takes vocab entries `t, t + 512, …` (and Philox
 //!   groups likewise); [`FALLBACK_SAMPLE_SMEM`] bytes of dynamic shared memory for the block
-//!   reductions and the radix histograms.
+//!   reductions and the radix histograms. `fallback_sample_scored` and `fallback_sample_exact` alike
+//!   (the latter's block `s` takes row `s`).
 
 use core::arch::nvptx::{_block_dim_x, _block_idx_x, _syncthreads, _thread_idx_x};
 
-use super::collective::{block_best, block_max, block_sum_u64, exp, ln};
-use super::dot::warp_dot;
-use super::ptx::{griddepcontrol_launch_dependents, griddepcontrol_wait};
+use super::collective::{block_best, block_exact_mass, block_max, block_sum_u64, exp, ln};
+use super::dot::{block_dot, warp_dot};
+use super::ptx::{
+    ex2_approx_ftz_f32, griddepcontrol_launch_dependents, griddepcontrol_wait, lg2_approx_f32, mov_u32_dynamic_smem,
+};
 use super::reduce::AdjRows;
 use crate::INVALID_INDEX;
 use crate::candidate::Candidate;
+use crate::config::REDUCE_BLOCK_THREADS;
 use crate::epilogue::Transform;
-use crate::logmass::log_prob;
+use crate::exactmass::ExactMass;
+use crate::logits::LogitPipeline;
+use crate::logmass::{log_prob, target_log_probs, token_log_probs};
 use crate::params::{FALLBACK_KEEPS_SAMPLE, FALLBACK_ROW, FALLBACK_TOP, FallbackParams, RowParams, TopSource};
 use crate::truncate::Truncation;
 
@@ -96,15 +104,42 @@ pub unsafe extern "ptx-kernel" fn fallback_sample_scored(p: FallbackParams) {
     // The raw rank before the body processes the row in place, the processed one after it with the
     // row's cut. (No branch here: around the body, one would have it inlined twice.)
     // SAFETY: the caller's contract; every thread of the block.
-    unsafe { rank_listed(&p, true, None) };
+    unsafe { rank_listed::<false>(&p, true, None) };
     // SAFETY: the caller's contract, the same as the body's.
     let cut = unsafe { sample_listed::<true>(p) };
     // SAFETY: as above; the body processed the row's logits in place and found its cut (when it
     // returns one).
-    unsafe { rank_listed(&p, false, cut) };
+    unsafe { rank_listed::<false>(&p, false, cut) };
 }
 
-/// A scoring fallback's rank of its listed row's given token ([`FallbackParams::target_ranks`])
+/// The exact log-sum-exp path's truncating call (issue 52; `SamplingParams::exact_logsumexp` with
+/// top-k / top-p / min-p or top log-probabilities): every sample row is a slot of its own (slot `s`
+/// is row `s`; `list` holds only the count, `B`), its raw logits written by `fallback_logits`, and
+/// [`fallback_sample_scored`]'s work done with the exact path's arithmetic ([`sample_exact`]): the
+/// raw and the kept set's log-sum-exps are [`ExactMass`] sums in `exact_mass_rows`' grouping, and
+/// the sampled and given tokens' logits come from `reduce_rows`' dot product, through the same
+/// [`token_log_probs`] / [`target_log_probs`] — so a row whose cut keeps every token (no truncation
+/// of its own, a greedy row) has the bits of the exact call without truncation, and every output is
+/// a function of the row alone. Writes the raw log-sum-exps to `raw_logsumexp` (out here). Without
+/// given tokens (`targets` null) it only samples.
+///
+/// # Safety
+/// As [`fallback_sample_scored`], with `list[0]` = B (every sample row, in order) and
+/// `raw_logsumexp` holding B entries to write; rows of `hidden` and `weight` as for a
+/// log-probability launch (`D % 8 == 0`, 16-byte aligned).
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn fallback_sample_exact(p: FallbackParams) {
+    griddepcontrol_wait();
+    // SAFETY: as in `fallback_sample_scored`.
+    unsafe { rank_listed::<true>(&p, true, None) };
+    // SAFETY: the caller's contract.
+    let cut = unsafe { sample_exact(&p) };
+    // SAFETY: as in `fallback_sample_scored`.
+    unsafe { rank_listed::<true>(&p, false, cut) };
+}
+
+/// A scoring fallback's rank of its listed row's given token (`EXACT`: of
+/// [`fallback_sample_exact`]'s row) ([`FallbackParams::target_ranks`])
 /// over every token of the row, in the top log-probabilities' order, when the call asks ranks and
 /// `raw` is that order's (else it returns at once): with `raw`, of its raw logits (before
 /// [`sample_listed`] processes them in place); else, with the row's `cut` ([`sample_listed`]'s,
@@ -118,7 +153,7 @@ pub unsafe extern "ptx-kernel" fn fallback_sample_scored(p: FallbackParams) {
 /// them (the logits raw without a cut, processed in place with the row's cut); `targets` and
 /// `target_ranks` hold B entries.
 #[inline(never)]
-unsafe fn rank_listed(p: &FallbackParams, raw: bool, cut: Option<KeptCut>) {
+unsafe fn rank_listed<const EXACT: bool>(p: &FallbackParams, raw: bool, cut: Option<KeptCut>) {
     let raw_order = p.top.source != TopSource::Processed;
     if p.target_ranks.is_null() || raw != raw_order || !raw && cut.is_none() {
         return; // block-uniform
@@ -131,7 +166,8 @@ unsafe fn rank_listed(p: &FallbackParams, raw: bool, cut: Option<KeptCut>) {
     let v = p.v;
     // SAFETY: s < count ≤ B: a listed row b < B; slot s of `[count, V]`; the targets hold entry b.
     let (b, row, z, target) = unsafe {
-        let b = *p.list.add(1 + s as usize) & FALLBACK_ROW;
+        // On the exact path (`fallback_sample_exact`), slot s is row s.
+        let b = if EXACT { s } else { *p.list.add(1 + s as usize) & FALLBACK_ROW };
         (b, *p.rows.add(b as usize), p.logits.add(s as usize * v as usize), *p.targets.add(b as usize))
     };
     // SAFETY: block-uniform barrier: the body's writes of the logits and its shared memory are done.
@@ -477,6 +513,318 @@ unsafe fn write_row(
         if tid == 0 {
             // SAFETY: b < B.
             unsafe { *p.raw_logprobs.add(b as usize) = log_prob(y, *p.raw_logsumexp.add(b as usize)) };
+        }
+    }
+}
+
+/// [`fallback_sample_exact`]'s body for its slot `s` = row `b`: as [`sample_listed`] takes a listed
+/// row that it samples (its top entries where it is its request's first sample and the call asks
+/// for them), with the exact path's log-sum-exps ([`raw_exact_lse`] before the row is processed in
+/// place, [`sample_row_exact`] after it) and outputs ([`write_row_exact`]); a greedy row's
+/// processed top entry is its token at log-probability 0 (the truncation step's rule).
+///
+/// # Safety
+/// As [`fallback_sample_exact`].
+#[inline(always)]
+unsafe fn sample_exact(p: &FallbackParams) -> Option<KeptCut> {
+    // SAFETY: special-register reads; the list's count.
+    let (tid, s, count) = unsafe { (_thread_idx_x(), _block_idx_x(), *p.list) };
+    if s >= count {
+        return None; // block-uniform
+    }
+    let (n, v, b) = (p.samples.max(1), p.v, s);
+    let (top, request) = (p.top.n > 0 && b % n == 0, b / n);
+    let raw_top = top && p.top.source != TopSource::Processed;
+    // SAFETY: b < count = B: the rows hold entry b, the truncation B / n; slot s of `[B, V]`.
+    let (row, trunc, z) = unsafe {
+        (*p.rows.add(b as usize), *p.truncation.add(request as usize), p.logits.add(s as usize * v as usize))
+    };
+    // SAFETY: every thread (block-uniform); z holds V floats; `raw_logsumexp` (out here) holds entry b.
+    let raw_lse = unsafe {
+        let l = raw_exact_lse(z, v, tid);
+        if tid == 0 {
+            *(p.raw_logsumexp as *mut f32).add(b as usize) = l;
+        }
+        l
+    };
+    if raw_top {
+        // SAFETY: as in `sample_listed`.
+        unsafe {
+            // A row with a NaN raw logit (its raw log-sum-exp NaN: block-uniform) lists none, as the
+            // truncation step.
+            let count = if raw_lse.is_nan() { 0 } else { select_top(z, v, tid, p.top.n, |x| x > f32::NEG_INFINITY) };
+            write_top(&p.top, request, count, tid, |j| top_entry(j, 1.0, raw_lse));
+            _syncthreads(); // every read of the logits is done before they change below
+        }
+    }
+    // SAFETY: every thread; z as above; b < B.
+    let adj = unsafe { process_in_place(p, z, (b, row), tid) };
+    let transform = row.transform;
+    // SAFETY: every thread; z holds V processed floats.
+    let cut = unsafe { KeptCut::find(z, v, tid, trunc, transform) };
+    // SAFETY: every thread; z as above; b < B.
+    let (c, lse) = unsafe { sample_row_exact(p, z, tid, row, cut, adj) };
+    if top && !raw_top {
+        // SAFETY: every thread (block-uniform); z as above; the top outputs hold B / n requests; j <
+        // count: a sorted entry.
+        unsafe {
+            if transform.is_greedy() || c.token() == INVALID_INDEX {
+                // A row without a token (a NaN, or nothing allowed) lists none, as the truncation step.
+                write_top(&p.top, request, (c.token() != INVALID_INDEX) as u32, tid, |_| (c.token(), 0.0));
+            } else {
+                let count = select_top(z, v, tid, p.top.n, |x| cut.keeps(x));
+                write_top(&p.top, request, count, tid, |j| top_entry(j, transform.inv_temperature, lse));
+            }
+        }
+    }
+    // SAFETY: every thread; b < B; z as above; c is the block's sample.
+    unsafe { write_row_exact(p, (b, row), z, (c, (lse, raw_lse)), cut, (tid, adj)) };
+    Some(cut)
+}
+
+/// Row `b`'s raw logits `z` turned into processed ones in place, as [`sample_listed`] does: the
+/// logit pipeline (soft-cap, mask) over the row, then its adjusted tokens (masked out there, like the
+/// fused pass's) take their processed logits. Returns the row's adjusted tokens.
+///
+/// # Safety
+/// Every thread of the block; `z` holds V floats of row `b` < B; the mask (non-null) holds the
+/// request's words.
+#[inline(always)]
+unsafe fn process_in_place(p: &FallbackParams, z: *mut f32, (b, row): (u32, RowParams), tid: u32) -> AdjRows {
+    let v = p.v;
+    if p.softcap > 0.0 || !p.mask.is_null() {
+        let pipe = p.logit_pipeline();
+        let mut i = tid;
+        while i < v {
+            // SAFETY: i < V; the mask row `request` holds mask_words words (i / 32 < mask_words).
+            unsafe {
+                let allowed = p.mask.is_null()
+                    || (*p.mask.add(row.request as usize * p.mask_words as usize + (i / 32) as usize) >> (i % 32)) & 1
+                        != 0;
+                *z.add(i as usize) = pipe.process(*z.add(i as usize), None, allowed);
+            }
+            i += T;
+        }
+    }
+    // SAFETY: block-uniform barrier (global writes of the block visible to it after it); b < B: the
+    // offsets and results hold the launch's adjustments (or are null).
+    let adj = unsafe {
+        _syncthreads();
+        AdjRows::from_parts(p.adj_offsets, p.adjusted, p.samples, b)
+    };
+    let mut i = adj.range().start + tid;
+    while i < adj.range().end {
+        let a = adj.get(i);
+        if a.token < v {
+            // SAFETY: a.token < V. Distinct entries of a row have distinct tokens (validated).
+            unsafe { *z.add(a.token as usize) = a.z };
+        }
+        i += T;
+    }
+    // SAFETY: block-uniform barrier.
+    unsafe { _syncthreads() };
+    adj
+}
+
+/// The exact log-sum-exp of a row's raw logits `z` ([`ExactMass`] over the Philox groups of four
+/// vocab entries, `exact_mass_rows`' raw sum; every thread gets it).
+///
+/// # Safety
+/// Every thread of the block (its reduction); `z` holds V floats.
+#[inline(always)]
+unsafe fn raw_exact_lse(z: *const f32, v: u32, tid: u32) -> f32 {
+    let mut m = ExactMass::EMPTY;
+    let mut g = tid;
+    while 4 * g < v {
+        // SAFETY: each read below V.
+        let x: [f32; 4] = core::array::from_fn(|j| {
+            if 4 * g + (j as u32) < v { unsafe { *z.add((4 * g) as usize + j) } } else { f32::NEG_INFINITY }
+        });
+        m.add_group(x, ex2_approx_ftz_f32);
+        g += T;
+    }
+    // SAFETY: every thread; the barrier after it lets the callers' next reduction reuse the slots.
+    unsafe {
+        let m = block_exact_mass::<WARPS>(m, tid);
+        _syncthreads();
+        m.lse_with(lg2_approx_f32)
+    }
+}
+
+/// [`sample_row`] on the exact path: the sample over the kept tokens, and their exact log-sum-exp
+/// over the temperature in `exact_mass_rows`' grouping — the Philox groups of the processed logits
+/// with the adjusted tokens left out (their mask bits are clear), then each kept adjusted token a
+/// group of its own (its `z' / T`) — so a row whose cut keeps every token sums exactly the groups
+/// of the exact path without truncation. A NaN logit competes and is summed (the row has no token,
+/// its log-sum-exp is NaN, as there); a greedy row has no processed mass (`−∞`).
+///
+/// # Safety
+/// Every thread of the block (its reductions); `z` holds V processed floats of row `row` (a row of
+/// the launch's, its adjusted tokens `adj`); the mask (non-null) holds the request's words.
+#[inline(always)]
+unsafe fn sample_row_exact(
+    p: &FallbackParams,
+    z: *const f32,
+    tid: u32,
+    row: RowParams,
+    cut: KeptCut,
+    adj: AdjRows,
+) -> (Candidate, f32) {
+    let v = p.v;
+    let noise = row.noise();
+    let greedy = cut.transform.is_greedy();
+    let summed = |x: f32| cut.keeps(x) || x.is_nan();
+    let mut c = Candidate::EMPTY;
+    let mut m = ExactMass::EMPTY;
+    let mut g = tid;
+    while 4 * g < v {
+        // No noise where the row draws none (a greedy row: the fused pass's `+0.0`, not `g · 0`).
+        let gum = if cut.transform.draws_no_noise() { [0.0; 4] } else { noise.gumbel4(g) };
+        let bits = if p.mask.is_null() {
+            u32::MAX
+        } else {
+            let i = 4 * g;
+            // SAFETY: the request's mask row holds mask_words words, i / 32 < mask_words (i < V); the
+            // group's four bits are in one word (i % 4 == 0).
+            unsafe { *p.mask.add(row.request as usize * p.mask_words as usize + (i / 32) as usize) >> (i % 32) }
+        };
+        let mut group = [f32::NEG_INFINITY; 4];
+        for j in 0..4u32 {
+            let i = 4 * g + j;
+            if i < v {
+                // SAFETY: i < V.
+                let x = unsafe { *z.add(i as usize) };
+                // A NaN logit competes (and wins: `Candidate`'s rule, the row has no token), as in the
+                // fused pass.
+                if summed(x) {
+                    c.update(cut.transform.score(x, gum[j as usize]), i);
+                }
+                if summed(x) && (bits >> j) & 1 != 0 {
+                    group[j as usize] = cut.transform.scaled(x);
+                }
+            }
+        }
+        if !greedy {
+            m.add_group(group, ex2_approx_ftz_f32);
+        }
+        g += T;
+    }
+    let mut i = adj.range().start + tid;
+    while i < adj.range().end {
+        let a = adj.get(i);
+        if !greedy && a.token < v && summed(a.z) {
+            let inf = f32::NEG_INFINITY;
+            m.add_group([a.scaled, inf, inf, inf], ex2_approx_ftz_f32);
+        }
+        i += T;
+    }
+    // SAFETY: every thread.
+    let (c, m) = unsafe { (block_best::<WARPS>(c, tid), block_exact_mass::<WARPS>(m, tid)) };
+    (c, m.lse_with(lg2_approx_f32))
+}
+
+/// Row `b`'s outputs on the exact path, as `reduce_rows` writes them there: its token and score;
+/// with log-probabilities the token's logit `y` (the reduction's dot product: [`block_dot`] over
+/// [`REDUCE_BLOCK_THREADS`] threads), its processed logit (soft-capped, or its adjusted one) over
+/// the temperature, and [`token_log_probs`] over the kept set's log-sum-exp `lse` and the raw one
+/// `lse_raw`; with given tokens (`targets` not null), the given token's by [`target_log_probs`] (its logit
+/// by the same dot product, `−∞` where the cut or the mask removes it, NaN outside V).
+///
+/// # Safety
+/// Every thread of the block (`c` and the given token are block-uniform); `b < B`; `z` holds V
+/// processed floats of row `b`; the outputs (and the given tokens' when not null) hold entry b; rows b of the
+/// hidden states and every row below V of the weight hold D elements, 16-byte aligned.
+#[inline(always)]
+unsafe fn write_row_exact(
+    p: &FallbackParams,
+    (b, row): (u32, RowParams),
+    z: *const f32,
+    (c, (lse, lse_raw)): (Candidate, (f32, f32)),
+    cut: KeptCut,
+    (tid, adj): (u32, AdjRows),
+) {
+    let token = c.token();
+    let valid = token != INVALID_INDEX;
+    let transform = row.transform;
+    let greedy = transform.is_greedy();
+    let d = p.d as usize;
+    let slots = mov_u32_dynamic_smem();
+    // The logit of token `t` (thread 0's), as the reduction's: after a barrier, so that no thread
+    // still reads the slots of the reduction before.
+    let dot = |t: u32| {
+        let rows = (p.hidden.wrapping_add(b as usize * d), p.weight.wrapping_add(t as usize * d));
+        // SAFETY: every thread (the callers' branches are block-uniform); rows b and t < V hold D
+        // elements (the caller's contract).
+        unsafe {
+            _syncthreads();
+            block_dot(rows, d, (tid, REDUCE_BLOCK_THREADS), slots, p.elem)
+        }
+    };
+    // The processed logit of token `t` of logit `y` over the temperature: soft-capped, masked, or
+    // its adjusted logit (`reduce_rows`' order).
+    let processed = |t: u32, y: f32, allowed: bool| {
+        let mut z = LogitPipeline::masked(p.logit_pipeline().capped(y), allowed);
+        for i in adj.range() {
+            let a = adj.get(i);
+            if a.token == t {
+                z = a.z;
+            }
+        }
+        transform.scaled(z)
+    };
+    let y = if valid && !p.logprobs.is_null() { dot(token) } else { 0.0 };
+    if tid == 0 {
+        let logits = if valid { (processed(token, y, true), y) } else { (f32::NAN, f32::NAN) };
+        let (lp, raw, lse_out) = token_log_probs(valid, greedy, logits, (lse, lse_raw));
+        // SAFETY: b < B: entry b of every output (the log-probabilities' where not null).
+        unsafe {
+            *p.tokens.add(b as usize) = token;
+            *p.scores.add(b as usize) = c.score;
+            if !p.logprobs.is_null() {
+                *p.logprobs.add(b as usize) = lp;
+                if !p.raw_logprobs.is_null() {
+                    *p.raw_logprobs.add(b as usize) = raw;
+                }
+            }
+            if !p.logsumexp.is_null() {
+                *p.logsumexp.add(b as usize) = lse_out;
+            }
+        }
+    }
+    if p.targets.is_null() {
+        return; // block-uniform
+    }
+    // SAFETY: b < B: the targets hold entry b (block-uniform load).
+    let target = unsafe { *p.targets.add(b as usize) };
+    let inside = target < p.v;
+    let yt = if !inside {
+        f32::NAN
+    } else if target == token && !p.logprobs.is_null() {
+        y
+    } else {
+        dot(target)
+    };
+    if tid == 0 {
+        let xt = if !inside {
+            f32::NAN
+        } else {
+            // SAFETY: the request's mask row holds mask_words words (target < V); target < V is
+            // inside z.
+            let (allowed, kept) = unsafe {
+                let allowed = p.mask.is_null()
+                    || (*p.mask.add(row.request as usize * p.mask_words as usize + (target / 32) as usize)
+                        >> (target % 32))
+                        & 1
+                        != 0;
+                (allowed, cut.keeps(*z.add(target as usize)))
+            };
+            if greedy || kept { processed(target, yt, allowed) } else { f32::NEG_INFINITY }
+        };
+        let (lp, raw) = target_log_probs((c.score.is_nan(), greedy, target == token), (xt, yt), (lse, lse_raw));
+        // SAFETY: b < B: entry b of the given tokens' outputs.
+        unsafe {
+            *p.target_logprobs.add(b as usize) = lp;
+            *p.target_raw_logprobs.add(b as usize) = raw;
         }
     }
 }
