@@ -479,7 +479,10 @@ impl GpuBackend {
                 (lp_ptrs[3], lp_ptrs[4]) = (t.logsumexp, t.raw_logsumexp);
                 (t.logprobs, t.raw_logprobs)
             }
-            (Some(_), Some(base)) => (base + 4 * 6 * rows as u64, base + 4 * 7 * rows as u64),
+            (Some(_), Some(base)) => {
+                let field = |k: usize| base + 4 * (k * rows) as u64;
+                (field(RANK_WORDS_LOGPROBS), field(RANK_WORDS_LOGPROBS + 1))
+            }
             (None, _) => (0, 0),
         };
         let p = ByValue(FusedParams {
@@ -522,7 +525,7 @@ impl GpuBackend {
                 (true, None) => (exact_base + 4 * EXACT_WORDS_AT as u64) as *mut RowExact,
                 // A rank's records go to its exchange, after its result words.
                 (true, Some(base)) => {
-                    let k = if targets.is_some() { 8 } else { 6 };
+                    let k = if targets.is_some() { RANK_WORDS_SCORE } else { RANK_WORDS_LOGPROBS };
                     (base + 4 * exact_records_at(rows, k) as u64) as *mut RowExact
                 }
             },

@@ -128,6 +128,14 @@ const EXACT_WORDS_AT: usize = 4;
 /// Words of a [`RowExact`] record.
 pub(crate) const EXACT_RECORD_WORDS: usize = size_of::<RowExact>() / 4;
 
+/// Words per row and rank in a tensor-parallel exchange with log-probabilities: tokens, scores, the
+/// processed and raw log-probabilities and log-sum-exps (`[6, rows]`, field-major).
+pub(crate) const RANK_WORDS_LOGPROBS: usize = 6;
+
+/// Words per row and rank in a scoring call's exchange: [`RANK_WORDS_LOGPROBS`]' words, then the given
+/// token's processed and raw log-probabilities over the shard (fields 6 and 7).
+pub(crate) const RANK_WORDS_SCORE: usize = RANK_WORDS_LOGPROBS + 2;
+
 /// Where a tensor-parallel rank's exact-path records start in its exchange block, in words: after
 /// its `[k, rows]` result words, rounded up to 16 bytes.
 pub(crate) fn exact_records_at(rows: usize, k: usize) -> usize {

@@ -4,7 +4,8 @@
 use super::*;
 use crate::ScoreOutputs;
 use crate::gpu::{
-    EXACT_RECORD_WORDS, ScoreTargets, exact_records_at, rank_list_words, score_launch_rows, scoring_params,
+    EXACT_RECORD_WORDS, RANK_WORDS_LOGPROBS, RANK_WORDS_SCORE, ScoreTargets, exact_records_at, rank_list_words,
+    score_launch_rows, scoring_params,
 };
 use flashsampling_kernels::params::RowExact;
 
@@ -12,11 +13,11 @@ use flashsampling_kernels::params::RowExact;
 /// and raw log-probabilities and log-sum-exps.
 pub(super) const WORDS_PLAIN: usize = 2;
 
-pub(super) const WORDS_LOGPROBS: usize = 6;
+pub(super) const WORDS_LOGPROBS: usize = RANK_WORDS_LOGPROBS;
 
 /// Exchange words per row of a scoring call: the log-probability words, then the given token's
 /// processed and raw log-probabilities over the shard.
-pub(super) const WORDS_SCORE: usize = 8;
+pub(super) const WORDS_SCORE: usize = RANK_WORDS_SCORE;
 
 /// One rank's device buffers of the exchange.
 pub(super) struct Exchange {
