@@ -667,6 +667,73 @@ mod exact {
     }
 
     #[test]
+    fn the_exact_paths_take_nan_and_infinite_logits_as_the_cpu_does() {
+        // NaN, ±∞ and near-overflow logits on the exact path, with and without truncation: the same tokens,
+        // scores and errors as the CPU, log-probabilities and log-sum-exps equal where not finite (a `+∞`
+        // logit holds all the mass: log-probability 0, log-sum-exp `+∞`) and close where finite.
+        let test = "the_exact_paths_take_nan_and_infinite_logits_as_the_cpu_does";
+        let Some(gpu) = gpu_or_skip(test) else { return };
+        let cpu = CpuBackend::new();
+        let inf = f32::INFINITY;
+        let exact =
+            |t: f32| SamplingParams::new(t, 9).with_logprobs(LogProbs::ProcessedAndRaw).with_exact_logsumexp(true);
+        let same = |at: &str, what: &str, a: f32, e: f32| {
+            let ok = a.to_bits() == e.to_bits()
+                || (a.is_nan() && e.is_nan())
+                || (e.is_finite() && ((a - e) as f64).abs() <= 1e-4 + 1e-5 * (e as f64).abs());
+            assert!(ok, "{at}: {what} GPU {a}, CPU {e}");
+        };
+        let cases: &[&[f32]] = &[
+            &[3.0e38, inf, -inf, 1.0],
+            &[1.0, inf, 2.0, inf],
+            &[-inf, -3.0e38, -inf],
+            &[2.0, 3.3e38, 3.0e38],
+            &[1.0, 5.0, 3.0, -inf, 0.5],
+            &[-inf, -inf, -inf],
+        ];
+        for &logits in cases {
+            let mut padded = logits.to_vec();
+            padded.resize(300, -inf);
+            for t in [1.0f32, 0.7, 0.0] {
+                for top_k in [0u32, 2] {
+                    let b = 5;
+                    let (hidden, weight) = crafted_lm_head(padded.len(), b, 64, |i| padded[i]);
+                    let (h, w) = (Matrix::new(&hidden, b, 64), Matrix::new(&weight, padded.len(), 64));
+                    let params = exact(t).with_top_k(vec![top_k; b]);
+                    let at = format!("{logits:?} T={t} top-k {top_k}");
+                    match (gpu.sample_scored(h, w, &params), cpu.sample_scored(h, w, &params)) {
+                        (Ok(g), Ok(c)) => {
+                            assert_eq!(g.tokens, c.tokens, "{at}: tokens");
+                            assert_eq!(bits(&g.scores), bits(&c.scores), "{at}: scores");
+                            for (what, x, y) in [
+                                ("log-probabilities", &g.logprobs, &c.logprobs),
+                                ("raw log-probabilities", &g.raw_logprobs, &c.raw_logprobs),
+                                ("log-sum-exps", &g.logsumexp, &c.logsumexp),
+                            ] {
+                                for (&a, &e) in x.as_ref().unwrap().iter().zip(y.as_ref().unwrap()) {
+                                    same(&at, what, a, e);
+                                }
+                            }
+                        }
+                        (g, c) => assert_eq!(g.map(|s| s.tokens), c.map(|s| s.tokens), "{at}"),
+                    }
+                }
+            }
+        }
+        // A NaN logit: the row has no token, on both paths (a typed error from the host API).
+        let (b, d, v) = (4, 64, 3000);
+        let mut rng = TestRng::new(0xE5_0A0);
+        let hidden = rng.normal_bf16(b * d, 1.0);
+        let mut weight = rng.normal_bf16(v * d, 0.1);
+        weight[2500 * d + 3] = bf16::NAN;
+        let (h, w) = (Matrix::new(&hidden, b, d), Matrix::new(&weight, v, d));
+        for params in [exact(1.0), exact(1.0).with_top_p(vec![0.9; b]), exact(0.0).with_top_k(vec![5; b])] {
+            assert_eq!(gpu.sample_scored(h, w, &params).unwrap_err(), Error::NanLogit { row: 0 });
+        }
+        visible("the exact paths: NaN and infinite logits as the CPU takes them");
+    }
+
+    #[test]
     fn exact_log_probabilities_do_not_depend_on_the_batch() {
         // A row's logits and exact log-sum-exps are functions of the row alone: scored in a batch of 40
         // or alone, its outputs are the same bits (per-row streams and temperatures keep its key and
