@@ -87,7 +87,7 @@ pub struct DeviceSamples {
     /// (zeroed at allocation; every launch leaves them zero, as the arrival counters).
     pub(super) handoff: Option<(CudaSlice<f32>, CudaSlice<u32>)>,
     /// GEMM-fed launches ([`LaunchPlan::gemm_logits_floats`]): the GEMM's f32 logits and its cuBLAS
-    /// workspace (`gemm::WORKSPACE_BYTES`).
+    /// workspace (`gemm::workspace_bytes`: none to speak of on the exact path).
     pub(super) gemm: Option<(CudaSlice<f32>, CudaSlice<u8>)>,
     /// Whether the last call truncated (its fallback flags are valid).
     pub(super) has_truncation: bool,
@@ -315,7 +315,9 @@ impl DeviceSamples {
                 .is_some_and(|(h, c)| h.len() >= launch.handoff_floats() && c.len() >= launch.handoff_counters());
         let gemm_fits = match launch.gemm_logits_floats() {
             0 => true,
-            n => self.gemm.as_ref().is_some_and(|(l, w)| l.len() >= n && w.len() >= super::gemm::WORKSPACE_BYTES),
+            n => {
+                self.gemm.as_ref().is_some_and(|(l, w)| l.len() >= n && w.len() >= super::gemm::workspace_bytes(exact))
+            }
         };
         same_context(self.tokens.context(), ctx)
             && masses_fit

@@ -27,6 +27,12 @@ use crate::error::{Error, Result};
 /// and later).
 pub(crate) const WORKSPACE_BYTES: usize = 32 << 20;
 
+/// The workspace bytes a GEMM-fed launch's buffers hold: [`WORKSPACE_BYTES`], or on the exact
+/// log-sum-exp path (`exact`), which never calls cuBLAS, one byte.
+pub(crate) const fn workspace_bytes(exact: bool) -> usize {
+    if exact { 1 } else { WORKSPACE_BYTES }
+}
+
 /// The backend's cuBLAS handle.
 pub(crate) struct Gemm {
     blas: Mutex<CudaBlas>,

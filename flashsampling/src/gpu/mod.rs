@@ -629,10 +629,10 @@ impl GpuBackend {
                         None
                     },
                     // A GEMM-fed launch's logits (written by its GEMM before they are read) and
-                    // cuBLAS workspace.
+                    // cuBLAS workspace (none on the exact path, whose logits are `fallback_logits`').
                     gemm: match gemm_floats {
                         0 => None,
-                        n => Some((home.alloc::<f32>(n)?, home.alloc::<u8>(gemm::WORKSPACE_BYTES)?)),
+                        n => Some((home.alloc::<f32>(n)?, home.alloc::<u8>(gemm::workspace_bytes(exact))?)),
                     },
                     has_truncation: false,
                     top_n: 0,
