@@ -333,23 +333,15 @@ impl GpuBackend {
         // below waits (`griddepcontrol.wait`) for the one before it before any memory access. A
         // scoring call's given tokens and their outputs hold `rows` entries (`check_score_call`).
         unsafe { self.launch_after(step, truncate_cfg(rows), &p) }?;
-        let f = ByValue(FallbackParams {
-            hidden: hidden as *const u16,
-            weight: weight as *const u16,
-            mask: mask as *const u32,
-            adj_offsets: offsets as *const u32,
-            adjusted: results as *const AdjustedToken,
-            raw_logprobs: raw_logprobs as *mut f32,
-            raw_logsumexp: raw_lse as *const f32,
-            mask_words: if mask != 0 { v.div_ceil(32) as u32 } else { 0 },
+        let call = FallbackCall {
+            operands: (hidden, weight, mask),
+            adjusted: (offsets, results),
             softcap: params.softcap.unwrap_or(0.0),
+            raw: (raw_logprobs, raw_lse),
             top,
-            targets: fused.targets,
-            target_logprobs: fused.target_logprobs,
-            target_raw_logprobs: fused.target_raw_logprobs,
-            target_ranks: ranks as *mut u32,
-            ..fallback_params(&t, outputs, row_params, (v, d, n), elem)
-        });
+            targets: (fused.targets, fused.target_logprobs, fused.target_raw_logprobs, ranks as *mut u32),
+        };
+        let f = ByValue(call.over(fallback_params(&t, outputs, row_params, (v, d, n), elem)));
         // SAFETY: the list (count and rows < B·n) and the listed rows' hidden states in `gathered`
         // are written by the truncation step before, on this stream; `gathered` holds `rows × D`
         // elements, 16-byte aligned, `D % 8 == 0` (validated); the weight `V × D` elements of
@@ -410,24 +402,20 @@ impl GpuBackend {
                 }
                 None => t.raw_lse,
             };
-            let (offsets, results) = adjusted.unwrap_or((0, 0));
-            let f = ByValue(FallbackParams {
-                hidden: hidden as *const u16,
-                weight: weight as *const u16,
-                mask: mask as *const u32,
-                adj_offsets: offsets as *const u32,
-                adjusted: results as *const AdjustedToken,
-                raw_logprobs: raw_logprobs as *mut f32,
-                raw_logsumexp: raw_lse as *const f32,
-                mask_words: if mask != 0 { v.div_ceil(32) as u32 } else { 0 },
+            let call = FallbackCall {
+                operands: (hidden, weight, mask),
+                adjusted: adjusted.unwrap_or((0, 0)),
                 softcap: params.softcap.unwrap_or(0.0),
+                raw: (raw_logprobs, raw_lse),
                 top,
-                targets: targets.map_or(0, |t| t.tokens) as *const u32,
-                target_logprobs: targets.map_or(0, |t| t.logprobs) as *mut f32,
-                target_raw_logprobs: targets.map_or(0, |t| t.raw_logprobs) as *mut f32,
-                target_ranks: ranks as *mut u32,
-                ..fallback_params(&t, outputs, row_params, (v, d, n), elem)
-            });
+                targets: (
+                    targets.map_or(0, |t| t.tokens) as *const u32,
+                    targets.map_or(0, |t| t.logprobs) as *mut f32,
+                    targets.map_or(0, |t| t.raw_logprobs) as *mut f32,
+                    ranks as *mut u32,
+                ),
+            };
+            let f = ByValue(call.over(fallback_params(&t, outputs, row_params, (v, d, n), elem)));
             // SAFETY: the list (`rows + 1` words) and the flags (`rows`) are ours, on this stream: every
             // sample row is the fallback's, in order.
             unsafe {
@@ -668,20 +656,16 @@ impl GpuBackend {
         self.rank_step(out, |t, (mut outputs, raw), row_params, rank, (rows, n)| {
             let (_, _, mask, elem) = rank.operands;
             let s = rank_scoring(targets, &mut outputs, t.raw_lse, t.top_outputs(rank.top));
-            let f = ByValue(FallbackParams {
-                logits: full as *mut f32,
-                raw_logprobs: raw as *mut f32,
-                raw_logsumexp: s.raw_lse as *const f32,
-                targets: s.reduce.targets,
-                target_logprobs: s.reduce.target_logprobs,
-                target_raw_logprobs: s.reduce.target_raw_logprobs,
-                target_ranks: s.ranks,
-                top: s.top,
-                mask: mask as *const u32,
-                mask_words: if mask != 0 { rank.vocab.div_ceil(32) as u32 } else { 0 },
+            let call = FallbackCall {
+                operands: (0, 0, mask),
+                adjusted: (0, 0),
                 softcap: rank.softcap,
-                ..fallback_params(t, outputs, row_params, (rank.vocab, rank.d, n), elem)
-            });
+                raw: (raw, s.raw_lse),
+                top: s.top,
+                targets: (s.reduce.targets, s.reduce.target_logprobs, s.reduce.target_raw_logprobs, s.ranks),
+            };
+            let base = fallback_params(t, outputs, row_params, (rank.vocab, rank.d, n), elem);
+            let f = ByValue(FallbackParams { logits: full as *mut f32, ..call.over(base) });
             // SAFETY: the list and `full` (`count × vocab` floats of the listed rows) were written
             // before on this stream; the mask (non-null: the launch's, B × ceil(vocab/32) words); the
             // outputs and the merged raw log-sum-exps `rows`; no adjustments; no weight (null: hidden
@@ -890,6 +874,52 @@ fn truncate_params(
         ranks: 1,
         rank_stride: 0,
         target_ranks: std::ptr::null_mut(),
+    }
+}
+
+/// A call's controls and extra outputs as the fallback's kernels read them, beside the buffers and
+/// outputs [`fallback_params`] sets: what every launch of `fallback_sample*` for a call's rows fills
+/// in the same way ([`Self::over`]).
+#[derive(Clone, Copy)]
+struct FallbackCall {
+    /// The hidden states and weight (0: not read) and the allowed-token mask (0: none).
+    operands: (u64, u64, u64),
+    /// The adjustments' CSR offsets and their adjusted tokens' results (0: none).
+    adjusted: (u64, u64),
+    /// The soft-cap (0: off).
+    softcap: f32,
+    /// The raw log-probabilities (0: not asked) and the rows' raw log-sum-exps.
+    raw: (u64, u64),
+    /// The top log-probabilities' outputs and source.
+    top: TopOutputs,
+    /// A scoring call's given tokens, their processed and raw log-probabilities and their ranks
+    /// (null: none).
+    targets: (*const u32, *mut f32, *mut f32, *mut u32),
+}
+
+impl FallbackCall {
+    /// `base` with this call's controls and outputs (the mask's words per row from `base.v`).
+    fn over(self, base: FallbackParams) -> FallbackParams {
+        let ((hidden, weight, mask), (offsets, results), (raw_logprobs, raw_lse)) =
+            (self.operands, self.adjusted, self.raw);
+        let (targets, target_logprobs, target_raw_logprobs, target_ranks) = self.targets;
+        FallbackParams {
+            hidden: hidden as *const u16,
+            weight: weight as *const u16,
+            mask: mask as *const u32,
+            mask_words: if mask != 0 { base.v.div_ceil(32) } else { 0 },
+            adj_offsets: offsets as *const u32,
+            adjusted: results as *const AdjustedToken,
+            raw_logprobs: raw_logprobs as *mut f32,
+            raw_logsumexp: raw_lse as *const f32,
+            softcap: self.softcap,
+            top: self.top,
+            targets,
+            target_logprobs,
+            target_raw_logprobs,
+            target_ranks,
+            ..base
+        }
     }
 }
 
