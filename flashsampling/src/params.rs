@@ -1,6 +1,7 @@
 //! Sampling parameters, shapes and their validation.
 
-use flashsampling_kernels::config::{D_ALIGN, MAX_DIM};
+use flashsampling_kernels::config::{D_ALIGN, Epilogue, MAX_DIM};
+use flashsampling_kernels::launch::LsePath;
 pub use flashsampling_kernels::params::ElementType;
 use flashsampling_kernels::{RowNoise, Transform};
 use half::bf16;
@@ -238,11 +239,24 @@ impl SamplingParams {
         self
     }
 
-    /// Whether a GPU call with these parameters runs the exact log-sum-exp path: with
-    /// [`Self::exact_logsumexp`] where something reads a log-sum-exp — log-probabilities, top
-    /// log-probabilities, or given tokens (`scoring`). A call that only truncates keeps the fused pass.
-    pub(crate) fn runs_exact(&self, scoring: bool) -> bool {
-        self.exact_logsumexp && (self.logprobs != LogProbs::Off || self.top_logprobs > 0 || scoring)
+    /// The fused kernel's epilogue for a call with these parameters over a `vocab`-token head: the
+    /// truncation step where a row truncates or top log-probabilities are asked (they come from its
+    /// sorted prefix), else log-probabilities where asked, else sampling alone.
+    pub(crate) fn epilogue(&self, vocab: usize) -> Epilogue {
+        match (self.truncates(vocab) || self.top_logprobs > 0, self.logprobs) {
+            (true, _) => Epilogue::Truncate,
+            (false, LogProbs::Off) => Epilogue::Sample,
+            (false, _) => Epilogue::LogProbs,
+        }
+    }
+
+    /// Where a GPU call with these parameters (`scoring`: with given tokens) over a `vocab`-token
+    /// head gets its log-sum-exps: an exact path with [`Self::exact_logsumexp`] where something reads
+    /// a log-sum-exp — log-probabilities, top log-probabilities, or given tokens (a scoring call asks
+    /// log-probabilities). A call that only truncates keeps the fused pass.
+    pub(crate) fn lse_path(&self, vocab: usize, scoring: bool) -> LsePath {
+        let reads_lse = self.logprobs != LogProbs::Off || self.top_logprobs > 0 || scoring;
+        LsePath::of(self.exact_logsumexp && reads_lse, self.epilogue(vocab))
     }
 
     /// Row `row`'s truncation: (top-k, top-p, min-p), each at its "off" value where not set.

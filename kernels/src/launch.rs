@@ -5,6 +5,34 @@
 
 use crate::config::{Epilogue, FusedVariant, gemm_logits_ld};
 
+/// Where a call's rows get their log-sum-exps (and so which kernels run): decided once per call
+/// from its controls (the host's `SamplingParams::exact_logsumexp` and epilogue) and carried by its
+/// [`LaunchPlan`], which the variant choice, the buffers and the launches read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LsePath {
+    /// The fused pass's f32 log-masses merged over the vocab ranges (or no log-sum-exp at all).
+    Masses,
+    /// Exact log-masses without truncation: `fallback_logits` materializes the rows, the GEMM-fed
+    /// kernels sample them, `exact_mass_rows` sums their [`ExactMass`](crate::exactmass::ExactMass)es
+    /// and `reduce_rows_exact` reduces.
+    Exact,
+    /// Exact log-masses with truncation (top-k / top-p / min-p, top log-probabilities): no fused
+    /// launch; `fallback_logits` materializes every row and `fallback_sample_exact` takes each one.
+    ExactRows,
+}
+
+impl LsePath {
+    /// The path of a call that asks for exact log-sum-exps (`exact`: asked, and something reads a
+    /// log-sum-exp) with epilogue `epilogue`.
+    pub const fn of(exact: bool, epilogue: Epilogue) -> Self {
+        match (exact && epilogue.has_logprobs(), epilogue) {
+            (false, _) => Self::Masses,
+            (true, Epilogue::Truncate) => Self::ExactRows,
+            (true, _) => Self::Exact,
+        }
+    }
+}
+
 /// One fused launch, planned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LaunchPlan {
@@ -23,6 +51,9 @@ pub struct LaunchPlan {
     /// Ranges balanced to the pipeline stage ([`FusedVariant::balances_stages`]): the launch needs
     /// the handoff buffers ([`LaunchPlan::handoff_floats`], [`LaunchPlan::handoff_counters`]).
     pub balanced: bool,
+    /// Where the rows' log-sum-exps come from ([`LaunchPlan::with_lse`]; [`LsePath::Masses`] from
+    /// [`LaunchPlan::new`]).
+    pub lse: LsePath,
 }
 
 impl LaunchPlan {
@@ -43,7 +74,12 @@ impl LaunchPlan {
             None => variant.balances_stages(epilogue, tiles, n_vranges, n_btiles),
             Some(on) => on && variant.can_balance_stages(epilogue, tiles, n_vranges, n_btiles),
         };
-        Self { variant, epilogue, rows, v, n_btiles, n_vranges, balanced }
+        Self { variant, epilogue, rows, v, n_btiles, n_vranges, balanced, lse: LsePath::Masses }
+    }
+
+    /// The plan with its rows' log-sum-exps from `lse`.
+    pub const fn with_lse(self, lse: LsePath) -> Self {
+        Self { lse, ..self }
     }
 
     /// Blocks of the grid: every (batch tile, vocab range).
@@ -134,6 +170,21 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn the_log_sum_exp_path_follows_the_request_and_the_epilogue() {
+        use crate::config::GEMM_LOGITS;
+        assert_eq!(LsePath::of(true, Epilogue::Sample), LsePath::Masses, "nothing reads a log-sum-exp");
+        assert_eq!(LsePath::of(true, Epilogue::LogProbs), LsePath::Exact);
+        assert_eq!(LsePath::of(true, Epilogue::Truncate), LsePath::ExactRows);
+        for e in Epilogue::ALL {
+            assert_eq!(LsePath::of(false, e), LsePath::Masses);
+        }
+        let plan = LaunchPlan::new(GEMM_LOGITS, Epilogue::LogProbs, (16, 151_936), (132, 2), None);
+        assert_eq!(plan.lse, LsePath::Masses);
+        let exact = plan.with_lse(LsePath::Exact);
+        assert_eq!(LaunchPlan { lse: LsePath::Masses, ..exact }, plan, "only the path differs");
     }
 
     #[test]

@@ -294,8 +294,9 @@ impl DeviceSamples {
 
     /// Whether the buffers serve the planned launch `launch` (its rows, candidates, masses, counters and
     /// handoff slots) on the context `ctx`.
-    pub(super) fn fits(&self, launch: &LaunchPlan, exact: bool, ctx: &CudaContext) -> bool {
+    pub(super) fn fits(&self, launch: &LaunchPlan, ctx: &CudaContext) -> bool {
         let b = launch.rows as usize;
+        let exact = launch.lse == LsePath::Exact;
         let exact_fits =
             !exact || self.exact.as_ref().is_some_and(|e| e.len() >= EXACT_WORDS_AT + EXACT_RECORD_WORDS * b);
         let n_cands = launch.candidates();

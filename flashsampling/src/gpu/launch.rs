@@ -228,8 +228,9 @@ impl GpuBackend {
         };
         if launch.epilogue == Epilogue::Truncate {
             self.prepare_truncation(params, shape.b, out)?;
-            if ranged.staging.is_none() && params.runs_exact(out.targets.is_some()) {
-                // The exact path's truncating call: no fused pass (`launch_exact_truncation`).
+            if launch.lse == LsePath::ExactRows {
+                // The exact path's truncating call: no fused pass (`launch_exact_truncation`; one
+                // GPU's: a rank's is refused before).
                 let operands = (hidden, weight, mask, ranged.elem);
                 return self.launch_exact_truncation(params, (shape.d, shape.v), operands, adjusted, out);
             }
@@ -372,7 +373,7 @@ impl GpuBackend {
         let lp = launch.epilogue.has_logprobs();
         // The exact log-sum-exp path: the GEMM-fed kernels over `fallback_logits`' logits, then
         // `exact_mass_rows` (`launch_plan` chose the GEMM-fed variant for it).
-        let exact = lp && params.runs_exact(out.targets.is_some());
+        let exact = launch.lse == LsePath::Exact;
         let (exact_base, _x) = match (&mut out.exact, exact) {
             (Some(e), true) => {
                 let (ptr, guard) = e.device_ptr_mut(&self.stream);

@@ -17,7 +17,7 @@ use flashsampling_kernels::config::{
     gemm_logits_max_rows, portable_module_has, sm_number, tma_hidden, tma_weight_rows, tma_weight_tiles,
     tma_weight_tiles_t, variant_for_call,
 };
-use flashsampling_kernels::launch::LaunchPlan;
+use flashsampling_kernels::launch::{LaunchPlan, LsePath};
 use flashsampling_kernels::logits::Adjustment;
 use flashsampling_kernels::params::{
     AdjustParams, AdjustedToken, ExpandParams, FallbackLogitsParams, FusedParams, GemmLogitsParams, LogitsParams,
@@ -326,7 +326,7 @@ impl GpuBackend {
     /// stage-balanced vocab ranges (tests, benchmarks).
     #[doc(hidden)]
     pub fn balances_stages_for(&self, b: usize, d: usize, v: usize, epilogue: Epilogue) -> bool {
-        self.launch_plan(b, d, v, v, (epilogue, false)).balanced
+        self.launch_plan(b, d, v, v, (epilogue, LsePath::Masses)).balanced
     }
 
     /// Forces the truncation step's entry ([`TruncateStep`]; `None`: [`TruncateStep::for_rows`]
@@ -488,20 +488,21 @@ impl GpuBackend {
     /// [`variant_for_batch`](flashsampling_kernels::config::variant_for_batch) instead, whose logits a
     /// forced one-GPU call ([`Self::set_fused_variant`]) reproduces bit for bit.
     ///
-    /// On the exact log-sum-exp path (`exact`, a launch with log-probabilities:
+    /// On the exact log-sum-exp path without truncation ([`LsePath::Exact`]:
     /// [`SamplingParams::exact_logsumexp`]) every launch, a shard's too, runs the GEMM-fed kernels
     /// over `fallback_logits`' logits, which are the same bits for a row and vocab row however the
-    /// vocabulary is split.
+    /// vocabulary is split. (With truncation, [`LsePath::ExactRows`], no fused kernel runs: the plan
+    /// is a truncating call's, for its buffers.)
     fn launch_plan(
         &self,
         b: usize,
         d: usize,
         v: usize,
         vocab: usize,
-        (epilogue, exact): (Epilogue, bool),
+        (epilogue, lse): (Epilogue, LsePath),
     ) -> LaunchPlan {
         let whole_head = v == vocab;
-        let variant = if exact && epilogue.has_logprobs() {
+        let variant = if lse == LsePath::Exact {
             GEMM_LOGITS
         } else {
             let whole = self.variant_for(b, d, vocab, epilogue, whole_head);
@@ -510,6 +511,7 @@ impl GpuBackend {
         let loaded = self.launchable(variant).expect("only loaded variants are chosen");
         let per_sm = self.blocks_per_sm_override.unwrap_or(loaded.entry(epilogue).per_sm);
         LaunchPlan::new(variant, epilogue, (b as u32, v as u32), (self.k.sm_count, per_sm), self.stage_balance_override)
+            .with_lse(lse)
     }
 
     /// Allocates the per-batch buffers for up to `b` rows and vocab size `v`: `B × n_vranges`
@@ -540,7 +542,7 @@ impl GpuBackend {
     /// [`Self::alloc_samples`] for `b` sample rows (`B·n`) and kernels with epilogue `epilogue` (the
     /// log-probability buffers with [`Epilogue::LogProbs`]).
     fn alloc_for(&self, b: usize, v: usize, epilogue: Epilogue) -> Result<DeviceSamples> {
-        self.alloc_for_in(b, ANY_D, v, v, (epilogue, false))
+        self.alloc_for_in(b, ANY_D, v, v, (epilogue, LsePath::Masses))
     }
 
     /// [`Self::alloc_for`] for hidden size `d` ([`ANY_D`]: not known) and `v` weight rows of a
@@ -551,8 +553,10 @@ impl GpuBackend {
         d: usize,
         v: usize,
         vocab: usize,
-        (epilogue, exact): (Epilogue, bool),
+        (epilogue, lse): (Epilogue, LsePath),
     ) -> Result<DeviceSamples> {
+        // The exact path's records and slices (with truncation, its buffers are a truncating call's).
+        let exact = lse == LsePath::Exact;
         if b == 0 {
             return Err(Error::EmptyBatch);
         }
@@ -565,7 +569,7 @@ impl GpuBackend {
                 return Err(Error::TooLarge { what, value, max });
             }
         }
-        let launch = self.launch_plan(b, d, v, vocab.max(v), (epilogue, exact));
+        let launch = self.launch_plan(b, d, v, vocab.max(v), (epilogue, lse));
         // The GEMM-fed logits of the launch at `b` rows, and also of the largest call of up to `b` rows
         // that the choice runs there (a call of more rows than `GEMM_LOGITS_MAX_BYTES` allows keeps
         // the fused kernels, fewer rows do not), so a smaller call never allocates again. The launch
@@ -575,14 +579,14 @@ impl GpuBackend {
             0 => launch.gemm_logits_floats(),
             cap => launch
                 .gemm_logits_floats()
-                .max(self.launch_plan(cap, d, v, vocab.max(v), (epilogue, exact)).gemm_logits_floats()),
+                .max(self.launch_plan(cap, d, v, vocab.max(v), (epilogue, lse)).gemm_logits_floats()),
         };
         // Without D, the handoff slots also of the launch at the smallest D: the portable choice up
         // to 64 rows depends on D (`TMA_MMA_TURNS_MAX_D`), and its two variants' slots differ (8·NB
         // floats a thread); their vocab ranges do not.
         let handoff = match d {
             ANY_D => {
-                let small = self.launch_plan(b, D_ALIGN as usize, v, vocab.max(v), (epilogue, exact));
+                let small = self.launch_plan(b, D_ALIGN as usize, v, vocab.max(v), (epilogue, lse));
                 (
                     launch.handoff_floats().max(small.handoff_floats()),
                     launch.handoff_counters().max(small.handoff_counters()),
@@ -991,12 +995,7 @@ impl GpuBackend {
             return Err(Error::TooLarge { what: "sample rows (B × n)", value: rows, max: MAX_DIM as usize });
         }
         let truncates = params.truncates(range.vocab);
-        // Top log-probabilities come from the truncation step's sorted prefix.
-        let epilogue = match (truncates || params.top_logprobs > 0, params.logprobs) {
-            (true, _) => Epilogue::Truncate,
-            (false, LogProbs::Off) => Epilogue::Sample,
-            (false, _) => Epilogue::LogProbs,
-        };
+        let epilogue = params.epilogue(range.vocab);
         if epilogue == Epilogue::Truncate {
             if staging.is_none() && (range.offset != 0 || shape.v != range.vocab) {
                 return Err(Error::Unsupported {
@@ -1008,18 +1007,15 @@ impl GpuBackend {
                 check_rank_truncation(params, range.vocab)?;
             }
         }
-        let exact = params.runs_exact(targets.is_some()) && epilogue.has_logprobs();
-        if exact && epilogue == Epilogue::Truncate && staging.is_some() {
+        let lse = params.lse_path(range.vocab, targets.is_some());
+        if lse == LsePath::ExactRows && staging.is_some() {
             // A rank's truncation step reduces its rows with the fused pass's f32 masses.
             return Err(Error::Unsupported {
                 control: "exact log-sum-exps with top-k / top-p / min-p or top log-probabilities",
                 path: "over tensor-parallel ranks yet",
             });
         }
-        // The exact path's truncating call launches no fused kernel (`launch_exact_truncation`): its
-        // buffers are a truncating call's.
-        let exact = exact && epilogue != Epilogue::Truncate;
-        let launch = self.launch_plan(rows, shape.d, shape.v, range.vocab, (epilogue, exact));
+        let launch = self.launch_plan(rows, shape.d, shape.v, range.vocab, (epilogue, lse));
         let variant = launch.variant;
         if !variant.supports_vocab(shape.v as u32) {
             return Err(Error::UnsupportedVocab {
@@ -1051,7 +1047,7 @@ impl GpuBackend {
             let key_hidden = if n > 1 { expanded.map_or(0, |e| e.device_ptr(&self.stream).0) } else { hidden_ptr };
             let key = TensorMapKey::of(launch, (key_hidden, weight_ptr, T::TYPE), shape);
             Setup {
-                realloc: !out.fits(&launch, exact, &self.k.ctx),
+                realloc: !out.fits(&launch, &self.k.ctx),
                 truncation_realloc,
                 expanded_realloc: n > 1 && expanded.is_none(),
                 tensor_maps: variant.uses_tma() && out.tensor_maps_for != Some(key),
@@ -1061,11 +1057,11 @@ impl GpuBackend {
         }
         // Every buffer the launch touches must be large enough for it (and on this context): else a
         // fresh set, sized by the same launch shape (zeroed counters, invalid tokens).
-        if !out.fits(&launch, exact, &self.k.ctx) {
-            *out = self.alloc_for_in(rows, shape.d, shape.v, range.vocab, (epilogue, exact))?;
+        if !out.fits(&launch, &self.k.ctx) {
+            *out = self.alloc_for_in(rows, shape.d, shape.v, range.vocab, (epilogue, lse))?;
             // Sized by this launch's own plan; should a sizing rule ever miss a buffer, a typed error
             // here rather than a launch past its end.
-            if !out.fits(&launch, exact, &self.k.ctx) {
+            if !out.fits(&launch, &self.k.ctx) {
                 return Err(Error::Unsupported {
                     control: "a launch shape the buffer sizing does not cover",
                     path: "on the GPU backend",

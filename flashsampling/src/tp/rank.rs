@@ -7,6 +7,7 @@ use crate::gpu::{
     EXACT_RECORD_WORDS, RANK_WORDS_LOGPROBS, RANK_WORDS_SCORE, ScoreTargets, exact_records_at, rank_list_words,
     score_launch_rows, scoring_params,
 };
+use flashsampling_kernels::launch::LsePath;
 use flashsampling_kernels::params::RowExact;
 
 /// Words per row and rank in the exchange: tokens, scores, and with log-probabilities the processed
@@ -428,8 +429,9 @@ impl TpRank {
             (None, true) => WORDS_PLAIN,
             (None, false) => WORDS_LOGPROBS,
         };
-        let exact = params.runs_exact(targets.is_some()) && k >= WORDS_LOGPROBS;
-        if exact && truncating {
+        let lse = params.lse_path(l.vocab, targets.is_some());
+        let exact = lse == LsePath::Exact;
+        if lse == LsePath::ExactRows {
             return Err(Error::Unsupported {
                 control: "exact log-sum-exps with top-k / top-p / min-p or top log-probabilities",
                 path: "over tensor-parallel ranks yet",
