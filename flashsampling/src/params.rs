@@ -239,11 +239,18 @@ impl SamplingParams {
         self
     }
 
+    /// Whether a call with these parameters over a `vocab`-token head takes the truncating path: a
+    /// row truncates (top-k / top-p / min-p) or top log-probabilities are asked (they come from the
+    /// truncation's sorted prefix).
+    pub(crate) fn runs_truncation(&self, vocab: usize) -> bool {
+        self.truncates(vocab) || self.top_logprobs > 0
+    }
+
     /// The fused kernel's epilogue for a call with these parameters over a `vocab`-token head: the
-    /// truncation step where a row truncates or top log-probabilities are asked (they come from its
-    /// sorted prefix), else log-probabilities where asked, else sampling alone.
+    /// truncation step where the call [`Self::runs_truncation`], else log-probabilities where asked,
+    /// else sampling alone.
     pub(crate) fn epilogue(&self, vocab: usize) -> Epilogue {
-        match (self.truncates(vocab) || self.top_logprobs > 0, self.logprobs) {
+        match (self.runs_truncation(vocab), self.logprobs) {
             (true, _) => Epilogue::Truncate,
             (false, LogProbs::Off) => Epilogue::Sample,
             (false, _) => Epilogue::LogProbs,

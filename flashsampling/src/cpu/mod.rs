@@ -163,7 +163,7 @@ impl CpuBackend {
             params,
         )?;
         let slots = slots(params, shape.b);
-        if params.truncates(shape.v) || params.top_logprobs > 0 {
+        if params.runs_truncation(shape.v) {
             return Ok(self.sample_materialized(hidden.data, weight.data, shape, &slots, params));
         }
         let want_mass = params.logprobs != LogProbs::Off;
@@ -276,7 +276,7 @@ impl CpuBackend {
         params: &SamplingParams,
     ) -> Result<Samples> {
         validate_shards(shards, vocab)?;
-        if params.truncates(vocab) || params.top_logprobs > 0 {
+        if params.runs_truncation(vocab) {
             // Truncation: the shards exchange their top lists (simulated); see `exact.rs`. Top
             // log-probabilities come from the rows gathered from the shards.
             for &shard in shards {
@@ -339,7 +339,7 @@ fn validate_shard<T: Element>(
     if !logprobs && params.logprobs != LogProbs::Off {
         return Err(Error::Unsupported { control: "log-probabilities", path: "over vocab shards" });
     }
-    if params.truncates(vocab) || params.top_logprobs > 0 {
+    if params.runs_truncation(vocab) {
         return Err(Error::Unsupported {
             control: "top-k / top-p / min-p and top log-probabilities",
             path: "over vocab shards",

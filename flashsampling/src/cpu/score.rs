@@ -95,7 +95,7 @@ impl CpuBackend {
         let mut p = params.clone();
         (p.n, p.logprobs) = (1, LogProbs::ProcessedAndRaw);
         let slots = slots(&p, shape.b);
-        if p.truncates(shape.v) || p.top_logprobs > 0 {
+        if p.runs_truncation(shape.v) {
             let want = want_samples.then_some(params);
             return self.score_materialized(hidden, weight, (shape, &slots), &p, tokens, want);
         }

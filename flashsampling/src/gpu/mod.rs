@@ -555,7 +555,7 @@ impl GpuBackend {
         vocab: usize,
         (epilogue, lse): (Epilogue, LsePath),
     ) -> Result<DeviceSamples> {
-        // The exact path's records and slices (with truncation, its buffers are a truncating call's).
+        // The exact path's records (with truncation, its buffers are a truncating call's).
         let exact = lse == LsePath::Exact;
         if b == 0 {
             return Err(Error::EmptyBatch);

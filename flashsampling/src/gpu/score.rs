@@ -139,7 +139,7 @@ pub(crate) fn truncated_score_rows(v: usize) -> usize {
 /// Whether a scoring call over a `v`-token head runs the truncating pass, whose fallback may
 /// materialize any row's logits: top-k / top-p / min-p, or top log-probabilities (and ranks).
 pub(crate) fn scores_through_fallback(params: &SamplingParams, v: usize) -> bool {
-    params.truncates(v) || params.top_logprobs > 0
+    params.runs_truncation(v)
 }
 
 /// Rows per launch of a scoring call of `b` rows over a `v`-token head: all of them, or for a call

@@ -12,9 +12,7 @@ pub(crate) fn check_rank_truncation(params: &SamplingParams, vocab: usize) -> Re
             path,
         });
     }
-    if params.adjustments.as_ref().is_some_and(|a| !a.tokens.is_empty())
-        && (params.truncates(vocab) || params.top_logprobs > 0)
-    {
+    if params.adjustments.as_ref().is_some_and(|a| !a.tokens.is_empty()) && params.runs_truncation(vocab) {
         return Err(Error::Unsupported {
             control: "sparse adjustments with top-k / top-p / min-p or top log-probabilities",
             path,

@@ -503,7 +503,7 @@ impl TpRank {
     pub(super) fn check_truncation(&self, params: &SamplingParams) -> Result<bool> {
         let vocab = self.layout.vocab;
         check_rank_truncation(params, vocab)?;
-        let truncating = params.truncates(vocab) || params.top_logprobs > 0;
+        let truncating = params.runs_truncation(vocab);
         if let Some(l) = self.layouts.iter().find(|l| l.offset >= l.vocab).filter(|_| truncating) {
             return Err(Error::InvalidShards {
                 reason: "top-k / top-p / min-p or top log-probabilities over shards need every shard to hold vocabulary rows",
